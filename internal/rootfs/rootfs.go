@@ -1,0 +1,176 @@
+// Package rootfs builds the disks a box's root filesystem is made of: a
+// read-only erofs base per image digest (attached as /dev/vda) and a
+// per-box writable ext4 disk (/dev/vdb); the guest combines them with
+// overlayfs.
+//
+// Bases live in CACHE/rootfs/<manifest digest hex>.erofs, where CACHE is
+// DefaultCacheDir() unless the caller says otherwise.
+package rootfs
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/image/unpack"
+)
+
+// DefaultCacheDir returns airlock's cache directory: $AIRLOCK_CACHE, else
+// ${XDG_CACHE_HOME:-~/.cache}/airlock.
+func DefaultCacheDir() (string, error) {
+	if d := os.Getenv("AIRLOCK_CACHE"); d != "" {
+		return d, nil
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "airlock"), nil
+	}
+	h, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("cannot find the home directory (set AIRLOCK_CACHE): %w", err)
+	}
+	return filepath.Join(h, ".cache", "airlock"), nil
+}
+
+// BaseOptions tunes BaseWith. The zero value is ready to use.
+type BaseOptions struct {
+	// Note, if not nil, receives notes from unpacking (skipped device
+	// nodes and the like) and a line when a base is built.
+	Note func(msg string)
+}
+
+// Base returns the path of the erofs root filesystem base for img,
+// cacheDir/rootfs/<digest hex>.erofs, building it first if it is missing:
+// the image layers are unpacked into a temporary directory beside it and
+// turned into an erofs image with mkfs.erofs (from erofs-utils), which is
+// then renamed into place. Concurrent callers, in this or other processes,
+// build each digest once (flock on <digest hex>.lock). cacheDir "" means
+// DefaultCacheDir(). Unpacking keeps uid/gid only when running as root.
+// Cancelling ctx stops the build and leaves no partial base.
+func Base(ctx context.Context, store *image.Store, img *image.Image, cacheDir string) (string, error) {
+	return BaseWith(ctx, store, img, cacheDir, BaseOptions{})
+}
+
+// BaseWith is Base with options.
+func BaseWith(ctx context.Context, store *image.Store, img *image.Image, cacheDir string, opts BaseOptions) (string, error) {
+	if cacheDir == "" {
+		d, err := DefaultCacheDir()
+		if err != nil {
+			return "", err
+		}
+		cacheDir = d
+	}
+	hexd, ok := strings.CutPrefix(img.Digest, "sha256:")
+	if !ok || len(hexd) != 64 {
+		return "", fmt.Errorf("image %s: unexpected digest %q", img.Ref, img.Digest)
+	}
+	dir := filepath.Join(cacheDir, "rootfs")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	final := filepath.Join(dir, hexd+".erofs")
+	if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() {
+		return final, nil
+	}
+	mkfs, err := exec.LookPath("mkfs.erofs")
+	if err != nil {
+		return "", fmt.Errorf("mkfs.erofs not found: install erofs-utils (apt-get install erofs-utils) to build root filesystems")
+	}
+	l := flock.New(filepath.Join(dir, hexd+".lock"))
+	if _, err := l.TryLockContext(ctx, 100*time.Millisecond); err != nil {
+		return "", fmt.Errorf("lock rootfs base %s: %w", hexd, err)
+	}
+	defer l.Unlock()
+	if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() {
+		return final, nil
+	}
+
+	start := time.Now()
+	tree, err := os.MkdirTemp(dir, ".build-"+hexd[:12]+"-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tree)
+	root := filepath.Join(tree, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return "", err
+	}
+	if err := unpack.Image(ctx, store, img, root, unpack.Options{Note: opts.Note}); err != nil {
+		return "", fmt.Errorf("unpack %s: %w", img.Ref, err)
+	}
+	tmpImg := filepath.Join(tree, "base.erofs")
+	args := []string{"--quiet", "-x1"}
+	if os.Geteuid() != 0 {
+		// Without root the tree's owners are wrong anyway; make them root.
+		args = append(args, "--all-root")
+	}
+	args = append(args, tmpImg, root)
+	cmd := exec.CommandContext(ctx, mkfs, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("mkfs.erofs for %s: %w: %s", img.Ref, err, strings.TrimSpace(out.String()))
+	}
+	if err := os.Chmod(tmpImg, 0o644); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmpImg, final); err != nil {
+		return "", err
+	}
+	if opts.Note != nil {
+		fi, _ := os.Stat(final)
+		var sz int64
+		if fi != nil {
+			sz = fi.Size()
+		}
+		opts.Note(fmt.Sprintf("built rootfs base %s for %s (%d MiB) in %s", final, img.Ref, sz>>20, time.Since(start).Round(time.Millisecond)))
+	}
+	return final, nil
+}
+
+// NewDisk creates path as a sparse ext4 filesystem image of sizeMiB MiB,
+// labelled "airlock-rw" with a root-owned root directory, for use as a box's
+// writable layer. It runs mkfs.ext4 (e2fsprogs). It refuses to overwrite an
+// existing file, and removes its partial file on failure.
+func NewDisk(path string, sizeMiB int) error {
+	if sizeMiB < 8 {
+		return fmt.Errorf("disk size %d MiB is too small (minimum 8 MiB)", sizeMiB)
+	}
+	mkfs, err := exec.LookPath("mkfs.ext4")
+	if err != nil {
+		return fmt.Errorf("mkfs.ext4 not found: install e2fsprogs")
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create disk: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			os.Remove(path)
+		}
+	}()
+	if err := f.Truncate(int64(sizeMiB) << 20); err != nil {
+		f.Close()
+		return fmt.Errorf("create disk: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	cmd := exec.Command(mkfs, "-q", "-F", "-E", "root_owner=0:0", "-L", "airlock-rw", path)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("mkfs.ext4 %s (%s MiB): %w: %s", path, strconv.Itoa(sizeMiB), err, strings.TrimSpace(out.String()))
+	}
+	ok = true
+	return nil
+}

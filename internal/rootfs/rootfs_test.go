@@ -1,0 +1,147 @@
+package rootfs_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/image/imagetest"
+	"github.com/airlock-run/airlock/internal/rootfs"
+)
+
+func requireTool(t *testing.T, name, pkg string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		t.Skipf("%s not found (install %s)", name, pkg)
+	}
+}
+
+func testStoreImage(t *testing.T) (*image.Store, *image.Image) {
+	reg := imagetest.NewRegistry(t)
+	base := imagetest.Tar(t,
+		imagetest.Entry{Name: "bin/"},
+		imagetest.Entry{Name: "bin/hello", Body: "#!/bin/sh\necho hi\n", Mode: 0o755},
+		imagetest.Entry{Name: "etc/"},
+		imagetest.Entry{Name: "etc/gone", Body: "x"},
+		imagetest.Entry{Name: "home/"},
+		imagetest.Entry{Name: "home/u/", Uid: 1000, Gid: 1000},
+	)
+	top := imagetest.Tar(t, imagetest.Entry{Name: "etc/.wh.gone"}, imagetest.Entry{Name: "etc/hostname", Body: "box\n"})
+	ref := reg.Push(t, "test/rootfs:v1", imagetest.Image(t, []string{"/bin/hello"}, base, top))
+	s, err := image.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := s.Pull(context.Background(), ref, image.PullOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, img
+}
+
+func TestBase(t *testing.T) {
+	requireTool(t, "mkfs.erofs", "erofs-utils")
+	s, img := testStoreImage(t)
+	cache := t.TempDir()
+
+	// Concurrent first calls build once.
+	var wg sync.WaitGroup
+	paths := make([]string, 3)
+	errs := make([]error, 3)
+	var builds int
+	var mu sync.Mutex
+	for i := range paths {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			paths[i], errs[i] = rootfs.BaseWith(context.Background(), s, img, cache, rootfs.BaseOptions{Note: func(m string) {
+				if strings.HasPrefix(m, "built rootfs base") {
+					mu.Lock()
+					builds++
+					mu.Unlock()
+				}
+			}})
+		}()
+	}
+	wg.Wait()
+	for i := range paths {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+	}
+	want := filepath.Join(cache, "rootfs", strings.TrimPrefix(img.Digest, "sha256:")+".erofs")
+	if paths[0] != want || paths[1] != want || paths[2] != want {
+		t.Fatalf("Base = %v, want %s", paths, want)
+	}
+	if builds != 1 {
+		t.Errorf("built %d times, want once", builds)
+	}
+	fi1, err := os.Stat(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := rootfs.Base(context.Background(), s, img, cache)
+	if err != nil || p != want {
+		t.Fatalf("second Base = %q, %v", p, err)
+	}
+	fi2, _ := os.Stat(want)
+	if !os.SameFile(fi1, fi2) || !fi1.ModTime().Equal(fi2.ModTime()) {
+		t.Errorf("second Base rebuilt the image")
+	}
+	ents, _ := os.ReadDir(filepath.Join(cache, "rootfs"))
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".build-") {
+			t.Errorf("temporary build dir left: %s", e.Name())
+		}
+	}
+
+	// Check the content with fsck.erofs --extract when available.
+	if _, err := exec.LookPath("fsck.erofs"); err == nil {
+		out := filepath.Join(t.TempDir(), "x")
+		if b, err := exec.Command("fsck.erofs", "--extract="+out, want).CombinedOutput(); err != nil {
+			t.Fatalf("fsck.erofs: %v: %s", err, b)
+		}
+		if b, err := os.ReadFile(filepath.Join(out, "etc/hostname")); err != nil || string(b) != "box\n" {
+			t.Errorf("etc/hostname = %q, %v", b, err)
+		}
+		if _, err := os.Lstat(filepath.Join(out, "etc/gone")); err == nil {
+			t.Errorf("whiteout not applied in the erofs image")
+		}
+		if fi, err := os.Stat(filepath.Join(out, "bin/hello")); err != nil || fi.Mode().Perm() != 0o755 {
+			t.Errorf("bin/hello = %v", err)
+		}
+		if os.Geteuid() == 0 {
+			fi, err := os.Stat(filepath.Join(out, "home/u"))
+			if err != nil || fi.Sys().(*syscall.Stat_t).Uid != 1000 {
+				t.Errorf("home/u owner not kept: %v", err)
+			}
+		}
+	}
+}
+
+func TestNewDisk(t *testing.T) {
+	requireTool(t, "mkfs.ext4", "e2fsprogs")
+	p := filepath.Join(t.TempDir(), "rw.ext4")
+	if err := rootfs.NewDisk(p, 64); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil || fi.Size() != 64<<20 {
+		t.Fatalf("disk size %v, %v", fi, err)
+	}
+	if blocks := fi.Sys().(*syscall.Stat_t).Blocks * 512; blocks > 16<<20 {
+		t.Errorf("disk is not sparse: %d bytes allocated", blocks)
+	}
+	if out, err := exec.Command("dumpe2fs", "-h", p).CombinedOutput(); err == nil && !strings.Contains(string(out), "airlock-rw") {
+		t.Errorf("label missing: %s", out)
+	}
+	if err := rootfs.NewDisk(p, 64); err == nil {
+		t.Errorf("NewDisk overwrote an existing disk")
+	}
+}
