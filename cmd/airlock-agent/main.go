@@ -1,0 +1,110 @@
+//go:build linux
+
+// Command airlock-agent is the guest agent: a static binary that runs as
+// PID 1 (the /init of the box's initramfs), assembles the box root, and
+// serves the agent protocol to the host over a virtio-serial port.
+//
+// Outside a VM, `airlock-agent -listen unix:PATH [-root DIR]` serves the
+// same protocol on a unix socket; the tests use it to exercise exec
+// semantics without booting a guest.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/agent"
+	"github.com/airlock-run/airlock/internal/guestinit"
+	"github.com/airlock-run/airlock/internal/transport"
+)
+
+func main() {
+	if os.Getpid() == 1 {
+		runInit()
+		return
+	}
+	listen := flag.String("listen", "", "serve on unix:PATH instead of the virtio-serial port (for tests)")
+	root := flag.String("root", "/", "root directory processes run in")
+	flag.Parse()
+	path, ok := strings.CutPrefix(*listen, "unix:")
+	if !ok {
+		fmt.Fprintln(os.Stderr, "airlock-agent: not PID 1; use -listen unix:PATH to serve on a socket")
+		os.Exit(2)
+	}
+	os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "airlock-agent:", err)
+		os.Exit(1)
+	}
+	srv := agent.NewServer(agent.Config{Root: *root})
+	g := srv.GRPCServer()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "airlock-agent:", err)
+			os.Exit(1)
+		}
+		go func() {
+			if err := transport.GuestHandshake(c, agent.Version); err != nil {
+				c.Close()
+				return
+			}
+			transport.Serve(c, g)
+		}()
+	}
+}
+
+func fatal(err error) {
+	guestinit.Logf("fatal: %v", err)
+	time.Sleep(100 * time.Millisecond)
+	guestinit.PowerOff()
+}
+
+func runInit() {
+	p, err := guestinit.Early()
+	if err != nil {
+		fatal(err)
+		return
+	}
+	if err := guestinit.MountRoot(p); err != nil {
+		fatal(err)
+		return
+	}
+	guestinit.Hostname(p.Hostname)
+	if err := guestinit.Network(p.Net); err != nil {
+		guestinit.Logf("network: %v", err)
+	}
+	srv := agent.NewServer(agent.Config{
+		Root:       guestinit.NewRoot,
+		CgroupRoot: filepath.Join(guestinit.NewRoot, "sys/fs/cgroup"),
+		ReapAll:    true,
+		Shutdown:   guestinit.PowerOff,
+	})
+	g := srv.GRPCServer()
+	dev, err := guestinit.FindPort(p.Port, 10*time.Second)
+	if err != nil {
+		fatal(err)
+		return
+	}
+	sigio := guestinit.NotifySIGIO()
+	guestinit.Logf("ready")
+	for {
+		f, err := guestinit.OpenPort(dev, sigio)
+		if err != nil {
+			guestinit.Logf("open %s: %v", dev, err)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if err := transport.GuestHandshake(f, agent.Version); err != nil {
+			f.Close()
+			continue
+		}
+		transport.Serve(f, g)
+	}
+}

@@ -1,0 +1,226 @@
+//go:build linux
+
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/agent"
+	"github.com/airlock-run/airlock/internal/agent/client"
+	"github.com/airlock-run/airlock/internal/transport"
+)
+
+// startAgent serves the agent in this process on a unix socket, running
+// commands on the host (root "/"): exec semantics without a VM.
+func startAgent(t *testing.T) *client.Client {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "a.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	g := agent.NewServer(agent.Config{Root: "/"}).GRPCServer()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				if transport.GuestHandshake(c, agent.Version) == nil {
+					transport.Serve(c, g)
+				}
+			}()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func run(t *testing.T, c *client.Client, spec client.Spec) (client.Exit, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if spec.Env == nil {
+		spec.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+	}
+	p, err := c.Exec(context.Background(), spec, &out, &errb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ex, out.String(), errb.String()
+}
+
+func TestExecStreamsAndExitCode(t *testing.T) {
+	c := startAgent(t)
+	ex, out, errs := run(t, c, client.Spec{Argv: []string{"sh", "-c", "echo a; echo b >&2; exit 3"}})
+	if ex.Code != 3 || out != "a\n" || errs != "b\n" {
+		t.Fatalf("got code %d stdout %q stderr %q", ex.Code, out, errs)
+	}
+}
+
+func TestExecCommandNotFound(t *testing.T) {
+	c := startAgent(t)
+	ex, _, errs := run(t, c, client.Spec{Argv: []string{"no-such-command-xyz"}})
+	if ex.Code != 127 || !strings.Contains(errs, "no-such-command-xyz: command not found") {
+		t.Fatalf("got code %d stderr %q", ex.Code, errs)
+	}
+}
+
+func TestExecBinaryOutputUnchanged(t *testing.T) {
+	c := startAgent(t)
+	_, out, _ := run(t, c, client.Spec{Argv: []string{"printf", `a\000b\377\376c`}})
+	if out != "a\x00b\xff\xfec" {
+		t.Fatalf("got %q", out)
+	}
+}
+
+func TestExecTimeoutKillsTree(t *testing.T) {
+	c := startAgent(t)
+	marker := "airlock-timeout-test-" + t.Name()
+	start := time.Now()
+	ex, _, _ := run(t, c, client.Spec{
+		Argv:      []string{"sh", "-c", "exec -a " + marker + " sleep 600 & sleep 600"},
+		Timeout:   300 * time.Millisecond,
+		KillGrace: 200 * time.Millisecond,
+	})
+	if !ex.TimedOut {
+		t.Fatalf("not timed out: %+v", ex)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("took %s", d)
+	}
+	if out, _ := exec.Command("pgrep", "-f", marker).Output(); len(out) > 0 {
+		t.Fatalf("background child survived the timeout: pids %s", out)
+	}
+}
+
+func TestExecBackgroundChildHoldingPipesDoesNotHang(t *testing.T) {
+	c := startAgent(t)
+	start := time.Now()
+	ex, out, _ := run(t, c, client.Spec{Argv: []string{"sh", "-c", "sleep 5 & echo done"}})
+	if ex.Code != 0 || out != "done\n" {
+		t.Fatalf("got %+v %q", ex, out)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("exec waited for the background child: %s", d)
+	}
+}
+
+func TestExecStdin(t *testing.T) {
+	c := startAgent(t)
+	var out bytes.Buffer
+	p, err := c.Exec(context.Background(), client.Spec{Argv: []string{"cat"}, Stdin: true, Env: []string{"PATH=/usr/bin:/bin"}}, &out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.WriteStdin([]byte("hello "))
+	p.WriteStdin([]byte("world"))
+	p.CloseStdin()
+	ex, err := p.Wait()
+	if err != nil || ex.Code != 0 || out.String() != "hello world" {
+		t.Fatalf("got %+v %v %q", ex, err, out.String())
+	}
+}
+
+// slowCounter counts bytes and sleeps on each write, so the producer must
+// wait for it.
+type slowCounter struct{ n int64 }
+
+func (s *slowCounter) Write(b []byte) (int, error) {
+	s.n += int64(len(b))
+	return len(b), nil
+}
+
+func TestExecLargeOutputBoundedMemory(t *testing.T) {
+	c := startAgent(t)
+	var before, peak runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	w := &slowCounter{}
+	stop := make(chan struct{})
+	var maxHeap uint64
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				runtime.ReadMemStats(&peak)
+				if peak.HeapInuse > maxHeap {
+					maxHeap = peak.HeapInuse
+				}
+			}
+		}
+	}()
+	const total = 200 << 20
+	p, err := c.Exec(context.Background(), client.Spec{Argv: []string{"head", "-c", "209715200", "/dev/zero"}, Env: []string{"PATH=/usr/bin:/bin"}}, w, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex, err := p.Wait()
+	close(stop)
+	if err != nil || ex.Code != 0 {
+		t.Fatal(ex, err)
+	}
+	if w.n != total {
+		t.Fatalf("got %d bytes, want %d", w.n, total)
+	}
+	if grow := int64(maxHeap) - int64(before.HeapInuse); grow > 64<<20 {
+		t.Fatalf("heap grew by %d MiB while streaming 200 MiB", grow>>20)
+	}
+}
+
+func TestConcurrentExecs(t *testing.T) {
+	c := startAgent(t)
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		go func(i int) {
+			var out bytes.Buffer
+			p, err := c.Exec(context.Background(), client.Spec{Argv: []string{"sh", "-c", "sleep 0.2; echo $0", string(rune('a' + i))}, Env: []string{"PATH=/usr/bin:/bin"}}, &out, nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if _, err := p.Wait(); err != nil {
+				errs <- err
+				return
+			}
+			if out.String() != string(rune('a'+i))+"\n" {
+				errs <- &mismatch{out.String()}
+				return
+			}
+			errs <- nil
+		}(i)
+	}
+	for i := 0; i < 8; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type mismatch struct{ s string }
+
+func (m *mismatch) Error() string { return "unexpected output " + m.s }

@@ -1,0 +1,215 @@
+// Package client is the host side of the agent protocol: it dials a box's
+// agent through any byte stream (virtio-serial unix socket, vsock, or a test
+// socket), performs the handshake, and offers typed calls. Callers never see
+// protobuf messages.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/agent/agentpb"
+	"github.com/airlock-run/airlock/internal/transport"
+)
+
+// Client is a connection to one guest agent.
+type Client struct {
+	t   *transport.Client
+	api agentpb.AgentClient
+}
+
+// Dial opens a byte stream with dial, performs the handshake (bounded by
+// ctx's deadline, or 30 s) and returns a client.
+func Dial(ctx context.Context, dial func(ctx context.Context) (net.Conn, error)) (*Client, error) {
+	conn, err := dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(30 * time.Second)
+	}
+	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
+	t, err := transport.NewClient(conn, deadline)
+	stop()
+	if err != nil {
+		return nil, err
+	}
+	return &Client{t: t, api: agentpb.NewAgentClient(t.Conn)}, nil
+}
+
+// AgentVersion is the version the agent announced in the handshake.
+func (c *Client) AgentVersion() string { return c.t.AgentVersion }
+
+// Done is closed when the connection has ended.
+func (c *Client) Done() <-chan struct{} { return c.t.Done() }
+
+// Close closes the connection. Running execs are killed by the agent.
+func (c *Client) Close() error { return c.t.Close() }
+
+// Info describes the guest.
+type Info struct {
+	Version string        // agent version
+	Kernel  string        // guest kernel release
+	Uptime  time.Duration // time since the guest booted
+}
+
+// Hello checks the agent answers and returns what it reports.
+func (c *Client) Hello(ctx context.Context) (Info, error) {
+	r, err := c.api.Hello(ctx, &agentpb.HelloRequest{})
+	if err != nil {
+		return Info{}, err
+	}
+	return Info{Version: r.Version, Kernel: r.Kernel, Uptime: time.Duration(r.UptimeNs)}, nil
+}
+
+// Shutdown asks the agent to stop all processes, sync and power off.
+func (c *Client) Shutdown(ctx context.Context) error {
+	_, err := c.api.Shutdown(ctx, &agentpb.ShutdownRequest{})
+	return err
+}
+
+// Spec describes one process to run in the guest.
+type Spec struct {
+	Argv       []string
+	Env        []string // complete environment
+	WorkingDir string
+	User       string
+	Stdin      bool          // give the process a stdin pipe (else /dev/null)
+	Timeout    time.Duration // 0 = none; the agent kills the tree and reports TimedOut
+	KillGrace  time.Duration // SIGTERM -> SIGKILL grace; 0 = agent default (2 s)
+}
+
+// Exit is how a process ended.
+type Exit struct {
+	Code     int
+	Signal   syscall.Signal
+	TimedOut bool
+	Error    string
+	GuestNs  int64 // agent-side duration, receipt of the request to exit
+	SpawnNs  int64 // agent-side process creation time
+	PID      int
+}
+
+// Proc is a running process. Its output is written to the writers given to
+// Exec, in order per stream; Wait returns after all of it was written.
+type Proc struct {
+	stream agentpb.Agent_ExecClient
+	sendMu sync.Mutex
+	done   chan struct{}
+	exit   Exit
+	err    error
+}
+
+// Exec starts spec and delivers output to stdout and stderr (which may be
+// nil to discard). A slow writer slows the process down: the guest stops
+// reading its pipes until the writer takes the data (bounded memory).
+// Cancelling ctx kills the process tree in the guest.
+func (c *Client) Exec(ctx context.Context, spec Spec, stdout, stderr io.Writer) (*Proc, error) {
+	stream, err := c.api.Exec(ctx)
+	if err != nil {
+		return nil, err
+	}
+	err = stream.Send(&agentpb.ExecRequest{Msg: &agentpb.ExecRequest_Start{Start: &agentpb.ExecStart{
+		Argv:        spec.Argv,
+		Env:         spec.Env,
+		WorkingDir:  spec.WorkingDir,
+		User:        spec.User,
+		Stdin:       spec.Stdin,
+		TimeoutNs:   int64(spec.Timeout),
+		KillGraceNs: int64(spec.KillGrace),
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	p := &Proc{stream: stream, done: make(chan struct{})}
+	go p.recv(stdout, stderr)
+	return p, nil
+}
+
+func (p *Proc) recv(stdout, stderr io.Writer) {
+	defer close(p.done)
+	var outErr error
+	for {
+		ev, err := p.stream.Recv()
+		if err != nil {
+			if err == io.EOF {
+				err = errors.New("agent ended the exec without an exit status")
+			}
+			p.err = err
+			return
+		}
+		switch x := ev.Msg.(type) {
+		case *agentpb.ExecEvent_Started:
+			p.exit.PID = int(x.Started.Pid)
+			p.exit.SpawnNs = x.Started.SpawnNs
+		case *agentpb.ExecEvent_Stdout:
+			if outErr == nil {
+				_, outErr = stdout.Write(x.Stdout)
+			}
+		case *agentpb.ExecEvent_Stderr:
+			if outErr == nil {
+				_, outErr = stderr.Write(x.Stderr)
+			}
+		case *agentpb.ExecEvent_Exit:
+			p.exit.Code = int(x.Exit.ExitCode)
+			p.exit.Signal = syscall.Signal(x.Exit.Signal)
+			p.exit.TimedOut = x.Exit.TimedOut
+			p.exit.Error = x.Exit.Error
+			p.exit.GuestNs = x.Exit.GuestNs
+			if outErr != nil {
+				p.err = fmt.Errorf("writing exec output: %w", outErr)
+			}
+			return
+		}
+	}
+}
+
+func (p *Proc) send(m *agentpb.ExecRequest) error {
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	return p.stream.Send(m)
+}
+
+// WriteStdin sends data to the process's stdin (Spec.Stdin must be set).
+func (p *Proc) WriteStdin(b []byte) error {
+	// Copy: the message may be queued after we return.
+	return p.send(&agentpb.ExecRequest{Msg: &agentpb.ExecRequest_Stdin{Stdin: append([]byte(nil), b...)}})
+}
+
+// CloseStdin closes the process's stdin.
+func (p *Proc) CloseStdin() error {
+	return p.send(&agentpb.ExecRequest{Msg: &agentpb.ExecRequest_CloseStdin{CloseStdin: true}})
+}
+
+// Signal delivers sig to the process (not its children).
+func (p *Proc) Signal(sig syscall.Signal) error {
+	return p.send(&agentpb.ExecRequest{Msg: &agentpb.ExecRequest_Signal{Signal: int32(sig)}})
+}
+
+// Kill kills the whole process tree at once.
+func (p *Proc) Kill() error {
+	return p.send(&agentpb.ExecRequest{Msg: &agentpb.ExecRequest_Kill{Kill: true}})
+}
+
+// Done is closed when the process has ended and its output was delivered,
+// or the call failed.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Wait blocks until the process has ended and all output was written.
+func (p *Proc) Wait() (Exit, error) {
+	<-p.done
+	return p.exit, p.err
+}

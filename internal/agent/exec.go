@@ -1,0 +1,458 @@
+//go:build linux
+
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/airlock-run/airlock/internal/agent/agentpb"
+)
+
+const (
+	defaultKillGrace = 2 * time.Second
+	// drainGrace is how long the agent keeps reading a process's pipes
+	// after it exited, waiting for EOF. Background children that keep the
+	// pipes open would otherwise hold the exec forever; after the grace,
+	// what is already in the pipes is still read, then reading stops.
+	drainGrace = 150 * time.Millisecond
+	chunkSize  = 32 << 10
+)
+
+// process is one running exec.
+type process struct {
+	pid    int
+	pgid   int
+	cgroup string // host path of its cgroup dir, "" without cgroups
+	wait   <-chan unix.WaitStatus
+	stdin  *os.File
+	stdout *os.File
+	stderr *os.File
+}
+
+// spawnError is a failure to start the command that the caller sees as an
+// exit status and a message on stderr, as a shell would report it.
+type spawnError struct {
+	code int32
+	msg  string
+}
+
+func (e *spawnError) Error() string { return e.msg }
+
+var execSeq atomic.Int64
+
+func (s *Server) spawn(st *agentpb.ExecStart) (*process, error) {
+	if len(st.Argv) == 0 || st.Argv[0] == "" {
+		return nil, status.Error(codes.InvalidArgument, "empty command")
+	}
+	root := s.cfg.Root
+	wd := st.WorkingDir
+	if wd == "" {
+		wd = "/"
+	}
+	if !path.IsAbs(wd) {
+		return nil, &spawnError{126, fmt.Sprintf("airlock: working directory %q is not absolute\n", wd)}
+	}
+	if hp, err := inRoot(root, wd); err != nil {
+		return nil, &spawnError{126, fmt.Sprintf("airlock: working directory %s: %v\n", wd, err)}
+	} else if fi, err := os.Stat(hp); err != nil || !fi.IsDir() {
+		return nil, &spawnError{126, fmt.Sprintf("airlock: working directory %s does not exist in the box\n", wd)}
+	}
+	u, err := execUser(root, st.User)
+	if err != nil {
+		return nil, &spawnError{126, fmt.Sprintf("airlock: user %q: %v\n", st.User, err)}
+	}
+	env := append([]string(nil), st.Env...)
+	if _, ok := getenv(env, "PATH"); !ok {
+		env = append(env, "PATH="+DefaultPath)
+	}
+	if _, ok := getenv(env, "HOME"); !ok {
+		env = append(env, "HOME="+u.Home)
+	}
+	bin := lookPath(root, st.Argv[0], wd, env)
+	if bin == "" {
+		return nil, &spawnError{127, fmt.Sprintf("airlock: %s: command not found\n", st.Argv[0])}
+	}
+
+	var files [3]*os.File
+	var closers []*os.File
+	defer func() {
+		for _, f := range closers {
+			f.Close()
+		}
+	}()
+	p := &process{}
+	if st.Stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		files[0], p.stdin = r, w
+		closers = append(closers, r)
+	} else {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			return nil, err
+		}
+		files[0] = f
+		closers = append(closers, f)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	files[1], files[2] = outW, errW
+	closers = append(closers, outW, errW)
+	p.stdout, p.stderr = outR, errR
+
+	sys := &syscall.SysProcAttr{
+		Setpgid: true,
+		Credential: &syscall.Credential{
+			Uid:         uint32(u.Uid),
+			Gid:         uint32(u.Gid),
+			Groups:      toU32(u.Sgids),
+			NoSetGroups: false,
+		},
+	}
+	if root != "" && root != "/" {
+		sys.Chroot = root
+	}
+	var cgfd = -1
+	if s.cfg.CgroupRoot != "" {
+		dir := filepath.Join(s.cfg.CgroupRoot, "exec-"+strconv.FormatInt(execSeq.Add(1), 10))
+		if err := os.Mkdir(dir, 0o755); err == nil {
+			if fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+				cgfd = fd
+				p.cgroup = dir
+				sys.UseCgroupFD = true
+				sys.CgroupFD = fd
+			} else {
+				os.Remove(dir)
+			}
+		}
+	}
+	proc, err := os.StartProcess(bin, st.Argv, &os.ProcAttr{
+		Dir:   wd,
+		Env:   env,
+		Files: files[:],
+		Sys:   sys,
+	})
+	if cgfd >= 0 {
+		unix.Close(cgfd)
+	}
+	if err != nil {
+		p.stdout.Close()
+		p.stderr.Close()
+		if p.stdin != nil {
+			p.stdin.Close()
+		}
+		if p.cgroup != "" {
+			os.Remove(p.cgroup)
+		}
+		code := int32(126)
+		if errors.Is(err, os.ErrNotExist) {
+			code = 127
+		}
+		return nil, &spawnError{code, fmt.Sprintf("airlock: %s: %v\n", st.Argv[0], unwrapSyscall(err))}
+	}
+	p.pid = proc.Pid
+	p.pgid = proc.Pid
+	p.wait = s.reaper.Watch(proc.Pid)
+	// Never call proc.Wait: the reaper owns exit statuses.
+	proc.Release()
+	return p, nil
+}
+
+func unwrapSyscall(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		return se.Err
+	}
+	return err
+}
+
+func toU32(in []int) []uint32 {
+	out := make([]uint32, len(in))
+	for i, v := range in {
+		out[i] = uint32(v)
+	}
+	return out
+}
+
+// signalTree sends sig to every process of the exec: all members of its
+// cgroup when it has one (this also reaches children that called setsid),
+// else its process group.
+func (p *process) signalTree(sig unix.Signal) {
+	if p.cgroup != "" {
+		if sig == unix.SIGKILL {
+			if err := os.WriteFile(filepath.Join(p.cgroup, "cgroup.kill"), []byte("1"), 0); err == nil {
+				return
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join(p.cgroup, "cgroup.procs")); err == nil {
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					unix.Kill(pid, sig)
+				}
+			}
+		}
+	}
+	unix.Kill(-p.pgid, sig)
+}
+
+// treeEmpty reports whether no process of the exec is left.
+func (p *process) treeEmpty() bool {
+	if p.cgroup != "" {
+		b, err := os.ReadFile(filepath.Join(p.cgroup, "cgroup.procs"))
+		return err == nil && len(strings.TrimSpace(string(b))) == 0
+	}
+	return unix.Kill(-p.pgid, 0) == unix.ESRCH
+}
+
+// killTree sends SIGTERM to the whole tree, then SIGKILL after grace, and
+// returns when the tree is gone (or after a bounded wait).
+func (p *process) killTree(grace time.Duration) {
+	p.signalTree(unix.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		if p.treeEmpty() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := 0; i < 100; i++ {
+		p.signalTree(unix.SIGKILL)
+		if p.treeEmpty() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// removeCgroup deletes the exec's cgroup once it is empty. Processes the
+// exec left running in the background keep it alive; it is then left alone.
+func (p *process) removeCgroup() {
+	if p.cgroup != "" {
+		os.Remove(p.cgroup)
+	}
+}
+
+// pump copies one pipe to send until EOF. After drain is closed it stops
+// waiting for more data: it reads what is already in the pipe and returns.
+func pump(f *os.File, drain <-chan struct{}, send func([]byte) error) {
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	go func() {
+		<-drain
+		f.SetReadDeadline(time.Now())
+	}()
+	buf := make([]byte, chunkSize)
+	draining := false
+	for {
+		var n int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			n, rerr = unix.Read(int(fd), buf)
+			if rerr == unix.EAGAIN {
+				return draining
+			}
+			return true
+		})
+		if err != nil {
+			if !draining && errors.Is(err, os.ErrDeadlineExceeded) {
+				draining = true
+				f.SetReadDeadline(time.Time{})
+				continue
+			}
+			return
+		}
+		if rerr == unix.EINTR {
+			continue
+		}
+		if rerr != nil || n <= 0 {
+			return
+		}
+		if send(buf[:n]) != nil {
+			return
+		}
+	}
+}
+
+// Exec implements agentpb.AgentServer.
+func (s *Server) Exec(stream agentpb.Agent_ExecServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	st := first.GetStart()
+	if st == nil {
+		return status.Error(codes.InvalidArgument, "first exec message must be start")
+	}
+	t0 := time.Now()
+	var sendMu sync.Mutex
+	send := func(ev *agentpb.ExecEvent) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(ev)
+	}
+	p, err := s.spawn(st)
+	if err != nil {
+		var se *spawnError
+		if !errors.As(err, &se) {
+			return err
+		}
+		send(&agentpb.ExecEvent{Msg: &agentpb.ExecEvent_Stderr{Stderr: []byte(se.msg)}})
+		return send(&agentpb.ExecEvent{Msg: &agentpb.ExecEvent_Exit{Exit: &agentpb.ExecExit{
+			ExitCode: se.code, Error: strings.TrimSpace(se.msg), GuestNs: int64(time.Since(t0)),
+		}}})
+	}
+	spawnNs := time.Since(t0)
+	if err := send(&agentpb.ExecEvent{Msg: &agentpb.ExecEvent_Started{Started: &agentpb.ExecStarted{
+		Pid: int32(p.pid), SpawnNs: int64(spawnNs),
+	}}}); err != nil {
+		p.killTree(0)
+		return err
+	}
+
+	grace := defaultKillGrace
+	if st.KillGraceNs > 0 {
+		grace = time.Duration(st.KillGraceNs)
+	}
+	ctx := stream.Context()
+	var killOnce sync.Once
+	killed := make(chan struct{})
+	kill := func(g time.Duration) {
+		killOnce.Do(func() {
+			go func() {
+				p.killTree(g)
+				close(killed)
+			}()
+		})
+	}
+
+	// Client messages: stdin, signals, kill. A broken stream (host gone or
+	// call cancelled) kills the tree.
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				if p.stdin != nil {
+					p.stdin.Close()
+				}
+				if err != io.EOF {
+					kill(grace)
+				}
+				return
+			}
+			switch x := m.Msg.(type) {
+			case *agentpb.ExecRequest_Stdin:
+				if p.stdin != nil {
+					if _, err := p.stdin.Write(x.Stdin); err != nil {
+						p.stdin.Close()
+					}
+				}
+			case *agentpb.ExecRequest_CloseStdin:
+				if p.stdin != nil {
+					p.stdin.Close()
+				}
+			case *agentpb.ExecRequest_Signal:
+				unix.Kill(p.pid, unix.Signal(x.Signal))
+			case *agentpb.ExecRequest_Kill:
+				kill(0)
+			}
+		}
+	}()
+
+	drain := make(chan struct{})
+	var pumps sync.WaitGroup
+	pumps.Add(2)
+	go func() {
+		defer pumps.Done()
+		pump(p.stdout, drain, func(b []byte) error {
+			return send(&agentpb.ExecEvent{Msg: &agentpb.ExecEvent_Stdout{Stdout: b}})
+		})
+	}()
+	go func() {
+		defer pumps.Done()
+		pump(p.stderr, drain, func(b []byte) error {
+			return send(&agentpb.ExecEvent{Msg: &agentpb.ExecEvent_Stderr{Stderr: b}})
+		})
+	}()
+
+	var timeout <-chan time.Time
+	if st.TimeoutNs > 0 {
+		t := time.NewTimer(time.Duration(st.TimeoutNs))
+		defer t.Stop()
+		timeout = t.C
+	}
+	timedOut := false
+	done := ctx.Done()
+	var ws unix.WaitStatus
+wait:
+	for {
+		select {
+		case ws = <-p.wait:
+			break wait
+		case <-timeout:
+			timedOut = true
+			timeout = nil
+			kill(grace)
+		case <-done:
+			kill(grace)
+			done = nil
+		}
+	}
+	pumpsDone := make(chan struct{})
+	go func() { pumps.Wait(); close(pumpsDone) }()
+	select {
+	case <-pumpsDone:
+	case <-time.After(drainGrace):
+		close(drain)
+		<-pumpsDone
+	}
+	if timedOut {
+		// The tree must be gone before the caller hears it timed out.
+		<-killed
+	}
+	p.removeCgroup()
+	if p.stdin != nil {
+		p.stdin.Close()
+	}
+	ex := &agentpb.ExecExit{TimedOut: timedOut}
+	switch {
+	case ws.Exited():
+		ex.ExitCode = int32(ws.ExitStatus())
+	case ws.Signaled():
+		ex.Signal = int32(ws.Signal())
+		ex.ExitCode = 128 + int32(ws.Signal())
+	}
+	ex.GuestNs = int64(time.Since(t0))
+	return send(&agentpb.ExecEvent{Msg: &agentpb.ExecEvent_Exit{Exit: ex}})
+}

@@ -1,0 +1,98 @@
+//go:build linux
+
+package agent
+
+import (
+	"os"
+	"os/signal"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Reaper collects the exit status of child processes. As PID 1 the agent
+// inherits every orphan in the box, so it must wait for all of them
+// (wait4(-1)); exit statuses of the processes it started itself are handed
+// to whoever waits for that pid. Outside PID 1 (tests on the host) it waits
+// for each started pid on its own, so it never steals other children.
+type Reaper struct {
+	all bool
+
+	mu      sync.Mutex
+	waiters map[int]chan unix.WaitStatus
+	early   map[int]unix.WaitStatus
+}
+
+// NewReaper returns a reaper; reapAll selects the PID-1 mode.
+func NewReaper(reapAll bool) *Reaper {
+	r := &Reaper{all: reapAll, waiters: map[int]chan unix.WaitStatus{}, early: map[int]unix.WaitStatus{}}
+	if reapAll {
+		ch := make(chan os.Signal, 16)
+		signal.Notify(ch, unix.SIGCHLD)
+		go func() {
+			for range ch {
+				r.reapAll()
+			}
+		}()
+	}
+	return r
+}
+
+func (r *Reaper) reapAll() {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			return
+		}
+		r.deliver(pid, ws)
+	}
+}
+
+func (r *Reaper) deliver(pid int, ws unix.WaitStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ch, ok := r.waiters[pid]; ok {
+		delete(r.waiters, pid)
+		ch <- ws
+		return
+	}
+	// An orphan, or a child whose waiter has not registered yet. Keep the
+	// status only for pids we started (registered later by Watch).
+	r.early[pid] = ws
+	if len(r.early) > 4096 {
+		r.early = map[int]unix.WaitStatus{}
+	}
+}
+
+// Watch returns a channel that receives pid's exit status once. It must be
+// called for every process the agent starts, right after starting it.
+func (r *Reaper) Watch(pid int) <-chan unix.WaitStatus {
+	ch := make(chan unix.WaitStatus, 1)
+	r.mu.Lock()
+	if ws, ok := r.early[pid]; ok {
+		delete(r.early, pid)
+		r.mu.Unlock()
+		ch <- ws
+		return ch
+	}
+	r.waiters[pid] = ch
+	r.mu.Unlock()
+	if !r.all {
+		go func() {
+			var ws unix.WaitStatus
+			for {
+				_, err := unix.Wait4(pid, &ws, 0, nil)
+				if err == unix.EINTR {
+					continue
+				}
+				break
+			}
+			r.deliver(pid, ws)
+		}()
+	}
+	return ch
+}

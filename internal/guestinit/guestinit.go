@@ -1,0 +1,244 @@
+//go:build linux
+
+// Package guestinit does what the guest agent must do as PID 1 before it can
+// serve the host: mount the pseudo filesystems, load kernel modules shipped
+// in the initramfs (distribution kernels only; the airlock kernel has them
+// built in), assemble the box root (read-only image base + writable layer,
+// joined by overlayfs), configure the network, and later power off cleanly.
+//
+// Everything it needs comes from the kernel command line (airlock.*
+// parameters, see Params).
+package guestinit
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// NewRoot is where the box root is assembled; processes are chrooted here.
+const NewRoot = "/newroot"
+
+// ModulesDir holds the .ko files and modules.load (one file name per line,
+// dependency order) in the initramfs.
+const ModulesDir = "/lib/modules/airlock"
+
+// Params are the airlock.* kernel command line parameters.
+type Params struct {
+	Root       string // airlock.root: base device, default /dev/vda
+	RootFSType string // airlock.rootfstype: default erofs
+	RW         string // airlock.rw: writable layer device ("" = tmpfs)
+	Port       string // airlock.port: virtio-serial port name, default airlock.agent
+	Hostname   string // airlock.hostname
+	Net        string // airlock.net: "user" = QEMU user networking, "" = none
+}
+
+// ParseCmdline reads the airlock.* parameters from a kernel command line.
+func ParseCmdline(cmdline string) Params {
+	p := Params{Root: "/dev/vda", RootFSType: "erofs", Port: "airlock.agent", Hostname: "airlock"}
+	for _, f := range strings.Fields(cmdline) {
+		k, v, _ := strings.Cut(f, "=")
+		switch k {
+		case "airlock.root":
+			p.Root = v
+		case "airlock.rootfstype":
+			p.RootFSType = v
+		case "airlock.rw":
+			p.RW = v
+		case "airlock.port":
+			p.Port = v
+		case "airlock.hostname":
+			p.Hostname = v
+		case "airlock.net":
+			p.Net = v
+		}
+	}
+	return p
+}
+
+func mount(src, dst, fstype string, flags uintptr, data string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(src, dst, fstype, flags, data); err != nil && err != unix.EBUSY {
+		return fmt.Errorf("mount %s on %s (%s): %w", src, dst, fstype, err)
+	}
+	return nil
+}
+
+// Logf writes a line to the console (the serial log on the host).
+func Logf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "airlock-agent: "+format+"\n", a...)
+}
+
+// Early mounts /dev, /proc and /sys in the initramfs and loads modules.
+func Early() (Params, error) {
+	for _, m := range []struct{ src, dst, t string }{
+		{"devtmpfs", "/dev", "devtmpfs"},
+		{"proc", "/proc", "proc"},
+		{"sysfs", "/sys", "sysfs"},
+	} {
+		if err := mount(m.src, m.dst, m.t, unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
+			return Params{}, err
+		}
+	}
+	b, _ := os.ReadFile("/proc/cmdline")
+	p := ParseCmdline(string(b))
+	if err := loadModules(); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+func loadModules() error {
+	f, err := os.Open(filepath.Join(ModulesDir, "modules.load"))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		name := strings.TrimSpace(sc.Text())
+		if name == "" || strings.HasPrefix(name, "#") {
+			continue
+		}
+		mf, err := os.Open(filepath.Join(ModulesDir, name))
+		if err != nil {
+			return fmt.Errorf("module %s: %w", name, err)
+		}
+		err = unix.FinitModule(int(mf.Fd()), "", 0)
+		mf.Close()
+		if err != nil && err != unix.EEXIST {
+			return fmt.Errorf("load module %s: %w", name, err)
+		}
+	}
+	return sc.Err()
+}
+
+func waitFor(path string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not appear within %s", path, d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// MountRoot assembles the box root at NewRoot: the base image read-only,
+// the writable layer (an ext4 disk, or tmpfs), overlayfs over both, and the
+// usual pseudo filesystems inside it.
+func MountRoot(p Params) error {
+	if err := waitFor(p.Root, 10*time.Second); err != nil {
+		return err
+	}
+	if err := mount(p.Root, "/mnt/base", p.RootFSType, unix.MS_RDONLY, ""); err != nil {
+		return err
+	}
+	if p.RW != "" {
+		if err := waitFor(p.RW, 10*time.Second); err != nil {
+			return err
+		}
+		if err := mount(p.RW, "/mnt/rw", "ext4", unix.MS_NOATIME, ""); err != nil {
+			return err
+		}
+	} else if err := mount("tmpfs", "/mnt/rw", "tmpfs", 0, "mode=0755"); err != nil {
+		return err
+	}
+	for _, d := range []string{"/mnt/rw/upper", "/mnt/rw/work"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := mount("overlay", NewRoot, "overlay", 0,
+		"lowerdir=/mnt/base,upperdir=/mnt/rw/upper,workdir=/mnt/rw/work"); err != nil {
+		return err
+	}
+	r := func(p string) string { return filepath.Join(NewRoot, p) }
+	for _, m := range []struct {
+		src, dst, t string
+		flags       uintptr
+		data        string
+	}{
+		{"proc", r("/proc"), "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"sysfs", r("/sys"), "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"cgroup2", r("/sys/fs/cgroup"), "cgroup2", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		{"devtmpfs", r("/dev"), "devtmpfs", unix.MS_NOSUID, ""},
+		{"devpts", r("/dev/pts"), "devpts", unix.MS_NOSUID | unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"},
+		{"tmpfs", r("/dev/shm"), "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=1777"},
+		{"tmpfs", r("/run"), "tmpfs", unix.MS_NOSUID | unix.MS_NODEV, "mode=0755"},
+	} {
+		if err := mount(m.src, m.dst, m.t, m.flags, m.data); err != nil {
+			return err
+		}
+	}
+	// /tmp must exist and be world-writable, as in every image.
+	os.MkdirAll(r("/tmp"), 0o1777)
+	return nil
+}
+
+// Hostname sets the box's hostname and /etc/hosts entry.
+func Hostname(name string) {
+	unix.Sethostname([]byte(name))
+	hosts := filepath.Join(NewRoot, "etc/hosts")
+	b, _ := os.ReadFile(hosts)
+	if !strings.Contains(string(b), name) {
+		os.WriteFile(hosts, []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t"+name+"\n"), 0o644)
+	}
+}
+
+// PowerOff stops every process, flushes and unmounts the writable layer and
+// powers the VM off (QEMU runs with -no-reboot, so a restart ends it).
+func PowerOff() {
+	unix.Kill(-1, unix.SIGTERM)
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if onlyMe() {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	unix.Kill(-1, unix.SIGKILL)
+	unix.Sync()
+	// Unmount the overlay and its layers so the ext4 layer is clean.
+	for _, m := range []string{"/sys/fs/cgroup", "/dev/pts", "/dev/shm", "/dev", "/proc", "/sys", "/run"} {
+		unix.Unmount(filepath.Join(NewRoot, m), unix.MNT_DETACH)
+	}
+	unix.Unmount(NewRoot, 0)
+	if err := unix.Mount("", "/mnt/rw", "", unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		unix.Unmount("/mnt/rw", unix.MNT_DETACH)
+	}
+	unix.Sync()
+	unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+}
+
+func onlyMe() bool {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	for _, e := range ents {
+		if e.Name() == "1" {
+			continue
+		}
+		if c := e.Name()[0]; c < '0' || c > '9' {
+			continue
+		}
+		// Kernel threads have an empty cmdline.
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && len(b) > 0 {
+			return false
+		}
+	}
+	return true
+}
