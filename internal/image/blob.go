@@ -1,6 +1,7 @@
 package image
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -149,21 +150,8 @@ func (s *Store) putBytes(ctx context.Context, b []byte) (v1.Hash, error) {
 	if s.hasBlob(h, int64(len(b))) {
 		return h, nil
 	}
-	return h, s.writeBlob(ctx, h, int64(len(b)), bytesReader(b), nil)
+	return h, s.writeBlob(ctx, h, int64(len(b)), bytes.NewReader(b), nil)
 }
-
-type sliceReader struct{ b []byte }
-
-func (r *sliceReader) Read(p []byte) (int, error) {
-	if len(r.b) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, r.b)
-	r.b = r.b[n:]
-	return n, nil
-}
-
-func bytesReader(b []byte) io.Reader { return &sliceReader{b} }
 
 // readBlob reads a whole (small) blob and verifies it.
 func (s *Store) readBlob(h v1.Hash, size int64) ([]byte, error) {

@@ -267,7 +267,7 @@ func (s *Store) storeImage(ctx context.Context, img v1.Image, progress ProgressF
 				return l.Compressed()
 			}, func(done int64) { report(ld.Digest, done, ld.Size) })
 			if errs[i] != nil {
-				errs[i] = fmt.Errorf("layer %s: %w", ld.Digest, errs[i])
+				errs[i] = fmt.Errorf("layer: %w", errs[i])
 			}
 		}()
 	}

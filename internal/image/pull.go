@@ -2,6 +2,7 @@ package image
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -78,11 +79,12 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image,
 	tr := opts.Transport
 	if tr == nil {
 		tr = remote.DefaultTransport
-		if opts.Insecure {
-			t := remote.DefaultTransport.(*http.Transport).Clone()
-			if t.TLSClientConfig != nil {
-				t.TLSClientConfig.InsecureSkipVerify = true
+		if base, ok := remote.DefaultTransport.(*http.Transport); ok && opts.Insecure {
+			t := base.Clone()
+			if t.TLSClientConfig == nil {
+				t.TLSClientConfig = &tls.Config{}
 			}
+			t.TLSClientConfig.InsecureSkipVerify = true
 			tr = t
 		}
 	}

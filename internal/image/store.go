@@ -432,8 +432,8 @@ func mustNormalize(ref string) string {
 	return n
 }
 
-// GC deletes blobs not referenced by any named image and stale temporary
-// files, waiting for running pulls, imports and builds to finish first. It
+// GC deletes blobs not referenced by any named image and temporary files
+// left by crashed writers more than a day ago, waiting for running pulls, imports and builds to finish first. It
 // returns the number of bytes freed.
 func (s *Store) GC() (int64, error) {
 	gl := s.gcLock()
@@ -475,9 +475,22 @@ func (s *Store) GC() (int64, error) {
 			return freed, err
 		}
 	}
+	// Stale temporary files of crashed writers: only our own kinds (blob
+	// files, import folders of plain files), and only when old, since
+	// writers do not hold the gc lock while they fill them.
 	tmps, _ := os.ReadDir(filepath.Join(s.dir, "tmp"))
 	for _, e := range tmps {
-		os.RemoveAll(filepath.Join(s.dir, "tmp", e.Name()))
+		fi, err := e.Info()
+		if err != nil || time.Since(fi.ModTime()) < 24*time.Hour {
+			continue
+		}
+		p := filepath.Join(s.dir, "tmp", e.Name())
+		switch {
+		case strings.HasPrefix(e.Name(), "blob-") && fi.Mode().IsRegular():
+			os.Remove(p)
+		case strings.HasPrefix(e.Name(), "import-") && fi.IsDir():
+			os.RemoveAll(p)
+		}
 	}
 	return freed, nil
 }

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -256,6 +259,7 @@ func TestPullNoAmd64(t *testing.T) {
 	ref := reg.PushIndex(t, "test/arm:v1", imagetest.Image(t, nil, base), "linux/arm64")
 	s, _ := image.Open(t.TempDir())
 	_, err := s.Pull(context.Background(), ref, image.PullOptions{})
+	t.Logf("error: %v", err)
 	if !errors.Is(err, image.ErrNoPlatform) || !strings.Contains(err.Error(), "linux/arm64") {
 		t.Errorf("Pull: %v, want ErrNoPlatform listing linux/arm64", err)
 	}
@@ -276,6 +280,7 @@ func TestPullErrors(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	_, err = s.Pull(context.Background(), addr+"/x/y:z", image.PullOptions{})
+	t.Logf("error: %v", err)
 	if !errors.Is(err, image.ErrUnreachable) || !strings.Contains(err.Error(), "airlock import") || !strings.Contains(err.Error(), "not found locally") {
 		t.Errorf("unreachable registry: %v", err)
 	}
@@ -327,5 +332,21 @@ func TestSaveImport(t *testing.T) {
 	imgs, err = s3.Import(context.Background(), s.Dir(), image.ImportOptions{})
 	if err != nil || len(imgs) != 1 || imgs[0].Ref != ref {
 		t.Fatalf("layout import by annotation %+v %v", imgs, err)
+	}
+}
+
+func TestPullUnauthorized(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		io.WriteString(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`)
+	}))
+	defer srv.Close()
+	s, _ := image.Open(t.TempDir())
+	_, err := s.Pull(context.Background(), strings.TrimPrefix(srv.URL, "http://")+"/private/app:v1", image.PullOptions{})
+	t.Logf("error: %v", err)
+	if !errors.Is(err, image.ErrUnauthorized) || !strings.Contains(err.Error(), "docker login") {
+		t.Errorf("Pull from a registry that wants credentials: %v", err)
 	}
 }

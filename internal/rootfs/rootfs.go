@@ -107,7 +107,7 @@ func BaseWith(ctx context.Context, store *image.Store, img *image.Image, cacheDi
 		return "", fmt.Errorf("unpack %s: %w", img.Ref, err)
 	}
 	tmpImg := filepath.Join(tree, "base.erofs")
-	args := []string{"--quiet", "-x1"}
+	args := []string{"--quiet"}
 	if os.Geteuid() != 0 {
 		// Without root the tree's owners are wrong anyway; make them root.
 		args = append(args, "--all-root")

@@ -224,7 +224,7 @@ func (a *applier) entry(hdr *tar.Header, r io.Reader) error {
 		if victim == "" || victim == "." || victim == ".." || strings.Contains(victim, "/") {
 			return fmt.Errorf("bad whiteout %q: %w", hdr.Name, ErrUnsafePath)
 		}
-		if err := os.RemoveAll(filepath.Join(par, victim)); err != nil {
+		if err := os.RemoveAll(filepath.Join(par, victim)); err != nil && !errors.Is(err, unix.ENOTDIR) {
 			return fmt.Errorf("whiteout %s: %w", rel, err)
 		}
 		return nil
