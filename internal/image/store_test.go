@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -348,5 +349,35 @@ func TestPullUnauthorized(t *testing.T) {
 	t.Logf("error: %v", err)
 	if !errors.Is(err, image.ErrUnauthorized) || !strings.Contains(err.Error(), "docker login") {
 		t.Errorf("Pull from a registry that wants credentials: %v", err)
+	}
+}
+
+func TestImportOCIArchive(t *testing.T) {
+	reg := imagetest.NewRegistry(t)
+	base, top := testImage(t)
+	ref := reg.Push(t, "test/app:v1", imagetest.Image(t, []string{"sh"}, base, top))
+	s, _ := image.Open(t.TempDir())
+	img, err := s.Pull(context.Background(), ref, image.PullOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Tar up the store's OCI layout (index.json, oci-layout, blobs/).
+	archive := filepath.Join(t.TempDir(), "app.oci.tar")
+	if out, err := exec.Command("tar", "-C", s.Dir(), "-cf", archive, "oci-layout", "index.json", "blobs").CombinedOutput(); err != nil {
+		t.Skipf("tar: %v: %s", err, out)
+	}
+	s2, _ := image.Open(t.TempDir())
+	imgs, err := s2.Import(context.Background(), archive, image.ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(imgs) != 1 || imgs[0].Ref != ref || imgs[0].Digest != img.Digest || !strings.HasPrefix(imgs[0].Source, "imported from ") {
+		t.Fatalf("imported %+v", imgs)
+	}
+	// Not an image at all.
+	junk := filepath.Join(t.TempDir(), "junk.tar")
+	os.WriteFile(junk, []byte("not a tar"), 0o644)
+	if _, err := s2.Import(context.Background(), junk, image.ImportOptions{}); err == nil {
+		t.Errorf("imported junk")
 	}
 }
