@@ -14,9 +14,13 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
 
 	"github.com/airlock-run/airlock/internal/agent"
 	"github.com/airlock-run/airlock/internal/guestinit"
@@ -67,6 +71,16 @@ func fatal(err error) {
 }
 
 func runInit() {
+	// As PID 1 the agent gets only signals it handles. Handle (and drop)
+	// the ones whose Go default is to exit, so that `kill -TERM 1` in the
+	// box cannot end the agent (and panic the kernel). A handler, unlike
+	// SIG_IGN, is not inherited by the processes the agent starts.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, unix.SIGHUP, unix.SIGINT, unix.SIGTERM, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGALRM)
+	go func() {
+		for range sigs {
+		}
+	}()
 	p, err := guestinit.Early()
 	if err != nil {
 		fatal(err)
@@ -87,13 +101,22 @@ func runInit() {
 		Shutdown:   guestinit.PowerOff,
 	})
 	g := srv.GRPCServer()
-	dev, err := guestinit.FindPort(p.Port, 10*time.Second)
+	devs, err := guestinit.FindPorts(p.Port, 10*time.Second)
 	if err != nil {
 		fatal(err)
 		return
 	}
-	sigio := guestinit.NotifySIGIO()
+	hub := guestinit.NewSIGIOHub(len(devs))
 	guestinit.Logf("ready")
+	for i, dev := range devs[1:] {
+		go servePort(dev, hub.Sub(i+1), g)
+	}
+	servePort(devs[0], hub.Sub(0), g)
+}
+
+// servePort serves one virtio-serial port forever: wait for a host, run the
+// handshake, serve a session, and start over when the host goes away.
+func servePort(dev string, sigio <-chan os.Signal, g *grpc.Server) {
 	for {
 		f, err := guestinit.OpenPort(dev, sigio)
 		if err != nil {

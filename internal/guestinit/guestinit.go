@@ -33,14 +33,14 @@ type Params struct {
 	Root       string // airlock.root: base device, default /dev/vda
 	RootFSType string // airlock.rootfstype: default erofs
 	RW         string // airlock.rw: writable layer device ("" = tmpfs)
-	Port       string // airlock.port: virtio-serial port name, default airlock.agent
+	Port       string // airlock.port: prefix of the virtio-serial port names, default airlock.agent.
 	Hostname   string // airlock.hostname
 	Net        string // airlock.net: "user" = QEMU user networking, "" = none
 }
 
 // ParseCmdline reads the airlock.* parameters from a kernel command line.
 func ParseCmdline(cmdline string) Params {
-	p := Params{Root: "/dev/vda", RootFSType: "erofs", Port: "airlock.agent", Hostname: "airlock"}
+	p := Params{Root: "/dev/vda", RootFSType: "erofs", Port: "airlock.agent.", Hostname: "airlock"}
 	for _, f := range strings.Fields(cmdline) {
 		k, v, _ := strings.Cut(f, "=")
 		switch k {

@@ -13,23 +13,36 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// FindPort returns the /dev node of the virtio-serial port called name,
-// waiting up to d for it to appear.
-func FindPort(name string, d time.Duration) (string, error) {
+// FindPorts returns the /dev nodes of the virtio-serial ports whose names
+// start with prefix, waiting up to d for at least one to appear (and a
+// moment more for its siblings).
+func FindPorts(prefix string, d time.Duration) ([]string, error) {
 	deadline := time.Now().Add(d)
+	var settle time.Time
 	for {
+		var devs []string
 		ents, _ := filepath.Glob("/sys/class/virtio-ports/*/name")
 		for _, e := range ents {
 			b, err := os.ReadFile(e)
-			if err == nil && strings.TrimSpace(string(b)) == name {
+			if err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), prefix) {
 				dev := "/dev/" + filepath.Base(filepath.Dir(e))
 				if _, err := os.Stat(dev); err == nil {
-					return dev, nil
+					devs = append(devs, dev)
 				}
 			}
 		}
+		if len(devs) > 0 {
+			if settle.IsZero() {
+				settle = time.Now().Add(50 * time.Millisecond)
+			} else if time.Now().After(settle) {
+				return devs, nil
+			}
+		}
 		if time.Now().After(deadline) {
-			return "", fmt.Errorf("virtio-serial port %q not found", name)
+			if len(devs) > 0 {
+				return devs, nil
+			}
+			return nil, fmt.Errorf("no virtio-serial port named %s*", prefix)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -82,9 +95,32 @@ func OpenPort(dev string, sigio <-chan os.Signal) (*os.File, error) {
 	return f, nil
 }
 
-// NotifySIGIO returns the channel OpenPort waits on.
-func NotifySIGIO() <-chan os.Signal {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, unix.SIGIO)
-	return ch
+// SIGIOHub fans SIGIO out to every port loop (a signal does not say which
+// port it is for).
+type SIGIOHub struct {
+	subs []chan os.Signal
 }
+
+// NewSIGIOHub starts delivering SIGIO to n subscribers.
+func NewSIGIOHub(n int) *SIGIOHub {
+	h := &SIGIOHub{}
+	for i := 0; i < n; i++ {
+		h.subs = append(h.subs, make(chan os.Signal, 1))
+	}
+	ch := make(chan os.Signal, 4)
+	signal.Notify(ch, unix.SIGIO)
+	go func() {
+		for s := range ch {
+			for _, c := range h.subs {
+				select {
+				case c <- s:
+				default:
+				}
+			}
+		}
+	}()
+	return h
+}
+
+// Sub returns subscriber i's channel.
+func (h *SIGIOHub) Sub(i int) <-chan os.Signal { return h.subs[i] }

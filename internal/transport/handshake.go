@@ -120,7 +120,10 @@ func HostHandshake(conn net.Conn, deadline time.Time) (agentVersion string, err 
 			}
 		}
 	}()
-	resend := time.NewTicker(250 * time.Millisecond)
+	// Resend quickly at first: after a reconnect the guest may still be
+	// running the previous session, which the first SYNC ends.
+	interval := 20 * time.Millisecond
+	resend := time.NewTimer(interval)
 	defer resend.Stop()
 	if _, err := conn.Write(syncLine); err != nil {
 		return "", fmt.Errorf("write handshake: %w", err)
@@ -149,6 +152,10 @@ func HostHandshake(conn net.Conn, deadline time.Time) (agentVersion string, err 
 			if _, err := conn.Write(syncLine); err != nil {
 				return "", fmt.Errorf("write handshake: %w", err)
 			}
+			if interval < 250*time.Millisecond {
+				interval *= 2
+			}
+			resend.Reset(interval)
 		}
 	}
 }
@@ -170,9 +177,12 @@ func GuestHandshake(rw io.ReadWriter, version string) error {
 			if len(f) == 0 {
 				continue
 			}
-			if f[0] != nonce {
-				nonce = f[0]
+			if f[0] == nonce {
+				// The host repeats SYNC until it sees our ACK; answer each
+				// nonce once, or the extra ACKs would land in its yamux stream.
+				continue
 			}
+			nonce = f[0]
 			if _, err := io.WriteString(rw, "\n"+ackPrefix+nonce+" "+version+"\n"); err != nil {
 				return err
 			}

@@ -1,0 +1,557 @@
+package airlock
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/airlock-run/airlock/internal/agent/client"
+	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/rootfs"
+	"github.com/airlock-run/airlock/internal/store"
+	"github.com/airlock-run/airlock/internal/vmm/qemu"
+)
+
+// Files in a box directory (Home/boxes/<id>/).
+const (
+	fileRW      = "rw.ext4"     // writable layer (ext4), survives Stop/Start
+	fileConsole = "console.log" // serial console of the current boot
+	filePID     = "qemu.pid"
+	fileLock    = "lock"
+	fileQMP     = "qmp.sock"
+)
+
+// agentPorts is how many virtio-serial ports the agent serves. Each takes
+// one host connection at a time (held under the flock agent-N.lock), so up
+// to this many processes can talk to one box at once.
+const agentPorts = 4
+
+func agentSock(i int) string { return fmt.Sprintf("agent-%d.sock", i) }
+func agentLock(i int) string { return fmt.Sprintf("agent-%d.lock", i) }
+
+// bootTimeout bounds how long Start waits for the agent after launching
+// QEMU. TCG boots take seconds, more when many boxes boot at once.
+const bootTimeout = 120 * time.Second
+
+// Box is a handle on one box. Handles are cheap; several processes may hold
+// handles on the same box. Methods are safe for concurrent use; several
+// Execs may run at once.
+type Box struct {
+	r   *Runtime
+	id  string
+	dir string
+
+	mu       sync.Mutex
+	rec      *store.Box
+	cfg      boxConfig
+	conn     *client.Client
+	vmExit   <-chan struct{} // closed when QEMU exits (while watched)
+	died     *DiedError
+	stopping bool
+}
+
+func newBox(r *Runtime, rec *store.Box) *Box {
+	b := &Box{r: r, id: rec.ID, dir: filepath.Join(r.opts.Home, "boxes", rec.ID)}
+	b.refresh(rec)
+	return b
+}
+
+func (b *Box) refresh(rec *store.Box) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rec = rec
+	json.Unmarshal(rec.Config, &b.cfg)
+}
+
+// ID returns the box id (12 hex digits).
+func (b *Box) ID() string { return b.id }
+
+// Name returns the box name, "" if unnamed.
+func (b *Box) Name() string { return b.rec.Name }
+
+// Info returns the box's current record.
+func (b *Box) Info(ctx context.Context) (BoxInfo, error) {
+	rec, err := b.r.db.Get(ctx, b.id)
+	if err != nil {
+		return BoxInfo{}, fmt.Errorf("%w: %s", ErrBoxNotFound, b.id)
+	}
+	if rec.State == store.StateRunning && !qemu.Alive(rec.PID, rec.PIDStart) {
+		b.r.db.SetStopped(ctx, rec.ID)
+		rec.State = store.StateStopped
+	}
+	b.refresh(rec)
+	return infoOf(rec), nil
+}
+
+// ConsoleLog returns the path of the box's serial console log (kernel and
+// agent messages of the current or last boot).
+func (b *Box) ConsoleLog() string { return filepath.Join(b.dir, fileConsole) }
+
+func (b *Box) lock(ctx context.Context) (func(), error) {
+	fl := flock.New(filepath.Join(b.dir, fileLock))
+	ok, err := fl.TryLockContext(ctx, 20*time.Millisecond)
+	if err != nil {
+		return nil, fmt.Errorf("lock box %s: %w", b.id, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("lock box %s: %w", b.id, ctx.Err())
+	}
+	return func() { fl.Unlock() }, nil
+}
+
+// sockPath returns where a box's unix socket lives: in the box directory,
+// or, when that path is too long for a unix socket, in a short directory
+// under the system temp dir.
+func (b *Box) sockPath(name string) string {
+	p := filepath.Join(b.dir, name)
+	if len(p) < 100 {
+		return p
+	}
+	d := filepath.Join(os.TempDir(), "airlock-"+b.id)
+	os.MkdirAll(d, 0o700)
+	return filepath.Join(d, name)
+}
+
+// create prepares the box directory and its writable layer.
+func (b *Box) create(ctx context.Context, img *image.Image) error {
+	if err := os.MkdirAll(b.dir, 0o700); err != nil {
+		return err
+	}
+	if _, err := rootfs.Base(ctx, b.r.images, img, b.r.opts.CacheDir); err != nil {
+		return fmt.Errorf("root filesystem for %s: %w", img.Ref, err)
+	}
+	return rootfs.NewDisk(filepath.Join(b.dir, fileRW), b.cfg.Options.DiskSizeMiB)
+}
+
+func (b *Box) image() (*image.Image, error) {
+	img, err := b.r.images.Resolve(b.rec.ImageDigest)
+	if err != nil {
+		img, err = b.r.images.Resolve(b.rec.Image)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("image %s of box %s: %w", b.rec.Image, b.id, err)
+	}
+	return img, nil
+}
+
+// Start boots the box's VM, if it is not running, and waits for its agent.
+// Files written in the box before a Stop are still there.
+func (b *Box) Start(ctx context.Context) error {
+	unlock, err := b.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, err := b.r.db.Get(ctx, b.id)
+	if err != nil {
+		return fmt.Errorf("%w: %s", ErrBoxNotFound, b.id)
+	}
+	b.refresh(rec)
+	if rec.State == store.StateRunning && qemu.Alive(rec.PID, rec.PIDStart) {
+		_, err := b.client(ctx)
+		return err
+	}
+	boot, err := b.r.bootAssets()
+	if err != nil {
+		return err
+	}
+	img, err := b.image()
+	if err != nil {
+		return err
+	}
+	base, err := rootfs.Base(ctx, b.r.images, img, b.r.opts.CacheDir)
+	if err != nil {
+		return fmt.Errorf("root filesystem for %s: %w", img.Ref, err)
+	}
+	qmpSock := b.sockPath(fileQMP)
+	var agentSocks []string
+	for i := 0; i < agentPorts; i++ {
+		agentSocks = append(agentSocks, b.sockPath(agentSock(i)))
+	}
+	for _, f := range append(agentSocks, qmpSock, filepath.Join(b.dir, filePID)) {
+		os.Remove(f)
+	}
+	os.WriteFile(b.ConsoleLog(), nil, 0o600)
+	o := b.cfg.Options
+	extra := []string{"airlock.rw=/dev/vdb", "airlock.hostname=" + b.hostname()}
+	if o.Network != NetworkDisabled {
+		extra = append(extra, "airlock.net=user")
+	}
+	qc := qemu.Config{
+		Name:        "airlock-" + b.id,
+		Accel:       boot.accel.Accel,
+		CPUs:        o.CPUs,
+		MemoryMiB:   o.MemoryMiB,
+		Kernel:      boot.kernel.Path,
+		Initrd:      boot.initrd,
+		Cmdline:     qemu.KernelCmdline(boot.accel.Accel, extra...),
+		Disks:       []qemu.Disk{{Path: base, ReadOnly: true}, {Path: filepath.Join(b.dir, fileRW)}},
+		AgentSockets: agentSocks,
+		QMPSocket:   qmpSock,
+		ConsoleLog:  b.ConsoleLog(),
+		PIDFile:     filepath.Join(b.dir, filePID),
+		Network:     o.Network != NetworkDisabled,
+	}
+	pid, err := qemu.Launch(ctx, qc)
+	if err != nil {
+		return fmt.Errorf("box %s: %w", b.id, err)
+	}
+	start := qemu.StartTime(pid)
+	if err := b.r.db.SetRunning(ctx, b.id, pid, start, time.Now()); err != nil {
+		qemu.Kill(pid, start)
+		return err
+	}
+	rec.State, rec.PID, rec.PIDStart = store.StateRunning, pid, start
+	b.mu.Lock()
+	b.rec = rec
+	b.died = nil
+	b.stopping = false
+	b.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, bootTimeout)
+	defer cancel()
+	if _, err := b.client(cctx); err != nil {
+		qemu.Kill(pid, start)
+		b.r.db.SetStopped(context.WithoutCancel(ctx), b.id)
+		var de *DiedError
+		if errors.As(err, &de) {
+			return err
+		}
+		return fmt.Errorf("box %s did not come up: %w\n--- console (last lines) ---\n%s", b.id, err, consoleTail(b.ConsoleLog(), 20))
+	}
+	return nil
+}
+
+func (b *Box) hostname() string {
+	if n := b.rec.Name; n != "" && validHostname(n) {
+		return n
+	}
+	return b.id
+}
+
+func validHostname(s string) bool {
+	if len(s) > 63 {
+		return false
+	}
+	for _, c := range s {
+		if !(c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// watchVM starts watching the QEMU process once per boot.
+func (b *Box) watchVM(pid int) {
+	if b.vmExit != nil {
+		return
+	}
+	ch, err := qemu.Watch(pid)
+	if err != nil {
+		c := make(chan struct{})
+		close(c)
+		ch = c
+	}
+	b.vmExit = ch
+	go func() {
+		<-ch
+		b.mu.Lock()
+		stopping := b.stopping
+		if !stopping {
+			b.died = b.diedError(pid)
+		}
+		if b.conn != nil {
+			b.conn.Close()
+			b.conn = nil
+		}
+		b.vmExit = nil
+		b.mu.Unlock()
+		b.r.db.SetStopped(context.Background(), b.id)
+	}()
+}
+
+// diedError reads the console to say why the VM ended.
+func (b *Box) diedError(pid int) *DiedError {
+	tail := consoleTail(b.ConsoleLog(), 25)
+	cause := fmt.Sprintf("its QEMU process (pid %d) exited unexpectedly", pid)
+	switch {
+	case strings.Contains(tail, "Kernel panic"):
+		cause = "guest kernel panic"
+	case strings.Contains(tail, "airlock-agent: fatal"):
+		cause = "the guest agent failed to set up the box"
+	}
+	return &DiedError{BoxID: b.id, Cause: cause, ConsoleTail: tail}
+}
+
+// deadErr returns the DiedError if the VM is known to have died, waiting up
+// to wait for the exit watcher to notice.
+func (b *Box) deadErr(wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		b.mu.Lock()
+		d, rec := b.died, b.rec
+		b.mu.Unlock()
+		if d != nil {
+			return d
+		}
+		if !qemu.Alive(rec.PID, rec.PIDStart) {
+			b.mu.Lock()
+			stopping := b.stopping
+			b.mu.Unlock()
+			if stopping {
+				return fmt.Errorf("%w: %s was stopped", ErrBoxNotRunning, b.id)
+			}
+			time.Sleep(20 * time.Millisecond)
+			b.mu.Lock()
+			d = b.died
+			b.mu.Unlock()
+			if d != nil {
+				return d
+			}
+			return b.diedError(rec.PID)
+		}
+		if time.Now().After(deadline) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// client returns a connected agent client, connecting if needed.
+func (b *Box) client(ctx context.Context) (*client.Client, error) {
+	b.mu.Lock()
+	if b.conn != nil {
+		select {
+		case <-b.conn.Done():
+			b.conn = nil
+		default:
+			c := b.conn
+			b.mu.Unlock()
+			return c, nil
+		}
+	}
+	rec := b.rec
+	if d := b.died; d != nil {
+		b.mu.Unlock()
+		return nil, d
+	}
+	b.mu.Unlock()
+	if rec.State != store.StateRunning || !qemu.Alive(rec.PID, rec.PIDStart) {
+		if rec.State == store.StateRunning {
+			if err := b.deadErr(0); err != nil {
+				return nil, err
+			}
+		}
+		return nil, fmt.Errorf("%w: %s (start it with Start, or `airlock start %s`)", ErrBoxNotRunning, b.id, b.id)
+	}
+	b.mu.Lock()
+	b.watchVM(rec.PID)
+	b.mu.Unlock()
+	c, err := b.dialAgent(ctx)
+	if err != nil {
+		if de := b.deadErr(time.Second); de != nil {
+			return nil, de
+		}
+		return nil, fmt.Errorf("connect to agent of box %s: %w", b.id, err)
+	}
+	if _, err := c.Hello(ctx); err != nil {
+		c.Close()
+		if de := b.deadErr(time.Second); de != nil {
+			return nil, de
+		}
+		return nil, fmt.Errorf("agent of box %s: %w", b.id, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.conn != nil { // lost a race with another caller
+		c.Close()
+		return b.conn, nil
+	}
+	b.conn = c
+	return c, nil
+}
+
+// dialAgent takes a free agent port (the first whose flock it gets, waiting
+// while all are in use by other processes) and connects through it. The
+// flock is held until the connection ends.
+func (b *Box) dialAgent(ctx context.Context) (*client.Client, error) {
+	var fl *flock.Flock
+	var port int
+	for fl == nil {
+		for i := 0; i < agentPorts; i++ {
+			l := flock.New(filepath.Join(b.dir, agentLock(i)))
+			if ok, err := l.TryLock(); err == nil && ok {
+				fl, port = l, i
+				break
+			}
+		}
+		if fl != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("all %d agent ports are in use by other processes: %w", agentPorts, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	sock := b.sockPath(agentSock(port))
+	c, err := client.Dial(ctx, func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	})
+	if err != nil {
+		fl.Unlock()
+		return nil, err
+	}
+	go func() {
+		<-c.Done()
+		fl.Unlock()
+	}()
+	return c, nil
+}
+
+// GuestInfo reports the agent version, guest kernel release and uptime.
+func (b *Box) GuestInfo(ctx context.Context) (client.Info, error) {
+	c, err := b.client(ctx)
+	if err != nil {
+		return client.Info{}, err
+	}
+	return c.Hello(ctx)
+}
+
+// Stop shuts the box down: the agent stops all processes, syncs and
+// unmounts the writable layer and powers off; if that does not finish in
+// time, QEMU is told to quit, then killed. Stopping a stopped box is a
+// no-op. An AutoRemove box is removed.
+func (b *Box) Stop(ctx context.Context) error {
+	unlock, err := b.lock(ctx)
+	if err != nil {
+		return err
+	}
+	err = b.stopLocked(ctx)
+	unlock()
+	if err != nil {
+		return err
+	}
+	if b.cfg.Options.AutoRemove {
+		return b.remove(ctx, true)
+	}
+	return nil
+}
+
+func (b *Box) stopLocked(ctx context.Context) error {
+	rec, err := b.r.db.Get(ctx, b.id)
+	if err != nil {
+		return fmt.Errorf("%w: %s", ErrBoxNotFound, b.id)
+	}
+	b.refresh(rec)
+	b.mu.Lock()
+	b.stopping = true
+	b.mu.Unlock()
+	pid, start := rec.PID, rec.PIDStart
+	if rec.State == store.StateRunning && qemu.Alive(pid, start) {
+		gone := func(d time.Duration) bool {
+			deadline := time.Now().Add(d)
+			for qemu.Alive(pid, start) {
+				if time.Now().After(deadline) {
+					return false
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			return true
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if c, err := b.client(cctx); err == nil {
+			c.Shutdown(cctx)
+		}
+		cancel()
+		if !gone(10 * time.Second) {
+			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			if q, err := qemu.DialQMP(qctx, b.sockPath(fileQMP)); err == nil {
+				q.Execute("quit", nil)
+				q.Close()
+			}
+			cancel()
+			if !gone(3 * time.Second) {
+				if err := qemu.Kill(pid, start); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	b.mu.Lock()
+	if b.conn != nil {
+		b.conn.Close()
+		b.conn = nil
+	}
+	b.mu.Unlock()
+	return b.r.db.SetStopped(ctx, b.id)
+}
+
+// Close releases this handle's connection; the box keeps running. An
+// AutoRemove box is stopped and removed.
+func (b *Box) Close() error {
+	if b.cfg.Options.AutoRemove {
+		return b.remove(context.Background(), true)
+	}
+	b.mu.Lock()
+	if b.conn != nil {
+		b.conn.Close()
+		b.conn = nil
+	}
+	b.mu.Unlock()
+	b.r.forget(b.id)
+	return nil
+}
+
+// Remove deletes the box; see Runtime.Remove.
+func (b *Box) Remove(ctx context.Context, force bool) error { return b.remove(ctx, force) }
+
+func (b *Box) remove(ctx context.Context, force bool) error {
+	if _, err := os.Stat(b.dir); err == nil {
+		unlock, err := b.lock(ctx)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
+	rec, err := b.r.db.Get(ctx, b.id)
+	if err != nil {
+		return fmt.Errorf("%w: %s", ErrBoxNotFound, b.id)
+	}
+	if rec.State == store.StateRunning && qemu.Alive(rec.PID, rec.PIDStart) {
+		if !force {
+			return fmt.Errorf("%w: %s: stop it first, or force removal (airlock rm -f)", ErrBoxRunning, b.id)
+		}
+		b.mu.Lock()
+		b.stopping = true
+		if b.conn != nil {
+			b.conn.Close()
+			b.conn = nil
+		}
+		b.mu.Unlock()
+		if err := qemu.Kill(rec.PID, rec.PIDStart); err != nil {
+			return err
+		}
+	}
+	b.mu.Lock()
+	if b.conn != nil {
+		b.conn.Close()
+		b.conn = nil
+	}
+	b.mu.Unlock()
+	if err := b.r.db.Delete(ctx, b.id); err != nil {
+		return err
+	}
+	os.RemoveAll(filepath.Join(os.TempDir(), "airlock-"+b.id))
+	b.r.forget(b.id)
+	return os.RemoveAll(b.dir)
+}

@@ -1,0 +1,46 @@
+package airlock
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. They are wrapped with the box id and more detail; test
+// them with errors.Is.
+var (
+	// ErrBoxNotFound: no box has that id, id prefix or name.
+	ErrBoxNotFound = errors.New("box not found")
+	// ErrBoxNotRunning: the call needs a running box (Start it first).
+	ErrBoxNotRunning = errors.New("box is not running")
+	// ErrBoxRunning: the call needs a stopped box (Stop it, or force).
+	ErrBoxRunning = errors.New("box is running")
+	// ErrBoxDied: the box's VM ended while the call was pending (QEMU
+	// killed, guest kernel panic, out of memory on the host). The error
+	// text names the cause and ends with the tail of the console log.
+	ErrBoxDied = errors.New("box VM died")
+	// ErrNameInUse: another box already has that name.
+	ErrNameInUse = errors.New("box name already in use")
+	// ErrImageNotFound: the image is not in the local store and could not
+	// be pulled.
+	ErrImageNotFound = errors.New("image not found")
+)
+
+// DiedError describes a VM that ended unexpectedly. It matches ErrBoxDied.
+type DiedError struct {
+	BoxID string
+	// Cause in words: "guest kernel panic", "QEMU process exited", ...
+	Cause string
+	// ConsoleTail is the end of the box's serial console log.
+	ConsoleTail string
+}
+
+func (e *DiedError) Error() string {
+	msg := fmt.Sprintf("box %s: VM died: %s", e.BoxID, e.Cause)
+	if e.ConsoleTail != "" {
+		msg += "\n--- console (last lines) ---\n" + e.ConsoleTail
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrBoxDied) true.
+func (e *DiedError) Is(target error) bool { return target == ErrBoxDied }

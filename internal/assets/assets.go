@@ -1,0 +1,202 @@
+// Package assets finds and prepares what every box boots from: the guest
+// kernel, the guest agent binary, and the initramfs built from them. The
+// kernel and agent come from the set-up script (hack/setup.sh) or from
+// environment overrides; the initramfs is built here on demand and cached.
+package assets
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// CacheDir returns airlock's cache directory: $AIRLOCK_CACHE, else
+// $XDG_CACHE_HOME/airlock, else ~/.cache/airlock. It holds kernels
+// (kernel/), initramfs images (initrd/) and root filesystem bases (rootfs/);
+// everything in it can be rebuilt.
+func CacheDir() string {
+	if d := os.Getenv("AIRLOCK_CACHE"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "airlock")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = os.TempDir()
+	}
+	return filepath.Join(home, ".cache", "airlock")
+}
+
+// Kernel kinds.
+const (
+	KernelAirlock = "airlock" // built by hack/build-kernel.sh from the config in hack/kernel
+	KernelDebian  = "debian"  // Debian's cloud kernel, with modules loaded from the initramfs
+	KernelCustom  = "custom"  // AIRLOCK_KERNEL
+)
+
+// Kernel is a guest kernel.
+type Kernel struct {
+	Path       string // vmlinux (PVH ELF) or bzImage
+	Kind       string // KernelAirlock, KernelDebian or KernelCustom
+	Version    string // source/kernel version, when known
+	ConfigHash string // sha256 prefix of the config fragment (airlock kernels)
+	// ModulesDir holds .ko files and modules.load to ship in the initramfs
+	// ("" when everything is built in).
+	ModulesDir string
+}
+
+func readInfo(path string) map[string]string {
+	m := map[string]string{}
+	f, err := os.Open(path)
+	if err != nil {
+		return m
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return m
+}
+
+// ErrNoKernel is returned when no guest kernel is installed.
+var ErrNoKernel = errors.New("no guest kernel found: run hack/setup.sh (it builds one into the airlock cache), or set AIRLOCK_KERNEL to a vmlinux")
+
+// FindKernel returns the kernel boxes boot: $AIRLOCK_KERNEL if set; else
+// the airlock kernel in the cache; else Debian's kernel in the cache. note
+// is a one-line remark for the user when falling back (empty otherwise).
+func FindKernel() (k Kernel, note string, err error) {
+	if p := os.Getenv("AIRLOCK_KERNEL"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return Kernel{}, "", fmt.Errorf("AIRLOCK_KERNEL=%s: %w", p, err)
+		}
+		k := Kernel{Path: p, Kind: KernelCustom}
+		if mods := os.Getenv("AIRLOCK_KERNEL_MODULES"); mods != "" {
+			k.ModulesDir = mods
+		}
+		return k, "", nil
+	}
+	dir := filepath.Join(CacheDir(), "kernel")
+	if p, err := filepath.EvalSymlinks(filepath.Join(dir, "vmlinux-airlock")); err == nil {
+		info := readInfo(p + ".info")
+		return Kernel{Path: p, Kind: KernelAirlock, Version: info["version"], ConfigHash: info["config_sha256"]}, "", nil
+	}
+	if d, err := filepath.EvalSymlinks(filepath.Join(dir, "debian")); err == nil {
+		if _, err := os.Stat(filepath.Join(d, "vmlinux")); err == nil {
+			info := readInfo(filepath.Join(d, "info"))
+			return Kernel{Path: filepath.Join(d, "vmlinux"), Kind: KernelDebian, Version: info["version"], ModulesDir: filepath.Join(d, "modules")},
+				"airlock: note: using Debian's cloud kernel (slower boot, more memory); run hack/build-kernel.sh to build the airlock guest kernel", nil
+		}
+	}
+	return Kernel{}, "", ErrNoKernel
+}
+
+// ErrNoAgent is returned when the guest agent binary cannot be found.
+var ErrNoAgent = errors.New("guest agent binary airlock-agent not found: run hack/setup.sh, put airlock-agent next to the airlock binary, or set AIRLOCK_AGENT")
+
+// FindAgent returns the path of the static guest agent binary:
+// $AIRLOCK_AGENT, else airlock-agent beside the running executable, else
+// airlock-agent on PATH.
+func FindAgent() (string, error) {
+	if p := os.Getenv("AIRLOCK_AGENT"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("AIRLOCK_AGENT=%s: %w", p, err)
+		}
+		return p, nil
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "airlock-agent")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("airlock-agent"); err == nil {
+		return p, nil
+	}
+	return "", ErrNoAgent
+}
+
+// Initrd returns an initramfs holding the agent as /init and, for kernels
+// that need them, the modules listed in the kernel's modules.load. It is
+// built once per (agent, modules) content and cached under cacheDir/initrd.
+func Initrd(cacheDir, agentPath string, k Kernel) (string, error) {
+	agent, err := os.ReadFile(agentPath)
+	if err != nil {
+		return "", fmt.Errorf("read agent: %w", err)
+	}
+	h := sha256.New()
+	h.Write(agent)
+	type mod struct {
+		name string
+		data []byte
+	}
+	var mods []mod
+	var order []byte
+	if k.ModulesDir != "" {
+		order, err = os.ReadFile(filepath.Join(k.ModulesDir, "modules.load"))
+		if err != nil {
+			return "", fmt.Errorf("kernel modules list: %w", err)
+		}
+		h.Write(order)
+		for _, name := range strings.Fields(string(order)) {
+			b, err := os.ReadFile(filepath.Join(k.ModulesDir, name))
+			if err != nil {
+				return "", fmt.Errorf("kernel module: %w", err)
+			}
+			h.Write([]byte(name))
+			h.Write(b)
+			mods = append(mods, mod{name, b})
+		}
+	}
+	sum := hex.EncodeToString(h.Sum(nil))[:16]
+	dir := filepath.Join(cacheDir, "initrd")
+	out := filepath.Join(dir, "initrd-"+sum+".cpio")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	var buf bytes.Buffer
+	c := &cpioWriter{w: &buf}
+	for _, d := range []string{"dev", "proc", "sys", "mnt", "newroot", "lib", "lib/modules", "lib/modules/airlock"} {
+		c.Dir(d)
+	}
+	c.CharDev("dev/console", 0o600, 5, 1)
+	c.File("init", 0o755, agent)
+	for _, m := range mods {
+		c.File("lib/modules/airlock/"+m.name, 0o644, m.data)
+	}
+	if order != nil {
+		c.File("lib/modules/airlock/modules.load", 0o644, order)
+	}
+	if err := c.Close(); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dir, ".initrd-*")
+	if err != nil {
+		return "", err
+	}
+	if _, err := io.Copy(tmp, &buf); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	tmp.Close()
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	return out, nil
+}

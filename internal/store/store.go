@@ -1,0 +1,203 @@
+// Package store keeps box records in SQLite (modernc.org/sqlite, pure Go)
+// under the airlock home, so every process that opens the same home — the
+// library, the CLI run later, a server — sees the same boxes. WAL mode and a
+// busy timeout let several processes read and write at once.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite"
+)
+
+// ErrNotFound is returned when no box matches.
+var ErrNotFound = errors.New("no such box")
+
+// ErrNameInUse is returned when a box name is taken.
+var ErrNameInUse = errors.New("box name already in use")
+
+// Box states.
+const (
+	StateCreated = "created"
+	StateRunning = "running"
+	StateStopped = "stopped"
+)
+
+// Box is one box record. Config is the caller's serialized configuration.
+type Box struct {
+	ID          string
+	Name        string // "" when unnamed
+	Image       string // reference the box was created from
+	ImageDigest string
+	Config      json.RawMessage
+	State       string
+	PID         int    // QEMU pid while running
+	PIDStart    uint64 // QEMU start time (clock ticks), identifies the pid
+	Created     time.Time
+	Started     time.Time
+}
+
+// DB is the box database.
+type DB struct{ db *sql.DB }
+
+// Open opens (creating if needed) the database at path.
+func Open(path string) (*DB, error) {
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)")
+	if err != nil {
+		return nil, err
+	}
+	_, err = db.Exec(`CREATE TABLE IF NOT EXISTS boxes (
+		id TEXT PRIMARY KEY,
+		name TEXT UNIQUE,
+		image TEXT NOT NULL,
+		image_digest TEXT NOT NULL,
+		config TEXT NOT NULL,
+		state TEXT NOT NULL,
+		pid INTEGER NOT NULL DEFAULT 0,
+		pid_start INTEGER NOT NULL DEFAULT 0,
+		created INTEGER NOT NULL,
+		started INTEGER NOT NULL DEFAULT 0
+	)`)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open box database %s: %w", path, err)
+	}
+	return &DB{db: db}, nil
+}
+
+// Close closes the database.
+func (d *DB) Close() error { return d.db.Close() }
+
+func nullName(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// Insert adds a new record.
+func (d *DB) Insert(ctx context.Context, b *Box) error {
+	_, err := d.db.ExecContext(ctx, `INSERT INTO boxes (id, name, image, image_digest, config, state, created) VALUES (?,?,?,?,?,?,?)`,
+		b.ID, nullName(b.Name), b.Image, b.ImageDigest, string(b.Config), b.State, b.Created.UnixNano())
+	if err != nil && b.Name != "" && isUnique(err) {
+		return fmt.Errorf("%w: %q", ErrNameInUse, b.Name)
+	}
+	return err
+}
+
+func isUnique(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+const cols = `id, COALESCE(name,''), image, image_digest, config, state, pid, pid_start, created, started`
+
+func scan(row interface{ Scan(...any) error }) (*Box, error) {
+	var b Box
+	var cfg string
+	var created, started int64
+	if err := row.Scan(&b.ID, &b.Name, &b.Image, &b.ImageDigest, &cfg, &b.State, &b.PID, &b.PIDStart, &created, &started); err != nil {
+		return nil, err
+	}
+	b.Config = json.RawMessage(cfg)
+	b.Created = time.Unix(0, created)
+	if started != 0 {
+		b.Started = time.Unix(0, started)
+	}
+	return &b, nil
+}
+
+// Get finds a box by exact id, by name, or by unique id prefix.
+func (d *DB) Get(ctx context.Context, ref string) (*Box, error) {
+	b, err := scan(d.db.QueryRowContext(ctx, `SELECT `+cols+` FROM boxes WHERE id = ? OR name = ?`, ref, ref))
+	if err == nil {
+		return b, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	if ref == "" {
+		return nil, fmt.Errorf("%w: empty id", ErrNotFound)
+	}
+	rows, err := d.db.QueryContext(ctx, `SELECT `+cols+` FROM boxes WHERE id LIKE ? || '%'`, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var found []*Box
+	for rows.Next() {
+		b, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, b)
+	}
+	switch len(found) {
+	case 0:
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, ref)
+	case 1:
+		return found[0], nil
+	default:
+		return nil, fmt.Errorf("box id prefix %q is ambiguous (%d boxes): give more characters", ref, len(found))
+	}
+}
+
+// List returns all records, oldest first.
+func (d *DB) List(ctx context.Context) ([]*Box, error) {
+	rows, err := d.db.QueryContext(ctx, `SELECT `+cols+` FROM boxes ORDER BY created`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Box
+	for rows.Next() {
+		b, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+// SetRunning records a started VM.
+func (d *DB) SetRunning(ctx context.Context, id string, pid int, pidStart uint64, started time.Time) error {
+	_, err := d.db.ExecContext(ctx, `UPDATE boxes SET state = ?, pid = ?, pid_start = ?, started = ? WHERE id = ?`,
+		StateRunning, pid, pidStart, started.UnixNano(), id)
+	return err
+}
+
+// SetStopped records that the VM is gone.
+func (d *DB) SetStopped(ctx context.Context, id string) error {
+	_, err := d.db.ExecContext(ctx, `UPDATE boxes SET state = ?, pid = 0, pid_start = 0 WHERE id = ?`, StateStopped, id)
+	return err
+}
+
+// Delete removes a record.
+func (d *DB) Delete(ctx context.Context, id string) error {
+	_, err := d.db.ExecContext(ctx, `DELETE FROM boxes WHERE id = ?`, id)
+	return err
+}
+
+// ImageInUse reports the ids of boxes created from an image digest.
+func (d *DB) ImageInUse(ctx context.Context, digest string) ([]string, error) {
+	rows, err := d.db.QueryContext(ctx, `SELECT id FROM boxes WHERE image_digest = ?`, digest)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}

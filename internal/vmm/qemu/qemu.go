@@ -1,0 +1,236 @@
+package qemu
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Disk is a raw disk image attached as a virtio-blk device. Disks appear in
+// the guest as /dev/vda, /dev/vdb, ... in the order given.
+type Disk struct {
+	Path     string
+	ReadOnly bool
+}
+
+// Config describes one VM.
+type Config struct {
+	Binary    string // default "qemu-system-x86_64"
+	Name      string // shown in ps as -name; should contain the box id
+	Accel     string // AccelKVM or AccelTCG
+	CPUs      int    // vCPUs, default 1
+	MemoryMiB int    // guest RAM in MiB, default 512
+	Kernel    string // uncompressed vmlinux (PVH entry) or bzImage
+	Initrd    string // newc cpio
+	Cmdline   string // kernel command line
+	Disks     []Disk
+	// AgentSockets are the host unix sockets of the agent's virtio-serial
+	// ports (QEMU listens on them); port i is named PortName(i). A socket
+	// takes one host connection at a time, so several ports let several
+	// host processes talk to the agent at once.
+	AgentSockets []string
+	QMPSocket    string
+	ConsoleLog   string // serial console output
+	PIDFile      string
+	// Network attaches a virtio-net NIC on QEMU user-mode networking (full
+	// outbound access through the host); false = no NIC at all.
+	Network bool
+}
+
+// PortPrefix starts the names of the agent's virtio-serial ports.
+const PortPrefix = "airlock.agent."
+
+// PortName returns the name of the agent's i-th virtio-serial port.
+func PortName(i int) string { return PortPrefix + strconv.Itoa(i) }
+
+// Args returns QEMU's arguments for c (without the binary).
+func (c Config) Args() []string {
+	cpus, mem := c.CPUs, c.MemoryMiB
+	if cpus <= 0 {
+		cpus = 1
+	}
+	if mem <= 0 {
+		mem = 512
+	}
+	a := []string{
+		"-name", c.Name,
+		"-M", "microvm",
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-m", strconv.Itoa(mem),
+		"-smp", strconv.Itoa(cpus),
+	}
+	if c.Accel == AccelKVM {
+		a = append(a, "-accel", "kvm", "-cpu", "host")
+	} else {
+		a = append(a, "-accel", "tcg", "-cpu", "max")
+	}
+	a = append(a,
+		"-kernel", c.Kernel,
+		"-initrd", c.Initrd,
+		"-append", c.Cmdline,
+		"-chardev", "file,id=console,path="+c.ConsoleLog,
+		"-serial", "chardev:console",
+		"-qmp", "unix:"+c.QMPSocket+",server=on,wait=off",
+		"-pidfile", c.PIDFile,
+		"-daemonize",
+	)
+	for i, d := range c.Disks {
+		id := "vd" + string(rune('a'+i))
+		ro := "off"
+		if d.ReadOnly {
+			ro = "on"
+		}
+		a = append(a,
+			"-drive", fmt.Sprintf("id=%s,file=%s,format=raw,if=none,readonly=%s,cache=unsafe,discard=unmap", id, escapeComma(d.Path), ro),
+			"-device", "virtio-blk-device,drive="+id)
+	}
+	a = append(a, "-device", fmt.Sprintf("virtio-serial-device,max_ports=%d", len(c.AgentSockets)+1))
+	for i, sock := range c.AgentSockets {
+		id := "agent" + strconv.Itoa(i)
+		a = append(a,
+			"-chardev", "socket,id="+id+",path="+escapeComma(sock)+",server=on,wait=off",
+			"-device", "virtserialport,chardev="+id+",name="+PortName(i))
+	}
+	a = append(a,
+		"-object", "rng-random,id=rng0,filename=/dev/urandom",
+		"-device", "virtio-rng-device,rng=rng0",
+	)
+	if c.Network {
+		a = append(a, "-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0")
+	}
+	return a
+}
+
+// escapeComma doubles commas, QEMU's option-value escape.
+func escapeComma(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+// KernelCmdline returns the kernel command line for a box: a quiet microVM
+// console on ttyS0, no timer check, no kernel reboot loop (panic=-1 with
+// QEMU's -no-reboot ends the VM on panic), plus the TCG-only clock
+// calibration hint when accel is TCG, followed by extra.
+func KernelCmdline(accel string, extra ...string) string {
+	p := []string{
+		"console=ttyS0", "quiet", "loglevel=1", "reboot=t", "panic=-1",
+		"no_timer_check", "i8042.noaux", "i8042.nopnp", "i8042.dumbkbd",
+		"random.trust_cpu=on", "audit=0", "nokaslr", "mitigations=off",
+	}
+	if accel == AccelTCG {
+		// TCG's PIT calibration hangs on microvm; tell the kernel the TSC rate.
+		p = append(p, "tsc_early_khz=2800000", "noreplace-smp")
+	}
+	return strings.Join(append(p, extra...), " ")
+}
+
+// Launch starts QEMU for c detached from the caller (QEMU daemonizes after
+// it has created its sockets) and returns its pid. Startup errors carry
+// QEMU's own message.
+func Launch(ctx context.Context, c Config) (int, error) {
+	bin := c.Binary
+	if bin == "" {
+		bin = "qemu-system-x86_64"
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return 0, fmt.Errorf("%s not found: install QEMU (apt-get install qemu-system-x86) or run hack/setup.sh", bin)
+	}
+	cmd := exec.CommandContext(ctx, path, c.Args()...)
+	var stderr bytes.Buffer
+	cmd.Stdout = &stderr
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return 0, fmt.Errorf("qemu failed to start: %s", msg)
+	}
+	b, err := os.ReadFile(c.PIDFile)
+	if err != nil {
+		return 0, fmt.Errorf("qemu started but wrote no pid file: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("qemu pid file %s: %w", c.PIDFile, err)
+	}
+	return pid, nil
+}
+
+// StartTime returns the start time of pid (clock ticks since boot, field 22
+// of /proc/PID/stat); together with the pid it identifies a process across
+// pid reuse. It returns 0 if the process does not exist.
+func StartTime(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0
+	}
+	// f[0] is field 3 (state); field 22 is f[19].
+	if f[0] == "Z" {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
+}
+
+// Alive reports whether the process pid started at start still runs.
+func Alive(pid int, start uint64) bool {
+	return pid > 0 && start != 0 && StartTime(pid) == start
+}
+
+// Watch returns a channel closed when process pid exits. It uses a pidfd, so
+// it works for processes that are not children of the caller.
+func Watch(pid int) (<-chan struct{}, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		defer unix.Close(fd)
+		for {
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			_, err := unix.Poll(pfd, -1)
+			if err == unix.EINTR {
+				continue
+			}
+			return
+		}
+	}()
+	return ch, nil
+}
+
+// Kill sends SIGKILL to pid if it is still the process started at start,
+// and waits up to 5 s for it to disappear.
+func Kill(pid int, start uint64) error {
+	if !Alive(pid, start) {
+		return nil
+	}
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
+		return err
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for Alive(pid, start) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("qemu pid %d did not exit after SIGKILL", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}

@@ -1,0 +1,80 @@
+package qemu
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"time"
+)
+
+// QMP is a minimal client for the QEMU Machine Protocol on a unix socket
+// (one command at a time; asynchronous events are skipped).
+type QMP struct {
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+// DialQMP connects to the QMP socket and negotiates capabilities.
+func DialQMP(ctx context.Context, path string) (*QMP, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, err
+	}
+	q := &QMP{conn: conn, r: bufio.NewReader(conn)}
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	} else {
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+	}
+	if _, err := q.r.ReadBytes('\n'); err != nil { // greeting
+		conn.Close()
+		return nil, fmt.Errorf("qmp greeting: %w", err)
+	}
+	if _, err := q.Execute("qmp_capabilities", nil); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return q, nil
+}
+
+// Execute runs one QMP command and returns its "return" value.
+func (q *QMP) Execute(cmd string, args any) (json.RawMessage, error) {
+	req := map[string]any{"execute": cmd}
+	if args != nil {
+		req["arguments"] = args
+	}
+	b, _ := json.Marshal(req)
+	if _, err := q.conn.Write(append(b, '\n')); err != nil {
+		return nil, err
+	}
+	for {
+		line, err := q.r.ReadBytes('\n')
+		if err != nil {
+			return nil, err
+		}
+		var resp struct {
+			Return json.RawMessage `json:"return"`
+			Error  *struct {
+				Class string `json:"class"`
+				Desc  string `json:"desc"`
+			} `json:"error"`
+			Event string `json:"event"`
+		}
+		if err := json.Unmarshal(line, &resp); err != nil {
+			return nil, err
+		}
+		if resp.Event != "" {
+			continue
+		}
+		if resp.Error != nil {
+			return nil, fmt.Errorf("qmp %s: %s: %s", cmd, resp.Error.Class, resp.Error.Desc)
+		}
+		return resp.Return, nil
+	}
+}
+
+// Close closes the connection.
+func (q *QMP) Close() error { return q.conn.Close() }

@@ -1,0 +1,82 @@
+// Package vmtest holds helpers for tests that boot real boxes (QEMU, under
+// TCG on machines without usable KVM). Such tests skip with the reason when
+// a prerequisite is missing, unless AIRLOCK_REQUIRE_VM=1 (set by CI), which
+// turns a missing prerequisite into a failure.
+package vmtest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/image"
+)
+
+// DefaultImage is the image VM tests use; hack/setup.sh builds it.
+const DefaultImage = "python:slim"
+
+// BuildAgent compiles cmd/airlock-agent (static) into dir and returns its
+// path. Call it from TestMain.
+func BuildAgent(dir string) (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	out := filepath.Join(dir, "airlock-agent")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./cmd/airlock-agent")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build agent: %v\n%s", err, b)
+	}
+	return out, nil
+}
+
+// Missing returns why boxes cannot boot here ("" when they can): QEMU, a
+// guest kernel, or the default image is missing.
+func Missing() string {
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		return "qemu-system-x86_64 not installed (run hack/setup.sh)"
+	}
+	if _, _, err := assets.FindKernel(); err != nil {
+		return err.Error()
+	}
+	if _, err := exec.LookPath("mkfs.erofs"); err != nil {
+		return "mkfs.erofs not installed (run hack/setup.sh)"
+	}
+	dir, err := image.DefaultDir()
+	if err != nil {
+		return err.Error()
+	}
+	s, err := image.Open(dir)
+	if err != nil {
+		return err.Error()
+	}
+	if _, err := s.Resolve(DefaultImage); err != nil {
+		return fmt.Sprintf("image %s not in %s (run hack/setup.sh)", DefaultImage, dir)
+	}
+	return ""
+}
+
+// Require skips (or, with AIRLOCK_REQUIRE_VM=1, fails) t when boxes cannot
+// boot here, and when -short is set.
+func Require(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots a VM; skipped with -short")
+	}
+	if why := Missing(); why != "" {
+		if os.Getenv("AIRLOCK_REQUIRE_VM") == "1" {
+			t.Fatalf("cannot boot boxes: %s", why)
+		}
+		t.Skipf("cannot boot boxes: %s", why)
+	}
+}
+
+// ImagesDir is the shared image store the VM tests read (the default one).
+func ImagesDir() string {
+	d, _ := image.DefaultDir()
+	return d
+}
