@@ -281,11 +281,20 @@ func (b *Box) watchVM(pid int) {
 // diedError reads the console to say why the VM ended.
 func (b *Box) diedError(pid int) *DiedError {
 	tail := consoleTail(b.ConsoleLog(), 25)
+	long := consoleTail(b.ConsoleLog(), 400)
 	cause := fmt.Sprintf("its QEMU process (pid %d) exited unexpectedly", pid)
 	switch {
-	case strings.Contains(tail, "Kernel panic"):
+	case strings.Contains(long, "Kernel panic"):
 		cause = "guest kernel panic"
-	case strings.Contains(tail, "airlock-agent: fatal"):
+		for _, l := range splitLines(long) {
+			if i := strings.Index(l, "Kernel panic"); i >= 0 {
+				cause += " (" + strings.TrimSpace(l[i:]) + ")"
+				break
+			}
+		}
+	case strings.Contains(long, "Out of memory"):
+		cause = "the guest ran out of memory"
+	case strings.Contains(long, "airlock-agent: fatal"):
 		cause = "the guest agent failed to set up the box"
 	}
 	return &DiedError{BoxID: b.id, Cause: cause, ConsoleTail: tail}

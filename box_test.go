@@ -236,15 +236,19 @@ func TestBox(t *testing.T) {
 	})
 	t.Run("files survive stop and start", func(t *testing.T) {
 		exec(t, b, airlock.ExecOptions{}, "sh", "-c", "echo persisted > /root/file; pip --version > /dev/null")
+		t0 := time.Now()
 		if err := b.Stop(ctx); err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("stop took %s", time.Since(t0))
 		if _, err := b.Exec(ctx, "true", nil, airlock.ExecOptions{}); !errors.Is(err, airlock.ErrBoxNotRunning) {
 			t.Fatalf("exec on stopped box: %v", err)
 		}
+		t0 = time.Now()
 		if err := b.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("start took %s", time.Since(t0))
 		res := exec(t, b, airlock.ExecOptions{}, "cat", "/root/file")
 		if string(res.Stdout) != "persisted\n" {
 			t.Fatalf("got %q %q", res.Stdout, res.Stderr)
