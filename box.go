@@ -187,19 +187,19 @@ func (b *Box) Start(ctx context.Context) error {
 		extra = append(extra, "airlock.net=user")
 	}
 	qc := qemu.Config{
-		Name:        "airlock-" + b.id,
-		Accel:       boot.accel.Accel,
-		CPUs:        o.CPUs,
-		MemoryMiB:   o.MemoryMiB,
-		Kernel:      boot.kernel.Path,
-		Initrd:      boot.initrd,
-		Cmdline:     qemu.KernelCmdline(boot.accel.Accel, extra...),
-		Disks:       []qemu.Disk{{Path: base, ReadOnly: true}, {Path: filepath.Join(b.dir, fileRW)}},
+		Name:         "airlock-" + b.id,
+		Accel:        boot.accel.Accel,
+		CPUs:         o.CPUs,
+		MemoryMiB:    o.MemoryMiB,
+		Kernel:       boot.kernel.Path,
+		Initrd:       boot.initrd,
+		Cmdline:      qemu.KernelCmdline(boot.accel.Accel, extra...),
+		Disks:        []qemu.Disk{{Path: base, ReadOnly: true}, {Path: filepath.Join(b.dir, fileRW)}},
 		AgentSockets: agentSocks,
-		QMPSocket:   qmpSock,
-		ConsoleLog:  b.ConsoleLog(),
-		PIDFile:     filepath.Join(b.dir, filePID),
-		Network:     o.Network != NetworkDisabled,
+		QMPSocket:    qmpSock,
+		ConsoleLog:   b.ConsoleLog(),
+		PIDFile:      filepath.Join(b.dir, filePID),
+		Network:      o.Network != NetworkDisabled,
 	}
 	pid, err := qemu.Launch(ctx, qc)
 	if err != nil {

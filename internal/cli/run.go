@@ -211,4 +211,3 @@ failed).`,
 	ef.add(cmd)
 	return cmd
 }
-
