@@ -186,7 +186,7 @@ func (r *Runtime) bootAssets() (*bootAssets, error) {
 	var k assets.Kernel
 	var note string
 	if r.opts.Kernel != "" {
-		k = assets.Kernel{Path: r.opts.Kernel, Kind: assets.KernelCustom}
+		k = assets.KernelAt(r.opts.Kernel)
 	} else if k, note, err = assets.FindKernel(); err != nil {
 		return nil, err
 	}
@@ -271,6 +271,19 @@ func (r *Runtime) resolveImage(ctx context.Context, ref string) (*image.Image, e
 // Errors: ErrNameInUse, ErrImageNotFound, boot failures (with the console
 // log's tail); on error nothing is left behind.
 func (r *Runtime) Create(ctx context.Context, opts BoxOptions) (*Box, error) {
+	b, err := r.newBox(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.Start(ctx); err != nil {
+		b.remove(context.WithoutCancel(ctx), true)
+		return nil, err
+	}
+	return b, nil
+}
+
+// withDefaults fills in and checks BoxOptions.
+func withDefaults(opts BoxOptions) (BoxOptions, error) {
 	if opts.Image == "" {
 		opts.Image = DefaultImage
 	}
@@ -288,16 +301,25 @@ func (r *Runtime) Create(ctx context.Context, opts BoxOptions) (*Box, error) {
 		opts.Network = NetworkEnabled
 	case NetworkEnabled, NetworkDisabled:
 	default:
-		return nil, fmt.Errorf("network %q: want %q or %q", opts.Network, NetworkEnabled, NetworkDisabled)
+		return opts, fmt.Errorf("network %q: want %q or %q", opts.Network, NetworkEnabled, NetworkDisabled)
 	}
 	if opts.CPUs < 0 || opts.CPUs > 64 {
-		return nil, fmt.Errorf("cpus %d: want 1..64", opts.CPUs)
+		return opts, fmt.Errorf("cpus %d: want 1..64", opts.CPUs)
 	}
 	if opts.MemoryMiB < 64 {
-		return nil, fmt.Errorf("memory %d MiB: want at least 64", opts.MemoryMiB)
+		return opts, fmt.Errorf("memory %d MiB: want at least 64", opts.MemoryMiB)
 	}
 	if opts.DiskSizeMiB < 16 {
-		return nil, fmt.Errorf("disk size %d MiB: want at least 16", opts.DiskSizeMiB)
+		return opts, fmt.Errorf("disk size %d MiB: want at least 16", opts.DiskSizeMiB)
+	}
+	return opts, nil
+}
+
+// newBox records a box and prepares its directory, without booting it.
+func (r *Runtime) newBox(ctx context.Context, opts BoxOptions) (*Box, error) {
+	opts, err := withDefaults(opts)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := r.bootAssets(); err != nil {
 		return nil, err
@@ -316,17 +338,11 @@ func (r *Runtime) Create(ctx context.Context, opts BoxOptions) (*Box, error) {
 		return nil, err
 	}
 	b := r.handle(rec)
-	if err := b.create(ctx, img); err == nil {
-		err = b.Start(ctx)
-		if err == nil {
-			return b, nil
-		}
-		b.remove(context.WithoutCancel(ctx), true)
-		return nil, err
-	} else {
+	if err := b.create(ctx, img); err != nil {
 		b.remove(context.WithoutCancel(ctx), true)
 		return nil, err
 	}
+	return b, nil
 }
 
 // handle returns the live handle for a record, making one if needed.

@@ -172,35 +172,11 @@ func (b *Box) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("root filesystem for %s: %w", img.Ref, err)
 	}
-	qmpSock := b.sockPath(fileQMP)
-	var agentSocks []string
-	for i := 0; i < agentPorts; i++ {
-		agentSocks = append(agentSocks, b.sockPath(agentSock(i)))
-	}
-	for _, f := range append(agentSocks, qmpSock, filepath.Join(b.dir, filePID)) {
+	qc := b.vmConfig(boot, base)
+	for _, f := range append(qc.AgentSockets, qc.QMPSocket, qc.PIDFile) {
 		os.Remove(f)
 	}
 	os.WriteFile(b.ConsoleLog(), nil, 0o600)
-	o := b.cfg.Options
-	extra := []string{"airlock.rw=/dev/vdb", "airlock.hostname=" + b.hostname()}
-	if o.Network != NetworkDisabled {
-		extra = append(extra, "airlock.net=user")
-	}
-	qc := qemu.Config{
-		Name:         "airlock-" + b.id,
-		Accel:        boot.accel.Accel,
-		CPUs:         o.CPUs,
-		MemoryMiB:    o.MemoryMiB,
-		Kernel:       boot.kernel.Path,
-		Initrd:       boot.initrd,
-		Cmdline:      qemu.KernelCmdline(boot.accel.Accel, extra...),
-		Disks:        []qemu.Disk{{Path: base, ReadOnly: true}, {Path: filepath.Join(b.dir, fileRW)}},
-		AgentSockets: agentSocks,
-		QMPSocket:    qmpSock,
-		ConsoleLog:   b.ConsoleLog(),
-		PIDFile:      filepath.Join(b.dir, filePID),
-		Network:      o.Network != NetworkDisabled,
-	}
 	pid, err := qemu.Launch(ctx, qc)
 	if err != nil {
 		return fmt.Errorf("box %s: %w", b.id, err)
@@ -228,6 +204,34 @@ func (b *Box) Start(ctx context.Context) error {
 		return fmt.Errorf("box %s did not come up: %w\n--- console (last lines) ---\n%s", b.id, err, consoleTail(b.ConsoleLog(), 20))
 	}
 	return nil
+}
+
+// vmConfig is the QEMU configuration of this box for one boot.
+func (b *Box) vmConfig(boot *bootAssets, base string, extraCmdline ...string) qemu.Config {
+	var agentSocks []string
+	for i := 0; i < agentPorts; i++ {
+		agentSocks = append(agentSocks, b.sockPath(agentSock(i)))
+	}
+	o := b.cfg.Options
+	extra := []string{"airlock.rw=/dev/vdb", "airlock.hostname=" + b.hostname()}
+	if o.Network != NetworkDisabled {
+		extra = append(extra, "airlock.net=user")
+	}
+	return qemu.Config{
+		Name:         "airlock-" + b.id,
+		Accel:        boot.accel.Accel,
+		CPUs:         o.CPUs,
+		MemoryMiB:    o.MemoryMiB,
+		Kernel:       boot.kernel.Path,
+		Initrd:       boot.initrd,
+		Cmdline:      qemu.KernelCmdline(boot.accel.Accel, append(extra, extraCmdline...)...),
+		Disks:        []qemu.Disk{{Path: base, ReadOnly: true}, {Path: filepath.Join(b.dir, fileRW)}},
+		AgentSockets: agentSocks,
+		QMPSocket:    b.sockPath(fileQMP),
+		ConsoleLog:   b.ConsoleLog(),
+		PIDFile:      filepath.Join(b.dir, filePID),
+		Network:      o.Network != NetworkDisabled,
+	}
 }
 
 func (b *Box) hostname() string {

@@ -70,6 +70,23 @@ func readInfo(path string) map[string]string {
 	return m
 }
 
+// KernelAt describes the kernel at path: its .info sidecar (airlock
+// kernels) or info file (Debian kernels) gives version and config hash, and a
+// modules/ directory beside it with a modules.load file supplies modules to
+// load from the initramfs.
+func KernelAt(path string) Kernel {
+	k := Kernel{Path: path, Kind: KernelCustom}
+	if info := readInfo(path + ".info"); info["version"] != "" {
+		k.Kind, k.Version, k.ConfigHash = KernelAirlock, info["version"], info["config_sha256"]
+	}
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(filepath.Join(dir, "modules", "modules.load")); err == nil {
+		k.ModulesDir = filepath.Join(dir, "modules")
+		k.Kind, k.Version = KernelDebian, readInfo(filepath.Join(dir, "info"))["version"]
+	}
+	return k
+}
+
 // ErrNoKernel is returned when no guest kernel is installed.
 var ErrNoKernel = errors.New("no guest kernel found: run hack/setup.sh (it builds one into the airlock cache), or set AIRLOCK_KERNEL to a vmlinux")
 
@@ -81,11 +98,7 @@ func FindKernel() (k Kernel, note string, err error) {
 		if _, err := os.Stat(p); err != nil {
 			return Kernel{}, "", fmt.Errorf("AIRLOCK_KERNEL=%s: %w", p, err)
 		}
-		k := Kernel{Path: p, Kind: KernelCustom}
-		if mods := os.Getenv("AIRLOCK_KERNEL_MODULES"); mods != "" {
-			k.ModulesDir = mods
-		}
-		return k, "", nil
+		return KernelAt(p), "", nil
 	}
 	dir := filepath.Join(CacheDir(), "kernel")
 	if p, err := filepath.EvalSymlinks(filepath.Join(dir, "vmlinux-airlock")); err == nil {

@@ -1,0 +1,280 @@
+package airlock
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/rootfs"
+	"github.com/airlock-run/airlock/internal/vmm/qemu"
+)
+
+// BenchOptions configure Bench.
+type BenchOptions struct {
+	// Runs per measurement (medians are reported); default 5.
+	Runs int
+	// Image to boot; default DefaultImage.
+	Image string
+	// Kernels to compare (vmlinux paths). Default: the kernel boxes boot
+	// now, plus the Debian kernel from the cache when that is another one.
+	Kernels []string
+	// ImagesDir, CacheDir, AgentPath, Accel as in Options.
+	ImagesDir, CacheDir, AgentPath, Accel string
+	// Log receives progress lines (nil: none).
+	Log io.Writer
+}
+
+// KernelBench holds one kernel's figures (medians).
+type KernelBench struct {
+	Kernel, Kind, Version string
+	// Bare is QEMU launch to a trivial init's marker, on the same QEMU
+	// command line, kernel and disks as a box: the lower limit.
+	Bare time.Duration
+	// ColdStart is Create to the first Exec("true") result.
+	ColdStart time.Duration
+	// FirstPython is Create to the first `python3 -c` output.
+	FirstPython time.Duration
+	// ExecRoundTrip is the host-side time of Exec("true") in a running box;
+	// GuestExec is the agent's own time for it (spawn, wait, drain).
+	ExecRoundTrip, GuestExec time.Duration
+	// RSS of QEMU (KiB): an idle box vs the bare init, and peak (VmHWM).
+	IdleRSS, BareRSS, PeakRSS, BarePeakRSS int64
+}
+
+// BenchReport is the result of Bench.
+type BenchReport struct {
+	Accel   string
+	Runs    int
+	Kernels []KernelBench
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func medianInt(v []int64) int64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]int64(nil), v...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+// procStatus reads a "VmXXX:  N kB" field of /proc/PID/status, in KiB.
+func procStatus(pid int, field string) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, field+":") {
+			f := strings.Fields(l)
+			if len(f) >= 2 {
+				v, _ := strconv.ParseInt(f[1], 10, 64)
+				return v
+			}
+		}
+	}
+	return 0
+}
+
+// Bench measures box boot and exec costs against the bare limit, for each
+// kernel, in one run: see KernelBench for what is measured. It boots about
+// 3×Runs VMs per kernel.
+func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
+	if o.Runs <= 0 {
+		o.Runs = 5
+	}
+	if o.Image == "" {
+		o.Image = DefaultImage
+	}
+	if o.ImagesDir == "" {
+		// Boxes live in a temporary home; images come from the default one.
+		o.ImagesDir = filepath.Join(DefaultHome(), "images")
+	}
+	logf := func(format string, a ...any) {
+		if o.Log != nil {
+			fmt.Fprintf(o.Log, format+"\n", a...)
+		}
+	}
+	if len(o.Kernels) == 0 {
+		k, _, err := assets.FindKernel()
+		if err != nil {
+			return nil, err
+		}
+		o.Kernels = append(o.Kernels, k.Path)
+		if d, err := filepath.EvalSymlinks(filepath.Join(assets.CacheDir(), "kernel", "debian")); err == nil {
+			if p := filepath.Join(d, "vmlinux"); p != k.Path {
+				if _, err := os.Stat(p); err == nil {
+					o.Kernels = append(o.Kernels, p)
+				}
+			}
+		}
+	}
+	rep := &BenchReport{Runs: o.Runs}
+	for _, kp := range o.Kernels {
+		home, err := os.MkdirTemp("", "airlock-bench-")
+		if err != nil {
+			return nil, err
+		}
+		kb, accel, err := benchKernel(ctx, o, home, kp, logf)
+		os.RemoveAll(home)
+		if err != nil {
+			return nil, fmt.Errorf("kernel %s: %w", kp, err)
+		}
+		rep.Accel = accel
+		rep.Kernels = append(rep.Kernels, *kb)
+	}
+	return rep, nil
+}
+
+func benchKernel(ctx context.Context, o BenchOptions, home, kernel string, logf func(string, ...any)) (*KernelBench, string, error) {
+	r, err := Open(Options{Home: home, ImagesDir: o.ImagesDir, CacheDir: o.CacheDir, AgentPath: o.AgentPath,
+		Accel: o.Accel, Kernel: kernel, Warn: func(string) {}})
+	if err != nil {
+		return nil, "", err
+	}
+	defer r.Close()
+	boot, err := r.bootAssets()
+	if err != nil {
+		return nil, "", err
+	}
+	kb := &KernelBench{Kernel: kernel, Kind: boot.kernel.Kind, Version: boot.kernel.Version}
+	logf("kernel %s (%s %s), accel %s", kernel, kb.Kind, kb.Version, boot.accel.Accel)
+	opts := BoxOptions{Image: o.Image, Network: NetworkEnabled}
+	var bare, cold, py, rt, guest []time.Duration
+	var bareRSS, barePeak, idleRSS, peak []int64
+	for i := 0; i < o.Runs; i++ {
+		// Bare limit: same command line, trivial init.
+		b, err := r.newBox(ctx, opts)
+		if err != nil {
+			return nil, "", err
+		}
+		img, err := b.image()
+		if err != nil {
+			return nil, "", err
+		}
+		base, err := rootfs.Base(ctx, r.images, img, r.opts.CacheDir)
+		if err != nil {
+			return nil, "", err
+		}
+		qc := b.vmConfig(boot, base, "AIRLOCK_BARE=1")
+		t0 := time.Now()
+		pid, err := qemu.Launch(ctx, qc)
+		if err != nil {
+			return nil, "", err
+		}
+		start := qemu.StartTime(pid)
+		for {
+			c, _ := os.ReadFile(qc.ConsoleLog)
+			if strings.Contains(string(c), "AIRLOCK-BARE-MARKER") {
+				break
+			}
+			if time.Since(t0) > 2*time.Minute || !qemu.Alive(pid, start) {
+				qemu.Kill(pid, start)
+				return nil, "", fmt.Errorf("bare init printed no marker; console:\n%s", c)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		bare = append(bare, time.Since(t0))
+		time.Sleep(time.Second)
+		bareRSS = append(bareRSS, procStatus(pid, "VmRSS"))
+		barePeak = append(barePeak, procStatus(pid, "VmHWM"))
+		qemu.Kill(pid, start)
+		b.remove(ctx, true)
+
+		// Cold start: Create -> first Exec("true").
+		t0 = time.Now()
+		b, err = r.Create(ctx, opts)
+		if err != nil {
+			return nil, "", err
+		}
+		if _, err := b.Exec(ctx, "true", nil, ExecOptions{}); err != nil {
+			b.remove(ctx, true)
+			return nil, "", err
+		}
+		cold = append(cold, time.Since(t0))
+		for j := 0; j < 10; j++ {
+			res, err := b.Exec(ctx, "true", nil, ExecOptions{})
+			if err != nil {
+				b.remove(ctx, true)
+				return nil, "", err
+			}
+			rt = append(rt, res.Duration)
+			guest = append(guest, res.GuestDuration)
+		}
+		time.Sleep(time.Second)
+		b.mu.Lock()
+		qpid := b.rec.PID
+		b.mu.Unlock()
+		idleRSS = append(idleRSS, procStatus(qpid, "VmRSS"))
+		peak = append(peak, procStatus(qpid, "VmHWM"))
+		b.remove(ctx, true)
+
+		// First python3 -c output.
+		t0 = time.Now()
+		b, err = r.Create(ctx, opts)
+		if err != nil {
+			return nil, "", err
+		}
+		res, err := b.Exec(ctx, "python3", []string{"-c", "print(1)"}, ExecOptions{})
+		if err != nil || string(res.Stdout) != "1\n" {
+			b.remove(ctx, true)
+			return nil, "", fmt.Errorf("python3 -c: %v %v", res, err)
+		}
+		py = append(py, time.Since(t0))
+		b.remove(ctx, true)
+		logf("  run %d: bare %s, cold start %s, first python %s", i+1,
+			bare[i].Round(time.Millisecond), cold[i].Round(time.Millisecond), py[i].Round(time.Millisecond))
+	}
+	kb.Bare, kb.ColdStart, kb.FirstPython = median(bare), median(cold), median(py)
+	kb.ExecRoundTrip, kb.GuestExec = median(rt), median(guest)
+	kb.BareRSS, kb.BarePeakRSS, kb.IdleRSS, kb.PeakRSS = medianInt(bareRSS), medianInt(barePeak), medianInt(idleRSS), medianInt(peak)
+	return kb, boot.accel.Accel, nil
+}
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+// Write prints the report as tables with the ratios the targets refer to.
+func (rep *BenchReport) Write(w io.Writer) {
+	fmt.Fprintf(w, "accelerator: %s, medians of %d runs\n\n", rep.Accel, rep.Runs)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "kernel\tbare limit\tcold start\tratio (≤1.10)\texec rtt\tguest exec\trtt-guest (≤1ms)\tidle RSS\tbare RSS\tratio (≤1.05)")
+	for _, k := range rep.Kernels {
+		fmt.Fprintf(tw, "%s %s\t%s\t%s\t%s\t%s\t%s\t%s\t%d MiB\t%d MiB\t%s\n", k.Kind, k.Version,
+			k.Bare.Round(time.Millisecond), k.ColdStart.Round(time.Millisecond), ratio(float64(k.ColdStart), float64(k.Bare)),
+			k.ExecRoundTrip.Round(10*time.Microsecond), k.GuestExec.Round(10*time.Microsecond),
+			(k.ExecRoundTrip - k.GuestExec).Round(10*time.Microsecond),
+			k.IdleRSS>>10, k.BareRSS>>10, ratio(float64(k.IdleRSS), float64(k.BareRSS)))
+	}
+	tw.Flush()
+	if len(rep.Kernels) >= 2 {
+		a, d := rep.Kernels[0], rep.Kernels[1]
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "\t"+a.Kind+"\t"+d.Kind+"\tspeed-up / ratio")
+		fmt.Fprintf(tw, "cold start (create → exec true)\t%s\t%s\t%s× (target ≥2.5)\n", a.ColdStart.Round(time.Millisecond), d.ColdStart.Round(time.Millisecond), ratio(float64(d.ColdStart), float64(a.ColdStart)))
+		fmt.Fprintf(tw, "first python3 -c output\t%s\t%s\t%s×\n", a.FirstPython.Round(time.Millisecond), d.FirstPython.Round(time.Millisecond), ratio(float64(d.FirstPython), float64(a.FirstPython)))
+		fmt.Fprintf(tw, "QEMU peak RSS (box)\t%d MiB\t%d MiB\t%s (target ≤0.55)\n", a.PeakRSS>>10, d.PeakRSS>>10, ratio(float64(a.PeakRSS), float64(d.PeakRSS)))
+		tw.Flush()
+	}
+}
