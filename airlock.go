@@ -25,7 +25,8 @@ type Options struct {
 	// Home holds box records (state.db) and box directories (boxes/).
 	// Default $AIRLOCK_HOME, else ~/.airlock.
 	Home string
-	// ImagesDir is the local OCI image store. Default Home/images.
+	// ImagesDir is the local OCI image store. Default $AIRLOCK_IMAGES,
+	// else Home/images.
 	ImagesDir string
 	// CacheDir holds kernels, initramfs images and root filesystem bases.
 	// Default $AIRLOCK_CACHE, else ~/.cache/airlock.
@@ -85,6 +86,9 @@ func DefaultHome() string {
 func Open(opts Options) (*Runtime, error) {
 	if opts.Home == "" {
 		opts.Home = DefaultHome()
+	}
+	if opts.ImagesDir == "" {
+		opts.ImagesDir = os.Getenv("AIRLOCK_IMAGES")
 	}
 	if opts.ImagesDir == "" {
 		opts.ImagesDir = filepath.Join(opts.Home, "images")

@@ -78,9 +78,12 @@ type ImageConfig struct {
 	Labels map[string]string
 }
 
-// DefaultDir returns the default store directory: $AIRLOCK_HOME/images, where
-// AIRLOCK_HOME defaults to ~/.airlock.
+// DefaultDir returns the default store directory: $AIRLOCK_IMAGES if set,
+// else $AIRLOCK_HOME/images, where AIRLOCK_HOME defaults to ~/.airlock.
 func DefaultDir() (string, error) {
+	if d := os.Getenv("AIRLOCK_IMAGES"); d != "" {
+		return d, nil
+	}
 	home := os.Getenv("AIRLOCK_HOME")
 	if home == "" {
 		h, err := os.UserHomeDir()

@@ -1,0 +1,170 @@
+package cli_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/vmtest"
+)
+
+var airlockBin, agentBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "airlock-cli-test-")
+	if err != nil {
+		panic(err)
+	}
+	agentBin, err = vmtest.BuildAgent(dir)
+	if err == nil {
+		airlockBin = filepath.Join(dir, "airlock")
+		_, file, _, _ := runtime.Caller(0)
+		cmd := exec.Command("go", "build", "-o", airlockBin, "./cmd/airlock")
+		cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+		if b, e := cmd.CombinedOutput(); e != nil {
+			err = fmt.Errorf("%v\n%s", e, b)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type cli struct {
+	t    *testing.T
+	home string
+}
+
+// run runs the airlock binary as a new process, like a user would.
+func (c cli) run(args ...string) (stdout, stderr string, code int) {
+	c.t.Helper()
+	cmd := exec.Command(airlockBin, args...)
+	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+c.home, "AIRLOCK_IMAGES="+vmtest.ImagesDir(), "AIRLOCK_AGENT="+agentBin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		c.t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// qemuOf lists QEMU processes whose command line mentions the home.
+func qemuOf(home string) []string {
+	out, _ := exec.Command("pgrep", "-f", "qemu-system-x86_64 -name airlock-").Output()
+	var pids []string
+	for _, p := range strings.Fields(string(out)) {
+		b, _ := os.ReadFile("/proc/" + p + "/cmdline")
+		st, _ := os.ReadFile("/proc/" + p + "/stat")
+		if strings.Contains(string(b), home) && !strings.Contains(string(st), ") Z ") {
+			pids = append(pids, p)
+		}
+	}
+	return pids
+}
+
+func TestCLIRun(t *testing.T) {
+	vmtest.Require(t)
+	c := cli{t, t.TempDir()}
+	out, errs, code := c.run("run", "--rm", "python:slim", "python3", "-c", "print(sum(range(10)))")
+	if code != 0 || out != "45\n" {
+		t.Fatalf("code %d stdout %q stderr %q", code, out, errs)
+	}
+	if !strings.Contains(errs, "TCG") && !strings.Contains(errs, "") {
+		t.Fatalf("stderr %q", errs)
+	}
+	out, errs, code = c.run("run", "--rm", "--network", "disabled", "python:slim", "sh", "-c", "echo a; echo b >&2; exit 3")
+	if code != 3 || out != "a\n" || !strings.HasSuffix(errs, "b\n") {
+		t.Fatalf("code %d stdout %q stderr %q", code, out, errs)
+	}
+	start := time.Now()
+	out, errs, code = c.run("run", "--rm", "--timeout", "3s", "python:slim", "sh", "-c", "sleep 600 & sleep 600")
+	if code != 124 || !strings.Contains(errs, "timed out") {
+		t.Fatalf("code %d stdout %q stderr %q", code, out, errs)
+	}
+	if d := time.Since(start); d > 60*time.Second {
+		t.Fatalf("took %s", d)
+	}
+	if q := qemuOf(c.home); len(q) != 0 {
+		t.Fatalf("QEMU left behind: %v", q)
+	}
+	if out, _, _ := c.run("ls", "-q"); strings.TrimSpace(out) != "" {
+		t.Fatalf("boxes left behind with --rm: %q", out)
+	}
+	_, errs, code = c.run("run", "--rm", "no-such-image:1")
+	if code != 125 || !strings.Contains(errs, "not found") {
+		t.Fatalf("code %d stderr %q", code, errs)
+	}
+}
+
+func TestCLICreateExecStopStartRm(t *testing.T) {
+	vmtest.Require(t)
+	c := cli{t, t.TempDir()}
+	out, errs, code := c.run("create", "--name", "keep", "--network", "disabled", "python:slim")
+	id := strings.TrimSpace(out)
+	if code != 0 || len(id) != 12 {
+		t.Fatalf("create: code %d stdout %q stderr %q", code, out, errs)
+	}
+	if _, errs, code = c.run("exec", "keep", "sh", "-c", "echo persisted > /root/f"); code != 0 {
+		t.Fatalf("exec: %d %q", code, errs)
+	}
+	if out, _, _ = c.run("ls"); !strings.Contains(out, id) || !strings.Contains(out, "running") {
+		t.Fatalf("ls: %q", out)
+	}
+	if _, errs, code = c.run("stop", id[:6]); code != 0 {
+		t.Fatalf("stop: %d %q", code, errs)
+	}
+	if q := qemuOf(c.home); len(q) != 0 {
+		t.Fatalf("QEMU still running after stop: %v", q)
+	}
+	if _, errs, code = c.run("exec", "keep", "true"); code != 125 || !strings.Contains(errs, "not running") {
+		t.Fatalf("exec on stopped box: %d %q", code, errs)
+	}
+	if _, errs, code = c.run("start", "keep"); code != 0 {
+		t.Fatalf("start: %d %q", code, errs)
+	}
+	if out, errs, code = c.run("exec", "keep", "cat", "/root/f"); code != 0 || out != "persisted\n" {
+		t.Fatalf("exec after restart: %d %q %q", code, out, errs)
+	}
+	if out, _, _ = c.run("logs", "keep"); !strings.Contains(out, "airlock-agent: ready") {
+		t.Fatalf("logs: %q", out)
+	}
+	if _, errs, code = c.run("rm", "keep"); code == 0 || !strings.Contains(errs, "rm -f") {
+		t.Fatalf("rm of running box: %d %q", code, errs)
+	}
+	if _, errs, code = c.run("rm", "-f", "keep"); code != 0 {
+		t.Fatalf("rm -f: %d %q", code, errs)
+	}
+	if q := qemuOf(c.home); len(q) != 0 {
+		t.Fatalf("QEMU left behind after rm -f: %v", q)
+	}
+}
+
+func TestCLIDoctor(t *testing.T) {
+	vmtest.Require(t)
+	c := cli{t, t.TempDir()}
+	out, _, code := c.run("doctor")
+	if code != 0 || !strings.Contains(out, "kernel") || !strings.Contains(out, "accelerator") {
+		t.Fatalf("doctor: %d %q", code, out)
+	}
+	t.Setenv("AIRLOCK_ACCEL", "bogus")
+	cmd := exec.Command(airlockBin, "doctor")
+	cmd.Env = append(os.Environ(), "AIRLOCK_ACCEL=bogus")
+	b, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(b), "want kvm, tcg or auto") {
+		t.Fatalf("doctor with bad AIRLOCK_ACCEL: %s", b)
+	}
+}
