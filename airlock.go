@@ -145,6 +145,13 @@ func (r *Runtime) reconcile(ctx context.Context) error {
 		return err
 	}
 	for _, rec := range recs {
+		var cfg boxConfig
+		json.Unmarshal(rec.Config, &cfg)
+		if cfg.Options.AutoRemove && cfg.OwnerPID != 0 && cfg.OwnerPID != os.Getpid() && !qemu.Alive(cfg.OwnerPID, cfg.OwnerStart) {
+			// Its creator died without removing it.
+			r.handle(rec).remove(ctx, true)
+			continue
+		}
 		if rec.State == store.StateRunning && !qemu.Alive(rec.PID, rec.PIDStart) {
 			if err := r.db.SetStopped(ctx, rec.ID); err != nil {
 				return err
@@ -247,6 +254,11 @@ func newID() string {
 type boxConfig struct {
 	Options BoxOptions        `json:"options"`
 	Image   image.ImageConfig `json:"image"`
+	// Owner identifies the process that created an AutoRemove box: when it
+	// is gone, the next Open removes the box, so that a crashed or killed
+	// program leaves no VM behind.
+	OwnerPID   int    `json:"owner_pid,omitempty"`
+	OwnerStart uint64 `json:"owner_start,omitempty"`
 }
 
 // resolveImage finds ref locally, or pulls it.
@@ -332,7 +344,12 @@ func (r *Runtime) newBox(ctx context.Context, opts BoxOptions) (*Box, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, _ := json.Marshal(boxConfig{Options: opts, Image: img.Config})
+	bc := boxConfig{Options: opts, Image: img.Config}
+	if opts.AutoRemove {
+		bc.OwnerPID = os.Getpid()
+		bc.OwnerStart = qemu.StartTime(bc.OwnerPID)
+	}
+	cfg, _ := json.Marshal(bc)
 	rec := &store.Box{ID: newID(), Name: opts.Name, Image: opts.Image, ImageDigest: img.Digest,
 		Config: cfg, State: store.StateCreated, Created: time.Now()}
 	if err := r.db.Insert(ctx, rec); err != nil {

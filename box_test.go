@@ -287,6 +287,14 @@ func TestBoxVMDeath(t *testing.T) {
 	if strings.Contains(string(res.Stdout), "eth0") {
 		t.Errorf("network disabled but the box has eth0: %q", res.Stdout)
 	}
+	// A guest out of memory kills the guest process, not the box.
+	res = exec(t, b, airlock.ExecOptions{}, "python3", "-c", "x = bytearray(2 << 30)")
+	if res.ExitCode == 0 {
+		t.Fatalf("allocating 2 GiB in a 512 MiB box succeeded")
+	}
+	if res = exec(t, b, airlock.ExecOptions{}, "echo", "alive"); string(res.Stdout) != "alive\n" {
+		t.Fatalf("box unusable after guest OOM: %q", res.Stdout)
+	}
 	// A kernel panic while an exec is pending.
 	p, err := b.ExecStream(ctx, "sleep", []string{"600"}, airlock.ExecOptions{})
 	if err != nil {
