@@ -120,7 +120,7 @@ func KernelCmdline(accel string, extra ...string) string {
 	p := []string{
 		"console=ttyS0", "quiet", "loglevel=1", "reboot=t", "panic=-1",
 		"no_timer_check", "i8042.noaux", "i8042.nopnp", "i8042.dumbkbd",
-		"random.trust_cpu=on", "audit=0", "nokaslr", "mitigations=off",
+		"random.trust_cpu=on", "audit=0", "nokaslr", "mitigations=off", "pty.legacy_count=0",
 	}
 	if accel == AccelTCG {
 		// TCG's PIT calibration hangs on microvm; tell the kernel the TSC rate.

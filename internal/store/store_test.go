@@ -1,0 +1,79 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestRecordsSharedBetweenHandles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	a, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Open(path) // a second process would open it the same way
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	rec := &Box{ID: "0123456789ab", Name: "web", Image: "python:slim", ImageDigest: "sha256:x", Config: []byte(`{}`), State: StateCreated, Created: time.Now()}
+	if err := a.Insert(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Insert(ctx, &Box{ID: "ffff", Name: "web", Config: []byte(`{}`), State: StateCreated}); !errors.Is(err, ErrNameInUse) {
+		t.Fatalf("duplicate name: %v", err)
+	}
+	for _, ref := range []string{"0123456789ab", "web", "0123"} {
+		got, err := b.Get(ctx, ref)
+		if err != nil || got.ID != rec.ID {
+			t.Fatalf("get %q: %+v %v", ref, got, err)
+		}
+	}
+	if _, err := b.Get(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("missing: %v", err)
+	}
+	if err := b.SetRunning(ctx, rec.ID, 42, 7, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := a.Get(ctx, "web")
+	if got.State != StateRunning || got.PID != 42 || got.PIDStart != 7 {
+		t.Fatalf("after SetRunning: %+v", got)
+	}
+	// Concurrent writers do not fail with "database is locked".
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			db := a
+			if i%2 == 1 {
+				db = b
+			}
+			if i%3 == 0 {
+				errs <- db.SetStopped(ctx, rec.ID)
+			} else {
+				errs <- db.SetRunning(ctx, rec.ID, i, uint64(i), time.Now())
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Delete(ctx, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := b.List(ctx); len(l) != 0 {
+		t.Fatalf("list after delete: %+v", l)
+	}
+}

@@ -1,0 +1,74 @@
+package qemu
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestArgsDescribeTheBox(t *testing.T) {
+	c := Config{
+		Name: "airlock-abc", Accel: AccelTCG, CPUs: 2, MemoryMiB: 768,
+		Kernel: "/k/vmlinux", Initrd: "/k/initrd", Cmdline: "console=ttyS0",
+		Disks:        []Disk{{Path: "/img/base.erofs", ReadOnly: true}, {Path: "/box/rw,1.ext4"}},
+		AgentSockets: []string{"/box/agent-0.sock", "/box/agent-1.sock"},
+		QMPSocket:    "/box/qmp.sock", ConsoleLog: "/box/console.log", PIDFile: "/box/qemu.pid",
+	}
+	a := strings.Join(c.Args(), " ")
+	for _, want := range []string{
+		"-M microvm", "-accel tcg -cpu max", "-m 768", "-smp 2", "-no-reboot", "-nodefaults", "-daemonize",
+		"-kernel /k/vmlinux", "-initrd /k/initrd",
+		"file=/img/base.erofs,format=raw,if=none,readonly=on",
+		"file=/box/rw,,1.ext4,format=raw,if=none,readonly=off", // commas escaped
+		"virtio-serial-device,max_ports=3",
+		"path=/box/agent-1.sock,server=on,wait=off", "name=airlock.agent.1",
+		"-qmp unix:/box/qmp.sock,server=on,wait=off",
+	} {
+		if !strings.Contains(a, want) {
+			t.Errorf("args lack %q:\n%s", want, a)
+		}
+	}
+	if strings.Contains(a, "netdev") {
+		t.Errorf("network disabled but args have a netdev: %s", a)
+	}
+	c.Network, c.Accel = true, AccelKVM
+	a = strings.Join(c.Args(), " ")
+	if !strings.Contains(a, "-netdev user,id=net0") || !strings.Contains(a, "-accel kvm -cpu host") {
+		t.Errorf("kvm+network args: %s", a)
+	}
+}
+
+func TestKernelCmdlineTCGHintOnlyUnderTCG(t *testing.T) {
+	if !strings.Contains(KernelCmdline(AccelTCG), "tsc_early_khz=") {
+		t.Error("TCG command line lacks the TSC calibration hint")
+	}
+	if strings.Contains(KernelCmdline(AccelKVM), "tsc_early_khz=") {
+		t.Error("KVM command line has the TCG-only hint")
+	}
+	if !strings.Contains(KernelCmdline(AccelKVM, "airlock.rw=/dev/vdb"), " airlock.rw=/dev/vdb") {
+		t.Error("extra parameters missing")
+	}
+}
+
+func TestProbeAccel(t *testing.T) {
+	if _, err := ProbeAccel("bogus"); err == nil {
+		t.Error("bogus accelerator accepted")
+	}
+	c, err := ProbeAccel("tcg")
+	if err != nil || c.Accel != AccelTCG || !c.Forced {
+		t.Errorf("tcg: %+v %v", c, err)
+	}
+	auto, err := ProbeAccel("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := kvmProblem(); p != "" {
+		if auto.Accel != AccelTCG || auto.Reason != p {
+			t.Errorf("KVM unusable (%s) but auto chose %+v", p, auto)
+		}
+		if _, err := ProbeAccel("kvm"); err == nil || !strings.Contains(err.Error(), p) {
+			t.Errorf("forcing kvm where it cannot work: %v", err)
+		}
+	} else if auto.Accel != AccelKVM {
+		t.Errorf("KVM usable but auto chose %+v", auto)
+	}
+}
