@@ -55,6 +55,7 @@ type Box struct {
 	cfg      boxConfig
 	conn     *client.Client
 	vmExit   <-chan struct{} // closed when QEMU exits (while watched)
+	watchPID int             // the pid vmExit watches
 	died     *DiedError
 	stopping bool
 }
@@ -253,9 +254,10 @@ func validHostname(s string) bool {
 	return true
 }
 
-// watchVM starts watching the QEMU process once per boot.
+// watchVM starts watching the QEMU process pid, once per boot.
+// Preconditions: b.mu is held.
 func (b *Box) watchVM(pid int) {
-	if b.vmExit != nil {
+	if b.vmExit != nil && b.watchPID == pid {
 		return
 	}
 	ch, err := qemu.Watch(pid)
@@ -264,21 +266,25 @@ func (b *Box) watchVM(pid int) {
 		close(c)
 		ch = c
 	}
-	b.vmExit = ch
+	b.vmExit, b.watchPID = ch, pid
 	go func() {
 		<-ch
 		b.mu.Lock()
-		stopping := b.stopping
-		if !stopping {
+		if b.watchPID != pid {
+			// A newer boot is being watched.
+			b.mu.Unlock()
+			return
+		}
+		if !b.stopping {
 			b.died = b.diedError(pid)
 		}
 		if b.conn != nil {
 			b.conn.Close()
 			b.conn = nil
 		}
-		b.vmExit = nil
+		b.vmExit, b.watchPID = nil, 0
 		b.mu.Unlock()
-		b.r.db.SetStopped(context.Background(), b.id)
+		b.r.db.SetStoppedIfPID(context.Background(), b.id, pid)
 	}()
 }
 

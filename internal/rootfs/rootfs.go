@@ -10,7 +10,9 @@ package rootfs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -134,6 +136,37 @@ func BaseWith(ctx context.Context, store *image.Store, img *image.Image, cacheDi
 		opts.Note(fmt.Sprintf("built rootfs base %s for %s (%d MiB) in %s", final, img.Ref, sz>>20, time.Since(start).Round(time.Millisecond)))
 	}
 	return final, nil
+}
+
+// RemoveBase deletes the cached base of the image with manifest digest
+// ("sha256:...") from cacheDir ("" means DefaultCacheDir()), after any build
+// of it in progress. It is not an error if there is none. Running boxes keep
+// the copy they have open.
+func RemoveBase(ctx context.Context, cacheDir, digest string) error {
+	if cacheDir == "" {
+		d, err := DefaultCacheDir()
+		if err != nil {
+			return err
+		}
+		cacheDir = d
+	}
+	hexd, ok := strings.CutPrefix(digest, "sha256:")
+	if !ok || len(hexd) != 64 || strings.ContainsAny(hexd, "/.") {
+		return fmt.Errorf("unexpected digest %q", digest)
+	}
+	dir := filepath.Join(cacheDir, "rootfs")
+	if _, err := os.Stat(filepath.Join(dir, hexd+".erofs")); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	l := flock.New(filepath.Join(dir, hexd+".lock"))
+	if _, err := l.TryLockContext(ctx, 100*time.Millisecond); err != nil {
+		return fmt.Errorf("lock rootfs base %s: %w", hexd, err)
+	}
+	defer l.Unlock()
+	if err := os.Remove(filepath.Join(dir, hexd+".erofs")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // NewDisk creates path as a sparse ext4 filesystem image of sizeMiB MiB,

@@ -178,6 +178,13 @@ func (d *DB) SetStopped(ctx context.Context, id string) error {
 	return err
 }
 
+// SetStoppedIfPID records that the VM is gone, unless the record has moved
+// on to another VM (pid) meanwhile.
+func (d *DB) SetStoppedIfPID(ctx context.Context, id string, pid int) error {
+	_, err := d.db.ExecContext(ctx, `UPDATE boxes SET state = ?, pid = 0, pid_start = 0 WHERE id = ? AND pid = ?`, StateStopped, id, pid)
+	return err
+}
+
 // Delete removes a record.
 func (d *DB) Delete(ctx context.Context, id string) error {
 	_, err := d.db.ExecContext(ctx, `DELETE FROM boxes WHERE id = ?`, id)
