@@ -160,8 +160,10 @@ func TestExecLargeOutputBoundedMemory(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	w := &slowCounter{}
 	stop := make(chan struct{})
+	sampled := make(chan struct{})
 	var maxHeap uint64
 	go func() {
+		defer close(sampled)
 		for {
 			select {
 			case <-stop:
@@ -181,6 +183,7 @@ func TestExecLargeOutputBoundedMemory(t *testing.T) {
 	}
 	ex, err := p.Wait()
 	close(stop)
+	<-sampled
 	if err != nil || ex.Code != 0 {
 		t.Fatal(ex, err)
 	}
