@@ -1,0 +1,448 @@
+package codebox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlock-run/airlock"
+)
+
+//go:embed kernel.py
+var kernelSource []byte
+
+// KernelPath is where NewContext writes the kernel script in the box.
+const KernelPath = "/tmp/.airlock-codebox/kernel.py"
+
+// kernelStartTimeout bounds the wait for a new kernel's ready line.
+const kernelStartTimeout = 2 * time.Minute
+
+// Result is the outcome of one Context.Run cell.
+type Result struct {
+	// Stdout and Stderr are what the cell printed. Output written by its
+	// subprocesses or C code straight to file descriptors 1 and 2 comes
+	// after the cell's own Python-level output. Each is cut at 8 MiB
+	// (Truncated is then set).
+	Stdout, Stderr string
+	// Value is the repr() of the cell's last statement when that is an
+	// expression whose value is not None, as a notebook shows it; ""
+	// otherwise.
+	Value string
+	// Error is set when the cell raised (SyntaxError, SystemExit and
+	// KeyboardInterrupt included); output printed before the exception
+	// is kept in Stdout and Stderr.
+	Error *Error
+	// Images are the matplotlib figures left open at the end of the cell,
+	// rendered as PNG (Agg backend) and then closed, like a notebook's
+	// inline backend. Empty when matplotlib is not installed or not used.
+	Images []Image
+	// TimedOut is true when the cell ran past its timeout (or ctx ended)
+	// and was interrupted.
+	TimedOut bool
+	// StateLost is true when the interpreter had to be killed or had died
+	// and a fresh one was started: variables, imports and functions of
+	// earlier cells are gone.
+	StateLost bool
+	// Truncated is true when Stdout or Stderr was cut.
+	Truncated bool
+	// Duration is the host-side time of the call.
+	Duration time.Duration
+}
+
+// Error is an exception raised by a cell.
+type Error struct {
+	// Name is the exception class ("ZeroDivisionError"), or "TimeoutError"
+	// / "KernelDied" for an interpreter that was killed or exited.
+	Name string
+	// Value is str() of the exception.
+	Value string
+	// Traceback is the formatted traceback, the kernel's own frames
+	// removed; cells appear as "<cell-N>".
+	Traceback string
+}
+
+// Error returns "Name: Value".
+func (e *Error) Error() string {
+	if e.Value == "" {
+		return e.Name
+	}
+	return e.Name + ": " + e.Value
+}
+
+// Image is one rich output of a cell.
+type Image struct {
+	// MIMEType is "image/png".
+	MIMEType string `json:"mime"`
+	// Data is the encoded image.
+	Data []byte `json:"data"`
+}
+
+// Context is a long-lived Python interpreter in the box: variables,
+// imports and functions persist from one Run to the next. Contexts of one
+// box share no state (each is its own process). Run calls on one Context
+// are serialized; Close ends the interpreter.
+type Context struct {
+	start   func(context.Context) (kernelProc, error)
+	timeout time.Duration
+	grace   time.Duration
+	onClose func()
+
+	closing   chan struct{} // closed by Close, to end a running cell
+	closeOnce sync.Once
+
+	mu     sync.Mutex // serializes Run and guards the fields below
+	k      *kernel
+	nextID int64
+	closed bool
+}
+
+// kernelProc is the interpreter process: an airlock.Process, or an os/exec
+// process in tests.
+type kernelProc interface {
+	Stdin() io.WriteCloser
+	Stdout() io.Reader
+	Stderr() io.Reader
+	Signal(syscall.Signal) error
+	Kill() error
+	// Wait returns the exit status, or an error when the process could
+	// not be waited for (the box died).
+	Wait() (int, error)
+}
+
+type boxProc struct{ *airlock.Process }
+
+func (p boxProc) Wait() (int, error) {
+	res, err := p.Process.Wait()
+	if res == nil {
+		return -1, err
+	}
+	return res.ExitCode, err
+}
+
+// NewContext starts a new interpreter in the box. It writes the kernel
+// script (embedded in this package) to KernelPath and runs it with
+// MPLBACKEND=Agg; the interpreter outlives ctx, which bounds only the
+// start. Errors: the box is not running or died, or Python did not start.
+func (c *CodeBox) NewContext(ctx context.Context) (*Context, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, errors.New("codebox: closed")
+	}
+	c.mu.Unlock()
+	k := &Context{
+		closing: make(chan struct{}),
+		timeout: c.opts.Timeout,
+		grace:   c.opts.InterruptGrace,
+		start: func(ctx context.Context) (kernelProc, error) {
+			if err := c.writeFile(ctx, KernelPath, kernelSource); err != nil {
+				return nil, err
+			}
+			// The interpreter must outlive ctx: a deadline on an
+			// ExecStream's ctx would become the process's timeout.
+			p, err := c.box.ExecStream(context.WithoutCancel(ctx), c.opts.Python, []string{"-u", KernelPath},
+				airlock.ExecOptions{Env: []string{"MPLBACKEND=Agg", "PYTHONIOENCODING=utf-8"}})
+			if err != nil {
+				return nil, err
+			}
+			return boxProc{p}, nil
+		},
+	}
+	k.onClose = func() {
+		c.mu.Lock()
+		delete(c.contexts, k)
+		c.mu.Unlock()
+	}
+	if err := k.init(ctx); err != nil {
+		return nil, fmt.Errorf("codebox: start context: %w", err)
+	}
+	c.mu.Lock()
+	c.contexts[k] = struct{}{}
+	c.mu.Unlock()
+	return k, nil
+}
+
+func (x *Context) init(ctx context.Context) error {
+	k, err := startKernel(ctx, x.start)
+	if err != nil {
+		return err
+	}
+	x.k = k
+	return nil
+}
+
+// kernel is one running interpreter.
+type kernel struct {
+	p       kernelProc
+	stdin   io.WriteCloser
+	replies chan reply // closed when stdout ends
+	stderr  *tail
+	exited  chan struct{}
+	code    int
+	waitErr error
+}
+
+type reply struct {
+	ID        *int64  `json:"id"`
+	Ready     bool    `json:"ready"`
+	Stdout    string  `json:"stdout"`
+	Stderr    string  `json:"stderr"`
+	Value     *string `json:"value"`
+	Error     *Error  `json:"error"`
+	Images    []Image `json:"images"`
+	Truncated bool    `json:"truncated"`
+}
+
+func startKernel(ctx context.Context, start func(context.Context) (kernelProc, error)) (*kernel, error) {
+	p, err := start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	k := &kernel{p: p, stdin: p.Stdin(), replies: make(chan reply, 1), stderr: &tail{max: 64 << 10}, exited: make(chan struct{})}
+	go func() {
+		defer close(k.replies)
+		r := bufio.NewReaderSize(p.Stdout(), 64<<10)
+		for {
+			line, err := r.ReadBytes('\n')
+			if len(bytes.TrimSpace(line)) > 0 {
+				var rep reply
+				if json.Unmarshal(line, &rep) == nil {
+					k.replies <- rep
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go io.Copy(k.stderr, p.Stderr())
+	go func() {
+		k.code, k.waitErr = p.Wait()
+		close(k.exited)
+	}()
+	t := time.NewTimer(kernelStartTimeout)
+	defer t.Stop()
+	select {
+	case rep, ok := <-k.replies:
+		if ok && rep.Ready {
+			return k, nil
+		}
+		k.kill()
+		return nil, fmt.Errorf("python did not start: %s", k.died())
+	case <-ctx.Done():
+		k.kill()
+		return nil, ctx.Err()
+	case <-t.C:
+		k.kill()
+		return nil, fmt.Errorf("python did not start within %s", kernelStartTimeout)
+	}
+}
+
+// kill ends the interpreter and waits (briefly) for it to be gone.
+func (k *kernel) kill() {
+	k.p.Kill()
+	select {
+	case <-k.exited:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// died describes why the interpreter ended; call it once stdout ended.
+func (k *kernel) died() string {
+	select {
+	case <-k.exited:
+	case <-time.After(10 * time.Second):
+		return "the interpreter stopped answering"
+	}
+	msg := fmt.Sprintf("the interpreter exited with status %d", k.code)
+	if k.waitErr != nil {
+		msg = k.waitErr.Error()
+	}
+	if s := strings.TrimSpace(k.stderr.String()); s != "" {
+		msg += "; its stderr: " + s
+	}
+	return msg
+}
+
+// Run runs code in the context and returns its result. An exception in
+// the code is not a Go error: it is Result.Error (with the output printed
+// before it). When the cell runs past Options.Timeout, or ctx ends, it is
+// interrupted with SIGINT (KeyboardInterrupt; state kept, TimedOut set);
+// if it has not stopped within Options.InterruptGrace the interpreter is
+// killed and a new one started: Result.StateLost is set and Error is a
+// TimeoutError. An interpreter that exits by itself (os._exit, a crash)
+// is restarted the same way (Error "KernelDied"). The output of a killed
+// or crashed cell is lost.
+//
+// The error is non-nil when ctx ended (ctx.Err(), with the Result of the
+// interrupted cell), when the Context is closed, or when the box is gone
+// and no new interpreter could be started.
+func (x *Context) Run(ctx context.Context, code string) (*Result, error) {
+	t0 := time.Now()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return nil, errClosed
+	}
+	res, err := x.run(ctx, code)
+	if res != nil {
+		res.Duration = time.Since(t0)
+	}
+	return res, err
+}
+
+func (x *Context) run(ctx context.Context, code string) (*Result, error) {
+	if x.k == nil {
+		if err := x.init(ctx); err != nil {
+			return nil, fmt.Errorf("codebox: restart context: %w", err)
+		}
+	}
+	k := x.k
+	x.nextID++
+	id := x.nextID
+	req, _ := json.Marshal(map[string]any{"id": id, "code": code})
+	if _, err := k.stdin.Write(append(req, '\n')); err != nil {
+		return x.lost(ctx, "KernelDied", k.died(), false)
+	}
+	var timer <-chan time.Time
+	if x.timeout > 0 {
+		t := time.NewTimer(x.timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	for {
+		select {
+		case rep, ok := <-k.replies:
+			if !ok {
+				return x.lost(ctx, "KernelDied", k.died(), false)
+			}
+			if rep.ID == nil || *rep.ID != id {
+				continue // not this cell's (cannot happen with this kernel)
+			}
+			return rep.result(), nil
+		case <-timer:
+			return x.interrupt(ctx, id, nil)
+		case <-ctx.Done():
+			return x.interrupt(ctx, id, ctx.Err())
+		case <-x.closing:
+			k.kill()
+			x.k = nil
+			return nil, errClosed
+		}
+	}
+}
+
+var errClosed = errors.New("codebox: context closed")
+
+// interrupt sends SIGINT to the interpreter and waits for the cell's
+// reply; past the grace it restarts the interpreter.
+func (x *Context) interrupt(ctx context.Context, id int64, ctxErr error) (*Result, error) {
+	k := x.k
+	k.p.Signal(syscall.SIGINT)
+	t := time.NewTimer(x.grace)
+	defer t.Stop()
+	for {
+		select {
+		case rep, ok := <-k.replies:
+			if !ok {
+				res, err := x.lost(ctx, "KernelDied", k.died(), true)
+				return res, errors.Join(err, ctxErr)
+			}
+			if rep.ID == nil || *rep.ID != id {
+				continue
+			}
+			res := rep.result()
+			res.TimedOut = true
+			return res, ctxErr
+		case <-t.C:
+			k.kill()
+			what := "the cell did not stop"
+			if x.timeout > 0 && ctxErr == nil {
+				what = fmt.Sprintf("the cell ran past its %s timeout", x.timeout)
+			}
+			msg := fmt.Sprintf("%s and did not stop within %s of SIGINT; the interpreter was killed and restarted, and its state was lost", what, x.grace)
+			res, err := x.lost(ctx, "TimeoutError", msg, true)
+			return res, errors.Join(err, ctxErr)
+		}
+	}
+}
+
+// lost replaces a dead or killed interpreter with a new one and returns
+// the Result that says so.
+func (x *Context) lost(ctx context.Context, name, msg string, timedOut bool) (*Result, error) {
+	x.k.kill()
+	x.k = nil
+	res := &Result{Error: &Error{Name: name, Value: msg}, StateLost: true, TimedOut: timedOut}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kernelStartTimeout)
+	defer cancel()
+	if err := x.init(sctx); err != nil {
+		return res, fmt.Errorf("codebox: %s; a new interpreter could not be started: %w", msg, err)
+	}
+	return res, nil
+}
+
+func (r reply) result() *Result {
+	res := &Result{Stdout: r.Stdout, Stderr: r.Stderr, Error: r.Error, Images: r.Images, Truncated: r.Truncated}
+	if r.Value != nil {
+		res.Value = *r.Value
+	}
+	return res
+}
+
+// Close ends the interpreter; its state is gone. A Run in progress is
+// stopped (its interpreter killed) and returns an error. Closing twice is
+// a no-op.
+func (x *Context) Close() error {
+	x.closeOnce.Do(func() { close(x.closing) })
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return nil
+	}
+	x.closed = true
+	if x.k != nil {
+		x.k.stdin.Close()
+		select {
+		case <-x.k.exited:
+		case <-time.After(2 * time.Second):
+			x.k.kill()
+		}
+		x.k = nil
+	}
+	if x.onClose != nil {
+		x.onClose()
+	}
+	return nil
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
