@@ -278,10 +278,7 @@ func (b *Box) watchVM(pid int) {
 		if !b.stopping {
 			b.died = b.diedError(pid)
 		}
-		if b.conn != nil {
-			b.conn.Close()
-			b.conn = nil
-		}
+		b.dropConnLocked()
 		b.vmExit, b.watchPID = nil, 0
 		b.mu.Unlock()
 		b.r.db.SetStoppedIfPID(context.Background(), b.id, pid)
@@ -506,13 +503,23 @@ func (b *Box) stopLocked(ctx context.Context) error {
 			}
 		}
 	}
+	b.dropConn()
+	return b.r.db.SetStopped(ctx, b.id)
+}
+
+// dropConn closes the handle's agent connection, if any.
+func (b *Box) dropConn() {
 	b.mu.Lock()
+	b.dropConnLocked()
+	b.mu.Unlock()
+}
+
+// dropConnLocked is dropConn with b.mu held.
+func (b *Box) dropConnLocked() {
 	if b.conn != nil {
 		b.conn.Close()
 		b.conn = nil
 	}
-	b.mu.Unlock()
-	return b.r.db.SetStopped(ctx, b.id)
 }
 
 // Close releases this handle's connection; the box keeps running. An
@@ -521,12 +528,7 @@ func (b *Box) Close() error {
 	if b.cfg.Options.AutoRemove {
 		return b.remove(context.Background(), true)
 	}
-	b.mu.Lock()
-	if b.conn != nil {
-		b.conn.Close()
-		b.conn = nil
-	}
-	b.mu.Unlock()
+	b.dropConn()
 	b.r.forget(b.id)
 	return nil
 }
@@ -552,21 +554,13 @@ func (b *Box) remove(ctx context.Context, force bool) error {
 		}
 		b.mu.Lock()
 		b.stopping = true
-		if b.conn != nil {
-			b.conn.Close()
-			b.conn = nil
-		}
+		b.dropConnLocked()
 		b.mu.Unlock()
 		if err := qemu.Kill(rec.PID, rec.PIDStart); err != nil {
 			return err
 		}
 	}
-	b.mu.Lock()
-	if b.conn != nil {
-		b.conn.Close()
-		b.conn = nil
-	}
-	b.mu.Unlock()
+	b.dropConn()
 	if err := b.r.db.Delete(ctx, b.id); err != nil {
 		return err
 	}

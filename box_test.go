@@ -17,22 +17,7 @@ import (
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
-var agentPath string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "airlock-test-")
-	if err != nil {
-		panic(err)
-	}
-	agentPath, err = vmtest.BuildAgent(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(vmtest.Main(m)) }
 
 // openRuntime opens a runtime on a fresh home that shares the image store
 // and cache with the machine's default ones.
@@ -41,7 +26,7 @@ func openRuntime(t *testing.T, home string) *airlock.Runtime {
 	if home == "" {
 		home = t.TempDir()
 	}
-	r, err := airlock.Open(airlock.Options{Home: home, ImagesDir: vmtest.ImagesDir(), AgentPath: agentPath, Warn: func(string) {}})
+	r, err := airlock.Open(airlock.Options{Home: home, ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,28 +14,22 @@ import (
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
-var airlockBin, agentBin string
+var airlockBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "airlock-cli-test-")
 	if err != nil {
 		panic(err)
 	}
-	agentBin, err = vmtest.BuildAgent(dir)
-	if err == nil {
-		airlockBin = filepath.Join(dir, "airlock")
-		_, file, _, _ := runtime.Caller(0)
-		cmd := exec.Command("go", "build", "-o", airlockBin, "./cmd/airlock")
-		cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
-		if b, e := cmd.CombinedOutput(); e != nil {
-			err = fmt.Errorf("%v\n%s", e, b)
-		}
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	airlockBin = filepath.Join(dir, "airlock")
+	_, file, _, _ := runtime.Caller(0)
+	cmd := exec.Command("go", "build", "-o", airlockBin, "./cmd/airlock")
+	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build airlock: %v\n%s", err, b)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := vmtest.Main(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -49,7 +43,7 @@ type cli struct {
 func (c cli) run(args ...string) (stdout, stderr string, code int) {
 	c.t.Helper()
 	cmd := exec.Command(airlockBin, args...)
-	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+c.home, "AIRLOCK_IMAGES="+vmtest.ImagesDir(), "AIRLOCK_AGENT="+agentBin)
+	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+c.home, "AIRLOCK_IMAGES="+vmtest.ImagesDir())
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

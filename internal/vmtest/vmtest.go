@@ -34,6 +34,25 @@ func BuildAgent(dir string) (string, error) {
 	return out, nil
 }
 
+// Main is a TestMain for packages with VM tests: it builds the guest agent
+// into a temporary directory, points AIRLOCK_AGENT at it, runs the tests and
+// cleans up. It returns the exit code for os.Exit.
+func Main(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "airlock-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	agent, err := BuildAgent(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	os.Setenv("AIRLOCK_AGENT", agent)
+	return m.Run()
+}
+
 // Missing returns why boxes cannot boot here ("" when they can): QEMU, a
 // guest kernel, or the default image is missing.
 func Missing() string {
