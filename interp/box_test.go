@@ -14,9 +14,9 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/codebox"
+	"github.com/airlock-run/airlock/internal/vmtest"
 	"github.com/airlock-run/airlock/interp"
 	"github.com/airlock-run/airlock/interp/interptest"
-	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
 // The tests and benchmarks of this file share one python:slim box.
