@@ -132,7 +132,7 @@ func TestBoxFromRegistryImage(t *testing.T) {
 	// The CLI below works on this home; its store starts empty.
 	t.Setenv("AIRLOCK_HOME", home)
 	t.Setenv("AIRLOCK_IMAGES", "")
-	r, err := airlock.Open(airlock.Options{Home: home, ImagesDir: filepath.Join(home, "images"), AgentPath: agentPath, Warn: func(string) {}})
+	r, err := airlock.Open(airlock.Options{Home: home, ImagesDir: filepath.Join(home, "images"), Warn: func(string) {}})
 	if err != nil {
 		t.Fatal(err)
 	}
