@@ -1,0 +1,234 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/codebox"
+	"github.com/airlock-run/airlock/interp"
+)
+
+func init() { extraCommands = append(extraCommands, newAskCmd) }
+
+type askFlags struct {
+	model    string
+	oneShot  bool
+	maxSteps int
+	showCode bool
+	outDir   string
+	timeout  time.Duration
+	image    string
+}
+
+func newAskCmd() *cobra.Command {
+	var af askFlags
+	var bf boxFlags
+	cmd := &cobra.Command{
+		Use:   "ask [flags] TASK...",
+		Short: "Let a language model answer a task by running Python in a box",
+		Long: `Ask an OpenAI-compatible model to do TASK (the arguments, or standard input
+when there are none) with a Python interpreter that runs in a box.
+
+Tool mode (default): the model gets one tool, execute_python(code). Every call
+runs in one long-lived interpreter in one box, so variables and imports persist;
+the tool's result carries stdout, stderr, the last expression's value, the
+traceback when the code raised, and a note of images produced (matplotlib
+figures, with an image that has matplotlib). The loop ends when the model
+answers without calling the tool, or after --max-steps rounds. The answer is
+printed on stdout; --out DIR saves the images and prints their paths.
+
+--one-shot: ask for code once, take the fenced python block (or the whole
+reply), run it once in a fresh interpreter and print its output; on failure
+the traceback goes to stderr.
+
+Environment: OPENAI_API_KEY (required; any value for an endpoint that needs
+none), OPENAI_BASE_URL (an OpenAI-compatible endpoint, ending in /v1; default
+OpenAI's), AIRLOCK_MODEL (the model id, unless --model).
+
+Exit status: 0 on an answer; 1 when the model's endpoint failed, the step
+limit was reached or, with --one-shot, the code failed; 124 when one-shot code
+timed out; 125 when the box could not start; 130 when interrupted.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			task := strings.TrimSpace(strings.Join(args, " "))
+			if task == "" {
+				b, err := io.ReadAll(cmd.InOrStdin())
+				if err != nil {
+					return err
+				}
+				task = strings.TrimSpace(string(b))
+			}
+			if task == "" {
+				return errors.New("no task: give it as arguments, e.g. airlock ask 'compute the first 10 primes', or on standard input")
+			}
+			return runAsk(cmd, task, af, bf)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&af.model, "model", "", "model id the endpoint serves (default $AIRLOCK_MODEL)")
+	fl.BoolVar(&af.oneShot, "one-shot", false, "ask for code once, run it once and print its output (no tool calls)")
+	fl.IntVar(&af.maxSteps, "max-steps", interp.DefaultMaxSteps, "stop after this many rounds of tool calls")
+	fl.BoolVar(&af.showCode, "show-code", false, "show each code block and its output on stderr")
+	fl.StringVar(&af.outDir, "out", "", "save images produced by the code in this directory and print their paths")
+	fl.DurationVar(&af.timeout, "timeout", 2*time.Minute, "time limit for each run of the model's code (0: none)")
+	fl.StringVar(&af.image, "image", airlock.DefaultImage, "image of the box (must have python3)")
+	bf.add(cmd, false)
+	return cmd
+}
+
+// startError is a box that could not start.
+type startError struct{ err error }
+
+func (e *startError) Error() string { return "sandbox failed to start: " + e.err.Error() }
+func (e *startError) Unwrap() error { return e.err }
+
+// sandbox boots a CodeBox (and a context, for tool mode) in the background,
+// so the box boots while the model thinks.
+type sandbox struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	cb     *codebox.CodeBox
+	cx     *codebox.Context
+	err    error
+}
+
+func startSandbox(ctx context.Context, rt *airlock.Runtime, opts codebox.Options, withContext bool) *sandbox {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &sandbox{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		s.cb, s.err = codebox.New(ctx, rt, opts)
+		if s.err == nil && withContext {
+			s.cx, s.err = s.cb.NewContext(ctx)
+		}
+		if s.err != nil {
+			s.err = &startError{s.err}
+		}
+	}()
+	return s
+}
+
+func (s *sandbox) wait(ctx context.Context) error {
+	select {
+	case <-s.done:
+		return s.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Run implements interp.Executor.
+func (s *sandbox) Run(ctx context.Context, code string) (*codebox.Result, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	return s.cx.Run(ctx, code)
+}
+
+// close stops a boot in progress and removes the box.
+func (s *sandbox) close() error {
+	s.cancel()
+	<-s.done
+	if s.cb != nil {
+		return s.cb.Close()
+	}
+	return nil
+}
+
+func runAsk(cmd *cobra.Command, task string, af askFlags, bf boxFlags) error {
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	llm, err := interp.NewOpenAI(interp.ConfigFromEnv(af.model))
+	if err != nil {
+		return err
+	}
+	rt, err := openRuntime(cmd)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	ctx := cmd.Context()
+	opts := codebox.Options{BoxOptions: bf.options(af.image), Timeout: af.timeout}
+	sb := startSandbox(ctx, rt, opts, !af.oneShot)
+	defer func() {
+		if err := sb.close(); err != nil {
+			fmt.Fprintln(stderr, "airlock:", err)
+		}
+	}()
+	if af.oneShot {
+		return askOneShot(ctx, stdout, stderr, llm, sb, task, af)
+	}
+	var log io.Writer
+	if af.showCode {
+		log = stderr
+	}
+	it := &interp.Interpreter{LLM: llm, Exec: sb, MaxSteps: af.maxSteps, Log: log, OutDir: af.outDir}
+	ans, err := it.Ask(ctx, task)
+	if err != nil {
+		if errors.Is(err, interp.ErrMaxSteps) && ans.Text != "" {
+			fmt.Fprintln(stdout, ans.Text)
+		}
+		return askFailed(stderr, err)
+	}
+	fmt.Fprintln(stdout, strings.TrimRight(ans.Text, "\n"))
+	for _, p := range ans.Images {
+		fmt.Fprintln(stdout, "image:", p)
+	}
+	return nil
+}
+
+// runner adapts a sandbox to interp.Runner.
+type runner struct{ sb *sandbox }
+
+func (r runner) Run(ctx context.Context, code string) (string, error) {
+	if err := r.sb.wait(ctx); err != nil {
+		return "", err
+	}
+	return r.sb.cb.Run(ctx, code)
+}
+
+func askOneShot(ctx context.Context, stdout, stderr io.Writer, llm interp.LLM, sb *sandbox, task string, af askFlags) error {
+	// The seed's loop; --show-code prints the code before it runs.
+	reply, err := llm.Chat(ctx, []interp.Message{{Role: interp.RoleUser, Content: fmt.Sprintf(interp.OneShotPrompt, task)}}, nil)
+	if err != nil {
+		return askFailed(stderr, err)
+	}
+	code := interp.ExtractCode(reply.Content)
+	if af.showCode {
+		fmt.Fprintf(stderr, "--- code\n%s\n--- output\n", code)
+	}
+	out, err := runner{sb}.Run(ctx, code)
+	io.WriteString(stdout, out)
+	var ee *codebox.ExecError
+	if errors.As(err, &ee) {
+		io.WriteString(stderr, ee.Stderr)
+		fmt.Fprintln(stderr, "airlock: the generated code failed:", ee)
+		if ee.TimedOut {
+			return &ExitError{124}
+		}
+		return &ExitError{1}
+	}
+	if err != nil {
+		return askFailed(stderr, err)
+	}
+	return nil
+}
+
+// askFailed reports err and returns the exit status for it.
+func askFailed(stderr io.Writer, err error) error {
+	fmt.Fprintln(stderr, "airlock:", err)
+	var se *startError
+	switch {
+	case errors.As(err, &se):
+		fmt.Fprintln(stderr, "airlock: check `airlock doctor` (QEMU, guest kernel, KVM) and that the image is in the store (`airlock images`)")
+		return &ExitError{125}
+	case errors.Is(err, context.Canceled):
+		return &ExitError{130}
+	}
+	return &ExitError{1}
+}

@@ -1,0 +1,149 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/airlock-run/airlock/internal/vmtest"
+	"github.com/airlock-run/airlock/interp/interptest"
+)
+
+// The model in these tests is interptest's fake OpenAI-compatible server on
+// loopback; the binary reaches it through OPENAI_BASE_URL.
+
+func askEnv(t *testing.T, f *interptest.FakeOpenAI) {
+	t.Setenv("OPENAI_API_KEY", "test-key")
+	t.Setenv("OPENAI_BASE_URL", f.BaseURL)
+	t.Setenv("AIRLOCK_MODEL", "")
+}
+
+func callPython(id, code string) interptest.ToolCall {
+	args, _ := json.Marshal(map[string]string{"code": code})
+	return interptest.ToolCall{ID: id, Name: "execute_python", Arguments: string(args)}
+}
+
+// TestAskErrors covers the seed's troubleshooting table without booting a
+// box.
+func TestAskErrors(t *testing.T) {
+	c := cli{t, t.TempDir()}
+	t.Run("no key", func(t *testing.T) {
+		t.Setenv("OPENAI_API_KEY", "")
+		_, errs, code := c.run("ask", "--model", "m", "hi")
+		if code == 0 || !strings.Contains(errs, "OPENAI_API_KEY is not set") {
+			t.Fatalf("code %d stderr %q", code, errs)
+		}
+	})
+	t.Run("no model", func(t *testing.T) {
+		t.Setenv("OPENAI_API_KEY", "k")
+		t.Setenv("AIRLOCK_MODEL", "")
+		_, errs, code := c.run("ask", "hi")
+		if code == 0 || !strings.Contains(errs, "AIRLOCK_MODEL") || !strings.Contains(errs, "--model") {
+			t.Fatalf("code %d stderr %q", code, errs)
+		}
+	})
+	t.Run("model not served", func(t *testing.T) {
+		f := interptest.NewFakeOpenAI(t, func(int, interptest.Request) interptest.Reply {
+			return interptest.Reply{Status: http.StatusNotFound, ErrorMessage: "The model `gpt-nope` does not exist"}
+		})
+		askEnv(t, f)
+		_, errs, code := c.run("ask", "--model", "gpt-nope", "--image", "nosuch.invalid/img:1", "hi")
+		if code != 1 || !strings.Contains(errs, `model "gpt-nope" is not served by `+f.BaseURL) || !strings.Contains(errs, "set --model or AIRLOCK_MODEL") {
+			t.Fatalf("code %d stderr %q", code, errs)
+		}
+	})
+	t.Run("box cannot start", func(t *testing.T) {
+		f := interptest.NewFakeOpenAI(t, func(int, interptest.Request) interptest.Reply {
+			return interptest.Reply{ToolCalls: []interptest.ToolCall{callPython("c1", "print(1)")}}
+		})
+		askEnv(t, f)
+		for _, mode := range [][]string{nil, {"--one-shot"}} {
+			args := append([]string{"ask", "--model", "fake", "--image", "nosuch.invalid/img:1"}, mode...)
+			_, errs, code := c.run(append(args, "hi")...)
+			if code != 125 || !strings.Contains(errs, "sandbox failed to start") || !strings.Contains(errs, "image not found") {
+				t.Fatalf("%v: code %d stderr %q", mode, code, errs)
+			}
+		}
+	})
+}
+
+func TestAskToolMode(t *testing.T) {
+	vmtest.Require(t)
+	c := cli{t, t.TempDir()}
+	var release string
+	f := interptest.NewFakeOpenAI(t, func(n int, req interptest.Request) interptest.Reply {
+		if len(req.Tools) != 1 || req.Tools[0].Function.Name != "execute_python" || req.Model != "fake-model" {
+			t.Errorf("request %d: model %q tools %+v", n, req.Model, req.Tools)
+		}
+		last := req.Messages[len(req.Messages)-1]
+		var res struct{ Stdout, Error string }
+		if n > 0 {
+			if want := []string{"", "c_div", "c_rel"}[n]; last.Role != "tool" || last.ToolCallID != want {
+				t.Errorf("request %d: last message %+v does not answer %s", n, last, want)
+			}
+			json.Unmarshal([]byte(last.Text()), &res)
+		}
+		switch n {
+		case 0:
+			return interptest.Reply{ToolCalls: []interptest.ToolCall{callPython("c_div", "print('dividing')\n1/0")}}
+		case 1:
+			if !strings.Contains(res.Error, "ZeroDivisionError") || res.Stdout != "dividing\n" {
+				t.Errorf("the traceback was not fed back: %+v", res)
+			}
+			return interptest.Reply{ToolCalls: []interptest.ToolCall{callPython("c_rel", "import platform; print(platform.release())")}}
+		default:
+			release = strings.TrimSpace(res.Stdout)
+			return interptest.Reply{Content: "The sandbox's kernel is " + release + "."}
+		}
+	})
+	askEnv(t, f)
+	t.Setenv("AIRLOCK_MODEL", "fake-model")
+	out, errs, code := c.run("ask", "--show-code", "Which", "kernel", "runs", "your", "code?")
+	if code != 0 {
+		t.Fatalf("code %d stderr %s", code, errs)
+	}
+	host, _ := exec.Command("uname", "-r").Output()
+	if release == "" || release == strings.TrimSpace(string(host)) || out != "The sandbox's kernel is "+release+".\n" {
+		t.Fatalf("stdout %q (guest %q, host %q)", out, release, host)
+	}
+	for _, want := range []string{"print('dividing')", "ZeroDivisionError", "platform.release()", release} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("--show-code output lacks %q:\n%s", want, errs)
+		}
+	}
+	if len(qemuOf(c.home)) != 0 {
+		t.Error("the box was left running")
+	}
+}
+
+func TestAskOneShot(t *testing.T) {
+	vmtest.Require(t)
+	c := cli{t, t.TempDir()}
+	for _, tc := range []struct {
+		name, reply, stdout, stderr string
+		code                        int
+	}{
+		{"fenced", "Sure:\n```python\nprint([p for p in range(2, 30) if all(p % d for d in range(2, p))])\n```\n", "[2, 3, 5, 7, 11, 13, 17, 19, 23, 29]\n", "", 0},
+		{"unfenced", "print(6 * 7)", "42\n", "", 0},
+		{"raises", "```python\nprint('start')\n{}['k']\n```", "start\n", "KeyError: 'k'", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := interptest.NewFakeOpenAI(t, func(n int, req interptest.Request) interptest.Reply {
+				if len(req.Tools) != 0 || req.Messages[0].Text() != "Write Python code (no explanation) for: primes" {
+					t.Errorf("one-shot request %+v", req)
+				}
+				return interptest.Reply{Content: tc.reply}
+			})
+			askEnv(t, f)
+			out, errs, code := c.run("ask", "--one-shot", "--model", "m", "primes")
+			if code != tc.code || out != tc.stdout || !strings.Contains(errs, tc.stderr) {
+				t.Fatalf("code %d stdout %q stderr %q", code, out, errs)
+			}
+			if tc.code != 0 && !strings.Contains(errs, "Traceback (most recent call last)") {
+				t.Fatalf("no traceback in %q", errs)
+			}
+		})
+	}
+}
