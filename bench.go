@@ -35,7 +35,8 @@ type BenchOptions struct {
 // KernelBench holds one kernel's figures (medians).
 type KernelBench struct {
 	Kernel, Kind, Version string
-	// Bare is QEMU launch to a trivial init's marker, on the same QEMU
+	// Bare is QEMU launch to the marker of a trivial init that runs the
+	// image's /bin/true, on the same QEMU
 	// command line, kernel and disks as a box: the lower limit.
 	Bare time.Duration
 	// ColdStart is Create to the first Exec("true") result.
@@ -172,7 +173,11 @@ func benchKernel(ctx context.Context, o BenchOptions, home, kernel string, logf 
 		if err != nil {
 			return nil, "", err
 		}
-		qc := b.vmConfig(boot, base, "AIRLOCK_BARE=1")
+		var cid uint32
+		if qemu.VsockAvailable() {
+			cid = randomCID()
+		}
+		qc := b.vmConfig(boot, base, cid, "AIRLOCK_BARE=1")
 		t0 := time.Now()
 		pid, err := qemu.Launch(ctx, qc)
 		if err != nil {
@@ -208,6 +213,11 @@ func benchKernel(ctx context.Context, o BenchOptions, home, kernel string, logf 
 			return nil, "", err
 		}
 		cold = append(cold, time.Since(t0))
+		time.Sleep(time.Second)
+		b.mu.Lock()
+		qpid := b.rec.PID
+		b.mu.Unlock()
+		idleRSS = append(idleRSS, procStatus(qpid, "VmRSS"))
 		for j := 0; j < 10; j++ {
 			res, err := b.Exec(ctx, "true", nil, ExecOptions{})
 			if err != nil {
@@ -217,11 +227,6 @@ func benchKernel(ctx context.Context, o BenchOptions, home, kernel string, logf 
 			rt = append(rt, res.Duration)
 			guest = append(guest, res.GuestDuration)
 		}
-		time.Sleep(time.Second)
-		b.mu.Lock()
-		qpid := b.rec.PID
-		b.mu.Unlock()
-		idleRSS = append(idleRSS, procStatus(qpid, "VmRSS"))
 		peak = append(peak, procStatus(qpid, "VmHWM"))
 		b.remove(ctx, true)
 

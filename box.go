@@ -2,17 +2,21 @@ package airlock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/gofrs/flock"
+	"github.com/mdlayher/vsock"
 
 	"github.com/airlock-run/airlock/internal/agent/client"
 	"github.com/airlock-run/airlock/internal/image"
@@ -28,7 +32,11 @@ const (
 	filePID     = "qemu.pid"
 	fileLock    = "lock"
 	fileQMP     = "qmp.sock"
+	fileCID     = "vsock.cid" // guest CID when the box has a vsock device
 )
+
+// vsockPort is the AF_VSOCK port the agent listens on in the guest.
+const vsockPort = 1024
 
 // agentPorts is how many virtio-serial ports the agent serves. Each takes
 // one host connection at a time (held under the flock agent-N.lock), so up
@@ -173,14 +181,25 @@ func (b *Box) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("root filesystem for %s: %w", img.Ref, err)
 	}
-	qc := b.vmConfig(boot, base)
-	for _, f := range append(qc.AgentSockets, qc.QMPSocket, qc.PIDFile) {
+	var cid uint32
+	if qemu.VsockAvailable() {
+		cid = randomCID()
+	}
+	qc := b.vmConfig(boot, base, cid)
+	for _, f := range append(qc.AgentSockets, qc.QMPSocket, qc.PIDFile, filepath.Join(b.dir, fileCID)) {
 		os.Remove(f)
 	}
 	os.WriteFile(b.ConsoleLog(), nil, 0o600)
 	pid, err := qemu.Launch(ctx, qc)
+	for try := 0; try < 5 && qemu.IsCIDInUse(err); try++ {
+		qc = b.vmConfig(boot, base, randomCID())
+		pid, err = qemu.Launch(ctx, qc)
+	}
 	if err != nil {
 		return fmt.Errorf("box %s: %w", b.id, err)
+	}
+	if qc.VsockCID != 0 {
+		os.WriteFile(filepath.Join(b.dir, fileCID), []byte(strconv.FormatUint(uint64(qc.VsockCID), 10)), 0o600)
 	}
 	start := qemu.StartTime(pid)
 	if err := b.r.db.SetRunning(ctx, b.id, pid, start, time.Now()); err != nil {
@@ -208,17 +227,25 @@ func (b *Box) Start(ctx context.Context) error {
 }
 
 // vmConfig is the QEMU configuration of this box for one boot.
-func (b *Box) vmConfig(boot *bootAssets, base string, extraCmdline ...string) qemu.Config {
+// cid, when non-zero, adds a vhost-vsock device with that guest CID.
+func (b *Box) vmConfig(boot *bootAssets, base string, cid uint32, extraCmdline ...string) qemu.Config {
 	var agentSocks []string
 	for i := 0; i < agentPorts; i++ {
 		agentSocks = append(agentSocks, b.sockPath(agentSock(i)))
 	}
 	o := b.cfg.Options
-	extra := []string{"airlock.rw=/dev/vdb", "airlock.hostname=" + b.hostname()}
+	extra := []string{"airlock.rw=/dev/vdb", "airlock.hostname=" + b.hostname(), "airlock.ports=" + strconv.Itoa(agentPorts)}
+	if os.Getenv("AIRLOCK_DEBUG") != "" {
+		extra = append(extra, "airlock.debug=1")
+	}
 	if o.Network != NetworkDisabled {
 		extra = append(extra, "airlock.net=user")
 	}
+	if cid != 0 {
+		extra = append(extra, "airlock.vsock="+strconv.Itoa(vsockPort))
+	}
 	return qemu.Config{
+		VsockCID:     cid,
 		Name:         "airlock-" + b.id,
 		Accel:        boot.accel.Accel,
 		CPUs:         o.CPUs,
@@ -395,10 +422,39 @@ func (b *Box) client(ctx context.Context) (*client.Client, error) {
 	return c, nil
 }
 
-// dialAgent takes a free agent port (the first whose flock it gets, waiting
+// randomCID returns a vsock guest CID (3 and up; 0-2 are reserved).
+func randomCID() uint32 {
+	var b [4]byte
+	rand.Read(b[:])
+	return 3 + binary.LittleEndian.Uint32(b[:])%(1<<31)
+}
+
+// dialVsock connects to the agent over vsock when the box has a vsock
+// device; ok is false when it has none or the connection failed (the caller
+// then uses a virtio-serial port).
+func (b *Box) dialVsock(ctx context.Context) (c *client.Client, ok bool) {
+	raw, err := os.ReadFile(filepath.Join(b.dir, fileCID))
+	if err != nil {
+		return nil, false
+	}
+	cid, err := strconv.ParseUint(strings.TrimSpace(string(raw)), 10, 32)
+	if err != nil || cid == 0 {
+		return nil, false
+	}
+	c, err = client.Dial(ctx, func(ctx context.Context) (net.Conn, error) {
+		return vsock.Dial(uint32(cid), vsockPort, nil)
+	})
+	return c, err == nil
+}
+
+// dialAgent connects over vsock where the box has it, else takes a free
+// agent port (the first whose flock it gets, waiting
 // while all are in use by other processes) and connects through it. The
 // flock is held until the connection ends.
 func (b *Box) dialAgent(ctx context.Context) (*client.Client, error) {
+	if c, ok := b.dialVsock(ctx); ok {
+		return c, nil
+	}
 	var fl *flock.Flock
 	var port int
 	for fl == nil {

@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mdlayher/vsock"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
@@ -29,10 +30,6 @@ import (
 )
 
 func main() {
-	if os.Getenv("AIRLOCK_TRUE") == "1" {
-		// The `true` of the bare-boot benchmark.
-		return
-	}
 	if os.Getpid() == 1 && os.Getenv("AIRLOCK_BARE") == "1" {
 		bareInit()
 		return
@@ -74,14 +71,32 @@ func main() {
 }
 
 // bareInit is the trivial init of the boot benchmark (AIRLOCK_BARE=1 on the
-// kernel command line): it runs `true` (this binary with AIRLOCK_TRUE=1),
-// prints a marker on the console and idles, so that launch-to-marker is the
-// lower limit of a box's cold start on the same QEMU command line.
+// kernel command line): it mounts the image's root filesystem read-only,
+// runs its /bin/true, prints a marker on the console and idles. Launch to
+// marker on the same QEMU command line, kernel and disks is the lower limit
+// of a box's cold start.
 func bareInit() {
-	pid, err := syscall.ForkExec("/init", []string{"true"}, &syscall.ProcAttr{Env: []string{"AIRLOCK_TRUE=1"}})
+	os.MkdirAll("/dev", 0o755)
+	syscall.Mount("devtmpfs", "/dev", "devtmpfs", 0, "")
+	os.MkdirAll("/mnt/base", 0o755)
+	for i := 0; i < 2000; i++ {
+		if _, err := os.Stat("/dev/vda"); err == nil {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := syscall.Mount("/dev/vda", "/mnt/base", "erofs", syscall.MS_RDONLY, ""); err != nil {
+		fmt.Fprintln(os.Stderr, "bare init: mount /dev/vda:", err)
+	}
+	pid, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{
+		Env: []string{"PATH=/usr/bin:/bin"},
+		Sys: &syscall.SysProcAttr{Chroot: "/mnt/base"},
+	})
 	if err == nil {
 		var ws syscall.WaitStatus
 		syscall.Wait4(pid, &ws, 0, nil)
+	} else {
+		fmt.Fprintln(os.Stderr, "bare init: run true:", err)
 	}
 	fmt.Fprintln(os.Stderr, "AIRLOCK-BARE-MARKER")
 	for {
@@ -111,14 +126,22 @@ func runInit() {
 		fatal(err)
 		return
 	}
+	stamp := func(what string) {
+		if p.Debug {
+			guestinit.Logf("%s at uptime %s", what, guestinit.Uptime())
+		}
+	}
+	stamp("started")
 	if err := guestinit.MountRoot(p); err != nil {
 		fatal(err)
 		return
 	}
+	stamp("root mounted")
 	guestinit.Hostname(p.Hostname)
 	if err := guestinit.Network(p.Net); err != nil {
 		guestinit.Logf("network: %v", err)
 	}
+	stamp("network up")
 	srv := agent.NewServer(agent.Config{
 		Root:       guestinit.NewRoot,
 		CgroupRoot: filepath.Join(guestinit.NewRoot, "sys/fs/cgroup"),
@@ -126,17 +149,46 @@ func runInit() {
 		Shutdown:   guestinit.PowerOff,
 	})
 	g := srv.GRPCServer()
-	devs, err := guestinit.FindPorts(p.Port, 10*time.Second)
+	devs, err := guestinit.FindPorts(p.Port, p.Ports, 10*time.Second)
 	if err != nil {
 		fatal(err)
 		return
 	}
+	if p.VsockPort != 0 {
+		go serveVsock(p.VsockPort, g)
+	}
 	hub := guestinit.NewSIGIOHub(len(devs))
-	guestinit.Logf("ready")
+	guestinit.Logf("ready (uptime %s)", guestinit.Uptime())
 	for i, dev := range devs[1:] {
 		go servePort(dev, hub.Sub(i+1), g)
 	}
 	servePort(devs[0], hub.Sub(0), g)
+}
+
+// serveVsock serves the agent on an AF_VSOCK port, for hosts with
+// vhost-vsock: every connection is independent, so any number of host
+// processes can connect. The same handshake runs first, for one code path.
+func serveVsock(port uint32, g *grpc.Server) {
+	l, err := vsock.Listen(port, nil)
+	if err != nil {
+		guestinit.Logf("vsock port %d: %v (serving on virtio-serial only)", port, err)
+		return
+	}
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			guestinit.Logf("vsock accept: %v", err)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		go func() {
+			if err := transport.GuestHandshake(c, agent.Version); err != nil {
+				c.Close()
+				return
+			}
+			transport.Serve(c, g)
+		}()
+	}
 }
 
 // servePort serves one virtio-serial port forever: wait for a host, run the

@@ -75,6 +75,9 @@ func readInfo(path string) map[string]string {
 // modules/ directory beside it with a modules.load file supplies modules to
 // load from the initramfs.
 func KernelAt(path string) Kernel {
+	if p, err := filepath.EvalSymlinks(path); err == nil {
+		path = p
+	}
 	k := Kernel{Path: path, Kind: KernelCustom}
 	if info := readInfo(path + ".info"); info["version"] != "" {
 		k.Kind, k.Version, k.ConfigHash = KernelAirlock, info["version"], info["config_sha256"]

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,6 +37,16 @@ type Params struct {
 	Port       string // airlock.port: prefix of the virtio-serial port names, default airlock.agent.
 	Hostname   string // airlock.hostname
 	Net        string // airlock.net: "user" = QEMU user networking, "" = none
+	VsockPort  uint32 // airlock.vsock: also serve on this AF_VSOCK port (0 = not)
+	Ports      int    // airlock.ports: how many agent ports to expect (0 = any)
+	Debug      bool   // airlock.debug: log boot phases with their uptime
+}
+
+// Uptime returns the time since the guest booted (CLOCK_BOOTTIME).
+func Uptime() time.Duration {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
+	return time.Duration(ts.Nano()).Round(time.Millisecond)
 }
 
 // ParseCmdline reads the airlock.* parameters from a kernel command line.
@@ -56,6 +67,14 @@ func ParseCmdline(cmdline string) Params {
 			p.Hostname = v
 		case "airlock.net":
 			p.Net = v
+		case "airlock.ports":
+			p.Ports, _ = strconv.Atoi(v)
+		case "airlock.debug":
+			p.Debug = v != "0"
+		case "airlock.vsock":
+			if n, err := strconv.ParseUint(v, 10, 32); err == nil {
+				p.VsockPort = uint32(n)
+			}
 		}
 	}
 	return p

@@ -14,9 +14,9 @@ import (
 )
 
 // FindPorts returns the /dev nodes of the virtio-serial ports whose names
-// start with prefix, waiting up to d for at least one to appear (and a
-// moment more for its siblings).
-func FindPorts(prefix string, d time.Duration) ([]string, error) {
+// start with prefix, waiting up to d for want of them to appear (want 0: at
+// least one, and a moment more for its siblings).
+func FindPorts(prefix string, want int, d time.Duration) ([]string, error) {
 	deadline := time.Now().Add(d)
 	var settle time.Time
 	for {
@@ -31,7 +31,10 @@ func FindPorts(prefix string, d time.Duration) ([]string, error) {
 				}
 			}
 		}
-		if len(devs) > 0 {
+		if want > 0 && len(devs) >= want {
+			return devs, nil
+		}
+		if len(devs) > 0 && want == 0 {
 			if settle.IsZero() {
 				settle = time.Now().Add(50 * time.Millisecond)
 			} else if time.Now().After(settle) {

@@ -40,6 +40,9 @@ type Config struct {
 	QMPSocket    string
 	ConsoleLog   string // serial console output
 	PIDFile      string
+	// VsockCID, when non-zero, attaches a vhost-vsock device with this
+	// guest CID (needs /dev/vhost-vsock on the host; see VsockAvailable).
+	VsockCID uint32
 	// Network attaches a virtio-net NIC on QEMU user-mode networking (full
 	// outbound access through the host); false = no NIC at all.
 	Network bool
@@ -106,7 +109,27 @@ func (c Config) Args() []string {
 	if c.Network {
 		a = append(a, "-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0")
 	}
+	if c.VsockCID != 0 {
+		a = append(a, "-device", fmt.Sprintf("vhost-vsock-device,guest-cid=%d", c.VsockCID))
+	}
 	return a
+}
+
+// VsockAvailable reports whether the host can give guests a vsock device
+// (the vhost_vsock module, /dev/vhost-vsock, is usable).
+func VsockAvailable() bool {
+	f, err := os.OpenFile("/dev/vhost-vsock", os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
+// IsCIDInUse reports whether a Launch error means the vsock guest CID is
+// taken by another VM (retry with another CID).
+func IsCIDInUse(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "guest-cid") || strings.Contains(err.Error(), "Address already in use"))
 }
 
 // escapeComma doubles commas, QEMU's option-value escape.

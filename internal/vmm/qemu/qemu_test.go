@@ -30,9 +30,12 @@ func TestArgsDescribeTheBox(t *testing.T) {
 	if strings.Contains(a, "netdev") {
 		t.Errorf("network disabled but args have a netdev: %s", a)
 	}
-	c.Network, c.Accel = true, AccelKVM
+	if strings.Contains(a, "vsock") {
+		t.Errorf("no vsock CID but args have a vsock device: %s", a)
+	}
+	c.Network, c.Accel, c.VsockCID = true, AccelKVM, 77
 	a = strings.Join(c.Args(), " ")
-	if !strings.Contains(a, "-netdev user,id=net0") || !strings.Contains(a, "-accel kvm -cpu host") {
+	if !strings.Contains(a, "-netdev user,id=net0") || !strings.Contains(a, "-accel kvm -cpu host") || !strings.Contains(a, "vhost-vsock-device,guest-cid=77") {
 		t.Errorf("kvm+network args: %s", a)
 	}
 }
