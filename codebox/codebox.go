@@ -70,8 +70,9 @@ type Options struct {
 // CodeBox is a box with Python and calls to run Python in it. Its methods
 // are safe for concurrent use.
 type CodeBox struct {
-	box  *airlock.Box
-	opts Options
+	box       *airlock.Box
+	opts      Options
+	killGrace time.Duration // Options.InterruptGrace as given, for Run
 
 	mu       sync.Mutex
 	contexts map[*Context]struct{}
@@ -87,6 +88,7 @@ func New(ctx context.Context, rt *airlock.Runtime, opts Options) (*CodeBox, erro
 	if opts.Python == "" {
 		opts.Python = DefaultPython
 	}
+	killGrace := opts.InterruptGrace
 	if opts.InterruptGrace <= 0 {
 		opts.InterruptGrace = DefaultInterruptGrace
 	}
@@ -94,7 +96,7 @@ func New(ctx context.Context, rt *airlock.Runtime, opts Options) (*CodeBox, erro
 	if err != nil {
 		return nil, fmt.Errorf("codebox: %w", err)
 	}
-	return &CodeBox{box: b, opts: opts, contexts: map[*Context]struct{}{}}, nil
+	return &CodeBox{box: b, opts: opts, killGrace: killGrace, contexts: map[*Context]struct{}{}}, nil
 }
 
 // Box returns the underlying box (for file copies, GuestInfo, ...).
@@ -211,8 +213,8 @@ func (c *CodeBox) python(ctx context.Context, args []string) (string, error) {
 	var stdout, stderr bytes.Buffer
 	start := time.Now()
 	opts := airlock.ExecOptions{Timeout: c.opts.Timeout, Stdin: strings.NewReader("")}
-	if c.opts.InterruptGrace != DefaultInterruptGrace {
-		opts.KillGrace = c.opts.InterruptGrace
+	if c.killGrace > 0 {
+		opts.KillGrace = c.killGrace
 	}
 	p, err := c.box.ExecStreamWriters(ctx, c.opts.Python, args, opts, &stdout, &stderr)
 	if err != nil {

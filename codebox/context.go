@@ -120,6 +120,7 @@ type kernelProc interface {
 
 type boxProc struct{ *airlock.Process }
 
+// Wait returns the exit status of the box process.
 func (p boxProc) Wait() (int, error) {
 	res, err := p.Process.Wait()
 	if res == nil {
@@ -431,6 +432,7 @@ type tail struct {
 	b   []byte
 }
 
+// Write keeps the end of p.
 func (t *tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -441,6 +443,7 @@ func (t *tail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// String returns what is kept.
 func (t *tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
