@@ -85,7 +85,9 @@ timed out; 125 when the box could not start; 130 when interrupted.`,
 // startError is a box that could not start.
 type startError struct{ err error }
 
+// Error says the sandbox failed to start, and why.
 func (e *startError) Error() string { return "sandbox failed to start: " + e.err.Error() }
+// Unwrap returns the cause.
 func (e *startError) Unwrap() error { return e.err }
 
 // sandbox boots a CodeBox (and a context, for tool mode) in the background,
@@ -185,6 +187,7 @@ func runAsk(cmd *cobra.Command, task string, af askFlags, bf boxFlags) error {
 // runner adapts a sandbox to interp.Runner.
 type runner struct{ sb *sandbox }
 
+// Run waits for the box, then runs code once with CodeBox.Run.
 func (r runner) Run(ctx context.Context, code string) (string, error) {
 	if err := r.sb.wait(ctx); err != nil {
 		return "", err
