@@ -87,6 +87,7 @@ type startError struct{ err error }
 
 // Error says the sandbox failed to start, and why.
 func (e *startError) Error() string { return "sandbox failed to start: " + e.err.Error() }
+
 // Unwrap returns the cause.
 func (e *startError) Unwrap() error { return e.err }
 
