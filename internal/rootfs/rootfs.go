@@ -10,6 +10,7 @@ package rootfs
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -44,18 +45,30 @@ func DefaultCacheDir() (string, error) {
 
 // BaseOptions tunes BaseWith. The zero value is ready to use.
 type BaseOptions struct {
-	// Note, if not nil, receives notes from unpacking (skipped device
-	// nodes and the like) and a line when a base is built.
+	// Note, if not nil, receives notes from merging the layers (skipped
+	// device nodes and the like) and a line when a base is built.
 	Note func(msg string)
+	// Mkfs builds the base the way earlier versions did: unpack the layers
+	// into a temporary folder (package unpack) and run mkfs.erofs from
+	// erofs-utils on it. It is several times slower; it is kept for
+	// comparison and as a fallback.
+	Mkfs bool
 }
 
 // Base returns the path of the erofs root filesystem base for img,
-// cacheDir/rootfs/<digest hex>.erofs, building it first if it is missing:
-// the image layers are unpacked into a temporary directory beside it and
-// turned into an erofs image with mkfs.erofs (from erofs-utils), which is
-// then renamed into place. Concurrent callers, in this or other processes,
-// build each digest once (flock on <digest hex>.lock). cacheDir "" means
-// DefaultCacheDir(). Unpacking keeps uid/gid only when running as root.
+// cacheDir/rootfs/<digest hex>.erofs, building it first if it is missing or
+// damaged (a truncated file, as a crash can leave).
+//
+// The layers are merged in memory, oldest first, with the OCI changeset
+// rules (whiteouts, opaque directories, hard links across layers; entries
+// that climb out of the root are refused with unpack.ErrUnsafePath, symlinks
+// in parent paths are resolved inside the root, device nodes are skipped),
+// and written as an uncompressed erofs image by a pure-Go writer while the
+// layers are read: no tree is unpacked to disk, and erofs-utils is not
+// needed. Owners, modes, mtimes and user.*/security.* xattrs come from the
+// layers. The image is written beside its final name and renamed into
+// place. Concurrent callers, in this or other processes, build each digest
+// once (flock on <digest hex>.lock). cacheDir "" means DefaultCacheDir().
 // Cancelling ctx stops the build and leaves no partial base.
 func Base(ctx context.Context, store *image.Store, img *image.Image, cacheDir string) (string, error) {
 	return BaseWith(ctx, store, img, cacheDir, BaseOptions{})
@@ -79,47 +92,44 @@ func BaseWith(ctx context.Context, store *image.Store, img *image.Image, cacheDi
 		return "", err
 	}
 	final := filepath.Join(dir, hexd+".erofs")
-	if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() {
+	if validBase(final) {
 		return final, nil
-	}
-	mkfs, err := exec.LookPath("mkfs.erofs")
-	if err != nil {
-		return "", fmt.Errorf("mkfs.erofs not found: install erofs-utils (apt-get install erofs-utils) to build root filesystems")
 	}
 	l := flock.New(filepath.Join(dir, hexd+".lock"))
 	if _, err := l.TryLockContext(ctx, 100*time.Millisecond); err != nil {
 		return "", fmt.Errorf("lock rootfs base %s: %w", hexd, err)
 	}
 	defer l.Unlock()
-	if fi, err := os.Stat(final); err == nil && fi.Mode().IsRegular() {
+	if validBase(final) {
 		return final, nil
 	}
 
 	start := time.Now()
-	tree, err := os.MkdirTemp(dir, ".build-"+hexd[:12]+"-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tree)
-	root := filepath.Join(tree, "root")
-	if err := os.Mkdir(root, 0o755); err != nil {
-		return "", err
-	}
-	if err := unpack.Image(ctx, store, img, root, unpack.Options{Note: opts.Note}); err != nil {
-		return "", fmt.Errorf("unpack %s: %w", img.Ref, err)
-	}
-	tmpImg := filepath.Join(tree, "base.erofs")
-	args := []string{"--quiet"}
-	if os.Geteuid() != 0 {
-		// Without root the tree's owners are wrong anyway; make them root.
-		args = append(args, "--all-root")
-	}
-	args = append(args, tmpImg, root)
-	cmd := exec.CommandContext(ctx, mkfs, args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("mkfs.erofs for %s: %w: %s", img.Ref, err, strings.TrimSpace(out.String()))
+	var tmpImg string
+	if opts.Mkfs {
+		tree, err := os.MkdirTemp(dir, ".build-"+hexd[:12]+"-")
+		if err != nil {
+			return "", err
+		}
+		defer os.RemoveAll(tree)
+		tmpImg = filepath.Join(tree, "base.erofs")
+		if err := mkfsBase(ctx, store, img, tree, tmpImg, opts); err != nil {
+			return "", err
+		}
+	} else {
+		f, err := os.CreateTemp(dir, ".build-"+hexd[:12]+"-*.erofs")
+		if err != nil {
+			return "", err
+		}
+		tmpImg = f.Name()
+		defer os.Remove(tmpImg)
+		err = buildErofs(ctx, store, img, f, opts.Note)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return "", fmt.Errorf("root filesystem of %s: %w", img.Ref, err)
+		}
 	}
 	if err := os.Chmod(tmpImg, 0o644); err != nil {
 		return "", err
@@ -136,6 +146,57 @@ func BaseWith(ctx context.Context, store *image.Store, img *image.Image, cacheDi
 		opts.Note(fmt.Sprintf("built rootfs base %s for %s (%d MiB) in %s", final, img.Ref, sz>>20, time.Since(start).Round(time.Millisecond)))
 	}
 	return final, nil
+}
+
+// validBase reports whether p is an erofs image whose size matches the
+// block count in its superblock (so not empty or cut short).
+func validBase(p string) bool {
+	f, err := os.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	var sb [0x28]byte
+	if _, err := f.ReadAt(sb[:], sbOffset); err != nil {
+		return false
+	}
+	le := binary.LittleEndian
+	if le.Uint32(sb[0:]) != erofsMagic || sb[0xC] < 9 || sb[0xC] > 16 {
+		return false
+	}
+	return int64(le.Uint32(sb[0x24:]))<<sb[0xC] == fi.Size()
+}
+
+// mkfsBase unpacks img into tree/root and runs mkfs.erofs to make out.
+func mkfsBase(ctx context.Context, store *image.Store, img *image.Image, tree, out string, opts BaseOptions) error {
+	mkfs, err := exec.LookPath("mkfs.erofs")
+	if err != nil {
+		return fmt.Errorf("mkfs.erofs not found: install erofs-utils (apt-get install erofs-utils) to build root filesystems")
+	}
+	root := filepath.Join(tree, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		return err
+	}
+	if err := unpack.Image(ctx, store, img, root, unpack.Options{Note: opts.Note}); err != nil {
+		return fmt.Errorf("unpack %s: %w", img.Ref, err)
+	}
+	args := []string{"--quiet"}
+	if os.Geteuid() != 0 {
+		// Without root the tree's owners are wrong anyway; make them root.
+		args = append(args, "--all-root")
+	}
+	args = append(args, out, root)
+	cmd := exec.CommandContext(ctx, mkfs, args...)
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("mkfs.erofs for %s: %w: %s", img.Ref, err, strings.TrimSpace(b.String()))
+	}
+	return nil
 }
 
 // RemoveBase deletes the cached base of the image with manifest digest
