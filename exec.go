@@ -89,11 +89,11 @@ func (b *Box) Exec(ctx context.Context, cmd string, args []string, opts ExecOpti
 }
 
 // ExecStream starts cmd and returns at once. Read its output from
-// Process.Stdout and Process.Stderr while it runs (or pass writers in
-// opts.Stdout/opts.Stderr with ExecStreamWriters); output is buffered up to
-// 1 MiB per stream, past that the guest process is paused until the caller
-// reads, so a command printing gigabytes does not grow host memory. Call
-// Wait to get the result; see Exec for errors.
+// Process.Stdout and Process.Stderr while it runs (or use ExecStreamWriters
+// to have it written to writers); each stream is buffered up to 1 MiB, past
+// that the guest process is paused until the caller reads, so a command
+// printing gigabytes does not grow host memory. Write to Process.Stdin (when
+// opts.Stdin is nil). Call Wait for the result; see Exec for errors.
 func (b *Box) ExecStream(ctx context.Context, cmd string, args []string, opts ExecOptions) (*Process, error) {
 	outR, outW := newBoundedPipe(1 << 20)
 	errR, errW := newBoundedPipe(1 << 20)
