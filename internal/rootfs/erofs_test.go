@@ -310,3 +310,22 @@ func TestErofsRefusesEscapes(t *testing.T) {
 		}
 	}
 }
+
+// TestErofsCancel checks that a cancelled build fails and leaves nothing
+// behind.
+func TestErofsCancel(t *testing.T) {
+	s, img := trickyImage(t)
+	cache := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Cancelled halfway through the first layer, at its device node.
+	if _, err := rootfs.BaseWith(ctx, s, img, cache, rootfs.BaseOptions{Note: func(string) { cancel() }}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Base with a cancelled context: %v", err)
+	}
+	ents, _ := os.ReadDir(filepath.Join(cache, "rootfs"))
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".lock") {
+			t.Errorf("left behind: %s", e.Name())
+		}
+	}
+}
