@@ -110,9 +110,10 @@ func (b *Box) ExecStream(ctx context.Context, cmd string, args []string, opts Ex
 }
 
 // ExecStreamWriters is ExecStream with output written to stdout and stderr
-// as it arrives (a slow writer slows the guest process down).
+// as it arrives (a slow writer slows the guest process down). The process's
+// stdin is opts.Stdin, or /dev/null when that is nil.
 func (b *Box) ExecStreamWriters(ctx context.Context, cmd string, args []string, opts ExecOptions, stdout, stderr io.Writer) (*Process, error) {
-	p, err := b.start(ctx, cmd, args, opts, stdout, stderr, true)
+	p, err := b.start(ctx, cmd, args, opts, stdout, stderr, opts.Stdin != nil)
 	if err != nil {
 		return nil, err
 	}
