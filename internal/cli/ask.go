@@ -233,6 +233,8 @@ func askFailed(stderr io.Writer, err error) error {
 		return &ExitError{125}
 	case errors.Is(err, context.Canceled):
 		return &ExitError{130}
+	case errors.Is(err, interp.ErrMaxSteps):
+		fmt.Fprintln(stderr, "airlock: raise --max-steps to let the model go on")
 	}
 	return &ExitError{1}
 }
