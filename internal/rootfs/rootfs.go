@@ -45,31 +45,32 @@ func DefaultCacheDir() (string, error) {
 
 // BaseOptions tunes BaseWith. The zero value is ready to use.
 type BaseOptions struct {
-	// Note, if not nil, receives notes from merging the layers (skipped
+	// Note, if not nil, receives notes from applying the layers (skipped
 	// device nodes and the like) and a line when a base is built.
 	Note func(msg string)
-	// Mkfs builds the base the way earlier versions did: unpack the layers
-	// into a temporary folder (package unpack) and run mkfs.erofs from
-	// erofs-utils on it. It is several times slower; it is kept for
-	// comparison and as a fallback.
-	Mkfs bool
 }
 
 // Base returns the path of the erofs root filesystem base for img,
 // cacheDir/rootfs/<digest hex>.erofs, building it first if it is missing or
 // damaged (a truncated file, as a crash can leave).
 //
-// The layers are merged in memory, oldest first, with the OCI changeset
-// rules (whiteouts, opaque directories, hard links across layers; entries
-// that climb out of the root are refused with unpack.ErrUnsafePath, symlinks
-// in parent paths are resolved inside the root, device nodes are skipped),
-// and written as an uncompressed erofs image by a pure-Go writer while the
-// layers are read: no tree is unpacked to disk, and erofs-utils is not
-// needed. Owners, modes, mtimes and user.*/security.* xattrs come from the
-// layers. The image is written beside its final name and renamed into
-// place. Concurrent callers, in this or other processes, build each digest
-// once (flock on <digest hex>.lock). cacheDir "" means DefaultCacheDir().
-// Cancelling ctx stops the build and leaves no partial base.
+// The layers are applied oldest first to a temporary folder by package
+// unpack (OCI changeset rules: whiteouts, opaque directories, hard links
+// across layers; entries that climb out of the root are refused with
+// unpack.ErrUnsafePath, symlinks in parent paths are resolved inside the
+// root, device nodes are skipped), and mkfs.erofs from erofs-utils turns
+// that folder into an uncompressed erofs image. Owners are kept when running
+// as root; otherwise every file is owned by root (--all-root). Modes,
+// mtimes and user.*/security.* xattrs come from the layers. The image is
+// written beside its final name and renamed into place; the folder is
+// removed. Concurrent callers, in this or other processes, build each
+// digest once (flock on <digest hex>.lock). cacheDir "" means
+// DefaultCacheDir(). Cancelling ctx stops the build and leaves no partial
+// base.
+//
+// erofs-utils 1.5 (Debian bookworm) cannot read tar streams; with
+// erofs-utils >= 1.7, mkfs.erofs --tar could take the layers directly and
+// the unpack step (most of the build time) would go away.
 func Base(ctx context.Context, store *image.Store, img *image.Image, cacheDir string) (string, error) {
 	return BaseWith(ctx, store, img, cacheDir, BaseOptions{})
 }
@@ -105,31 +106,14 @@ func BaseWith(ctx context.Context, store *image.Store, img *image.Image, cacheDi
 	}
 
 	start := time.Now()
-	var tmpImg string
-	if opts.Mkfs {
-		tree, err := os.MkdirTemp(dir, ".build-"+hexd[:12]+"-")
-		if err != nil {
-			return "", err
-		}
-		defer os.RemoveAll(tree)
-		tmpImg = filepath.Join(tree, "base.erofs")
-		if err := mkfsBase(ctx, store, img, tree, tmpImg, opts); err != nil {
-			return "", err
-		}
-	} else {
-		f, err := os.CreateTemp(dir, ".build-"+hexd[:12]+"-*.erofs")
-		if err != nil {
-			return "", err
-		}
-		tmpImg = f.Name()
-		defer os.Remove(tmpImg)
-		err = buildErofs(ctx, store, img, f, opts.Note)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return "", fmt.Errorf("root filesystem of %s: %w", img.Ref, err)
-		}
+	tree, err := os.MkdirTemp(dir, ".build-"+hexd[:12]+"-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tree)
+	tmpImg := filepath.Join(tree, "base.erofs")
+	if err := mkfsBase(ctx, store, img, tree, tmpImg, opts); err != nil {
+		return "", err
 	}
 	if err := os.Chmod(tmpImg, 0o644); err != nil {
 		return "", err
@@ -147,6 +131,13 @@ func BaseWith(ctx context.Context, store *image.Store, img *image.Image, cacheDi
 	}
 	return final, nil
 }
+
+// erofs superblock: at byte 1024, magic first, log2 of the block size at
+// 0x0C, the block count at 0x24 (fs/erofs/erofs_fs.h in Linux).
+const (
+	sbOffset   = 1024
+	erofsMagic = 0xE0F5E1E2
+)
 
 // validBase reports whether p is an erofs image whose size matches the
 // block count in its superblock (so not empty or cut short).
