@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -146,10 +147,28 @@ func KernelCmdline(accel string, extra ...string) string {
 		"random.trust_cpu=on", "audit=0", "nokaslr", "mitigations=off", "pty.legacy_count=0",
 	}
 	if accel == AccelTCG {
-		// TCG's PIT calibration hangs on microvm; tell the kernel the TSC rate.
-		p = append(p, "tsc_early_khz=2800000", "noreplace-smp")
+		// TCG's PIT calibration fails on microvm (the boot can hang); tell
+		// the kernel the TSC rate, which under TCG is the host's.
+		p = append(p, "tsc_early_khz="+strconv.FormatUint(TSCkHz(), 10), "noreplace-smp")
 	}
 	return strings.Join(append(p, extra...), " ")
+}
+
+var tscOnce struct {
+	sync.Once
+	khz uint64
+}
+
+// TSCkHz returns the host's TSC rate in kHz (measured once per process;
+// 2800000 when it cannot be measured).
+func TSCkHz() uint64 {
+	tscOnce.Do(func() {
+		tscOnce.khz = hostTSCkHz()
+		if tscOnce.khz < 100000 {
+			tscOnce.khz = 2800000
+		}
+	})
+	return tscOnce.khz
 }
 
 // Launch starts QEMU for c detached from the caller (QEMU daemonizes after

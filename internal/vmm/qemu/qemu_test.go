@@ -1,6 +1,8 @@
 package qemu
 
 import (
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 )
@@ -73,5 +75,23 @@ func TestProbeAccel(t *testing.T) {
 		}
 	} else if auto.Accel != AccelKVM {
 		t.Errorf("KVM usable but auto chose %+v", auto)
+	}
+}
+
+func TestTSCkHzIsPlausible(t *testing.T) {
+	k := TSCkHz()
+	if k < 500000 || k > 6000000 {
+		t.Fatalf("host TSC rate %d kHz is implausible", k)
+	}
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "cpu MHz") && strings.Contains(string(b), "tsc_known_freq") {
+			var mhz float64
+			fmt.Sscanf(strings.SplitN(l, ":", 2)[1], "%f", &mhz)
+			if d := float64(k)/1000 - mhz; d > mhz*0.05 || d < -mhz*0.05 {
+				t.Errorf("measured %d kHz, cpuinfo says %.0f MHz", k, mhz)
+			}
+			break
+		}
 	}
 }
