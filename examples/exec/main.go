@@ -18,18 +18,20 @@ import (
 	"github.com/airlock-run/airlock/codebox"
 )
 
-func main() {
+// run is main's body; it returns the exit status so that deferred
+// clean-ups (removing the box) run before the process exits.
+func run() int {
 	ctx := context.Background()
 	rt, err := airlock.Open(airlock.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "airlock:", err)
-		os.Exit(1)
+		return 1
 	}
 	defer rt.Close()
 	cb, err := codebox.New(ctx, rt, codebox.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "CodeBox failed to start:", err)
-		os.Exit(1)
+		return 1
 	}
 	defer cb.Close()
 
@@ -37,7 +39,7 @@ func main() {
 	res, err := cb.Exec(ctx, "python3", []string{"-c", "print('working'); raise ValueError('boom')"}, airlock.ExecOptions{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
 	fmt.Println("exit_code:", res.ExitCode) // 1
 	fmt.Printf("stdout: %s", res.Stdout)    // working
@@ -49,4 +51,7 @@ func main() {
 	if errors.As(err, &ee) {
 		fmt.Printf("Run: stdout %q, exit code %d, error: %v\n", out, ee.ExitCode, err)
 	}
+	return 0
 }
+
+func main() { os.Exit(run()) }

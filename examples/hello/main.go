@@ -16,12 +16,14 @@ import (
 	"github.com/airlock-run/airlock/codebox"
 )
 
-func main() {
+// run is main's body; it returns the exit status so that deferred
+// clean-ups (removing the box) run before the process exits.
+func run() int {
 	ctx := context.Background()
 	rt, err := airlock.Open(airlock.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "airlock:", err)
-		os.Exit(1)
+		return 1
 	}
 	defer rt.Close()
 
@@ -30,7 +32,7 @@ func main() {
 	if err != nil {
 		// No QEMU or kernel, or the image is missing.
 		fmt.Fprintln(os.Stderr, "CodeBox failed to start:", err)
-		os.Exit(1)
+		return 1
 	}
 	defer cb.Close()
 
@@ -38,7 +40,10 @@ func main() {
 	out, err := cb.Run(ctx, "print('Hello from a microVM!')")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return
+		return 1
 	}
 	fmt.Print(out) // Hello from a microVM!
+	return 0
 }
+
+func main() { os.Exit(run()) }

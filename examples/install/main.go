@@ -20,7 +20,9 @@ import (
 	"github.com/airlock-run/airlock/codebox"
 )
 
-func main() {
+// run is main's body; it returns the exit status so that deferred
+// clean-ups (removing the box) run before the process exits.
+func run() int {
 	indexURL := flag.String("index-url", "", "pip index URL (default PyPI)")
 	pkg := flag.String("package", "requests", "package to install")
 	code := flag.String("code", "import requests; print(requests.get('https://api.github.com/zen').text)", "code to run after the install")
@@ -30,13 +32,13 @@ func main() {
 	rt, err := airlock.Open(airlock.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "airlock:", err)
-		os.Exit(1)
+		return 1
 	}
 	defer rt.Close()
 	cb, err := codebox.New(ctx, rt, codebox.Options{IndexURL: *indexURL})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "CodeBox failed to start:", err)
-		os.Exit(1)
+		return 1
 	}
 	defer cb.Close()
 
@@ -44,16 +46,19 @@ func main() {
 	if out, err := cb.InstallPackage(ctx, *pkg); err != nil {
 		fmt.Fprint(os.Stderr, out)
 		fmt.Fprintln(os.Stderr, "pip install failed:", err)
-		os.Exit(1)
+		return 1
 	}
 	out, err := cb.Run(ctx, *code)
 	fmt.Print(out)
 	var ee *codebox.ExecError
 	if errors.As(err, &ee) {
 		fmt.Fprint(os.Stderr, ee.Stderr) // the traceback
-		os.Exit(1)
+		return 1
 	} else if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
+
+func main() { os.Exit(run()) }

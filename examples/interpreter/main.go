@@ -56,10 +56,13 @@ func main() {
 	case errors.As(err, &ee):
 		fmt.Print(res.Output)
 		fmt.Fprintf(os.Stderr, "the generated code failed:\n%s\n%s", res.Code, ee.Stderr)
-		os.Exit(1)
 	case err != nil:
 		fmt.Fprintln(os.Stderr, err) // e.g. the endpoint does not serve the model
-		os.Exit(1)
+	default:
+		fmt.Print(res.Output) // [2, 3, 5, 7, 11, 13, 17, 19, 23, 29]
+		return
 	}
-	fmt.Print(res.Output) // [2, 3, 5, 7, 11, 13, 17, 19, 23, 29]
+	cb.Close() // deferred calls do not run on os.Exit
+	rt.Close()
+	os.Exit(1)
 }

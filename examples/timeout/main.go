@@ -19,18 +19,20 @@ import (
 	"github.com/airlock-run/airlock/codebox"
 )
 
-func main() {
+// run is main's body; it returns the exit status so that deferred
+// clean-ups (removing the box) run before the process exits.
+func run() int {
 	ctx := context.Background()
 	rt, err := airlock.Open(airlock.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "airlock:", err)
-		os.Exit(1)
+		return 1
 	}
 	defer rt.Close()
 	cb, err := codebox.New(ctx, rt, codebox.Options{Timeout: 2 * time.Second})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "CodeBox failed to start:", err)
-		os.Exit(1)
+		return 1
 	}
 	defer cb.Close()
 
@@ -39,8 +41,10 @@ func main() {
 	var ee *codebox.ExecError
 	if errors.As(err, &ee) && ee.TimedOut {
 		fmt.Printf("stopped after %.1fs: %v (stdout so far: %q)\n", time.Since(start).Seconds(), err, out)
-		return
+		return 0
 	}
 	fmt.Fprintln(os.Stderr, "unexpected:", out, err)
-	os.Exit(1)
+	return 1
 }
+
+func main() { os.Exit(run()) }
