@@ -85,6 +85,10 @@ func New(ctx context.Context, rt *airlock.Runtime, opts Options) (*CodeBox, erro
 	if opts.Image == "" {
 		opts.Image = airlock.DefaultImage
 	}
+	// A CodeBox lives as long as its program: Close removes it, and if the
+	// program dies first the next airlock.Open removes it (AutoRemove
+	// records the owner).
+	opts.AutoRemove = true
 	if opts.Python == "" {
 		opts.Python = DefaultPython
 	}
