@@ -84,6 +84,17 @@ func runInBox(cmd *cobra.Command, b *airlock.Box, argv []string, opts airlock.Ex
 	return res.ExitCode, nil
 }
 
+// exitWith reports err (if any) on stderr and ends the command with code.
+func exitWith(cmd *cobra.Command, code int, err error) error {
+	if err != nil {
+		fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
+	}
+	if code != 0 {
+		return &ExitError{code}
+	}
+	return nil
+}
+
 func newRunCmd() *cobra.Command {
 	var bf boxFlags
 	var ef execFlags
@@ -130,13 +141,7 @@ killed it; 124 when --timeout fired; 125 when airlock itself failed.`,
 			}
 			code, err := runInBox(cmd, b, argv, airlock.ExecOptions{}, ef)
 			cleanup()
-			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
-			}
-			if code != 0 {
-				return &ExitError{code}
-			}
-			return nil
+			return exitWith(cmd, code, err)
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
@@ -195,13 +200,7 @@ failed).`,
 				return &ExitError{125}
 			}
 			code, err := runInBox(cmd, b, args[1:], airlock.ExecOptions{Env: env, WorkingDir: workdir, User: user}, ef)
-			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
-			}
-			if code != 0 {
-				return &ExitError{code}
-			}
-			return nil
+			return exitWith(cmd, code, err)
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
