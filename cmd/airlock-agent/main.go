@@ -142,6 +142,7 @@ func runInit() {
 		guestinit.Logf("network: %v", err)
 	}
 	stamp("network up")
+	go guestinit.Prewarm()
 	srv := agent.NewServer(agent.Config{
 		Root:       guestinit.NewRoot,
 		CgroupRoot: filepath.Join(guestinit.NewRoot, "sys/fs/cgroup"),
