@@ -389,7 +389,7 @@ func (r *Runtime) Get(ctx context.Context, idOrName string) (*Box, error) {
 	rec, err := r.db.Get(ctx, idOrName)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, fmt.Errorf("%w: %q", ErrBoxNotFound, idOrName)
+			return nil, fmt.Errorf("%w: %q (see 'airlock ls' for the boxes of %s)", ErrBoxNotFound, idOrName, r.opts.Home)
 		}
 		return nil, err
 	}

@@ -393,7 +393,7 @@ func (b *Box) client(ctx context.Context) (*client.Client, error) {
 				return nil, err
 			}
 		}
-		return nil, fmt.Errorf("%w: %s (start it with Start, or `airlock start %s`)", ErrBoxNotRunning, b.id, b.id)
+		return nil, fmt.Errorf("%w: %s (start it first: airlock start %s, or Box.Start)", ErrBoxNotRunning, b.id, b.id)
 	}
 	b.mu.Lock()
 	b.watchVM(rec.PID)

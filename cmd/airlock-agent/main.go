@@ -78,6 +78,9 @@ func main() {
 func bareInit() {
 	os.MkdirAll("/dev", 0o755)
 	syscall.Mount("devtmpfs", "/dev", "devtmpfs", 0, "")
+	if err := guestinit.LoadModules(); err != nil { // Debian kernels: virtio_blk, erofs
+		fmt.Fprintln(os.Stderr, "bare init:", err)
+	}
 	os.MkdirAll("/mnt/base", 0o755)
 	for i := 0; i < 2000; i++ {
 		if _, err := os.Stat("/dev/vda"); err == nil {

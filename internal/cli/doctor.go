@@ -79,7 +79,7 @@ func newDoctorCmd() *cobra.Command {
 				for _, im := range imgs {
 					if im.Ref == "docker.io/library/"+airlock.DefaultImage {
 						found = true
-						ok("images", fmt.Sprintf("%s: %s", airlock.DefaultImage, im.Source))
+						ok("images", fmt.Sprintf("%d in %s; default %s: %s", len(imgs), dir, airlock.DefaultImage, im.Source))
 					}
 				}
 				if !found {

@@ -145,9 +145,17 @@ killed it; 124 when --timeout fired; 125 when airlock itself failed.`,
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
+	cmd.SetFlagErrorFunc(flagError125)
 	bf.add(cmd, true)
 	ef.add(cmd)
 	return cmd
+}
+
+// flagError125 reports a bad flag of run or exec with exit status 125, as
+// Docker does, and says what the numeric flags take.
+func flagError125(cmd *cobra.Command, err error) error {
+	fmt.Fprintf(cmd.ErrOrStderr(), "airlock: %v\n(--memory and --disk-size take MiB, e.g. --memory 1024; --timeout takes a duration, e.g. 30s; see 'airlock %s --help')\n", err, cmd.Name())
+	return &ExitError{125}
 }
 
 func newCreateCmd() *cobra.Command {
@@ -204,6 +212,7 @@ failed).`,
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
+	cmd.SetFlagErrorFunc(flagError125)
 	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "set an environment variable (KEY=VALUE), repeatable")
 	cmd.Flags().StringVarP(&workdir, "workdir", "w", "", "working directory inside the box")
 	cmd.Flags().StringVarP(&user, "user", "u", "", "user (name, uid, name:group or uid:gid)")

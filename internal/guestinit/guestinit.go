@@ -109,13 +109,15 @@ func Early() (Params, error) {
 	}
 	b, _ := os.ReadFile("/proc/cmdline")
 	p := ParseCmdline(string(b))
-	if err := loadModules(); err != nil {
+	if err := LoadModules(); err != nil {
 		return p, err
 	}
 	return p, nil
 }
 
-func loadModules() error {
+// LoadModules loads the kernel modules listed in ModulesDir/modules.load, in
+// order (Debian kernels; the airlock kernel has none).
+func LoadModules() error {
 	f, err := os.Open(filepath.Join(ModulesDir, "modules.load"))
 	if os.IsNotExist(err) {
 		return nil

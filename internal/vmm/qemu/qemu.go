@@ -136,16 +136,19 @@ func IsCIDInUse(err error) bool {
 // escapeComma doubles commas, QEMU's option-value escape.
 func escapeComma(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 
-// KernelCmdline returns the kernel command line for a box: a quiet microVM
-// console on ttyS0, no timer check, no kernel reboot loop (panic=-1 with
-// QEMU's -no-reboot ends the VM on panic), plus the TCG-only clock
-// calibration hint when accel is TCG, followed by extra.
+// KernelCmdline returns the kernel command line for a box: a quiet console
+// on ttyS0 (verbose when AIRLOCK_DEBUG is set), no timer check, no reboot
+// loop (panic=-1 with QEMU's -no-reboot ends the VM on panic), plus the
+// TCG-only clock calibration hint when accel is TCG, followed by extra.
 func KernelCmdline(accel string, extra ...string) string {
 	p := []string{
-		"console=ttyS0", "quiet", "loglevel=1", "reboot=t", "panic=-1",
+		"console=ttyS0", "reboot=t", "panic=-1",
 		"no_timer_check", "i8042.noaux", "i8042.nopnp", "i8042.dumbkbd",
 		"random.trust_cpu=on", "audit=0", "nokaslr", "mitigations=off", "pty.legacy_count=0",
 		"8250.nr_uarts=1", // one UART: ttyS0; probing the default four costs ~60 ms under TCG
+	}
+	if os.Getenv("AIRLOCK_DEBUG") == "" {
+		p = append(p, "quiet", "loglevel=1")
 	}
 	if accel == AccelTCG {
 		// TCG's PIT calibration fails on microvm (the boot can hang); tell
