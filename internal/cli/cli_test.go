@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,5 +161,35 @@ func TestCLIDoctor(t *testing.T) {
 	b, _ := cmd.CombinedOutput()
 	if !strings.Contains(string(b), "want kvm, tcg or auto") {
 		t.Fatalf("doctor with bad AIRLOCK_ACCEL: %s", b)
+	}
+}
+
+func TestCLIRunKilledLeavesNoVM(t *testing.T) {
+	vmtest.Require(t)
+	c := cli{t, t.TempDir()}
+	cmd := exec.Command(airlockBin, "run", "--rm", "--network", "disabled", "python:slim", "sh", "-c", "echo up; sleep 600")
+	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+c.home, "AIRLOCK_IMAGES="+vmtest.ImagesDir())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "up\n" {
+		t.Fatalf("box did not start: %q %v", buf, err)
+	}
+	if q := qemuOf(c.home); len(q) != 1 {
+		t.Fatalf("want one QEMU while running, got %v", q)
+	}
+	cmd.Process.Kill() // SIGKILL: no chance to clean up
+	cmd.Wait()
+	// The next airlock command removes the orphaned --rm box.
+	if out, _, _ := c.run("ls", "-q"); strings.TrimSpace(out) != "" {
+		t.Fatalf("orphaned --rm box still listed: %q", out)
+	}
+	if q := qemuOf(c.home); len(q) != 0 {
+		t.Fatalf("QEMU of a killed run --rm survived: %v", q)
 	}
 }
