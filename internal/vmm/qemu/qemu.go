@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -163,13 +164,29 @@ var tscOnce struct {
 	khz uint64
 }
 
-// TSCkHz returns the host's TSC rate in kHz (measured once per process;
-// 2800000 when it cannot be measured).
+// TSCkHz returns the host's TSC rate in kHz (2800000 when it cannot be
+// measured). The rate is fixed for a host boot, so the measurement (~45 ms)
+// is made once per boot and kept in a small file under the temp dir, named
+// after the kernel's boot id.
 func TSCkHz() uint64 {
 	tscOnce.Do(func() {
+		cache := ""
+		if id, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+			cache = filepath.Join(os.TempDir(), "airlock-tsc-khz-"+strings.TrimSpace(string(id)))
+			if b, err := os.ReadFile(cache); err == nil {
+				if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && v >= 100000 {
+					tscOnce.khz = v
+					return
+				}
+			}
+		}
 		tscOnce.khz = hostTSCkHz()
 		if tscOnce.khz < 100000 {
 			tscOnce.khz = 2800000
+			return
+		}
+		if cache != "" {
+			os.WriteFile(cache, []byte(strconv.FormatUint(tscOnce.khz, 10)), 0o644)
 		}
 	})
 	return tscOnce.khz

@@ -79,9 +79,12 @@ func TestProbeAccel(t *testing.T) {
 }
 
 func TestTSCkHzIsPlausible(t *testing.T) {
-	k := TSCkHz()
+	k := hostTSCkHz()
 	if k < 500000 || k > 6000000 {
 		t.Fatalf("host TSC rate %d kHz is implausible", k)
+	}
+	if c := TSCkHz(); c < k*98/100 || c > k*102/100 {
+		t.Errorf("cached rate %d kHz differs from a fresh measurement %d kHz", c, k)
 	}
 	b, _ := os.ReadFile("/proc/cpuinfo")
 	for _, l := range strings.Split(string(b), "\n") {
