@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -125,19 +124,17 @@ func (b *Box) ExecStreamWriters(ctx context.Context, cmd string, args []string, 
 
 // Process is a running exec started by ExecStream.
 type Process struct {
-	b       *Box
-	proc    *client.Proc
-	t0      time.Time
-	stdout  io.Reader
-	stderr  io.Reader
-	pipes   []*boundedPipe
-	cancel  context.CancelFunc
-	done    chan struct{}
-	res     *ExecResult
-	err     error
-	ctxErr  error
-	stdinMu sync.Mutex
-	closed  bool
+	b      *Box
+	proc   *client.Proc
+	t0     time.Time
+	stdout io.Reader
+	stderr io.Reader
+	pipes  []*boundedPipe
+	cancel context.CancelFunc
+	done   chan struct{}
+	res    *ExecResult
+	err    error
+	ctxErr error
 }
 
 func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOptions, stdout, stderr io.Writer, stdin bool) (*Process, error) {
