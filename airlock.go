@@ -28,7 +28,8 @@ type Options struct {
 	// ImagesDir is the local OCI image store. Default $AIRLOCK_IMAGES,
 	// else Home/images.
 	ImagesDir string
-	// CacheDir holds kernels, initramfs images and root filesystem bases.
+	// CacheDir holds kernels, initramfs images, agent disks and root
+	// filesystem bases.
 	// Default $AIRLOCK_CACHE, else ~/.cache/airlock.
 	CacheDir string
 	// Accel is "kvm", "tcg" or "auto"/"" (probe). Default $AIRLOCK_ACCEL.
@@ -65,7 +66,9 @@ type Runtime struct {
 type bootAssets struct {
 	accel  qemu.AccelChoice
 	kernel assets.Kernel
-	initrd string
+	// Exactly one of initrd (kernels that load modules) and agentDisk (the
+	// airlock kernel: the agent's erofs disk is the root filesystem) is set.
+	initrd, agentDisk string
 }
 
 // DefaultHome returns $AIRLOCK_HOME, else ~/.airlock.
@@ -182,7 +185,8 @@ func (r *Runtime) Close() error {
 	return r.db.Close()
 }
 
-// bootAssets resolves accelerator, kernel and initramfs once per Runtime.
+// bootAssets resolves accelerator, kernel and initramfs or agent disk once
+// per Runtime.
 func (r *Runtime) bootAssets() (*bootAssets, error) {
 	r.mu.Lock()
 	if r.boot != nil {
@@ -207,7 +211,15 @@ func (r *Runtime) bootAssets() (*bootAssets, error) {
 			return nil, err
 		}
 	}
-	initrd, err := assets.Initrd(r.opts.CacheDir, agent, k)
+	if err := assets.CheckAgent(agent); err != nil {
+		return nil, err
+	}
+	var initrd, agentDisk string
+	if k.Kind == assets.KernelAirlock {
+		agentDisk, err = assets.AgentDisk(context.Background(), r.opts.CacheDir, agent)
+	} else {
+		initrd, err = assets.Initrd(r.opts.CacheDir, agent, k)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +227,7 @@ func (r *Runtime) bootAssets() (*bootAssets, error) {
 		r.warn(qemu.TCGWarning + " (" + accel.Reason + ")")
 	}
 	r.warn(note)
-	b := &bootAssets{accel: accel, kernel: k, initrd: initrd}
+	b := &bootAssets{accel: accel, kernel: k, initrd: initrd, agentDisk: agentDisk}
 	r.mu.Lock()
 	r.boot = b
 	r.mu.Unlock()
@@ -230,17 +242,21 @@ type BootInfo struct {
 	KernelKind  string // "airlock", "debian" or "custom"
 	KernelVer   string
 	ConfigHash  string
-	Initrd      string
+	// Initrd is the initramfs the kernel unpacks (kernels that load
+	// modules); AgentDisk the erofs image the airlock kernel mounts as its
+	// root instead. One of them is set.
+	Initrd, AgentDisk string
 }
 
-// BootInfo resolves and reports the accelerator, kernel and initramfs.
+// BootInfo resolves and reports the accelerator, kernel and initramfs or
+// agent disk.
 func (r *Runtime) BootInfo() (BootInfo, error) {
 	b, err := r.bootAssets()
 	if err != nil {
 		return BootInfo{}, err
 	}
 	return BootInfo{Accel: b.accel.Accel, AccelReason: b.accel.Reason, Kernel: b.kernel.Path,
-		KernelKind: b.kernel.Kind, KernelVer: b.kernel.Version, ConfigHash: b.kernel.ConfigHash, Initrd: b.initrd}, nil
+		KernelKind: b.kernel.Kind, KernelVer: b.kernel.Version, ConfigHash: b.kernel.ConfigHash, Initrd: b.initrd, AgentDisk: b.agentDisk}, nil
 }
 
 func newID() string {

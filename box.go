@@ -234,7 +234,15 @@ func (b *Box) vmConfig(boot *bootAssets, base string, cid uint32, extraCmdline .
 		agentSocks = append(agentSocks, b.sockPath(agentSock(i)))
 	}
 	o := b.cfg.Options
-	extra := []string{"airlock.rw=/dev/vdb", "airlock.hostname=" + b.hostname(), "airlock.ports=" + strconv.Itoa(agentPorts)}
+	disks := []qemu.Disk{{Path: base, ReadOnly: true}, {Path: filepath.Join(b.dir, fileRW)}}
+	extra := []string{"airlock.rw=/dev/vdb"}
+	if boot.agentDisk != "" {
+		// No initramfs: the kernel mounts the agent disk as its root and
+		// runs /init from it; the box disks come after it.
+		disks = append([]qemu.Disk{{Path: boot.agentDisk, ReadOnly: true}}, disks...)
+		extra = []string{"root=/dev/vda", "rootfstype=erofs", "ro", "init=/init", "airlock.root=/dev/vdb", "airlock.rw=/dev/vdc"}
+	}
+	extra = append(extra, "airlock.hostname="+b.hostname(), "airlock.ports="+strconv.Itoa(agentPorts))
 	if os.Getenv("AIRLOCK_DEBUG") != "" {
 		extra = append(extra, "airlock.debug=1")
 	}
@@ -253,7 +261,7 @@ func (b *Box) vmConfig(boot *bootAssets, base string, cid uint32, extraCmdline .
 		Kernel:       boot.kernel.Path,
 		Initrd:       boot.initrd,
 		Cmdline:      qemu.KernelCmdline(boot.accel.Accel, append(extra, extraCmdline...)...),
-		Disks:        []qemu.Disk{{Path: base, ReadOnly: true}, {Path: filepath.Join(b.dir, fileRW)}},
+		Disks:        disks,
 		AgentSockets: agentSocks,
 		QMPSocket:    b.sockPath(fileQMP),
 		ConsoleLog:   b.ConsoleLog(),

@@ -1,7 +1,8 @@
 //go:build linux
 
 // Command airlock-agent is the guest agent: a static binary that runs as
-// PID 1 (the /init of the box's initramfs), assembles the box root, and
+// PID 1 (/init of the agent disk the airlock kernel mounts as its root, or of
+// the initramfs for kernels that load modules), assembles the box root, and
 // serves the agent protocol to the host over a virtio-serial port.
 //
 // Outside a VM, `airlock-agent -listen unix:PATH [-root DIR]` serves the
@@ -81,15 +82,19 @@ func bareInit() {
 	if err := guestinit.LoadModules(); err != nil { // Debian kernels: virtio_blk, erofs
 		fmt.Fprintln(os.Stderr, "bare init:", err)
 	}
+	os.MkdirAll("/proc", 0o755)
+	syscall.Mount("proc", "/proc", "proc", 0, "")
+	cmdline, _ := os.ReadFile("/proc/cmdline")
+	p := guestinit.ParseCmdline(string(cmdline))
 	os.MkdirAll("/mnt/base", 0o755)
 	for i := 0; i < 2000; i++ {
-		if _, err := os.Stat("/dev/vda"); err == nil {
+		if _, err := os.Stat(p.Root); err == nil {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := syscall.Mount("/dev/vda", "/mnt/base", "erofs", syscall.MS_RDONLY, ""); err != nil {
-		fmt.Fprintln(os.Stderr, "bare init: mount /dev/vda:", err)
+	if err := syscall.Mount(p.Root, "/mnt/base", p.RootFSType, syscall.MS_RDONLY, ""); err != nil {
+		fmt.Fprintln(os.Stderr, "bare init: mount", p.Root+":", err)
 	}
 	pid, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{
 		Env: []string{"PATH=/usr/bin:/bin"},

@@ -1,7 +1,9 @@
 // Package assets finds and prepares what every box boots from: the guest
-// kernel, the guest agent binary, and the initramfs built from them. The
-// kernel and agent come from the set-up script (hack/setup.sh) or from
-// environment overrides; the initramfs is built here on demand and cached.
+// kernel, the guest agent binary, and what carries the agent into the guest
+// (an erofs agent disk for the airlock kernel, an initramfs for kernels
+// that load modules). The kernel and agent come from the set-up script
+// (hack/setup.sh) or from environment overrides; the agent disk and
+// initramfs are built here on demand and cached.
 package assets
 
 import (
@@ -20,7 +22,8 @@ import (
 
 // CacheDir returns airlock's cache directory: $AIRLOCK_CACHE, else
 // $XDG_CACHE_HOME/airlock, else ~/.cache/airlock. It holds kernels
-// (kernel/), initramfs images (initrd/) and root filesystem bases (rootfs/);
+// (kernel/), initramfs images and agent disks (initrd/) and root filesystem
+// bases (rootfs/);
 // everything in it can be rebuilt.
 func CacheDir() string {
 	if d := os.Getenv("AIRLOCK_CACHE"); d != "" {

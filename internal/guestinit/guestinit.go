@@ -32,7 +32,7 @@ const ModulesDir = "/lib/modules/airlock"
 
 // Params are the airlock.* kernel command line parameters.
 type Params struct {
-	Root       string // airlock.root: base device, default /dev/vda
+	Root       string // airlock.root: image base device, default /dev/vda (/dev/vdb after the agent disk)
 	RootFSType string // airlock.rootfstype: default erofs
 	RW         string // airlock.rw: writable layer device ("" = tmpfs)
 	Port       string // airlock.port: prefix of the virtio-serial port names, default airlock.agent.
@@ -96,7 +96,8 @@ func Logf(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "airlock-agent: "+format+"\n", a...)
 }
 
-// Early mounts /dev, /proc and /sys in the initramfs and loads modules.
+// Early mounts /dev, /proc and /sys in the initial root (the initramfs or
+// the read-only agent disk, whose mount points exist) and loads modules.
 func Early() (Params, error) {
 	for _, m := range []struct{ src, dst, t string }{
 		{"devtmpfs", "/dev", "devtmpfs"},

@@ -1,6 +1,6 @@
 // Package rootfs builds the disks a box's root filesystem is made of: a
-// read-only erofs base per image digest (attached as /dev/vda) and a
-// per-box writable ext4 disk (/dev/vdb); the guest combines them with
+// read-only erofs base per image digest and a per-box writable ext4 disk
+// (attached after the agent disk: /dev/vdb and /dev/vdc); the guest combines them with
 // overlayfs.
 //
 // Bases live in CACHE/rootfs/<manifest digest hex>.erofs, where CACHE is

@@ -31,7 +31,7 @@ type Config struct {
 	CPUs      int    // vCPUs, default 1
 	MemoryMiB int    // guest RAM in MiB, default 512
 	Kernel    string // uncompressed vmlinux (PVH entry) or bzImage
-	Initrd    string // newc cpio
+	Initrd    string // newc cpio; "" boots without an initramfs (root= on the command line)
 	Cmdline   string // kernel command line
 	Disks     []Disk
 	// AgentSockets are the host unix sockets of the agent's virtio-serial
@@ -79,7 +79,6 @@ func (c Config) Args() []string {
 	}
 	a = append(a,
 		"-kernel", c.Kernel,
-		"-initrd", c.Initrd,
 		"-append", c.Cmdline,
 		"-chardev", "file,id=console,path="+c.ConsoleLog,
 		"-serial", "chardev:console",
@@ -87,6 +86,9 @@ func (c Config) Args() []string {
 		"-pidfile", c.PIDFile,
 		"-daemonize",
 	)
+	if c.Initrd != "" {
+		a = append(a, "-initrd", c.Initrd)
+	}
 	for i, d := range c.Disks {
 		id := "vd" + string(rune('a'+i))
 		ro := "off"

@@ -1,0 +1,119 @@
+package assets
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// AgentDiskDirs are the directories of the agent disk besides /init: the
+// mount points the agent uses while the disk is the root filesystem.
+var AgentDiskDirs = []string{"dev", "proc", "sys", "mnt", "mnt/base", "mnt/rw", "newroot"}
+
+// AgentDisk returns a read-only erofs image holding the agent as /init and
+// the mount points it needs, for kernels with every driver built in (the
+// airlock kernel): the kernel mounts it as the root filesystem
+// (root=/dev/vda rootfstype=erofs), so no initramfs is unpacked at boot and
+// the agent's pages are read on demand instead of being copied into guest
+// memory up front. It is built once per agent content with mkfs.erofs and
+// cached under cacheDir/initrd.
+func AgentDisk(ctx context.Context, cacheDir, agentPath string) (string, error) {
+	f, err := os.Open(agentPath)
+	if err != nil {
+		return "", fmt.Errorf("read agent: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	h.Write([]byte(strings.Join(AgentDiskDirs, ",")))
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("read agent: %w", err)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))[:16]
+	dir := filepath.Join(cacheDir, "initrd")
+	out := filepath.Join(dir, "agent-"+sum+".erofs")
+	if _, err := os.Stat(out); err == nil {
+		return out, nil
+	}
+	mkfs, err := exec.LookPath("mkfs.erofs")
+	if err != nil {
+		return "", fmt.Errorf("mkfs.erofs not found: install erofs-utils (apt-get install erofs-utils)")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tree, err := os.MkdirTemp(dir, ".agent-tree-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tree)
+	for _, d := range AgentDiskDirs {
+		if err := os.MkdirAll(filepath.Join(tree, d), 0o755); err != nil {
+			return "", err
+		}
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	init, err := os.OpenFile(filepath.Join(tree, "init"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o755)
+	if err != nil {
+		return "", err
+	}
+	_, err = io.Copy(init, f)
+	if cerr := init.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", err
+	}
+	tmp := filepath.Join(dir, ".agent-"+sum+fmt.Sprintf("-%d.erofs", os.Getpid()))
+	cmd := exec.CommandContext(ctx, mkfs, "--quiet", "--all-root", "-T0", tmp, tree)
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	if err := cmd.Run(); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("mkfs.erofs for the agent disk: %w: %s", err, strings.TrimSpace(b.String()))
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	// Older agents' disks are never used again (a box boots from the disk
+	// of the current agent; a running QEMU keeps its open copy).
+	if old, _ := filepath.Glob(filepath.Join(dir, "agent-*.erofs")); len(old) > 0 {
+		for _, p := range old {
+			if p != out {
+				os.Remove(p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// CheckAgent returns an error when the file at path cannot be the guest
+// agent: not an x86-64 ELF executable, or dynamically linked (the guest has
+// no dynamic loader for it; the kernel would panic with "No working init
+// found").
+func CheckAgent(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return fmt.Errorf("guest agent %s: %w", path, err)
+	}
+	defer f.Close()
+	if f.Machine != elf.EM_X86_64 {
+		return fmt.Errorf("guest agent %s is built for %s, not x86-64", path, f.Machine)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return fmt.Errorf("guest agent %s is dynamically linked: rebuild it static (CGO_ENABLED=0 go build -tags grpcnotrace -o %s ./cmd/airlock-agent)", path, path)
+		}
+	}
+	return nil
+}

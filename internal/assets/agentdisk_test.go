@@ -1,0 +1,82 @@
+package assets
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+func TestAgentDiskHoldsInitAndMountPointsAndIsCached(t *testing.T) {
+	if _, err := exec.LookPath("mkfs.erofs"); err != nil {
+		t.Skip("erofs-utils not installed")
+	}
+	if _, err := exec.LookPath("fsck.erofs"); err != nil {
+		t.Skip("fsck.erofs not installed: cannot read the image back")
+	}
+	dir := t.TempDir()
+	agent := filepath.Join(dir, "agent")
+	content := []byte("agent binary v1")
+	os.WriteFile(agent, content, 0o755)
+	cache := filepath.Join(dir, "cache")
+	ctx := context.Background()
+	p, err := AgentDisk(ctx, cache, agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	if b, err := exec.Command("fsck.erofs", "--extract="+out, p).CombinedOutput(); err != nil {
+		t.Fatalf("fsck.erofs cannot read the agent disk: %v\n%s", err, b)
+	}
+	got, err := os.ReadFile(filepath.Join(out, "init"))
+	if err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("/init on the agent disk: %q %v", got, err)
+	}
+	if fi, _ := os.Stat(filepath.Join(out, "init")); fi == nil || fi.Mode().Perm()&0o111 == 0 {
+		t.Fatalf("/init is not executable: %v", fi)
+	}
+	for _, d := range AgentDiskDirs {
+		if fi, err := os.Stat(filepath.Join(out, d)); err != nil || !fi.IsDir() {
+			t.Errorf("mount point /%s missing: %v", d, err)
+		}
+	}
+	// Cached: same agent, same file, not rebuilt.
+	st, _ := os.Stat(p)
+	p2, err := AgentDisk(ctx, cache, agent)
+	st2, _ := os.Stat(p2)
+	if err != nil || p2 != p || !st.ModTime().Equal(st2.ModTime()) {
+		t.Fatalf("second call: %s %v (first %s)", p2, err, p)
+	}
+	// A new agent makes a new disk and the old one goes.
+	os.WriteFile(agent, []byte("agent binary v2"), 0o755)
+	p3, err := AgentDisk(ctx, cache, agent)
+	if err != nil || p3 == p {
+		t.Fatalf("not rebuilt for a new agent: %s %v", p3, err)
+	}
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Errorf("old agent disk %s still there: %v", p, err)
+	}
+}
+
+func TestCheckAgentRejectsDynamicAndForeignBinaries(t *testing.T) {
+	// The host's /bin/true is a dynamically linked executable.
+	if err := CheckAgent("/bin/true"); err == nil {
+		t.Error("a dynamically linked binary was accepted as the agent")
+	}
+	txt := filepath.Join(t.TempDir(), "agent")
+	os.WriteFile(txt, []byte("#!/bin/sh\n"), 0o755)
+	if err := CheckAgent(txt); err == nil {
+		t.Error("a shell script was accepted as the agent")
+	}
+	static := filepath.Join(t.TempDir(), "static")
+	cmd := exec.Command("go", "build", "-o", static, "./testdata/static")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Skipf("cannot build a static binary: %v\n%s", err, b)
+	}
+	if err := CheckAgent(static); err != nil {
+		t.Errorf("static binary rejected: %v", err)
+	}
+}
