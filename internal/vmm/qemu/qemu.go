@@ -210,7 +210,15 @@ func Launch(ctx context.Context, c Config) (int, error) {
 	var stderr bytes.Buffer
 	cmd.Stdout = &stderr
 	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
+	start := cmd.Start
+	if c.Accel != AccelKVM {
+		start = func() error { return startWithoutTHP(cmd) }
+	}
+	err = start()
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
 		msg := strings.TrimSpace(stderr.String())
 		if msg == "" {
 			msg = err.Error()

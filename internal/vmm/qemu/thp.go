@@ -1,0 +1,40 @@
+package qemu
+
+import (
+	"os/exec"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// thpMu serializes starts that switch transparent huge pages off: the
+// setting is per process, so two overlapping starts must not undo each
+// other's.
+var thpMu sync.Mutex
+
+// startWithoutTHP starts cmd with transparent huge pages disabled for it
+// (prctl PR_SET_THP_DISABLE, which a child inherits across fork and execve).
+// QEMU asks for huge pages for guest RAM and for TCG's code buffer
+// (madvise MADV_HUGEPAGE), so every 2 MiB region the guest touches at all
+// becomes 2 MiB of host memory. A small guest kernel touches its memory
+// sparsely: with 4 KiB pages an idle box takes about 25 MiB less. Under
+// TCG, where huge pages buy little, that is the better trade; under KVM
+// they speed up guest memory access, so Launch keeps them there.
+//
+// The flag is set on the calling process only for the duration of
+// cmd.Start (and restored to what it was); children other processes start
+// in that window inherit it too, which only costs them huge pages.
+func startWithoutTHP(cmd *exec.Cmd) error {
+	thpMu.Lock()
+	defer thpMu.Unlock()
+	prev, err := unix.PrctlRetInt(unix.PR_GET_THP_DISABLE, 0, 0, 0, 0)
+	if err != nil || prev != 0 {
+		// Unsupported, or already off for this process: nothing to switch.
+		return cmd.Start()
+	}
+	if err := unix.Prctl(unix.PR_SET_THP_DISABLE, 1, 0, 0, 0); err != nil {
+		return cmd.Start()
+	}
+	defer unix.Prctl(unix.PR_SET_THP_DISABLE, 0, 0, 0, 0)
+	return cmd.Start()
+}
