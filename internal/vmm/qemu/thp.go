@@ -13,13 +13,8 @@ import (
 var thpMu sync.Mutex
 
 // startWithoutTHP starts cmd with transparent huge pages disabled for it
-// (prctl PR_SET_THP_DISABLE, which a child inherits across fork and execve).
-// QEMU asks for huge pages for guest RAM and for TCG's code buffer
-// (madvise MADV_HUGEPAGE), so every 2 MiB region the guest touches at all
-// becomes 2 MiB of host memory. A small guest kernel touches its memory
-// sparsely: with 4 KiB pages an idle box takes about 25 MiB less. Under
-// TCG, where huge pages buy little, that is the better trade; under KVM
-// they speed up guest memory access, so Launch keeps them there.
+// (prctl PR_SET_THP_DISABLE, which a child inherits across fork and execve);
+// see Config.NoHugePages.
 //
 // The flag is set on the calling process only for the duration of
 // cmd.Start (and restored to what it was); children other processes start

@@ -1,0 +1,77 @@
+package airlock_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/vmtest"
+)
+
+// thpEnabled reads THP_enabled from /proc/PID/status ("" if absent).
+func thpEnabled(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "THP_enabled:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func TestHugePagesDefaultAndOverride(t *testing.T) {
+	vmtest.Require(t)
+	ctx := context.Background()
+	check := func(t *testing.T, env, want string) {
+		t.Setenv("AIRLOCK_THP", env)
+		r := openRuntime(t, "")
+		info, err := r.BootInfo()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env == "" {
+			if info.Accel != "tcg" || info.KernelKind != "airlock" {
+				t.Skipf("default is only off for the airlock kernel under TCG (have %s, %s)", info.KernelKind, info.Accel)
+			}
+		}
+		self := thpEnabled(t, os.Getpid())
+		b, err := r.Create(ctx, airlock.BoxOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Remove(ctx, true)
+		if now := thpEnabled(t, os.Getpid()); now != self {
+			t.Errorf("starting the box changed this process's THP setting from %s to %s", self, now)
+		}
+		bi, err := b.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := thpEnabled(t, bi.PID)
+		if got == "" {
+			t.Skip("this kernel does not report THP_enabled")
+		}
+		if got != want || info.HugePages != (want == "1") {
+			t.Fatalf("AIRLOCK_THP=%q: QEMU THP_enabled %s, BootInfo.HugePages %v; want %s", env, got, info.HugePages, want)
+		}
+		if res := exec(t, b, airlock.ExecOptions{}, "true"); res.ExitCode != 0 {
+			t.Fatalf("box does not run: %+v", res)
+		}
+	}
+	t.Run("default", func(t *testing.T) { check(t, "", "0") })
+	t.Run("on", func(t *testing.T) { check(t, "on", "1") })
+	t.Run("bad", func(t *testing.T) {
+		t.Setenv("AIRLOCK_THP", "maybe")
+		r := openRuntime(t, "")
+		if _, err := r.BootInfo(); err == nil || !strings.Contains(err.Error(), "AIRLOCK_THP") {
+			t.Fatalf("AIRLOCK_THP=maybe: %v", err)
+		}
+	})
+}
