@@ -85,7 +85,12 @@ func (c Config) Args() []string {
 	if c.Accel == AccelKVM {
 		a = append(a, "-accel", "kvm", "-cpu", "host")
 	} else {
-		a = append(a, "-accel", "tcg", "-cpu", "max")
+		// No ERMS/FSRM: with them the guest kernel and glibc clear and
+		// copy memory with `rep stosb/movsb`, which TCG runs a byte per
+		// iteration. Without them, zeroing 100 MB in the guest took 0.15-0.25 s
+		// instead of 0.7 s and copying it 0.2-0.3 s instead of 0.3-0.5 s. They are
+		// speed hints only: the instructions work either way.
+		a = append(a, "-accel", "tcg", "-cpu", "max,-erms,-fsrm")
 	}
 	a = append(a,
 		"-kernel", c.Kernel,
