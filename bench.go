@@ -94,8 +94,9 @@ func procStatus(pid int, field string) int64 {
 }
 
 // Bench measures box boot and exec costs against the bare limit, for each
-// kernel, in one run: see KernelBench for what is measured. It boots about
-// 3×Runs VMs per kernel.
+// kernel, in one run: see KernelBench for what is measured. It boots 3×Runs
+// VMs per kernel, alternating between the kernels run by run so that drift
+// in the host's load affects all of them alike.
 func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 	if o.Runs <= 0 {
 		o.Runs = 5
@@ -127,129 +128,171 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 		}
 	}
 	rep := &BenchReport{Runs: o.Runs}
-	for _, kp := range o.Kernels {
-		home, err := os.MkdirTemp("", "airlock-bench-")
-		if err != nil {
-			return nil, err
+	// Runs go round-robin over the kernels, so that every kernel sees the
+	// same machine state (load on the host drifts over a run).
+	var ks []*kernelRuns
+	defer func() {
+		for _, k := range ks {
+			k.close()
 		}
-		kb, accel, err := benchKernel(ctx, o, home, kp, logf)
-		os.RemoveAll(home)
+	}()
+	for _, kp := range o.Kernels {
+		k, err := newKernelRuns(o, kp, logf)
 		if err != nil {
 			return nil, fmt.Errorf("kernel %s: %w", kp, err)
 		}
-		rep.Accel = accel
-		rep.Kernels = append(rep.Kernels, *kb)
+		ks = append(ks, k)
+		rep.Accel = k.boot.accel.Accel
+	}
+	for i := 0; i < o.Runs; i++ {
+		for _, k := range ks {
+			if err := k.run(ctx, i); err != nil {
+				return nil, fmt.Errorf("kernel %s: %w", k.kb.Kernel, err)
+			}
+		}
+	}
+	for _, k := range ks {
+		rep.Kernels = append(rep.Kernels, k.summary())
 	}
 	return rep, nil
 }
 
-func benchKernel(ctx context.Context, o BenchOptions, home, kernel string, logf func(string, ...any)) (*KernelBench, string, error) {
+// kernelRuns holds one kernel's runtime (in a temporary home) and samples.
+type kernelRuns struct {
+	o                             BenchOptions
+	home                          string
+	r                             *Runtime
+	boot                          *bootAssets
+	kb                            KernelBench
+	logf                          func(string, ...any)
+	bare, cold, py, rt, guest     []time.Duration
+	bareRSS, barePeak, idle, peak []int64
+}
+
+func newKernelRuns(o BenchOptions, kernel string, logf func(string, ...any)) (*kernelRuns, error) {
+	home, err := os.MkdirTemp("", "airlock-bench-")
+	if err != nil {
+		return nil, err
+	}
 	r, err := Open(Options{Home: home, ImagesDir: o.ImagesDir, CacheDir: o.CacheDir, AgentPath: o.AgentPath,
 		Accel: o.Accel, Kernel: kernel, Warn: func(string) {}})
 	if err != nil {
-		return nil, "", err
+		os.RemoveAll(home)
+		return nil, err
 	}
-	defer r.Close()
-	boot, err := r.bootAssets()
+	k := &kernelRuns{o: o, home: home, r: r, logf: logf}
+	if k.boot, err = r.bootAssets(); err != nil {
+		k.close()
+		return nil, err
+	}
+	k.kb = KernelBench{Kernel: kernel, Kind: k.boot.kernel.Kind, Version: k.boot.kernel.Version}
+	logf("kernel %s (%s %s), accel %s", kernel, k.kb.Kind, k.kb.Version, k.boot.accel.Accel)
+	return k, nil
+}
+
+func (k *kernelRuns) close() {
+	k.r.Close()
+	os.RemoveAll(k.home)
+}
+
+// run takes one sample of every figure.
+func (k *kernelRuns) run(ctx context.Context, i int) error {
+	r := k.r
+	opts := BoxOptions{Image: k.o.Image, Network: NetworkEnabled}
+	// Bare limit: same command line, trivial init.
+	b, err := r.newBox(ctx, opts)
 	if err != nil {
-		return nil, "", err
+		return err
 	}
-	kb := &KernelBench{Kernel: kernel, Kind: boot.kernel.Kind, Version: boot.kernel.Version}
-	logf("kernel %s (%s %s), accel %s", kernel, kb.Kind, kb.Version, boot.accel.Accel)
-	opts := BoxOptions{Image: o.Image, Network: NetworkEnabled}
-	var bare, cold, py, rt, guest []time.Duration
-	var bareRSS, barePeak, idleRSS, peak []int64
-	for i := 0; i < o.Runs; i++ {
-		// Bare limit: same command line, trivial init.
-		b, err := r.newBox(ctx, opts)
-		if err != nil {
-			return nil, "", err
-		}
-		img, err := b.image()
-		if err != nil {
-			return nil, "", err
-		}
-		base, err := rootfs.Base(ctx, r.images, img, r.opts.CacheDir)
-		if err != nil {
-			return nil, "", err
-		}
-		var cid uint32
-		if qemu.VsockAvailable() {
-			cid = randomCID()
-		}
-		qc := b.vmConfig(boot, base, cid, "AIRLOCK_BARE=1")
-		t0 := time.Now()
-		pid, err := qemu.Launch(ctx, qc)
-		if err != nil {
-			return nil, "", err
-		}
-		start := qemu.StartTime(pid)
-		for {
-			c, _ := os.ReadFile(qc.ConsoleLog)
-			if strings.Contains(string(c), "AIRLOCK-BARE-MARKER") {
-				break
-			}
-			if time.Since(t0) > 2*time.Minute || !qemu.Alive(pid, start) {
-				qemu.Kill(pid, start)
-				return nil, "", fmt.Errorf("bare init printed no marker; console:\n%s", c)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-		bare = append(bare, time.Since(t0))
-		time.Sleep(time.Second)
-		bareRSS = append(bareRSS, procStatus(pid, "VmRSS"))
-		barePeak = append(barePeak, procStatus(pid, "VmHWM"))
-		qemu.Kill(pid, start)
-		b.remove(ctx, true)
-
-		// Cold start: Create -> first Exec("true").
-		t0 = time.Now()
-		b, err = r.Create(ctx, opts)
-		if err != nil {
-			return nil, "", err
-		}
-		if _, err := b.Exec(ctx, "true", nil, ExecOptions{}); err != nil {
-			b.remove(ctx, true)
-			return nil, "", err
-		}
-		cold = append(cold, time.Since(t0))
-		time.Sleep(time.Second)
-		b.mu.Lock()
-		qpid := b.rec.PID
-		b.mu.Unlock()
-		idleRSS = append(idleRSS, procStatus(qpid, "VmRSS"))
-		for j := 0; j < 10; j++ {
-			res, err := b.Exec(ctx, "true", nil, ExecOptions{})
-			if err != nil {
-				b.remove(ctx, true)
-				return nil, "", err
-			}
-			rt = append(rt, res.Duration)
-			guest = append(guest, res.GuestDuration)
-		}
-		peak = append(peak, procStatus(qpid, "VmHWM"))
-		b.remove(ctx, true)
-
-		// First python3 -c output.
-		t0 = time.Now()
-		b, err = r.Create(ctx, opts)
-		if err != nil {
-			return nil, "", err
-		}
-		res, err := b.Exec(ctx, "python3", []string{"-c", "print(1)"}, ExecOptions{})
-		if err != nil || string(res.Stdout) != "1\n" {
-			b.remove(ctx, true)
-			return nil, "", fmt.Errorf("python3 -c: %v %v", res, err)
-		}
-		py = append(py, time.Since(t0))
-		b.remove(ctx, true)
-		logf("  run %d: bare %s, cold start %s, first python %s", i+1,
-			bare[i].Round(time.Millisecond), cold[i].Round(time.Millisecond), py[i].Round(time.Millisecond))
+	img, err := b.image()
+	if err != nil {
+		return err
 	}
-	kb.Bare, kb.ColdStart, kb.FirstPython = median(bare), median(cold), median(py)
-	kb.ExecRoundTrip, kb.GuestExec = median(rt), median(guest)
-	kb.BareRSS, kb.BarePeakRSS, kb.IdleRSS, kb.PeakRSS = medianInt(bareRSS), medianInt(barePeak), medianInt(idleRSS), medianInt(peak)
-	return kb, boot.accel.Accel, nil
+	base, err := rootfs.Base(ctx, r.images, img, r.opts.CacheDir)
+	if err != nil {
+		return err
+	}
+	var cid uint32
+	if qemu.VsockAvailable() {
+		cid = randomCID()
+	}
+	qc := b.vmConfig(k.boot, base, cid, "AIRLOCK_BARE=1")
+	t0 := time.Now()
+	pid, err := qemu.Launch(ctx, qc)
+	if err != nil {
+		return err
+	}
+	start := qemu.StartTime(pid)
+	for {
+		c, _ := os.ReadFile(qc.ConsoleLog)
+		if strings.Contains(string(c), "AIRLOCK-BARE-MARKER") {
+			break
+		}
+		if time.Since(t0) > 2*time.Minute || !qemu.Alive(pid, start) {
+			qemu.Kill(pid, start)
+			return fmt.Errorf("bare init printed no marker; console:\n%s", c)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	k.bare = append(k.bare, time.Since(t0))
+	time.Sleep(time.Second)
+	k.bareRSS = append(k.bareRSS, procStatus(pid, "VmRSS"))
+	k.barePeak = append(k.barePeak, procStatus(pid, "VmHWM"))
+	qemu.Kill(pid, start)
+	b.remove(ctx, true)
+
+	// Cold start: Create -> first Exec("true").
+	t0 = time.Now()
+	b, err = r.Create(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if _, err := b.Exec(ctx, "true", nil, ExecOptions{}); err != nil {
+		b.remove(ctx, true)
+		return err
+	}
+	k.cold = append(k.cold, time.Since(t0))
+	time.Sleep(time.Second)
+	b.mu.Lock()
+	qpid := b.rec.PID
+	b.mu.Unlock()
+	k.idle = append(k.idle, procStatus(qpid, "VmRSS"))
+	for j := 0; j < 10; j++ {
+		res, err := b.Exec(ctx, "true", nil, ExecOptions{})
+		if err != nil {
+			b.remove(ctx, true)
+			return err
+		}
+		k.rt = append(k.rt, res.Duration)
+		k.guest = append(k.guest, res.GuestDuration)
+	}
+	k.peak = append(k.peak, procStatus(qpid, "VmHWM"))
+	b.remove(ctx, true)
+
+	// First python3 -c output.
+	t0 = time.Now()
+	b, err = r.Create(ctx, opts)
+	if err != nil {
+		return err
+	}
+	res, err := b.Exec(ctx, "python3", []string{"-c", "print(1)"}, ExecOptions{})
+	if err != nil || string(res.Stdout) != "1\n" {
+		b.remove(ctx, true)
+		return fmt.Errorf("python3 -c: %v %v", res, err)
+	}
+	k.py = append(k.py, time.Since(t0))
+	b.remove(ctx, true)
+	k.logf("  %s run %d: bare %s, cold start %s, first python %s, peak RSS %d MiB", k.kb.Kind, i+1,
+		k.bare[i].Round(time.Millisecond), k.cold[i].Round(time.Millisecond), k.py[i].Round(time.Millisecond), k.peak[i]>>10)
+	return nil
+}
+
+func (k *kernelRuns) summary() KernelBench {
+	kb := k.kb
+	kb.Bare, kb.ColdStart, kb.FirstPython = median(k.bare), median(k.cold), median(k.py)
+	kb.ExecRoundTrip, kb.GuestExec = median(k.rt), median(k.guest)
+	kb.BareRSS, kb.BarePeakRSS, kb.IdleRSS, kb.PeakRSS = medianInt(k.bareRSS), medianInt(k.barePeak), medianInt(k.idle), medianInt(k.peak)
+	return kb
 }
 
 func ratio(a, b float64) string {
