@@ -3,11 +3,13 @@ package airlock_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/assets"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
@@ -74,4 +76,41 @@ func TestHugePagesDefaultAndOverride(t *testing.T) {
 			t.Fatalf("AIRLOCK_THP=maybe: %v", err)
 		}
 	})
+}
+
+// TestDebianKernelBootsFromInitramfs boots a box on Debian's cloud kernel,
+// the fallback when the airlock kernel is not built: it gets the agent and
+// its modules from an initramfs instead of the agent disk.
+func TestDebianKernelBootsFromInitramfs(t *testing.T) {
+	vmtest.Require(t)
+	deb, err := filepath.EvalSymlinks(filepath.Join(assets.CacheDir(), "kernel", "debian", "vmlinux"))
+	if err != nil {
+		if os.Getenv("AIRLOCK_REQUIRE_VM") == "1" {
+			t.Fatalf("Debian's kernel is not in the cache (hack/fetch-debian-kernel.sh): %v", err)
+		}
+		t.Skipf("Debian's kernel is not in the cache: %v", err)
+	}
+	r, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Kernel: deb, Warn: func(string) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	info, err := r.BootInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.KernelKind != "debian" || info.Initrd == "" || info.AgentDisk != "" {
+		t.Fatalf("boot info: %+v", info)
+	}
+	ctx := context.Background()
+	b, err := r.Create(ctx, airlock.BoxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Remove(ctx, true)
+	res := exec(t, b, airlock.ExecOptions{}, "sh", "-c", "uname -r; grep -c -E '^(virtio_blk|erofs|overlay) ' /proc/modules; echo hi > /tmp/f; cat /tmp/f")
+	out := string(res.Stdout)
+	if res.ExitCode != 0 || !strings.Contains(out, "cloud-amd64") || !strings.Contains(out, "\n3\n") || !strings.HasSuffix(out, "hi\n") {
+		t.Fatalf("exit %d stdout %q stderr %q", res.ExitCode, out, res.Stderr)
+	}
 }
