@@ -17,8 +17,8 @@ var thpMu sync.Mutex
 // see Config.NoHugePages.
 //
 // The flag is set on the calling process only for the duration of
-// cmd.Start (and restored to what it was); children other processes start
-// in that window inherit it too, which only costs them huge pages.
+// cmd.Start (and restored to what it was); a child another goroutine
+// starts in that window inherits it too, which only costs it huge pages.
 func startWithoutTHP(cmd *exec.Cmd) error {
 	thpMu.Lock()
 	defer thpMu.Unlock()
