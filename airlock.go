@@ -69,6 +69,7 @@ type bootAssets struct {
 	// Exactly one of initrd (kernels that load modules) and agentDisk (the
 	// airlock kernel: the agent's erofs disk is the root filesystem) is set.
 	initrd, agentDisk string
+	agent             string // the agent binary both are built from
 	// noHugePages starts QEMU without transparent huge pages (see
 	// hugePages).
 	noHugePages bool
@@ -234,7 +235,7 @@ func (r *Runtime) bootAssets() (*bootAssets, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &bootAssets{accel: accel, kernel: k, initrd: initrd, agentDisk: agentDisk, noHugePages: !huge}
+	b := &bootAssets{accel: accel, kernel: k, initrd: initrd, agentDisk: agentDisk, agent: agent, noHugePages: !huge}
 	r.mu.Lock()
 	r.boot = b
 	r.mu.Unlock()

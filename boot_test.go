@@ -114,3 +114,42 @@ func TestDebianKernelBootsFromInitramfs(t *testing.T) {
 		t.Fatalf("exit %d stdout %q stderr %q", res.ExitCode, out, res.Stderr)
 	}
 }
+
+// TestAgentDiskRemovedUnderRuntimeIsRebuilt: another process may prune the
+// cached agent disk while a runtime that already resolved it lives on.
+func TestAgentDiskRemovedUnderRuntimeIsRebuilt(t *testing.T) {
+	vmtest.Require(t)
+	cache := t.TempDir()
+	// A private cache holding links to the shared kernels, so the agent
+	// disk built here can be removed without disturbing other tests.
+	shared := assets.CacheDir()
+	for _, d := range []string{"kernel", "rootfs"} {
+		if err := os.Symlink(filepath.Join(shared, d), filepath.Join(cache, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), CacheDir: cache, Warn: func(string) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	info, err := r.BootInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.AgentDisk == "" {
+		t.Skipf("kernel %s boots from an initramfs", info.KernelKind)
+	}
+	if err := os.Remove(info.AgentDisk); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	b, err := r.Create(ctx, airlock.BoxOptions{})
+	if err != nil {
+		t.Fatalf("create after the agent disk was removed: %v", err)
+	}
+	defer b.Remove(ctx, true)
+	if res := exec(t, b, airlock.ExecOptions{}, "true"); res.ExitCode != 0 {
+		t.Fatalf("exec: %+v", res)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/mdlayher/vsock"
 
 	"github.com/airlock-run/airlock/internal/agent/client"
+	"github.com/airlock-run/airlock/internal/assets"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/store"
@@ -172,6 +173,14 @@ func (b *Box) Start(ctx context.Context) error {
 	boot, err := b.r.bootAssets()
 	if err != nil {
 		return err
+	}
+	if boot.agentDisk != "" {
+		// Another process may have pruned it since this runtime looked.
+		if _, err := os.Stat(boot.agentDisk); err != nil {
+			if _, err := assets.AgentDisk(ctx, b.r.opts.CacheDir, boot.agent); err != nil {
+				return err
+			}
+		}
 	}
 	img, err := b.image()
 	if err != nil {

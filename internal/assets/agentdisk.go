@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // AgentDiskDirs are the directories of the agent disk besides /init: the
@@ -85,16 +86,25 @@ func AgentDisk(ctx context.Context, cacheDir, agentPath string) (string, error) 
 		os.Remove(tmp)
 		return "", err
 	}
-	// Older agents' disks are never used again (a box boots from the disk
-	// of the current agent; a running QEMU keeps its open copy).
-	if old, _ := filepath.Glob(filepath.Join(dir, "agent-*.erofs")); len(old) > 0 {
-		for _, p := range old {
-			if p != out {
-				os.Remove(p)
-			}
+	pruneAgentDisks(dir, out)
+	return out, nil
+}
+
+// agentDiskMaxAge is how long an unused agent's disk is kept.
+const agentDiskMaxAge = 7 * 24 * time.Hour
+
+// pruneAgentDisks removes agent disks other than keep built more than
+// agentDiskMaxAge ago: each agent build makes a new one, and several
+// agents (an installed one, one built by tests) may be in use at once. A
+// running QEMU keeps its open copy; a runtime whose disk went away builds
+// it again (see AgentDisk).
+func pruneAgentDisks(dir, keep string) {
+	old, _ := filepath.Glob(filepath.Join(dir, "agent-*.erofs"))
+	for _, p := range old {
+		if fi, err := os.Stat(p); err == nil && p != keep && time.Since(fi.ModTime()) > agentDiskMaxAge {
+			os.Remove(p)
 		}
 	}
-	return out, nil
 }
 
 // CheckAgent returns an error when the file at path cannot be the guest

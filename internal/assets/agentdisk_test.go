@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestAgentDiskHoldsInitAndMountPointsAndIsCached(t *testing.T) {
@@ -49,14 +50,35 @@ func TestAgentDiskHoldsInitAndMountPointsAndIsCached(t *testing.T) {
 	if err != nil || p2 != p || !st.ModTime().Equal(st2.ModTime()) {
 		t.Fatalf("second call: %s %v (first %s)", p2, err, p)
 	}
-	// A new agent makes a new disk and the old one goes.
+	// A new agent makes a new disk; the old one stays (another process
+	// may still boot from it) until it is a week old.
 	os.WriteFile(agent, []byte("agent binary v2"), 0o755)
 	p3, err := AgentDisk(ctx, cache, agent)
 	if err != nil || p3 == p {
 		t.Fatalf("not rebuilt for a new agent: %s %v", p3, err)
 	}
+	if _, err := os.Stat(p); err != nil {
+		t.Errorf("recent agent disk %s removed: %v", p, err)
+	}
+	week := time.Now().Add(-8 * 24 * time.Hour)
+	os.Chtimes(p, week, week)
+	os.WriteFile(agent, []byte("agent binary v3"), 0o755)
+	if _, err := AgentDisk(ctx, cache, agent); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Stat(p); !os.IsNotExist(err) {
-		t.Errorf("old agent disk %s still there: %v", p, err)
+		t.Errorf("week-old agent disk %s still there: %v", p, err)
+	}
+	if _, err := os.Stat(p3); err != nil {
+		t.Errorf("recent agent disk %s removed: %v", p3, err)
+	}
+	// A disk removed under a runtime is built again.
+	os.Remove(p3)
+	os.WriteFile(agent, []byte("agent binary v2"), 0o755)
+	if p4, err := AgentDisk(ctx, cache, agent); err != nil || p4 != p3 {
+		t.Fatalf("rebuild of a removed disk: %s %v", p4, err)
+	} else if _, err := os.Stat(p4); err != nil {
+		t.Fatal(err)
 	}
 }
 
