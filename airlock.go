@@ -218,6 +218,10 @@ func (r *Runtime) bootAssets() (*bootAssets, error) {
 	if err := assets.CheckAgent(agent); err != nil {
 		return nil, err
 	}
+	huge, err := hugePages(accel.Accel, k.Kind)
+	if err != nil {
+		return nil, err
+	}
 	var initrd, agentDisk string
 	if k.Kind == assets.KernelAirlock {
 		agentDisk, err = assets.AgentDisk(context.Background(), r.opts.CacheDir, agent)
@@ -231,10 +235,6 @@ func (r *Runtime) bootAssets() (*bootAssets, error) {
 		r.warn(qemu.TCGWarning + " (" + accel.Reason + ")")
 	}
 	r.warn(note)
-	huge, err := hugePages(accel.Accel, k.Kind)
-	if err != nil {
-		return nil, err
-	}
 	b := &bootAssets{accel: accel, kernel: k, initrd: initrd, agentDisk: agentDisk, agent: agent, noHugePages: !huge}
 	r.mu.Lock()
 	r.boot = b

@@ -57,13 +57,14 @@ type BenchReport struct {
 	Kernels []KernelBench
 }
 
+// median returns the middle value, or the mean of the two middle values
+// for an even count.
 func median(d []time.Duration) time.Duration {
-	if len(d) == 0 {
-		return 0
+	v := make([]int64, len(d))
+	for i, x := range d {
+		v[i] = int64(x)
 	}
-	s := append([]time.Duration(nil), d...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
+	return time.Duration(medianInt(v))
 }
 
 func medianInt(v []int64) int64 {
@@ -72,7 +73,11 @@ func medianInt(v []int64) int64 {
 	}
 	s := append([]int64(nil), v...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
+	n := len(s)
+	if n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[n/2]
 }
 
 // procStatus reads a "VmXXX:  N kB" field of /proc/PID/status, in KiB.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -86,6 +87,8 @@ func TestCheckAgentRejectsDynamicAndForeignBinaries(t *testing.T) {
 	// The host's /bin/true is a dynamically linked executable.
 	if err := CheckAgent("/bin/true"); err == nil {
 		t.Error("a dynamically linked binary was accepted as the agent")
+	} else if strings.Contains(err.Error(), "-o /bin/true") {
+		t.Errorf("the fix would overwrite the user's file: %v", err)
 	}
 	txt := filepath.Join(t.TempDir(), "agent")
 	os.WriteFile(txt, []byte("#!/bin/sh\n"), 0o755)
