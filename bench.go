@@ -347,7 +347,11 @@ func (rep *BenchReport) Write(w io.Writer) {
 		a, d := rep.Kernels[0], rep.Kernels[1]
 		fmt.Fprintln(w)
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "\t"+a.Kind+"\t"+d.Kind+"\tratio")
+		an, dn := a.Kind, d.Kind
+		if an == dn { // two builds of one kind: name them by file
+			an, dn = filepath.Base(a.Kernel), filepath.Base(d.Kernel)
+		}
+		fmt.Fprintln(tw, "\t"+an+"\t"+dn+"\tratio")
 		fmt.Fprintf(tw, "cold start (create → exec true)\t%s\t%s\t%s\n", a.ColdStart.Round(time.Millisecond), d.ColdStart.Round(time.Millisecond), vs(float64(d.ColdStart), float64(a.ColdStart), 2.5, false))
 		fmt.Fprintf(tw, "first python3 -c output\t%s\t%s\t%s\n", a.FirstPython.Round(time.Millisecond), d.FirstPython.Round(time.Millisecond), ratio(float64(d.FirstPython), float64(a.FirstPython)))
 		fmt.Fprintf(tw, "QEMU peak RSS (box)\t%d MiB\t%d MiB\t%s\n", a.PeakRSS>>10, d.PeakRSS>>10, vs(float64(a.PeakRSS), float64(d.PeakRSS), 0.55, true))
