@@ -90,15 +90,7 @@ func TestDebianKernelBootsFromInitramfs(t *testing.T) {
 		}
 		t.Skipf("Debian's kernel is not in the cache: %v", err)
 	}
-	r, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Kernel: deb, Warn: func(string) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	info, err := r.BootInfo()
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, info := openBoot(t, airlock.Options{Kernel: deb})
 	if info.KernelKind != "debian" || info.Initrd == "" || info.AgentDisk != "" {
 		t.Fatalf("boot info: %+v", info)
 	}
@@ -128,15 +120,7 @@ func TestAgentDiskRemovedUnderRuntimeIsRebuilt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), CacheDir: cache, Warn: func(string) {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	info, err := r.BootInfo()
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, info := openBoot(t, airlock.Options{CacheDir: cache})
 	if info.AgentDisk == "" {
 		t.Skipf("kernel %s boots from an initramfs", info.KernelKind)
 	}
@@ -152,4 +136,21 @@ func TestAgentDiskRemovedUnderRuntimeIsRebuilt(t *testing.T) {
 	if res := exec(t, b, airlock.ExecOptions{}, "true"); res.ExitCode != 0 {
 		t.Fatalf("exec: %+v", res)
 	}
+}
+
+// openBoot opens a runtime with o on a fresh home and the shared images,
+// closed when the test ends, and resolves what its boxes boot with.
+func openBoot(t *testing.T, o airlock.Options) (*airlock.Runtime, airlock.BootInfo) {
+	t.Helper()
+	o.Home, o.ImagesDir, o.Warn = t.TempDir(), vmtest.ImagesDir(), func(string) {}
+	r, err := airlock.Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	info, err := r.BootInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, info
 }
