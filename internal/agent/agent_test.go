@@ -6,10 +6,13 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -227,3 +230,49 @@ func TestConcurrentExecs(t *testing.T) {
 type mismatch struct{ s string }
 
 func (m *mismatch) Error() string { return "unexpected output " + m.s }
+
+// A process an exec leaves running in the background outlives the exec,
+// as with docker exec: neither the end of the call nor the host closing
+// its connection afterwards may kill it.
+func TestBackgroundProcessSurvivesExecEnd(t *testing.T) {
+	c := startAgent(t)
+	ex, out, _ := run(t, c, client.Spec{
+		Argv:      []string{"sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"},
+		KillGrace: 100 * time.Millisecond,
+	})
+	if ex.Code != 0 {
+		t.Fatalf("exit %+v", ex)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("pid %q: %v", out, err)
+	}
+	defer syscall.Kill(pid, syscall.SIGKILL)
+	c.Close()                          // the host goes away too (a CLI exits)
+	time.Sleep(500 * time.Millisecond) // well past the kill grace
+	// A killed process may linger as a zombie until its new parent reaps
+	// it: look at its state, not just its existence.
+	st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if f := strings.Fields(string(st)); err != nil || len(f) < 3 || f[2] == "Z" {
+		t.Fatalf("background process %d was killed after the exec ended: %q %v", pid, st, err)
+	}
+}
+
+// Every exec's goroutines end with it.
+func TestExecLeavesNoGoroutines(t *testing.T) {
+	c := startAgent(t)
+	run(t, c, client.Spec{Argv: []string{"true"}})
+	time.Sleep(100 * time.Millisecond)
+	before := runtime.NumGoroutine()
+	for i := 0; i < 20; i++ {
+		run(t, c, client.Spec{Argv: []string{"true"}})
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for runtime.NumGoroutine() > before+5 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before+5 {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("goroutines grew from %d to %d over 20 execs:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}

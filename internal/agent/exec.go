@@ -113,12 +113,18 @@ func (s *Server) spawn(st *agentpb.ExecStart) (*process, error) {
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
+		if p.stdin != nil {
+			p.stdin.Close()
+		}
 		return nil, err
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
+		if p.stdin != nil {
+			p.stdin.Close()
+		}
 		return nil, err
 	}
 	files[1], files[2] = outW, errW
@@ -269,9 +275,14 @@ func pump(f *os.File, drain <-chan struct{}, send func([]byte) error) {
 	if err != nil {
 		return
 	}
+	stop := make(chan struct{})
+	defer close(stop)
 	go func() {
-		<-drain
-		f.SetReadDeadline(time.Now())
+		select {
+		case <-drain:
+			f.SetReadDeadline(time.Now())
+		case <-stop:
+		}
 	}()
 	buf := make([]byte, chunkSize)
 	draining := false
@@ -338,6 +349,12 @@ func (s *Server) Exec(stream agentpb.Agent_ExecServer) error {
 		Pid: int32(p.pid), SpawnNs: int64(spawnNs),
 	}}}); err != nil {
 		p.killTree(0)
+		p.stdout.Close()
+		p.stderr.Close()
+		if p.stdin != nil {
+			p.stdin.Close()
+		}
+		p.removeCgroup()
 		return err
 	}
 
@@ -358,7 +375,10 @@ func (s *Server) Exec(stream agentpb.Agent_ExecServer) error {
 	}
 
 	// Client messages: stdin, signals, kill. A broken stream (host gone or
-	// call cancelled) kills the tree.
+	// call cancelled) kills the tree while the process runs; once it has
+	// exited (the stream ends with the call), what it left running in the
+	// background is left alone.
+	exited := make(chan struct{})
 	go func() {
 		for {
 			m, err := stream.Recv()
@@ -366,8 +386,12 @@ func (s *Server) Exec(stream agentpb.Agent_ExecServer) error {
 				if p.stdin != nil {
 					p.stdin.Close()
 				}
-				if err != io.EOF {
-					kill(grace)
+				select {
+				case <-exited:
+				default:
+					if err != io.EOF {
+						kill(grace)
+					}
 				}
 				return
 			}
@@ -419,6 +443,7 @@ wait:
 	for {
 		select {
 		case ws = <-p.wait:
+			close(exited)
 			break wait
 		case <-timeout:
 			timedOut = true

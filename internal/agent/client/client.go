@@ -37,7 +37,11 @@ func Dial(ctx context.Context, dial func(ctx context.Context) (net.Conn, error))
 	}
 	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
 	t, err := transport.NewClient(conn, deadline)
-	stop()
+	if !stop() && err == nil {
+		// ctx ended meanwhile and put a past read deadline on conn.
+		t.Close()
+		return nil, ctx.Err()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +105,7 @@ type Exit struct {
 // Exec, in order per stream; Wait returns after all of it was written.
 type Proc struct {
 	stream agentpb.Agent_ExecClient
+	cancel context.CancelFunc // ends the call once recv is done
 	sendMu sync.Mutex
 	done   chan struct{}
 	exit   Exit
@@ -112,8 +117,10 @@ type Proc struct {
 // reading its pipes until the writer takes the data (bounded memory).
 // Cancelling ctx kills the process tree in the guest.
 func (c *Client) Exec(ctx context.Context, spec Spec, stdout, stderr io.Writer) (*Proc, error) {
+	ctx, cancel := context.WithCancel(ctx)
 	stream, err := c.api.Exec(ctx)
 	if err != nil {
+		cancel()
 		return nil, err
 	}
 	err = stream.Send(&agentpb.ExecRequest{Msg: &agentpb.ExecRequest_Start{Start: &agentpb.ExecStart{
@@ -126,6 +133,7 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdout, stderr io.Writer) 
 		KillGraceNs: int64(spec.KillGrace),
 	}}})
 	if err != nil {
+		cancel()
 		return nil, err
 	}
 	if stdout == nil {
@@ -134,13 +142,16 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdout, stderr io.Writer) 
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	p := &Proc{stream: stream, done: make(chan struct{})}
+	p := &Proc{stream: stream, cancel: cancel, done: make(chan struct{})}
 	go p.recv(stdout, stderr)
 	return p, nil
 }
 
 func (p *Proc) recv(stdout, stderr io.Writer) {
 	defer close(p.done)
+	// The exit status is the last message: end the call then, or gRPC keeps
+	// the stream (and a goroutine) until ctx ends.
+	defer p.cancel()
 	var outErr error
 	for {
 		ev, err := p.stream.Recv()
