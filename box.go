@@ -307,8 +307,16 @@ func (b *Box) watchVM(pid int) {
 	}
 	ch, err := qemu.Watch(pid)
 	if err != nil {
+		// No pidfd (old kernel, seccomp): poll instead of declaring a
+		// running VM dead.
 		c := make(chan struct{})
-		close(c)
+		start := qemu.StartTime(pid)
+		go func() {
+			for qemu.Alive(pid, start) {
+				time.Sleep(200 * time.Millisecond)
+			}
+			close(c)
+		}()
 		ch = c
 	}
 	b.vmExit, b.watchPID = ch, pid

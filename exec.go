@@ -101,7 +101,6 @@ func (b *Box) ExecStream(ctx context.Context, cmd string, args []string, opts Ex
 		return nil, err
 	}
 	p.stdout, p.stderr = outR, errR
-	p.pipes = []*boundedPipe{outW, errW}
 	if opts.Stdin != nil {
 		go p.copyStdin(opts.Stdin)
 	}
@@ -162,6 +161,11 @@ func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOpt
 	// The call itself must outlive ctx long enough to hear the result.
 	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &Process{b: b, t0: time.Now(), cancel: cancel, done: make(chan struct{})}
+	for _, w := range []io.Writer{stdout, stderr} {
+		if bp, ok := w.(*boundedPipe); ok {
+			p.pipes = append(p.pipes, bp)
+		}
+	}
 	proc, err := c.Exec(callCtx, spec, stdout, stderr)
 	if err != nil {
 		cancel()
@@ -174,6 +178,7 @@ func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOpt
 	go func() {
 		defer close(p.done)
 		defer cancel()
+		gone := false
 		select {
 		case <-proc.Done():
 		case <-ctx.Done():
@@ -193,8 +198,16 @@ func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOpt
 				}
 			}
 		case <-vmExit:
+			gone = true
 		}
 		cancel()
+		if gone || p.ctxErr != nil {
+			// The call is over: a caller who stopped reading must not keep
+			// the receiver blocked on a full pipe (Wait would hang).
+			for _, bp := range p.pipes {
+				bp.dropWrites()
+			}
+		}
 		ex, err := proc.Wait()
 		for _, bp := range p.pipes {
 			bp.CloseWrite()

@@ -45,6 +45,15 @@ func (p *boundedPipe) Write(b []byte) (int, error) {
 	return n, nil
 }
 
+// dropWrites makes later writes (and one blocked now) discard their data;
+// what is buffered can still be read.
+func (p *boundedPipe) dropWrites() {
+	p.mu.Lock()
+	p.rdone = true
+	p.cond.Broadcast()
+	p.mu.Unlock()
+}
+
 func (p *boundedPipe) CloseWrite() {
 	p.mu.Lock()
 	p.closed = true
@@ -75,9 +84,6 @@ func (r pipeReader) Read(b []byte) (int, error) {
 
 // Close stops reading; later output is discarded.
 func (r pipeReader) Close() error {
-	r.p.mu.Lock()
-	r.p.rdone = true
-	r.p.cond.Broadcast()
-	r.p.mu.Unlock()
+	r.p.dropWrites()
 	return nil
 }

@@ -74,7 +74,12 @@ func AgentDisk(ctx context.Context, cacheDir, agentPath string) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	tmp := filepath.Join(dir, ".agent-"+sum+fmt.Sprintf("-%d.erofs", os.Getpid()))
+	tf, err := os.CreateTemp(dir, ".agent-"+sum+"-*.erofs")
+	if err != nil {
+		return "", err
+	}
+	tf.Close()
+	tmp := tf.Name()
 	cmd := exec.CommandContext(ctx, mkfs, "--quiet", "--all-root", "-T0", tmp, tree)
 	var b bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &b, &b

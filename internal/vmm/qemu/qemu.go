@@ -234,6 +234,13 @@ func Launch(ctx context.Context, c Config) (int, error) {
 		err = cmd.Wait()
 	}
 	if err != nil {
+		// A cancelled ctx can kill the launching parent after the daemon
+		// is up: do not leave that VM behind.
+		if b, rerr := os.ReadFile(c.PIDFile); rerr == nil {
+			if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && isVM(pid, c.Name) {
+				Kill(pid, StartTime(pid))
+			}
+		}
 		msg := strings.TrimSpace(stderr.String())
 		if msg == "" {
 			msg = err.Error()
@@ -249,6 +256,12 @@ func Launch(ctx context.Context, c Config) (int, error) {
 		return 0, fmt.Errorf("qemu pid file %s: %w", c.PIDFile, err)
 	}
 	return pid, nil
+}
+
+// isVM reports whether pid is a QEMU started with -name name.
+func isVM(pid int, name string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return err == nil && strings.Contains(string(b), "\x00-name\x00"+name+"\x00")
 }
 
 // StartTime returns the start time of pid (clock ticks since boot, field 22
