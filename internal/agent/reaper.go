@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,12 +21,24 @@ type Reaper struct {
 
 	mu      sync.Mutex
 	waiters map[int]chan unix.WaitStatus
-	early   map[int]unix.WaitStatus
+	early   map[int]earlyStatus
 }
+
+// earlyStatus is an exit status reaped before anyone watched the pid.
+type earlyStatus struct {
+	ws unix.WaitStatus
+	at time.Time
+}
+
+// earlyTTL bounds how long an unclaimed status is kept. A process the
+// agent starts is watched microseconds after it starts; anything older is
+// an orphan's, and keeping it would hand a stale status to a later process
+// that reuses the pid (the guest's pid_max is 4096).
+const earlyTTL = time.Second
 
 // NewReaper returns a reaper; reapAll selects the PID-1 mode.
 func NewReaper(reapAll bool) *Reaper {
-	r := &Reaper{all: reapAll, waiters: map[int]chan unix.WaitStatus{}, early: map[int]unix.WaitStatus{}}
+	r := &Reaper{all: reapAll, waiters: map[int]chan unix.WaitStatus{}, early: map[int]earlyStatus{}}
 	if reapAll {
 		ch := make(chan os.Signal, 16)
 		signal.Notify(ch, unix.SIGCHLD)
@@ -60,12 +73,15 @@ func (r *Reaper) deliver(pid int, ws unix.WaitStatus) {
 		ch <- ws
 		return
 	}
-	// An orphan, or a child whose waiter has not registered yet. Keep the
-	// status only for pids we started (registered later by Watch).
-	r.early[pid] = ws
-	if len(r.early) > 4096 {
-		r.early = map[int]unix.WaitStatus{}
+	// An orphan, or a child whose waiter has not registered yet: keep it
+	// briefly for Watch, and drop what has expired.
+	now := time.Now()
+	for p, e := range r.early {
+		if now.Sub(e.at) > earlyTTL {
+			delete(r.early, p)
+		}
 	}
+	r.early[pid] = earlyStatus{ws, now}
 }
 
 // Watch returns a channel that receives pid's exit status once. It must be
@@ -73,11 +89,13 @@ func (r *Reaper) deliver(pid int, ws unix.WaitStatus) {
 func (r *Reaper) Watch(pid int) <-chan unix.WaitStatus {
 	ch := make(chan unix.WaitStatus, 1)
 	r.mu.Lock()
-	if ws, ok := r.early[pid]; ok {
+	if e, ok := r.early[pid]; ok {
 		delete(r.early, pid)
-		r.mu.Unlock()
-		ch <- ws
-		return ch
+		if time.Since(e.at) <= earlyTTL {
+			r.mu.Unlock()
+			ch <- e.ws
+			return ch
+		}
 	}
 	r.waiters[pid] = ch
 	r.mu.Unlock()
