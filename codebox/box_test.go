@@ -135,6 +135,11 @@ func TestCodeBox(t *testing.T) {
 		if out, err := cb.Run(ctx, code); err != nil || out != "20000\n" {
 			t.Fatalf("long code (%d bytes): %q, %v", len(code), out, err)
 		}
+		// The copies made in the box are gone again.
+		res, err := cb.Exec(ctx, "sh", []string{"-c", "ls -A /tmp/.airlock-codebox 2>/dev/null | wc -l"}, airlock.ExecOptions{})
+		if err != nil || strings.TrimSpace(string(res.Stdout)) != "0" {
+			t.Fatalf("scripts left in the box's /tmp: %q %v", res.Stdout, err)
+		}
 	})
 	t.Run("exec", func(t *testing.T) {
 		res, err := cb.Exec(ctx, "python3", []string{"-c", "import sys; print('out'); sys.exit('err')"}, airlock.ExecOptions{})

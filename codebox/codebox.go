@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-run/airlock"
@@ -195,6 +196,7 @@ func (c *CodeBox) Run(ctx context.Context, code string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	defer c.removeTemp(p)
 	return c.python(ctx, []string{p})
 }
 
@@ -210,6 +212,7 @@ func (c *CodeBox) RunScript(ctx context.Context, hostPath string) (string, error
 	if err != nil {
 		return "", err
 	}
+	defer c.removeTemp(p)
 	return c.python(ctx, []string{p})
 }
 
@@ -244,12 +247,23 @@ func (c *CodeBox) python(ctx context.Context, args []string) (string, error) {
 	return stdout.String(), nil
 }
 
-// writeTemp writes data to a new file in the box's /tmp and returns its
-// path in the box.
+// tempSeq makes temporary directory names unique among concurrent calls.
+var tempSeq atomic.Int64
+
+// writeTemp writes data to a new file, in a directory of its own in the
+// box's /tmp, and returns its path in the box (see removeTemp).
 func (c *CodeBox) writeTemp(ctx context.Context, name string, data []byte) (string, error) {
-	dir := fmt.Sprintf("/tmp/.airlock-codebox/%d", time.Now().UnixNano())
+	dir := fmt.Sprintf("/tmp/.airlock-codebox/%d-%d", time.Now().UnixNano(), tempSeq.Add(1))
 	p := path.Join(dir, name)
 	return p, c.writeFile(ctx, p, data)
+}
+
+// removeTemp deletes the directory writeTemp made for p, so a long-lived
+// CodeBox does not fill its disk with old scripts. Best effort.
+func (c *CodeBox) removeTemp(p string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c.box.Exec(ctx, "rm", []string{"-rf", path.Dir(p)}, airlock.ExecOptions{})
 }
 
 // writeFile writes data to path in the box, creating its directory.
