@@ -165,6 +165,7 @@ BSTART=$SECONDS
 
 RELEASE=$("${MK[@]}" -s kernelrelease)
 TMP=$OUT.tmp.$$
+trap 'rm -f "$TMP" "$OUT.info.tmp"' EXIT
 strip --strip-debug -o "$TMP" vmlinux
 cp .config "$OUT.config"
 {

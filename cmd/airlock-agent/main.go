@@ -61,14 +61,18 @@ func main() {
 			fmt.Fprintln(os.Stderr, "airlock-agent:", err)
 			os.Exit(1)
 		}
-		go func() {
-			if err := transport.GuestHandshake(c, agent.Version); err != nil {
-				c.Close()
-				return
-			}
-			transport.Serve(c, g)
-		}()
+		go serveConn(c, g)
 	}
+}
+
+// serveConn runs the handshake on one stream connection (unix socket,
+// vsock) and then serves its session.
+func serveConn(c net.Conn, g *grpc.Server) {
+	if err := transport.GuestHandshake(c, agent.Version); err != nil {
+		c.Close()
+		return
+	}
+	transport.Serve(c, g)
 }
 
 // bareInit is the trivial init of the boot benchmark (AIRLOCK_BARE=1 on the
@@ -190,13 +194,7 @@ func serveVsock(port uint32, g *grpc.Server) {
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		go func() {
-			if err := transport.GuestHandshake(c, agent.Version); err != nil {
-				c.Close()
-				return
-			}
-			transport.Serve(c, g)
-		}()
+		go serveConn(c, g)
 	}
 }
 

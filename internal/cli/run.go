@@ -115,8 +115,7 @@ killed it; 124 when --timeout fired; 125 when airlock itself failed.`,
 			ctx := cmd.Context()
 			b, err := r.Create(ctx, bf.options(args[0]))
 			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
-				return &ExitError{125}
+				return exitWith(cmd, 125, err)
 			}
 			cleanup := func() {
 				cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -137,7 +136,7 @@ killed it; 124 when --timeout fired; 125 when airlock itself failed.`,
 			}
 			if len(argv) == 0 {
 				cleanup()
-				return fmt.Errorf("image %s has no default command: give one after the image name", args[0])
+				return exitWith(cmd, 125, fmt.Errorf("image %s has no default command: give one after the image name", args[0]))
 			}
 			code, err := runInBox(cmd, b, argv, airlock.ExecOptions{}, ef)
 			cleanup()
@@ -204,8 +203,7 @@ failed).`,
 			defer r.Close()
 			b, err := r.Get(cmd.Context(), args[0])
 			if err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
-				return &ExitError{125}
+				return exitWith(cmd, 125, err)
 			}
 			code, err := runInBox(cmd, b, args[1:], airlock.ExecOptions{Env: env, WorkingDir: workdir, User: user}, ef)
 			return exitWith(cmd, code, err)
