@@ -110,8 +110,12 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 		o.Image = DefaultImage
 	}
 	if o.ImagesDir == "" {
-		// Boxes live in a temporary home; images come from the default one.
-		o.ImagesDir = filepath.Join(DefaultHome(), "images")
+		// Boxes live in a temporary home; images come from the default
+		// store ($AIRLOCK_IMAGES, else AIRLOCK_HOME/images).
+		o.ImagesDir = os.Getenv("AIRLOCK_IMAGES")
+		if o.ImagesDir == "" {
+			o.ImagesDir = filepath.Join(DefaultHome(), "images")
+		}
 	}
 	logf := func(format string, a ...any) {
 		if o.Log != nil {

@@ -154,3 +154,46 @@ func openBoot(t *testing.T, o airlock.Options) (*airlock.Runtime, airlock.BootIn
 	}
 	return r, info
 }
+
+// TestGuestClocks checks what makes timers precise in a box, with one vCPU
+// and with two: the TSC clocksource (not jiffies) and high-resolution
+// timers on every vCPU. Under TCG a one-vCPU box of the airlock kernel boots
+// without ACPI and uses the PIT for clock events (no APIC timer
+// calibration); a two-vCPU box keeps its local APIC timers.
+func TestGuestClocks(t *testing.T) {
+	vmtest.Require(t)
+	r, info := openBoot(t, airlock.Options{})
+	ctx := context.Background()
+	for _, cpus := range []int{1, 2} {
+		t.Run(strconv.Itoa(cpus)+"cpu", func(t *testing.T) {
+			b, err := r.Create(ctx, airlock.BoxOptions{CPUs: cpus})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Remove(ctx, true)
+			// The kernel moves from tsc-early to tsc about a second after boot.
+			res := exec(t, b, airlock.ExecOptions{}, "sh", "-c", `
+cs=/sys/devices/system/clocksource/clocksource0/current_clocksource
+for i in $(seq 100); do [ "$(cat $cs)" = tsc ] && break; sleep 0.1; done
+echo "clocksource $(cat $cs)"
+echo "hres $(grep -c 'hres_active *: 1' /proc/timer_list)"
+echo "clockevent $(cat /sys/devices/system/clockevents/clockevent0/current_device)"
+echo "acpi $(test -d /sys/firmware/acpi && echo yes || echo no)"`)
+			out := string(res.Stdout)
+			t.Logf("%d vCPU: %s", cpus, strings.ReplaceAll(out, "\n", "; "))
+			want := []string{"clocksource tsc\n", "hres " + strconv.Itoa(cpus) + "\n"}
+			if info.Accel == "tcg" && info.KernelKind == "airlock" {
+				if cpus == 1 {
+					want = append(want, "clockevent pit\n", "acpi no\n")
+				} else {
+					want = append(want, "clockevent lapic\n", "acpi yes\n")
+				}
+			}
+			for _, w := range want {
+				if !strings.Contains(out, w) {
+					t.Errorf("%d vCPU: want %q in:\n%s%s", cpus, w, out, res.Stderr)
+				}
+			}
+		})
+	}
+}

@@ -261,7 +261,16 @@ func (b *Box) vmConfig(boot *bootAssets, base string, cid uint32, extraCmdline .
 	if cid != 0 {
 		extra = append(extra, "airlock.vsock="+strconv.Itoa(vsockPort))
 	}
+	// One vCPU under TCG: the PIT instead of a local APIC timer that the
+	// kernel would first calibrate for 100 ms (see qemu.Config.NoACPI).
+	// With more vCPUs each keeps its own APIC timer: with the PIT alone
+	// the others get only periodic 4 ms ticks (no high-resolution timers).
+	noACPI := boot.accel.Accel == qemu.AccelTCG && boot.kernel.BootsWithoutACPI && o.CPUs <= 1
+	if noACPI {
+		extra = append(extra, "noapictimer")
+	}
 	return qemu.Config{
+		NoACPI:       noACPI,
 		VsockCID:     cid,
 		Name:         "airlock-" + b.id,
 		Accel:        boot.accel.Accel,

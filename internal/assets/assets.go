@@ -55,6 +55,30 @@ type Kernel struct {
 	// ModulesDir holds .ko files and modules.load to ship in the initramfs
 	// ("" when everything is built in).
 	ModulesDir string
+	// BootsWithoutACPI is true when the kernel's config (the .config file
+	// beside it) shows it can boot microvm without ACPI: it reads the MP
+	// table (CONFIG_X86_MPPARSE) and takes its virtio-mmio devices from
+	// the command line (CONFIG_VIRTIO_MMIO_CMDLINE_DEVICES). The airlock
+	// kernel can; Debian's cannot. See qemu.Config.NoACPI.
+	BootsWithoutACPI bool
+}
+
+// bootsWithoutACPI reports whether the kernel config at path enables both
+// options qemu.Config.NoACPI needs. A missing config means no.
+func bootsWithoutACPI(config string) bool {
+	b, err := os.ReadFile(config)
+	if err != nil {
+		return false
+	}
+	has := func(opt string) bool {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.TrimSpace(l) == opt+"=y" {
+				return true
+			}
+		}
+		return false
+	}
+	return has("CONFIG_X86_MPPARSE") && has("CONFIG_VIRTIO_MMIO_CMDLINE_DEVICES")
 }
 
 func readInfo(path string) map[string]string {
@@ -81,7 +105,7 @@ func KernelAt(path string) Kernel {
 	if p, err := filepath.EvalSymlinks(path); err == nil {
 		path = p
 	}
-	k := Kernel{Path: path, Kind: KernelCustom}
+	k := Kernel{Path: path, Kind: KernelCustom, BootsWithoutACPI: bootsWithoutACPI(path + ".config")}
 	if info := readInfo(path + ".info"); info["version"] != "" {
 		k.Kind, k.Version, k.ConfigHash = KernelAirlock, info["version"], info["config_sha256"]
 	}
@@ -109,7 +133,8 @@ func FindKernel() (k Kernel, note string, err error) {
 	dir := filepath.Join(CacheDir(), "kernel")
 	if p, err := filepath.EvalSymlinks(filepath.Join(dir, "vmlinux-airlock")); err == nil {
 		info := readInfo(p + ".info")
-		return Kernel{Path: p, Kind: KernelAirlock, Version: info["version"], ConfigHash: info["config_sha256"]}, "", nil
+		return Kernel{Path: p, Kind: KernelAirlock, Version: info["version"], ConfigHash: info["config_sha256"],
+			BootsWithoutACPI: bootsWithoutACPI(p + ".config")}, "", nil
 	}
 	if d, err := filepath.EvalSymlinks(filepath.Join(dir, "debian")); err == nil {
 		if _, err := os.Stat(filepath.Join(d, "vmlinux")); err == nil {

@@ -76,3 +76,25 @@ func TestFindKernelPrefersEnvThenBuiltThenDebian(t *testing.T) {
 		t.Fatalf("AIRLOCK_KERNEL: %+v %v", k, err)
 	}
 }
+
+func TestKernelBootsWithoutACPIFromItsConfig(t *testing.T) {
+	dir := t.TempDir()
+	k := filepath.Join(dir, "vmlinux")
+	os.WriteFile(k, []byte("kernel"), 0o644)
+	if KernelAt(k).BootsWithoutACPI {
+		t.Error("a kernel without a .config beside it must boot with ACPI")
+	}
+	for _, c := range []struct {
+		config string
+		want   bool
+	}{
+		{"CONFIG_X86_MPPARSE=y\nCONFIG_VIRTIO_MMIO_CMDLINE_DEVICES=y\n", true},
+		{"CONFIG_X86_MPPARSE=y\n# CONFIG_VIRTIO_MMIO_CMDLINE_DEVICES is not set\n", false},
+		{"CONFIG_VIRTIO_MMIO_CMDLINE_DEVICES=y\n", false},
+	} {
+		os.WriteFile(k+".config", []byte(c.config), 0o644)
+		if got := KernelAt(k).BootsWithoutACPI; got != c.want {
+			t.Errorf("config %q: BootsWithoutACPI %v, want %v", c.config, got, c.want)
+		}
+	}
+}

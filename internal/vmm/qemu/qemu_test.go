@@ -40,14 +40,23 @@ func TestArgsDescribeTheBox(t *testing.T) {
 	if !strings.Contains(a, "-netdev user,id=net0") || !strings.Contains(a, "-accel kvm -cpu host") || !strings.Contains(a, "vhost-vsock-device,guest-cid=77") {
 		t.Errorf("kvm+network args: %s", a)
 	}
+	if strings.Contains(a, "acpi=off") {
+		t.Errorf("ACPI off without NoACPI: %s", a)
+	}
+	c.NoACPI = true
+	if a = strings.Join(c.Args(), " "); !strings.Contains(a, "-M microvm,acpi=off ") {
+		t.Errorf("NoACPI args: %s", a)
+	}
 }
 
 func TestKernelCmdlineTCGHintOnlyUnderTCG(t *testing.T) {
-	if !strings.Contains(KernelCmdline(AccelTCG), "tsc_early_khz=") {
-		t.Error("TCG command line lacks the TSC calibration hint")
-	}
-	if strings.Contains(KernelCmdline(AccelKVM), "tsc_early_khz=") {
-		t.Error("KVM command line has the TCG-only hint")
+	for _, hint := range []string{"tsc_early_khz=", "tsc=reliable"} {
+		if !strings.Contains(KernelCmdline(AccelTCG), hint) {
+			t.Errorf("TCG command line lacks %s", hint)
+		}
+		if strings.Contains(KernelCmdline(AccelKVM), hint) {
+			t.Errorf("KVM command line has the TCG-only %s", hint)
+		}
 	}
 	if !strings.Contains(KernelCmdline(AccelKVM, "airlock.rw=/dev/vdb"), " airlock.rw=/dev/vdb") {
 		t.Error("extra parameters missing")
