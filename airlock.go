@@ -73,6 +73,16 @@ type bootAssets struct {
 	// noHugePages starts QEMU without transparent huge pages (see
 	// hugePages).
 	noHugePages bool
+	// agentDiskIO is the optimal I/O size the agent disk advertises:
+	// half its size, so that the guest's readahead covers all of it.
+	agentDiskIO int
+}
+
+// readaheadFor returns the optimal I/O size (bytes, whole MiB) that makes
+// Linux's readahead (twice the optimal I/O size) cover a disk of size bytes.
+func readaheadFor(size int64) int {
+	const mib = 1 << 20
+	return int(((size+1)/2 + mib - 1) / mib * mib)
 }
 
 // DefaultHome returns $AIRLOCK_HOME, else ~/.airlock.
@@ -236,6 +246,9 @@ func (r *Runtime) bootAssets() (*bootAssets, error) {
 	}
 	r.warn(note)
 	b := &bootAssets{accel: accel, kernel: k, initrd: initrd, agentDisk: agentDisk, agent: agent, noHugePages: !huge}
+	if fi, err := os.Stat(agentDisk); err == nil && agentDisk != "" {
+		b.agentDiskIO = readaheadFor(fi.Size())
+	}
 	r.mu.Lock()
 	r.boot = b
 	r.mu.Unlock()

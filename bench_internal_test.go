@@ -21,3 +21,20 @@ func TestMedian(t *testing.T) {
 		}
 	}
 }
+
+func TestReadaheadCoversTheDisk(t *testing.T) {
+	for _, c := range []struct {
+		size int64
+		want int
+	}{
+		{1, 1 << 20},
+		{2 << 20, 1 << 20},
+		{7774208, 4 << 20}, // an agent disk: 7.4 MiB, readahead 8 MiB
+		{9 << 20, 5 << 20},
+	} {
+		got := readaheadFor(c.size)
+		if got != c.want || int64(2*got) < c.size {
+			t.Errorf("readaheadFor(%d) = %d, want %d", c.size, got, c.want)
+		}
+	}
+}

@@ -41,6 +41,7 @@ func AgentDisk(ctx context.Context, cacheDir, agentPath string) (string, error) 
 	dir := filepath.Join(cacheDir, "initrd")
 	out := filepath.Join(dir, "agent-"+sum+".erofs")
 	if _, err := os.Stat(out); err == nil {
+		touch(out)
 		return out, nil
 	}
 	mkfs, err := exec.LookPath("mkfs.erofs")
@@ -91,22 +92,27 @@ func AgentDisk(ctx context.Context, cacheDir, agentPath string) (string, error) 
 		os.Remove(tmp)
 		return "", err
 	}
-	pruneAgentDisks(dir, out)
+	prune(dir, "agent-*.erofs", out)
 	return out, nil
 }
 
-// agentDiskMaxAge is how long an unused agent's disk is kept.
-const agentDiskMaxAge = 7 * 24 * time.Hour
+// maxUnused is how long an agent disk or initramfs nobody used is kept.
+const maxUnused = 7 * 24 * time.Hour
 
-// pruneAgentDisks removes agent disks other than keep built more than
-// agentDiskMaxAge ago: each agent build makes a new one, and several
-// agents (an installed one, one built by tests) may be in use at once. A
-// running QEMU keeps its open copy; a runtime whose disk went away builds
-// it again (see AgentDisk).
-func pruneAgentDisks(dir, keep string) {
-	old, _ := filepath.Glob(filepath.Join(dir, "agent-*.erofs"))
+// touch marks a cached file as used now (its modification time).
+func touch(path string) {
+	now := time.Now()
+	os.Chtimes(path, now, now)
+}
+
+// prune removes the files in dir matching pattern, other than keep, that
+// were not used for maxUnused: each agent build makes a new agent disk and
+// initramfs, and the old ones would pile up. A running VM keeps the disk it
+// opened.
+func prune(dir, pattern, keep string) {
+	old, _ := filepath.Glob(filepath.Join(dir, pattern))
 	for _, p := range old {
-		if fi, err := os.Stat(p); err == nil && p != keep && time.Since(fi.ModTime()) > agentDiskMaxAge {
+		if fi, err := os.Stat(p); err == nil && p != keep && time.Since(fi.ModTime()) > maxUnused {
 			os.Remove(p)
 		}
 	}

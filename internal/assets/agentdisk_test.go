@@ -48,8 +48,17 @@ func TestAgentDiskHoldsInitAndMountPointsAndIsCached(t *testing.T) {
 	st, _ := os.Stat(p)
 	p2, err := AgentDisk(ctx, cache, agent)
 	st2, _ := os.Stat(p2)
-	if err != nil || p2 != p || !st.ModTime().Equal(st2.ModTime()) {
+	if err != nil || p2 != p || !os.SameFile(st, st2) {
 		t.Fatalf("second call: %s %v (first %s)", p2, err, p)
+	}
+	// Using a disk counts as use: an old one in use is kept.
+	week := time.Now().Add(-8 * 24 * time.Hour)
+	os.Chtimes(p, week, week)
+	if _, err := AgentDisk(ctx, cache, agent); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(p); time.Since(st.ModTime()) > time.Hour {
+		t.Errorf("using the agent disk did not mark it used: %v", st.ModTime())
 	}
 	// A new agent makes a new disk; the old one stays (another process
 	// may still boot from it) until it is a week old.
@@ -61,7 +70,6 @@ func TestAgentDiskHoldsInitAndMountPointsAndIsCached(t *testing.T) {
 	if _, err := os.Stat(p); err != nil {
 		t.Errorf("recent agent disk %s removed: %v", p, err)
 	}
-	week := time.Now().Add(-8 * 24 * time.Hour)
 	os.Chtimes(p, week, week)
 	os.WriteFile(agent, []byte("agent binary v3"), 0o755)
 	if _, err := AgentDisk(ctx, cache, agent); err != nil {

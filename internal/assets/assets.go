@@ -207,6 +207,7 @@ func Initrd(cacheDir, agentPath string, k Kernel) (string, error) {
 	dir := filepath.Join(cacheDir, "initrd")
 	out := filepath.Join(dir, "initrd-"+sum+".cpio")
 	if _, err := os.Stat(out); err == nil {
+		touch(out)
 		return out, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -242,5 +243,6 @@ func Initrd(cacheDir, agentPath string, k Kernel) (string, error) {
 		os.Remove(tmp.Name())
 		return "", err
 	}
+	prune(dir, "initrd-*.cpio", out)
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestInitrdIsAValidCpioWithAgentAndModules(t *testing.T) {
@@ -38,10 +39,27 @@ func TestInitrdIsAValidCpioWithAgentAndModules(t *testing.T) {
 	if err != nil || p2 != p {
 		t.Fatalf("second build: %s %v (first %s)", p2, err, p)
 	}
-	// A new agent makes a new initramfs.
+	// A new agent makes a new initramfs; the old one is kept until it has
+	// not been used for a week.
 	os.WriteFile(agent, []byte("#!agent binary v2"), 0o755)
-	if p3, _ := Initrd(cache, agent, Kernel{ModulesDir: mods}); p3 == p {
+	p3, _ := Initrd(cache, agent, Kernel{ModulesDir: mods})
+	if p3 == p {
 		t.Fatal("initramfs not rebuilt for a new agent")
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Errorf("recent initramfs %s removed: %v", p, err)
+	}
+	week := time.Now().Add(-8 * 24 * time.Hour)
+	os.Chtimes(p, week, week)
+	os.WriteFile(agent, []byte("#!agent binary v3"), 0o755)
+	if _, err := Initrd(cache, agent, Kernel{ModulesDir: mods}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Errorf("initramfs unused for a week %s still there: %v", p, err)
+	}
+	if _, err := os.Stat(p3); err != nil {
+		t.Errorf("recent initramfs %s removed: %v", p3, err)
 	}
 }
 

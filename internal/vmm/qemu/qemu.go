@@ -21,6 +21,12 @@ import (
 type Disk struct {
 	Path     string
 	ReadOnly bool
+	// OptIOSize, when non-zero, is the optimal I/O size in bytes the
+	// device advertises (virtio-blk topology; a multiple of 512). Linux
+	// sets the disk's readahead to twice this (never below its 128 KiB
+	// default), so a small disk read at boot, like the agent disk, comes in
+	// a few large requests instead of one per page fault.
+	OptIOSize int
 }
 
 // Config describes one VM.
@@ -126,9 +132,13 @@ func (c Config) Args() []string {
 		if d.ReadOnly {
 			ro = "on"
 		}
+		dev := "virtio-blk-device,drive=" + id
+		if d.OptIOSize > 0 {
+			dev += ",opt_io_size=" + strconv.Itoa(d.OptIOSize)
+		}
 		a = append(a,
 			"-drive", fmt.Sprintf("id=%s,file=%s,format=raw,if=none,readonly=%s,cache=unsafe,discard=unmap", id, escapeComma(d.Path), ro),
-			"-device", "virtio-blk-device,drive="+id)
+			"-device", dev)
 	}
 	a = append(a, "-device", fmt.Sprintf("virtio-serial-device,max_ports=%d", len(c.AgentSockets)+1))
 	for i, sock := range c.AgentSockets {

@@ -43,6 +43,10 @@ func TestArgsDescribeTheBox(t *testing.T) {
 	if strings.Contains(a, "acpi=off") {
 		t.Errorf("ACPI off without NoACPI: %s", a)
 	}
+	c.Disks[0].OptIOSize = 4 << 20
+	if a = strings.Join(c.Args(), " "); !strings.Contains(a, "virtio-blk-device,drive=vda,opt_io_size=4194304 ") || strings.Contains(a, "drive=vdb,opt_io_size") {
+		t.Errorf("OptIOSize args: %s", a)
+	}
 	c.NoACPI = true
 	if a = strings.Join(c.Args(), " "); !strings.Contains(a, "-M microvm,acpi=off ") {
 		t.Errorf("NoACPI args: %s", a)
