@@ -216,7 +216,7 @@ func (r *Runtime) bootAssets() (*bootAssets, error) {
 	var note string
 	if r.opts.Kernel != "" {
 		k = assets.KernelAt(r.opts.Kernel)
-	} else if k, note, err = assets.FindKernel(); err != nil {
+	} else if k, note, err = assets.FindKernel(r.opts.CacheDir); err != nil {
 		return nil, err
 	}
 	agent := r.opts.AgentPath

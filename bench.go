@@ -123,12 +123,16 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 		}
 	}
 	if len(o.Kernels) == 0 {
-		k, _, err := assets.FindKernel()
+		cache := o.CacheDir
+		if cache == "" {
+			cache = assets.CacheDir()
+		}
+		k, _, err := assets.FindKernel(cache)
 		if err != nil {
 			return nil, err
 		}
 		o.Kernels = append(o.Kernels, k.Path)
-		if d, err := filepath.EvalSymlinks(filepath.Join(assets.CacheDir(), "kernel", "debian")); err == nil {
+		if d, err := filepath.EvalSymlinks(filepath.Join(cache, "kernel", "debian")); err == nil {
 			if p := filepath.Join(d, "vmlinux"); p != k.Path {
 				if _, err := os.Stat(p); err == nil {
 					o.Kernels = append(o.Kernels, p)

@@ -113,3 +113,40 @@ func TestCheckAgentRejectsDynamicAndForeignBinaries(t *testing.T) {
 		t.Errorf("static binary rejected: %v", err)
 	}
 }
+
+func TestFileDigestIsMemoizedUntilTheFileChanges(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "agent")
+	os.WriteFile(p, []byte("agent one"), 0o755)
+	digest := func() string {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		d, err := fileDigest(filepath.Join(dir, "memo"), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	fresh := digest() // just written: hashed, not memoized
+	if fresh != digest() {
+		t.Fatal("digest not stable")
+	}
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(p, old, old)
+	d1 := digest() // memoized now
+	// Same size, same time, same inode: the memo answers (no rehash).
+	os.WriteFile(p, []byte("agent two"), 0o755)
+	os.Chtimes(p, old, old)
+	if d := digest(); d != d1 {
+		t.Fatalf("memo not used: %s vs %s", d, d1)
+	}
+	// A new modification time means a new hash.
+	newer := old.Add(time.Minute)
+	os.Chtimes(p, newer, newer)
+	if d := digest(); d == d1 {
+		t.Fatal("changed file still answered from the memo")
+	}
+}

@@ -121,16 +121,20 @@ func KernelAt(path string) Kernel {
 var ErrNoKernel = errors.New("no guest kernel found: run hack/setup.sh (it builds one into the airlock cache), or set AIRLOCK_KERNEL to a vmlinux")
 
 // FindKernel returns the kernel boxes boot: $AIRLOCK_KERNEL if set; else
-// the airlock kernel in the cache; else Debian's kernel in the cache. note
-// is a one-line remark for the user when falling back (empty otherwise).
-func FindKernel() (k Kernel, note string, err error) {
+// the airlock kernel in cacheDir ("" means CacheDir()); else Debian's kernel
+// there. note is a one-line remark for the user when falling back (empty
+// otherwise).
+func FindKernel(cacheDir string) (k Kernel, note string, err error) {
 	if p := os.Getenv("AIRLOCK_KERNEL"); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return Kernel{}, "", fmt.Errorf("AIRLOCK_KERNEL=%s: %w", p, err)
 		}
 		return KernelAt(p), "", nil
 	}
-	dir := filepath.Join(CacheDir(), "kernel")
+	if cacheDir == "" {
+		cacheDir = CacheDir()
+	}
+	dir := filepath.Join(cacheDir, "kernel")
 	if p, err := filepath.EvalSymlinks(filepath.Join(dir, "vmlinux-airlock")); err == nil {
 		info := readInfo(p + ".info")
 		return Kernel{Path: p, Kind: KernelAirlock, Version: info["version"], ConfigHash: info["config_sha256"],

@@ -67,7 +67,7 @@ func TestFindKernelPrefersEnvThenBuiltThenDebian(t *testing.T) {
 	cache := t.TempDir()
 	t.Setenv("AIRLOCK_CACHE", cache)
 	t.Setenv("AIRLOCK_KERNEL", "")
-	if _, _, err := FindKernel(); err != ErrNoKernel {
+	if _, _, err := FindKernel(""); err != ErrNoKernel {
 		t.Fatalf("empty cache: %v", err)
 	}
 	deb := filepath.Join(cache, "kernel", "debian-6.1")
@@ -76,7 +76,7 @@ func TestFindKernelPrefersEnvThenBuiltThenDebian(t *testing.T) {
 	os.WriteFile(filepath.Join(deb, "modules", "modules.load"), nil, 0o644)
 	os.WriteFile(filepath.Join(deb, "info"), []byte("version=6.1.0-57-cloud-amd64\n"), 0o644)
 	os.Symlink("debian-6.1", filepath.Join(cache, "kernel", "debian"))
-	k, note, err := FindKernel()
+	k, note, err := FindKernel("")
 	if err != nil || k.Kind != KernelDebian || note == "" || k.ModulesDir == "" || k.Version != "6.1.0-57-cloud-amd64" {
 		t.Fatalf("debian fallback: %+v %q %v", k, note, err)
 	}
@@ -84,12 +84,17 @@ func TestFindKernelPrefersEnvThenBuiltThenDebian(t *testing.T) {
 	os.WriteFile(built, []byte("y"), 0o644)
 	os.WriteFile(built+".info", []byte("version=6.1.192-3\nconfig_sha256=abcdef\n"), 0o644)
 	os.Symlink("vmlinux-airlock-6.1-abc", filepath.Join(cache, "kernel", "vmlinux-airlock"))
-	k, note, err = FindKernel()
+	k, note, err = FindKernel("")
 	if err != nil || k.Kind != KernelAirlock || note != "" || k.ConfigHash != "abcdef" || k.ModulesDir != "" {
 		t.Fatalf("built kernel: %+v %q %v", k, note, err)
 	}
+	// A cache directory given by the caller wins over $AIRLOCK_CACHE.
+	t.Setenv("AIRLOCK_CACHE", t.TempDir())
+	if k, _, err = FindKernel(cache); err != nil || k.Kind != KernelAirlock {
+		t.Fatalf("explicit cache dir: %+v %v", k, err)
+	}
 	t.Setenv("AIRLOCK_KERNEL", filepath.Join(deb, "vmlinux"))
-	k, _, err = FindKernel()
+	k, _, err = FindKernel("")
 	if err != nil || k.Path != filepath.Join(deb, "vmlinux") || k.ModulesDir == "" {
 		t.Fatalf("AIRLOCK_KERNEL: %+v %v", k, err)
 	}

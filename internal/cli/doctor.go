@@ -44,7 +44,7 @@ func newDoctorCmd() *cobra.Command {
 			default:
 				note("accelerator", "TCG software emulation: "+accel.Reason+"; boxes are slower and not a hardware boundary")
 			}
-			if k, kn, err := assets.FindKernel(); err != nil {
+			if k, kn, err := assets.FindKernel(""); err != nil {
 				bad("kernel", err.Error(), "run hack/setup.sh (or hack/build-kernel.sh)")
 			} else {
 				d := fmt.Sprintf("%s kernel %s at %s", k.Kind, k.Version, k.Path)

@@ -124,7 +124,8 @@ func (d *DB) Get(ctx context.Context, ref string) (*Box, error) {
 	if ref == "" {
 		return nil, fmt.Errorf("%w: empty id", ErrNotFound)
 	}
-	rows, err := d.db.QueryContext(ctx, `SELECT `+cols+` FROM boxes WHERE id LIKE ? || '%'`, ref)
+	// A prefix compare, not LIKE: "_" or "%" in ref must not match any id.
+	rows, err := d.db.QueryContext(ctx, `SELECT `+cols+` FROM boxes WHERE substr(id, 1, length(?1)) = ?1`, ref)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,5 +76,31 @@ func TestRecordsSharedBetweenHandles(t *testing.T) {
 	}
 	if l, _ := b.List(ctx); len(l) != 0 {
 		t.Fatalf("list after delete: %+v", l)
+	}
+}
+
+func TestGetByIDPrefix(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	for _, id := range []string{"abc123", "abd456"} {
+		if err := db.Insert(ctx, &Box{ID: id, Config: []byte(`{}`), State: StateCreated}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, err := db.Get(ctx, "abc"); err != nil || b.ID != "abc123" {
+		t.Errorf("unique prefix: %+v %v", b, err)
+	}
+	if _, err := db.Get(ctx, "ab"); err == nil || !strings.Contains(err.Error(), "ambiguous") {
+		t.Errorf("shared prefix: %v", err)
+	}
+	// SQL LIKE wildcards are plain characters in a prefix.
+	for _, ref := range []string{"_", "%", "a_c", "ab%", "ABC"} {
+		if b, err := db.Get(ctx, ref); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Get(%q) = %+v, %v; want not found", ref, b, err)
+		}
 	}
 }

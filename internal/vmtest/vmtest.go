@@ -59,7 +59,7 @@ func Missing() string {
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
 		return "qemu-system-x86_64 not installed (run hack/setup.sh)"
 	}
-	if _, _, err := assets.FindKernel(); err != nil {
+	if _, _, err := assets.FindKernel(""); err != nil {
 		return err.Error()
 	}
 	if _, err := exec.LookPath("mkfs.erofs"); err != nil {
