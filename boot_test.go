@@ -4,8 +4,10 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/airlock-run/airlock"
@@ -195,5 +197,40 @@ echo "acpi $(test -d /sys/firmware/acpi && echo yes || echo no)"`)
 				}
 			}
 		})
+	}
+}
+
+// TestMoreVCPUsThanHostCPUsWarns: under TCG each vCPU is a host thread; a
+// box with more vCPUs than the host has CPUs is slower, and says so.
+func TestMoreVCPUsThanHostCPUsWarns(t *testing.T) {
+	vmtest.Require(t)
+	var mu sync.Mutex
+	var warnings []string
+	r, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(m string) {
+		mu.Lock()
+		warnings = append(warnings, m)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	info, err := r.BootInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Accel != "tcg" {
+		t.Skip("the warning is for TCG")
+	}
+	ctx := context.Background()
+	b, err := r.Create(ctx, airlock.BoxOptions{CPUs: runtime.NumCPU() + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Remove(ctx, true)
+	mu.Lock()
+	defer mu.Unlock()
+	if w := strings.Join(warnings, "\n"); !strings.Contains(w, strconv.Itoa(runtime.NumCPU()+1)+" vCPUs but this host has") {
+		t.Fatalf("no vCPU warning in %q", w)
 	}
 }

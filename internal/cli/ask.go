@@ -156,7 +156,11 @@ func runAsk(cmd *cobra.Command, task string, af askFlags, bf boxFlags) error {
 	}
 	defer rt.Close()
 	ctx := cmd.Context()
-	opts := codebox.Options{BoxOptions: bf.options(af.image), Timeout: af.timeout}
+	bo, err := bf.options(cmd, af.image)
+	if err != nil {
+		return err
+	}
+	opts := codebox.Options{BoxOptions: bo, Timeout: af.timeout}
 	sb := startSandbox(ctx, rt, opts, !af.oneShot)
 	defer func() {
 		if err := sb.close(); err != nil {

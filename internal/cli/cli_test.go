@@ -103,6 +103,41 @@ func TestCLIRun(t *testing.T) {
 	if code != 125 || !strings.Contains(errs, "not found") {
 		t.Fatalf("code %d stderr %q", code, errs)
 	}
+	// -e KEY passes this process's value of KEY, or nothing when unset
+	// (Docker CLI semantics).
+	t.Setenv("AIRLOCK_TEST_FROM_HOST", "host value")
+	os.Unsetenv("AIRLOCK_TEST_UNSET")
+	out, errs, code = c.run("run", "--rm", "-e", "AIRLOCK_TEST_FROM_HOST", "-e", "AIRLOCK_TEST_UNSET", "-e", "A=1=2",
+		"python:slim", "sh", "-c", `echo "$AIRLOCK_TEST_FROM_HOST|${AIRLOCK_TEST_UNSET-unset}|$A"`)
+	if code != 0 || out != "host value|unset|1=2\n" {
+		t.Fatalf("-e: code %d stdout %q stderr %q", code, out, errs)
+	}
+}
+
+// TestCLIFlagErrors: bad flag values fail with status 125 before anything
+// boots, with a hint about the flag at fault.
+func TestCLIFlagErrors(t *testing.T) {
+	c := cli{t, t.TempDir()}
+	for _, tc := range []struct {
+		args         []string
+		want, reject string
+	}{
+		{[]string{"run", "--cpus", "0", "python:slim", "true"}, "--cpus 0: want 1..64", ""},
+		{[]string{"run", "--cpus", "abc", "python:slim", "true"}, "--cpus takes a number of vCPUs", "MiB"},
+		{[]string{"run", "-e", "=x", "python:slim", "true"}, "want KEY=VALUE", ""},
+		{[]string{"exec", "-e", "", "somebox", "true"}, "want KEY=VALUE", ""},
+		{[]string{"run", "--timeout", "3", "python:slim", "true"}, "--timeout takes a duration", "MiB"},
+		{[]string{"run", "--memory", "1g", "python:slim", "true"}, "--memory and --disk-size take MiB", "duration"},
+		{[]string{"run", "--bogus", "python:slim"}, "unknown flag: --bogus", "MiB"},
+	} {
+		_, errs, code := c.run(tc.args...)
+		if code != 125 || !strings.Contains(errs, tc.want) || (tc.reject != "" && strings.Contains(errs, tc.reject)) {
+			t.Errorf("%v: code %d stderr %q; want 125 with %q", tc.args, code, errs, tc.want)
+		}
+	}
+	if q := qemuOf(c.home); len(q) != 0 {
+		t.Fatalf("a flag error started QEMU: %v", q)
+	}
 }
 
 func TestCLICreateExecStopStartRm(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,11 +41,37 @@ func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
 	}
 }
 
-func (f *boxFlags) options(image string) airlock.BoxOptions {
-	return airlock.BoxOptions{
-		Image: image, Name: f.name, Env: f.env, WorkingDir: f.workdir, User: f.user,
-		CPUs: f.cpus, MemoryMiB: f.memory, DiskSizeMiB: f.diskSize, Network: f.network, AutoRemove: f.rm,
+func (f *boxFlags) options(cmd *cobra.Command, image string) (airlock.BoxOptions, error) {
+	if cmd.Flags().Changed("cpus") && f.cpus < 1 {
+		return airlock.BoxOptions{}, fmt.Errorf("--cpus %d: want 1..64", f.cpus)
 	}
+	env, err := envFlags(f.env)
+	if err != nil {
+		return airlock.BoxOptions{}, err
+	}
+	return airlock.BoxOptions{
+		Image: image, Name: f.name, Env: env, WorkingDir: f.workdir, User: f.user,
+		CPUs: f.cpus, MemoryMiB: f.memory, DiskSizeMiB: f.diskSize, Network: f.network, AutoRemove: f.rm,
+	}, nil
+}
+
+// envFlags turns -e values into KEY=VALUE entries, as the Docker CLI does:
+// KEY=VALUE is taken as it is; a bare KEY passes this process's value of
+// KEY, or nothing when KEY is unset here.
+func envFlags(in []string) ([]string, error) {
+	var out []string
+	for _, e := range in {
+		k, _, hasValue := strings.Cut(e, "=")
+		if k == "" || strings.ContainsAny(k, " \t\n\x00") {
+			return nil, fmt.Errorf("-e %q: want KEY=VALUE, or KEY to pass this shell's value", e)
+		}
+		if hasValue {
+			out = append(out, e)
+		} else if v, ok := os.LookupEnv(k); ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out, nil
 }
 
 // execFlags are the flags shared by run and exec.
@@ -113,7 +141,11 @@ killed it; 124 when --timeout fired; 125 when airlock itself failed.`,
 			}
 			defer r.Close()
 			ctx := cmd.Context()
-			b, err := r.Create(ctx, bf.options(args[0]))
+			opts, err := bf.options(cmd, args[0])
+			if err != nil {
+				return exitWith(cmd, 125, err)
+			}
+			b, err := r.Create(ctx, opts)
 			if err != nil {
 				return exitWith(cmd, 125, err)
 			}
@@ -151,10 +183,23 @@ killed it; 124 when --timeout fired; 125 when airlock itself failed.`,
 }
 
 // flagError125 reports a bad flag of run or exec with exit status 125, as
-// Docker does, and says what the numeric flags take.
+// Docker does, and says what the flag named in err takes.
 func flagError125(cmd *cobra.Command, err error) error {
-	fmt.Fprintf(cmd.ErrOrStderr(), "airlock: %v\n(--memory and --disk-size take MiB, e.g. --memory 1024; --timeout takes a duration, e.g. 30s; see 'airlock %s --help')\n", err, cmd.Name())
+	fmt.Fprintf(cmd.ErrOrStderr(), "airlock: %v\n(%ssee 'airlock %s --help')\n", err, flagHint(err.Error()), cmd.Name())
 	return &ExitError{125}
+}
+
+// flagHint says what the value of the flag named in a flag error takes.
+func flagHint(msg string) string {
+	switch {
+	case strings.Contains(msg, "--memory"), strings.Contains(msg, "--disk-size"):
+		return "--memory and --disk-size take MiB, e.g. --memory 1024; "
+	case strings.Contains(msg, "--timeout"):
+		return "--timeout takes a duration with a unit, e.g. 30s or 2m; "
+	case strings.Contains(msg, "--cpus"):
+		return "--cpus takes a number of vCPUs, e.g. --cpus 2; "
+	}
+	return ""
 }
 
 func newCreateCmd() *cobra.Command {
@@ -172,7 +217,11 @@ remove it with 'airlock rm'.`,
 				return err
 			}
 			defer r.Close()
-			b, err := r.Create(cmd.Context(), bf.options(args[0]))
+			opts, err := bf.options(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			b, err := r.Create(cmd.Context(), opts)
 			if err != nil {
 				return err
 			}
@@ -201,6 +250,10 @@ failed).`,
 				return err
 			}
 			defer r.Close()
+			env, err := envFlags(env)
+			if err != nil {
+				return exitWith(cmd, 125, err)
+			}
 			b, err := r.Get(cmd.Context(), args[0])
 			if err != nil {
 				return exitWith(cmd, 125, err)
