@@ -272,6 +272,9 @@ func (b *Box) vmConfig(boot *bootAssets, base string, cid uint32, extraCmdline .
 	}
 	if o.Network != NetworkDisabled {
 		extra = append(extra, "airlock.net=user")
+		if boot.kernel.IPConfig {
+			extra = append(extra, qemu.UserNetIPParam)
+		}
 	}
 	if cid != 0 {
 		extra = append(extra, "airlock.vsock="+strconv.Itoa(vsockPort))

@@ -150,7 +150,7 @@ func runInit() {
 	}
 	stamp("root mounted")
 	guestinit.Hostname(p.Hostname)
-	if err := guestinit.Network(p.Net); err != nil {
+	if err := guestinit.Network(p.Net, p.KernelIP); err != nil {
 		guestinit.Logf("network: %v", err)
 	}
 	stamp("network up")

@@ -61,24 +61,26 @@ type Kernel struct {
 	// the command line (CONFIG_VIRTIO_MMIO_CMDLINE_DEVICES). The airlock
 	// kernel can; Debian's cannot. See qemu.Config.NoACPI.
 	BootsWithoutACPI bool
+	// IPConfig is true when the kernel's config has CONFIG_IP_PNP: it can
+	// configure the box's network itself from ip= on its command line.
+	IPConfig bool
 }
 
-// bootsWithoutACPI reports whether the kernel config at path enables both
-// options qemu.Config.NoACPI needs. A missing config means no.
-func bootsWithoutACPI(config string) bool {
-	b, err := os.ReadFile(config)
+// readConfig sets the fields that come from the kernel config at path (a
+// .config file); a missing config leaves them false.
+func (k *Kernel) readConfig(path string) {
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return false
+		return
 	}
-	has := func(opt string) bool {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.TrimSpace(l) == opt+"=y" {
-				return true
-			}
+	on := map[string]bool{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if opt, ok := strings.CutSuffix(strings.TrimSpace(l), "=y"); ok {
+			on[opt] = true
 		}
-		return false
 	}
-	return has("CONFIG_X86_MPPARSE") && has("CONFIG_VIRTIO_MMIO_CMDLINE_DEVICES")
+	k.BootsWithoutACPI = on["CONFIG_X86_MPPARSE"] && on["CONFIG_VIRTIO_MMIO_CMDLINE_DEVICES"]
+	k.IPConfig = on["CONFIG_IP_PNP"]
 }
 
 func readInfo(path string) map[string]string {
@@ -105,7 +107,8 @@ func KernelAt(path string) Kernel {
 	if p, err := filepath.EvalSymlinks(path); err == nil {
 		path = p
 	}
-	k := Kernel{Path: path, Kind: KernelCustom, BootsWithoutACPI: bootsWithoutACPI(path + ".config")}
+	k := Kernel{Path: path, Kind: KernelCustom}
+	k.readConfig(path + ".config")
 	if info := readInfo(path + ".info"); info["version"] != "" {
 		k.Kind, k.Version, k.ConfigHash = KernelAirlock, info["version"], info["config_sha256"]
 	}
@@ -137,8 +140,9 @@ func FindKernel(cacheDir string) (k Kernel, note string, err error) {
 	dir := filepath.Join(cacheDir, "kernel")
 	if p, err := filepath.EvalSymlinks(filepath.Join(dir, "vmlinux-airlock")); err == nil {
 		info := readInfo(p + ".info")
-		return Kernel{Path: p, Kind: KernelAirlock, Version: info["version"], ConfigHash: info["config_sha256"],
-			BootsWithoutACPI: bootsWithoutACPI(p + ".config")}, "", nil
+		k := Kernel{Path: p, Kind: KernelAirlock, Version: info["version"], ConfigHash: info["config_sha256"]}
+		k.readConfig(p + ".config")
+		return k, "", nil
 	}
 	if d, err := filepath.EvalSymlinks(filepath.Join(dir, "debian")); err == nil {
 		if _, err := os.Stat(filepath.Join(d, "vmlinux")); err == nil {

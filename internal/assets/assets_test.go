@@ -120,4 +120,11 @@ func TestKernelBootsWithoutACPIFromItsConfig(t *testing.T) {
 			t.Errorf("config %q: BootsWithoutACPI %v, want %v", c.config, got, c.want)
 		}
 	}
+	if KernelAt(k).IPConfig {
+		t.Error("IPConfig without CONFIG_IP_PNP")
+	}
+	os.WriteFile(k+".config", []byte("CONFIG_IP_PNP=y\n# CONFIG_IP_PNP_DHCP is not set\n"), 0o644)
+	if !KernelAt(k).IPConfig {
+		t.Error("CONFIG_IP_PNP=y but no IPConfig")
+	}
 }

@@ -41,6 +41,10 @@ type Params struct {
 	VsockPort  uint32 // airlock.vsock: also serve on this AF_VSOCK port (0 = not)
 	Ports      int    // airlock.ports: how many agent ports to expect (0 = any)
 	Debug      bool   // airlock.debug: log boot phases with their uptime
+	// KernelIP is set when the command line has ip=: the kernel (with
+	// CONFIG_IP_PNP) has already brought lo and eth0 up with their address
+	// and default route.
+	KernelIP bool
 }
 
 // Uptime returns the time since the guest booted (CLOCK_BOOTTIME).
@@ -70,6 +74,8 @@ func ParseCmdline(cmdline string) Params {
 			p.Net = v
 		case "airlock.ports":
 			p.Ports, _ = strconv.Atoi(v)
+		case "ip":
+			p.KernelIP = v != "" && v != "off" && v != "none"
 		case "airlock.debug":
 			p.Debug = v != "0"
 		case "airlock.vsock":

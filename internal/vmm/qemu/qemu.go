@@ -177,6 +177,13 @@ func IsCIDInUse(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "guest-cid") || strings.Contains(err.Error(), "Address already in use"))
 }
 
+// UserNetIPParam is the kernel's ip= parameter (CONFIG_IP_PNP) that gives
+// eth0 the address and default route of QEMU user networking (slirp's
+// defaults: guest 10.0.2.15/24, gateway 10.0.2.2, DNS 10.0.2.3), so that
+// the kernel configures the network before /init. The guest agent has the
+// same addresses for kernels without IP_PNP.
+const UserNetIPParam = "ip=10.0.2.15::10.0.2.2:255.255.255.0::eth0:off"
+
 // escapeComma doubles commas, QEMU's option-value escape.
 func escapeComma(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 
