@@ -96,7 +96,18 @@ func AgentDisk(ctx context.Context, cacheDir, agentPath string) (string, error) 
 		return "", err
 	}
 	prune(dir, "agent-*.erofs", out)
+	prune(dir, ".digest-*", "")
 	return out, nil
+}
+
+// pathDigest is fileDigest of the file at path.
+func pathDigest(dir, path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	return fileDigest(dir, f)
 }
 
 // fileDigest returns the hex SHA-256 of f's content. The digest is kept in
@@ -154,7 +165,7 @@ func touch(path string) {
 // prune removes the files in dir matching pattern, other than keep, that
 // were not used for maxUnused: each agent build makes a new agent disk and
 // initramfs, and the old ones would pile up. A running VM keeps the disk it
-// opened.
+// opened. A pruned digest memo only costs one hash again.
 func prune(dir, pattern, keep string) {
 	old, _ := filepath.Glob(filepath.Join(dir, pattern))
 	for _, p := range old {

@@ -183,17 +183,15 @@ func FindAgent() (string, error) {
 // that need them, the modules listed in the kernel's modules.load. It is
 // built once per (agent, modules) content and cached under cacheDir/initrd.
 func Initrd(cacheDir, agentPath string, k Kernel) (string, error) {
-	agent, err := os.ReadFile(agentPath)
+	dir := filepath.Join(cacheDir, "initrd")
+	// The name comes from the content's digests (memoized, see fileDigest):
+	// a cached initramfs is found without reading the agent and modules.
+	h := sha256.New()
+	d, err := pathDigest(dir, agentPath)
 	if err != nil {
 		return "", fmt.Errorf("read agent: %w", err)
 	}
-	h := sha256.New()
-	h.Write(agent)
-	type mod struct {
-		name string
-		data []byte
-	}
-	var mods []mod
+	h.Write([]byte(d))
 	var order []byte
 	if k.ModulesDir != "" {
 		order, err = os.ReadFile(filepath.Join(k.ModulesDir, "modules.load"))
@@ -202,21 +200,35 @@ func Initrd(cacheDir, agentPath string, k Kernel) (string, error) {
 		}
 		h.Write(order)
 		for _, name := range strings.Fields(string(order)) {
-			b, err := os.ReadFile(filepath.Join(k.ModulesDir, name))
+			d, err := pathDigest(dir, filepath.Join(k.ModulesDir, name))
 			if err != nil {
 				return "", fmt.Errorf("kernel module: %w", err)
 			}
 			h.Write([]byte(name))
-			h.Write(b)
-			mods = append(mods, mod{name, b})
+			h.Write([]byte(d))
 		}
 	}
 	sum := hex.EncodeToString(h.Sum(nil))[:16]
-	dir := filepath.Join(cacheDir, "initrd")
 	out := filepath.Join(dir, "initrd-"+sum+".cpio")
 	if _, err := os.Stat(out); err == nil {
 		touch(out)
 		return out, nil
+	}
+	agent, err := os.ReadFile(agentPath)
+	if err != nil {
+		return "", fmt.Errorf("read agent: %w", err)
+	}
+	type mod struct {
+		name string
+		data []byte
+	}
+	var mods []mod
+	for _, name := range strings.Fields(string(order)) {
+		b, err := os.ReadFile(filepath.Join(k.ModulesDir, name))
+		if err != nil {
+			return "", fmt.Errorf("kernel module: %w", err)
+		}
+		mods = append(mods, mod{name, b})
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
@@ -252,5 +264,6 @@ func Initrd(cacheDir, agentPath string, k Kernel) (string, error) {
 		return "", err
 	}
 	prune(dir, "initrd-*.cpio", out)
+	prune(dir, ".digest-*", "")
 	return out, nil
 }
