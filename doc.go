@@ -6,7 +6,7 @@
 // layers become a read-only erofs base shared by every box of that image,
 // plus a per-box ext4 writable layer, joined by overlayfs in the guest. A
 // guest agent (cmd/airlock-agent, PID 1) runs commands for the host over
-// gRPC on virtio-serial (or vsock).
+// protobuf calls on yamux streams on virtio-serial (or vsock).
 //
 //	rt, err := airlock.Open(airlock.Options{})
 //	box, err := rt.Create(ctx, airlock.BoxOptions{Image: "python:slim", AutoRemove: true})

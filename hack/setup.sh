@@ -46,9 +46,7 @@ command -v go >/dev/null || { echo "Go 1.26 or newer is required (https://go.dev
 log "building bin/airlock and the guest agent bin/airlock-agent"
 mkdir -p bin
 go build -trimpath -o bin/airlock ./cmd/airlock
-# grpcnotrace drops golang.org/x/net/trace (and html/template with it): a
-# third smaller agent that starts faster in the guest.
-CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -tags grpcnotrace -o bin/airlock-agent ./cmd/airlock-agent
+CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/airlock-agent ./cmd/airlock-agent
 if [ "$(id -u)" = 0 ]; then
 	ln -sf "$ROOT/bin/airlock" /usr/local/bin/airlock
 	ln -sf "$ROOT/bin/airlock-agent" /usr/local/bin/airlock-agent

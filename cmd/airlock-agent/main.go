@@ -23,7 +23,6 @@ import (
 
 	"github.com/mdlayher/vsock"
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
 
 	"github.com/airlock-run/airlock/internal/agent"
 	"github.com/airlock-run/airlock/internal/guestinit"
@@ -53,8 +52,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "airlock-agent:", err)
 		os.Exit(1)
 	}
-	srv := agent.NewServer(agent.Config{Root: *root})
-	g := srv.GRPCServer()
+	g := agent.NewServer(agent.Config{Root: *root}).Handle
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -67,7 +65,7 @@ func main() {
 
 // serveConn runs the handshake on one stream connection (unix socket,
 // vsock) and then serves its session.
-func serveConn(c net.Conn, g *grpc.Server) {
+func serveConn(c net.Conn, g transport.Handler) {
 	if err := transport.GuestHandshake(c, agent.Version); err != nil {
 		c.Close()
 		return
@@ -161,7 +159,7 @@ func runInit() {
 		ReapAll:    true,
 		Shutdown:   guestinit.PowerOff,
 	})
-	g := srv.GRPCServer()
+	g := srv.Handle
 	devs, err := guestinit.FindPorts(p.Port, p.Ports, 10*time.Second)
 	if err != nil {
 		fatal(err)
@@ -181,7 +179,7 @@ func runInit() {
 // serveVsock serves the agent on an AF_VSOCK port, for hosts with
 // vhost-vsock: every connection is independent, so any number of host
 // processes can connect. The same handshake runs first, for one code path.
-func serveVsock(port uint32, g *grpc.Server) {
+func serveVsock(port uint32, g transport.Handler) {
 	l, err := vsock.Listen(port, nil)
 	if err != nil {
 		guestinit.Logf("vsock port %d: %v (serving on virtio-serial only)", port, err)
@@ -200,7 +198,7 @@ func serveVsock(port uint32, g *grpc.Server) {
 
 // servePort serves one virtio-serial port forever: wait for a host, run the
 // handshake, serve a session, and start over when the host goes away.
-func servePort(dev string, sigio <-chan os.Signal, g *grpc.Server) {
+func servePort(dev string, sigio <-chan os.Signal, g transport.Handler) {
 	for {
 		f, err := guestinit.OpenPort(dev, sigio)
 		if err != nil {

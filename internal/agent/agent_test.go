@@ -5,9 +5,10 @@ package agent_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -31,7 +32,7 @@ func startAgent(t *testing.T) *client.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	g := agent.NewServer(agent.Config{Root: "/"}).GRPCServer()
+	g := agent.NewServer(agent.Config{Root: "/"}).Handle
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -101,10 +102,9 @@ func TestExecBinaryOutputUnchanged(t *testing.T) {
 
 func TestExecTimeoutKillsTree(t *testing.T) {
 	c := startAgent(t)
-	marker := "airlock-timeout-test-" + t.Name()
 	start := time.Now()
-	ex, _, _ := run(t, c, client.Spec{
-		Argv:      []string{"sh", "-c", "exec -a " + marker + " sleep 600 & sleep 600"},
+	ex, out, _ := run(t, c, client.Spec{
+		Argv:      []string{"sh", "-c", "sleep 600 & echo $!; sleep 600"},
 		Timeout:   300 * time.Millisecond,
 		KillGrace: 200 * time.Millisecond,
 	})
@@ -114,8 +114,13 @@ func TestExecTimeoutKillsTree(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("took %s", d)
 	}
-	if out, _ := exec.Command("pgrep", "-f", marker).Output(); len(out) > 0 {
-		t.Fatalf("background child survived the timeout: pids %s", out)
+	pid, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("child pid %q: %v", out, err)
+	}
+	defer syscall.Kill(pid, syscall.SIGKILL)
+	if alive(pid) {
+		t.Fatalf("background child %d survived the timeout", pid)
 	}
 }
 
@@ -250,12 +255,17 @@ func TestBackgroundProcessSurvivesExecEnd(t *testing.T) {
 	defer syscall.Kill(pid, syscall.SIGKILL)
 	c.Close()                          // the host goes away too (a CLI exits)
 	time.Sleep(500 * time.Millisecond) // well past the kill grace
-	// A killed process may linger as a zombie until its new parent reaps
-	// it: look at its state, not just its existence.
-	st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if f := strings.Fields(string(st)); err != nil || len(f) < 3 || f[2] == "Z" {
-		t.Fatalf("background process %d was killed after the exec ended: %q %v", pid, st, err)
+	if !alive(pid) {
+		t.Fatalf("background process %d was killed after the exec ended", pid)
 	}
+}
+
+// alive reports whether pid runs. A killed process may linger as a zombie
+// until its new parent reaps it: look at its state, not just its existence.
+func alive(pid int) bool {
+	st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	f := strings.Fields(string(st))
+	return err == nil && len(f) >= 3 && f[2] != "Z"
 }
 
 // Every exec's goroutines end with it.
@@ -274,5 +284,107 @@ func TestExecLeavesNoGoroutines(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before+5 {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("goroutines grew from %d to %d over 20 execs:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// blockingWriter takes the first write and then blocks until released: a
+// caller that stopped reading an exec's output.
+type blockingWriter struct {
+	first   chan []byte
+	release chan struct{}
+}
+
+func (w *blockingWriter) Write(b []byte) (int, error) {
+	select {
+	case w.first <- append([]byte(nil), b...):
+	default:
+	}
+	<-w.release
+	return len(b), nil
+}
+
+// Cancelling an exec's context kills its process tree, also while the
+// caller has stopped reading the output (the agent's sends are then blocked
+// on a full window), and leaves no goroutine behind in the agent.
+func TestExecCancelKillsTree(t *testing.T) {
+	for _, reading := range []bool{true, false} {
+		t.Run(map[bool]string{true: "reading", false: "not_reading"}[reading], func(t *testing.T) {
+			c := startAgent(t)
+			run(t, c, client.Spec{Argv: []string{"true"}})
+			time.Sleep(100 * time.Millisecond)
+			before := runtime.NumGoroutine()
+			ctx, cancel := context.WithCancel(context.Background())
+			w := &blockingWriter{first: make(chan []byte, 1), release: make(chan struct{})}
+			var out io.Writer = w
+			// The child prints its pid, then (not reading) floods stdout.
+			script := "sleep 600 & echo $!; " +
+				map[bool]string{true: "sleep 600", false: "cat /dev/zero"}[reading]
+			if reading {
+				close(w.release)
+			}
+			p, err := c.Exec(ctx, client.Spec{Argv: []string{"sh", "-c", script},
+				Env: []string{"PATH=/usr/bin:/bin"}, KillGrace: 200 * time.Millisecond}, out, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := <-w.first
+			pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(first), "\n", 2)[0]))
+			if err != nil {
+				t.Fatalf("child pid in %q: %v", first, err)
+			}
+			defer syscall.Kill(pid, syscall.SIGKILL)
+			if !reading {
+				time.Sleep(300 * time.Millisecond) // let the window fill up
+			}
+			if !alive(pid) {
+				t.Fatalf("child %d is not running before the cancel", pid)
+			}
+			cancel()
+			if !reading {
+				close(w.release)
+			}
+			select {
+			case <-p.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("Wait did not return after cancel")
+			}
+			if _, err := p.Wait(); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Wait after cancel: %v, want context.Canceled", err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for alive(pid) {
+				if time.Now().After(deadline) {
+					t.Fatalf("child %d still runs 5 s after cancel", pid)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			// The connection still works, and the call's goroutines ended.
+			if ex, out, _ := run(t, c, client.Spec{Argv: []string{"echo", "ok"}}); ex.Code != 0 || out != "ok\n" {
+				t.Fatalf("exec after cancel: %+v %q", ex, out)
+			}
+			for runtime.NumGoroutine() > before+5 && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if n := runtime.NumGoroutine(); n > before+5 {
+				buf := make([]byte, 1<<20)
+				t.Fatalf("goroutines grew from %d to %d:\n%s", before, n, buf[:runtime.Stack(buf, true)])
+			}
+		})
+	}
+}
+
+// A call the agent does not know fails with the agent's message, and an
+// exec without a command fails cleanly; the connection stays usable.
+func TestCallErrors(t *testing.T) {
+	c := startAgent(t)
+	p, err := c.Exec(context.Background(), client.Spec{}, nil, nil)
+	if err == nil {
+		_, err = p.Wait()
+	}
+	if err == nil || !strings.Contains(err.Error(), "empty command") {
+		t.Fatalf("exec without argv: %v", err)
+	}
+	if info, err := c.Hello(context.Background()); err != nil || info.Version != agent.Version {
+		t.Fatalf("hello after a failed call: %+v %v", info, err)
 	}
 }

@@ -5,7 +5,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -17,8 +16,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/airlock-run/airlock/internal/agent/agentpb"
 )
@@ -57,7 +54,7 @@ var execSeq atomic.Int64
 
 func (s *Server) spawn(st *agentpb.ExecStart) (*process, error) {
 	if len(st.Argv) == 0 || st.Argv[0] == "" {
-		return nil, status.Error(codes.InvalidArgument, "empty command")
+		return nil, errors.New("empty command")
 	}
 	root := s.cfg.Root
 	wd := st.WorkingDir
@@ -316,15 +313,16 @@ func pump(f *os.File, drain <-chan struct{}, send func([]byte) error) {
 	}
 }
 
-// Exec implements agentpb.AgentServer.
-func (s *Server) Exec(stream agentpb.Agent_ExecServer) error {
+// Exec serves one Exec call (see agent.proto): it runs the process the
+// first message starts and streams its output and exit status.
+func (s *Server) Exec(stream execStream) error {
 	first, err := stream.Recv()
 	if err != nil {
 		return err
 	}
 	st := first.GetStart()
 	if st == nil {
-		return status.Error(codes.InvalidArgument, "first exec message must be start")
+		return errors.New("first exec message must be start")
 	}
 	t0 := time.Now()
 	var sendMu sync.Mutex
@@ -374,10 +372,10 @@ func (s *Server) Exec(stream agentpb.Agent_ExecServer) error {
 		})
 	}
 
-	// Client messages: stdin, signals, kill. A broken stream (host gone or
-	// call cancelled) kills the tree while the process runs; once it has
-	// exited (the stream ends with the call), what it left running in the
-	// background is left alone.
+	// Client messages: stdin, signals, kill. The stream ending (the host
+	// abandoned the call, or is gone) kills the tree while the process
+	// runs; once it has exited (the host closes the call after the exit
+	// status), what it left running in the background is left alone.
 	exited := make(chan struct{})
 	go func() {
 		for {
@@ -389,9 +387,7 @@ func (s *Server) Exec(stream agentpb.Agent_ExecServer) error {
 				select {
 				case <-exited:
 				default:
-					if err != io.EOF {
-						kill(grace)
-					}
+					kill(grace)
 				}
 				return
 			}

@@ -1,6 +1,6 @@
 //go:build linux
 
-// Package agent is the guest side of airlock: the gRPC service that the
+// Package agent is the guest side of airlock: the service that the
 // guest agent (cmd/airlock-agent) serves to the host. It runs commands in
 // the box's root filesystem, streams their output with backpressure, kills
 // whole process trees on timeout, and shuts the box down cleanly.
@@ -8,19 +8,19 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
 
 	"github.com/airlock-run/airlock/internal/agent/agentpb"
 	"github.com/airlock-run/airlock/internal/transport"
 )
 
 // Version is the agent's protocol and build version, reported in the
-// handshake and by Hello.
-const Version = "0.1.0"
+// handshake and by Hello (agentpb.Version).
+const Version = agentpb.Version
 
 // Config says where the agent runs processes.
 type Config struct {
@@ -38,9 +38,8 @@ type Config struct {
 	Shutdown func()
 }
 
-// Server implements agentpb.AgentServer.
+// Server implements the Agent service of agentpb/agent.proto.
 type Server struct {
-	agentpb.UnimplementedAgentServer
 	cfg    Config
 	reaper *Reaper
 }
@@ -50,16 +49,28 @@ func NewServer(cfg Config) *Server {
 	return &Server{cfg: cfg, reaper: NewReaper(cfg.ReapAll)}
 }
 
-// GRPCServer returns a gRPC server with the agent service registered and the
-// transport's window sizes.
-func (s *Server) GRPCServer() *grpc.Server {
-	g := grpc.NewServer(transport.ServerOptions()...)
-	agentpb.RegisterAgentServer(g, s)
-	return g
+// Handle serves one call of the agent protocol; it is the
+// transport.Handler that transport.Serve runs for each stream.
+func (s *Server) Handle(method string, st *transport.Stream) error {
+	switch method {
+	case "Hello":
+		if err := st.Recv(new(agentpb.HelloRequest)); err != nil {
+			return err
+		}
+		return st.Send(s.Hello())
+	case "Shutdown":
+		if err := st.Recv(new(agentpb.ShutdownRequest)); err != nil {
+			return err
+		}
+		return st.Send(s.Shutdown())
+	case "Exec":
+		return s.Exec(execStream{st})
+	}
+	return fmt.Errorf("unknown call %q (the host speaks a newer protocol than agent %s)", method, Version)
 }
 
-// Hello implements agentpb.AgentServer.
-func (s *Server) Hello(ctx context.Context, _ *agentpb.HelloRequest) (*agentpb.HelloResponse, error) {
+// Hello reports the agent's version, the guest kernel and its uptime.
+func (s *Server) Hello() *agentpb.HelloResponse {
 	var uts unix.Utsname
 	unix.Uname(&uts)
 	var ts unix.Timespec
@@ -68,11 +79,12 @@ func (s *Server) Hello(ctx context.Context, _ *agentpb.HelloRequest) (*agentpb.H
 		Version:  Version,
 		Kernel:   strings.TrimRight(string(uts.Release[:]), "\x00"),
 		UptimeNs: ts.Nano(),
-	}, nil
+	}
 }
 
-// Shutdown implements agentpb.AgentServer.
-func (s *Server) Shutdown(ctx context.Context, _ *agentpb.ShutdownRequest) (*agentpb.ShutdownResponse, error) {
+// Shutdown starts stopping the box (Config.Shutdown) shortly after the reply
+// has been sent.
+func (s *Server) Shutdown() *agentpb.ShutdownResponse {
 	if s.cfg.Shutdown != nil {
 		go func() {
 			// Let the reply reach the host first.
@@ -80,5 +92,20 @@ func (s *Server) Shutdown(ctx context.Context, _ *agentpb.ShutdownRequest) (*age
 			s.cfg.Shutdown()
 		}()
 	}
-	return &agentpb.ShutdownResponse{}, nil
+	return &agentpb.ShutdownResponse{}
 }
+
+// execStream is an Exec call's stream with typed messages.
+type execStream struct{ st *transport.Stream }
+
+func (e execStream) Send(ev *agentpb.ExecEvent) error { return e.st.Send(ev) }
+
+func (e execStream) Recv() (*agentpb.ExecRequest, error) {
+	m := new(agentpb.ExecRequest)
+	if err := e.st.Recv(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (e execStream) Context() context.Context { return e.st.Context() }

@@ -190,7 +190,7 @@ func CheckAgent(path string) error {
 	}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
-			return fmt.Errorf("guest agent %s is dynamically linked; the guest needs a static one: run hack/setup.sh, or in the airlock source tree: CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -tags grpcnotrace -o bin/airlock-agent ./cmd/airlock-agent", path)
+			return fmt.Errorf("guest agent %s is dynamically linked; the guest needs a static one: run hack/setup.sh, or in the airlock source tree: CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/airlock-agent ./cmd/airlock-agent", path)
 		}
 	}
 	return nil

@@ -57,7 +57,7 @@ func newDoctorCmd() *cobra.Command {
 				}
 			}
 			if p, err := assets.FindAgent(); err != nil {
-				bad("agent", err.Error(), "run hack/setup.sh, or build it: CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -tags grpcnotrace -o $(dirname $(which airlock))/airlock-agent ./cmd/airlock-agent")
+				bad("agent", err.Error(), "run hack/setup.sh, or build it: CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o $(dirname $(which airlock))/airlock-agent ./cmd/airlock-agent")
 			} else if err := assets.CheckAgent(p); err != nil {
 				bad("agent", err.Error(), "use the static agent hack/setup.sh builds (bin/airlock-agent); unset AIRLOCK_AGENT if it points elsewhere")
 			} else {

@@ -25,7 +25,7 @@ func BuildAgent(dir string) (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	out := filepath.Join(dir, "airlock-agent")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-tags", "grpcnotrace", "-o", out, "./cmd/airlock-agent")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./cmd/airlock-agent")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

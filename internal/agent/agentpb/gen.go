@@ -1,7 +1,9 @@
 // Package agentpb holds the wire protocol between the host and the guest
-// agent: agent.proto and the code protoc generates from it. Regenerate with
-// `go generate ./internal/agent/agentpb` (needs protoc, protoc-gen-go and
-// protoc-gen-go-grpc); the generated files are committed so builds need none.
+// agent: agent.proto, the messages protoc generates from it, and the
+// protocol version. The service's calls are framed on yamux streams by
+// internal/transport (docs/agent-protocol.md), not by gRPC. Regenerate with
+// `go generate ./internal/agent/agentpb` (needs protoc and protoc-gen-go);
+// the generated file is committed so builds need neither.
 package agentpb
 
-//go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative agent.proto
+//go:generate protoc --go_out=. --go_opt=paths=source_relative agent.proto

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"syscall"
 	"time"
 
@@ -20,8 +19,7 @@ import (
 
 // Client is a connection to one guest agent.
 type Client struct {
-	t   *transport.Client
-	api agentpb.AgentClient
+	t *transport.Client
 }
 
 // Dial opens a byte stream with dial, performs the handshake (bounded by
@@ -45,8 +43,17 @@ func Dial(ctx context.Context, dial func(ctx context.Context) (net.Conn, error))
 	if err != nil {
 		return nil, err
 	}
-	return &Client{t: t, api: agentpb.NewAgentClient(t.Conn)}, nil
+	if t.AgentVersion != agentVersion {
+		t.Close()
+		return nil, fmt.Errorf("the box runs guest agent %s, this airlock needs %s: restart the box (airlock stop, then start) to boot the current agent", t.AgentVersion, agentVersion)
+	}
+	return &Client{t: t}, nil
 }
+
+// agentVersion is the guest agent this client speaks to: the host and the
+// agent are built together, and a box still running an older agent must be
+// restarted to talk to this one.
+const agentVersion = agentpb.Version
 
 // AgentVersion is the version the agent announced in the handshake.
 func (c *Client) AgentVersion() string { return c.t.AgentVersion }
@@ -66,8 +73,8 @@ type Info struct {
 
 // Hello checks the agent answers and returns what it reports.
 func (c *Client) Hello(ctx context.Context) (Info, error) {
-	r, err := c.api.Hello(ctx, &agentpb.HelloRequest{})
-	if err != nil {
+	r := new(agentpb.HelloResponse)
+	if err := c.t.Unary(ctx, "Hello", &agentpb.HelloRequest{}, r); err != nil {
 		return Info{}, err
 	}
 	return Info{Version: r.Version, Kernel: r.Kernel, Uptime: time.Duration(r.UptimeNs)}, nil
@@ -75,8 +82,7 @@ func (c *Client) Hello(ctx context.Context) (Info, error) {
 
 // Shutdown asks the agent to stop all processes, sync and power off.
 func (c *Client) Shutdown(ctx context.Context) error {
-	_, err := c.api.Shutdown(ctx, &agentpb.ShutdownRequest{})
-	return err
+	return c.t.Unary(ctx, "Shutdown", &agentpb.ShutdownRequest{}, new(agentpb.ShutdownResponse))
 }
 
 // Spec describes one process to run in the guest.
@@ -104,9 +110,7 @@ type Exit struct {
 // Proc is a running process. Its output is written to the writers given to
 // Exec, in order per stream; Wait returns after all of it was written.
 type Proc struct {
-	stream agentpb.Agent_ExecClient
-	cancel context.CancelFunc // ends the call once recv is done
-	sendMu sync.Mutex
+	stream *transport.Stream
 	done   chan struct{}
 	exit   Exit
 	err    error
@@ -117,10 +121,8 @@ type Proc struct {
 // reading its pipes until the writer takes the data (bounded memory).
 // Cancelling ctx kills the process tree in the guest.
 func (c *Client) Exec(ctx context.Context, spec Spec, stdout, stderr io.Writer) (*Proc, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	stream, err := c.api.Exec(ctx)
+	stream, err := c.t.Call(ctx, "Exec")
 	if err != nil {
-		cancel()
 		return nil, err
 	}
 	err = stream.Send(&agentpb.ExecRequest{Msg: &agentpb.ExecRequest_Start{Start: &agentpb.ExecStart{
@@ -133,7 +135,7 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdout, stderr io.Writer) 
 		KillGraceNs: int64(spec.KillGrace),
 	}}})
 	if err != nil {
-		cancel()
+		stream.Close()
 		return nil, err
 	}
 	if stdout == nil {
@@ -142,20 +144,19 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdout, stderr io.Writer) 
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	p := &Proc{stream: stream, cancel: cancel, done: make(chan struct{})}
+	p := &Proc{stream: stream, done: make(chan struct{})}
 	go p.recv(stdout, stderr)
 	return p, nil
 }
 
 func (p *Proc) recv(stdout, stderr io.Writer) {
 	defer close(p.done)
-	// The exit status is the last message: end the call then, or gRPC keeps
-	// the stream (and a goroutine) until ctx ends.
-	defer p.cancel()
+	// The exit status is the last message: end the call then.
+	defer p.stream.Close()
 	var outErr error
 	for {
-		ev, err := p.stream.Recv()
-		if err != nil {
+		ev := new(agentpb.ExecEvent)
+		if err := p.stream.Recv(ev); err != nil {
 			if err == io.EOF {
 				err = errors.New("agent ended the exec without an exit status")
 			}
@@ -189,15 +190,24 @@ func (p *Proc) recv(stdout, stderr io.Writer) {
 }
 
 func (p *Proc) send(m *agentpb.ExecRequest) error {
-	p.sendMu.Lock()
-	defer p.sendMu.Unlock()
 	return p.stream.Send(m)
 }
 
+// stdinChunk bounds one stdin message (well under transport.MaxFrame).
+const stdinChunk = 256 << 10
+
 // WriteStdin sends data to the process's stdin (Spec.Stdin must be set).
+// It returns once the data is on its way; a process that does not read its
+// stdin slows WriteStdin down (bounded memory).
 func (p *Proc) WriteStdin(b []byte) error {
-	// Copy: the message may be queued after we return.
-	return p.send(&agentpb.ExecRequest{Msg: &agentpb.ExecRequest_Stdin{Stdin: append([]byte(nil), b...)}})
+	for len(b) > 0 {
+		n := min(len(b), stdinChunk)
+		if err := p.send(&agentpb.ExecRequest{Msg: &agentpb.ExecRequest_Stdin{Stdin: b[:n]}}); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // CloseStdin closes the process's stdin.

@@ -1,0 +1,7 @@
+package agentpb
+
+// Version is the agent protocol's version, which the guest agent announces
+// in the handshake. The host refuses an agent of another version (a box
+// booted by an older airlock): the box must be restarted. 0.2: calls are
+// framed protobuf messages on yamux streams (0.1 was gRPC over yamux).
+const Version = "0.2.0"

@@ -1,0 +1,272 @@
+package transport
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+	"google.golang.org/protobuf/proto"
+)
+
+// The agent's calls run on yamux streams, one stream per call. Each
+// direction carries frames:
+//
+//	uint32 length (big endian, of kind + payload) | kind (1 byte) | payload
+//
+// The client's first frame is a call frame naming the method; then both
+// sides send message frames (protobuf); the server may end the call with an
+// error frame. Closing a stream ends the call: a client closes its side only
+// when it abandons the call (the agent then kills what the call started),
+// the server closes its side when the call is over.
+const (
+	frameCall  byte = 1 // client -> server, first frame: method name
+	frameMsg   byte = 2 // a protobuf message
+	frameError byte = 3 // server -> client, last frame: the call failed (UTF-8 text)
+)
+
+// MaxFrame is the largest frame payload in bytes (4 MiB). Larger frames are
+// refused by both sides; exec output and stdin travel in smaller chunks.
+const MaxFrame = 4 << 20
+
+// streamWindow is each yamux stream's receive window: a caller that stops
+// reading an exec's output holds at most about this much data in host
+// memory before the guest process blocks on its pipe.
+const streamWindow = 1 << 20
+
+func yamuxConfig() *yamux.Config {
+	c := yamux.DefaultConfig()
+	c.LogOutput = io.Discard
+	c.EnableKeepAlive = true
+	c.KeepAliveInterval = 15 * time.Second
+	// Under TCG a busy guest can stall for seconds; do not call that dead.
+	c.ConnectionWriteTimeout = 30 * time.Second
+	c.StreamOpenTimeout = 30 * time.Second
+	c.MaxStreamWindowSize = streamWindow
+	return c
+}
+
+// RemoteError is a call's failure as the agent reported it.
+type RemoteError struct {
+	Method string
+	Msg    string
+}
+
+func (e *RemoteError) Error() string { return "agent " + e.Method + ": " + e.Msg }
+
+// errStreamClosed is what Send returns after the peer abandoned the call.
+var errStreamClosed = errors.New("agent protocol: the call was abandoned")
+
+// Stream is one call: a yamux stream carrying frames. Send may be called
+// from several goroutines; Recv from one at a time.
+type Stream struct {
+	st     *yamux.Stream
+	method string
+	ctx    context.Context
+	cancel context.CancelFunc // ends ctx (server: peer gone or call over)
+	stop   func() bool        // client: stops the ctx watcher
+	wmu    sync.Mutex
+	gone   bool // server: the client abandoned the call, guarded by wmu
+	rhdr   [5]byte
+
+	abortMu  sync.Mutex
+	abortErr error // client: why the call was abandoned
+}
+
+func (s *Stream) writeFrame(kind byte, p []byte) error {
+	if len(p) > MaxFrame {
+		return fmt.Errorf("agent protocol: %s: frame of %d bytes exceeds %d", s.method, len(p), MaxFrame)
+	}
+	buf := make([]byte, 5+len(p))
+	binary.BigEndian.PutUint32(buf, uint32(1+len(p)))
+	buf[4] = kind
+	copy(buf[5:], p)
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.gone {
+		return errStreamClosed
+	}
+	_, err := s.st.Write(buf)
+	return err
+}
+
+func (s *Stream) readFrame() (byte, []byte, error) {
+	if _, err := io.ReadFull(s.st, s.rhdr[:]); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			err = fmt.Errorf("agent protocol: %s: stream ended inside a frame", s.method)
+		}
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(s.rhdr[:4])
+	if n == 0 || n-1 > MaxFrame {
+		return 0, nil, fmt.Errorf("agent protocol: %s: bad frame length %d", s.method, n)
+	}
+	p := make([]byte, n-1)
+	if _, err := io.ReadFull(s.st, p); err != nil {
+		return 0, nil, fmt.Errorf("agent protocol: %s: stream ended inside a frame: %w", s.method, err)
+	}
+	return s.rhdr[4], p, nil
+}
+
+// Send writes one message.
+func (s *Stream) Send(m proto.Message) error {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return s.writeFrame(frameMsg, b)
+}
+
+// Recv reads the next message into m. It returns io.EOF when the peer
+// closed its side, a *RemoteError when the agent failed the call, and on a
+// client stream whose context ended, that context's error.
+func (s *Stream) Recv(m proto.Message) error {
+	kind, p, err := s.readFrame()
+	if err != nil {
+		s.abortMu.Lock()
+		if s.abortErr != nil {
+			err = s.abortErr
+		}
+		s.abortMu.Unlock()
+		if s.cancel != nil {
+			s.cancel()
+		}
+		return err
+	}
+	switch kind {
+	case frameMsg:
+		return proto.Unmarshal(p, m)
+	case frameError:
+		return &RemoteError{Method: s.method, Msg: string(p)}
+	}
+	return fmt.Errorf("agent protocol: %s: unexpected frame kind %d", s.method, kind)
+}
+
+// Context is, on the agent's side, the call's context: it ends when the
+// client abandons the call (Recv fails), the session ends or the handler
+// returns. On the client's side it is the context the call was made with.
+func (s *Stream) Context() context.Context { return s.ctx }
+
+// Close ends the call. A client that closes before the last reply abandons
+// the call.
+func (s *Stream) Close() error {
+	if s.stop != nil {
+		s.stop()
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	return s.st.Close()
+}
+
+// abort abandons a client call: the agent sees the stream end, a blocked
+// Recv returns err.
+func (s *Stream) abort(err error) {
+	s.abortMu.Lock()
+	s.abortErr = err
+	s.abortMu.Unlock()
+	s.st.Close()
+	s.st.SetReadDeadline(time.Now())
+}
+
+// Call starts method on the agent. Ending ctx abandons the call: a blocked
+// Recv returns ctx's error and the agent ends what the call started (an exec
+// is killed). The caller must Close the stream when done.
+func (c *Client) Call(ctx context.Context, method string) (*Stream, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	st, err := c.Session.OpenStream()
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %w", method, err)
+	}
+	s := &Stream{st: st, method: method, ctx: ctx}
+	if err := s.writeFrame(frameCall, []byte(method)); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("agent %s: %w", method, err)
+	}
+	s.stop = context.AfterFunc(ctx, func() { s.abort(ctx.Err()) })
+	return s, nil
+}
+
+// Unary makes a call with one request and one reply.
+func (c *Client) Unary(ctx context.Context, method string, req, reply proto.Message) error {
+	s, err := c.Call(ctx, method)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := s.Send(req); err != nil {
+		return err
+	}
+	if err := s.Recv(reply); err != nil {
+		if err == io.EOF {
+			err = fmt.Errorf("agent %s: no reply (connection lost?)", method)
+		}
+		return err
+	}
+	return nil
+}
+
+// Handler serves one call on the agent's side: method is the name the
+// client sent. A returned error is sent to the client as the call's error;
+// the stream is closed when the handler returns.
+type Handler func(method string, s *Stream) error
+
+// Serve runs the guest side on one handshaken byte stream: it starts a yamux
+// server session on rwc and serves each stream as a call with h until the
+// session ends. It closes rwc before returning.
+func Serve(rwc io.ReadWriteCloser, h Handler) error {
+	sess, err := yamux.Server(rwc, yamuxConfig())
+	if err != nil {
+		rwc.Close()
+		return err
+	}
+	defer sess.Close()
+	for {
+		st, err := sess.AcceptStream()
+		if err != nil {
+			return err
+		}
+		go serveStream(sess, st, h)
+	}
+}
+
+func serveStream(sess *yamux.Session, st *yamux.Stream, h Handler) {
+	s := &Stream{st: st, method: "call"}
+	defer st.Close()
+	kind, p, err := s.readFrame()
+	if err != nil || kind != frameCall {
+		return
+	}
+	s.method = string(p)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The client abandoning the call (its side closed or the session gone)
+	// ends ctx and stops sends that would wait for a window nobody opens.
+	s.ctx = ctx
+	s.cancel = func() {
+		cancel()
+		s.wmu.Lock()
+		s.gone = true
+		s.wmu.Unlock()
+	}
+	go func() {
+		select {
+		case <-sess.CloseChan():
+		case <-ctx.Done():
+		}
+		st.SetWriteDeadline(time.Now())
+	}()
+	if err := h(s.method, s); err != nil {
+		var re *RemoteError
+		if errors.As(err, &re) {
+			err = errors.New(re.Msg)
+		}
+		s.writeFrame(frameError, []byte(err.Error()))
+	}
+}

@@ -1,0 +1,111 @@
+package transport
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// rpcPair serves h on a handshaken pipe and returns the host's client.
+func rpcPair(t *testing.T, h Handler) *Client {
+	t.Helper()
+	host, guest := serialPipe(t)
+	go func() {
+		if GuestHandshake(guest, "test") == nil {
+			Serve(guest, h)
+		}
+	}()
+	c, err := NewClient(host, time.Now().Add(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestUnaryCallAndErrors(t *testing.T) {
+	c := rpcPair(t, func(method string, s *Stream) error {
+		req := new(wrapperspb.StringValue)
+		if err := s.Recv(req); err != nil {
+			return err
+		}
+		switch method {
+		case "Echo":
+			return s.Send(wrapperspb.String(strings.ToUpper(req.Value)))
+		case "Fail":
+			return errors.New("no such thing: " + req.Value)
+		}
+		return errors.New("unknown call " + method)
+	})
+	ctx := context.Background()
+	reply := new(wrapperspb.StringValue)
+	if err := c.Unary(ctx, "Echo", wrapperspb.String("hi"), reply); err != nil || reply.Value != "HI" {
+		t.Fatalf("Echo: %q %v", reply.Value, err)
+	}
+	err := c.Unary(ctx, "Fail", wrapperspb.String("x"), reply)
+	var re *RemoteError
+	if !errors.As(err, &re) || re.Msg != "no such thing: x" || err.Error() != "agent Fail: no such thing: x" {
+		t.Fatalf("Fail: %v", err)
+	}
+	// A bad frame from the host ends that call only; the session goes on.
+	st, err := c.Session.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hdr [5]byte
+	binary.BigEndian.PutUint32(hdr[:], MaxFrame+2)
+	hdr[4] = frameCall
+	st.Write(hdr[:])
+	st.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := st.Read(make([]byte, 10)); err != io.EOF {
+		t.Fatalf("oversized frame: read %d, %v; want the agent to close the stream", n, err)
+	}
+	st.Close()
+	if err := c.Unary(ctx, "Echo", wrapperspb.String("again"), reply); err != nil || reply.Value != "AGAIN" {
+		t.Fatalf("Echo after a bad frame: %q %v", reply.Value, err)
+	}
+}
+
+// Ending a call's context unblocks its Recv with the context's error, and
+// the handler sees the stream end.
+func TestCallCancel(t *testing.T) {
+	ended := make(chan error, 1)
+	c := rpcPair(t, func(method string, s *Stream) error {
+		err := s.Recv(new(wrapperspb.StringValue))
+		<-s.Context().Done()
+		ended <- err
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := c.Call(ctx, "Wait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got := make(chan error, 1)
+	go func() { got <- s.Recv(new(wrapperspb.StringValue)) }()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-got:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Recv after cancel: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Recv still blocked 5 s after cancel")
+	}
+	select {
+	case err := <-ended:
+		if err != io.EOF {
+			t.Fatalf("handler's Recv: %v, want io.EOF", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("handler did not see the call end")
+	}
+}
