@@ -4,12 +4,10 @@ package guestinit
 
 import (
 	"fmt"
-	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/vishvananda/netlink"
 )
 
 // QEMU user-mode networking (slirp) addresses (also in qemu.UserNetIPParam).
@@ -27,16 +25,20 @@ func Network(mode string, kernelIP bool) error {
 	if kernelIP && mode == "user" {
 		return writeResolvConf()
 	}
-	lo, err := netlink.LinkByName("lo")
-	if err == nil {
-		netlink.LinkSetUp(lo)
+	r, err := openRtnl()
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	if lo, err := linkIndex("lo"); err == nil {
+		r.linkUp(lo)
 	}
 	if mode != "user" {
 		return nil
 	}
-	var eth netlink.Link
+	var eth int
 	for i := 0; i < 200; i++ {
-		if eth, err = netlink.LinkByName("eth0"); err == nil {
+		if eth, err = linkIndex("eth0"); err == nil {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -44,14 +46,13 @@ func Network(mode string, kernelIP bool) error {
 	if err != nil {
 		return fmt.Errorf("eth0: %w", err)
 	}
-	addr, _ := netlink.ParseAddr(userNetAddr)
-	if err := netlink.AddrAdd(eth, addr); err != nil {
+	if err := r.addAddr(eth, netip.MustParsePrefix(userNetAddr)); err != nil {
 		return fmt.Errorf("eth0 address: %w", err)
 	}
-	if err := netlink.LinkSetUp(eth); err != nil {
+	if err := r.linkUp(eth); err != nil {
 		return fmt.Errorf("eth0 up: %w", err)
 	}
-	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.ParseIP(userNetGW)}); err != nil {
+	if err := r.addDefaultRoute(eth, netip.MustParseAddr(userNetGW)); err != nil {
 		return fmt.Errorf("default route: %w", err)
 	}
 	return writeResolvConf()

@@ -125,13 +125,15 @@ func (s *Stream) Send(m proto.Message) error {
 // closed its side, a *RemoteError when the agent failed the call, and on a
 // client stream whose context ended, that context's error.
 func (s *Stream) Recv(m proto.Message) error {
+	// An abandoned call is over, even while replies are still buffered.
+	if err := s.aborted(); err != nil {
+		return err
+	}
 	kind, p, err := s.readFrame()
 	if err != nil {
-		s.abortMu.Lock()
-		if s.abortErr != nil {
-			err = s.abortErr
+		if aerr := s.aborted(); aerr != nil {
+			err = aerr
 		}
-		s.abortMu.Unlock()
 		if s.cancel != nil {
 			s.cancel()
 		}
@@ -161,6 +163,12 @@ func (s *Stream) Close() error {
 		s.cancel()
 	}
 	return s.st.Close()
+}
+
+func (s *Stream) aborted() error {
+	s.abortMu.Lock()
+	defer s.abortMu.Unlock()
+	return s.abortErr
 }
 
 // abort abandons a client call: the agent sees the stream end, a blocked

@@ -190,7 +190,7 @@ func escapeComma(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 // KernelCmdline returns the kernel command line for a box: a quiet console
 // on ttyS0 (verbose when AIRLOCK_DEBUG is set), no timer check, no reboot
 // loop (panic=-1 with QEMU's -no-reboot ends the VM on panic), plus the
-// TCG-only clock hints when accel is TCG, followed by extra.
+// TCG-only clock hints and norandmaps when accel is TCG, followed by extra.
 func KernelCmdline(accel string, extra ...string) string {
 	p := []string{
 		"console=ttyS0", "reboot=t", "panic=-1",
@@ -209,6 +209,14 @@ func KernelCmdline(accel string, extra ...string) string {
 		// other: without tsc=reliable, boxes with 2+ vCPUs ran on the jiffies
 		// clocksource (sleeps rounded up to 4 ms ticks).
 		p = append(p, "tsc_early_khz="+strconv.FormatUint(TSCkHz(), 10), "tsc=reliable", "noreplace-smp")
+		// No address-space randomization in the guest: QEMU's TCG (before
+		// 8.0 on x86) finds translated code by virtual address, so with
+		// randomized mmap bases every process start translated the dynamic
+		// loader and libc again: fork+exec of /bin/true took ~30 ms in the
+		// guest instead of ~5 ms. Randomization inside a box protects
+		// nothing: its processes are the untrusted code, and the wall is
+		// the VM.
+		p = append(p, "norandmaps")
 	}
 	return strings.Join(append(p, extra...), " ")
 }

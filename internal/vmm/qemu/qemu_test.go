@@ -54,7 +54,7 @@ func TestArgsDescribeTheBox(t *testing.T) {
 }
 
 func TestKernelCmdlineTCGHintOnlyUnderTCG(t *testing.T) {
-	for _, hint := range []string{"tsc_early_khz=", "tsc=reliable"} {
+	for _, hint := range []string{"tsc_early_khz=", "tsc=reliable", "norandmaps"} {
 		if !strings.Contains(KernelCmdline(AccelTCG), hint) {
 			t.Errorf("TCG command line lacks %s", hint)
 		}
