@@ -140,7 +140,7 @@ func (b *Box) create(ctx context.Context, img *image.Image) error {
 	if _, err := rootfs.Base(ctx, b.r.images, img, b.r.opts.CacheDir); err != nil {
 		return fmt.Errorf("root filesystem for %s: %w", img.Ref, err)
 	}
-	return rootfs.NewDisk(filepath.Join(b.dir, fileRW), b.cfg.Options.DiskSizeMiB)
+	return rootfs.NewDisk(filepath.Join(b.dir, fileRW), b.cfg.Options.DiskSizeMiB, b.r.opts.CacheDir)
 }
 
 func (b *Box) image() (*image.Image, error) {

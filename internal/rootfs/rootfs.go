@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/unpack"
@@ -223,12 +224,44 @@ func RemoveBase(ctx context.Context, cacheDir, digest string) error {
 
 // NewDisk creates path as a sparse ext4 filesystem image of sizeMiB MiB,
 // labelled "airlock-rw" with a root-owned root directory, for use as a box's
-// writable layer. It runs mkfs.ext4 (e2fsprogs). It refuses to overwrite an
-// existing file, and removes its partial file on failure.
-func NewDisk(path string, sizeMiB int) error {
+// writable layer. It refuses to overwrite an existing file, and removes its
+// partial file on failure.
+//
+// With cacheDir set, the empty filesystem is made once per size, as
+// CACHE/rootfs/rw-<sizeMiB>m.ext4, and each disk is a sparse copy of it
+// (~2 MiB of metadata for 4 GiB: a few ms instead of mkfs.ext4's ~70 ms);
+// the disks then share the filesystem UUID, which nothing in a box relies
+// on. Without it, mkfs.ext4 (e2fsprogs) runs for each disk.
+func NewDisk(path string, sizeMiB int, cacheDir string) error {
 	if sizeMiB < 8 {
 		return fmt.Errorf("disk size %d MiB is too small (minimum 8 MiB)", sizeMiB)
 	}
+	if cacheDir == "" {
+		return mkfsDisk(path, sizeMiB)
+	}
+	dir := filepath.Join(cacheDir, "rootfs")
+	tmpl := filepath.Join(dir, "rw-"+strconv.Itoa(sizeMiB)+"m.ext4")
+	if _, err := os.Stat(tmpl); err != nil {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		tmp := fmt.Sprintf("%s.tmp-%d", tmpl, os.Getpid())
+		os.Remove(tmp)
+		if err := mkfsDisk(tmp, sizeMiB); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, tmpl); err != nil {
+			os.Remove(tmp)
+			return err
+		}
+	}
+	now := time.Now()
+	os.Chtimes(tmpl, now, now) // marks it used
+	return sparseCopy(tmpl, path)
+}
+
+// mkfsDisk makes path an empty ext4 filesystem of sizeMiB MiB.
+func mkfsDisk(path string, sizeMiB int) error {
 	mkfs, err := exec.LookPath("mkfs.ext4")
 	if err != nil {
 		return fmt.Errorf("mkfs.ext4 not found: install e2fsprogs")
@@ -250,12 +283,72 @@ func NewDisk(path string, sizeMiB int) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	cmd := exec.Command(mkfs, "-q", "-F", "-E", "root_owner=0:0", "-L", "airlock-rw", path)
+	// The file is sparse, so it reads as zeros: mkfs need not write the
+	// inode tables and journal (64 MiB for 4 GiB), and the guest kernel
+	// need not zero the inode tables in the background (ext4lazyinit).
+	// e2fsprogs before 1.47 lacks the option: plain mkfs then.
 	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("mkfs.ext4 %s (%s MiB): %w: %s", path, strconv.Itoa(sizeMiB), err, strings.TrimSpace(out.String()))
+	for _, ext := range []string{"root_owner=0:0,assume_storage_prezeroed=1", "root_owner=0:0"} {
+		out.Reset()
+		cmd := exec.Command(mkfs, "-q", "-F", "-E", ext, "-L", "airlock-rw", path)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err = cmd.Run(); err == nil {
+			ok = true
+			return nil
+		}
 	}
-	ok = true
+	return fmt.Errorf("mkfs.ext4 %s (%s MiB): %w: %s", path, strconv.Itoa(sizeMiB), err, strings.TrimSpace(out.String()))
+}
+
+// sparseCopy copies src to a new file dst, leaving src's holes as holes.
+func sparseCopy(src, dst string) (err error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create disk: %w", err)
+	}
+	defer func() {
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(dst)
+		}
+	}()
+	size := fi.Size()
+	if err := out.Truncate(size); err != nil {
+		return fmt.Errorf("create disk: %w", err)
+	}
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
+		if err == unix.ENXIO {
+			break // only a hole left
+		}
+		if err != nil {
+			return fmt.Errorf("copy disk: %w", err)
+		}
+		hole, err := unix.Seek(int(in.Fd()), data, unix.SEEK_HOLE)
+		if err != nil {
+			return fmt.Errorf("copy disk: %w", err)
+		}
+		for r, w := data, data; r < hole; {
+			n, err := unix.CopyFileRange(int(in.Fd()), &r, int(out.Fd()), &w, int(hole-r), 0)
+			if err != nil {
+				return fmt.Errorf("copy disk: %w", err)
+			}
+			if n == 0 {
+				return fmt.Errorf("copy disk: %s shrank while copying", src)
+			}
+		}
+		off = hole
+	}
 	return nil
 }

@@ -2,6 +2,7 @@ package rootfs_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,21 +128,38 @@ func TestBase(t *testing.T) {
 
 func TestNewDisk(t *testing.T) {
 	requireTool(t, "mkfs.ext4", "e2fsprogs")
-	p := filepath.Join(t.TempDir(), "rw.ext4")
-	if err := rootfs.NewDisk(p, 64); err != nil {
-		t.Fatal(err)
+	requireTool(t, "e2fsck", "e2fsprogs")
+	for _, cache := range []string{"", t.TempDir()} {
+		dir := t.TempDir()
+		for i := 0; i < 2; i++ { // with a cache: the template is made, then reused
+			p := filepath.Join(dir, fmt.Sprintf("rw%d.ext4", i))
+			if err := rootfs.NewDisk(p, 256, cache); err != nil {
+				t.Fatal(err)
+			}
+			fi, err := os.Stat(p)
+			if err != nil || fi.Size() != 256<<20 {
+				t.Fatalf("disk size %v, %v", fi, err)
+			}
+			if blocks := fi.Sys().(*syscall.Stat_t).Blocks * 512; blocks > 16<<20 {
+				t.Errorf("disk is not sparse: %d bytes allocated", blocks)
+			}
+			if out, err := exec.Command("e2fsck", "-fn", p).CombinedOutput(); err != nil {
+				t.Errorf("cache %q disk %d: e2fsck: %v\n%s", cache, i, err, out)
+			}
+			if out, err := exec.Command("dumpe2fs", "-h", p).CombinedOutput(); err == nil && !strings.Contains(string(out), "airlock-rw") {
+				t.Errorf("label missing: %s", out)
+			}
+			if err := rootfs.NewDisk(p, 256, cache); err == nil {
+				t.Errorf("NewDisk overwrote an existing disk")
+			}
+		}
+		if cache != "" {
+			if _, err := os.Stat(filepath.Join(cache, "rootfs", "rw-256m.ext4")); err != nil {
+				t.Errorf("no template: %v", err)
+			}
+		}
 	}
-	fi, err := os.Stat(p)
-	if err != nil || fi.Size() != 64<<20 {
-		t.Fatalf("disk size %v, %v", fi, err)
-	}
-	if blocks := fi.Sys().(*syscall.Stat_t).Blocks * 512; blocks > 16<<20 {
-		t.Errorf("disk is not sparse: %d bytes allocated", blocks)
-	}
-	if out, err := exec.Command("dumpe2fs", "-h", p).CombinedOutput(); err == nil && !strings.Contains(string(out), "airlock-rw") {
-		t.Errorf("label missing: %s", out)
-	}
-	if err := rootfs.NewDisk(p, 64); err == nil {
-		t.Errorf("NewDisk overwrote an existing disk")
+	if err := rootfs.NewDisk(filepath.Join(t.TempDir(), "small"), 4, ""); err == nil {
+		t.Error("a 4 MiB disk was accepted")
 	}
 }
