@@ -70,9 +70,8 @@ type bootAssets struct {
 	// airlock kernel: the agent's erofs disk is the root filesystem) is set.
 	initrd, agentDisk string
 	agent             string // the agent binary both are built from
-	// noHugePages starts QEMU without transparent huge pages (see
-	// hugePages).
-	noHugePages bool
+	// thp is where QEMU may use transparent huge pages (see thpMode).
+	thp qemu.THPMode
 	// agentDiskIO is the optimal I/O size the agent disk advertises:
 	// half its size, so that the guest's readahead covers all of it.
 	agentDiskIO int
@@ -228,7 +227,7 @@ func (r *Runtime) bootAssets() (*bootAssets, error) {
 	if err := assets.CheckAgent(agent); err != nil {
 		return nil, err
 	}
-	huge, err := hugePages(accel.Accel, k.Kind)
+	thp, err := thpMode(accel.Accel, k.Kind)
 	if err != nil {
 		return nil, err
 	}
@@ -245,7 +244,7 @@ func (r *Runtime) bootAssets() (*bootAssets, error) {
 		r.warn(qemu.TCGWarning + " (" + accel.Reason + ")")
 	}
 	r.warn(note)
-	b := &bootAssets{accel: accel, kernel: k, initrd: initrd, agentDisk: agentDisk, agent: agent, noHugePages: !huge}
+	b := &bootAssets{accel: accel, kernel: k, initrd: initrd, agentDisk: agentDisk, agent: agent, thp: thp}
 	if fi, err := os.Stat(agentDisk); err == nil && agentDisk != "" {
 		b.agentDiskIO = readaheadFor(fi.Size())
 	}
@@ -255,22 +254,28 @@ func (r *Runtime) bootAssets() (*bootAssets, error) {
 	return b, nil
 }
 
-// hugePages reports whether QEMU may back the guest with transparent huge
-// pages (see qemu.Config.NoHugePages): $AIRLOCK_THP=on|off decides; by
-// default they are off only for the airlock kernel under TCG, whose boxes
-// then take ~25 MiB less host memory for a slightly slower boot, and on for
+// thpMode says where QEMU may use transparent huge pages (see
+// qemu.THPMode): $AIRLOCK_THP=on|code|off decides. By default, "code" for
+// the airlock kernel under TCG: its boxes touch little of their RAM, so
+// huge pages there would cost ~25 MiB of host memory per box, while huge
+// pages for TCG's code buffer save ~10k page faults for free; "on" for
 // other kernels, which touch more of their memory and boot much slower
 // without them, and under KVM, where they also speed up the guest.
-func hugePages(accel, kernelKind string) (bool, error) {
+func thpMode(accel, kernelKind string) (qemu.THPMode, error) {
 	switch v := os.Getenv("AIRLOCK_THP"); v {
 	case "on":
-		return true, nil
+		return qemu.THPAll, nil
+	case "code":
+		return qemu.THPCode, nil
 	case "off":
-		return false, nil
+		return qemu.THPNone, nil
 	case "":
-		return !(accel == qemu.AccelTCG && kernelKind == assets.KernelAirlock), nil
+		if accel == qemu.AccelTCG && kernelKind == assets.KernelAirlock {
+			return qemu.THPCode, nil
+		}
+		return qemu.THPAll, nil
 	default:
-		return false, fmt.Errorf("AIRLOCK_THP=%q: want on or off (or unset for the default)", v)
+		return 0, fmt.Errorf("AIRLOCK_THP=%q: want on, code or off (or unset for the default)", v)
 	}
 }
 
@@ -286,9 +291,10 @@ type BootInfo struct {
 	// modules); AgentDisk the erofs image the airlock kernel mounts as its
 	// root instead. One of them is set.
 	Initrd, AgentDisk string
-	// HugePages is whether QEMU may use transparent huge pages for the
-	// guest (AIRLOCK_THP).
-	HugePages bool
+	// THP is where QEMU may use transparent huge pages (AIRLOCK_THP): "on"
+	// (guest RAM and TCG's code buffer), "code" (the code buffer only) or
+	// "off".
+	THP string
 }
 
 // BootInfo resolves and reports the accelerator, kernel and initramfs or
@@ -299,7 +305,7 @@ func (r *Runtime) BootInfo() (BootInfo, error) {
 		return BootInfo{}, err
 	}
 	return BootInfo{Accel: b.accel.Accel, AccelReason: b.accel.Reason, Kernel: b.kernel.Path,
-		KernelKind: b.kernel.Kind, KernelVer: b.kernel.Version, ConfigHash: b.kernel.ConfigHash, Initrd: b.initrd, AgentDisk: b.agentDisk, HugePages: !b.noHugePages}, nil
+		KernelKind: b.kernel.Kind, KernelVer: b.kernel.Version, ConfigHash: b.kernel.ConfigHash, Initrd: b.initrd, AgentDisk: b.agentDisk, THP: b.thp.String()}, nil
 }
 
 func newID() string {

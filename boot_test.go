@@ -2,6 +2,7 @@ package airlock_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -31,10 +32,11 @@ func thpEnabled(t *testing.T, pid int) string {
 	return ""
 }
 
-func TestHugePagesDefaultAndOverride(t *testing.T) {
+func TestTHPModes(t *testing.T) {
 	vmtest.Require(t)
 	ctx := context.Background()
-	check := func(t *testing.T, env, want string) {
+	// want: QEMU's THP_enabled; memfd: whether guest RAM is a memfd.
+	check := func(t *testing.T, env, want string, memfd bool) {
 		t.Setenv("AIRLOCK_THP", env)
 		r := openRuntime(t, "")
 		info, err := r.BootInfo()
@@ -43,7 +45,7 @@ func TestHugePagesDefaultAndOverride(t *testing.T) {
 		}
 		if env == "" {
 			if info.Accel != "tcg" || info.KernelKind != "airlock" {
-				t.Skipf("default is only off for the airlock kernel under TCG (have %s, %s)", info.KernelKind, info.Accel)
+				t.Skipf("default is only code for the airlock kernel under TCG (have %s, %s)", info.KernelKind, info.Accel)
 			}
 		}
 		self := thpEnabled(t, os.Getpid())
@@ -63,15 +65,27 @@ func TestHugePagesDefaultAndOverride(t *testing.T) {
 		if got == "" {
 			t.Skip("this kernel does not report THP_enabled")
 		}
-		if got != want || info.HugePages != (want == "1") {
-			t.Fatalf("AIRLOCK_THP=%q: QEMU THP_enabled %s, BootInfo.HugePages %v; want %s", env, got, info.HugePages, want)
+		wantMode := map[string]string{"": "code"}[env]
+		if wantMode == "" {
+			wantMode = env
+		}
+		if got != want || info.THP != wantMode {
+			t.Fatalf("AIRLOCK_THP=%q: QEMU THP_enabled %s, BootInfo.THP %q; want %s, %q", env, got, info.THP, want, wantMode)
+		}
+		maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", bi.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if has := strings.Contains(string(maps), "/memfd:"); has != memfd {
+			t.Errorf("AIRLOCK_THP=%q: guest RAM in a memfd: %v, want %v", env, has, memfd)
 		}
 		if res := exec(t, b, airlock.ExecOptions{}, "true"); res.ExitCode != 0 {
 			t.Fatalf("box does not run: %+v", res)
 		}
 	}
-	t.Run("default", func(t *testing.T) { check(t, "", "0") })
-	t.Run("on", func(t *testing.T) { check(t, "on", "1") })
+	t.Run("default", func(t *testing.T) { check(t, "", "1", true) })
+	t.Run("on", func(t *testing.T) { check(t, "on", "1", false) })
+	t.Run("off", func(t *testing.T) { check(t, "off", "0", false) })
 	t.Run("bad", func(t *testing.T) {
 		t.Setenv("AIRLOCK_THP", "maybe")
 		r := openRuntime(t, "")

@@ -303,7 +303,7 @@ func (b *Box) vmConfig(boot *bootAssets, base string, cid uint32, extraCmdline .
 		ConsoleLog:   b.ConsoleLog(),
 		PIDFile:      filepath.Join(b.dir, filePID),
 		Network:      o.Network != NetworkDisabled,
-		NoHugePages:  boot.noHugePages,
+		THP:          boot.thp,
 	}
 }
 

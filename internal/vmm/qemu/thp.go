@@ -14,7 +14,7 @@ var thpMu sync.Mutex
 
 // startWithoutTHP starts cmd with transparent huge pages disabled for it
 // (prctl PR_SET_THP_DISABLE, which a child inherits across fork and execve);
-// see Config.NoHugePages.
+// see THPNone.
 //
 // The flag is set on the calling process only for the duration of
 // cmd.Start (and restored to what it was); a child another goroutine
