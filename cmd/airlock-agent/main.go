@@ -152,13 +152,13 @@ func runInit() {
 		guestinit.Logf("network: %v", err)
 	}
 	stamp("network up")
-	go guestinit.Prewarm()
 	srv := agent.NewServer(agent.Config{
 		Root:       guestinit.NewRoot,
 		CgroupRoot: filepath.Join(guestinit.NewRoot, "sys/fs/cgroup"),
 		ReapAll:    true,
 		Shutdown:   guestinit.PowerOff,
 	})
+	go srv.Prewarm()
 	g := srv.Handle
 	devs, err := guestinit.FindPorts(p.Port, p.Ports, 10*time.Second)
 	if err != nil {

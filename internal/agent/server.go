@@ -9,10 +9,12 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/airlock-run/airlock/internal/agent/agentpb"
 	"github.com/airlock-run/airlock/internal/transport"
@@ -64,7 +66,7 @@ func (s *Server) Handle(method string, st *transport.Stream) error {
 		}
 		return st.Send(s.Shutdown())
 	case "Exec":
-		return s.Exec(execStream{st})
+		return s.Exec(protoStream{st})
 	}
 	return fmt.Errorf("unknown call %q (the host speaks a newer protocol than agent %s)", method, Version)
 }
@@ -95,12 +97,20 @@ func (s *Server) Shutdown() *agentpb.ShutdownResponse {
 	return &agentpb.ShutdownResponse{}
 }
 
-// execStream is an Exec call's stream with typed messages.
-type execStream struct{ st *transport.Stream }
+// execStream is an Exec call's stream of typed messages: a protocol
+// stream (protoStream) or, for Prewarm, a local one.
+type execStream interface {
+	Send(*agentpb.ExecEvent) error
+	Recv() (*agentpb.ExecRequest, error)
+	Context() context.Context
+}
 
-func (e execStream) Send(ev *agentpb.ExecEvent) error { return e.st.Send(ev) }
+// protoStream is an Exec call's transport stream.
+type protoStream struct{ st *transport.Stream }
 
-func (e execStream) Recv() (*agentpb.ExecRequest, error) {
+func (e protoStream) Send(ev *agentpb.ExecEvent) error { return e.st.Send(ev) }
+
+func (e protoStream) Recv() (*agentpb.ExecRequest, error) {
 	m := new(agentpb.ExecRequest)
 	if err := e.st.Recv(m); err != nil {
 		return nil, err
@@ -108,4 +118,55 @@ func (e execStream) Recv() (*agentpb.ExecRequest, error) {
 	return m, nil
 }
 
-func (e execStream) Context() context.Context { return e.st.Context() }
+func (e protoStream) Context() context.Context { return e.st.Context() }
+
+// localStream runs one exec inside the agent: it hands Exec the start
+// message, then no more requests until the exit status has been sent.
+type localStream struct {
+	start *agentpb.ExecStart
+	sent  bool
+	exit  chan struct{}
+}
+
+func (l *localStream) Send(ev *agentpb.ExecEvent) error {
+	roundTrip(ev, new(agentpb.ExecEvent))
+	if ev.GetExit() != nil {
+		close(l.exit)
+	}
+	return nil
+}
+
+func (l *localStream) Recv() (*agentpb.ExecRequest, error) {
+	if !l.sent {
+		l.sent = true
+		m := &agentpb.ExecRequest{Msg: &agentpb.ExecRequest_Start{Start: l.start}}
+		roundTrip(m, new(agentpb.ExecRequest))
+		return m, nil
+	}
+	<-l.exit
+	return nil, io.EOF
+}
+
+func (l *localStream) Context() context.Context { return context.Background() }
+
+// roundTrip encodes m and decodes it into into, as the protocol would:
+// protobuf builds a message type's coder on first use.
+func roundTrip(m, into proto.Message) {
+	if b, err := proto.Marshal(m); err == nil {
+		proto.Unmarshal(b, into)
+	}
+}
+
+// Prewarm runs /bin/true in the box the way an Exec call would, output
+// discarded, while the agent waits for the host: under TCG, code runs slowly
+// the first time (QEMU translates it), and this way the agent's exec path,
+// the dynamic loader and libc are translated before the first real exec.
+// Best effort and silent (an image without /bin/true is fine).
+func (s *Server) Prewarm() {
+	roundTrip(&agentpb.ExecEvent{Msg: &agentpb.ExecEvent_Stdout{Stdout: []byte("x")}}, new(agentpb.ExecEvent))
+	roundTrip(&agentpb.HelloResponse{Version: Version}, new(agentpb.HelloResponse))
+	s.Exec(&localStream{
+		start: &agentpb.ExecStart{Argv: []string{"/bin/true"}, Env: []string{"PATH=/usr/bin:/bin"}},
+		exit:  make(chan struct{}),
+	})
+}

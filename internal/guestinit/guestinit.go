@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -215,21 +214,6 @@ func MountRoot(p Params) error {
 	// /tmp must exist and be world-writable, as in every image.
 	os.MkdirAll(r("/tmp"), 0o1777)
 	return nil
-}
-
-// Prewarm runs the image's /bin/true once, in the background, while the
-// agent waits for the host: it pulls the dynamic loader and libc into the
-// page cache, so the first exec a user asks for does not pay for it. It is
-// best effort and silent (an image without /bin/true is fine).
-func Prewarm() {
-	pid, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{
-		Env: []string{"PATH=/usr/bin:/bin"},
-		Sys: &syscall.SysProcAttr{Chroot: NewRoot},
-	})
-	if err == nil {
-		var ws syscall.WaitStatus
-		syscall.Wait4(pid, &ws, 0, nil)
-	}
 }
 
 // Hostname sets the box's hostname and /etc/hosts entry.
