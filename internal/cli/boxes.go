@@ -47,6 +47,8 @@ func newLsCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "only print box ids")
+	// Docker's ps -a: airlock ls always lists stopped boxes too.
+	cmd.Flags().BoolP("all", "a", false, "list all boxes (the default: stopped ones are always listed)")
 	return cmd
 }
 

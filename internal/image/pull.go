@@ -209,8 +209,8 @@ func (s *Store) pullError(ref, norm, reg string, err error) error {
 			local = fmt.Sprintf(" (a local copy %s, %s, is present and can be used as is)", img.Ref, img.Digest[:19])
 			return fmt.Errorf("pull %s: %s is unreachable%s: %w: %v", norm, reg, local, ErrUnreachable, err)
 		}
-		return fmt.Errorf("image %q not found locally (see 'airlock images') and %s is unreachable: pull it where it is reachable and 'airlock import' it, or build one with 'airlock image build-debian': %w: %v",
-			ref, reg, ErrUnreachable, err)
+		return fmt.Errorf("image %q not found in the local store %s (see 'airlock images'; AIRLOCK_IMAGES points at another store) and %s is unreachable: pull it where it is reachable and 'airlock import' it, or build one with 'airlock image build-debian': %w: %v",
+			ref, s.Dir(), reg, ErrUnreachable, err)
 	}
 	return fmt.Errorf("pull %s: %w", norm, err)
 }
