@@ -79,6 +79,13 @@ func TestTHPModes(t *testing.T) {
 		if has := strings.Contains(string(maps), "/memfd:"); has != memfd {
 			t.Errorf("AIRLOCK_THP=%q: guest RAM in a memfd: %v, want %v", env, has, memfd)
 		}
+		environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", bi.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if has := strings.Contains(string(environ), "glibc.malloc.hugetlb=1"); has != (want == "1") {
+			t.Errorf("AIRLOCK_THP=%q: QEMU's malloc asks for huge pages: %v, want %v", env, has, want == "1")
+		}
 		if res := exec(t, b, airlock.ExecOptions{}, "true"); res.ExitCode != 0 {
 			t.Fatalf("box does not run: %+v", res)
 		}

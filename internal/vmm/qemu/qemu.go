@@ -286,6 +286,33 @@ func TSCkHz() uint64 {
 	return tscOnce.khz
 }
 
+// mallocHugePagesEnv returns env with glibc's malloc told to ask for
+// transparent huge pages for its heaps (glibc.malloc.hugetlb=1, glibc 2.35+;
+// older ones ignore it), added to any GLIBC_TUNABLES already set. QEMU
+// allocates its device state, TCG's hash tables and its I/O buffers with
+// malloc: ~1.3k fewer page faults per box start, ~1 MiB more memory.
+func mallocHugePagesEnv(env []string) []string {
+	const tunable = "glibc.malloc.hugetlb=1"
+	out := make([]string, 0, len(env)+1)
+	found := false
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "GLIBC_TUNABLES="); ok {
+			found = true
+			if !strings.Contains(v, "glibc.malloc.hugetlb=") {
+				if v != "" {
+					v += ":"
+				}
+				e = "GLIBC_TUNABLES=" + v + tunable
+			}
+		}
+		out = append(out, e)
+	}
+	if !found {
+		out = append(out, "GLIBC_TUNABLES="+tunable)
+	}
+	return out
+}
+
 // Launch starts QEMU for c detached from the caller (QEMU daemonizes after
 // it has created its sockets) and returns its pid. Startup errors carry
 // QEMU's own message.
@@ -305,6 +332,8 @@ func Launch(ctx context.Context, c Config) (int, error) {
 	start := cmd.Start
 	if c.THP == THPNone {
 		start = func() error { return startWithoutTHP(cmd) }
+	} else {
+		cmd.Env = mallocHugePagesEnv(os.Environ())
 	}
 	err = start()
 	if err == nil {

@@ -111,3 +111,15 @@ func TestTSCkHzIsPlausible(t *testing.T) {
 		}
 	}
 }
+
+func TestMallocHugePagesEnv(t *testing.T) {
+	for _, c := range []struct{ in, want []string }{
+		{[]string{"A=1"}, []string{"A=1", "GLIBC_TUNABLES=glibc.malloc.hugetlb=1"}},
+		{[]string{"GLIBC_TUNABLES=glibc.malloc.arena_max=2"}, []string{"GLIBC_TUNABLES=glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"}},
+		{[]string{"GLIBC_TUNABLES=glibc.malloc.hugetlb=0"}, []string{"GLIBC_TUNABLES=glibc.malloc.hugetlb=0"}}, // the user's choice wins
+	} {
+		if got := mallocHugePagesEnv(c.in); strings.Join(got, " ") != strings.Join(c.want, " ") {
+			t.Errorf("%q: got %q, want %q", c.in, got, c.want)
+		}
+	}
+}
