@@ -50,10 +50,11 @@ func yamuxConfig() *yamux.Config {
 	return c
 }
 
-// RemoteError is a call's failure as the agent reported it.
+// RemoteError is a call's failure as the agent reported it (an error
+// frame).
 type RemoteError struct {
-	Method string
-	Msg    string
+	Method string // the call, e.g. "Exec"
+	Msg    string // the agent's message
 }
 
 func (e *RemoteError) Error() string { return "agent " + e.Method + ": " + e.Msg }
