@@ -14,7 +14,9 @@
 //
 // Each side discards every byte that is not the line it waits for, so stale
 // data from an earlier connection is dropped. After GO both sides start
-// yamux (host = client, guest = server). See docs/agent-protocol.md.
+// yamux (host = client, guest = server), and each call is one yamux stream
+// of length-prefixed frames carrying protobuf messages (Client.Call, Serve).
+// See docs/agent-protocol.md.
 package transport
 
 import (
