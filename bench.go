@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
 )
@@ -112,10 +113,11 @@ func Bench(ctx context.Context, o BenchOptions) (*BenchReport, error) {
 	if o.ImagesDir == "" {
 		// Boxes live in a temporary home; images come from the default
 		// store ($AIRLOCK_IMAGES, else AIRLOCK_HOME/images).
-		o.ImagesDir = os.Getenv("AIRLOCK_IMAGES")
-		if o.ImagesDir == "" {
-			o.ImagesDir = filepath.Join(DefaultHome(), "images")
+		d, err := image.DefaultDir()
+		if err != nil {
+			return nil, err
 		}
+		o.ImagesDir = d
 	}
 	logf := func(format string, a ...any) {
 		if o.Log != nil {
