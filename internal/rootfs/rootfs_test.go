@@ -154,7 +154,7 @@ func TestNewDisk(t *testing.T) {
 			}
 		}
 		if cache != "" {
-			if _, err := os.Stat(filepath.Join(cache, "rootfs", "rw-256m.ext4")); err != nil {
+			if _, err := os.Stat(filepath.Join(cache, "rootfs", "rw-256m-v1.ext4")); err != nil {
 				t.Errorf("no template: %v", err)
 			}
 		}
