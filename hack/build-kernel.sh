@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build the airlock guest kernel (uncompressed vmlinux, PVH boot) from Debian's
-# linux-source-6.1 with hack/kernel/airlock-guest.config on top of tinyconfig.
+# linux-source-6.1 with hack/kernel/airlock-guest.config on top of tinyconfig and
+# the source patches in hack/kernel/patches/ (applied in name order).
 #
 # Output (CACHE = ${AIRLOCK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/airlock}):
-#   $CACHE/kernel/vmlinux-airlock-<source version>-<sha256(fragment)[:12]>
+#   $CACHE/kernel/vmlinux-airlock-<source version>-<sha256(fragment + patches)[:12]>
 #   $CACHE/kernel/vmlinux-airlock-<...>.info     (version=, config_sha256=, built=, release=)
 #   $CACHE/kernel/vmlinux-airlock-<...>.config   (the full .config used)
 #   $CACHE/kernel/vmlinux-airlock -> the current one
@@ -20,7 +21,7 @@ KDIR=$CACHE/kernel
 BUILD=$KDIR/build
 SRC_PKG=linux-source-6.1
 SRC_TAR=/usr/src/linux-source-6.1.tar.xz
-PKGS=(linux-source-6.1 build-essential bc flex bison libelf-dev libssl-dev xz-utils util-linux)
+PKGS=(linux-source-6.1 build-essential patch bc flex bison libelf-dev libssl-dev xz-utils util-linux)
 
 log() { printf '[build-kernel] %s\n' "$*" >&2; }
 die() { printf '[build-kernel] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -58,7 +59,12 @@ while IFS= read -r line; do
 done <"$FRAG"
 [ ${#ENABLE[@]} -gt 0 ] || die "no CONFIG_*=y lines in $FRAG"
 
-CONFIG_SHA=$(sha256sum "$FRAG" | cut -d' ' -f1)
+shopt -s nullglob
+PATCHES=("$HERE"/kernel/patches/*.patch)
+shopt -u nullglob
+# The build is keyed by the fragment and the patches together.
+CONFIG_SHA=$(cat "$FRAG" "${PATCHES[@]}" | sha256sum | cut -d' ' -f1)
+PATCH_SHA=$(cat /dev/null "${PATCHES[@]}" | sha256sum | cut -d' ' -f1)
 
 src_version() { dpkg-query -W -f='${Version}' "$SRC_PKG" 2>/dev/null || true; }
 SRC_VER=$(src_version)
@@ -112,9 +118,33 @@ else
 fi
 
 cd "$TREE"
+
+# Source patches. The tree records which set it carries; a tree with another
+# non-empty set is unpacked again (a tree without a record has none).
+applied=$(cat .airlock-patches 2>/dev/null || true)
+[ "$applied" = "$(sha256sum </dev/null | cut -d' ' -f1)" ] && applied= # an empty set
+if [ -n "$applied" ] && [ "$applied" != "$PATCH_SHA" ]; then
+	log "source tree carries other patches; unpacking it again"
+	cd "$BUILD"
+	rm -rf "$TREE"
+	mkdir -p "$BUILD/.unpack"
+	tar -C "$BUILD/.unpack" -xf "$SRC_TAR"
+	mv "$BUILD/.unpack/linux-source-6.1" "$TREE"
+	rmdir "$BUILD/.unpack"
+	echo "$SRC_VER" >"$TREE/.airlock-source-version"
+	cd "$TREE"
+	applied=
+fi
+if [ "$applied" != "$PATCH_SHA" ]; then
+	for p in "${PATCHES[@]}"; do
+		log "applying $(basename "$p")"
+		patch -p1 --forward --batch --quiet <"$p" || die "patch $p does not apply to linux-source $SRC_VER"
+	done
+	echo "$PATCH_SHA" >.airlock-patches
+fi
 # ARCH must be x86_64 here: with the default ARCH=x86, tinyconfig yields a 32-bit config.
 MK=(make ARCH=x86_64)
-log "configuring: tinyconfig + $(basename "$FRAG") (${#ENABLE[@]} on, ${#DISABLE[@]} off, sha256 ${CONFIG_SHA:0:12})"
+log "configuring: tinyconfig + $(basename "$FRAG") (${#ENABLE[@]} on, ${#DISABLE[@]} off), ${#PATCHES[@]} source patches, sha256 ${CONFIG_SHA:0:12}"
 "${MK[@]}" -s tinyconfig >/dev/null
 ARGS=()
 for o in "${ENABLE[@]}"; do ARGS+=(--enable "$o"); done

@@ -51,7 +51,7 @@ type Kernel struct {
 	Path       string // vmlinux (PVH ELF) or bzImage
 	Kind       string // KernelAirlock, KernelDebian or KernelCustom
 	Version    string // source/kernel version, when known
-	ConfigHash string // sha256 prefix of the config fragment (airlock kernels)
+	ConfigHash string // sha256 of the config fragment and source patches it was built with (airlock kernels)
 	// ModulesDir holds .ko files and modules.load to ship in the initramfs
 	// ("" when everything is built in).
 	ModulesDir string
