@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/airlock-run/airlock/internal/agent/agentpb"
 	"github.com/airlock-run/airlock/internal/transport"
@@ -149,12 +148,10 @@ func (l *localStream) Recv() (*agentpb.ExecRequest, error) {
 
 func (l *localStream) Context() context.Context { return context.Background() }
 
-// roundTrip encodes m and decodes it into into, as the protocol would:
-// protobuf builds a message type's coder on first use.
-func roundTrip(m, into proto.Message) {
-	if b, err := proto.Marshal(m); err == nil {
-		proto.Unmarshal(b, into)
-	}
+// roundTrip encodes m and decodes it into into, as the protocol would, so
+// that the coders run (and are translated, under TCG) before the first call.
+func roundTrip(m, into transport.Message) {
+	into.UnmarshalWire(m.AppendWire(nil))
 }
 
 // Prewarm runs /bin/true in the box the way an Exec call would, output

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/yamux"
-	"google.golang.org/protobuf/proto"
 )
 
 // The agent's calls run on yamux streams, one stream per call. Each
@@ -113,19 +112,25 @@ func (s *Stream) readFrame() (byte, []byte, error) {
 	return s.rhdr[4], p, nil
 }
 
+// Message is a message of the agent protocol: it encodes itself in the
+// protobuf wire format (agentpb's types).
+type Message interface {
+	// AppendWire appends the encoded message to b.
+	AppendWire(b []byte) []byte
+	// UnmarshalWire replaces the message with the one encoded in b, which
+	// it may keep referring to.
+	UnmarshalWire(b []byte) error
+}
+
 // Send writes one message.
-func (s *Stream) Send(m proto.Message) error {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		return err
-	}
-	return s.writeFrame(frameMsg, b)
+func (s *Stream) Send(m Message) error {
+	return s.writeFrame(frameMsg, m.AppendWire(nil))
 }
 
 // Recv reads the next message into m. It returns io.EOF when the peer
 // closed its side, a *RemoteError when the agent failed the call, and on a
 // client stream whose context ended, that context's error.
-func (s *Stream) Recv(m proto.Message) error {
+func (s *Stream) Recv(m Message) error {
 	// An abandoned call is over, even while replies are still buffered.
 	if err := s.aborted(); err != nil {
 		return err
@@ -142,7 +147,7 @@ func (s *Stream) Recv(m proto.Message) error {
 	}
 	switch kind {
 	case frameMsg:
-		return proto.Unmarshal(p, m)
+		return m.UnmarshalWire(p)
 	case frameError:
 		return &RemoteError{Method: s.method, Msg: string(p)}
 	}
@@ -203,7 +208,7 @@ func (c *Client) Call(ctx context.Context, method string) (*Stream, error) {
 }
 
 // Unary makes a call with one request and one reply.
-func (c *Client) Unary(ctx context.Context, method string, req, reply proto.Message) error {
+func (c *Client) Unary(ctx context.Context, method string, req, reply Message) error {
 	s, err := c.Call(ctx, method)
 	if err != nil {
 		return err

@@ -8,9 +8,15 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"google.golang.org/protobuf/types/known/wrapperspb"
 )
+
+// text is a test message: its encoding is the string itself.
+type text struct{ Value string }
+
+func (t *text) AppendWire(b []byte) []byte   { return append(b, t.Value...) }
+func (t *text) UnmarshalWire(b []byte) error { t.Value = string(b); return nil }
+
+func textOf(s string) *text { return &text{s} }
 
 // rpcPair serves h on a handshaken pipe and returns the host's client.
 func rpcPair(t *testing.T, h Handler) *Client {
@@ -31,24 +37,24 @@ func rpcPair(t *testing.T, h Handler) *Client {
 
 func TestUnaryCallAndErrors(t *testing.T) {
 	c := rpcPair(t, func(method string, s *Stream) error {
-		req := new(wrapperspb.StringValue)
+		req := new(text)
 		if err := s.Recv(req); err != nil {
 			return err
 		}
 		switch method {
 		case "Echo":
-			return s.Send(wrapperspb.String(strings.ToUpper(req.Value)))
+			return s.Send(textOf(strings.ToUpper(req.Value)))
 		case "Fail":
 			return errors.New("no such thing: " + req.Value)
 		}
 		return errors.New("unknown call " + method)
 	})
 	ctx := context.Background()
-	reply := new(wrapperspb.StringValue)
-	if err := c.Unary(ctx, "Echo", wrapperspb.String("hi"), reply); err != nil || reply.Value != "HI" {
+	reply := new(text)
+	if err := c.Unary(ctx, "Echo", textOf("hi"), reply); err != nil || reply.Value != "HI" {
 		t.Fatalf("Echo: %q %v", reply.Value, err)
 	}
-	err := c.Unary(ctx, "Fail", wrapperspb.String("x"), reply)
+	err := c.Unary(ctx, "Fail", textOf("x"), reply)
 	var re *RemoteError
 	if !errors.As(err, &re) || re.Msg != "no such thing: x" || err.Error() != "agent Fail: no such thing: x" {
 		t.Fatalf("Fail: %v", err)
@@ -67,7 +73,7 @@ func TestUnaryCallAndErrors(t *testing.T) {
 		t.Fatalf("oversized frame: read %d, %v; want the agent to close the stream", n, err)
 	}
 	st.Close()
-	if err := c.Unary(ctx, "Echo", wrapperspb.String("again"), reply); err != nil || reply.Value != "AGAIN" {
+	if err := c.Unary(ctx, "Echo", textOf("again"), reply); err != nil || reply.Value != "AGAIN" {
 		t.Fatalf("Echo after a bad frame: %q %v", reply.Value, err)
 	}
 }
@@ -77,7 +83,7 @@ func TestUnaryCallAndErrors(t *testing.T) {
 func TestCallCancel(t *testing.T) {
 	ended := make(chan error, 1)
 	c := rpcPair(t, func(method string, s *Stream) error {
-		err := s.Recv(new(wrapperspb.StringValue))
+		err := s.Recv(new(text))
 		<-s.Context().Done()
 		ended <- err
 		return nil
@@ -89,7 +95,7 @@ func TestCallCancel(t *testing.T) {
 	}
 	defer s.Close()
 	got := make(chan error, 1)
-	go func() { got <- s.Recv(new(wrapperspb.StringValue)) }()
+	go func() { got <- s.Recv(new(text)) }()
 	time.Sleep(50 * time.Millisecond)
 	cancel()
 	select {
