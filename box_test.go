@@ -219,6 +219,14 @@ func TestBox(t *testing.T) {
 			t.Fatalf("got %q", res.Stdout)
 		}
 	})
+	t.Run("hostname and /etc files", func(t *testing.T) {
+		res := exec(t, b, airlock.ExecOptions{}, "sh", "-c",
+			`hostname; cat /etc/hostname 2>/dev/null || echo lifecycle; grep -c '127.0.1.1.*lifecycle' /etc/hosts; grep -c localhost /etc/hosts
+			cat /etc/resolv.conf; echo '10.9.9.9 added' >> /etc/hosts && grep -c added /etc/hosts`)
+		if want := "lifecycle\nlifecycle\n1\n2\nnameserver 10.0.2.3\n1\n"; string(res.Stdout) != want {
+			t.Fatalf("got %q (stderr %q), want %q", res.Stdout, res.Stderr, want)
+		}
+	})
 	t.Run("files survive stop and start", func(t *testing.T) {
 		exec(t, b, airlock.ExecOptions{}, "sh", "-c", "echo persisted > /root/file; pip --version > /dev/null")
 		t0 := time.Now()
@@ -237,6 +245,12 @@ func TestBox(t *testing.T) {
 		res := exec(t, b, airlock.ExecOptions{}, "cat", "/root/file")
 		if string(res.Stdout) != "persisted\n" {
 			t.Fatalf("got %q %q", res.Stdout, res.Stderr)
+		}
+		// The stop unmounted the writable layer cleanly (no journal
+		// recovery at the next mount), and /etc/hosts is made anew.
+		res = exec(t, b, airlock.ExecOptions{}, "sh", "-c", "hostname; grep -c added /etc/hosts; dmesg | grep -c 'EXT4-fs.*recover'")
+		if want := "lifecycle\n0\n0\n"; string(res.Stdout) != want {
+			t.Fatalf("after restart: got %q (stderr %q), want %q", res.Stdout, res.Stderr, want)
 		}
 	})
 	t.Run("remove kills qemu", func(t *testing.T) {

@@ -154,7 +154,7 @@ func boxStarts(b *testing.B, s *image.Store, img *image.Image) (first, second ti
 		b.Fatal(err)
 	}
 	defer r.Close()
-	basePath := filepath.Join(assets.CacheDir(), "rootfs", strings.TrimPrefix(vimg.Digest, "sha256:")+".erofs")
+	basePath := rootfs.BasePath(assets.CacheDir(), vimg.Digest)
 	defer rootfs.RemoveBase(ctx, assets.CacheDir(), vimg.Digest)
 	create := func() time.Duration {
 		t0 := time.Now()

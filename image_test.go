@@ -209,7 +209,7 @@ func TestBoxFromRegistryImage(t *testing.T) {
 		if err := r.Remove(ctx, b.ID(), true); err != nil {
 			t.Fatal(err)
 		}
-		base := filepath.Join(assets.CacheDir(), "rootfs", strings.TrimPrefix(img.Digest, "sha256:")+".erofs")
+		base := rootfs.BasePath(assets.CacheDir(), img.Digest)
 		if _, err := os.Stat(base); err != nil {
 			t.Fatalf("no rootfs base: %v", err)
 		}

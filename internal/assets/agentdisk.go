@@ -18,7 +18,7 @@ import (
 
 // AgentDiskDirs are the directories of the agent disk besides /init: the
 // mount points the agent uses while the disk is the root filesystem.
-var AgentDiskDirs = []string{"dev", "proc", "sys", "mnt", "mnt/base", "mnt/rw", "newroot"}
+var AgentDiskDirs = []string{"dev", "proc", "sys", "mnt", "mnt/base", "mnt/rw", "mnt/etc", "newroot"}
 
 // AgentDisk returns a read-only erofs image holding the agent as /init and
 // the mount points it needs, for kernels with every driver built in (the

@@ -18,6 +18,7 @@ import (
 	airlockcli "github.com/airlock-run/airlock/internal/cli"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/imagetest"
+	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/store"
 )
 
@@ -144,7 +145,7 @@ func TestImageVerbs(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	base := filepath.Join(cache, "rootfs", strings.TrimPrefix(other.Digest, "sha256:")+".erofs")
+	base := rootfs.BasePath(cache, other.Digest)
 	os.MkdirAll(filepath.Dir(base), 0o755)
 	os.WriteFile(base, []byte("fake base"), 0o644)
 	_, errs, err := airlock(t, "rmi", "other:1")

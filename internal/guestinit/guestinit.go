@@ -216,14 +216,45 @@ func MountRoot(p Params) error {
 	return nil
 }
 
-// Hostname sets the box's hostname and /etc/hosts entry.
+// Hostname sets the box's hostname and gives the box its /etc/hostname
+// and /etc/hosts (localhost and the name), as Docker does.
 func Hostname(name string) {
 	unix.Sethostname([]byte(name))
-	hosts := filepath.Join(NewRoot, "etc/hosts")
-	b, _ := os.ReadFile(hosts)
-	if !strings.Contains(string(b), name) {
-		os.WriteFile(hosts, []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t"+name+"\n"), 0o644)
+	provideEtcFile("hostname", []byte(name+"\n"), false)
+	provideEtcFile("hosts", []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t"+name+"\n"), true)
+}
+
+// EtcDir is a small tmpfs in the agent's own root, outside the box root,
+// holding the files the agent gives the box's /etc (see provideEtcFile).
+const EtcDir = "/mnt/etc"
+
+var etcMounted bool
+
+// provideEtcFile gives the box /etc/name with content. Like Docker, it
+// bind-mounts a file of EtcDir over the image's file: nothing is copied
+// up into the writable layer (under TCG, the first writes through overlayfs
+// and ext4 cost ~15 ms of every boot), and the file is made anew at every
+// start. Where the image has no regular file there (missing, or a symlink
+// such as systemd-resolved's resolv.conf) it is written into the box root
+// instead when create is set.
+func provideEtcFile(name string, content []byte, create bool) error {
+	dst := filepath.Join(NewRoot, "etc", name)
+	if fi, err := os.Lstat(dst); err == nil && fi.Mode().IsRegular() {
+		if !etcMounted {
+			if err := mount("tmpfs", EtcDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k"); err == nil {
+				etcMounted = true
+			}
+		}
+		src := filepath.Join(EtcDir, name)
+		if etcMounted && os.WriteFile(src, content, 0o644) == nil && unix.Mount(src, dst, "", unix.MS_BIND, "") == nil {
+			return nil
+		}
 	}
+	if !create {
+		return nil
+	}
+	os.Remove(dst) // may be a dangling symlink
+	return os.WriteFile(dst, content, 0o644)
 }
 
 // PowerOff stops every process, flushes and unmounts the writable layer and
@@ -240,7 +271,8 @@ func PowerOff() {
 	unix.Kill(-1, unix.SIGKILL)
 	unix.Sync()
 	// Unmount the overlay and its layers so the ext4 layer is clean.
-	for _, m := range []string{"/sys/fs/cgroup", "/dev/pts", "/dev/shm", "/dev", "/proc", "/sys", "/run"} {
+	for _, m := range []string{"/etc/hosts", "/etc/hostname", "/etc/resolv.conf",
+		"/sys/fs/cgroup", "/dev/pts", "/dev/shm", "/dev", "/proc", "/sys", "/run"} {
 		unix.Unmount(filepath.Join(NewRoot, m), unix.MNT_DETACH)
 	}
 	unix.Unmount(NewRoot, 0)

@@ -5,8 +5,6 @@ package guestinit
 import (
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"time"
 )
 
@@ -60,7 +58,5 @@ func Network(mode string, kernelIP bool) error {
 
 // writeResolvConf points the box's resolver at QEMU's user-network DNS.
 func writeResolvConf() error {
-	resolv := filepath.Join(NewRoot, "etc/resolv.conf")
-	os.Remove(resolv) // may be a dangling symlink in the image
-	return os.WriteFile(resolv, []byte("nameserver "+userNetDNS+"\n"), 0o644)
+	return provideEtcFile("resolv.conf", []byte("nameserver "+userNetDNS+"\n"), true)
 }

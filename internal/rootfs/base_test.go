@@ -120,7 +120,7 @@ func trickyImage(t *testing.T) (*image.Store, *image.Image) {
 
 // TestErofsMatchesUnpack builds a base with rootfs.BaseWith and checks
 // that, mounted (or extracted by fsck.erofs), it holds exactly the tree
-// package unpack makes from the same layers: types, modes, owners, sizes,
+// package unpack makes from the same layers, plus InitLayer's files: types, modes, owners, sizes,
 // content, symlink targets, hard links, xattrs and file mtimes.
 func TestErofsMatchesUnpack(t *testing.T) {
 	s, img := trickyImage(t)
@@ -161,6 +161,9 @@ func compareWithUnpack(t *testing.T, s *image.Store, img *image.Image) {
 	want := filepath.Join(t.TempDir(), "root")
 	os.Mkdir(want, 0o755)
 	if err := unpack.Image(ctx, s, img, want, unpack.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rootfs.InitLayer(want); err != nil {
 		t.Fatal(err)
 	}
 	a, b := describeTree(t, want, how == "mount"), describeTree(t, got, how == "mount")

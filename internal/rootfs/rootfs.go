@@ -52,14 +52,16 @@ type BaseOptions struct {
 }
 
 // Base returns the path of the erofs root filesystem base for img,
-// cacheDir/rootfs/<digest hex>.erofs, building it first if it is missing or
-// damaged (a truncated file, as a crash can leave).
+// cacheDir/rootfs/<digest hex>-<recipe>.erofs, building it first if it is
+// missing or damaged (a truncated file, as a crash can leave); a base of an
+// older recipe is replaced.
 //
 // The layers are applied oldest first to a temporary folder by package
 // unpack (OCI changeset rules: whiteouts, opaque directories, hard links
 // across layers; entries that climb out of the root are refused with
 // unpack.ErrUnsafePath, symlinks in parent paths are resolved inside the
-// root, device nodes are skipped), and mkfs.erofs from erofs-utils turns
+// root, device nodes are skipped), InitLayer adds the /etc files the box
+// gets from the agent, and mkfs.erofs from erofs-utils turns
 // that folder into an uncompressed erofs image. Owners are kept when running
 // as root; otherwise every file is owned by root (--all-root). Modes,
 // mtimes and user.*/security.* xattrs come from the layers. The image is
@@ -93,7 +95,7 @@ func BaseWith(ctx context.Context, store *image.Store, img *image.Image, cacheDi
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	final := filepath.Join(dir, hexd+".erofs")
+	final := filepath.Join(dir, baseName(hexd))
 	if validBase(final) {
 		return final, nil
 	}
@@ -122,6 +124,9 @@ func BaseWith(ctx context.Context, store *image.Store, img *image.Image, cacheDi
 	if err := os.Rename(tmpImg, final); err != nil {
 		return "", err
 	}
+	// Bases of this image made by an older recipe (running boxes keep
+	// theirs open; stopped ones use this one when they start).
+	removeBases(dir, hexd, final)
 	if opts.Note != nil {
 		fi, _ := os.Stat(final)
 		var sz int64
@@ -131,6 +136,77 @@ func BaseWith(ctx context.Context, store *image.Store, img *image.Image, cacheDi
 		opts.Note(fmt.Sprintf("built rootfs base %s for %s (%d MiB) in %s", final, img.Ref, sz>>20, time.Since(start).Round(time.Millisecond)))
 	}
 	return final, nil
+}
+
+// baseRecipe names how bases are made (mkfsBase, InitLayer): change it with
+// them, so that bases cached by an older recipe are made again.
+// Recipe 1 (named <digest hex>.erofs) had no init layer.
+const baseRecipe = "r2"
+
+// baseName is the file name of the base of the image with digest hexd.
+func baseName(hexd string) string { return hexd + "-" + baseRecipe + ".erofs" }
+
+// BasePath returns where Base keeps the base of the image with manifest
+// digest ("sha256:...") in cacheDir (not "": use DefaultCacheDir()).
+func BasePath(cacheDir, digest string) string {
+	return filepath.Join(cacheDir, "rootfs", baseName(strings.TrimPrefix(digest, "sha256:")))
+}
+
+// removeBases removes the bases of digest hexd in dir, of any recipe,
+// except keep.
+func removeBases(dir, hexd, keep string) error {
+	old, _ := filepath.Glob(filepath.Join(dir, hexd+"*.erofs"))
+	for _, p := range old {
+		if p == keep {
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// InitLayer gives the unpacked root filesystem at root what Docker's init
+// layer gives a container's: empty regular files /etc/hosts, /etc/hostname
+// and /etc/resolv.conf where the image has none (missing, or a symlink such
+// as systemd-resolved's resolv.conf), so that the guest agent can bind-mount
+// the box's own over them. Writing them into the box instead would copy
+// /etc up into the writable layer at every boot: under TCG the first write
+// through overlayfs and ext4 costs ~35 ms.
+//
+// The files, and /etc when it is made, get /etc's mtime (the epoch when
+// there was none), which /etc keeps: the same image gives the same base.
+func InitLayer(root string) error {
+	etc := filepath.Join(root, "etc")
+	mtime := time.Unix(0, 0)
+	if fi, err := os.Lstat(etc); err == nil && !fi.IsDir() {
+		return nil // an image whose /etc is not a directory keeps it
+	} else if err == nil {
+		mtime = fi.ModTime()
+	} else if err := os.Mkdir(etc, 0o755); err != nil {
+		return err
+	}
+	defer os.Chtimes(etc, mtime, mtime)
+	for _, name := range []string{"hosts", "hostname", "resolv.conf"} {
+		p := filepath.Join(etc, name)
+		fi, err := os.Lstat(p)
+		if err == nil && (fi.Mode().IsRegular() || fi.IsDir()) {
+			continue
+		}
+		if err == nil {
+			if err := os.Remove(p); err != nil {
+				return err
+			}
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			return err
+		}
+		if err := os.Chtimes(p, mtime, mtime); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // erofs superblock: at byte 1024, magic first, log2 of the block size at
@@ -176,6 +252,9 @@ func mkfsBase(ctx context.Context, store *image.Store, img *image.Image, tree, o
 	if err := unpack.Image(ctx, store, img, root, unpack.Options{Note: opts.Note}); err != nil {
 		return fmt.Errorf("unpack %s: %w", img.Ref, err)
 	}
+	if err := InitLayer(root); err != nil {
+		return fmt.Errorf("init layer for %s: %w", img.Ref, err)
+	}
 	args := []string{"--quiet"}
 	if os.Geteuid() != 0 {
 		// Without root the tree's owners are wrong anyway; make them root.
@@ -208,7 +287,7 @@ func RemoveBase(ctx context.Context, cacheDir, digest string) error {
 		return fmt.Errorf("unexpected digest %q", digest)
 	}
 	dir := filepath.Join(cacheDir, "rootfs")
-	if _, err := os.Stat(filepath.Join(dir, hexd+".erofs")); errors.Is(err, fs.ErrNotExist) {
+	if m, _ := filepath.Glob(filepath.Join(dir, hexd+"*.erofs")); len(m) == 0 {
 		return nil
 	}
 	l := flock.New(filepath.Join(dir, hexd+".lock"))
@@ -216,10 +295,7 @@ func RemoveBase(ctx context.Context, cacheDir, digest string) error {
 		return fmt.Errorf("lock rootfs base %s: %w", hexd, err)
 	}
 	defer l.Unlock()
-	if err := os.Remove(filepath.Join(dir, hexd+".erofs")); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return nil
+	return removeBases(dir, hexd, "")
 }
 
 // NewDisk creates path as a sparse ext4 filesystem image of sizeMiB MiB,

@@ -2,7 +2,9 @@ package rootfs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,6 +52,10 @@ func TestBase(t *testing.T) {
 	requireTool(t, "mkfs.erofs", "erofs-utils")
 	s, img := testStoreImage(t)
 	cache := t.TempDir()
+	// A base of the older recipe (no init layer) is replaced.
+	legacy := filepath.Join(cache, "rootfs", strings.TrimPrefix(img.Digest, "sha256:")+".erofs")
+	os.MkdirAll(filepath.Dir(legacy), 0o755)
+	os.WriteFile(legacy, []byte("base of recipe 1"), 0o644)
 
 	// Concurrent first calls build once.
 	var wg sync.WaitGroup
@@ -76,12 +82,15 @@ func TestBase(t *testing.T) {
 			t.Fatal(errs[i])
 		}
 	}
-	want := filepath.Join(cache, "rootfs", strings.TrimPrefix(img.Digest, "sha256:")+".erofs")
+	want := rootfs.BasePath(cache, img.Digest)
 	if paths[0] != want || paths[1] != want || paths[2] != want {
 		t.Fatalf("Base = %v, want %s", paths, want)
 	}
 	if builds != 1 {
 		t.Errorf("built %d times, want once", builds)
+	}
+	if _, err := os.Stat(legacy); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("base of the older recipe left behind: %v", err)
 	}
 	fi1, err := os.Stat(want)
 	if err != nil {
@@ -110,6 +119,12 @@ func TestBase(t *testing.T) {
 		}
 		if b, err := os.ReadFile(filepath.Join(out, "etc/hostname")); err != nil || string(b) != "box\n" {
 			t.Errorf("etc/hostname = %q, %v", b, err)
+		}
+		// The init layer: empty files the agent bind-mounts the box's over.
+		for _, f := range []string{"etc/hosts", "etc/resolv.conf"} {
+			if fi, err := os.Lstat(filepath.Join(out, f)); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+				t.Errorf("%s: %v %v, want an empty regular file", f, fi, err)
+			}
 		}
 		if _, err := os.Lstat(filepath.Join(out, "etc/gone")); err == nil {
 			t.Errorf("whiteout not applied in the erofs image")
@@ -161,5 +176,31 @@ func TestNewDisk(t *testing.T) {
 	}
 	if err := rootfs.NewDisk(filepath.Join(t.TempDir(), "small"), 4, ""); err == nil {
 		t.Error("a 4 MiB disk was accepted")
+	}
+}
+
+func TestInitLayer(t *testing.T) {
+	root := t.TempDir()
+	os.Mkdir(filepath.Join(root, "etc"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc/hostname"), []byte("image\n"), 0o644)
+	os.Symlink("../run/systemd/resolve/stub-resolv.conf", filepath.Join(root, "etc/resolv.conf"))
+	if err := rootfs.InitLayer(root); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "etc/hostname")); string(b) != "image\n" {
+		t.Errorf("the image's own etc/hostname was replaced: %q", b)
+	}
+	for _, f := range []string{"etc/hosts", "etc/resolv.conf"} { // missing; dangling symlink
+		if fi, err := os.Lstat(filepath.Join(root, f)); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+			t.Errorf("%s: %v %v, want an empty regular file", f, fi, err)
+		}
+	}
+	// No /etc at all: made.
+	root = t.TempDir()
+	if err := rootfs.InitLayer(root); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(root, "etc/hosts")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("etc/hosts in an image without /etc: %v", err)
 	}
 }
