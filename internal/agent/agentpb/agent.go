@@ -172,8 +172,9 @@ type field struct {
 }
 
 // eachField calls fn with the varint and length-delimited fields of the
-// encoded message b, in order, and skips fields of the other wire types.
-func eachField(b []byte, fn func(f field)) error {
+// encoded message b, in order, and skips fields of the other wire types. It
+// stops at the first error fn returns.
+func eachField(b []byte, fn func(f field) error) error {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -194,7 +195,9 @@ func eachField(b []byte, fn func(f field)) error {
 		}
 		b = b[n:]
 		if typ == protowire.VarintType || typ == protowire.BytesType {
-			fn(f)
+			if err := fn(f); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -210,7 +213,9 @@ func (f field) isVarint() bool { return f.typ == protowire.VarintType }
 func (m *HelloRequest) AppendWire(b []byte) []byte { return b }
 
 // UnmarshalWire replaces m with the message encoded in b.
-func (m *HelloRequest) UnmarshalWire(b []byte) error { return eachField(b, func(field) {}) }
+func (m *HelloRequest) UnmarshalWire(b []byte) error {
+	return eachField(b, func(field) error { return nil })
+}
 
 // AppendWire appends m in the protobuf wire format.
 func (m *HelloResponse) AppendWire(b []byte) []byte {
@@ -222,7 +227,7 @@ func (m *HelloResponse) AppendWire(b []byte) []byte {
 // UnmarshalWire replaces m with the message encoded in b.
 func (m *HelloResponse) UnmarshalWire(b []byte) error {
 	*m = HelloResponse{}
-	return eachField(b, func(f field) {
+	return eachField(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.isBytes():
 			m.Version = string(f.p)
@@ -231,6 +236,7 @@ func (m *HelloResponse) UnmarshalWire(b []byte) error {
 		case f.num == 3 && f.isVarint():
 			m.UptimeNs = int64(f.u)
 		}
+		return nil
 	})
 }
 
@@ -252,7 +258,7 @@ func (m *ExecStart) AppendWire(b []byte) []byte {
 // UnmarshalWire replaces m with the message encoded in b.
 func (m *ExecStart) UnmarshalWire(b []byte) error {
 	*m = ExecStart{}
-	return eachField(b, func(f field) {
+	return eachField(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.isBytes():
 			m.Argv = append(m.Argv, string(f.p))
@@ -269,6 +275,7 @@ func (m *ExecStart) UnmarshalWire(b []byte) error {
 		case f.num == 7 && f.isVarint():
 			m.KillGraceNs = int64(f.u)
 		}
+		return nil
 	})
 }
 
@@ -296,15 +303,12 @@ func (m *ExecRequest) AppendWire(b []byte) []byte {
 // UnmarshalWire replaces m with the message encoded in b.
 func (m *ExecRequest) UnmarshalWire(b []byte) error {
 	*m = ExecRequest{}
-	var err error
-	if perr := eachField(b, func(f field) {
+	return eachField(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.isBytes():
 			s := &ExecStart{}
-			if e := s.UnmarshalWire(f.p); e != nil && err == nil {
-				err = e
-			}
 			m.Msg = &ExecRequest_Start{Start: s}
+			return s.UnmarshalWire(f.p)
 		case f.num == 2 && f.isBytes():
 			m.Msg = &ExecRequest_Stdin{Stdin: f.p}
 		case f.num == 3 && f.isVarint():
@@ -314,10 +318,8 @@ func (m *ExecRequest) UnmarshalWire(b []byte) error {
 		case f.num == 5 && f.isVarint():
 			m.Msg = &ExecRequest_Kill{Kill: f.u != 0}
 		}
-	}); perr != nil {
-		return perr
-	}
-	return err
+		return nil
+	})
 }
 
 // AppendWire appends m in the protobuf wire format.
@@ -329,13 +331,14 @@ func (m *ExecStarted) AppendWire(b []byte) []byte {
 // UnmarshalWire replaces m with the message encoded in b.
 func (m *ExecStarted) UnmarshalWire(b []byte) error {
 	*m = ExecStarted{}
-	return eachField(b, func(f field) {
+	return eachField(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.isVarint():
 			m.Pid = int32(f.u)
 		case f.num == 2 && f.isVarint():
 			m.SpawnNs = int64(f.u)
 		}
+		return nil
 	})
 }
 
@@ -351,7 +354,7 @@ func (m *ExecExit) AppendWire(b []byte) []byte {
 // UnmarshalWire replaces m with the message encoded in b.
 func (m *ExecExit) UnmarshalWire(b []byte) error {
 	*m = ExecExit{}
-	return eachField(b, func(f field) {
+	return eachField(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.isVarint():
 			m.ExitCode = int32(f.u)
@@ -364,6 +367,7 @@ func (m *ExecExit) UnmarshalWire(b []byte) error {
 		case f.num == 5 && f.isVarint():
 			m.GuestNs = int64(f.u)
 		}
+		return nil
 	})
 }
 
@@ -393,40 +397,37 @@ func (m *ExecEvent) AppendWire(b []byte) []byte {
 // UnmarshalWire replaces m with the message encoded in b.
 func (m *ExecEvent) UnmarshalWire(b []byte) error {
 	*m = ExecEvent{}
-	var err error
-	if perr := eachField(b, func(f field) {
+	return eachField(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.isBytes():
 			s := &ExecStarted{}
-			if e := s.UnmarshalWire(f.p); e != nil && err == nil {
-				err = e
-			}
 			m.Msg = &ExecEvent_Started{Started: s}
+			return s.UnmarshalWire(f.p)
 		case f.num == 2 && f.isBytes():
 			m.Msg = &ExecEvent_Stdout{Stdout: f.p}
 		case f.num == 3 && f.isBytes():
 			m.Msg = &ExecEvent_Stderr{Stderr: f.p}
 		case f.num == 4 && f.isBytes():
 			e := &ExecExit{}
-			if e2 := e.UnmarshalWire(f.p); e2 != nil && err == nil {
-				err = e2
-			}
 			m.Msg = &ExecEvent_Exit{Exit: e}
+			return e.UnmarshalWire(f.p)
 		}
-	}); perr != nil {
-		return perr
-	}
-	return err
+		return nil
+	})
 }
 
 // AppendWire appends m in the protobuf wire format.
 func (m *ShutdownRequest) AppendWire(b []byte) []byte { return b }
 
 // UnmarshalWire replaces m with the message encoded in b.
-func (m *ShutdownRequest) UnmarshalWire(b []byte) error { return eachField(b, func(field) {}) }
+func (m *ShutdownRequest) UnmarshalWire(b []byte) error {
+	return eachField(b, func(field) error { return nil })
+}
 
 // AppendWire appends m in the protobuf wire format.
 func (m *ShutdownResponse) AppendWire(b []byte) []byte { return b }
 
 // UnmarshalWire replaces m with the message encoded in b.
-func (m *ShutdownResponse) UnmarshalWire(b []byte) error { return eachField(b, func(field) {}) }
+func (m *ShutdownResponse) UnmarshalWire(b []byte) error {
+	return eachField(b, func(field) error { return nil })
+}
