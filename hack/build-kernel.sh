@@ -99,49 +99,48 @@ if [ -s "$OUT" ] && [ -s "$OUT.info" ]; then
 	exit 0
 fi
 
-# Source tree: reuse when it is from the same source package version.
+# Source tree: reused when it is from the same source package version and
+# carries the same patches (.airlock-patches: the patch set's sha256; none
+# when absent, "partial" while they are being applied).
 TREE=$BUILD/linux-source-6.1
-if [ -d "$TREE" ] && [ "$(cat "$TREE/.airlock-source-version" 2>/dev/null)" != "$SRC_VER" ]; then
-	log "source tree is from another version; removing it"
-	rm -rf "$TREE"
-fi
-if [ ! -d "$TREE" ]; then
+EMPTY_SHA=$(sha256sum </dev/null | cut -d' ' -f1)
+unpack_tree() {
 	log "unpacking $SRC_TAR (source $SRC_VER)"
-	rm -rf "$BUILD/.unpack"
+	rm -rf "$TREE" "$BUILD/.unpack"
 	mkdir -p "$BUILD/.unpack"
 	tar -C "$BUILD/.unpack" -xf "$SRC_TAR"
 	mv "$BUILD/.unpack/linux-source-6.1" "$TREE"
 	rmdir "$BUILD/.unpack"
 	echo "$SRC_VER" >"$TREE/.airlock-source-version"
+}
+applied=
+if [ -d "$TREE" ]; then
+	applied=$(cat "$TREE/.airlock-patches" 2>/dev/null || true)
+	if [ "$applied" = "$EMPTY_SHA" ]; then applied=; fi
+fi
+if [ -d "$TREE" ] && [ "$(cat "$TREE/.airlock-source-version" 2>/dev/null)" != "$SRC_VER" ]; then
+	log "source tree is from another version"
+	unpack_tree
+	applied=
+elif [ -d "$TREE" ] && [ -n "$applied" ] && [ "$applied" != "$PATCH_SHA" ]; then
+	log "source tree carries other patches"
+	unpack_tree
+	applied=
+elif [ ! -d "$TREE" ]; then
+	unpack_tree
 else
 	log "reusing source tree $TREE"
 fi
 
 cd "$TREE"
-
-# Source patches. The tree records which set it carries; a tree with another
-# non-empty set is unpacked again (a tree without a record has none).
-applied=$(cat .airlock-patches 2>/dev/null || true)
-[ "$applied" = "$(sha256sum </dev/null | cut -d' ' -f1)" ] && applied= # an empty set
-if [ -n "$applied" ] && [ "$applied" != "$PATCH_SHA" ]; then
-	log "source tree carries other patches; unpacking it again"
-	cd "$BUILD"
-	rm -rf "$TREE"
-	mkdir -p "$BUILD/.unpack"
-	tar -C "$BUILD/.unpack" -xf "$SRC_TAR"
-	mv "$BUILD/.unpack/linux-source-6.1" "$TREE"
-	rmdir "$BUILD/.unpack"
-	echo "$SRC_VER" >"$TREE/.airlock-source-version"
-	cd "$TREE"
-	applied=
-fi
-if [ "$applied" != "$PATCH_SHA" ]; then
+if [ "$applied" != "$PATCH_SHA" ] && [ "$PATCH_SHA" != "$EMPTY_SHA" ]; then
+	echo partial >.airlock-patches
 	for p in "${PATCHES[@]}"; do
 		log "applying $(basename "$p")"
 		patch -p1 --forward --batch --quiet <"$p" || die "patch $p does not apply to linux-source $SRC_VER"
 	done
-	echo "$PATCH_SHA" >.airlock-patches
 fi
+echo "$PATCH_SHA" >.airlock-patches
 # ARCH must be x86_64 here: with the default ARCH=x86, tinyconfig yields a 32-bit config.
 MK=(make ARCH=x86_64)
 log "configuring: tinyconfig + $(basename "$FRAG") (${#ENABLE[@]} on, ${#DISABLE[@]} off), ${#PATCHES[@]} source patches, sha256 ${CONFIG_SHA:0:12}"
