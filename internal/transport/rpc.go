@@ -71,20 +71,30 @@ type Stream struct {
 	stop   func() bool        // client: stops the ctx watcher
 	wmu    sync.Mutex
 	gone   bool // server: the client abandoned the call, guarded by wmu
-	rhdr   [5]byte
+	rhdr   [frameHeader]byte
 
 	abortMu  sync.Mutex
 	abortErr error // client: why the call was abandoned
 }
 
-func (s *Stream) writeFrame(kind byte, p []byte) error {
-	if len(p) > MaxFrame {
-		return fmt.Errorf("agent protocol: %s: frame of %d bytes exceeds %d", s.method, len(p), MaxFrame)
-	}
-	buf := make([]byte, 5+len(p))
-	binary.BigEndian.PutUint32(buf, uint32(1+len(p)))
+// frameHeader is the length and kind before each frame's payload.
+const frameHeader = 5
+
+// newFrame returns a frame buffer of the given kind holding the header's
+// room; the payload is appended to it.
+func newFrame(kind byte, payloadCap int) []byte {
+	buf := make([]byte, frameHeader, frameHeader+payloadCap)
 	buf[4] = kind
-	copy(buf[5:], p)
+	return buf
+}
+
+// writeFrame fills in buf's length and writes it (buf from newFrame, payload
+// appended).
+func (s *Stream) writeFrame(buf []byte) error {
+	if n := len(buf) - frameHeader; n > MaxFrame {
+		return fmt.Errorf("agent protocol: %s: frame of %d bytes exceeds %d", s.method, n, MaxFrame)
+	}
+	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.gone {
@@ -124,7 +134,8 @@ type Message interface {
 
 // Send writes one message.
 func (s *Stream) Send(m Message) error {
-	return s.writeFrame(frameMsg, m.AppendWire(nil))
+	// Encoded straight into the frame: no copy of exec output chunks.
+	return s.writeFrame(m.AppendWire(newFrame(frameMsg, 64)))
 }
 
 // Recv reads the next message into m. It returns io.EOF when the peer
@@ -199,7 +210,7 @@ func (c *Client) Call(ctx context.Context, method string) (*Stream, error) {
 		return nil, fmt.Errorf("agent %s: %w", method, err)
 	}
 	s := &Stream{st: st, method: method, ctx: ctx}
-	if err := s.writeFrame(frameCall, []byte(method)); err != nil {
+	if err := s.writeFrame(append(newFrame(frameCall, len(method)), method...)); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("agent %s: %w", method, err)
 	}
@@ -281,6 +292,7 @@ func serveStream(sess *yamux.Session, st *yamux.Stream, h Handler) {
 		if errors.As(err, &re) {
 			err = errors.New(re.Msg)
 		}
-		s.writeFrame(frameError, []byte(err.Error()))
+		msg := err.Error()
+		s.writeFrame(append(newFrame(frameError, len(msg)), msg...))
 	}
 }
