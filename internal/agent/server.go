@@ -128,7 +128,6 @@ type localStream struct {
 }
 
 func (l *localStream) Send(ev *agentpb.ExecEvent) error {
-	roundTrip(ev, new(agentpb.ExecEvent))
 	if ev.GetExit() != nil {
 		close(l.exit)
 	}
@@ -138,9 +137,7 @@ func (l *localStream) Send(ev *agentpb.ExecEvent) error {
 func (l *localStream) Recv() (*agentpb.ExecRequest, error) {
 	if !l.sent {
 		l.sent = true
-		m := &agentpb.ExecRequest{Msg: &agentpb.ExecRequest_Start{Start: l.start}}
-		roundTrip(m, new(agentpb.ExecRequest))
-		return m, nil
+		return &agentpb.ExecRequest{Msg: &agentpb.ExecRequest_Start{Start: l.start}}, nil
 	}
 	<-l.exit
 	return nil, io.EOF
@@ -148,20 +145,12 @@ func (l *localStream) Recv() (*agentpb.ExecRequest, error) {
 
 func (l *localStream) Context() context.Context { return context.Background() }
 
-// roundTrip encodes m and decodes it into into, as the protocol would, so
-// that the coders run (and are translated, under TCG) before the first call.
-func roundTrip(m, into transport.Message) {
-	into.UnmarshalWire(m.AppendWire(nil))
-}
-
 // Prewarm runs /bin/true in the box the way an Exec call would, output
 // discarded, while the agent waits for the host: under TCG, code runs slowly
 // the first time (QEMU translates it), and this way the agent's exec path,
 // the dynamic loader and libc are translated before the first real exec.
 // Best effort and silent (an image without /bin/true is fine).
 func (s *Server) Prewarm() {
-	roundTrip(&agentpb.ExecEvent{Msg: &agentpb.ExecEvent_Stdout{Stdout: []byte("x")}}, new(agentpb.ExecEvent))
-	roundTrip(&agentpb.HelloResponse{Version: Version}, new(agentpb.HelloResponse))
 	s.Exec(&localStream{
 		start: &agentpb.ExecStart{Argv: []string{"/bin/true"}, Env: []string{"PATH=/usr/bin:/bin"}},
 		exit:  make(chan struct{}),

@@ -43,17 +43,14 @@ func Dial(ctx context.Context, dial func(ctx context.Context) (net.Conn, error))
 	if err != nil {
 		return nil, err
 	}
-	if t.AgentVersion != agentVersion {
+	// Host and agent are built together: a box still running an agent of
+	// another protocol version must be restarted to talk to this host.
+	if t.AgentVersion != agentpb.Version {
 		t.Close()
-		return nil, fmt.Errorf("the box runs guest agent %s, this airlock needs %s: restart the box (airlock stop, then start) to boot the current agent", t.AgentVersion, agentVersion)
+		return nil, fmt.Errorf("the box runs guest agent %s, this airlock needs %s: restart the box (airlock stop, then start) to boot the current agent", t.AgentVersion, agentpb.Version)
 	}
 	return &Client{t: t}, nil
 }
-
-// agentVersion is the guest agent this client speaks to: the host and the
-// agent are built together, and a box still running an older agent must be
-// restarted to talk to this one.
-const agentVersion = agentpb.Version
 
 // AgentVersion is the version the agent announced in the handshake.
 func (c *Client) AgentVersion() string { return c.t.AgentVersion }
