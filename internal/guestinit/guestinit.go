@@ -224,28 +224,28 @@ func Hostname(name string) {
 	provideEtcFile("hosts", []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t"+name+"\n"), true)
 }
 
-// EtcDir is a small tmpfs in the agent's own root, outside the box root,
+// etcDir is a small tmpfs in the agent's own root, outside the box root,
 // holding the files the agent gives the box's /etc (see provideEtcFile).
-const EtcDir = "/mnt/etc"
+const etcDir = "/mnt/etc"
 
 var etcMounted bool
 
 // provideEtcFile gives the box /etc/name with content. Like Docker, it
-// bind-mounts a file of EtcDir over the image's file: nothing is copied
-// up into the writable layer (under TCG, the first write through overlayfs
-// and ext4 cost ~35 ms of every boot), and the file is made anew at every
-// start. Package rootfs puts empty files in every base to mount over. Where the image has no regular file there (missing, or a symlink
-// such as systemd-resolved's resolv.conf) it is written into the box root
-// instead when create is set.
+// bind-mounts a file of etcDir over the image's file: nothing is copied up
+// into the writable layer (under TCG, the first write through overlayfs and
+// ext4 cost ~35 ms of every boot), and the file is made anew at every start.
+// Package rootfs puts empty files in every base to mount over. Where the
+// image has no regular file there (a base of an older recipe, or a symlink)
+// it is written into the box root instead when create is set.
 func provideEtcFile(name string, content []byte, create bool) error {
 	dst := filepath.Join(NewRoot, "etc", name)
 	if fi, err := os.Lstat(dst); err == nil && fi.Mode().IsRegular() {
 		if !etcMounted {
-			if err := mount("tmpfs", EtcDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=1m"); err == nil {
+			if err := mount("tmpfs", etcDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=1m"); err == nil {
 				etcMounted = true
 			}
 		}
-		src := filepath.Join(EtcDir, name)
+		src := filepath.Join(etcDir, name)
 		if etcMounted && os.WriteFile(src, content, 0o644) == nil && unix.Mount(src, dst, "", unix.MS_BIND, "") == nil {
 			return nil
 		}
