@@ -304,6 +304,7 @@ func (b *Box) vmConfig(boot *bootAssets, base string, cid uint32, extraCmdline .
 		PIDFile:      filepath.Join(b.dir, filePID),
 		Network:      o.Network != NetworkDisabled,
 		THP:          boot.thp,
+		KernelSpan:   boot.kernelSpan,
 	}
 }
 
