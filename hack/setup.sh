@@ -48,6 +48,7 @@ mkdir -p bin
 go build -trimpath -o bin/airlock ./cmd/airlock
 CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/airlock-agent ./cmd/airlock-agent
 if [ "$(id -u)" = 0 ]; then
+	log "linking /usr/local/bin/airlock and airlock-agent to $ROOT/bin"
 	ln -sf "$ROOT/bin/airlock" /usr/local/bin/airlock
 	ln -sf "$ROOT/bin/airlock-agent" /usr/local/bin/airlock-agent
 	AIRLOCK=/usr/local/bin/airlock
