@@ -67,6 +67,9 @@ func (s *Server) Handle(method string, st *transport.Stream) error {
 	case "Exec":
 		return s.Exec(protoStream{st})
 	}
+	if ok, err := s.handleFile(method, st); ok {
+		return err
+	}
 	return fmt.Errorf("unknown call %q (the host speaks a newer protocol than agent %s)", method, Version)
 }
 

@@ -4,4 +4,6 @@ package agentpb
 // in the handshake. The host refuses an agent of another version (a box
 // booted by an older airlock): the box must be restarted. 0.2: calls are
 // framed protobuf messages on yamux streams (0.1 was gRPC over yamux).
-const Version = "0.2.0"
+// 0.3: file calls (Stat, ReadDir, MkdirAll, Remove, ReadFile, WriteFile,
+// CopyIn, CopyOut).
+const Version = "0.3.0"
