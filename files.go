@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/agent/agentpb"
@@ -217,6 +218,7 @@ func (b *Box) sendFile(ctx context.Context, method string, req *client.FileReque
 		return nil, b.fileErr(err)
 	}
 	var srcErr error
+	var over atomic.Bool // the result is in: later read errors are ours
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -234,14 +236,17 @@ func (b *Box) sendFile(ctx context.Context, method string, req *client.FileReque
 				return
 			}
 			if rerr != nil {
-				// Abandon the call: the agent removes what it started.
-				srcErr = rerr
-				f.Close()
+				if !over.Load() {
+					// Abandon the call: the agent removes what it started.
+					srcErr = rerr
+					f.Close()
+				}
 				return
 			}
 		}
 	}()
 	r, err := f.Result()
+	over.Store(true)
 	f.Close()
 	if c, ok := src.(io.Closer); ok {
 		c.Close()

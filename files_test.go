@@ -55,7 +55,7 @@ func TestFiles(t *testing.T) {
 	t.Cleanup(func() { b.Remove(context.Background(), true) })
 
 	t.Run("round trip", func(t *testing.T) {
-		sizes := []int64{0, 18<<10 + 1, 64 << 20}
+		sizes := []int64{0, 18<<10 + 1, 64 << 20, 256 << 20}
 		if testing.Short() {
 			sizes = sizes[:2]
 		}
@@ -179,6 +179,9 @@ func TestFiles(t *testing.T) {
 		err := b.CopyOut(ctx, "/h", dest)
 		if err == nil || !strings.Contains(err.Error(), "fifo") {
 			t.Fatalf("a FIFO in the tree: want an error naming it, got %v", err)
+		}
+		if _, err := os.Lstat(dest); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("a failed copy left %s behind: %v", dest, err)
 		}
 		sh(t, b, "rm /h/fifo")
 		if err := b.CopyOut(ctx, "/h", dest); err != nil {

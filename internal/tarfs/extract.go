@@ -20,7 +20,7 @@ type ExtractOptions struct {
 	// Rename gives the archive's top-level entry From the name To: entries
 	// "From" and "From/x" become "To" and "To/x". To "." puts From's
 	// contents straight into the destination directory (From's own
-	// metadata is then not applied). From "" renames nothing.
+	// metadata is then not applied). From or To "" renames nothing.
 	RenameFrom, RenameTo string
 	// Owners applies the archive's uid/gid to what is created; with
 	// UID/GID >= 0 every entry gets that owner instead. Without Owners and
@@ -65,7 +65,7 @@ func cleanName(n string) (string, error) {
 }
 
 func (o *ExtractOptions) rename(n string) (string, bool) {
-	if o.RenameFrom == "" {
+	if o.RenameFrom == "" || o.RenameTo == "" {
 		return n, true
 	}
 	switch {
@@ -91,8 +91,11 @@ type dirMeta struct {
 // root, which must exist). Each regular file, symlink and hard link is
 // created under a temporary name and renamed into place. Directory modes
 // and times are applied at the end. Every error names the entry's path.
-func (r *Root) Extract(dir string, src io.Reader, o ExtractOptions) (Stats, error) {
-	var stats Stats
+//
+// When the top entry is renamed to a name that does not exist yet, the
+// whole tree is extracted under a temporary name and renamed into place at
+// the end: a failed copy then leaves nothing at all.
+func (r *Root) Extract(dir string, src io.Reader, o ExtractOptions) (stats Stats, err error) {
 	fi, err := r.Stat(dir, true)
 	if err != nil {
 		return stats, err
@@ -101,6 +104,31 @@ func (r *Root) Extract(dir string, src io.Reader, o ExtractOptions) (Stats, erro
 		return stats, &fs.PathError{Op: "extract", Path: dir, Err: unix.ENOTDIR}
 	}
 	dir = path.Clean("/" + dir)
+	if o.RenameFrom != "" && o.RenameTo != "" && o.RenameTo != "." && !strings.Contains(o.RenameTo, "/") {
+		final := path.Join(dir, o.RenameTo)
+		if _, serr := r.Stat(final, false); errors.Is(serr, fs.ErrNotExist) {
+			tmp := tempName()
+			o.RenameTo = tmp
+			defer func() {
+				tp := path.Join(dir, tmp)
+				if err == nil {
+					var pfd int
+					var base string
+					pfd, base, err = r.Parent(tp)
+					if err == nil {
+						err = unix.Renameat2(pfd, base, pfd, path.Base(final), unix.RENAME_NOREPLACE)
+						unix.Close(pfd)
+						if err != nil {
+							err = &fs.PathError{Op: "rename", Path: final, Err: err}
+						}
+					}
+				}
+				if err != nil {
+					r.Remove(tp)
+				}
+			}()
+		}
+	}
 	tr := tar.NewReader(src)
 	var dirs []dirMeta
 	for {

@@ -107,7 +107,7 @@ func (r *Root) Parent(p string) (int, string, error) {
 	}
 	fd, err := r.Open(dir, unix.O_PATH|unix.O_DIRECTORY, true)
 	if err != nil {
-		return -1, "", &fs.PathError{Op: "open", Path: path.Dir(path.Clean("/" + p)), Err: err}
+		return -1, "", &fs.PathError{Op: "open", Path: p, Err: err}
 	}
 	return fd, base, nil
 }

@@ -1,0 +1,65 @@
+package cli_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-run/airlock/internal/vmtest"
+)
+
+// The "done when": cp a CSV in, a result out; tar streams with "-".
+func TestCLICp(t *testing.T) {
+	vmtest.Require(t)
+	c := cli{t, t.TempDir()}
+	id, errs, code := c.run("create", "--network", "disabled", "python:slim")
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, errs)
+	}
+	id = strings.TrimSpace(id)
+	t.Cleanup(func() { c.run("rm", "-f", id) })
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "data.csv"), []byte("a,b\n1,2\n"), 0o644)
+	if _, errs, code := c.run("exec", id, "mkdir", "/data"); code != 0 {
+		t.Fatal(errs)
+	}
+	if _, errs, code := c.run("cp", filepath.Join(dir, "data.csv"), id+":/data/"); code != 0 {
+		t.Fatalf("cp in: %d %s", code, errs)
+	}
+	if _, errs, code := c.run("exec", id, "sh", "-c", "cut -d, -f2 /data/data.csv > /data/out.txt"); code != 0 {
+		t.Fatal(errs)
+	}
+	out := filepath.Join(dir, "out")
+	os.Mkdir(out, 0o755)
+	if _, errs, code := c.run("cp", id+":/data/out.txt", out); code != 0 {
+		t.Fatalf("cp out: %d %s", code, errs)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "out.txt")); string(b) != "b\n2\n" {
+		t.Fatalf("out.txt: %q", b)
+	}
+	// A tar stream out, and back in.
+	tarOut, errs, code := c.run("cp", id+":/data", "-")
+	if code != 0 {
+		t.Fatalf("cp out -: %d %s", code, errs)
+	}
+	list := exec.Command("tar", "-t")
+	list.Stdin = strings.NewReader(tarOut)
+	if b, err := list.Output(); err != nil || string(b) != "data/\ndata/data.csv\ndata/out.txt\n" {
+		t.Fatalf("tar -t: %q %v", b, err)
+	}
+	cmd := exec.Command(airlockBin, "cp", "-", id+":/tmp")
+	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+c.home, "AIRLOCK_IMAGES="+vmtest.ImagesDir())
+	cmd.Stdin = strings.NewReader(tarOut)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cp - : %v %s", err, b)
+	}
+	if o, _, _ := c.run("exec", id, "cat", "/tmp/data/out.txt"); o != "b\n2\n" {
+		t.Fatalf("after cp -: %q", o)
+	}
+	// Errors name the path and fail.
+	if _, errs, code := c.run("cp", id+":/no/such", dir); code == 0 || !strings.Contains(errs, "/no/such") {
+		t.Errorf("missing source: %d %q", code, errs)
+	}
+}
