@@ -53,6 +53,9 @@ func (b *Box) spec(cmd string, args []string, opts ExecOptions, stdin bool) clie
 		Stdin:      stdin,
 		Timeout:    opts.Timeout,
 		KillGrace:  opts.KillGrace,
+		TTY:        opts.TTY,
+		Rows:       opts.Rows,
+		Cols:       opts.Cols,
 	}
 }
 
@@ -303,6 +306,15 @@ func (w stdinWriter) Close() error { return w.p.proc.CloseStdin() }
 
 // Signal sends sig to the process (not its children).
 func (p *Process) Signal(sig syscall.Signal) error { return p.proc.Signal(sig) }
+
+// Resize sets the size of the process's terminal (ExecOptions.TTY) to rows
+// x cols character cells; the process gets SIGWINCH.
+func (p *Process) Resize(rows, cols int) error {
+	if rows <= 0 || cols <= 0 || rows > 0xffff || cols > 0xffff {
+		return fmt.Errorf("terminal size %dx%d: want 1..65535 each", rows, cols)
+	}
+	return p.proc.Resize(rows, cols)
+}
 
 // Kill kills the process and everything it started.
 func (p *Process) Kill() error { return p.proc.Kill() }

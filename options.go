@@ -67,6 +67,13 @@ type ExecOptions struct {
 	Timeout time.Duration
 	// KillGrace is the delay between SIGTERM and SIGKILL (default 2 s).
 	KillGrace time.Duration
+	// TTY runs the process on a new terminal (PTY) in the box, of Rows x
+	// Cols cells (0: 24 x 80; change it with Process.Resize): stdin,
+	// stdout and stderr are the terminal, so all output arrives on stdout,
+	// with the terminal's line endings (\r\n), and a Ctrl-C byte (0x03)
+	// written to stdin sends SIGINT to the process, as on a terminal.
+	TTY        bool
+	Rows, Cols int
 	// Stdin, when non-nil, is copied to the process's standard input,
 	// which is then closed. When nil the process reads /dev/null (Exec) or
 	// gets a pipe written through Process.Stdin (ExecStream).

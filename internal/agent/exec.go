@@ -39,6 +39,7 @@ type process struct {
 	stdin  *os.File
 	stdout *os.File
 	stderr *os.File
+	tty    *os.File // the PTY master of a tty exec, else nil
 }
 
 // spawnError is a failure to start the command that the caller sees as an
@@ -83,6 +84,9 @@ func (s *Server) spawn(st *agentpb.ExecStart) (*process, error) {
 	bin := lookPath(root, st.Argv[0], wd, env)
 	if bin == "" {
 		return nil, &spawnError{127, fmt.Sprintf("airlock: %s: command not found\n", st.Argv[0])}
+	}
+	if st.Tty {
+		return s.spawnTTY(st, bin, wd, env, u)
 	}
 
 	var files [3]*os.File
@@ -406,6 +410,8 @@ func (s *Server) Exec(stream execStream) error {
 				unix.Kill(p.pid, unix.Signal(x.Signal))
 			case *agentpb.ExecRequest_Kill:
 				kill(0)
+			case *agentpb.ExecRequest_Resize:
+				p.resize(x.Resize)
 			}
 		}
 	}()

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -78,38 +77,20 @@ func envFlags(in []string) ([]string, error) {
 type execFlags struct {
 	timeout     time.Duration
 	interactive bool
+	tty         bool
 }
 
 func (f *execFlags) add(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 0, "kill the command (and everything it started) after this long, e.g. 30s; exit status 124")
 	cmd.Flags().BoolVarP(&f.interactive, "interactive", "i", false, "pass standard input to the command")
+	cmd.Flags().BoolVarP(&f.tty, "tty", "t", false, "run the command on a terminal in the box (with -i, this terminal in raw mode: a usable shell, resized with it)")
 }
 
 // runInBox runs argv in b, streaming output to the command's streams, and
-// returns the exit code the CLI should end with.
+// returns the exit code the CLI should end with. Signals airlock receives
+// go to the command (see attach).
 func runInBox(cmd *cobra.Command, b *airlock.Box, argv []string, opts airlock.ExecOptions, ef execFlags) (int, error) {
-	ctx := cmd.Context()
-	opts.Timeout = ef.timeout
-	if ef.interactive {
-		opts.Stdin = cmd.InOrStdin()
-	}
-	p, err := b.ExecStreamWriters(ctx, argv[0], argv[1:], opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
-	if err != nil {
-		return 125, err
-	}
-	res, err := p.Wait()
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			fmt.Fprintln(cmd.ErrOrStderr(), "airlock: interrupted; the command and its children were killed")
-			return 130, nil
-		}
-		return 125, err
-	}
-	if res.TimedOut {
-		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: command timed out after %s; it and every process it started were killed\n", ef.timeout)
-		return 124, nil
-	}
-	return res.ExitCode, nil
+	return attach(cmd, b, argv, opts, ef)
 }
 
 // exitWith reports err (if any) on stderr and ends the command with code.

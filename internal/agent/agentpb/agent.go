@@ -30,6 +30,8 @@ type ExecStart struct {
 	Stdin       bool   // the caller sends stdin; else it reads as empty
 	TimeoutNs   int64  // 0: none
 	KillGraceNs int64  // SIGTERM to SIGKILL on timeout/kill; 0: default
+	Tty         bool   // run on a new PTY (stdin, stdout and stderr)
+	Rows, Cols  uint32 // the PTY's initial size (0: 24x80)
 }
 
 // ExecRequest is one client message of an Exec call: Msg is one of
@@ -56,11 +58,18 @@ type ExecRequest_Signal struct{ Signal int32 }
 // ExecRequest_Kill ends the process tree (SIGTERM, SIGKILL after the grace).
 type ExecRequest_Kill struct{ Kill bool }
 
+// ExecRequest_Resize sets the size of the process's PTY.
+type ExecRequest_Resize struct{ Resize *TTYSize }
+
+// TTYSize is a terminal size in character cells.
+type TTYSize struct{ Rows, Cols uint32 }
+
 func (*ExecRequest_Start) isExecRequest_Msg()      {}
 func (*ExecRequest_Stdin) isExecRequest_Msg()      {}
 func (*ExecRequest_CloseStdin) isExecRequest_Msg() {}
 func (*ExecRequest_Signal) isExecRequest_Msg()     {}
 func (*ExecRequest_Kill) isExecRequest_Msg()       {}
+func (*ExecRequest_Resize) isExecRequest_Msg()     {}
 
 // GetStart returns the ExecStart of a start request, or nil.
 func (x *ExecRequest) GetStart() *ExecStart {
@@ -252,7 +261,10 @@ func (m *ExecStart) AppendWire(b []byte) []byte {
 	b = appendString(b, 4, m.User)
 	b = appendBool(b, 5, m.Stdin)
 	b = appendInt(b, 6, m.TimeoutNs)
-	return appendInt(b, 7, m.KillGraceNs)
+	b = appendInt(b, 7, m.KillGraceNs)
+	b = appendBool(b, 8, m.Tty)
+	b = appendInt(b, 9, int64(m.Rows))
+	return appendInt(b, 10, int64(m.Cols))
 }
 
 // UnmarshalWire replaces m with the message encoded in b.
@@ -274,6 +286,32 @@ func (m *ExecStart) UnmarshalWire(b []byte) error {
 			m.TimeoutNs = int64(f.u)
 		case f.num == 7 && f.isVarint():
 			m.KillGraceNs = int64(f.u)
+		case f.num == 8 && f.isVarint():
+			m.Tty = f.u != 0
+		case f.num == 9 && f.isVarint():
+			m.Rows = uint32(f.u)
+		case f.num == 10 && f.isVarint():
+			m.Cols = uint32(f.u)
+		}
+		return nil
+	})
+}
+
+// AppendWire appends m in the protobuf wire format.
+func (m *TTYSize) AppendWire(b []byte) []byte {
+	b = appendInt(b, 1, int64(m.Rows))
+	return appendInt(b, 2, int64(m.Cols))
+}
+
+// UnmarshalWire replaces m with the message encoded in b.
+func (m *TTYSize) UnmarshalWire(b []byte) error {
+	*m = TTYSize{}
+	return eachField(b, func(f field) error {
+		switch {
+		case f.num == 1 && f.isVarint():
+			m.Rows = uint32(f.u)
+		case f.num == 2 && f.isVarint():
+			m.Cols = uint32(f.u)
 		}
 		return nil
 	})
@@ -296,6 +334,12 @@ func (m *ExecRequest) AppendWire(b []byte) []byte {
 		b = appendField(b, 4, protowire.VarintType, uint64(int64(x.Signal)), nil)
 	case *ExecRequest_Kill:
 		b = appendField(b, 5, protowire.VarintType, protowire.EncodeBool(x.Kill), nil)
+	case *ExecRequest_Resize:
+		sz := x.Resize
+		if sz == nil {
+			sz = &TTYSize{}
+		}
+		b = appendMessage(b, 6, sz)
 	}
 	return b
 }
@@ -317,6 +361,10 @@ func (m *ExecRequest) UnmarshalWire(b []byte) error {
 			m.Msg = &ExecRequest_Signal{Signal: int32(f.u)}
 		case f.num == 5 && f.isVarint():
 			m.Msg = &ExecRequest_Kill{Kill: f.u != 0}
+		case f.num == 6 && f.isBytes():
+			sz := &TTYSize{}
+			m.Msg = &ExecRequest_Resize{Resize: sz}
+			return sz.UnmarshalWire(f.p)
 		}
 		return nil
 	})

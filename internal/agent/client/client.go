@@ -91,6 +91,8 @@ type Spec struct {
 	Stdin      bool          // give the process a stdin pipe (else /dev/null)
 	Timeout    time.Duration // 0 = none; the agent kills the tree and reports TimedOut
 	KillGrace  time.Duration // SIGTERM -> SIGKILL grace; 0 = agent default (2 s)
+	TTY        bool          // run on a PTY (output all on stdout)
+	Rows, Cols int           // the PTY's initial size; 0 = 24x80
 }
 
 // Exit is how a process ended.
@@ -130,6 +132,9 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdout, stderr io.Writer) 
 		Stdin:       spec.Stdin,
 		TimeoutNs:   int64(spec.Timeout),
 		KillGraceNs: int64(spec.KillGrace),
+		Tty:         spec.TTY,
+		Rows:        uint32(max(spec.Rows, 0)),
+		Cols:        uint32(max(spec.Cols, 0)),
 	}}})
 	if err != nil {
 		stream.Close()
@@ -215,6 +220,11 @@ func (p *Proc) CloseStdin() error {
 // Signal delivers sig to the process (not its children).
 func (p *Proc) Signal(sig syscall.Signal) error {
 	return p.send(&agentpb.ExecRequest{Msg: &agentpb.ExecRequest_Signal{Signal: int32(sig)}})
+}
+
+// Resize sets the size of the process's PTY (TTY execs).
+func (p *Proc) Resize(rows, cols int) error {
+	return p.send(&agentpb.ExecRequest{Msg: &agentpb.ExecRequest_Resize{Resize: &agentpb.TTYSize{Rows: uint32(rows), Cols: uint32(cols)}}})
 }
 
 // Kill kills the whole process tree at once.

@@ -1,0 +1,56 @@
+//go:build linux
+
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/agent/client"
+)
+
+func TestExecTTY(t *testing.T) {
+	c := startAgent(t)
+	ex, out, errs := run(t, c, client.Spec{Argv: []string{"sh", "-c", "stty size; test -t 0 && test -t 1 && test -t 2 && echo tty; echo err >&2"}, TTY: true, Rows: 33, Cols: 101})
+	if ex.Code != 0 || out != "33 101\r\ntty\r\nerr\r\n" || errs != "" {
+		t.Fatalf("exit %d stdout %q stderr %q", ex.Code, out, errs)
+	}
+}
+
+func TestExecTTYCtrlC(t *testing.T) {
+	c := startAgent(t)
+	var out syncBuffer
+	p, err := c.Exec(context.Background(), client.Spec{Argv: []string{"sh", "-c", "trap 'echo INT; exit 5' INT; echo ready; while :; do sleep 0.05; done"}, Env: []string{"PATH=/usr/bin:/bin"}, TTY: true, Stdin: true}, &out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(out.String(), "ready") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.WriteStdin([]byte{3})
+	ex, err := p.Wait()
+	if err != nil || ex.Code != 5 || !strings.Contains(out.String(), "INT") {
+		t.Fatalf("exit %+v %v, output %q", ex, err, out.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
