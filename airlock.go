@@ -400,6 +400,9 @@ func withDefaults(opts BoxOptions) (BoxOptions, error) {
 	if opts.DiskSizeMiB < 16 {
 		return opts, fmt.Errorf("disk size %d MiB: want at least 16", opts.DiskSizeMiB)
 	}
+	if err := checkVolumes(opts.Volumes); err != nil {
+		return opts, err
+	}
 	return opts, nil
 }
 

@@ -206,6 +206,9 @@ func (b *Box) Start(ctx context.Context) error {
 	if n := runtime.NumCPU(); boot.accel.Accel == qemu.AccelTCG && b.cfg.Options.CPUs > n {
 		b.r.warn(fmt.Sprintf("airlock: warning: box %s has %d vCPUs but this host has %d CPUs: under TCG each vCPU is a host thread, so more vCPUs than host CPUs make the box slower, not faster", b.id, b.cfg.Options.CPUs, n))
 	}
+	if err := b.prepareVolumes(ctx, boot.kernel); err != nil {
+		return fmt.Errorf("box %s: %w", b.id, err)
+	}
 	qc := b.vmConfig(boot, base, cid)
 	for _, f := range append(qc.AgentSockets, qc.QMPSocket, qc.PIDFile, filepath.Join(b.dir, fileCID)) {
 		os.Remove(f)
@@ -287,7 +290,11 @@ func (b *Box) vmConfig(boot *bootAssets, base string, cid uint32, extraCmdline .
 	if noACPI {
 		extra = append(extra, "noapictimer")
 	}
+	volDisks, volArgs, volParams := b.volumeDevices(len(disks))
+	disks = append(disks, volDisks...)
+	extra = append(extra, volParams...)
 	return qemu.Config{
+		ExtraArgs:    volArgs,
 		NoACPI:       noACPI,
 		VsockCID:     cid,
 		Name:         "airlock-" + b.id,
@@ -662,6 +669,7 @@ func (b *Box) remove(ctx context.Context, force bool) error {
 		if !force {
 			return fmt.Errorf("%w: %s: stop it first, or force removal (airlock rm -f)", ErrBoxRunning, b.id)
 		}
+		b.flushVolumes(ctx, rec.PID, rec.PIDStart)
 		b.mu.Lock()
 		b.stopping = true
 		b.dropConnLocked()

@@ -53,6 +53,9 @@ type BoxOptions struct {
 	AutoRemove bool
 	// Network is NetworkEnabled (default) or NetworkDisabled.
 	Network string
+	// Volumes are host directories and named volumes attached to the box
+	// (see Volume).
+	Volumes []Volume `json:",omitempty"`
 }
 
 // ExecOptions tune one Exec. Env, User and WorkingDir override the box's

@@ -147,6 +147,10 @@ func runInit() {
 		return
 	}
 	stamp("root mounted")
+	if err := guestinit.MountVolumes(); err != nil {
+		fatal(err)
+		return
+	}
 	guestinit.Hostname(p.Hostname)
 	if err := guestinit.Network(p.Net, p.KernelIP); err != nil {
 		guestinit.Logf("network: %v", err)

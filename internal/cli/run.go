@@ -23,6 +23,7 @@ type boxFlags struct {
 	diskSize int
 	network  string
 	rm       bool
+	volumes  []string
 }
 
 func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
@@ -35,6 +36,7 @@ func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
 	fl.IntVar(&f.memory, "memory", 0, fmt.Sprintf("guest memory in MiB (default %d)", airlock.DefaultMemoryMiB))
 	fl.IntVar(&f.diskSize, "disk-size", 0, fmt.Sprintf("size of the writable layer in MiB (default %d)", airlock.DefaultDiskSizeMiB))
 	fl.StringVar(&f.network, "network", airlock.NetworkEnabled, "network access: enabled (outbound through the host) or disabled")
+	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "attach a volume: HOSTDIR:BOXDIR[:ro|rw] (a host directory, shared live) or NAME:BOXDIR[:ro|rw] (a named volume), repeatable")
 	if withRm {
 		fl.BoolVar(&f.rm, "rm", false, "remove the box when the command exits")
 	}
@@ -48,9 +50,18 @@ func (f *boxFlags) options(cmd *cobra.Command, image string) (airlock.BoxOptions
 	if err != nil {
 		return airlock.BoxOptions{}, err
 	}
+	var vols []airlock.Volume
+	for _, spec := range f.volumes {
+		v, err := airlock.ParseVolume(spec)
+		if err != nil {
+			return airlock.BoxOptions{}, err
+		}
+		vols = append(vols, v)
+	}
 	return airlock.BoxOptions{
 		Image: image, Name: f.name, Env: env, WorkingDir: f.workdir, User: f.user,
 		CPUs: f.cpus, MemoryMiB: f.memory, DiskSizeMiB: f.diskSize, Network: f.network, AutoRemove: f.rm,
+		Volumes: vols,
 	}, nil
 }
 

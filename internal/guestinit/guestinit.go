@@ -270,6 +270,7 @@ func PowerOff() {
 	}
 	unix.Kill(-1, unix.SIGKILL)
 	unix.Sync()
+	unmountVolumes()
 	// Unmount the overlay and its layers so the ext4 layer is clean.
 	for _, m := range []string{"/etc/hosts", "/etc/hostname", "/etc/resolv.conf",
 		"/sys/fs/cgroup", "/dev/pts", "/dev/shm", "/dev", "/proc", "/sys", "/run"} {

@@ -74,6 +74,9 @@ type Config struct {
 	// host core instead of 2.7%). Kernels without those options (Debian's)
 	// boot with ACPI.
 	NoACPI bool
+	// ExtraArgs are appended to QEMU's arguments (e.g. -fsdev and -device
+	// for 9p shares).
+	ExtraArgs []string
 }
 
 // PortPrefix starts the names of the agent's virtio-serial ports.
@@ -158,7 +161,7 @@ func (c Config) Args() []string {
 	if c.VsockCID != 0 {
 		a = append(a, "-device", fmt.Sprintf("vhost-vsock-device,guest-cid=%d", c.VsockCID))
 	}
-	return a
+	return append(a, c.ExtraArgs...)
 }
 
 // VsockAvailable reports whether the host can give guests a vsock device

@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+func init() { extraCommands = append(extraCommands, newVolumeCmd) }
+
+func newVolumeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "volume",
+		Short: "Manage named volumes (ext4 images kept across boxes)",
+		Long: `Named volumes hold data across boxes: attach one with -v NAME:BOXDIR on run or
+create (a missing one is created, 1024 MiB). Each is an ext4 image of a fixed
+size (filling it gives ENOSPC in the box), attached to one running box at a
+time, and kept when boxes are removed.`,
+	}
+	var size int
+	create := &cobra.Command{
+		Use:   "create [--size MIB] NAME",
+		Short: "Create a named volume",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			vi, err := r.CreateVolume(cmd.Context(), args[0], size)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), vi.Name)
+			return nil
+		},
+	}
+	create.Flags().IntVar(&size, "size", 0, "size in MiB (default 1024)")
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List named volumes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			vols, err := r.Volumes(cmd.Context())
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
+			fmt.Fprintln(w, "NAME\tSIZE\tCREATED\tUSED BY")
+			for _, v := range vols {
+				fmt.Fprintf(w, "%s\t%d MiB\t%s ago\t%s\n", v.Name, v.SizeMiB, time.Since(v.Created).Round(time.Second), strings.Join(v.UsedBy, ","))
+			}
+			return w.Flush()
+		},
+	}
+	rm := &cobra.Command{
+		Use:   "rm NAME...",
+		Short: "Remove named volumes and their data (refused while a box attaches them)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			failed := false
+			for _, n := range args {
+				if err := r.RemoveVolume(cmd.Context(), n); err != nil {
+					fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
+					failed = true
+					continue
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), n)
+			}
+			if failed {
+				return &ExitError{1}
+			}
+			return nil
+		},
+	}
+	cmd.AddCommand(create, ls, rm)
+	return cmd
+}

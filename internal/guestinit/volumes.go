@@ -1,0 +1,111 @@
+package guestinit
+
+import (
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-run/airlock/internal/tarfs"
+)
+
+// VolumeSpec is one volume the host attached, from a kernel parameter
+// airlock.vol=KIND:SOURCE:HEXTARGET:MODE: KIND "9p" (SOURCE the mount tag)
+// or "blk" (SOURCE the disk, e.g. vdd, an ext4 image); HEXTARGET the
+// mount point in the box, hex-encoded; MODE ro or rw.
+type VolumeSpec struct {
+	Kind, Source, Target string
+	ReadOnly             bool
+}
+
+// ParseVolumes returns the airlock.vol parameters of cmdline.
+func ParseVolumes(cmdline string) ([]VolumeSpec, error) {
+	var out []VolumeSpec
+	for _, f := range strings.Fields(cmdline) {
+		v, ok := strings.CutPrefix(f, "airlock.vol=")
+		if !ok {
+			continue
+		}
+		p := strings.Split(v, ":")
+		if len(p) != 4 {
+			return nil, fmt.Errorf("bad volume parameter %q", f)
+		}
+		t, err := hex.DecodeString(p[2])
+		if err != nil || !path.IsAbs(string(t)) {
+			return nil, fmt.Errorf("bad volume target in %q", f)
+		}
+		out = append(out, VolumeSpec{Kind: p[0], Source: p[1], Target: string(t), ReadOnly: p[3] == "ro"})
+	}
+	return out, nil
+}
+
+var mountedVolumes []string
+
+// MountVolumes mounts the volumes on the kernel command line in the box
+// root, creating their mount points. Each mount point is resolved inside
+// the box root (a symlink in the image cannot move it outside).
+func MountVolumes() error {
+	b, _ := os.ReadFile("/proc/cmdline")
+	vols, err := ParseVolumes(string(b))
+	if err != nil || len(vols) == 0 {
+		return err
+	}
+	root, err := tarfs.OpenRoot(NewRoot, tarfs.InRoot)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, v := range vols {
+		if err := root.MkdirAll(v.Target, 0o755); err != nil {
+			return fmt.Errorf("volume at %s: %w", v.Target, err)
+		}
+		fd, err := root.Open(v.Target, unix.O_PATH|unix.O_DIRECTORY, true)
+		if err != nil {
+			return fmt.Errorf("volume at %s: %w", v.Target, err)
+		}
+		target := fmt.Sprintf("/proc/self/fd/%d", fd)
+		var flags uintptr = unix.MS_NOSUID | unix.MS_NODEV
+		if v.ReadOnly {
+			flags |= unix.MS_RDONLY
+		}
+		switch v.Kind {
+		case "9p":
+			err = unix.Mount(v.Source, target, "9p", flags, "trans=virtio,version=9p2000.L,msize=524288,cache=none,access=client")
+			if err == unix.ENODEV {
+				err = fmt.Errorf("%w (this guest kernel has no 9p: use the airlock kernel)", err)
+			}
+		case "blk":
+			dev := "/dev/" + v.Source
+			if err = waitFor(dev, 10*time.Second); err == nil {
+				err = unix.Mount(dev, target, "ext4", flags|unix.MS_NOATIME, "")
+				if err == unix.EROFS && v.ReadOnly {
+					// A journal left to replay (its last box was killed)
+					// cannot be replayed on a read-only disk.
+					err = unix.Mount(dev, target, "ext4", flags|unix.MS_NOATIME, "noload")
+				}
+			}
+		default:
+			err = fmt.Errorf("unknown volume kind %q", v.Kind)
+		}
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("mount volume %s at %s: %w", v.Source, v.Target, err)
+		}
+		mountedVolumes = append(mountedVolumes, path.Join(NewRoot, v.Target))
+	}
+	return nil
+}
+
+// unmountVolumes unmounts the volumes, last first, so named volumes'
+// file systems are clean.
+func unmountVolumes() {
+	for i := len(mountedVolumes) - 1; i >= 0; i-- {
+		if err := unix.Unmount(mountedVolumes[i], 0); err != nil {
+			unix.Unmount(mountedVolumes[i], unix.MNT_DETACH)
+		}
+	}
+}

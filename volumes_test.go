@@ -1,0 +1,129 @@
+package airlock_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/vmtest"
+)
+
+// TestVolumes: a read-only host directory even root cannot write, a live
+// read-write one that no symlink leads out of, and a named volume that
+// survives its box, has a size limit and cannot be removed while attached.
+func TestVolumes(t *testing.T) {
+	vmtest.Require(t)
+	r := openRuntime(t, "")
+	ctx := context.Background()
+	roDir, rwDir, outside := t.TempDir(), t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(roDir, "ro.txt"), []byte("host ro\n"), 0o644)
+	os.WriteFile(filepath.Join(outside, "secret"), []byte("host secret\n"), 0o644)
+	os.Symlink(outside, filepath.Join(rwDir, "out"))
+	if _, err := r.CreateVolume(ctx, "testvol", 16); err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.Create(ctx, airlock.BoxOptions{Network: airlock.NetworkDisabled, Volumes: []airlock.Volume{
+		{Source: roDir, Target: "/ro", ReadOnly: true},
+		{Source: rwDir, Target: "/rw"},
+		{Source: "testvol", Target: "/data"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Remove(context.Background(), true) })
+
+	t.Run("read-only even after remount,rw as root", func(t *testing.T) {
+		if got := sh(t, b, "cat /ro/ro.txt"); got != "host ro\n" {
+			t.Fatalf("read: %q", got)
+		}
+		res := exec(t, b, airlock.ExecOptions{}, "sh", "-c", "echo x > /ro/new; mount -o remount,rw /ro; echo x > /ro/new2; echo y >> /ro/ro.txt; rm /ro/ro.txt; mkdir /ro/d; grep ' /ro ' /proc/mounts")
+		if !strings.Contains(string(res.Stdout), "rw,") {
+			t.Logf("remount: %s %s", res.Stdout, res.Stderr)
+		}
+		if n := strings.Count(string(res.Stderr), "Read-only file system"); n < 4 {
+			t.Errorf("want every write refused (EROFS), got: %s", res.Stderr)
+		}
+		ents, _ := os.ReadDir(roDir)
+		b, _ := os.ReadFile(filepath.Join(roDir, "ro.txt"))
+		if len(ents) != 1 || string(b) != "host ro\n" {
+			t.Errorf("host directory changed: %v %q", ents, b)
+		}
+	})
+
+	t.Run("read-write is live both ways", func(t *testing.T) {
+		os.WriteFile(filepath.Join(rwDir, "late.txt"), []byte("written after start\n"), 0o644)
+		if got := sh(t, b, "cat /rw/late.txt; echo from box > /rw/box.txt"); got != "written after start\n" {
+			t.Fatalf("host write seen in the box: %q", got)
+		}
+		if got, _ := os.ReadFile(filepath.Join(rwDir, "box.txt")); string(got) != "from box\n" {
+			t.Fatalf("box write seen on the host: %q", got)
+		}
+		// A copy into a path under a volume lands in the volume.
+		src := filepath.Join(t.TempDir(), "copied.txt")
+		os.WriteFile(src, []byte("copied"), 0o644)
+		if err := b.CopyIn(ctx, src, "/rw/"); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(rwDir, "copied.txt")); string(got) != "copied" {
+			t.Fatalf("CopyIn under the volume: %q", got)
+		}
+	})
+
+	t.Run("no way out through symlinks", func(t *testing.T) {
+		// A host symlink in the share is resolved by the guest, in the guest.
+		res := exec(t, b, airlock.ExecOptions{}, "cat", "/rw/out/secret")
+		if res.ExitCode == 0 || strings.Contains(string(res.Stdout), "host secret") {
+			t.Fatalf("read a host file outside the share: %q", res.Stdout)
+		}
+		// A symlink the box makes leads into the box, not the host.
+		name := "airlock-escape-" + filepath.Base(rwDir)
+		sh(t, b, "ln -s /tmp /rw/esc && echo boxed > /rw/esc/"+name)
+		if _, err := os.Stat(filepath.Join("/tmp", name)); err == nil {
+			os.Remove(filepath.Join("/tmp", name))
+			t.Fatal("a write through a box symlink landed on the host's /tmp")
+		}
+		// mapped-xattr keeps a box's symlink as a plain file on the host:
+		// no host program can be redirected by it either.
+		if fi, err := os.Lstat(filepath.Join(rwDir, "esc")); err != nil || fi.Mode()&os.ModeSymlink != 0 {
+			t.Errorf("box symlink on the host: %v %v", fi, err)
+		}
+		if got := sh(t, b, "cat /tmp/"+name); got != "boxed\n" {
+			t.Errorf("in the box: %q", got)
+		}
+	})
+
+	t.Run("named volume: size limit, kept after the box, not removable while attached", func(t *testing.T) {
+		sh(t, b, "echo kept > /data/kept.txt")
+		res := exec(t, b, airlock.ExecOptions{}, "sh", "-c", "dd if=/dev/zero of=/data/fill bs=1M count=64 2>&1; rm -f /data/fill")
+		if !strings.Contains(string(res.Stdout), "No space left") {
+			t.Errorf("filling a 16 MiB volume: %s", res.Stdout)
+		}
+		if err := r.RemoveVolume(ctx, "testvol"); !errors.Is(err, airlock.ErrVolumeInUse) {
+			t.Fatalf("RemoveVolume while attached: %v", err)
+		}
+		if err := b.Remove(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		b2, err := r.Create(ctx, airlock.BoxOptions{Network: airlock.NetworkDisabled, Volumes: []airlock.Volume{{Source: "testvol", Target: "/again", ReadOnly: true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sh(t, b2, "cat /again/kept.txt"); got != "kept\n" {
+			t.Errorf("after the box was removed: %q", got)
+		}
+		if err := b2.Remove(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.RemoveVolume(ctx, "testvol"); err != nil {
+			t.Fatal(err)
+		}
+		if vols, _ := r.Volumes(ctx); len(vols) != 0 {
+			t.Errorf("volumes left: %+v", vols)
+		}
+	})
+
+}
