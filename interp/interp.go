@@ -27,6 +27,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -322,14 +323,49 @@ func OneShot(ctx context.Context, llm LLM, run Runner, task string) (*OneShotRes
 	return res, err
 }
 
-var fence = regexp.MustCompile("(?s)```(?:python)?\n(.*?)```")
+// fence matches a fenced block: its info string's first word (the
+// language label, maybe empty) and its body.
+var fence = regexp.MustCompile("(?s)```[ \t]*([A-Za-z0-9_+.-]*)[^\n`]*\n(.*?)```")
 
-// ExtractCode returns the code of the first fenced block (```python or
-// ```) in text, or all of text when there is none, trimmed; it is the
-// seed's extract_code.
+// codeKind sorts a fence label: 2 Python, 1 unlabelled, 0 shell, -1 other.
+func codeKind(label string) int {
+	switch strings.ToLower(label) {
+	case "py", "python", "python3", "py3", "ipython", "pycon":
+		return 2
+	case "":
+		return 1
+	case "sh", "bash", "shell", "console", "zsh":
+		return 0
+	}
+	return -1
+}
+
+// ExtractCode returns the Python to run from a model's reply, the way
+// models write it: the fenced blocks labelled py/python/python3/Python (any
+// case), all of them in order, joined; else the unlabelled blocks; else the
+// shell blocks (sh, bash, shell), run by Python through the shell; with no
+// fence at all, the whole text, trimmed (the seed's extract_code). Prose
+// around the blocks is dropped.
 func ExtractCode(text string) string {
-	if m := fence.FindStringSubmatch(text); m != nil {
-		return strings.TrimSpace(m[1])
+	text = strings.ReplaceAll(text, "\r\n", "\n")
+	blocks := map[int][]string{}
+	for _, m := range fence.FindAllStringSubmatch(text, -1) {
+		k := codeKind(m[1])
+		if k < 0 {
+			continue
+		}
+		if body := strings.TrimSpace(m[2]); body != "" {
+			blocks[k] = append(blocks[k], body)
+		}
+	}
+	switch {
+	case len(blocks[2]) > 0:
+		return strings.Join(blocks[2], "\n\n")
+	case len(blocks[1]) > 0:
+		return strings.Join(blocks[1], "\n\n")
+	case len(blocks[0]) > 0:
+		script := strings.Join(blocks[0], "\n")
+		return "import subprocess, sys\nsys.exit(subprocess.call(" + strconv.Quote(script) + ", shell=True))"
 	}
 	return strings.TrimSpace(text)
 }

@@ -187,9 +187,19 @@ func TestExtractCode(t *testing.T) {
 		"Here:\n```python\nprint(1)\n```\nbye":       "print(1)",
 		"```\nx = 2\nprint(x)\n```":                  "x = 2\nprint(x)",
 		"  print('bare')  \n":                        "print('bare')",
-		"```python\na\n```\n```python\nb\n```":       "a",
-		"```py\nprint(3)\n```":                       "```py\nprint(3)\n```",
+		"```python\na\n```\n```python\nb\n```":       "a\n\nb",
+		"```py\nprint(3)\n```":                       "print(3)",
 		"text ```python\nprint(4)\n``` more ```x```": "print(4)",
+		// The way models write it: prose around a py fence.
+		"Sure! Here is the code:\n\n```py\nimport math\nprint(math.pi)\n```\n\nThis prints pi.": "import math\nprint(math.pi)",
+		"```Python\nx = 1\n```":                              "x = 1",
+		"```python3 title\ny\n```":                           "y",
+		"Run:\n```\nprint(5)\n```\nthen\n```\nprint(6)\n```": "print(5)\n\nprint(6)",
+		// Python preferred over shell and unlabelled blocks; other
+		// languages are not run.
+		"```bash\npip install x\n```\n```python\nprint(7)\n```\n```\nout\n```": "print(7)",
+		"```json\n{}\n```\n```py\nprint(8)\n```":                               "print(8)",
+		"```sh\necho hi\n```":                                                  "import subprocess, sys\nsys.exit(subprocess.call(\"echo hi\", shell=True))",
 	} {
 		if got := interp.ExtractCode(in); got != want {
 			t.Errorf("ExtractCode(%q) = %q, want %q", in, got, want)
