@@ -147,6 +147,37 @@ func TestCodeBox(t *testing.T) {
 			t.Fatalf("got %+v, %v", res, err)
 		}
 	})
+	t.Run("files and a context's working dir and env", func(t *testing.T) {
+		if err := cb.WriteFile(ctx, "/work/in/data.csv", []byte("a,b\n1,2\n"), 0); err != nil {
+			t.Fatal(err)
+		}
+		x, err := cb.NewContext(ctx, codebox.ContextOptions{WorkingDir: "/work", Env: []string{"GREETING=hi"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Close()
+		res, err := x.Run(ctx, "import os\nos.makedirs('out', exist_ok=True)\nopen('out/r.txt', 'w').write(open('in/data.csv').read().upper())\nos.getcwd() + ' ' + os.environ['GREETING']")
+		if err != nil || res.Value != "'/work hi'" {
+			t.Fatalf("cwd/env: %+v %v", res, err)
+		}
+		got, err := cb.ReadFile(ctx, "/work/out/r.txt")
+		if err != nil || string(got) != "A,B\n1,2\n" {
+			t.Fatalf("ReadFile: %q %v", got, err)
+		}
+		dir := t.TempDir()
+		if err := cb.CopyOut(ctx, "/work/out", dir+"/res"); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(dir + "/res/r.txt"); string(b) != "A,B\n1,2\n" {
+			t.Fatalf("CopyOut: %q", b)
+		}
+		if err := cb.CopyIn(ctx, dir+"/res", "/work/back"); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := cb.ReadFile(ctx, "/work/back/r.txt"); string(got) != "A,B\n1,2\n" {
+			t.Fatalf("CopyIn: %q", got)
+		}
+	})
 	t.Run("context", func(t *testing.T) {
 		x, err := cb.NewContext(ctx)
 		if err != nil {

@@ -133,7 +133,14 @@ func (p boxProc) Wait() (int, error) {
 // script (embedded in this package) to KernelPath and runs it with
 // MPLBACKEND=Agg; the interpreter outlives ctx, which bounds only the
 // start. Errors: the box is not running or died, or Python did not start.
-func (c *CodeBox) NewContext(ctx context.Context) (*Context, error) {
+//
+// opts (at most one is used) set the interpreter's working directory and
+// environment.
+func (c *CodeBox) NewContext(ctx context.Context, opts ...ContextOptions) (*Context, error) {
+	var co ContextOptions
+	if len(opts) > 0 {
+		co = opts[0]
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -151,7 +158,7 @@ func (c *CodeBox) NewContext(ctx context.Context) (*Context, error) {
 			// The interpreter must outlive ctx: a deadline on an
 			// ExecStream's ctx would become the process's timeout.
 			p, err := c.box.ExecStream(context.WithoutCancel(ctx), c.opts.Python, []string{"-u", KernelPath},
-				airlock.ExecOptions{Env: []string{"MPLBACKEND=Agg", "PYTHONIOENCODING=utf-8"}})
+				airlock.ExecOptions{Env: append([]string{"MPLBACKEND=Agg", "PYTHONIOENCODING=utf-8"}, co.Env...), WorkingDir: co.WorkingDir})
 			if err != nil {
 				return nil, err
 			}
