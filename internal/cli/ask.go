@@ -25,6 +25,7 @@ type askFlags struct {
 	outDir   string
 	timeout  time.Duration
 	image    string
+	files    []string
 }
 
 func newAskCmd() *cobra.Command {
@@ -44,9 +45,14 @@ figures, with an image that has matplotlib). The loop ends when the model
 answers without calling the tool, or after --max-steps rounds. The answer is
 printed on stdout; --out DIR saves the images and prints their paths.
 
---one-shot: ask for code once, take the fenced python block (or the whole
-reply), run it once in a fresh interpreter and print its output; on failure
-the traceback goes to stderr.
+--one-shot: ask for code once, take its fenced Python blocks (py, python,
+python3; else unlabelled ones; else shell ones; prose around them is dropped;
+with no fence, the whole reply), run them once in a fresh interpreter and
+print the output; on failure the traceback goes to stderr.
+
+--file F (repeatable) puts F in the box as /data/<name> and tells the model
+so; with --out DIR, the files the code writes under /out come back into DIR
+(their paths are printed as "file: PATH").
 
 Environment: OPENAI_API_KEY (required; any value for an endpoint that needs
 none), OPENAI_BASE_URL (an OpenAI-compatible endpoint, ending in /v1; default
@@ -78,6 +84,7 @@ timed out; 125 when the box could not start; 130 when interrupted.`,
 	fl.StringVar(&af.outDir, "out", "", "save images produced by the code in this directory and print their paths")
 	fl.DurationVar(&af.timeout, "timeout", 2*time.Minute, "time limit for each run of the model's code (0: none)")
 	fl.StringVar(&af.image, "image", airlock.DefaultImage, "image of the box (must have python3)")
+	fl.StringArrayVar(&af.files, "file", nil, "put this host file in the box under /data (the model is told its path), repeatable; with --out, files the code writes under /out come back too")
 	bf.add(cmd, false)
 	return cmd
 }
@@ -101,12 +108,15 @@ type sandbox struct {
 	err    error
 }
 
-func startSandbox(ctx context.Context, rt *airlock.Runtime, opts codebox.Options, withContext bool) *sandbox {
+func startSandbox(ctx context.Context, rt *airlock.Runtime, opts codebox.Options, withContext bool, files []string) *sandbox {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &sandbox{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		s.cb, s.err = codebox.New(ctx, rt, opts)
+		if s.err == nil {
+			s.err = askCopyIn(ctx, s.cb, files)
+		}
 		if s.err == nil && withContext {
 			s.cx, s.err = s.cb.NewContext(ctx)
 		}
@@ -161,12 +171,22 @@ func runAsk(cmd *cobra.Command, task string, af askFlags, bf boxFlags) error {
 		return err
 	}
 	opts := codebox.Options{BoxOptions: bo, Timeout: af.timeout}
-	sb := startSandbox(ctx, rt, opts, !af.oneShot)
+	sb := startSandbox(ctx, rt, opts, !af.oneShot, af.files)
 	defer func() {
 		if err := sb.close(); err != nil {
 			fmt.Fprintln(stderr, "airlock:", err)
 		}
 	}()
+	task = askTask(task, af.files, af.outDir)
+	if af.outDir != "" {
+		defer func() {
+			if sb.wait(ctx) == nil {
+				if err := askCopyOut(ctx, stdout, sb.cb, af.outDir); err != nil {
+					fmt.Fprintln(stderr, "airlock: bringing back /out:", err)
+				}
+			}
+		}()
+	}
 	if af.oneShot {
 		return askOneShot(ctx, stdout, stderr, llm, sb, task, af)
 	}

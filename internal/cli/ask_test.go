@@ -3,7 +3,9 @@ package cli_test
 import (
 	"encoding/json"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -145,5 +147,36 @@ func TestAskOneShot(t *testing.T) {
 				t.Fatalf("no traceback in %q", errs)
 			}
 		})
+	}
+}
+
+// TestAskFiles: --file puts a CSV in the box and names it to the model;
+// what the code writes under /out comes back with --out. The reply is
+// written as models write it: prose around a ```py fence.
+func TestAskFiles(t *testing.T) {
+	vmtest.Require(t)
+	c := cli{t, t.TempDir()}
+	dir := t.TempDir()
+	csv := filepath.Join(dir, "sales.csv")
+	os.WriteFile(csv, []byte("month,amount\njan,10\nfeb,32\n"), 0o644)
+	var prompt string
+	f := interptest.NewFakeOpenAI(t, func(n int, req interptest.Request) interptest.Reply {
+		prompt = req.Messages[0].Text()
+		return interptest.Reply{Content: "Sure! Here is the code:\n\n```py\nimport csv\nrows = list(csv.DictReader(open('/data/sales.csv')))\ntotal = sum(int(r['amount']) for r in rows)\nopen('/out/total.txt', 'w').write(str(total))\nprint('total', total)\n```\n\nIt sums the amounts."}
+	})
+	askEnv(t, f)
+	out := filepath.Join(dir, "out")
+	stdout, errs, code := c.run("ask", "--one-shot", "--model", "m", "--file", csv, "--out", out, "sum the sales")
+	if code != 0 {
+		t.Fatalf("code %d stdout %q stderr %s", code, stdout, errs)
+	}
+	if !strings.Contains(prompt, "/data/sales.csv") || !strings.Contains(prompt, "/out/") {
+		t.Errorf("the model was not told the paths: %q", prompt)
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "total.txt")); string(b) != "42" {
+		t.Fatalf("/out/total.txt came back as %q; stdout %q", b, stdout)
+	}
+	if !strings.Contains(stdout, "total 42\n") || !strings.Contains(stdout, "file: "+filepath.Join(out, "total.txt")) {
+		t.Errorf("stdout %q", stdout)
 	}
 }
