@@ -68,6 +68,10 @@ func (o *ExtractOptions) rename(n string) (string, bool) {
 	if o.RenameFrom == "" || o.RenameTo == "" {
 		return n, true
 	}
+	if o.RenameFrom == "." {
+		// An archive of a root directory: every entry is under ".".
+		return path.Join(o.RenameTo, n), true
+	}
 	switch {
 	case n == o.RenameFrom:
 		if o.RenameTo == "." {

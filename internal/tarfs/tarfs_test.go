@@ -204,3 +204,24 @@ func TestInRootClampsSymlinks(t *testing.T) {
 		t.Error("escaped the root")
 	}
 }
+
+func TestArchiveOfRootRenamed(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644)
+	src, _ := OpenRoot(dir, InRoot)
+	defer src.Close()
+	var buf bytes.Buffer
+	var top Info
+	if err := src.Archive("/", &buf, ArchiveOptions{}, func(i Info) error { top = i; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	dst, _ := OpenRoot(out, Beneath)
+	defer dst.Close()
+	if _, err := dst.Extract(".", &buf, ExtractOptions{RenameFrom: top.Name, RenameTo: "copy", UID: -1, GID: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "copy", "f")); err != nil || string(b) != "x" {
+		t.Fatalf("%q %v (top %q)", b, err, top.Name)
+	}
+}

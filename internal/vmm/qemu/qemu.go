@@ -121,7 +121,7 @@ func (c Config) Args() []string {
 	a = append(a,
 		"-kernel", c.Kernel,
 		"-append", c.Cmdline,
-		"-chardev", "file,id=console,path="+c.ConsoleLog,
+		"-chardev", "file,id=console,path="+escapeComma(c.ConsoleLog),
 		"-serial", "chardev:console",
 		"-qmp", "unix:"+c.QMPSocket+",server=on,wait=off",
 		"-pidfile", c.PIDFile,
