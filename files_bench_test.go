@@ -32,12 +32,16 @@ func guestSeconds(b *testing.B, box *airlock.Box, script string) float64 {
 }
 
 // BenchmarkFiles (run with -benchtime=1x): CopyIn/CopyOut of 256 MiB
-// against piping the same bytes through `exec cat`, reading 256 MiB from a
-// host volume (9p) against the box's own disk, and a Stat round trip
-// against an exec round trip.
+// (AIRLOCK_BENCH_COPY_MIB to change it, e.g. 1024) against piping the same
+// bytes through `exec cat`, reading them from a host volume (9p) against
+// the box's own disk, and a Stat round trip against an exec round trip.
 func BenchmarkFiles(b *testing.B) {
 	vmtest.Require(b)
-	const size = 256 << 20
+	mib := 256
+	if v, err := strconv.Atoi(os.Getenv("AIRLOCK_BENCH_COPY_MIB")); err == nil && v > 0 {
+		mib = v
+	}
+	size := int64(mib) << 20
 	r, err := airlock.Open(airlock.Options{Home: b.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
 	if err != nil {
 		b.Fatal(err)
@@ -49,12 +53,12 @@ func BenchmarkFiles(b *testing.B) {
 	f, _ := os.Create(src)
 	io.CopyN(f, rand.Reader, size)
 	f.Close()
-	box, err := r.Create(ctx, airlock.BoxOptions{Network: airlock.NetworkDisabled, MemoryMiB: 1024, Volumes: []airlock.Volume{{Source: vol, Target: "/vol", ReadOnly: true}}})
+	box, err := r.Create(ctx, airlock.BoxOptions{Network: airlock.NetworkDisabled, MemoryMiB: 1024, DiskSizeMiB: max(4096, 3*mib), Volumes: []airlock.Volume{{Source: vol, Target: "/vol", ReadOnly: true}}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer box.Remove(ctx, true)
-	mbps := func(d time.Duration) float64 { return float64(size) / (1 << 20) / d.Seconds() }
+	mbps := func(d time.Duration) float64 { return float64(mib) / d.Seconds() }
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
 		if err := box.CopyIn(ctx, src, "/tmp/in"); err != nil {
@@ -82,8 +86,8 @@ func BenchmarkFiles(b *testing.B) {
 		}
 		p.Wait()
 		catOut := time.Since(t0)
-		b.Logf("CopyIn 256 MiB %v (%.0f MiB/s), exec cat stdin %v (%.0f MiB/s): %.2fx", copyIn.Round(time.Millisecond), mbps(copyIn), catIn.Round(time.Millisecond), mbps(catIn), catIn.Seconds()/copyIn.Seconds())
-		b.Logf("CopyOut 256 MiB %v (%.0f MiB/s), exec cat stdout %v (%.0f MiB/s): %.2fx", copyOut.Round(time.Millisecond), mbps(copyOut), catOut.Round(time.Millisecond), mbps(catOut), catOut.Seconds()/copyOut.Seconds())
+		b.Logf("CopyIn %d MiB %v (%.0f MiB/s), exec cat stdin %v (%.0f MiB/s): %.2fx", mib, copyIn.Round(time.Millisecond), mbps(copyIn), catIn.Round(time.Millisecond), mbps(catIn), catIn.Seconds()/copyIn.Seconds())
+		b.Logf("CopyOut %d MiB %v (%.0f MiB/s), exec cat stdout %v (%.0f MiB/s): %.2fx", mib, copyOut.Round(time.Millisecond), mbps(copyOut), catOut.Round(time.Millisecond), mbps(catOut), catOut.Seconds()/copyOut.Seconds())
 		b.ReportMetric(catIn.Seconds()/copyIn.Seconds(), "copyin/cat-x")
 		b.ReportMetric(catOut.Seconds()/copyOut.Seconds(), "copyout/cat-x")
 
@@ -91,7 +95,7 @@ func BenchmarkFiles(b *testing.B) {
 		// for both: the volume file and the box's disk image).
 		disk := guestSeconds(b, box, "sync; echo 3 > /proc/sys/vm/drop_caches; cat /tmp/in > /dev/null")
 		ninep := guestSeconds(b, box, "echo 3 > /proc/sys/vm/drop_caches; cat /vol/big > /dev/null")
-		b.Logf("read 256 MiB in the box: box disk %.2f s (%.0f MiB/s), 9p volume %.2f s (%.0f MiB/s): 9p/disk time %.2f", disk, 256/disk, ninep, 256/ninep, ninep/disk)
+		b.Logf("read %d MiB in the box: box disk %.2f s (%.0f MiB/s), 9p volume %.2f s (%.0f MiB/s): 9p/disk time %.2f", mib, disk, float64(mib)/disk, ninep, float64(mib)/ninep, ninep/disk)
 		b.ReportMetric(ninep/disk, "9p/disk-time")
 
 		var stat, ex []time.Duration
