@@ -373,7 +373,7 @@ func writeAt(pfd int, base, p string, src io.Reader, mode uint32, uid, gid int, 
 	return n, nil
 }
 
-// FormatError says which path of which operation failed, for errors that
+// pathErr says which path of which operation failed, for errors that
 // are not already *fs.PathError.
 func pathErr(op, p string, err error) error {
 	var pe *fs.PathError
