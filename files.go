@@ -158,7 +158,12 @@ func (b *Box) RemovePath(ctx context.Context, p string) error {
 	return err
 }
 
-// ReadFile returns the contents of the regular file path in the box.
+// MaxReadFile bounds what ReadFile holds in memory (1 GiB): a box decides
+// what it sends. Use CopyOut or CopyOutTar for larger files.
+const MaxReadFile = 1 << 30
+
+// ReadFile returns the contents of the regular file path in the box (at
+// most MaxReadFile bytes, else an error).
 func (b *Box) ReadFile(ctx context.Context, p string) ([]byte, error) {
 	c, err := b.client(ctx)
 	if err != nil {
@@ -174,7 +179,7 @@ func (b *Box) ReadFile(ctx context.Context, p string) ([]byte, error) {
 		return nil, b.fileErr(err)
 	}
 	var buf bytes.Buffer
-	if is := client.Infos(first); len(is) == 1 && is[0].Size < 1<<30 {
+	if is := client.Infos(first); len(is) == 1 && is[0].Size <= MaxReadFile {
 		buf.Grow(int(is[0].Size))
 	}
 	for {
@@ -184,6 +189,9 @@ func (b *Box) ReadFile(ctx context.Context, p string) ([]byte, error) {
 		}
 		if r != nil {
 			return buf.Bytes(), nil
+		}
+		if buf.Len()+len(d) > MaxReadFile {
+			return nil, fmt.Errorf("box %s: read %s: larger than %d bytes: use CopyOut", b.id, p, MaxReadFile)
 		}
 		buf.Write(d)
 	}
