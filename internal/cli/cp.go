@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -34,7 +36,8 @@ an existing directory it goes inside it (only its contents when SRC ends in
 DEST ending in "/" must be an existing directory for a file. Modes, times,
 symlinks and hard links are kept; owners are kept when copying in as root.
 SRC "-" reads a tar stream from stdin and unpacks it into the directory
-BOX:DEST; DEST "-" writes BOX:SRC as a tar stream to stdout.
+BOX:DEST; DEST "-" writes BOX:SRC as a tar stream to stdout. A stopped box is
+started for the copy and stopped again.
 
 Paths in the box are resolved inside it (a symlink there cannot redirect the
 copy elsewhere); on the host nothing is written outside DEST, symlinks from
@@ -64,6 +67,20 @@ cleared.`,
 			b, err := r.Get(ctx, name)
 			if err != nil {
 				return err
+			}
+			// A stopped box is started for the copy and stopped again, as
+			// `docker cp` works on stopped containers.
+			if info, err := b.Info(ctx); err == nil && info.State != "running" {
+				if err := b.Start(ctx); err != nil {
+					return err
+				}
+				defer func() {
+					cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+					defer cancel()
+					if err := b.Stop(cctx); err != nil {
+						fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
+					}
+				}()
 			}
 			switch {
 			case dIn && spath == "-":

@@ -58,6 +58,21 @@ func TestCLICp(t *testing.T) {
 	if o, _, _ := c.run("exec", id, "cat", "/tmp/data/out.txt"); o != "b\n2\n" {
 		t.Fatalf("after cp -: %q", o)
 	}
+	// A stopped box: started for the copy, stopped again, files kept.
+	if _, errs, code := c.run("stop", id); code != 0 {
+		t.Fatal(errs)
+	}
+	back := filepath.Join(dir, "stopped")
+	if _, errs, code := c.run("cp", id+":/data/out.txt", back); code != 0 {
+		t.Fatalf("cp from a stopped box: %d %s", code, errs)
+	}
+	if b, _ := os.ReadFile(back); string(b) != "b\n2\n" {
+		t.Fatalf("from the stopped box: %q", b)
+	}
+	if ls, _, _ := c.run("ls"); !strings.Contains(ls, "stopped") {
+		t.Errorf("box not stopped again: %s", ls)
+	}
+	c.run("start", id)
 	// Errors name the path and fail.
 	if _, errs, code := c.run("cp", id+":/no/such", dir); code == 0 || !strings.Contains(errs, "/no/such") {
 		t.Errorf("missing source: %d %q", code, errs)
