@@ -35,3 +35,24 @@ func TestCpTarget(t *testing.T) {
 		}
 	}
 }
+
+func TestParseVolume(t *testing.T) {
+	for spec, want := range map[string]Volume{
+		"/srv/data:/data":    {Source: "/srv/data", Target: "/data"},
+		"/srv/data:/data:ro": {Source: "/srv/data", Target: "/data", ReadOnly: true},
+		"cache:/root/.cache": {Source: "cache", Target: "/root/.cache"},
+		"cache:/c:rw":        {Source: "cache", Target: "/c"},
+	} {
+		if got, err := ParseVolume(spec); err != nil || got != want {
+			t.Errorf("%q: %+v %v", spec, got, err)
+		}
+	}
+	for _, bad := range []string{"/a", "/a:rel", "/a:/", "/a:/b:rx", "bad name:/x", "a:b:c:d"} {
+		if _, err := ParseVolume(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if err := checkVolumes([]Volume{{Source: "a", Target: "/x"}, {Source: "b", Target: "/x/"}}); err == nil {
+		t.Error("two volumes at one target accepted")
+	}
+}
