@@ -341,7 +341,8 @@ func writeAt(pfd int, base, p string, src io.Reader, mode uint32, uid, gid int, 
 		}
 		return 0, &fs.PathError{Op: op, Path: p, Err: err}
 	}
-	n, err := io.Copy(f, src)
+	// Large writes: under TCG every system call is expensive.
+	n, err := io.CopyBuffer(struct{ io.Writer }{f}, struct{ io.Reader }{src}, make([]byte, 1<<20))
 	if err != nil {
 		return fail("write", err)
 	}
