@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-run/airlock/internal/agent"
+	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/guestinit"
 	"github.com/airlock-run/airlock/internal/transport"
 )
@@ -115,7 +116,7 @@ func bareInit() {
 }
 
 func fatal(err error) {
-	guestinit.Logf("fatal: %v", err)
+	fmt.Fprintf(os.Stderr, "%s%v\n", guestabi.FatalPrefix, err)
 	time.Sleep(100 * time.Millisecond)
 	guestinit.PowerOff()
 }

@@ -18,6 +18,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/airlock-run/airlock/internal/defaults"
 )
 
 // CacheDir returns airlock's cache directory: $AIRLOCK_CACHE, else
@@ -25,19 +27,7 @@ import (
 // (kernel/), initramfs images and agent disks (initrd/) and root filesystem
 // bases (rootfs/);
 // everything in it can be rebuilt.
-func CacheDir() string {
-	if d := os.Getenv("AIRLOCK_CACHE"); d != "" {
-		return d
-	}
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "airlock")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		home = os.TempDir()
-	}
-	return filepath.Join(home, ".cache", "airlock")
-}
+func CacheDir() string { return defaults.Cache() }
 
 // Kernel kinds.
 const (
@@ -128,7 +118,7 @@ var ErrNoKernel = errors.New("no guest kernel found: run hack/setup.sh (it build
 // there. note is a one-line remark for the user when falling back (empty
 // otherwise).
 func FindKernel(cacheDir string) (k Kernel, note string, err error) {
-	if p := os.Getenv("AIRLOCK_KERNEL"); p != "" {
+	if p := defaults.Kernel(); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return Kernel{}, "", fmt.Errorf("AIRLOCK_KERNEL=%s: %w", p, err)
 		}
@@ -161,7 +151,7 @@ var ErrNoAgent = errors.New("guest agent binary airlock-agent not found: run hac
 // $AIRLOCK_AGENT, else airlock-agent beside the running executable, else
 // airlock-agent on PATH.
 func FindAgent() (string, error) {
-	if p := os.Getenv("AIRLOCK_AGENT"); p != "" {
+	if p := defaults.Agent(); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("AIRLOCK_AGENT=%s: %w", p, err)
 		}

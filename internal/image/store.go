@@ -15,6 +15,8 @@ import (
 	"github.com/gofrs/flock"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/airlock-run/airlock/internal/defaults"
 )
 
 // Annotation keys written on index.json entries.
@@ -80,20 +82,7 @@ type ImageConfig struct {
 
 // DefaultDir returns the default store directory: $AIRLOCK_IMAGES if set,
 // else $AIRLOCK_HOME/images, where AIRLOCK_HOME defaults to ~/.airlock.
-func DefaultDir() (string, error) {
-	if d := os.Getenv("AIRLOCK_IMAGES"); d != "" {
-		return d, nil
-	}
-	home := os.Getenv("AIRLOCK_HOME")
-	if home == "" {
-		h, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("cannot find the home directory (set AIRLOCK_HOME): %w", err)
-		}
-		home = filepath.Join(h, ".airlock")
-	}
-	return filepath.Join(home, "images"), nil
-}
+func DefaultDir() (string, error) { return defaults.Images(), nil }
 
 // Open opens the store in dir, creating the directory and an empty OCI
 // layout if needed. dir "" means DefaultDir().

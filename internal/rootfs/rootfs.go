@@ -24,25 +24,10 @@ import (
 	"github.com/gofrs/flock"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/unpack"
 )
-
-// DefaultCacheDir returns airlock's cache directory: $AIRLOCK_CACHE, else
-// ${XDG_CACHE_HOME:-~/.cache}/airlock.
-func DefaultCacheDir() (string, error) {
-	if d := os.Getenv("AIRLOCK_CACHE"); d != "" {
-		return d, nil
-	}
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "airlock"), nil
-	}
-	h, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("cannot find the home directory (set AIRLOCK_CACHE): %w", err)
-	}
-	return filepath.Join(h, ".cache", "airlock"), nil
-}
 
 // BaseOptions tunes BaseWith. The zero value is ready to use.
 type BaseOptions struct {
@@ -81,11 +66,7 @@ func Base(ctx context.Context, store *image.Store, img *image.Image, cacheDir st
 // BaseWith is Base with options.
 func BaseWith(ctx context.Context, store *image.Store, img *image.Image, cacheDir string, opts BaseOptions) (string, error) {
 	if cacheDir == "" {
-		d, err := DefaultCacheDir()
-		if err != nil {
-			return "", err
-		}
-		cacheDir = d
+		return "", errors.New("rootfs: no cache directory given")
 	}
 	hexd, ok := strings.CutPrefix(img.Digest, "sha256:")
 	if !ok || len(hexd) != 64 {
@@ -188,7 +169,7 @@ func InitLayer(root string) error {
 		return err
 	}
 	defer os.Chtimes(etc, mtime, mtime)
-	for _, name := range []string{"hosts", "hostname", "resolv.conf"} {
+	for _, name := range guestabi.EtcFiles {
 		p := filepath.Join(etc, name)
 		fi, err := os.Lstat(p)
 		if err == nil && (fi.Mode().IsRegular() || fi.IsDir()) {
@@ -271,16 +252,12 @@ func mkfsBase(ctx context.Context, store *image.Store, img *image.Image, tree, o
 }
 
 // RemoveBase deletes the cached base of the image with manifest digest
-// ("sha256:...") from cacheDir ("" means DefaultCacheDir()), after any build
+// ("sha256:...") from cacheDir , after any build
 // of it in progress. It is not an error if there is none. Running boxes keep
 // the copy they have open.
 func RemoveBase(ctx context.Context, cacheDir, digest string) error {
 	if cacheDir == "" {
-		d, err := DefaultCacheDir()
-		if err != nil {
-			return err
-		}
-		cacheDir = d
+		return errors.New("rootfs: no cache directory given")
 	}
 	hexd, ok := strings.CutPrefix(digest, "sha256:")
 	if !ok || len(hexd) != 64 || strings.ContainsAny(hexd, "/.") {

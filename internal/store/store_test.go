@@ -12,12 +12,12 @@ import (
 
 func TestRecordsSharedBetweenHandles(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
-	a, err := Open(path)
+	a, err := Open(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := Open(path) // a second process would open it the same way
+	b, err := Open(path, nil) // a second process would open it the same way
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestRecordsSharedBetweenHandles(t *testing.T) {
 }
 
 func TestGetByIDPrefix(t *testing.T) {
-	db, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	db, err := Open(filepath.Join(t.TempDir(), "state.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
