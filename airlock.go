@@ -61,7 +61,7 @@ type Runtime struct {
 	db     *store.DB
 	images *image.Store
 
-	drv    vmm.Driver
+	drv vmm.Driver
 
 	// mu guards the fields below.
 	mu     sync.Mutex

@@ -317,32 +317,3 @@ func TestBoxVMDeath(t *testing.T) {
 		t.Fatalf("exec after death: %v after %s", err, time.Since(start))
 	}
 }
-
-func TestBoxQEMUKilled(t *testing.T) {
-	vmtest.Require(t)
-	r := openRuntime(t, "")
-	ctx := context.Background()
-	b, err := r.Create(ctx, airlock.BoxOptions{Network: airlock.NetworkDisabled})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Remove(context.Background(), b.ID(), true) })
-	info, _ := b.Info(ctx)
-	p, err := b.ExecStream(ctx, "sleep", []string{"600"}, airlock.ExecOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(200 * time.Millisecond)
-	killed := time.Now()
-	syscall.Kill(info.PID, syscall.SIGKILL)
-	_, err = p.Wait()
-	if d := time.Since(killed); d > 3*time.Second {
-		t.Fatalf("pending exec took %s to fail", d)
-	}
-	if !errors.Is(err, airlock.ErrBoxDied) || !strings.Contains(err.Error(), "QEMU") {
-		t.Fatalf("got %v", err)
-	}
-	if list, _ := r.List(ctx); len(list) != 1 || list[0].State != "stopped" {
-		t.Fatalf("box not marked stopped: %+v", list)
-	}
-}

@@ -104,3 +104,55 @@ func TestGetByIDPrefix(t *testing.T) {
 		}
 	}
 }
+
+func TestMigrations(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	// A version-0 database: the table, no user_version.
+	d, err := Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := d.db.Exec(`PRAGMA user_version = 0`); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		if err := d.Insert(ctx, &Box{ID: id, Config: []byte(`old-` + id), State: StateCreated, Created: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d.Close()
+
+	// A failing upgrade leaves the database as it was.
+	if _, err := Open(path, func(b []byte) ([]byte, error) { return nil, errors.New("boom") }); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("failing upgrade: %v", err)
+	}
+	calls := 0
+	up := func(b []byte) ([]byte, error) {
+		calls++
+		return []byte("new-" + strings.TrimPrefix(string(b), "old-")), nil
+	}
+	d, err = Open(path, up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
+		if b, err := d.Get(ctx, id); err != nil || string(b.Config) != "new-"+id {
+			t.Fatalf("%s after migration: %+v %v", id, b, err)
+		}
+	}
+	var v int
+	d.db.QueryRow(`PRAGMA user_version`).Scan(&v)
+	if v != SchemaVersion || calls != 2 {
+		t.Fatalf("user_version %d, %d upgrade calls", v, calls)
+	}
+	d.Close()
+	if d, err = Open(path, up); err != nil || calls != 2 {
+		t.Fatalf("reopen: %v, %d upgrade calls", err, calls)
+	}
+	d.db.Exec(`PRAGMA user_version = 99`)
+	d.Close()
+	if _, err := Open(path, up); err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Fatalf("newer schema: %v", err)
+	}
+}
