@@ -81,7 +81,7 @@ func Main(args []string) int {
 	if errors.As(err, &ee) {
 		return ee.Code
 	}
-	fmt.Fprintln(s.Err, "airlock:", err)
+	report(s.Err, err, "")
 	return 1
 }
 
