@@ -49,9 +49,10 @@ type Options struct {
 	// fallback). Default: written to os.Stderr. Each is sent once per
 	// Runtime.
 	Warn func(msg string)
-	// Pull, when set, is used to fetch images missing from the store
-	// (default: pull from the registry with no progress display).
-	Pull func(ctx context.Context, s *image.Store, ref string) (*image.Image, error)
+	// Pull hears about the pulls of images missing from the store that
+	// Create makes (from the registry, credentials from
+	// ~/.docker/config.json); the zero value reports nothing.
+	Pull PullEvents
 }
 
 // Runtime creates and manages boxes under one home directory. It is safe
@@ -100,9 +101,6 @@ func openWith(opts Options, drv vmm.Driver) (*Runtime, error) {
 	}
 	return r, nil
 }
-
-// Images returns the runtime's image store.
-func (r *Runtime) Images() *image.Store { return r.images }
 
 // Home returns the runtime's home directory.
 func (r *Runtime) Home() string { return r.opts.Home }
@@ -225,10 +223,17 @@ func (r *Runtime) resolveImage(ctx context.Context, ref string) (*image.Image, e
 	if !errors.Is(err, image.ErrNotFound) {
 		return nil, err
 	}
-	if r.opts.Pull != nil {
-		img, err = r.opts.Pull(ctx, r.images, ref)
-	} else {
-		img, err = r.images.Pull(ctx, ref, image.PullOptions{})
+	ev := r.opts.Pull
+	if ev.Start != nil {
+		ev.Start(ref)
+	}
+	img, err = r.images.Pull(ctx, ref, image.PullOptions{Progress: ev.Progress})
+	if ev.Done != nil {
+		if err != nil {
+			ev.Done(ref, "", err)
+		} else {
+			ev.Done(img.Ref, img.Digest, nil)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrImageNotFound, err)
@@ -404,7 +409,12 @@ func (r *Runtime) Remove(ctx context.Context, idOrName string, force bool) error
 	return b.remove(ctx, force)
 }
 
-// ImageInUse returns the ids of boxes that use the image digest.
+// ImageInUse returns the ids of boxes that use the image with that
+// manifest digest ("sha256:...").
 func (r *Runtime) ImageInUse(ctx context.Context, digest string) ([]string, error) {
-	return r.db.ImageInUse(ctx, digest)
+	ids, err := r.db.ImageInUse(ctx, digest)
+	if err != nil {
+		return nil, fmt.Errorf("boxes using image %s: %w", digest, err)
+	}
+	return ids, nil
 }

@@ -137,7 +137,11 @@ func TestBoxFromRegistryImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	if _, err := r.Images().Resolve(ref); !errors.Is(err, image.ErrNotFound) {
+	store, err := image.Open(filepath.Join(home, "images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Resolve(ref); !errors.Is(err, image.ErrNotFound) {
 		t.Fatalf("store not empty: %v", err)
 	}
 
@@ -149,7 +153,7 @@ func TestBoxFromRegistryImage(t *testing.T) {
 	// The base built for this image lives in the shared cache: drop it.
 	t.Cleanup(func() { rootfs.RemoveBase(context.Background(), assets.CacheDir(), info.ImageDigest) })
 	t.Cleanup(func() { r.Remove(context.Background(), b.ID(), true) })
-	img, err := r.Images().Resolve(ref)
+	img, err := store.Resolve(ref)
 	if err != nil || !strings.HasPrefix(img.Source, "pulled from ") {
 		t.Fatalf("image not pulled into the box's store: %v %+v", err, img)
 	}
@@ -203,7 +207,7 @@ func TestBoxFromRegistryImage(t *testing.T) {
 		if err == nil || !strings.Contains(errs, "used by box(es) "+b.ID()) {
 			t.Fatalf("rmi of an image in use: %v %q", err, errs)
 		}
-		if _, err := r.Images().Resolve(ref); err != nil {
+		if _, err := store.Resolve(ref); err != nil {
 			t.Fatalf("refused rmi removed the image: %v", err)
 		}
 		if err := r.Remove(ctx, b.ID(), true); err != nil {

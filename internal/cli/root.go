@@ -89,5 +89,5 @@ func Main(args []string) int {
 // stderr.
 func openRuntime(cmd *cobra.Command) (*airlock.Runtime, error) {
 	errw := cmd.ErrOrStderr()
-	return airlock.Open(airlock.Options{Warn: func(msg string) { fmt.Fprintln(errw, msg) }, Pull: pullWithProgress(errw)})
+	return airlock.Open(airlock.Options{Warn: func(msg string) { fmt.Fprintln(errw, msg) }, Pull: pullWithProgress(cmd.Context(), errw)})
 }
