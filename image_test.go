@@ -18,8 +18,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/assets"
 	"github.com/airlock-run/airlock/internal/cli"
+	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/imagetest"
 	"github.com/airlock-run/airlock/internal/image/unpack"
@@ -151,7 +151,7 @@ func TestBoxFromRegistryImage(t *testing.T) {
 	}
 	info, _ := b.Info(ctx)
 	// The base built for this image lives in the shared cache: drop it.
-	t.Cleanup(func() { rootfs.RemoveBase(context.Background(), assets.CacheDir(), info.ImageDigest) })
+	t.Cleanup(func() { rootfs.RemoveBase(context.Background(), defaults.Cache(), info.ImageDigest) })
 	t.Cleanup(func() { r.Remove(context.Background(), b.ID(), true) })
 	img, err := store.Resolve(ref)
 	if err != nil || !strings.HasPrefix(img.Source, "pulled from ") {
@@ -213,7 +213,7 @@ func TestBoxFromRegistryImage(t *testing.T) {
 		if err := r.Remove(ctx, b.ID(), true); err != nil {
 			t.Fatal(err)
 		}
-		base := rootfs.BasePath(assets.CacheDir(), img.Digest)
+		base := rootfs.BasePath(defaults.Cache(), img.Digest)
 		if _, err := os.Stat(base); err != nil {
 			t.Fatalf("no rootfs base: %v", err)
 		}

@@ -22,13 +22,6 @@ import (
 	"github.com/airlock-run/airlock/internal/defaults"
 )
 
-// CacheDir returns airlock's cache directory: $AIRLOCK_CACHE, else
-// $XDG_CACHE_HOME/airlock, else ~/.cache/airlock. It holds kernels
-// (kernel/), initramfs images and agent disks (initrd/) and root filesystem
-// bases (rootfs/);
-// everything in it can be rebuilt.
-func CacheDir() string { return defaults.Cache() }
-
 // Kernel kinds.
 const (
 	KernelAirlock = "airlock" // built by hack/build-kernel.sh from the config in hack/kernel
@@ -114,7 +107,7 @@ func KernelAt(path string) Kernel {
 var ErrNoKernel = errors.New("no guest kernel found: run hack/setup.sh (it builds one into the airlock cache), or set AIRLOCK_KERNEL to a vmlinux")
 
 // FindKernel returns the kernel boxes boot: $AIRLOCK_KERNEL if set; else
-// the airlock kernel in cacheDir ("" means CacheDir()); else Debian's kernel
+// the airlock kernel in cacheDir ("" means defaults.Cache()); else Debian's kernel
 // there. note is a one-line remark for the user when falling back (empty
 // otherwise).
 func FindKernel(cacheDir string) (k Kernel, note string, err error) {
@@ -125,7 +118,7 @@ func FindKernel(cacheDir string) (k Kernel, note string, err error) {
 		return KernelAt(p), "", nil
 	}
 	if cacheDir == "" {
-		cacheDir = CacheDir()
+		cacheDir = defaults.Cache()
 	}
 	dir := filepath.Join(cacheDir, "kernel")
 	if p, err := filepath.EvalSymlinks(filepath.Join(dir, "vmlinux-airlock")); err == nil {

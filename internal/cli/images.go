@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/imagebuild"
 	"github.com/airlock-run/airlock/internal/rootfs"
@@ -29,7 +29,7 @@ func init() {
 // openImages opens the image store the runtime uses by default:
 // $AIRLOCK_IMAGES, else AIRLOCK_HOME/images.
 func openImages() (*image.Store, error) {
-	return image.Open("")
+	return image.Open(defaults.Images())
 }
 
 // pullWithProgress returns an airlock.Options.Pull hook that pulls a missing
@@ -412,7 +412,7 @@ Example:
 			if noBase {
 				return nil
 			}
-			p, err := rootfs.BaseWith(cmd.Context(), s, img, assets.CacheDir(), rootfs.BaseOptions{Note: func(m string) { fmt.Fprintln(errw, m) }})
+			p, err := rootfs.BaseWith(cmd.Context(), s, img, defaults.Cache(), rootfs.BaseOptions{Note: func(m string) { fmt.Fprintln(errw, m) }})
 			if err != nil {
 				return fmt.Errorf("the image was stored, but its root filesystem base could not be built (boxes will retry): %w", err)
 			}

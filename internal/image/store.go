@@ -15,8 +15,6 @@ import (
 	"github.com/gofrs/flock"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-
-	"github.com/airlock-run/airlock/internal/defaults"
 )
 
 // Annotation keys written on index.json entries.
@@ -80,19 +78,11 @@ type ImageConfig struct {
 	Labels map[string]string
 }
 
-// DefaultDir returns the default store directory: $AIRLOCK_IMAGES if set,
-// else $AIRLOCK_HOME/images, where AIRLOCK_HOME defaults to ~/.airlock.
-func DefaultDir() (string, error) { return defaults.Images(), nil }
-
 // Open opens the store in dir, creating the directory and an empty OCI
-// layout if needed. dir "" means DefaultDir().
+// layout if needed. The default directory is defaults.Images().
 func Open(dir string) (*Store, error) {
 	if dir == "" {
-		d, err := DefaultDir()
-		if err != nil {
-			return nil, err
-		}
-		dir = d
+		return nil, errors.New("image store: no directory given")
 	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {

@@ -4,7 +4,7 @@
 // overlayfs.
 //
 // Bases live in CACHE/rootfs/<manifest digest hex>.erofs, where CACHE is
-// DefaultCacheDir() unless the caller says otherwise.
+// the cache directory the caller gives (defaults.Cache() for the CLI).
 package rootfs
 
 import (
@@ -52,8 +52,8 @@ type BaseOptions struct {
 // mtimes and user.*/security.* xattrs come from the layers. The image is
 // written beside its final name and renamed into place; the folder is
 // removed. Concurrent callers, in this or other processes, build each
-// digest once (flock on <digest hex>.lock). cacheDir "" means
-// DefaultCacheDir(). Cancelling ctx stops the build and leaves no partial
+// digest once (flock on <digest hex>.lock). cacheDir must be given.
+// Cancelling ctx stops the build and leaves no partial
 // base.
 //
 // erofs-utils 1.5 (Debian bookworm) cannot read tar streams; with
@@ -128,7 +128,7 @@ const baseRecipe = "r2"
 func baseName(hexd string) string { return hexd + "-" + baseRecipe + ".erofs" }
 
 // BasePath returns where Base keeps the base of the image with manifest
-// digest ("sha256:...") in cacheDir (not "": use DefaultCacheDir()).
+// digest ("sha256:...") in cacheDir (not "").
 func BasePath(cacheDir, digest string) string {
 	return filepath.Join(cacheDir, "rootfs", baseName(strings.TrimPrefix(digest, "sha256:")))
 }
