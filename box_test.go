@@ -317,3 +317,36 @@ func TestBoxVMDeath(t *testing.T) {
 		t.Fatalf("exec after death: %v after %s", err, time.Since(start))
 	}
 }
+
+// TestHomeOnFullFilesystem: a home on another filesystem than the cache (a
+// tmpfs) works, and when it is full, Create says so and leaves the box
+// database and the name usable.
+func TestHomeOnFullFilesystem(t *testing.T) {
+	vmtest.Require(t)
+	home := t.TempDir()
+	if err := syscall.Mount("tmpfs", home, "tmpfs", 0, "size=1536k"); err != nil {
+		t.Skipf("cannot mount a tmpfs (needs root): %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(home, syscall.MNT_DETACH) })
+	r := openRuntime(t, home)
+	ctx := context.Background()
+	_, err := r.Create(ctx, airlock.BoxOptions{Name: "roomy", Network: airlock.NetworkDisabled})
+	if err == nil || !strings.Contains(err.Error(), "is full") {
+		t.Fatalf("create on a full home: %v", err)
+	}
+	t.Logf("create on a full home: %v", err)
+	if list, err := r.List(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("after the failed create: %+v %v", list, err)
+	}
+	if err := syscall.Mount("tmpfs", home, "tmpfs", syscall.MS_REMOUNT, "size=64m"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.Create(ctx, airlock.BoxOptions{Name: "roomy", Network: airlock.NetworkDisabled})
+	if err != nil {
+		t.Fatalf("create once there is room, same name: %v", err)
+	}
+	defer b.Remove(ctx, true)
+	if res := exec(t, b, airlock.ExecOptions{}, "echo", "ok"); string(res.Stdout) != "ok\n" {
+		t.Fatalf("got %q", res.Stdout)
+	}
+}

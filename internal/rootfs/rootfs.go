@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -387,6 +388,7 @@ func sparseCopy(src, dst string) (err error) {
 		}
 	}()
 	size := fi.Size()
+	kernelCopy := true
 	if err := out.Truncate(size); err != nil {
 		return fmt.Errorf("create disk: %w", err)
 	}
@@ -402,16 +404,52 @@ func sparseCopy(src, dst string) (err error) {
 		if err != nil {
 			return fmt.Errorf("copy disk: %w", err)
 		}
-		for r, w := data, data; r < hole; {
-			n, err := unix.CopyFileRange(int(in.Fd()), &r, int(out.Fd()), &w, int(hole-r), 0)
-			if err != nil {
-				return fmt.Errorf("copy disk: %w", err)
+		if err := copyRange(in, out, data, hole, &kernelCopy); err != nil {
+			if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+				return fmt.Errorf("copy disk: the filesystem of %s is full (%w): free some space there, or put the airlock home elsewhere", filepath.Dir(dst), err)
 			}
-			if n == 0 {
-				return fmt.Errorf("copy disk: %s shrank while copying", src)
-			}
+			return fmt.Errorf("copy disk: %w", err)
 		}
 		off = hole
+	}
+	return nil
+}
+
+// copyRange copies bytes [from, to) of in to the same offsets of out:
+// with copy_file_range while *kernel, else (other filesystems, which
+// copy_file_range refuses with EXDEV, or a kernel without it) with
+// reads and writes, setting *kernel to false.
+func copyRange(in, out *os.File, from, to int64, kernel *bool) error {
+	for r, w := from, from; *kernel && r < to; {
+		n, err := unix.CopyFileRange(int(in.Fd()), &r, int(out.Fd()), &w, int(to-r), 0)
+		switch {
+		case errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL):
+			*kernel = false
+			from = r
+		case err != nil:
+			return err
+		case n == 0:
+			return fmt.Errorf("%s shrank while copying", in.Name())
+		}
+	}
+	if *kernel {
+		return nil
+	}
+	buf := make([]byte, 1<<20)
+	for off := from; off < to; {
+		n, err := in.ReadAt(buf[:min(int64(len(buf)), to-off)], off)
+		if n > 0 {
+			if _, werr := out.WriteAt(buf[:n], off); werr != nil {
+				return werr
+			}
+			off += int64(n)
+		}
+		if err != nil && off < to {
+			if err == io.EOF {
+				return fmt.Errorf("%s shrank while copying", in.Name())
+			}
+			return err
+		}
 	}
 	return nil
 }

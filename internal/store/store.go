@@ -190,6 +190,15 @@ func (d *DB) Insert(ctx context.Context, b *Box) error {
 	if err != nil && b.Name != "" && isUnique(err) {
 		return fmt.Errorf("%w: %q", ErrNameInUse, b.Name)
 	}
+	return writeErr(err)
+}
+
+// writeErr says what a failed write means where SQLite cannot tell it
+// better: a full filesystem.
+func writeErr(err error) error {
+	if err != nil && strings.Contains(err.Error(), "disk is full") {
+		return fmt.Errorf("the filesystem of the box database is full: free some space there (%w)", err)
+	}
 	return err
 }
 
@@ -272,26 +281,26 @@ func (d *DB) List(ctx context.Context) ([]*Box, error) {
 func (d *DB) SetRunning(ctx context.Context, id string, pid int, pidStart uint64, started time.Time) error {
 	_, err := d.db.ExecContext(ctx, `UPDATE boxes SET state = ?, pid = ?, pid_start = ?, started = ? WHERE id = ?`,
 		StateRunning, pid, pidStart, started.UnixNano(), id)
-	return err
+	return writeErr(err)
 }
 
 // SetStopped records that the VM is gone.
 func (d *DB) SetStopped(ctx context.Context, id string) error {
 	_, err := d.db.ExecContext(ctx, `UPDATE boxes SET state = ?, pid = 0, pid_start = 0 WHERE id = ?`, StateStopped, id)
-	return err
+	return writeErr(err)
 }
 
 // SetStoppedIfPID records that the VM is gone, unless the record has moved
 // on to another VM (pid) meanwhile.
 func (d *DB) SetStoppedIfPID(ctx context.Context, id string, pid int) error {
 	_, err := d.db.ExecContext(ctx, `UPDATE boxes SET state = ?, pid = 0, pid_start = 0 WHERE id = ? AND pid = ?`, StateStopped, id, pid)
-	return err
+	return writeErr(err)
 }
 
 // Delete removes a record.
 func (d *DB) Delete(ctx context.Context, id string) error {
 	_, err := d.db.ExecContext(ctx, `DELETE FROM boxes WHERE id = ?`, id)
-	return err
+	return writeErr(err)
 }
 
 // ImageInUse reports the ids of boxes created from an image digest.

@@ -3,9 +3,11 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -154,5 +156,41 @@ func TestMigrations(t *testing.T) {
 	d.Close()
 	if _, err := Open(path, up); err == nil || !strings.Contains(err.Error(), "newer") {
 		t.Fatalf("newer schema: %v", err)
+	}
+}
+
+// A full filesystem fails the write with an error that says so; the
+// database stays readable and takes writes again once there is room.
+func TestFullFilesystem(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=256k"); err != nil {
+		t.Skipf("cannot mount a tmpfs (needs root): %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	d, err := Open(filepath.Join(dir, "state.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	if err := d.Insert(ctx, &Box{ID: "keep", Config: []byte(`{}`), State: StateCreated, Created: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	big := []byte(`"` + strings.Repeat("x", 32<<10) + `"`)
+	var ferr error
+	for i := 0; i < 64 && ferr == nil; i++ {
+		ferr = d.Insert(ctx, &Box{ID: fmt.Sprint("b", i), Config: big, State: StateCreated, Created: time.Now()})
+	}
+	if ferr == nil || !strings.Contains(ferr.Error(), "is full") {
+		t.Fatalf("insert on a full filesystem: %v", ferr)
+	}
+	if b, err := d.Get(ctx, "keep"); err != nil || b.ID != "keep" {
+		t.Fatalf("read after a failed write: %+v %v", b, err)
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_REMOUNT, "size=8m"); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Insert(ctx, &Box{ID: "later", Config: []byte(`{}`), State: StateCreated, Created: time.Now()}); err != nil {
+		t.Fatalf("insert once there is room: %v", err)
 	}
 }
