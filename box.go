@@ -495,7 +495,7 @@ func (b *Box) remove(ctx context.Context, force bool) error {
 		b.mu.Lock()
 		b.stopping = true
 		b.dropConnLocked()
-		_, cfg := b.rec, b.cfg
+		cfg := b.cfg
 		b.mu.Unlock()
 		if err := b.machine(rec, cfg).Kill(); err != nil {
 			return fmt.Errorf("box %s: %w", b.id, err)
