@@ -127,7 +127,7 @@ func THPFor(mode, accel, kernelKind string) (THPMode, error) {
 		}
 		return THPAll, nil
 	}
-	return 0, fmt.Errorf("THP mode %q: want on, code or off (or unset for the default)", mode)
+	return 0, fmt.Errorf("THP mode %q (Options.THP, or AIRLOCK_THP): want on, code or off (or unset for the default)", mode)
 }
 
 // assets resolves accelerator, kernel and initramfs or agent disk once.
