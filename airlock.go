@@ -137,16 +137,14 @@ func (r *Runtime) reconcile(ctx context.Context) error {
 	}
 	for _, rec := range recs {
 		cfg, err := decodeConfig(rec)
-		if err != nil {
-			// Not this box's fault that others cannot be reconciled: it
-			// shows up in List and Get with the error.
-			continue
-		}
-		if o := (vmm.Handle{PID: cfg.OwnerPID, Start: cfg.OwnerStart}); cfg.Options.AutoRemove && o.PID != 0 && o.PID != os.Getpid() && !o.Alive() {
+		o := vmm.Handle{PID: cfg.OwnerPID, Start: cfg.OwnerStart}
+		if err == nil && cfg.Options.AutoRemove && o.PID != 0 && o.PID != os.Getpid() && !o.Alive() {
 			// Its creator died without removing it.
 			r.handle(rec, cfg).remove(ctx, true)
 			continue
 		}
+		// A box whose configuration cannot be read is still reconciled;
+		// Get and Start say what is wrong with it.
 		if _, err := r.observe(ctx, rec); err != nil {
 			return err
 		}
@@ -385,10 +383,9 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 	}
 	out := make([]BoxInfo, 0, len(recs))
 	for _, rec := range recs {
-		cfg, err := decodeConfig(rec)
-		if err != nil {
-			return nil, err
-		}
+		// A box whose configuration cannot be read is listed with zero
+		// Options (Get and Start say why; Remove still works).
+		cfg, _ := decodeConfig(rec)
 		out = append(out, infoOf(rec, cfg))
 	}
 	return out, nil
@@ -401,8 +398,16 @@ func infoOf(rec *store.Box, cfg boxConfig) BoxInfo {
 
 // Remove deletes a box: its VM, writable layer and record. A running box
 // is refused with ErrBoxRunning unless force is set, which kills its VM.
+// A box whose record cannot be read can still be removed.
 func (r *Runtime) Remove(ctx context.Context, idOrName string, force bool) error {
 	b, err := r.Get(ctx, idOrName)
+	if errors.Is(err, errBadRecord) {
+		rec, gerr := r.db.Get(ctx, idOrName)
+		if gerr != nil {
+			return r.storeErr(idOrName, gerr)
+		}
+		return r.handle(rec, boxConfig{}).remove(ctx, force)
+	}
 	if err != nil {
 		return err
 	}

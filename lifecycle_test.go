@@ -2,6 +2,7 @@ package airlock_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -316,4 +317,44 @@ func testLifecycle(t *testing.T, h driverHarness) {
 			t.Fatalf("box directory left: %v", err)
 		}
 	})
+}
+
+// A box whose stored configuration is broken is listed, Get says why, and
+// it can still be removed.
+func TestUnreadableRecord(t *testing.T) {
+	h := fakeHarness(t)
+	home := t.TempDir()
+	r := h.open(t, home)
+	ctx := context.Background()
+	b, err := r.Create(ctx, airlock.BoxOptions{Image: h.image, Name: "broken"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := b.Info(ctx)
+	db, err := sql.Open("sqlite", filepath.Join(home, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE boxes SET config = '{"v":1,"network":"sideways"}' WHERE id = ?`, b.ID()); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	r2 := h.open(t, home)
+	if list, err := r2.List(ctx); err != nil || len(list) != 1 || list[0].Name != "broken" {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	if _, err := r2.Get(ctx, "broken"); err == nil || !strings.Contains(err.Error(), "cannot be read") || errors.Is(err, airlock.ErrBoxNotFound) {
+		t.Fatalf("get: %v", err)
+	}
+	if err := r2.Remove(ctx, "broken", true); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", info.PID)); err == nil {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", info.PID)); !strings.Contains(string(b), ") Z ") {
+			t.Errorf("machine %d left running", info.PID)
+		}
+	}
+	if list, _ := r2.List(ctx); len(list) != 0 {
+		t.Fatalf("after remove: %+v", list)
+	}
 }

@@ -2,6 +2,7 @@ package airlock
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/airlock-run/airlock/internal/image"
@@ -191,7 +192,10 @@ func (r boxRecord) config() (boxConfig, error) {
 	}, nil
 }
 
-// decodeConfig decodes rec's configuration.
+// errBadRecord marks a box configuration that cannot be decoded.
+var errBadRecord = errors.New("unreadable box record")
+
+// decodeConfig decodes rec's configuration; its errors match errBadRecord.
 func decodeConfig(rec *store.Box) (boxConfig, error) {
 	r, err := decodeRecord(rec.Config)
 	if err == nil {
@@ -200,5 +204,5 @@ func decodeConfig(rec *store.Box) (boxConfig, error) {
 			return c, nil
 		}
 	}
-	return boxConfig{}, fmt.Errorf("box %s: its record cannot be read (%v): remove the box and create it again", rec.ID, err)
+	return boxConfig{}, fmt.Errorf("box %s: its record cannot be read (%v): remove the box and create it again: %w", rec.ID, err, errBadRecord)
 }
