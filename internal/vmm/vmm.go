@@ -117,7 +117,11 @@ type BootReporter interface {
 
 // BootInfo describes what a driver's machines boot with (see airlock.BootInfo).
 type BootInfo struct {
-	Accel, AccelReason                              string
-	Kernel, KernelKind, KernelVer, KernelConfigHash string
-	Initrd, AgentDisk, THP                          string
+	Accel, AccelReason string // "kvm" or "tcg"; why not KVM
+	Kernel             string // path of the guest kernel
+	KernelKind         string // "airlock", "debian" or "custom"
+	KernelVer          string
+	KernelConfigHash   string
+	Initrd, AgentDisk  string // the one the kernel boots with
+	THP                string // "on", "code" or "off"
 }
