@@ -333,7 +333,7 @@ func (b *Box) client(ctx context.Context) (*client.Client, error) {
 				return nil, err
 			}
 		}
-		return nil, fmt.Errorf("%w: %s (start it first)", ErrBoxNotRunning, b.id)
+		return nil, fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
 	}
 	m := b.machine(rec, cfg)
 	b.mu.Lock()
@@ -490,7 +490,7 @@ func (b *Box) remove(ctx context.Context, force bool) error {
 	}
 	if running(rec) {
 		if !force {
-			return fmt.Errorf("%w: %s: stop it first, or force removal", ErrBoxRunning, b.id)
+			return fmt.Errorf("%w: %s: stop it first, or remove it with force to kill its VM", ErrBoxRunning, b.id)
 		}
 		b.mu.Lock()
 		b.stopping = true

@@ -15,7 +15,7 @@ func TestReportAddsTheCommandToRun(t *testing.T) {
 		err  error
 		want string
 	}{
-		{fmt.Errorf("%w: 0123: stop it first, or force removal", airlock.ErrBoxRunning), "airlock rm -f keep"},
+		{fmt.Errorf("%w: 0123: stop it first, or remove it with force to kill its VM", airlock.ErrBoxRunning), "airlock rm -f keep"},
 		{fmt.Errorf("%w: 0123", airlock.ErrBoxNotRunning), "airlock start keep"},
 		{fmt.Errorf("%w: %q", airlock.ErrBoxNotFound, "keep"), "airlock ls"},
 	} {
