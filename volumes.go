@@ -2,7 +2,6 @@ package airlock
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,12 +10,10 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/airlock-run/airlock/internal/assets"
-	"github.com/airlock-run/airlock/internal/vmm/qemu"
+	"github.com/airlock-run/airlock/internal/vmm"
 )
 
 // Volume attaches storage to a box at Target (BoxOptions.Volumes).
@@ -235,25 +232,16 @@ func (r *Runtime) RemoveVolume(ctx context.Context, name string) error {
 	return os.RemoveAll(r.volumeDir(name))
 }
 
-// prepareVolumes checks the box's volumes before a boot: host directories
-// exist, named ones exist (or are created), and the kernel can mount them.
-func (b *Box) prepareVolumes(ctx context.Context, kernel assets.Kernel) error {
-	for _, v := range b.cfg.Options.Volumes {
+// prepareVolumes creates the named volumes vols attach that do not exist
+// yet (host directories are checked by the driver, which knows its
+// kernel).
+func (r *Runtime) prepareVolumes(ctx context.Context, vols []Volume) error {
+	for _, v := range vols {
 		if v.IsHostDir() {
-			fi, err := os.Stat(v.Source)
-			if err != nil {
-				return fmt.Errorf("volume %s: %w", v.Source, err)
-			}
-			if !fi.IsDir() {
-				return fmt.Errorf("volume %s: not a directory (host volumes share directories)", v.Source)
-			}
-			if kernel.Kind != assets.KernelAirlock {
-				return fmt.Errorf("volume %s: host directory volumes need 9p in the guest kernel, which the %s kernel (%s) lacks: use the airlock kernel (hack/build-kernel.sh, or hack/setup.sh)", v.Source, kernel.Kind, kernel.Path)
-			}
 			continue
 		}
-		if _, err := os.Stat(b.r.volumeImage(v.Source)); os.IsNotExist(err) {
-			if _, err := b.r.CreateVolume(ctx, v.Source, 0); err != nil {
+		if _, err := os.Stat(r.volumeImage(v.Source)); os.IsNotExist(err) {
+			if _, err := r.CreateVolume(ctx, v.Source, 0); err != nil {
 				return err
 			}
 		}
@@ -261,42 +249,28 @@ func (b *Box) prepareVolumes(ctx context.Context, kernel assets.Kernel) error {
 	return nil
 }
 
-// qemuEscape doubles commas, QEMU's escape in option values.
-func qemuEscape(s string) string { return strings.ReplaceAll(s, ",", ",,") }
-
-// volumeDevices returns the QEMU arguments and kernel parameters that
-// attach the box's volumes; firstDisk is the index the first extra
-// virtio-blk disk gets (vda = 0).
-func (b *Box) volumeDevices(firstDisk int) (disks []qemu.Disk, args []string, params []string) {
-	for i, v := range b.cfg.Options.Volumes {
-		mode := "rw"
-		if v.ReadOnly {
-			mode = "ro"
-		}
-		target := hex.EncodeToString([]byte(path.Clean(v.Target)))
+// vmVolumes is how the driver attaches vols.
+func (r *Runtime) vmVolumes(vols []Volume) []vmm.Volume {
+	var out []vmm.Volume
+	for _, v := range vols {
+		mv := vmm.Volume{Target: v.Target, ReadOnly: v.ReadOnly}
 		if v.IsHostDir() {
-			tag := "airlock.vol" + strconv.Itoa(i)
-			fsdev := "local,id=vol" + strconv.Itoa(i) + ",path=" + qemuEscape(v.Source) + ",security_model=mapped-xattr"
-			if v.ReadOnly {
-				fsdev += ",readonly=on"
-			}
-			args = append(args, "-fsdev", fsdev, "-device", "virtio-9p-device,fsdev=vol"+strconv.Itoa(i)+",mount_tag="+tag)
-			params = append(params, "airlock.vol="+strings.Join([]string{"9p", tag, target, mode}, ":"))
-			continue
+			mv.HostDir = v.Source
+		} else {
+			mv.Disk = r.volumeImage(v.Source)
 		}
-		dev := "vd" + string(rune('a'+firstDisk+len(disks)))
-		disks = append(disks, qemu.Disk{Path: b.r.volumeImage(v.Source), ReadOnly: v.ReadOnly})
-		params = append(params, "airlock.vol="+strings.Join([]string{"blk", dev, target, mode}, ":"))
+		out = append(out, mv)
 	}
-	return disks, args, params
+	return out
 }
 
 // flushVolumes shuts a running box down cleanly before a forced removal
 // when it has named volumes, so that what the box wrote to them is on
 // disk (a killed VM loses the guest's page cache). Bounded: 10 s.
-func (b *Box) flushVolumes(ctx context.Context, pid int, start uint64) {
+func (b *Box) flushVolumes(ctx context.Context, h vmm.Handle) {
+	_, cfg := b.snapshot()
 	named := false
-	for _, v := range b.cfg.Options.Volumes {
+	for _, v := range cfg.Options.Volumes {
 		named = named || !v.IsHostDir()
 	}
 	if !named {
@@ -314,7 +288,7 @@ func (b *Box) flushVolumes(ctx context.Context, pid int, start uint64) {
 	if c.Shutdown(cctx) != nil {
 		return
 	}
-	for qemu.Alive(pid, start) && cctx.Err() == nil {
+	for h.Alive() && cctx.Err() == nil {
 		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -1,47 +1,16 @@
 package guestinit
 
 import (
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/tarfs"
 )
-
-// VolumeSpec is one volume the host attached, from a kernel parameter
-// airlock.vol=KIND:SOURCE:HEXTARGET:MODE: KIND "9p" (SOURCE the mount tag)
-// or "blk" (SOURCE the disk, e.g. vdd, an ext4 image); HEXTARGET the
-// mount point in the box, hex-encoded; MODE ro or rw.
-type VolumeSpec struct {
-	Kind, Source, Target string
-	ReadOnly             bool
-}
-
-// ParseVolumes returns the airlock.vol parameters of cmdline.
-func ParseVolumes(cmdline string) ([]VolumeSpec, error) {
-	var out []VolumeSpec
-	for _, f := range strings.Fields(cmdline) {
-		v, ok := strings.CutPrefix(f, "airlock.vol=")
-		if !ok {
-			continue
-		}
-		p := strings.Split(v, ":")
-		if len(p) != 4 {
-			return nil, fmt.Errorf("bad volume parameter %q", f)
-		}
-		t, err := hex.DecodeString(p[2])
-		if err != nil || !path.IsAbs(string(t)) {
-			return nil, fmt.Errorf("bad volume target in %q", f)
-		}
-		out = append(out, VolumeSpec{Kind: p[0], Source: p[1], Target: string(t), ReadOnly: p[3] == "ro"})
-	}
-	return out, nil
-}
 
 var mountedVolumes []string
 
@@ -50,7 +19,7 @@ var mountedVolumes []string
 // the box root (a symlink in the image cannot move it outside).
 func MountVolumes() error {
 	b, _ := os.ReadFile("/proc/cmdline")
-	vols, err := ParseVolumes(string(b))
+	vols, err := guestabi.ParseVolumes(string(b))
 	if err != nil || len(vols) == 0 {
 		return err
 	}
@@ -73,12 +42,12 @@ func MountVolumes() error {
 			flags |= unix.MS_RDONLY
 		}
 		switch v.Kind {
-		case "9p":
+		case guestabi.VolumeKind9p:
 			err = unix.Mount(v.Source, target, "9p", flags, "trans=virtio,version=9p2000.L,msize=524288,cache=none,access=client")
 			if err == unix.ENODEV {
 				err = fmt.Errorf("%w (this guest kernel has no 9p: use the airlock kernel)", err)
 			}
-		case "blk":
+		case guestabi.VolumeKindDisk:
 			dev := "/dev/" + v.Source
 			if err = waitFor(dev, 10*time.Second); err == nil {
 				err = unix.Mount(dev, target, "ext4", flags|unix.MS_NOATIME, "")
