@@ -34,7 +34,7 @@ func TestPackageRules(t *testing.T) {
 		// The driver seam: drivers know the seam and the parts a machine
 		// is made of, never the lifecycle code or the box store.
 		"internal/vmm":      {"internal/agent/client", "internal/guestabi", "internal/image"},
-		"internal/vmm/fake": {"internal/vmm", "internal/agent/client", "internal/boxdir"},
+		"internal/vmm/fake": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi"},
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/rootfs", "internal/image"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
 		"":        {"internal/vmm", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client"},

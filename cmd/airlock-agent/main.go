@@ -31,17 +31,12 @@ import (
 	"github.com/airlock-run/airlock/internal/transport"
 )
 
-// HostListenEnv names the environment variable that starts the agent in
-// host mode (unix:PATH), even as PID 1 of a PID namespace: the fake VM
-// driver (internal/vmm/fake) runs it that way. The kernel never sets it.
-const hostListenEnv = "AIRLOCK_AGENT_LISTEN"
-
 func main() {
-	if l := os.Getenv(hostListenEnv); l != "" {
+	if l := os.Getenv(guestabi.HostListenEnv); l != "" {
 		serveHost(l, "/")
 		return
 	}
-	if os.Getpid() == 1 && os.Getenv("AIRLOCK_BARE") == "1" {
+	if os.Getpid() == 1 && os.Getenv("AIRLOCK_BARE") == "1" { // guestabi.BareParam
 		bareInit()
 		return
 	}
@@ -128,7 +123,7 @@ func bareInit() {
 	} else {
 		fmt.Fprintln(os.Stderr, "bare init: run true:", err)
 	}
-	fmt.Fprintln(os.Stderr, "AIRLOCK-BARE-MARKER")
+	fmt.Fprintln(os.Stderr, guestabi.BareMarker)
 	for {
 		time.Sleep(time.Hour)
 	}

@@ -17,7 +17,9 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/defaults"
+	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/vmm"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
@@ -232,7 +234,7 @@ func (k *kernelRuns) bareRun(ctx context.Context, i int) error {
 	defer os.RemoveAll(dir)
 	spec := vmm.Spec{ID: fmt.Sprintf("bare%08d", i), Dir: dir, CPUs: airlock.DefaultCPUs, MemoryMiB: airlock.DefaultMemoryMiB,
 		DiskSizeMiB: airlock.DefaultDiskSizeMiB, Network: true, Hostname: "bare", Images: k.images, Image: img,
-		ExtraCmdline: []string{"AIRLOCK_BARE=1"}}
+		ExtraCmdline: []string{guestabi.BareParam}}
 	if err := k.drv.Create(ctx, spec); err != nil {
 		return err
 	}
@@ -243,8 +245,8 @@ func (k *kernelRuns) bareRun(ctx context.Context, i int) error {
 	}
 	defer m.Kill()
 	for {
-		c, _ := os.ReadFile(filepath.Join(dir, "console.log"))
-		if strings.Contains(string(c), "AIRLOCK-BARE-MARKER") {
+		c, _ := os.ReadFile(filepath.Join(dir, boxdir.Console))
+		if strings.Contains(string(c), guestabi.BareMarker) {
 			break
 		}
 		if time.Since(t0) > 2*time.Minute || !m.Alive() {

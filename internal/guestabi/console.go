@@ -11,3 +11,16 @@ const FatalPrefix = LogPrefix + "fatal: "
 // boot (bind-mounted from its own tmpfs): the root filesystem builder puts
 // an empty regular file at each in every base to mount over.
 var EtcFiles = []string{"hosts", "hostname", "resolv.conf"}
+
+// The boot benchmark's bare init: BareParam on the kernel command line (the
+// kernel hands it to /init as the environment variable AIRLOCK_BARE=1) makes
+// the agent mount the image, run its /bin/true and print BareMarker.
+const (
+	BareParam  = "AIRLOCK_BARE=1"
+	BareMarker = "AIRLOCK-BARE-MARKER"
+)
+
+// HostListenEnv, set to unix:PATH in the agent's environment, starts it in
+// host mode on that socket (the fake VM driver), even as PID 1 of a PID
+// namespace. The kernel never sets it.
+const HostListenEnv = "AIRLOCK_AGENT_LISTEN"

@@ -29,6 +29,7 @@ import (
 
 	"github.com/airlock-run/airlock/internal/agent/client"
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -68,7 +69,7 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 	defer console.Close()
 	start := func(flags uintptr) (*exec.Cmd, error) {
 		cmd := exec.Command(d.Agent)
-		cmd.Env = append(os.Environ(), "AIRLOCK_AGENT_LISTEN=unix:"+sock)
+		cmd.Env = append(os.Environ(), guestabi.HostListenEnv+"=unix:"+sock)
 		cmd.Stdout, cmd.Stderr = console, console
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: flags}
 		return cmd, cmd.Start()
