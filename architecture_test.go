@@ -23,13 +23,14 @@ func TestPackageRules(t *testing.T) {
 		"internal/transport":     {},
 		"internal/agent/agentpb": {},
 		"internal/image":         {},
+		"internal/tarfs":         {},
 		"internal/image/unpack":  {"internal/image"},
 		"internal/rootfs":        {"internal/image", "internal/guestabi"},
 		"internal/assets":        {"internal/defaults"},
 		"internal/agent/client":  {"internal/agent/agentpb", "internal/transport"},
 		// Guest side: never a host package.
-		"internal/agent":     {"internal/agent/agentpb", "internal/transport"},
-		"internal/guestinit": {"internal/guestabi"},
+		"internal/agent":     {"internal/agent/agentpb", "internal/transport", "internal/tarfs"},
+		"internal/guestinit": {"internal/guestabi", "internal/tarfs"},
 		"cmd/airlock-agent":  {"internal/agent", "internal/guestinit", "internal/guestabi", "internal/transport"},
 		// The driver seam: drivers know the seam and the parts a machine
 		// is made of, never the lifecycle code or the box store.
@@ -37,7 +38,7 @@ func TestPackageRules(t *testing.T) {
 		"internal/vmm/fake": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi"},
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/rootfs", "internal/image"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client"},
+		"":        {"internal/vmm", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs"},
 		"codebox": {""},
 		"interp":  {"codebox"},
 	}

@@ -46,6 +46,15 @@ type boxRecord struct {
 	ImageConfig imageRecord `json:"image_config"`
 	OwnerPID    int         `json:"owner_pid,omitempty"`
 	OwnerStart  uint64      `json:"owner_start,omitempty"`
+	// Volumes: optional, added in version 1 without a bump (absent = none).
+	Volumes []volumeRecord `json:"volumes,omitempty"`
+}
+
+// volumeRecord is the stored form of a Volume.
+type volumeRecord struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"ro,omitempty"`
 }
 
 type imageRecord struct {
@@ -93,6 +102,9 @@ func encodeConfig(c boxConfig) []byte {
 		ImageConfig: imageRecord{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
 		OwnerPID: c.OwnerPID, OwnerStart: c.OwnerStart}
+	for _, v := range o.Volumes {
+		r.Volumes = append(r.Volumes, volumeRecord{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		panic(err) // strings, ints and bools only
@@ -183,9 +195,13 @@ func (r boxRecord) config() (boxConfig, error) {
 		return boxConfig{}, err
 	}
 	ic := r.ImageConfig
+	var vols []Volume
+	for _, v := range r.Volumes {
+		vols = append(vols, Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
+	}
 	return boxConfig{
 		Options: BoxOptions{Image: r.Image, Name: r.Name, CPUs: r.CPUs, MemoryMiB: r.MemoryMiB, DiskSizeMiB: r.DiskSizeMiB,
-			Env: r.Env, WorkingDir: r.WorkingDir, User: r.User, AutoRemove: r.AutoRemove, Network: n},
+			Env: r.Env, WorkingDir: r.WorkingDir, User: r.User, AutoRemove: r.AutoRemove, Network: n, Volumes: vols},
 		Image: image.ImageConfig{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
 		OwnerPID: r.OwnerPID, OwnerStart: r.OwnerStart,
