@@ -41,8 +41,11 @@ type Options struct {
 	// else airlock-agent beside the executable or on PATH.
 	AgentPath string
 	// Warn receives one-line warnings for the user (TCG in use, kernel
-	// fallback). Default: written to os.Stderr. Each is sent once per
-	// Runtime.
+	// fallback, limits), as plain text with no prefix: the caller formats
+	// them. The TCG warning comes when a box has started under TCG that
+	// AIRLOCK_ACCEL did not ask for, never on a failed start. Default:
+	// written to os.Stderr after "airlock: warning: ". Each is sent once
+	// per Runtime.
 	Warn func(msg string)
 	// Pull, when set, is used to fetch images missing from the store
 	// (default: pull from the registry with no progress display).
@@ -78,6 +81,9 @@ type bootAssets struct {
 	// kernelSpan is where the kernel loads (THPCode's RAM layout), read
 	// once from its ELF headers rather than at every box start.
 	kernelSpan qemu.PhysRange
+	// note is the kernel fallback note (assets.FindKernel), given with
+	// the warnings of a box start.
+	note string
 }
 
 // readaheadFor returns the optimal I/O size (bytes, whole MiB) that makes
@@ -119,7 +125,7 @@ func Open(opts Options) (*Runtime, error) {
 		opts.Accel = os.Getenv("AIRLOCK_ACCEL")
 	}
 	if opts.Warn == nil {
-		opts.Warn = func(msg string) { fmt.Fprintln(os.Stderr, msg) }
+		opts.Warn = func(msg string) { fmt.Fprintln(os.Stderr, "airlock: warning: "+msg) }
 	}
 	if err := os.MkdirAll(filepath.Join(opts.Home, "boxes"), 0o700); err != nil {
 		return nil, fmt.Errorf("airlock home %s: %w", opts.Home, err)
@@ -172,7 +178,7 @@ func (r *Runtime) reconcile(ctx context.Context) error {
 			continue
 		}
 		if rec.State == store.StateRunning && !qemu.Alive(rec.PID, rec.PIDStart) {
-			if err := r.db.SetStopped(ctx, rec.ID); err != nil {
+			if err := r.markGone(ctx, rec); err != nil {
 				return err
 			}
 		}
@@ -243,11 +249,7 @@ func (r *Runtime) bootAssets() (*bootAssets, error) {
 	if err != nil {
 		return nil, err
 	}
-	if accel.Accel == qemu.AccelTCG {
-		r.warn(qemu.TCGWarning + " (" + accel.Reason + ")")
-	}
-	r.warn(note)
-	b := &bootAssets{accel: accel, kernel: k, initrd: initrd, agentDisk: agentDisk, agent: agent, thp: thp}
+	b := &bootAssets{accel: accel, kernel: k, initrd: initrd, agentDisk: agentDisk, agent: agent, thp: thp, note: note}
 	if thp == qemu.THPCode {
 		b.kernelSpan = qemu.KernelSpan(k.Path)
 	}
@@ -397,6 +399,9 @@ func withDefaults(opts BoxOptions) (BoxOptions, error) {
 	if opts.MemoryMiB < 64 {
 		return opts, fmt.Errorf("memory %d MiB: want at least 64", opts.MemoryMiB)
 	}
+	if opts.Hostname != "" && !validHostname(opts.Hostname) {
+		return opts, fmt.Errorf("%w: hostname %q: want letters, digits and '-', at most 63", ErrInvalidArgument, opts.Hostname)
+	}
 	if opts.DiskSizeMiB < 16 {
 		return opts, fmt.Errorf("disk size %d MiB: want at least 16", opts.DiskSizeMiB)
 	}
@@ -466,7 +471,7 @@ func (r *Runtime) Get(ctx context.Context, idOrName string) (*Box, error) {
 		return nil, err
 	}
 	if rec.State == store.StateRunning && !qemu.Alive(rec.PID, rec.PIDStart) {
-		r.db.SetStopped(ctx, rec.ID)
+		r.markGone(ctx, rec)
 		rec.State = store.StateStopped
 	}
 	b := r.handle(rec)

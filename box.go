@@ -96,7 +96,7 @@ func (b *Box) Info(ctx context.Context) (BoxInfo, error) {
 		return BoxInfo{}, fmt.Errorf("%w: %s", ErrBoxNotFound, b.id)
 	}
 	if rec.State == store.StateRunning && !qemu.Alive(rec.PID, rec.PIDStart) {
-		b.r.db.SetStopped(ctx, rec.ID)
+		b.r.markGone(ctx, rec)
 		rec.State = store.StateStopped
 	}
 	b.refresh(rec)
@@ -204,7 +204,7 @@ func (b *Box) Start(ctx context.Context) error {
 		cid = randomCID()
 	}
 	if n := runtime.NumCPU(); boot.accel.Accel == qemu.AccelTCG && b.cfg.Options.CPUs > n {
-		b.r.warn(fmt.Sprintf("airlock: warning: box %s has %d vCPUs but this host has %d CPUs: under TCG each vCPU is a host thread, so more vCPUs than host CPUs make the box slower, not faster", b.id, b.cfg.Options.CPUs, n))
+		b.r.warn(fmt.Sprintf("box %s has %d vCPUs but this host has %d CPUs: under TCG each vCPU is a host thread, so more vCPUs than host CPUs make the box slower, not faster", b.id, b.cfg.Options.CPUs, n))
 	}
 	qc := b.vmConfig(boot, base, cid)
 	for _, f := range append(qc.AgentSockets, qc.QMPSocket, qc.PIDFile, filepath.Join(b.dir, fileCID)) {
@@ -244,6 +244,7 @@ func (b *Box) Start(ctx context.Context) error {
 		}
 		return fmt.Errorf("box %s did not come up: %w\n--- console (last lines) ---\n%s", b.id, err, consoleTail(b.ConsoleLog(), 20))
 	}
+	b.r.warnAccel(boot)
 	return nil
 }
 
@@ -309,6 +310,9 @@ func (b *Box) vmConfig(boot *bootAssets, base string, cid uint32, extraCmdline .
 }
 
 func (b *Box) hostname() string {
+	if h := b.cfg.Options.Hostname; h != "" {
+		return h
+	}
 	if n := b.rec.Name; n != "" && validHostname(n) {
 		return n
 	}
@@ -358,6 +362,7 @@ func (b *Box) watchVM(pid int) {
 		}
 		if !b.stopping {
 			b.died = b.diedError(pid)
+			b.recordDied(b.rec.Started, b.died)
 		}
 		b.dropConnLocked()
 		b.vmExit, b.watchPID = nil, 0
@@ -447,7 +452,7 @@ func (b *Box) client(ctx context.Context) (*client.Client, error) {
 				return nil, err
 			}
 		}
-		return nil, fmt.Errorf("%w: %s (start it first: airlock start %s, or Box.Start)", ErrBoxNotRunning, b.id, b.id)
+		return nil, fmt.Errorf("%w: %s (start it first: airlock start %s)", ErrBoxNotRunning, b.id, b.id)
 	}
 	b.mu.Lock()
 	b.watchVM(rec.PID)
@@ -584,6 +589,7 @@ func (b *Box) stopLocked(ctx context.Context) error {
 	b.mu.Unlock()
 	pid, start := rec.PID, rec.PIDStart
 	if rec.State == store.StateRunning && qemu.Alive(pid, start) {
+		b.recordStop(rec.Started)
 		gone := func(d time.Duration) bool {
 			deadline := time.Now().Add(d)
 			for qemu.Alive(pid, start) {

@@ -53,6 +53,9 @@ type BoxOptions struct {
 	AutoRemove bool
 	// Network is NetworkEnabled (default) or NetworkDisabled.
 	Network string
+	// Hostname is the box's host name (default: Name when it is a valid
+	// host name, else the id). Letters, digits and '-', at most 63.
+	Hostname string `json:",omitempty"`
 }
 
 // ExecOptions tune one Exec. Env, User and WorkingDir override the box's

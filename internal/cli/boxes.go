@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,12 +14,21 @@ import (
 )
 
 func newLsCmd() *cobra.Command {
-	var quiet bool
+	var lf listFormat
+	var all bool
 	cmd := &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"ps"},
-		Short:   "List boxes",
-		Args:    cobra.NoArgs,
+		Short:   "List running boxes (-a: all)",
+		Long: `List running boxes; with -a, all boxes. STATUS says since when a box is up,
+or why it stopped: "Exited (N)" (its main command ended with status N), "OOM
+killed", "VM died: CAUSE", "Stopped" (airlock stop).
+
+--format json prints one JSON object per box; a Go template prints one line
+per box: --format '{{.ID}} {{.Status}}'; 'table {{.ID}}\t{{.Name}}' adds a
+header. Fields: ID, Name, Image, State, Status, Reason, ExitCode, CPUs,
+Memory, Created, Started.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := openRuntime(cmd)
 			if err != nil {
@@ -31,24 +39,25 @@ func newLsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if quiet {
-				for _, b := range boxes {
-					fmt.Fprintln(cmd.OutOrStdout(), b.ID)
-				}
-				return nil
-			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
-			fmt.Fprintln(w, "BOX ID\tNAME\tIMAGE\tSTATE\tCPUS\tMEMORY\tCREATED")
+			var rows []boxRow
 			for _, b := range boxes {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d MiB\t%s ago\n", b.ID, b.Name, b.Image, b.State,
-					b.Options.CPUs, b.Options.MemoryMiB, time.Since(b.Created).Round(time.Second))
+				if all || b.State == "running" {
+					rows = append(rows, rowOf(r, b))
+				}
 			}
-			return w.Flush()
+			return writeList(cmd.OutOrStdout(), lf, rows, []column[boxRow]{
+				{"BOX ID", func(b boxRow) string { return b.ID }},
+				{"NAME", func(b boxRow) string { return b.Name }},
+				{"IMAGE", func(b boxRow) string { return b.Image }},
+				{"STATUS", func(b boxRow) string { return b.Status }},
+				{"CPUS", func(b boxRow) string { return fmt.Sprint(b.CPUs) }},
+				{"MEMORY", func(b boxRow) string { return b.Memory }},
+				{"CREATED", func(b boxRow) string { return humanDuration(time.Since(b.Created)) + " ago" }},
+			})
 		},
 	}
-	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "only print box ids")
-	// Docker's ps -a: airlock ls always lists stopped boxes too.
-	cmd.Flags().BoolP("all", "a", false, "list all boxes (the default: stopped ones are always listed)")
+	lf.add(cmd, "box ids")
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "list all boxes (default: running ones)")
 	return cmd
 }
 

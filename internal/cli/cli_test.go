@@ -127,7 +127,9 @@ func TestCLIFlagErrors(t *testing.T) {
 		{[]string{"run", "-e", "=x", "python:slim", "true"}, "want KEY=VALUE", ""},
 		{[]string{"exec", "-e", "", "somebox", "true"}, "want KEY=VALUE", ""},
 		{[]string{"run", "--timeout", "3", "python:slim", "true"}, "--timeout takes a duration", "MiB"},
-		{[]string{"run", "--memory", "1g", "python:slim", "true"}, "--memory and --disk-size take MiB", "duration"},
+		{[]string{"run", "--memory", "1q", "python:slim", "true"}, "want a size such as 512m or 2g", "duration"},
+		{[]string{"run", "--memory", "100000g", "python:slim", "true"}, "more than this host's RAM", ""},
+		{[]string{"run", "--disk-size", "abc", "python:slim", "true"}, "--disk-size \"abc\"", ""},
 		{[]string{"run", "--bogus", "python:slim"}, "unknown flag: --bogus", "MiB"},
 	} {
 		_, errs, code := c.run(tc.args...)

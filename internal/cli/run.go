@@ -20,10 +20,12 @@ type boxFlags struct {
 	workdir  string
 	user     string
 	cpus     int
-	memory   int
-	diskSize int
+	memory   string
+	diskSize string
 	network  string
 	rm       bool
+	hostname string
+	envFiles []string
 }
 
 func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
@@ -33,8 +35,10 @@ func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory inside the box")
 	fl.StringVarP(&f.user, "user", "u", "", "user (name, uid, name:group or uid:gid)")
 	fl.IntVar(&f.cpus, "cpus", 0, fmt.Sprintf("number of vCPUs (default %d)", airlock.DefaultCPUs))
-	fl.IntVar(&f.memory, "memory", 0, fmt.Sprintf("guest memory in MiB (default %d)", airlock.DefaultMemoryMiB))
-	fl.IntVar(&f.diskSize, "disk-size", 0, fmt.Sprintf("size of the writable layer in MiB (default %d)", airlock.DefaultDiskSizeMiB))
+	fl.StringVarP(&f.memory, "memory", "m", "", fmt.Sprintf("guest memory: 512m, 2g; a bare number is MiB (default %d MiB)", airlock.DefaultMemoryMiB))
+	fl.StringVar(&f.diskSize, "disk-size", "", fmt.Sprintf("size of the writable layer: 8g, 512m; a bare number is MiB (default %d MiB)", airlock.DefaultDiskSizeMiB))
+	fl.StringVar(&f.hostname, "hostname", "", "host name inside the box (default: the box name, else its id)")
+	fl.StringArrayVar(&f.envFiles, "env-file", nil, "read environment variables from a file (KEY=VALUE lines; # comments), repeatable")
 	fl.StringVar(&f.network, "network", airlock.NetworkEnabled, "network access: enabled (outbound through the host) or disabled")
 	if withRm {
 		fl.BoolVar(&f.rm, "rm", false, "remove the box when the command exits")
@@ -45,13 +49,28 @@ func (f *boxFlags) options(cmd *cobra.Command, image string) (airlock.BoxOptions
 	if cmd.Flags().Changed("cpus") && f.cpus < 1 {
 		return airlock.BoxOptions{}, fmt.Errorf("--cpus %d: want 1..64", f.cpus)
 	}
+	fromFiles, err := envFiles(f.envFiles)
+	if err != nil {
+		return airlock.BoxOptions{}, err
+	}
 	env, err := envFlags(f.env)
 	if err != nil {
 		return airlock.BoxOptions{}, err
 	}
+	mem, err := sizeFlag("memory", f.memory)
+	if err != nil {
+		return airlock.BoxOptions{}, err
+	}
+	if err := checkMemory(mem); err != nil {
+		return airlock.BoxOptions{}, err
+	}
+	disk, err := sizeFlag("disk-size", f.diskSize)
+	if err != nil {
+		return airlock.BoxOptions{}, err
+	}
 	return airlock.BoxOptions{
-		Image: image, Name: f.name, Env: env, WorkingDir: f.workdir, User: f.user,
-		CPUs: f.cpus, MemoryMiB: f.memory, DiskSizeMiB: f.diskSize, Network: f.network, AutoRemove: f.rm,
+		Image: image, Name: f.name, Env: append(fromFiles, env...), WorkingDir: f.workdir, User: f.user,
+		CPUs: f.cpus, MemoryMiB: mem, DiskSizeMiB: disk, Network: f.network, AutoRemove: f.rm, Hostname: f.hostname,
 	}, nil
 }
 
@@ -182,18 +201,11 @@ killed it; 124 when --timeout fired; 125 when airlock itself failed.`,
 	return cmd
 }
 
-// flagError125 reports a bad flag of run or exec with exit status 125, as
-// Docker does, and says what the flag named in err takes.
-func flagError125(cmd *cobra.Command, err error) error {
-	fmt.Fprintf(cmd.ErrOrStderr(), "airlock: %v\n(%ssee 'airlock %s --help')\n", err, flagHint(err.Error()), cmd.Name())
-	return &ExitError{125}
-}
-
 // flagHint says what the value of the flag named in a flag error takes.
 func flagHint(msg string) string {
 	switch {
 	case strings.Contains(msg, "--memory"), strings.Contains(msg, "--disk-size"):
-		return "--memory and --disk-size take MiB, e.g. --memory 1024; "
+		return "--memory and --disk-size take a size: 512m, 2g, or a bare number of MiB; "
 	case strings.Contains(msg, "--timeout"):
 		return "--timeout takes a duration with a unit, e.g. 30s or 2m; "
 	case strings.Contains(msg, "--cpus"):
