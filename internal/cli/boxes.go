@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -127,30 +125,4 @@ func newRmCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "kill and remove running boxes")
 	return cmd
-}
-
-func newLogsCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "logs BOX",
-		Short: "Print a box's console log (guest kernel and agent messages)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := openRuntime(cmd)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			b, err := r.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			f, err := os.Open(b.ConsoleLog())
-			if err != nil {
-				return fmt.Errorf("box %s has no console log yet: %w", b.ID(), err)
-			}
-			defer f.Close()
-			_, err = io.Copy(cmd.OutOrStdout(), f)
-			return err
-		},
-	}
 }

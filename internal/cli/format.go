@@ -50,6 +50,7 @@ func writeList[T any](w io.Writer, f listFormat, rows []T, cols []column[T], qui
 		return nil
 	case f.format == "json":
 		enc := json.NewEncoder(w)
+		enc.SetEscapeHTML(false)
 		for _, r := range rows {
 			if err := enc.Encode(r); err != nil {
 				return err

@@ -48,7 +48,7 @@ type boxState struct {
 
 type boxConfigView struct {
 	Image       string
-	Cmd         []string // the image's default command (entrypoint + cmd)
+	Cmd         []string // the main command (run -d, create IMAGE COMMAND), else the image's default command
 	Env         []string // added to the image's
 	WorkingDir  string
 	User        string
@@ -135,8 +135,12 @@ nothing (the others are still printed).`,
 				if out == nil {
 					out = []any{}
 				}
-				b, _ := json.MarshalIndent(out, "", "    ")
-				fmt.Fprintf(w, "%s\n", b)
+				enc := json.NewEncoder(w)
+				enc.SetEscapeHTML(false)
+				enc.SetIndent("", "    ")
+				if err := enc.Encode(out); err != nil {
+					return err
+				}
 			}
 			if failed {
 				return &ExitError{1}
@@ -191,10 +195,14 @@ func inspectBox(r *airlock.Runtime, b *airlock.Box, info airlock.BoxInfo) boxIns
 		st.Died = e.Reason == airlock.ExitVMDied
 		st.DiedCause = e.Cause
 	}
+	cmdline := b.DefaultCommand()
+	if m, ok := readMainSpec(b); ok {
+		cmdline = m.Argv
+	}
 	return boxInspect{
 		Type: "box", ID: info.ID, Name: info.Name, Created: info.Created, Image: info.Image, ImageDigest: info.ImageDigest,
 		State: st,
-		Config: boxConfigView{Image: o.Image, Cmd: b.DefaultCommand(), Env: o.Env, WorkingDir: o.WorkingDir, User: o.User,
+		Config: boxConfigView{Image: o.Image, Cmd: cmdline, Env: append([]string{}, o.Env...), WorkingDir: o.WorkingDir, User: o.User,
 			Hostname: b.Hostname(), CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskSizeMiB: o.DiskSizeMiB, AutoRemove: o.AutoRemove},
 		NetworkSettings: networkView{Mode: o.Network},
 		Mounts:          []mountView{},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -97,6 +98,9 @@ func envFlags(in []string) ([]string, error) {
 type execFlags struct {
 	timeout     time.Duration
 	interactive bool
+	// main is set for the box's main command (run): its end is recorded
+	// as the end of the box ("Exited (N)").
+	main bool
 }
 
 func (f *execFlags) add(cmd *cobra.Command) {
@@ -112,7 +116,16 @@ func runInBox(cmd *cobra.Command, b *airlock.Box, argv []string, opts airlock.Ex
 	if ef.interactive {
 		opts.Stdin = cmd.InOrStdin()
 	}
-	p, err := b.ExecStreamWriters(ctx, argv[0], argv[1:], opts, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	if ef.main {
+		// The main command's output is also kept for airlock logs.
+		if l, err := openMainLog(b); err == nil {
+			ow, ew := &streamWriter{l: l, stream: "stdout"}, &streamWriter{l: l, stream: "stderr"}
+			defer func() { ow.flush(); ew.flush(); l.Close() }()
+			stdout, stderr = io.MultiWriter(stdout, ow), io.MultiWriter(stderr, ew)
+		}
+	}
+	p, err := b.ExecStreamWriters(ctx, argv[0], argv[1:], opts, stdout, stderr)
 	if err != nil {
 		return 125, err
 	}
@@ -123,6 +136,9 @@ func runInBox(cmd *cobra.Command, b *airlock.Box, argv []string, opts airlock.Ex
 			return 130, nil
 		}
 		return 125, err
+	}
+	if ef.main {
+		b.RecordMainExit(context.WithoutCancel(ctx), res)
 	}
 	if res.TimedOut {
 		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: command timed out after %s; it and every process it started were killed\n", ef.timeout)
@@ -145,24 +161,35 @@ func exitWith(cmd *cobra.Command, code int, err error) error {
 func newRunCmd() *cobra.Command {
 	var bf boxFlags
 	var ef execFlags
+	var detach bool
+	var entrypoint string
 	cmd := &cobra.Command{
 		Use:   "run [flags] IMAGE [COMMAND [ARG...]]",
 		Short: "Create a box, run a command in it, and stop it",
 		Long: `Create a box from IMAGE, run COMMAND (default: the image's entrypoint and
 command) with its output streamed to this terminal, then stop the box (and
 remove it with --rm). The exit status is the command's; 128+N when a signal
-killed it; 124 when --timeout fired; 125 when airlock itself failed.`,
+killed it; 124 when --timeout fired; 125 when airlock itself failed.
+
+-d (detached) prints the box id and returns; the command keeps running in the
+box, its output is kept for 'airlock logs', and the box stops (or, with --rm,
+is removed) when it ends. 'airlock ls -a' then shows "Exited (N)".
+
+--memory (-m) and --disk-size take 512m, 2g, ...; a bare number is MiB.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			opts, err := bf.options(cmd, args[0])
+			if err != nil {
+				return usagef(cmd, "run: %v", err)
+			}
 			r, err := openRuntime(cmd)
 			if err != nil {
 				return err
 			}
 			defer r.Close()
 			ctx := cmd.Context()
-			opts, err := bf.options(cmd, args[0])
-			if err != nil {
-				return exitWith(cmd, 125, err)
+			if detach {
+				opts.AutoRemove = false // the detached supervisor removes it
 			}
 			b, err := r.Create(ctx, opts)
 			if err != nil {
@@ -181,14 +208,20 @@ killed it; 124 when --timeout fired; 125 when airlock itself failed.`,
 					fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
 				}
 			}
-			argv := args[1:]
-			if len(argv) == 0 {
-				argv = b.DefaultCommand()
-			}
+			argv := mainArgv(b, args[1:], entrypoint)
 			if len(argv) == 0 {
 				cleanup()
 				return exitWith(cmd, 125, fmt.Errorf("image %s has no default command: give one after the image name", args[0]))
 			}
+			if detach {
+				if err := startDetached(b, mainSpec{Argv: argv, Timeout: ef.timeout, Remove: bf.rm}); err != nil {
+					cleanup()
+					return exitWith(cmd, 125, err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), b.ID())
+				return nil
+			}
+			ef.main = true
 			code, err := runInBox(cmd, b, argv, airlock.ExecOptions{}, ef)
 			cleanup()
 			return exitWith(cmd, code, err)
@@ -198,6 +231,70 @@ killed it; 124 when --timeout fired; 125 when airlock itself failed.`,
 	cmd.SetFlagErrorFunc(flagError125)
 	bf.add(cmd, true)
 	ef.add(cmd)
+	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "run the command in the background and print the box id")
+	cmd.Flags().StringVar(&entrypoint, "entrypoint", "", "run this program instead of the image's entrypoint (COMMAND becomes its arguments)")
+	return cmd
+}
+
+// mainArgv is the box's main command: entrypoint (when given) followed by
+// args; else args; else the image's default command.
+func mainArgv(b *airlock.Box, args []string, entrypoint string) []string {
+	if entrypoint != "" {
+		return append([]string{entrypoint}, args...)
+	}
+	if len(args) > 0 {
+		return args
+	}
+	return b.DefaultCommand()
+}
+
+func newCreateCmd() *cobra.Command {
+	var bf boxFlags
+	var entrypoint string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "create [flags] IMAGE [COMMAND [ARG...]]",
+		Short: "Create and start a box; print its id",
+		Long: `Create a box from IMAGE and boot it. The box keeps running after this
+command returns; reach it with 'airlock exec', stop it with 'airlock stop',
+remove it with 'airlock rm'.
+
+With COMMAND (or --entrypoint), the box runs it as its main command in the
+background, as 'run -d' does: its output is kept for 'airlock logs', and the
+box stops when it ends.
+
+--memory (-m) and --disk-size take 512m, 2g, ...; a bare number is MiB.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts, err := bf.options(cmd, args[0])
+			if err != nil {
+				return usagef(cmd, "create: %v", err)
+			}
+			r, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			b, err := r.Create(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if len(args) > 1 || entrypoint != "" {
+				argv := mainArgv(b, args[1:], entrypoint)
+				if err := startDetached(b, mainSpec{Argv: argv, Timeout: timeout}); err != nil {
+					b.Remove(context.WithoutCancel(cmd.Context()), true)
+					return err
+				}
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), b.ID())
+			return nil
+		},
+	}
+	cmd.Flags().SetInterspersed(false)
+	cmd.SetFlagErrorFunc(flagError125)
+	bf.add(cmd, false)
+	cmd.Flags().StringVar(&entrypoint, "entrypoint", "", "run this program instead of the image's entrypoint (COMMAND becomes its arguments)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "kill the main command after this long, e.g. 30s")
 	return cmd
 }
 
@@ -212,37 +309,6 @@ func flagHint(msg string) string {
 		return "--cpus takes a number of vCPUs, e.g. --cpus 2; "
 	}
 	return ""
-}
-
-func newCreateCmd() *cobra.Command {
-	var bf boxFlags
-	cmd := &cobra.Command{
-		Use:   "create [flags] IMAGE",
-		Short: "Create and start a box; print its id",
-		Long: `Create a box from IMAGE and boot it. The box keeps running after this
-command returns; reach it with 'airlock exec', stop it with 'airlock stop',
-remove it with 'airlock rm'.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := openRuntime(cmd)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			opts, err := bf.options(cmd, args[0])
-			if err != nil {
-				return err
-			}
-			b, err := r.Create(cmd.Context(), opts)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), b.ID())
-			return nil
-		},
-	}
-	bf.add(cmd, false)
-	return cmd
 }
 
 func newExecCmd() *cobra.Command {
