@@ -153,7 +153,7 @@ func TestCLICreateExecStopStartRm(t *testing.T) {
 	if _, errs, code = c.run("exec", "keep", "sh", "-c", "echo persisted > /root/f"); code != 0 {
 		t.Fatalf("exec: %d %q", code, errs)
 	}
-	if out, _, _ = c.run("ls"); !strings.Contains(out, id) || !strings.Contains(out, "running") {
+	if out, _, _ = c.run("ls"); !strings.Contains(out, id) || !strings.Contains(out, "Up ") {
 		t.Fatalf("ls: %q", out)
 	}
 	if _, errs, code = c.run("stop", id[:6]); code != 0 {
@@ -171,7 +171,7 @@ func TestCLICreateExecStopStartRm(t *testing.T) {
 	if out, errs, code = c.run("exec", "keep", "cat", "/root/f"); code != 0 || out != "persisted\n" {
 		t.Fatalf("exec after restart: %d %q %q", code, out, errs)
 	}
-	if out, _, _ = c.run("logs", "keep"); !strings.Contains(out, "airlock-agent: ready") {
+	if out, _, _ = c.run("logs", "--console", "keep"); !strings.Contains(out, "airlock-agent: ready") {
 		t.Fatalf("logs: %q", out)
 	}
 	if _, errs, code = c.run("rm", "keep"); code == 0 || !strings.Contains(errs, "rm -f") {

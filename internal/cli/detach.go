@@ -54,6 +54,10 @@ func startDetached(b *airlock.Box, m mainSpec) error {
 	if err := os.WriteFile(filepath.Join(dir, fileMainSpec), raw, 0o600); err != nil {
 		return err
 	}
+	// The log exists before this returns: logs -f at once follows it.
+	if l, err := openMainLog(b); err == nil {
+		l.Close()
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("run the main command in the background: %w", err)

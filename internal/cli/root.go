@@ -90,6 +90,9 @@ func Main(args []string) int {
 		return ExitUsage
 	}
 	fmt.Fprintln(s.Err, "airlock:", err)
+	if errors.Is(err, airlock.ErrInvalidArgument) {
+		return ExitUsage
+	}
 	return 1
 }
 

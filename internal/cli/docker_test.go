@@ -1,0 +1,231 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/vmtest"
+)
+
+// Tests of the verbs and flags docker users reach for (issue 14), each
+// running the airlock binary as a separate process.
+
+// TestCLIUsageErrors: every usage error exits 125 before anything boots,
+// names what is missing or wrong, and shows no Go identifiers.
+func TestCLIUsageErrors(t *testing.T) {
+	c := cli{t, t.TempDir()}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"exec"}, "exec: missing BOX"},
+		{[]string{"exec", "somebox"}, "exec: missing COMMAND"},
+		{[]string{"run"}, "run: missing IMAGE"},
+		{[]string{"rm"}, "rm: missing BOX"},
+		{[]string{"logs"}, "logs: missing BOX"},
+		{[]string{"inspect"}, "inspect: missing BOX|IMAGE"},
+		{[]string{"save"}, "save: missing IMAGE"},
+		{[]string{"ls", "extra"}, `ls: unexpected argument "extra"`},
+		{[]string{"images", "a", "b"}, `images: unexpected argument "b"`},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"ls", "--bogus"}, "ls: unknown flag: --bogus"},
+		{[]string{"stop", "--bogus", "x"}, "stop: unknown flag: --bogus"},
+		{[]string{"run", "--cpus", "abc", "python:slim"}, `run: invalid value "abc" for --cpus`},
+		{[]string{"create", "-m", "lots", "python:slim"}, `--memory "lots": want a size such as 512m or 2g`},
+		{[]string{"create", "--hostname", "bad_name!", "python:slim"}, `hostname "bad_name!"`},
+		{[]string{"logs", "--since", "yesterday", "x"}, `--since "yesterday"`},
+		{[]string{"inspect", "--type", "volume", "x"}, `--type "volume": want box or image`},
+		{[]string{"ls", "-a", "--format", "{{.ID"}, "--format:"},
+	} {
+		_, errs, code := c.run(tc.args...)
+		if code != 125 || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 125 and %q", tc.args, code, errs, tc.want)
+		}
+		for _, goWord := range []string{"strconv.", "Box.", "cli.", "requires at least", "accepts "} {
+			if strings.Contains(errs, goWord) {
+				t.Errorf("%v: stderr %q shows %q", tc.args, errs, goWord)
+			}
+		}
+		if strings.Contains(errs, "warning") {
+			t.Errorf("%v: a usage error printed a warning: %q", tc.args, errs)
+		}
+	}
+	if q := qemuOf(c.home); len(q) != 0 {
+		t.Fatalf("a usage error started QEMU: %v", q)
+	}
+}
+
+// TestCLIEnvFileAndMemoryUnits: --env-file and -m units reach the box.
+// (Checked without booting: a bad file is refused with its line.)
+func TestCLIEnvFileRefusesBadLine(t *testing.T) {
+	c := cli{t, t.TempDir()}
+	f := c.home + "/env"
+	os.WriteFile(f, []byte("# comment\nA=1\n\n=bad\n"), 0o600)
+	_, errs, code := c.run("run", "--env-file", f, "python:slim", "true")
+	if code != 125 || !strings.Contains(errs, "line 4") {
+		t.Fatalf("exit %d stderr %q", code, errs)
+	}
+}
+
+// tcgExpected says whether boxes here get the TCG warning: they run under
+// TCG and AIRLOCK_ACCEL did not ask for it.
+func tcgExpected(t *testing.T, c cli) bool {
+	out, _, _ := c.run("doctor")
+	return strings.Contains(out, "TCG software emulation") && os.Getenv("AIRLOCK_ACCEL") == ""
+}
+
+// boxRow is the part of ls --format json the tests read.
+type boxRow struct {
+	ID, Name, State, Status, Reason string
+	ExitCode                        int
+}
+
+func lsAll(t *testing.T, c cli) map[string]boxRow {
+	t.Helper()
+	out, errs, code := c.run("ls", "-a", "--format", "json")
+	if code != 0 {
+		t.Fatalf("ls -a --format json: %d %q", code, errs)
+	}
+	rows := map[string]boxRow{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if line == "" {
+			continue
+		}
+		var r boxRow
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("ls --format json line %q: %v", line, err)
+		}
+		rows[r.Name] = r
+	}
+	return rows
+}
+
+// TestCLIBoxStates boots four small boxes in one home and checks what a
+// docker user reads off them: run's exit recorded as "Exited (N)", run -d
+// with logs, a stopped box, a box whose VM was killed; ls vs ls -a;
+// inspect JSON and templates; completion of box and image names; the TCG
+// warning once per box start, none with --quiet or for a failed command.
+func TestCLIBoxStates(t *testing.T) {
+	vmtest.Require(t)
+	c := cli{t, t.TempDir()}
+	tcg := tcgExpected(t, c)
+	warnings := func(s string) int { return strings.Count(s, "airlock: warning: KVM is not usable") }
+
+	// run: the command's exit is the box's; --quiet: no warning.
+	out, errs, code := c.run("run", "--quiet", "--name", "r3", "--network", "disabled", "python:slim", "sh", "-c", "echo out; exit 3")
+	if code != 3 || out != "out\n" || warnings(errs) != 0 {
+		t.Fatalf("run: exit %d stdout %q stderr %q", code, out, errs)
+	}
+	// A failing command boots nothing and warns about nothing.
+	if _, errs, code = c.run("run", "--name", "r3", "python:slim", "true"); code != 125 || warnings(errs) != 0 || !strings.Contains(errs, "name already in use") {
+		t.Fatalf("run with a taken name: exit %d stderr %q", code, errs)
+	}
+	// run -d: prints the id at once; the command goes on; one warning.
+	out, errs, code = c.run("run", "-d", "--name", "d", "--network", "disabled", "-m", "256m", "--hostname", "h-1",
+		"python:slim", "sh", "-c", "echo hello; echo oops >&2; hostname; sleep 1; exit 5")
+	id := strings.TrimSpace(out)
+	if code != 0 || len(id) != 12 {
+		t.Fatalf("run -d: exit %d stdout %q stderr %q", code, out, errs)
+	}
+	if want := map[bool]int{true: 1, false: 0}[tcg]; warnings(errs) != want {
+		t.Fatalf("run -d printed %d TCG warnings, want %d: %q", warnings(errs), want, errs)
+	}
+	cmd := exec.Command(airlockBin, "logs", "-f", "d")
+	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+c.home, "AIRLOCK_IMAGES="+vmtest.ImagesDir())
+	var lo, le strings.Builder
+	cmd.Stdout, cmd.Stderr = &lo, &le
+	done := make(chan error, 1)
+	go func() { done <- cmd.Run() }()
+	select {
+	case err := <-done:
+		if err != nil || lo.String() != "hello\nh-1\n" || le.String() != "oops\n" {
+			t.Fatalf("logs -f: %v stdout %q stderr %q", err, lo.String(), le.String())
+		}
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("logs -f did not end with the main command: %q", lo.String())
+	}
+	if out, _, _ = c.run("logs", "--tail", "1", "d"); out != "h-1\n" {
+		t.Fatalf("logs --tail 1: %q", out)
+	}
+	if out, _, _ = c.run("logs", "--since", "1h", "d"); out != "hello\nh-1\n" {
+		t.Fatalf("logs --since 1h: %q", out)
+	}
+
+	// create: a box that keeps running; one that is stopped; one whose VM
+	// is killed.
+	for _, n := range []string{"k", "s"} {
+		if _, errs, code := c.run("create", "--quiet", "--name", n, "--network", "disabled", "python:slim"); code != 0 {
+			t.Fatalf("create %s: %d %q", n, code, errs)
+		}
+	}
+	if out, _, _ = c.run("ls", "--format", "{{.Name}}"); strings.Fields(out)[0] != "k" || len(strings.Fields(out)) != 2 {
+		t.Fatalf("ls (running only): %q", out)
+	}
+	// Completion offers the running boxes for exec, the images for run.
+	if out, _, _ = c.run("__complete", "exec", ""); !strings.Contains(out, "k\t") || !strings.Contains(out, "s\t") || strings.Contains(out, "r3") {
+		t.Fatalf("completion of exec: %q", out)
+	}
+	if out, _, _ = c.run("__complete", "run", "py"); !strings.Contains(out, "python:slim") {
+		t.Fatalf("completion of run: %q", out)
+	}
+	if _, errs, code = c.run("stop", "s"); code != 0 {
+		t.Fatalf("stop: %d %q", code, errs)
+	}
+	pid, _, _ := c.run("inspect", "-f", "{{.State.Pid}}", "k")
+	if err := exec.Command("kill", "-9", strings.TrimSpace(pid)).Run(); err != nil {
+		t.Fatalf("kill QEMU %q: %v", pid, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+
+	rows := lsAll(t, c)
+	for name, want := range map[string]struct{ reason, status string }{
+		"r3": {"exited", "Exited (3) "},
+		"d":  {"exited", "Exited (5) "},
+		"s":  {"stopped", "Stopped "},
+		"k":  {"vm-died", "VM died "},
+	} {
+		r := rows[name]
+		if r.State != "stopped" || r.Reason != want.reason || !strings.HasPrefix(r.Status, want.status) {
+			t.Errorf("ls -a: %s is %+v; want reason %s, status %q...", name, r, want.reason, want.status)
+		}
+	}
+	if out, _, _ = c.run("ls", "-q"); strings.TrimSpace(out) != "" {
+		t.Errorf("ls lists stopped boxes: %q", out)
+	}
+	if out, _, _ = c.run("ls", "-aq"); len(strings.Fields(out)) != 4 {
+		t.Errorf("ls -aq: %q", out)
+	}
+
+	// inspect: a JSON array that round-trips, with the state and config.
+	out, errs, code = c.run("inspect", "d", "k", "python:slim")
+	var objs []map[string]any
+	if err := json.Unmarshal([]byte(out), &objs); code != 0 || err != nil || len(objs) != 3 {
+		t.Fatalf("inspect: exit %d, %v, stdout %q stderr %q", code, err, out, errs)
+	}
+	st := objs[0]["State"].(map[string]any)
+	cfg := objs[0]["Config"].(map[string]any)
+	if objs[0]["ID"] != id || st["Reason"] != "exited" || st["ExitCode"] != 5.0 || st["FinishedAt"] == "" ||
+		cfg["MemoryMiB"] != 256.0 || cfg["Hostname"] != "h-1" || cfg["Cmd"].([]any)[0] != "sh" {
+		t.Errorf("inspect d: %v", objs[0])
+	}
+	if st := objs[1]["State"].(map[string]any); st["Died"] != true || !strings.Contains(st["DiedCause"].(string), "QEMU") {
+		t.Errorf("inspect k: %v", st)
+	}
+	if objs[2]["Type"] != "image" || !strings.HasPrefix(objs[2]["ID"].(string), "sha256:") {
+		t.Errorf("inspect python:slim: %v", objs[2])
+	}
+	if out, _, _ = c.run("inspect", "--format", "{{.State.ExitCode}} {{.Config.CPUs}}", "r3"); out != "3 1\n" {
+		t.Errorf("inspect --format: %q", out)
+	}
+	if _, errs, code = c.run("inspect", "nope"); code != 1 || !strings.Contains(errs, `no box or image "nope"`) {
+		t.Errorf("inspect nope: %d %q", code, errs)
+	}
+	for _, n := range []string{"r3", "d", "k", "s"} {
+		c.run("rm", "-f", n)
+	}
+}
