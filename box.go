@@ -562,12 +562,16 @@ func (b *Box) GuestInfo(ctx context.Context) (client.Info, error) {
 // unmounts the writable layer and powers off; if that does not finish in
 // time, QEMU is told to quit, then killed. Stopping a stopped box is a
 // no-op. An AutoRemove box is removed.
-func (b *Box) Stop(ctx context.Context) error {
+func (b *Box) Stop(ctx context.Context) error { return b.StopTimeout(ctx, defaultStopGrace) }
+
+// StopTimeout is Stop with grace, instead of 10 s, as the time the box has
+// to shut down cleanly before QEMU is told to quit (0: at once).
+func (b *Box) StopTimeout(ctx context.Context, grace time.Duration) error {
 	unlock, err := b.lock(ctx)
 	if err != nil {
 		return err
 	}
-	err = b.stopLocked(ctx)
+	err = b.stopLocked(ctx, grace)
 	unlock()
 	if err != nil {
 		return err
@@ -578,7 +582,10 @@ func (b *Box) Stop(ctx context.Context) error {
 	return nil
 }
 
-func (b *Box) stopLocked(ctx context.Context) error {
+// defaultStopGrace is how long Stop waits for a clean shutdown.
+const defaultStopGrace = 10 * time.Second
+
+func (b *Box) stopLocked(ctx context.Context, grace time.Duration) error {
 	rec, err := b.r.db.Get(ctx, b.id)
 	if err != nil {
 		return fmt.Errorf("%w: %s", ErrBoxNotFound, b.id)
@@ -600,12 +607,14 @@ func (b *Box) stopLocked(ctx context.Context) error {
 			}
 			return true
 		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if c, err := b.client(cctx); err == nil {
-			c.Shutdown(cctx)
+		if grace > 0 {
+			cctx, cancel := context.WithTimeout(ctx, min(grace, 5*time.Second))
+			if c, err := b.client(cctx); err == nil {
+				c.Shutdown(cctx)
+			}
+			cancel()
 		}
-		cancel()
-		if !gone(10 * time.Second) {
+		if !gone(grace) {
 			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			if q, err := qemu.DialQMP(qctx, b.sockPath(fileQMP)); err == nil {
 				q.Execute("quit", nil)

@@ -97,14 +97,26 @@ func newStartCmd() *cobra.Command {
 }
 
 func newStopCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "stop BOX...",
+	var seconds int
+	cmd := &cobra.Command{
+		Use:   "stop [-t SECONDS] BOX...",
 		Short: "Stop running boxes (shut down cleanly, then force)",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Stop running boxes: the guest agent stops every process, syncs and unmounts
+the writable layer and powers off; a box that has not gone after -t seconds
+(default 10) is told to quit, then killed. Files written in a box are kept
+for its next start.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachBox(cmd, args, func(ctx context.Context, _ *airlock.Runtime, b *airlock.Box) error { return b.Stop(ctx) })
+			if seconds < 0 {
+				return usagef(cmd, "stop: -t %d: want 0 or more seconds", seconds)
+			}
+			return eachBox(cmd, args, func(ctx context.Context, _ *airlock.Runtime, b *airlock.Box) error {
+				return b.StopTimeout(ctx, time.Duration(seconds)*time.Second)
+			})
 		},
 	}
+	cmd.Flags().IntVarP(&seconds, "time", "t", 10, "seconds to wait for a clean shutdown before forcing it")
+	return cmd
 }
 
 func newRmCmd() *cobra.Command {

@@ -229,3 +229,55 @@ func TestCLIBoxStates(t *testing.T) {
 		c.run("rm", "-f", n)
 	}
 }
+
+// TestCLIManage: stats, top, rename, stop -t, system df, prune and
+// version on one box.
+func TestCLIManage(t *testing.T) {
+	vmtest.Require(t)
+	c := cli{t, t.TempDir()}
+	if _, errs, code := c.run("create", "--quiet", "--name", "m", "--network", "disabled", "-m", "256m", "python:slim"); code != 0 {
+		t.Fatalf("create: %d %q", code, errs)
+	}
+	out, errs, code := c.run("stats", "--no-stream", "--format", "json")
+	var st struct {
+		Name               string
+		MemUsage, MemLimit int64
+	}
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.Name != "m" || st.MemLimit != 256<<20 || st.MemUsage <= 0 {
+		t.Fatalf("stats --no-stream: %d %v %q %q", code, err, out, errs)
+	}
+	if out, errs, code = c.run("top", "m"); code != 0 || !strings.Contains(out, "/init") || !strings.Contains(out, "PID") {
+		t.Fatalf("top: %d %q %q", code, out, errs)
+	}
+	if _, errs, code = c.run("rename", "m", "m2"); code != 0 {
+		t.Fatalf("rename: %d %q", code, errs)
+	}
+	if out, _, _ = c.run("inspect", "-f", "{{.Name}} {{.State.Status}}", "m2"); out != "m2 running\n" {
+		t.Fatalf("inspect after rename: %q", out)
+	}
+	start := time.Now()
+	if _, errs, code = c.run("stop", "-t", "0", "m2"); code != 0 || time.Since(start) > 8*time.Second {
+		t.Fatalf("stop -t 0: %d %q after %s", code, errs, time.Since(start))
+	}
+	out, _, _ = c.run("system", "df", "--format", "{{.Type}}={{.Total}}/{{.Active}}")
+	if !strings.Contains(out, "Boxes=1/0") || !strings.Contains(out, "Images=") {
+		t.Fatalf("system df: %q", out)
+	}
+	if _, errs, code = c.run("prune"); code != 125 || !strings.Contains(errs, "add -f") {
+		t.Fatalf("prune without -f off a terminal: %d %q", code, errs)
+	}
+	if out, errs, code = c.run("prune", "-f"); code != 0 || !strings.Contains(out, "Deleted boxes:") || !strings.Contains(out, "Total reclaimed space:") {
+		t.Fatalf("prune -f: %d %q %q", code, out, errs)
+	}
+	if out, _, _ = c.run("ls", "-aq"); strings.TrimSpace(out) != "" {
+		t.Fatalf("boxes left after prune: %q", out)
+	}
+	var v map[string]any
+	out, _, code = c.run("version", "--format", "json")
+	if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil || v["Protocol"] == "" || v["QEMU"] == "" || v["Kernel"] == "" {
+		t.Fatalf("version: %d %v %q", code, err, out)
+	}
+	if out, _, code = c.run("--version"); code != 0 || !strings.HasPrefix(out, "airlock version ") {
+		t.Fatalf("--version: %d %q", code, out)
+	}
+}

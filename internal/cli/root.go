@@ -43,6 +43,7 @@ bases, default ~/.cache/airlock), AIRLOCK_ACCEL (kvm, tcg or auto),
 AIRLOCK_QUIET=1 (no warnings, as --quiet).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       clientVersion(),
 	}
 	root.SetIn(s.In)
 	root.SetOut(s.Out)
