@@ -527,6 +527,7 @@ func (b *Box) dialAgent(ctx context.Context) (*client.Client, error) {
 		if fl != nil {
 			break
 		}
+		b.r.warn(fmt.Sprintf("box %s: all %d of its agent connections are in use by other processes (at most %d at once); waiting for one to end", b.id, agentPorts, agentPorts))
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("all %d agent ports are in use by other processes: %w", agentPorts, ctx.Err())
