@@ -36,7 +36,9 @@ type ExitState struct {
 	// Reason is ExitStopped, ExitExited, ExitOOMKilled or ExitVMDied.
 	Reason string `json:"reason"`
 	// ExitCode is the main command's exit status (ExitExited,
-	// ExitOOMKilled: 137); 0 otherwise.
+	// ExitOOMKilled: 137); 0 otherwise. A main command that SIGKILL ended
+	// in a boot where the guest's OOM killer killed a process is taken to
+	// be its victim (ExitOOMKilled).
 	ExitCode int `json:"exit_code"`
 	// Cause is why the VM died, in words (ExitVMDied).
 	Cause string `json:"cause,omitempty"`
@@ -123,15 +125,30 @@ func (b *Box) RecordMainExit(ctx context.Context, res *ExecResult) {
 		return
 	}
 	e := ExitState{Reason: ExitExited, ExitCode: res.ExitCode}
-	if res.Signal == 9 && b.oomSince(info.Started) {
+	if res.Signal == 9 && b.oomKilled(ctx) {
 		e.Reason = ExitOOMKilled
 	}
 	recordExit(b.r.opts.Home, b.id, info.Started, e)
 }
 
-// oomSince reports whether the console shows the guest's OOM killer at
-// work (the console holds the current boot only).
-func (b *Box) oomSince(time.Time) bool {
+// oomKilled reports whether the guest's OOM killer has killed a process
+// in this boot: its oom_kill counter (/proc/vmstat) or the kernel log
+// (dmesg), read in the box, or its console. A main command killed by SIGKILL in such a boot is taken
+// to be the OOM killer's victim.
+func (b *Box) oomKilled(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if res, err := b.Exec(ctx, "cat", []string{"/proc/vmstat"}, ExecOptions{User: "0"}); err == nil {
+		for _, l := range strings.Split(string(res.Stdout), "\n") {
+			if n, ok := strings.CutPrefix(l, "oom_kill "); ok {
+				return strings.TrimSpace(n) != "0"
+			}
+		}
+	}
+	// Kernels without VM event counters: the kernel log says it.
+	if res, err := b.Exec(ctx, "dmesg", nil, ExecOptions{User: "0"}); err == nil && strings.Contains(string(res.Stdout), "Out of memory: Killed process") {
+		return true
+	}
 	long := consoleTail(b.ConsoleLog(), 400)
 	return strings.Contains(long, "Out of memory") || strings.Contains(long, "oom-kill")
 }

@@ -120,6 +120,12 @@ func TestCLIBoxStates(t *testing.T) {
 	if code != 3 || out != "out\n" || warnings(errs) != 0 {
 		t.Fatalf("run: exit %d stdout %q stderr %q", code, out, errs)
 	}
+	// A main command the guest's OOM killer takes: "OOM killed".
+	_, errs, code = c.run("run", "--quiet", "--name", "oom", "-m", "128m", "--network", "disabled", "python:slim",
+		"python3", "-c", "x = []\nwhile True: x.append(bytearray(1 << 20))")
+	if code != 137 {
+		t.Fatalf("run out of memory: exit %d stderr %q", code, errs)
+	}
 	// A failing command boots nothing and warns about nothing.
 	if _, errs, code = c.run("run", "--name", "r3", "python:slim", "true"); code != 125 || warnings(errs) != 0 || !strings.Contains(errs, "name already in use") {
 		t.Fatalf("run with a taken name: exit %d stderr %q", code, errs)
@@ -184,10 +190,11 @@ func TestCLIBoxStates(t *testing.T) {
 
 	rows := lsAll(t, c)
 	for name, want := range map[string]struct{ reason, status string }{
-		"r3": {"exited", "Exited (3) "},
-		"d":  {"exited", "Exited (5) "},
-		"s":  {"stopped", "Stopped "},
-		"k":  {"vm-died", "VM died "},
+		"r3":  {"exited", "Exited (3) "},
+		"d":   {"exited", "Exited (5) "},
+		"s":   {"stopped", "Stopped "},
+		"k":   {"vm-died", "VM died "},
+		"oom": {"oom-killed", "OOM killed (137) "},
 	} {
 		r := rows[name]
 		if r.State != "stopped" || r.Reason != want.reason || !strings.HasPrefix(r.Status, want.status) {
@@ -197,7 +204,7 @@ func TestCLIBoxStates(t *testing.T) {
 	if out, _, _ = c.run("ls", "-q"); strings.TrimSpace(out) != "" {
 		t.Errorf("ls lists stopped boxes: %q", out)
 	}
-	if out, _, _ = c.run("ls", "-aq"); len(strings.Fields(out)) != 4 {
+	if out, _, _ = c.run("ls", "-aq"); len(strings.Fields(out)) != 5 {
 		t.Errorf("ls -aq: %q", out)
 	}
 
@@ -225,7 +232,7 @@ func TestCLIBoxStates(t *testing.T) {
 	if _, errs, code = c.run("inspect", "nope"); code != 1 || !strings.Contains(errs, `no box or image "nope"`) {
 		t.Errorf("inspect nope: %d %q", code, errs)
 	}
-	for _, n := range []string{"r3", "d", "k", "s"} {
+	for _, n := range []string{"r3", "oom", "d", "k", "s"} {
 		c.run("rm", "-f", n)
 	}
 }
