@@ -1,6 +1,11 @@
 package cli
 
 import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-run/airlock"
@@ -10,6 +15,7 @@ func init() { extraCommands = append(extraCommands, newBenchCmd) }
 
 func newBenchCmd() *cobra.Command {
 	var o airlock.BenchOptions
+	var targets bool
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure box boot and exec costs against the bare limit",
@@ -17,7 +23,8 @@ func newBenchCmd() *cobra.Command {
 same QEMU command line with a trivial init), box cold start (create to the
 first exec of true), first python3 output, exec round trip vs the agent's own
 time, and QEMU memory of an idle box vs the bare VM. With two kernels (the
-airlock kernel and Debian's, when both are installed) it compares them.`,
+airlock kernel and Debian's, when both are installed) it compares them.
+--targets adds the project's performance targets and whether each was met.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Log = cmd.ErrOrStderr()
@@ -25,12 +32,38 @@ airlock kernel and Debian's, when both are installed) it compares them.`,
 			if err != nil {
 				return err
 			}
-			rep.Write(cmd.OutOrStdout())
+			if targets {
+				rep.Write(cmd.OutOrStdout())
+			} else {
+				writeBench(cmd.OutOrStdout(), rep)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().IntVar(&o.Runs, "runs", 5, "runs per measurement")
 	cmd.Flags().StringVar(&o.Image, "image", airlock.DefaultImage, "image to boot")
 	cmd.Flags().StringArrayVar(&o.Kernels, "kernel", nil, "kernel (vmlinux) to measure, repeatable (default: the current one and Debian's)")
+	cmd.Flags().BoolVar(&targets, "targets", false, "also print the project's targets and whether each was met")
 	return cmd
+}
+
+// writeBench prints the measurements of rep, without verdicts.
+func writeBench(w io.Writer, rep *airlock.BenchReport) {
+	fmt.Fprintf(w, "accelerator: %s, medians of %d runs\n\n", rep.Accel, rep.Runs)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "kernel\tbare limit\tcold start\tcold/bare\texec rtt\tguest exec\tfirst python\tidle RSS\tbare RSS\tidle/bare")
+	for _, k := range rep.Kernels {
+		fmt.Fprintf(tw, "%s %s\t%s\t%s\t%s\t%s\t%s\t%s\t%d MiB\t%d MiB\t%s\n", k.Kind, k.Version,
+			k.Bare.Round(time.Millisecond), k.ColdStart.Round(time.Millisecond), ratioOf(float64(k.ColdStart), float64(k.Bare)),
+			k.ExecRoundTrip.Round(10*time.Microsecond), k.GuestExec.Round(10*time.Microsecond), k.FirstPython.Round(time.Millisecond),
+			k.IdleRSS>>10, k.BareRSS>>10, ratioOf(float64(k.IdleRSS), float64(k.BareRSS)))
+	}
+	tw.Flush()
+}
+
+func ratioOf(a, b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", a/b)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/assets"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
@@ -286,5 +287,28 @@ func TestCLIManage(t *testing.T) {
 	}
 	if out, _, code = c.run("--version"); code != 0 || !strings.HasPrefix(out, "airlock version ") {
 		t.Fatalf("--version: %d %q", code, out)
+	}
+}
+
+// TestCLIBenchPrintsMeasurementsOnly: bench prints what it measured; the
+// project's targets and verdicts only with --targets.
+func TestCLIBenchPrintsMeasurementsOnly(t *testing.T) {
+	vmtest.Require(t)
+	if testing.Short() {
+		t.Skip("bench boots several VMs")
+	}
+	k, _, err := assets.FindKernel("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cli{t, t.TempDir()}
+	out, errs, code := c.run("bench", "--runs", "1", "--kernel", k.Path)
+	if code != 0 || !strings.Contains(out, "cold start") || !strings.Contains(out, "bare limit") {
+		t.Fatalf("bench: %d %q %q", code, out, errs)
+	}
+	for _, verdict := range []string{"met", "missed", "target", "≤"} {
+		if strings.Contains(out, verdict) {
+			t.Errorf("bench without --targets shows %q:\n%s", verdict, out)
+		}
 	}
 }
