@@ -33,6 +33,8 @@ func TestCLIUsageErrors(t *testing.T) {
 		{[]string{"ls", "extra"}, `ls: unexpected argument "extra"`},
 		{[]string{"images", "a", "b"}, `images: unexpected argument "b"`},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"image", "frobnicate"}, `image: unknown command "frobnicate"`},
+		{[]string{"system", "frobnicate"}, `system: unknown command "frobnicate"`},
 		{[]string{"ls", "--bogus"}, "ls: unknown flag: --bogus"},
 		{[]string{"stop", "--bogus", "x"}, "stop: unknown flag: --bogus"},
 		{[]string{"run", "--cpus", "abc", "python:slim"}, `run: invalid value "abc" for --cpus`},

@@ -164,8 +164,6 @@ func newSystemCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "system",
 		Short: "Disk usage and cleanup (system df, system prune)",
-		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	df := &cobra.Command{
 		Use:   "df",

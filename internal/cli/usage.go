@@ -113,9 +113,24 @@ func finishTree(root *cobra.Command) {
 	groups(root)
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
+		if c != root && !c.Runnable() && c.HasSubCommands() {
+			// A group (image, system): no subcommand prints its help; an
+			// unknown one is a usage error.
+			c.Args = func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return usagef(cmd, "%s: unknown command %q", verbPath(cmd), args[0])
+				}
+				return nil
+			}
+			c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
+		}
 		if orig := c.Args; orig != nil {
 			c.Args = func(cmd *cobra.Command, args []string) error {
 				if err := orig(cmd, args); err != nil {
+					var ue *usageError
+					if errors.As(err, &ue) {
+						return err
+					}
 					return argsError(cmd, args, err)
 				}
 				return nil
