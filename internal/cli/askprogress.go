@@ -66,11 +66,11 @@ func (p *askProgress) tick() {
 
 // set changes the box state and/or the activity ("" keeps it).
 func (p *askProgress) set(box, activity string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if !p.on {
 		return
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if box != "" {
 		p.box = box
 	}
@@ -97,9 +97,6 @@ func (p *askProgress) drawLocked() {
 // clear erases the line (before other output); the next set draws it
 // again.
 func (p *askProgress) clear() {
-	if !p.on {
-		return
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.clearLocked()
@@ -114,6 +111,7 @@ func (p *askProgress) clearLocked() {
 
 // end stops the line and erases it.
 func (p *askProgress) end() {
+	p.mu.Lock()
 	if p.on {
 		select {
 		case <-p.stop:
@@ -121,6 +119,7 @@ func (p *askProgress) end() {
 			close(p.stop)
 		}
 	}
+	p.mu.Unlock()
 	<-p.done
 	p.mu.Lock()
 	p.on = false
@@ -174,7 +173,10 @@ func (e progressExec) Run(ctx context.Context, code string) (*codebox.Result, er
 
 // watchBoot shows "booting box" until the sandbox is up.
 func (p *askProgress) watchBoot(sb *sandbox) {
-	if !p.on {
+	p.mu.Lock()
+	on := p.on
+	p.mu.Unlock()
+	if !on {
 		return
 	}
 	p.set("booting box", "")

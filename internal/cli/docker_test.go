@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -258,6 +259,28 @@ func TestCLIManage(t *testing.T) {
 	}
 	if out, errs, code = c.run("top", "m"); code != 0 || !strings.Contains(out, "/init") || !strings.Contains(out, "PID") {
 		t.Fatalf("top: %d %q %q", code, out, errs)
+	}
+	// A 5th process waits for one of the box's 4 agent connections, and
+	// says so (boxes reached over vsock have no such limit).
+	id, _, _ := c.run("inspect", "-f", "{{.ID}}", "m")
+	if _, err := os.Stat(filepath.Join(c.home, "boxes", strings.TrimSpace(id), "vsock.cid")); err != nil {
+		var busy []*exec.Cmd
+		for i := 0; i < 4; i++ {
+			b := exec.Command(airlockBin, "exec", "m", "sleep", "3")
+			b.Env = append(os.Environ(), "AIRLOCK_HOME="+c.home, "AIRLOCK_IMAGES="+vmtest.ImagesDir())
+			if err := b.Start(); err != nil {
+				t.Fatal(err)
+			}
+			busy = append(busy, b)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		_, errs, code = c.run("exec", "m", "true")
+		for _, b := range busy {
+			b.Wait()
+		}
+		if code != 0 || strings.Count(errs, "all 4 of its agent connections are in use") != 1 {
+			t.Fatalf("5th exec: %d %q", code, errs)
+		}
 	}
 	if _, errs, code = c.run("rename", "m", "m2"); code != 0 {
 		t.Fatalf("rename: %d %q", code, errs)
