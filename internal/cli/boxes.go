@@ -89,9 +89,26 @@ func newStartCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "start BOX...",
 		Short: "Start stopped boxes (their files are kept)",
+		Long: `Boot stopped boxes again; files written in them are still there. A box
+made with a main command (run -d, create IMAGE COMMAND) runs it again, in the
+background, its output appended to what 'airlock logs' shows.`,
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachBox(cmd, args, func(ctx context.Context, _ *airlock.Runtime, b *airlock.Box) error { return b.Start(ctx) })
+			return eachBox(cmd, args, func(ctx context.Context, _ *airlock.Runtime, b *airlock.Box) error {
+				info, err := b.Info(ctx)
+				if err != nil {
+					return err
+				}
+				if err := b.Start(ctx); err != nil {
+					return err
+				}
+				// A box with a main command runs it again, as a container
+				// does (not when it was running already).
+				if m, ok := readMainSpec(b); ok && info.State != "running" {
+					return startDetached(b, m)
+				}
+				return nil
+			})
 		},
 	}
 }

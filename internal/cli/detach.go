@@ -22,7 +22,7 @@ import (
 // it, for run -d --rm), as a container stops when its main process ends.
 const (
 	fileMainSpec = "main.json" // mainSpec
-	fileMainDone = "main.done" // written when the main command has ended
+	fileMainDone = "main.done" // written when the main command has ended and the box stopped
 )
 
 // mainSpec is a box's main command.
@@ -115,13 +115,16 @@ func newMainCmd() *cobra.Command {
 				b.RecordMainExit(context.WithoutCancel(ctx), res)
 			}
 			l.Close()
-			os.WriteFile(filepath.Join(boxDir(b), fileMainDone), nil, 0o600)
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
 			if m.Remove {
 				return b.Remove(sctx, true)
 			}
-			return b.Stop(sctx)
+			err = b.Stop(sctx)
+			// After the stop: logs -f ends here, and a start that follows
+			// finds the box stopped.
+			os.WriteFile(filepath.Join(boxDir(b), fileMainDone), nil, 0o600)
+			return err
 		},
 	}
 }

@@ -165,6 +165,13 @@ func TestCLIBoxStates(t *testing.T) {
 	if out, _, _ = c.run("logs", "--since", "1h", "d"); out != "hello\nh-1\n" {
 		t.Fatalf("logs --since 1h: %q", out)
 	}
+	// start runs the main command again; its output is appended.
+	if _, errs, code = c.run("start", "d"); code != 0 {
+		t.Fatalf("start d: %d %q", code, errs)
+	}
+	if out, errs, code = c.run("logs", "-f", "d"); code != 0 || out != "hello\nh-1\nhello\nh-1\n" {
+		t.Fatalf("logs -f after start: %d %q %q", code, out, errs)
+	}
 
 	// create: a box that keeps running; one that is stopped; one whose VM
 	// is killed.
