@@ -92,7 +92,7 @@ func newStartCmd() *cobra.Command {
 		Long: `Boot stopped boxes again; files written in them are still there. A box
 made with a main command (run -d, create IMAGE COMMAND) runs it again, in the
 background, its output appended to what 'airlock logs' shows.`,
-		Args:  cobra.MinimumNArgs(1),
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return eachBox(cmd, args, func(ctx context.Context, _ *airlock.Runtime, b *airlock.Box) error {
 				info, err := b.Info(ctx)
