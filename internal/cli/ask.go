@@ -153,25 +153,27 @@ func runAsk(cmd *cobra.Command, task string, af askFlags, bf boxFlags) error {
 	if err != nil {
 		return err
 	}
-	rt, err := openRuntime(cmd)
+	bo, err := bf.options(cmd, af.image)
+	if err != nil {
+		return usagef(cmd, "ask: %v", err)
+	}
+	// On a terminal, a status line on stderr says what is going on; what
+	// else goes to stderr (warnings, pull progress) erases it first.
+	prog := newAskProgress(stderr)
+	defer prog.end()
+	if prog.on {
+		stderr = clearing{prog, stderr}
+	}
+	rt, err := airlock.Open(airlock.Options{Warn: warner(stderr), Pull: pullWithProgress(stderr)})
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
 	ctx := cmd.Context()
-	bo, err := bf.options(cmd, af.image)
-	if err != nil {
-		return err
-	}
 	opts := codebox.Options{BoxOptions: bo, Timeout: af.timeout}
 	sb := startSandbox(ctx, rt, opts, !af.oneShot)
-	// On a terminal, a status line on stderr says what is going on.
-	prog := newAskProgress(stderr)
 	prog.watchBoot(sb)
 	pllm := &progressLLM{LLM: llm, p: prog, maxSteps: af.maxSteps}
-	if prog.on {
-		stderr = clearing{prog, stderr}
-	}
 	defer func() {
 		prog.end()
 		if err := sb.close(); err != nil {
