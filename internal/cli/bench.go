@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
@@ -58,6 +59,21 @@ func writeBench(w io.Writer, rep *airlock.BenchReport) {
 			k.ExecRoundTrip.Round(10*time.Microsecond), k.GuestExec.Round(10*time.Microsecond), k.FirstPython.Round(time.Millisecond),
 			k.IdleRSS>>10, k.BareRSS>>10, ratioOf(float64(k.IdleRSS), float64(k.BareRSS)))
 	}
+	tw.Flush()
+	if len(rep.Kernels) < 2 {
+		return
+	}
+	a, d := rep.Kernels[0], rep.Kernels[1]
+	an, dn := a.Kind, d.Kind
+	if an == dn { // two builds of one kind: name them by file
+		an, dn = filepath.Base(a.Kernel), filepath.Base(d.Kernel)
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "\t%s\t%s\t%s/%s\n", an, dn, dn, an)
+	fmt.Fprintf(tw, "cold start (create → exec true)\t%s\t%s\t%s\n", a.ColdStart.Round(time.Millisecond), d.ColdStart.Round(time.Millisecond), ratioOf(float64(d.ColdStart), float64(a.ColdStart)))
+	fmt.Fprintf(tw, "first python3 -c output\t%s\t%s\t%s\n", a.FirstPython.Round(time.Millisecond), d.FirstPython.Round(time.Millisecond), ratioOf(float64(d.FirstPython), float64(a.FirstPython)))
+	fmt.Fprintf(tw, "QEMU peak RSS (box)\t%d MiB\t%d MiB\t%s\n", a.PeakRSS>>10, d.PeakRSS>>10, ratioOf(float64(d.PeakRSS), float64(a.PeakRSS)))
 	tw.Flush()
 }
 
