@@ -124,6 +124,14 @@ func TestCLIBoxStates(t *testing.T) {
 	if code != 3 || out != "out\n" || warnings(errs) != 0 {
 		t.Fatalf("run: exit %d stdout %q stderr %q", code, out, errs)
 	}
+	if out, _, _ = c.run("logs", "r3"); out != "out\n" {
+		t.Fatalf("logs of a run box: %q", out)
+	}
+	if all, _, _ := c.run("logs", "--console", "r3"); !strings.Contains(all, "airlock-agent: ready") || strings.Count(all, "\n") < 2 {
+		t.Fatalf("logs --console: %q", all)
+	} else if out, _, _ = c.run("logs", "--console", "--tail", "1", "r3"); strings.Count(out, "\n") != 1 || !strings.HasSuffix(all, out) {
+		t.Fatalf("logs --console --tail 1: %q of %q", out, all)
+	}
 	// A main command the guest's OOM killer takes: "OOM killed".
 	_, errs, code = c.run("run", "--quiet", "--name", "oom", "-m", "128m", "--network", "disabled", "python:slim",
 		"python3", "-c", "x = []\nwhile True: x.append(bytearray(1 << 20))")
