@@ -466,7 +466,7 @@ func (r *Runtime) Get(ctx context.Context, idOrName string) (*Box, error) {
 	rec, err := r.db.Get(ctx, idOrName)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, fmt.Errorf("%w: %q (see 'airlock ls' for the boxes of %s)", ErrBoxNotFound, idOrName, r.opts.Home)
+			return nil, fmt.Errorf("%w: %q (see 'airlock ls -a' for the boxes of %s)", ErrBoxNotFound, idOrName, r.opts.Home)
 		}
 		return nil, err
 	}

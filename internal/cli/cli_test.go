@@ -96,7 +96,7 @@ func TestCLIRun(t *testing.T) {
 	if q := qemuOf(c.home); len(q) != 0 {
 		t.Fatalf("QEMU left behind: %v", q)
 	}
-	if out, _, _ := c.run("ls", "-q"); strings.TrimSpace(out) != "" {
+	if out, _, _ := c.run("ls", "-aq"); strings.TrimSpace(out) != "" {
 		t.Fatalf("boxes left behind with --rm: %q", out)
 	}
 	_, errs, code = c.run("run", "--rm", "no-such-image:1")
@@ -223,7 +223,7 @@ func TestCLIRunKilledLeavesNoVM(t *testing.T) {
 	cmd.Process.Kill() // SIGKILL: no chance to clean up
 	cmd.Wait()
 	// The next airlock command removes the orphaned --rm box.
-	if out, _, _ := c.run("ls", "-q"); strings.TrimSpace(out) != "" {
+	if out, _, _ := c.run("ls", "-aq"); strings.TrimSpace(out) != "" {
 		t.Fatalf("orphaned --rm box still listed: %q", out)
 	}
 	if q := qemuOf(c.home); len(q) != 0 {
