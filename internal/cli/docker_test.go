@@ -352,3 +352,20 @@ func TestCLIBenchPrintsMeasurementsOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIDoctorFixMatchesCause: a bad AIRLOCK_KERNEL is reported with a
+// fix about AIRLOCK_KERNEL, not "run hack/setup.sh".
+func TestCLIDoctorFixMatchesCause(t *testing.T) {
+	cmd := exec.Command(airlockBin, "doctor")
+	cmd.Env = append(os.Environ(), "AIRLOCK_KERNEL=/nonexistent/vmlinux", "AIRLOCK_HOME="+t.TempDir())
+	b, _ := cmd.CombinedOutput()
+	out := string(b)
+	i := strings.Index(out, "PROBLEM  kernel")
+	if i < 0 {
+		t.Fatalf("no kernel problem reported:\n%s", out)
+	}
+	fix := strings.SplitN(out[i:], "\n", 3)[1]
+	if !strings.Contains(fix, "AIRLOCK_KERNEL=/nonexistent/vmlinux is wrong: unset it") || strings.Contains(fix, "hack/setup.sh (or") {
+		t.Fatalf("kernel fix %q", fix)
+	}
+}
