@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/store"
+	"github.com/airlock-run/airlock/internal/vmm"
 )
 
 // Why a box stopped (ExitState.Reason).
@@ -25,9 +27,6 @@ const (
 	// guest out of memory); Cause says which.
 	ExitVMDied = "vm-died"
 )
-
-// fileExit records how the box's last boot ended (exitRecord as JSON).
-const fileExit = "exit.json"
 
 // ExitState says how a box's last boot ended. The zero value (Reason "")
 // means no end was recorded (the box is running, was never started, or
@@ -69,7 +68,7 @@ func (e ExitState) String() string {
 // command, say). Nothing was sent to the box.
 var ErrInvalidArgument = errors.New("invalid argument")
 
-func exitPath(home, id string) string { return filepath.Join(home, "boxes", id, fileExit) }
+func exitPath(home, id string) string { return filepath.Join(home, "boxes", id, boxdir.Exit) }
 
 // readExit returns the recorded end of the boot that started at boot.
 func readExit(home, id string, boot time.Time) (ExitState, bool) {
@@ -149,7 +148,7 @@ func (b *Box) oomKilled(ctx context.Context) bool {
 	if res, err := b.Exec(ctx, "dmesg", nil, ExecOptions{User: "0"}); err == nil && strings.Contains(string(res.Stdout), "Out of memory: Killed process") {
 		return true
 	}
-	long := consoleTail(b.ConsoleLog(), 400)
+	long := vmm.ConsoleTail(b.ConsoleLog(), 400)
 	return strings.Contains(long, "Out of memory") || strings.Contains(long, "oom-kill")
 }
 
@@ -167,21 +166,15 @@ func (b *Box) recordDied(started time.Time, d *DiedError) {
 	recordExit(b.r.opts.Home, b.id, started, ExitState{Reason: ExitVMDied, Cause: d.Cause})
 }
 
-// markGone records that rec's VM is gone although its record says
-// running: the VM died on its own (a Stop records its reason first).
-func (r *Runtime) markGone(ctx context.Context, rec *store.Box) error {
-	if err := r.db.SetStopped(ctx, rec.ID); err != nil {
-		return err
-	}
-	b := r.handle(rec)
-	b.recordDied(rec.Started, b.diedError(rec.PID))
-	return nil
+// recordGone records that rec's machine is gone although its record says
+// running: it died on its own (a Stop records its reason first), for the
+// reason its console gives.
+func (r *Runtime) recordGone(rec *store.Box) {
+	spec := vmm.Spec{ID: rec.ID, Dir: filepath.Join(r.opts.Home, "boxes", rec.ID)}
+	d := r.drv.Attach(spec, handleOf(rec)).Death()
+	recordExit(r.opts.Home, rec.ID, rec.Started, ExitState{Reason: ExitVMDied, Cause: d.Cause})
 }
 
 // Hostname returns the box's host name: BoxOptions.Hostname, else its
 // name when that is a valid host name, else its id.
-func (b *Box) Hostname() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.hostname()
-}
+func (b *Box) Hostname() string { return hostname(b.snapshot()) }

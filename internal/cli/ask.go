@@ -164,7 +164,7 @@ func runAsk(cmd *cobra.Command, task string, af askFlags, bf boxFlags) error {
 	if prog.on {
 		stderr = clearing{prog, stderr}
 	}
-	rt, err := airlock.Open(airlock.Options{Warn: warner(stderr), Pull: pullWithProgress(stderr)})
+	rt, err := airlock.Open(airlock.Options{Warn: warner(stderr), Pull: pullWithProgress(cmd.Context(), stderr)})
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/boxdir"
 )
 
 // A detached main command (run -d, create IMAGE COMMAND) is run by a
@@ -21,8 +22,8 @@ import (
 // records its exit status ("Exited (N)"), then stops the box (or removes
 // it, for run -d --rm), as a container stops when its main process ends.
 const (
-	fileMainSpec = "main.json" // mainSpec
-	fileMainDone = "main.done" // written when the main command has ended and the box stopped
+	fileMainSpec = boxdir.MainSpec // mainSpec
+	fileMainDone = boxdir.MainDone // written when the main command has ended and the box stopped
 )
 
 // mainSpec is a box's main command.

@@ -172,7 +172,11 @@ func inspectOne(cmd *cobra.Command, r *airlock.Runtime, name, typ string) (any, 
 		}
 		boxErr = err
 	}
-	img, err := r.Images().Resolve(name)
+	s, err := openImages()
+	if err != nil {
+		return nil, err
+	}
+	img, err := s.Resolve(name)
 	if err != nil {
 		if boxErr != nil {
 			return nil, fmt.Errorf("no box or image %q (see 'airlock ls -a' and 'airlock images')", name)

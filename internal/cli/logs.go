@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/boxdir"
 )
 
 // The main command's output of a box is kept in its directory as JSON
@@ -23,7 +24,7 @@ import (
 // It is bounded: past logMaxBytes the file is moved to main.log.1
 // (replacing the one before), so a box keeps at most twice that.
 const (
-	fileMainLog  = "main.log"
+	fileMainLog  = boxdir.MainLog
 	logMaxBytes  = 8 << 20
 	logLineLimit = 16 << 10 // a longer line is split into entries of this size
 )

@@ -17,7 +17,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/defaults"
+	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/rootfs"
 )
 
@@ -126,7 +127,10 @@ much space that freed. On a terminal it asks first; elsewhere it needs -f.`,
 				freed += size
 			}
 			if all {
-				imgs, _ := r.Images().List()
+				var imgs []*image.Image
+				if s, err := openImages(); err == nil {
+					imgs, _ = s.List()
+				}
 				seen := map[string]bool{}
 				for _, img := range imgs {
 					if seen[img.Digest] {
@@ -137,7 +141,7 @@ much space that freed. On a terminal it asks first; elsewhere it needs -f.`,
 						continue
 					}
 					size := img.Size
-					if fi, err := os.Stat(rootfs.BasePath(assets.CacheDir(), img.Digest)); err == nil {
+					if fi, err := os.Stat(rootfs.BasePath(defaults.Cache(), img.Digest)); err == nil {
 						size += fi.Sys().(*syscall.Stat_t).Blocks * 512
 					}
 					if err := removeImage(cmd, r, img.Digest, false); err != nil {
@@ -182,7 +186,10 @@ func newSystemCmd() *cobra.Command {
 				Size, Reclaimable int64 // bytes
 			}
 			var rows []row
-			imgs, _ := r.Images().List()
+			var imgs []*image.Image
+			if s, err := openImages(); err == nil {
+				imgs, _ = s.List()
+			}
 			ir := row{Type: "Images"}
 			seen := map[string]bool{}
 			for _, img := range imgs {
@@ -217,7 +224,7 @@ func newSystemCmd() *cobra.Command {
 					br.Reclaimable += size
 				}
 			}
-			cache := assets.CacheDir()
+			cache := defaults.Cache()
 			cr := row{Type: "Cache (kernels, bases)", Size: diskUsage(cache)}
 			rows = append(rows, ir, br, cr)
 			return writeList(cmd.OutOrStdout(), listFmt, rows, []column[row]{

@@ -90,7 +90,7 @@ func Main(args []string) int {
 		printUsageError(s.Err, err)
 		return ExitUsage
 	}
-	fmt.Fprintln(s.Err, "airlock:", err)
+	report(s.Err, err, "")
 	if errors.Is(err, airlock.ErrInvalidArgument) {
 		return ExitUsage
 	}
@@ -101,5 +101,5 @@ func Main(args []string) int {
 // stderr.
 func openRuntime(cmd *cobra.Command) (*airlock.Runtime, error) {
 	errw := cmd.ErrOrStderr()
-	return airlock.Open(airlock.Options{Warn: warner(errw), Pull: pullWithProgress(errw)})
+	return airlock.Open(airlock.Options{Warn: warner(errw), Pull: pullWithProgress(cmd.Context(), errw)})
 }
