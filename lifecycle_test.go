@@ -413,3 +413,28 @@ func TestUnreadableRecord(t *testing.T) {
 		t.Fatalf("after remove: %+v", list)
 	}
 }
+
+// A store failure is not "box not found": it keeps its cause and names the
+// box.
+func TestStoreErrorsKeepTheirCause(t *testing.T) {
+	h := fakeHarness(t)
+	r := h.open(t, "")
+	ctx := context.Background()
+	b, err := r.Create(ctx, airlock.BoxOptions{Image: h.image, Name: "kept"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Remove(context.Background(), true)
+	if _, err := r.Get(ctx, "missing"); !errors.Is(err, airlock.ErrBoxNotFound) {
+		t.Fatalf("missing box: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = r.Get(cctx, "kept")
+	if err == nil || errors.Is(err, airlock.ErrBoxNotFound) || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "kept") {
+		t.Fatalf("store error: %v", err)
+	}
+	if _, err := b.Info(cctx); err == nil || errors.Is(err, airlock.ErrBoxNotFound) || !strings.Contains(err.Error(), b.ID()) {
+		t.Fatalf("store error from Info: %v", err)
+	}
+}
