@@ -3,7 +3,6 @@ package airlock
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -63,10 +62,6 @@ func (e ExitState) String() string {
 	}
 	return ""
 }
-
-// ErrInvalidArgument: a call was given an argument it cannot use (an empty
-// command, say). Nothing was sent to the box.
-var ErrInvalidArgument = errors.New("invalid argument")
 
 func exitPath(home, id string) string { return filepath.Join(home, "boxes", id, boxdir.Exit) }
 
