@@ -46,8 +46,11 @@ type Options struct {
 	// $AIRLOCK_DEBUG is set.
 	Debug bool
 	// Warn receives one-line warnings for the user (TCG in use, kernel
-	// fallback). Default: written to os.Stderr. Each is sent once per
-	// Runtime.
+	// fallback, limits), as plain text with no prefix: the caller formats
+	// them. The TCG warning comes when a box has started under TCG that
+	// AIRLOCK_ACCEL did not ask for, never on a failed start. Default:
+	// written to os.Stderr after "airlock: warning: ". Each is sent once
+	// per Runtime.
 	Warn func(msg string)
 	// Pull hears about the pulls of images missing from the store that
 	// Create makes (from the registry, credentials from
@@ -67,6 +70,7 @@ type Runtime struct {
 	// mu guards the fields below.
 	mu     sync.Mutex
 	boxes  map[string]*Box // live handles, by id
+	warned map[string]bool // warnings sent (each goes out once)
 	closed bool
 }
 
@@ -94,7 +98,7 @@ func openWith(opts Options, drv vmm.Driver) (*Runtime, error) {
 		db.Close()
 		return nil, fmt.Errorf("image store %s: %w", opts.ImagesDir, err)
 	}
-	r := &Runtime{opts: opts, drv: drv, db: db, images: imgs, boxes: map[string]*Box{}}
+	r := &Runtime{opts: opts, drv: drv, db: db, images: imgs, boxes: map[string]*Box{}, warned: map[string]bool{}}
 	if err := r.reconcile(context.Background()); err != nil {
 		db.Close()
 		return nil, err
@@ -123,6 +127,7 @@ func (r *Runtime) observe(ctx context.Context, rec *store.Box) (*store.Box, erro
 	if err := r.db.SetStoppedIfPID(ctx, rec.ID, rec.PID); err != nil {
 		return nil, fmt.Errorf("box %s: record it stopped: %w", rec.ID, err)
 	}
+	r.recordGone(rec)
 	up := *rec
 	up.State, up.PID, up.PIDStart = store.StateStopped, 0, 0
 	return &up, nil
@@ -282,6 +287,9 @@ func withDefaults(opts BoxOptions) (BoxOptions, error) {
 	}
 	if opts.MemoryMiB < 64 {
 		return opts, fmt.Errorf("memory %d MiB: want at least 64", opts.MemoryMiB)
+	}
+	if opts.Hostname != "" && !validHostname(opts.Hostname) {
+		return opts, fmt.Errorf("%w: hostname %q: want letters, digits and '-', at most 63", ErrInvalidArgument, opts.Hostname)
 	}
 	if opts.DiskSizeMiB < 16 {
 		return opts, fmt.Errorf("disk size %d MiB: want at least 16", opts.DiskSizeMiB)

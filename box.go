@@ -126,7 +126,7 @@ func (b *Box) lock(ctx context.Context) (func(), error) {
 func (b *Box) vmSpec(rec *store.Box, cfg boxConfig) vmm.Spec {
 	o := cfg.Options
 	return vmm.Spec{ID: b.id, Dir: b.dir, CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskSizeMiB: o.DiskSizeMiB,
-		Network: o.Network != NetworkDisabled, Hostname: hostname(rec), Volumes: b.r.vmVolumes(o.Volumes)}
+		Network: o.Network != NetworkDisabled, Hostname: hostname(rec, cfg), Volumes: b.r.vmVolumes(o.Volumes)}
 }
 
 // machine is the recorded boot of rec (it may have ended).
@@ -197,13 +197,13 @@ func (b *Box) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("box %s: %w", b.id, err)
 	}
-	h := m.Handle()
-	if err := b.r.db.SetRunning(ctx, b.id, h.PID, h.Start, time.Now()); err != nil {
+	h, now := m.Handle(), time.Now()
+	if err := b.r.db.SetRunning(ctx, b.id, h.PID, h.Start, now); err != nil {
 		m.Kill()
 		return fmt.Errorf("box %s: record it running: %w", b.id, err)
 	}
 	up := *rec
-	up.State, up.PID, up.PIDStart = store.StateRunning, h.PID, h.Start
+	up.State, up.PID, up.PIDStart, up.Started = store.StateRunning, h.PID, h.Start, now
 	b.mu.Lock()
 	b.rec = &up
 	b.died = nil
@@ -220,12 +220,16 @@ func (b *Box) Start(ctx context.Context) error {
 		}
 		return fmt.Errorf("box %s did not come up: %w\n--- console (last lines) ---\n%s", b.id, err, m.Console(20))
 	}
+	b.r.warnBoot()
 	return nil
 }
 
-// hostname is the box's hostname: its name when that is a valid
-// hostname, else its id.
-func hostname(rec *store.Box) string {
+// hostname is the box's hostname: BoxOptions.Hostname, else its name
+// when that is a valid hostname, else its id.
+func hostname(rec *store.Box, cfg boxConfig) string {
+	if h := cfg.Options.Hostname; h != "" {
+		return h
+	}
 	if n := rec.Name; n != "" && validHostname(n) {
 		return n
 	}
@@ -262,6 +266,7 @@ func (b *Box) watchVM(m vmm.Machine) {
 		}
 		if !b.stopping {
 			b.died = b.diedError(m)
+			b.recordDied(b.rec.Started, b.died)
 		}
 		b.dropConnLocked()
 		b.m, b.vmExit = nil, nil
@@ -390,12 +395,16 @@ func (b *Box) GuestInfo(ctx context.Context) (GuestInfo, error) {
 // unmounts the writable layer and powers off; if that does not finish in
 // time, QEMU is told to quit, then killed. Stopping a stopped box is a
 // no-op. An AutoRemove box is removed.
-func (b *Box) Stop(ctx context.Context) error {
+func (b *Box) Stop(ctx context.Context) error { return b.StopTimeout(ctx, defaultStopGrace) }
+
+// StopTimeout is Stop with grace, instead of 10 s, as the time the box has
+// to shut down cleanly before its machine is told to quit (0: at once).
+func (b *Box) StopTimeout(ctx context.Context, grace time.Duration) error {
 	unlock, err := b.lock(ctx)
 	if err != nil {
 		return err
 	}
-	err = b.stopLocked(ctx)
+	err = b.stopLocked(ctx, grace)
 	unlock()
 	if err != nil {
 		return err
@@ -406,7 +415,10 @@ func (b *Box) Stop(ctx context.Context) error {
 	return nil
 }
 
-func (b *Box) stopLocked(ctx context.Context) error {
+// defaultStopGrace is how long Stop waits for a clean shutdown.
+const defaultStopGrace = 10 * time.Second
+
+func (b *Box) stopLocked(ctx context.Context, grace time.Duration) error {
 	rec, err := b.load(ctx)
 	if err != nil {
 		return err
@@ -416,6 +428,7 @@ func (b *Box) stopLocked(ctx context.Context) error {
 	b.stopping = true
 	b.mu.Unlock()
 	if running(rec) {
+		b.recordStop(rec.Started)
 		m := b.machine(rec, cfg)
 		gone := func(d time.Duration) bool {
 			deadline := time.Now().Add(d)
@@ -427,12 +440,14 @@ func (b *Box) stopLocked(ctx context.Context) error {
 			}
 			return true
 		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if c, err := b.client(cctx); err == nil {
-			c.Shutdown(cctx)
+		if grace > 0 {
+			cctx, cancel := context.WithTimeout(ctx, min(grace, 5*time.Second))
+			if c, err := b.client(cctx); err == nil {
+				c.Shutdown(cctx)
+			}
+			cancel()
 		}
-		cancel()
-		if !gone(10 * time.Second) {
+		if !gone(grace) {
 			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			m.Quit(qctx)
 			cancel()

@@ -33,7 +33,7 @@ func (o Options) withDefaults() Options {
 		o.Debug = defaults.Debug()
 	}
 	if o.Warn == nil {
-		o.Warn = func(msg string) { fmt.Fprintln(os.Stderr, msg) }
+		o.Warn = func(msg string) { fmt.Fprintln(os.Stderr, "airlock: warning: "+msg) }
 	}
 	return o
 }

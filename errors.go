@@ -23,6 +23,9 @@ var (
 	// ErrImageNotFound: the image is not in the local store and could not
 	// be pulled.
 	ErrImageNotFound = errors.New("image not found")
+	// ErrInvalidArgument: a call was given an argument it cannot use (an
+	// empty command, a bad hostname). Nothing was sent to the box.
+	ErrInvalidArgument = errors.New("invalid argument")
 )
 
 // DiedError describes a VM that ended unexpectedly. It matches ErrBoxDied.

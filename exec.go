@@ -73,7 +73,8 @@ func (b *Box) DefaultCommand() []string {
 // error is non-nil only when the exec could not be carried out: the box is
 // not running (ErrBoxNotRunning), its VM died (ErrBoxDied, with the cause
 // and the console's tail), or ctx was cancelled (ctx.Err(), after the
-// process tree was killed). Output is returned byte for byte.
+// process tree was killed). An empty cmd is ErrInvalidArgument, before
+// anything is sent to the box. Output is returned byte for byte.
 func (b *Box) Exec(ctx context.Context, cmd string, args []string, opts ExecOptions) (*ExecResult, error) {
 	var out, errb bytes.Buffer
 	p, err := b.start(ctx, cmd, args, opts, &out, &errb, opts.Stdin != nil)
@@ -142,6 +143,9 @@ type Process struct {
 func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOptions, stdout, stderr io.Writer, stdin bool) (*Process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if strings.TrimSpace(cmd) == "" {
+		return nil, fmt.Errorf("%w: box %s: empty command (give the program to run)", ErrInvalidArgument, b.id)
 	}
 	c, err := b.client(ctx)
 	if err != nil {

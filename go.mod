@@ -3,6 +3,7 @@ module github.com/airlock-run/airlock
 go 1.26.8
 
 require (
+	github.com/creack/pty v1.1.24
 	github.com/cyphar/filepath-securejoin v0.7.0
 	github.com/dustin/go-humanize v1.1.0
 	github.com/gofrs/flock v0.13.2

@@ -135,8 +135,12 @@ func testLifecycle(t *testing.T, h driverHarness) {
 			t.Fatal(err)
 		}
 		pidGone(t, info.PID)
-		if info, _ := b.Info(ctx); info.State != "stopped" || info.PID != 0 {
-			t.Fatalf("info after stop: %+v", info)
+		stopped, _ := b.Info(ctx)
+		if stopped.State != "stopped" || stopped.PID != 0 {
+			t.Fatalf("info after stop: %+v", stopped)
+		}
+		if e, ok := r.ExitState(stopped); !ok || e.Reason != airlock.ExitStopped || !e.Boot.Equal(info.Started) {
+			t.Fatalf("exit state after Stop: %+v %v (boot %v)", e, ok, info.Started)
 		}
 		if _, err := b.Exec(ctx, "true", nil, airlock.ExecOptions{}); !errors.Is(err, airlock.ErrBoxNotRunning) {
 			t.Fatalf("exec on a stopped box: %v", err)
@@ -149,6 +153,42 @@ func testLifecycle(t *testing.T, h driverHarness) {
 		}
 		if got := sh(t, b, "echo again"); got != "again\n" {
 			t.Fatalf("after restart: %q", got)
+		}
+		if info, _ := b.Info(ctx); !info.Started.After(stopped.Started) {
+			t.Fatalf("restart did not record a new boot: %v then %v", stopped.Started, info.Started)
+		} else if e, ok := r.ExitState(info); ok {
+			t.Fatalf("a running box has an exit state: %+v", e)
+		}
+		// Rename: the box is found by its new name only; a taken name is
+		// refused.
+		if err := b.Rename(ctx, "cycled"); err != nil {
+			t.Fatal(err)
+		}
+		if g, err := r.Get(ctx, "cycled"); err != nil || g.ID() != b.ID() || b.Name() != "cycled" {
+			t.Fatalf("get by the new name: %v, name %q", err, b.Name())
+		}
+		if _, err := r.Get(ctx, "cycle"); !errors.Is(err, airlock.ErrBoxNotFound) {
+			t.Fatalf("the old name still finds the box: %v", err)
+		}
+		other := create(t, r, airlock.BoxOptions{Name: "other", Network: airlock.NetworkDisabled})
+		if err := other.Rename(ctx, "cycled"); !errors.Is(err, airlock.ErrNameInUse) {
+			t.Fatalf("rename to a taken name: %v", err)
+		}
+		// StopTimeout 0 does not wait for a clean shutdown.
+		oi, _ := other.Info(ctx)
+		if err := other.StopTimeout(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		pidGone(t, oi.PID)
+		oi, _ = other.Info(ctx)
+		if e, ok := r.ExitState(oi); !ok || e.Reason != airlock.ExitStopped {
+			t.Fatalf("exit state after StopTimeout 0: %+v %v", e, ok)
+		}
+		if err := r.Remove(ctx, other.ID(), false); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Rename(ctx, "cycle"); err != nil {
+			t.Fatal(err)
 		}
 		if _, err := r.Create(ctx, airlock.BoxOptions{Image: h.image, Name: "cycle"}); !errors.Is(err, airlock.ErrNameInUse) {
 			t.Fatalf("second box with the same name: %v", err)
@@ -191,8 +231,12 @@ func testLifecycle(t *testing.T, h driverHarness) {
 		if _, err := b.Exec(ctx, "true", nil, airlock.ExecOptions{}); err == nil || time.Since(start) > 3*time.Second {
 			t.Fatalf("exec after death: %v after %s", err, time.Since(start))
 		}
-		if list, _ := r.List(ctx); len(list) != 1 || list[0].State != "stopped" {
+		list, _ := r.List(ctx)
+		if len(list) != 1 || list[0].State != "stopped" {
 			t.Fatalf("box not marked stopped: %+v", list)
+		}
+		if e, ok := r.ExitState(list[0]); !ok || e.Reason != airlock.ExitVMDied || !strings.Contains(e.Cause, h.died) {
+			t.Fatalf("exit state of a machine that died: %+v %v", e, ok)
 		}
 		if err := b.Start(ctx); err != nil {
 			t.Fatalf("restart after death: %v", err)
@@ -223,6 +267,17 @@ func testLifecycle(t *testing.T, h driverHarness) {
 		}
 		if states["alive"] != "running" || states["dead"] != "stopped" {
 			t.Fatalf("after reopening: %v", states)
+		}
+		// Why the dead box stopped is recorded (by the runtime watching its
+		// machine, or the one that found it gone).
+		for _, bi := range list {
+			e, ok := r2.ExitState(bi)
+			if bi.Name == "alive" && ok {
+				t.Fatalf("running box with an exit state: %+v", e)
+			}
+			if bi.Name == "dead" && (!ok || e.Reason != airlock.ExitVMDied || !strings.Contains(e.Cause, h.died)) {
+				t.Fatalf("exit state of the box that died unwatched: %+v %v", e, ok)
+			}
 		}
 		// A new process reaches the box the old one started, and can start
 		// the dead one again.

@@ -56,6 +56,9 @@ type BoxOptions struct {
 	// Volumes are host directories and named volumes attached to the box
 	// (see Volume).
 	Volumes []Volume `json:",omitempty"`
+	// Hostname is the box's host name (default: Name when it is a valid
+	// host name, else the id). Letters, digits and '-', at most 63.
+	Hostname string `json:",omitempty"`
 }
 
 // ExecOptions tune one Exec. Env, User and WorkingDir override the box's

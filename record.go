@@ -32,17 +32,20 @@ const recordVersion = 1
 // disk. Version 0 was the public BoxOptions marshalled as is (see
 // recordV0).
 type boxRecord struct {
-	Version     int         `json:"v"`
-	Image       string      `json:"image"`
-	Name        string      `json:"name,omitempty"`
-	CPUs        int         `json:"cpus"`
-	MemoryMiB   int         `json:"memory_mib"`
-	DiskSizeMiB int         `json:"disk_mib"`
-	Env         []string    `json:"env,omitempty"`
-	WorkingDir  string      `json:"workdir,omitempty"`
-	User        string      `json:"user,omitempty"`
-	AutoRemove  bool        `json:"auto_remove,omitempty"`
-	Network     string      `json:"network"` // netPublic or netNone
+	Version     int      `json:"v"`
+	Image       string   `json:"image"`
+	Name        string   `json:"name,omitempty"`
+	CPUs        int      `json:"cpus"`
+	MemoryMiB   int      `json:"memory_mib"`
+	DiskSizeMiB int      `json:"disk_mib"`
+	Env         []string `json:"env,omitempty"`
+	WorkingDir  string   `json:"workdir,omitempty"`
+	User        string   `json:"user,omitempty"`
+	AutoRemove  bool     `json:"auto_remove,omitempty"`
+	Network     string   `json:"network"` // netPublic or netNone
+	// Hostname is BoxOptions.Hostname (optional: "" for records before
+	// it, which take the name or id).
+	Hostname    string      `json:"hostname,omitempty"`
 	ImageConfig imageRecord `json:"image_config"`
 	OwnerPID    int         `json:"owner_pid,omitempty"`
 	OwnerStart  uint64      `json:"owner_start,omitempty"`
@@ -98,7 +101,7 @@ func encodeConfig(c boxConfig) []byte {
 	o, ic := c.Options, c.Image
 	r := boxRecord{Version: recordVersion, Image: o.Image, Name: o.Name, CPUs: o.CPUs, MemoryMiB: o.MemoryMiB,
 		DiskSizeMiB: o.DiskSizeMiB, Env: o.Env, WorkingDir: o.WorkingDir, User: o.User, AutoRemove: o.AutoRemove,
-		Network: storedNetwork(o.Network),
+		Network: storedNetwork(o.Network), Hostname: o.Hostname,
 		ImageConfig: imageRecord{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
 		OwnerPID: c.OwnerPID, OwnerStart: c.OwnerStart}
@@ -123,6 +126,7 @@ type recordV0 struct {
 		WorkingDir, User             string
 		AutoRemove                   bool
 		Network                      string
+		Hostname                     string // written by development builds only
 	} `json:"options"`
 	Image struct {
 		Env             []string
@@ -153,7 +157,7 @@ func decodeRecord(raw []byte) (boxRecord, error) {
 		oo, oi := o.Options, o.Image
 		return boxRecord{Version: recordVersion, Image: oo.Image, Name: oo.Name, CPUs: oo.CPUs, MemoryMiB: oo.MemoryMiB,
 			DiskSizeMiB: oo.DiskSizeMiB, Env: oo.Env, WorkingDir: oo.WorkingDir, User: oo.User, AutoRemove: oo.AutoRemove,
-			Network: storedNetwork(mustNetwork(oo.Network)),
+			Network: storedNetwork(mustNetwork(oo.Network)), Hostname: oo.Hostname,
 			ImageConfig: imageRecord{Env: oi.Env, WorkingDir: oi.WorkingDir, User: oi.User, Entrypoint: oi.Entrypoint,
 				Cmd: oi.Cmd, Labels: oi.Labels},
 			OwnerPID: o.OwnerPID, OwnerStart: o.OwnerStart}, nil
@@ -201,7 +205,7 @@ func (r boxRecord) config() (boxConfig, error) {
 	}
 	return boxConfig{
 		Options: BoxOptions{Image: r.Image, Name: r.Name, CPUs: r.CPUs, MemoryMiB: r.MemoryMiB, DiskSizeMiB: r.DiskSizeMiB,
-			Env: r.Env, WorkingDir: r.WorkingDir, User: r.User, AutoRemove: r.AutoRemove, Network: n, Volumes: vols},
+			Env: r.Env, WorkingDir: r.WorkingDir, User: r.User, AutoRemove: r.AutoRemove, Network: n, Hostname: r.Hostname, Volumes: vols},
 		Image: image.ImageConfig{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
 		OwnerPID: r.OwnerPID, OwnerStart: r.OwnerStart,

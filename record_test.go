@@ -12,7 +12,7 @@ import (
 func TestRecordRoundTrip(t *testing.T) {
 	c := boxConfig{
 		Options: BoxOptions{Image: "python:slim", Name: "n", CPUs: 2, MemoryMiB: 300, DiskSizeMiB: 100, Env: []string{"A=1"},
-			WorkingDir: "/w", User: "u", AutoRemove: true, Network: NetworkDisabled},
+			WorkingDir: "/w", User: "u", AutoRemove: true, Network: NetworkDisabled, Hostname: "h-1"},
 		Image:    image.ImageConfig{Env: []string{"PATH=/bin"}, WorkingDir: "/x", User: "1", Entrypoint: []string{"e"}, Cmd: []string{"c"}, Labels: map[string]string{"k": "v"}},
 		OwnerPID: 7, OwnerStart: 9,
 	}

@@ -369,7 +369,9 @@ func (x *Context) interrupt(ctx context.Context, id int64, ctxErr error) (*Resul
 				continue
 			}
 			res := rep.result()
-			res.TimedOut = true
+			// A cell that finished as the timer fired (its reply crossed
+			// the SIGINT) ran to completion: it did not time out.
+			res.TimedOut = res.Error != nil && res.Error.Name == "KeyboardInterrupt"
 			return res, ctxErr
 		case <-t.C:
 			k.kill()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -58,6 +59,20 @@ type Tool struct {
 type LLM interface {
 	Chat(ctx context.Context, messages []Message, tools []Tool) (Message, error)
 }
+
+// ErrUnreachable: the model's endpoint could not be connected to
+// (connection refused, no such host).
+var ErrUnreachable = errors.New("model endpoint unreachable")
+
+// unreachableError says which endpoint could not be reached, and why.
+type unreachableError struct{ url, cause string }
+
+func (e *unreachableError) Error() string {
+	return fmt.Sprintf("cannot reach OPENAI_BASE_URL=%s: is the server running? (%s)", e.url, e.cause)
+}
+
+// Is makes errors.Is(err, ErrUnreachable) true.
+func (e *unreachableError) Is(target error) bool { return target == ErrUnreachable }
 
 // Errors of NewOpenAI.
 var (
@@ -183,6 +198,14 @@ func (o *OpenAI) Chat(ctx context.Context, messages []Message, tools []Tool) (Me
 func (o *OpenAI) wrap(err error) error {
 	var ae *openai.Error
 	if !errors.As(err, &ae) {
+		var oe *net.OpError
+		var de *net.DNSError
+		if errors.As(err, &oe) && oe.Op == "dial" {
+			return &unreachableError{o.baseURL, oe.Err.Error()}
+		}
+		if errors.As(err, &de) {
+			return &unreachableError{o.baseURL, "no such host " + de.Name}
+		}
 		return fmt.Errorf("%s: %w", o.baseURL, err)
 	}
 	msg := ae.Message

@@ -131,7 +131,7 @@ func FindKernel(cacheDir string) (k Kernel, note string, err error) {
 		if _, err := os.Stat(filepath.Join(d, "vmlinux")); err == nil {
 			info := readInfo(filepath.Join(d, "info"))
 			return Kernel{Path: filepath.Join(d, "vmlinux"), Kind: KernelDebian, Version: info["version"], ModulesDir: filepath.Join(d, "modules")},
-				"airlock: note: using Debian's cloud kernel (slower boot, more memory); run hack/build-kernel.sh to build the airlock guest kernel", nil
+				"using Debian's cloud kernel (slower boot, more memory); run hack/build-kernel.sh to build the airlock guest kernel", nil
 		}
 	}
 	return Kernel{}, "", ErrNoKernel

@@ -19,6 +19,14 @@ const (
 	CID     = "vsock.cid"   // guest CID when the box has a vsock device
 	// FakeAgent is the unix socket of the fake driver's host-process agent.
 	FakeAgent = "agent.sock"
+	// Exit says how the last boot ended (airlock.ExitState as JSON).
+	Exit = "exit.json"
+	// The box's main command (internal/cli: run, run -d, create IMAGE
+	// COMMAND): its output as JSON lines (MainLog, rotated to MainLog+".1"),
+	// the detached command's spec, and the mark that it has ended.
+	MainLog  = "main.log"
+	MainSpec = "main.json"
+	MainDone = "main.done"
 )
 
 // AgentSock is the unix socket of the agent's i-th virtio-serial port.

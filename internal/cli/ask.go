@@ -62,6 +62,9 @@ Exit status: 0 on an answer; 1 when the model's endpoint failed, the step
 limit was reached or, with --one-shot, the code failed; 124 when one-shot code
 timed out; 125 when the box could not start; 130 when interrupted.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if af.maxSteps < 1 {
+				return usagef(cmd, "ask: --max-steps %d: want 1 or more rounds of tool calls", af.maxSteps)
+			}
 			task := strings.TrimSpace(strings.Join(args, " "))
 			if task == "" {
 				b, err := io.ReadAll(cmd.InOrStdin())
@@ -71,7 +74,7 @@ timed out; 125 when the box could not start; 130 when interrupted.`,
 				task = strings.TrimSpace(string(b))
 			}
 			if task == "" {
-				return errors.New("no task: give it as arguments, e.g. airlock ask 'compute the first 10 primes', or on standard input")
+				return usagef(cmd, "ask: missing TASK: give it as arguments, e.g. airlock ask 'compute the first 10 primes', or on standard input")
 			}
 			return runAsk(cmd, task, af, bf)
 		},
@@ -160,19 +163,29 @@ func runAsk(cmd *cobra.Command, task string, af askFlags, bf boxFlags) error {
 	if err != nil {
 		return err
 	}
-	rt, err := openRuntime(cmd)
+	bo, err := bf.options(cmd, af.image)
+	if err != nil {
+		return usagef(cmd, "ask: %v", err)
+	}
+	// On a terminal, a status line on stderr says what is going on; what
+	// else goes to stderr (warnings, pull progress) erases it first.
+	prog := newAskProgress(stderr)
+	defer prog.end()
+	if prog.on {
+		stderr = clearing{prog, stderr}
+	}
+	rt, err := airlock.Open(airlock.Options{Warn: warner(stderr), Pull: pullWithProgress(cmd.Context(), stderr)})
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
 	ctx := cmd.Context()
-	bo, err := bf.options(cmd, af.image)
-	if err != nil {
-		return err
-	}
 	opts := codebox.Options{BoxOptions: bo, Timeout: af.timeout}
 	sb := startSandbox(ctx, rt, opts, !af.oneShot, af.files)
+	prog.watchBoot(sb)
+	pllm := &progressLLM{LLM: llm, p: prog, maxSteps: af.maxSteps}
 	defer func() {
+		prog.end()
 		if err := sb.close(); err != nil {
 			fmt.Fprintln(stderr, "airlock:", err)
 		}
@@ -188,14 +201,16 @@ func runAsk(cmd *cobra.Command, task string, af askFlags, bf boxFlags) error {
 		}()
 	}
 	if af.oneShot {
-		return askOneShot(ctx, stdout, stderr, llm, sb, task, af)
+		pllm.maxSteps = 0
+		return askOneShot(ctx, prog, stdout, stderr, pllm, sb, task, af)
 	}
 	var log io.Writer
 	if af.showCode {
 		log = stderr
 	}
-	it := &interp.Interpreter{LLM: llm, Exec: sb, MaxSteps: af.maxSteps, Log: log, OutDir: af.outDir}
+	it := &interp.Interpreter{LLM: pllm, Exec: progressExec{sb, prog, pllm}, MaxSteps: af.maxSteps, Log: log, OutDir: af.outDir}
 	ans, err := it.Ask(ctx, task)
+	prog.end()
 	if err != nil {
 		if errors.Is(err, interp.ErrMaxSteps) && ans.Text != "" {
 			fmt.Fprintln(stdout, ans.Text)
@@ -220,7 +235,7 @@ func (r runner) Run(ctx context.Context, code string) (string, error) {
 	return r.sb.cb.Run(ctx, code)
 }
 
-func askOneShot(ctx context.Context, stdout, stderr io.Writer, llm interp.LLM, sb *sandbox, task string, af askFlags) error {
+func askOneShot(ctx context.Context, prog *askProgress, stdout, stderr io.Writer, llm interp.LLM, sb *sandbox, task string, af askFlags) error {
 	// The seed's loop; --show-code prints the code before it runs.
 	reply, err := llm.Chat(ctx, []interp.Message{{Role: interp.RoleUser, Content: fmt.Sprintf(interp.OneShotPrompt, task)}}, nil)
 	if err != nil {
@@ -230,7 +245,9 @@ func askOneShot(ctx context.Context, stdout, stderr io.Writer, llm interp.LLM, s
 	if af.showCode {
 		fmt.Fprintf(stderr, "--- code\n%s\n--- output\n", code)
 	}
+	prog.set("", "running code")
 	out, err := runner{sb}.Run(ctx, code)
+	prog.end()
 	io.WriteString(stdout, out)
 	var ee *codebox.ExecError
 	if errors.As(err, &ee) {

@@ -56,6 +56,20 @@ func TestAskErrors(t *testing.T) {
 			t.Fatalf("code %d stderr %q", code, errs)
 		}
 	})
+	t.Run("endpoint unreachable", func(t *testing.T) {
+		t.Setenv("OPENAI_API_KEY", "k")
+		t.Setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")
+		_, errs, code := c.run("ask", "--model", "m", "--image", "localhost:1/none:1", "hi")
+		if code != 1 || !strings.Contains(errs, "cannot reach OPENAI_BASE_URL=http://127.0.0.1:1/v1: is the server running?") || strings.Contains(errs, "dial tcp") {
+			t.Fatalf("code %d stderr %q", code, errs)
+		}
+	})
+	t.Run("max steps 0", func(t *testing.T) {
+		_, errs, code := c.run("ask", "--max-steps", "0", "hi")
+		if code != 125 || !strings.Contains(errs, "--max-steps 0: want 1 or more") {
+			t.Fatalf("code %d stderr %q", code, errs)
+		}
+	})
 	t.Run("box cannot start", func(t *testing.T) {
 		f := interptest.NewFakeOpenAI(t, func(int, interptest.Request) interptest.Reply {
 			return interptest.Reply{ToolCalls: []interptest.ToolCall{callPython("c1", "print(1)")}}
@@ -109,6 +123,11 @@ func TestAskToolMode(t *testing.T) {
 	host, _ := exec.Command("uname", "-r").Output()
 	if release == "" || release == strings.TrimSpace(string(host)) || out != "The sandbox's kernel is "+release+".\n" {
 		t.Fatalf("stdout %q (guest %q, host %q)", out, release, host)
+	}
+	for _, progress := range []string{"booting box", "waiting for the model", "running code", "\033[K"} {
+		if strings.Contains(errs, progress) {
+			t.Errorf("stderr is not a terminal but shows progress %q:\n%s", progress, errs)
+		}
 	}
 	for _, want := range []string{"print('dividing')", "ZeroDivisionError", "platform.release()", release} {
 		if !strings.Contains(errs, want) {

@@ -98,7 +98,16 @@ func attach(cmd *cobra.Command, b *airlock.Box, argv []string, opts airlock.Exec
 		}
 	}
 	out := &brokenPipeWriter{w: cmd.OutOrStdout(), broken: make(chan struct{})}
-	p, err := b.ExecStreamWriters(ctx, argv[0], argv[1:], opts, out, cmd.ErrOrStderr())
+	var stdout, stderr io.Writer = out, cmd.ErrOrStderr()
+	if ef.main {
+		// The main command's output is also kept for airlock logs.
+		if l, err := openMainLog(b); err == nil {
+			ow, ew := &streamWriter{l: l, stream: "stdout"}, &streamWriter{l: l, stream: "stderr"}
+			defer func() { ow.flush(); ew.flush(); l.Close() }()
+			stdout, stderr = io.MultiWriter(stdout, ow), io.MultiWriter(stderr, ew)
+		}
+	}
+	p, err := b.ExecStreamWriters(ctx, argv[0], argv[1:], opts, stdout, stderr)
 	if err != nil {
 		return 125, err
 	}
@@ -146,6 +155,9 @@ func attach(cmd *cobra.Command, b *airlock.Box, argv []string, opts airlock.Exec
 			return 130, nil
 		}
 		return 125, err
+	}
+	if ef.main {
+		b.RecordMainExit(ctx, res)
 	}
 	if killed {
 		return 130, nil

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,12 +12,21 @@ import (
 )
 
 func newLsCmd() *cobra.Command {
-	var quiet bool
+	var lf listFormat
+	var all bool
 	cmd := &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"ps"},
-		Short:   "List boxes",
-		Args:    cobra.NoArgs,
+		Short:   "List running boxes (-a: all)",
+		Long: `List running boxes; with -a, all boxes. STATUS says since when a box is up,
+or why it stopped: "Exited (N)" (its main command ended with status N), "OOM
+killed", "VM died: CAUSE", "Stopped" (airlock stop).
+
+--format json prints one JSON object per box; a Go template prints one line
+per box: --format '{{.ID}} {{.Status}}'; 'table {{.ID}}\t{{.Name}}' adds a
+header. Fields: ID, Name, Image, State, Status, Reason, ExitCode, CPUs,
+Memory, Created, Started.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := openRuntime(cmd)
 			if err != nil {
@@ -31,24 +37,25 @@ func newLsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if quiet {
-				for _, b := range boxes {
-					fmt.Fprintln(cmd.OutOrStdout(), b.ID)
-				}
-				return nil
-			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
-			fmt.Fprintln(w, "BOX ID\tNAME\tIMAGE\tSTATE\tCPUS\tMEMORY\tCREATED")
+			var rows []boxRow
 			for _, b := range boxes {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d MiB\t%s ago\n", b.ID, b.Name, b.Image, b.State,
-					b.Options.CPUs, b.Options.MemoryMiB, time.Since(b.Created).Round(time.Second))
+				if all || b.State == "running" {
+					rows = append(rows, rowOf(r, b))
+				}
 			}
-			return w.Flush()
+			return writeList(cmd.OutOrStdout(), lf, rows, []column[boxRow]{
+				{"BOX ID", func(b boxRow) string { return b.ID }},
+				{"NAME", func(b boxRow) string { return b.Name }},
+				{"IMAGE", func(b boxRow) string { return b.Image }},
+				{"STATUS", func(b boxRow) string { return b.Status }},
+				{"CPUS", func(b boxRow) string { return fmt.Sprint(b.CPUs) }},
+				{"MEMORY", func(b boxRow) string { return b.Memory }},
+				{"CREATED", func(b boxRow) string { return humanDuration(time.Since(b.Created)) + " ago" }},
+			})
 		},
 	}
-	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "only print box ids")
-	// Docker's ps -a: airlock ls always lists stopped boxes too.
-	cmd.Flags().BoolP("all", "a", false, "list all boxes (the default: stopped ones are always listed)")
+	lf.add(cmd, "box ids")
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "list all boxes (default: running ones)")
 	return cmd
 }
 
@@ -82,22 +89,51 @@ func newStartCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "start BOX...",
 		Short: "Start stopped boxes (their files are kept)",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Boot stopped boxes again; files written in them are still there. A box
+made with a main command (run -d, create IMAGE COMMAND) runs it again, in the
+background, its output appended to what 'airlock logs' shows.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachBox(cmd, args, func(ctx context.Context, _ *airlock.Runtime, b *airlock.Box) error { return b.Start(ctx) })
+			return eachBox(cmd, args, func(ctx context.Context, _ *airlock.Runtime, b *airlock.Box) error {
+				info, err := b.Info(ctx)
+				if err != nil {
+					return err
+				}
+				if err := b.Start(ctx); err != nil {
+					return err
+				}
+				// A box with a main command runs it again, as a container
+				// does (not when it was running already).
+				if m, ok := readMainSpec(b); ok && info.State != "running" {
+					return startDetached(b, m)
+				}
+				return nil
+			})
 		},
 	}
 }
 
 func newStopCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "stop BOX...",
+	var seconds int
+	cmd := &cobra.Command{
+		Use:   "stop [-t SECONDS] BOX...",
 		Short: "Stop running boxes (shut down cleanly, then force)",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Stop running boxes: the guest agent stops every process, syncs and unmounts
+the writable layer and powers off; a box that has not gone after -t seconds
+(default 10) is told to quit, then killed. Files written in a box are kept
+for its next start.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return eachBox(cmd, args, func(ctx context.Context, _ *airlock.Runtime, b *airlock.Box) error { return b.Stop(ctx) })
+			if seconds < 0 {
+				return usagef(cmd, "stop: -t %d: want 0 or more seconds", seconds)
+			}
+			return eachBox(cmd, args, func(ctx context.Context, _ *airlock.Runtime, b *airlock.Box) error {
+				return b.StopTimeout(ctx, time.Duration(seconds)*time.Second)
+			})
 		},
 	}
+	cmd.Flags().IntVarP(&seconds, "time", "t", 10, "seconds to wait for a clean shutdown before forcing it")
+	return cmd
 }
 
 func newRmCmd() *cobra.Command {
@@ -118,30 +154,4 @@ func newRmCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVarP(&force, "force", "f", false, "kill and remove running boxes")
 	return cmd
-}
-
-func newLogsCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "logs BOX",
-		Short: "Print a box's console log (guest kernel and agent messages)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := openRuntime(cmd)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			b, err := r.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			f, err := os.Open(b.ConsoleLog())
-			if err != nil {
-				return fmt.Errorf("box %s has no console log yet: %w", b.ID(), err)
-			}
-			defer f.Close()
-			_, err = io.Copy(cmd.OutOrStdout(), f)
-			return err
-		},
-	}
 }

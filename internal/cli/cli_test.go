@@ -96,7 +96,7 @@ func TestCLIRun(t *testing.T) {
 	if q := qemuOf(c.home); len(q) != 0 {
 		t.Fatalf("QEMU left behind: %v", q)
 	}
-	if out, _, _ := c.run("ls", "-q"); strings.TrimSpace(out) != "" {
+	if out, _, _ := c.run("ls", "-aq"); strings.TrimSpace(out) != "" {
 		t.Fatalf("boxes left behind with --rm: %q", out)
 	}
 	_, errs, code = c.run("run", "--rm", "no-such-image:1")
@@ -127,7 +127,9 @@ func TestCLIFlagErrors(t *testing.T) {
 		{[]string{"run", "-e", "=x", "python:slim", "true"}, "want KEY=VALUE", ""},
 		{[]string{"exec", "-e", "", "somebox", "true"}, "want KEY=VALUE", ""},
 		{[]string{"run", "--timeout", "3", "python:slim", "true"}, "--timeout takes a duration", "MiB"},
-		{[]string{"run", "--memory", "1g", "python:slim", "true"}, "--memory and --disk-size take MiB", "duration"},
+		{[]string{"run", "--memory", "1q", "python:slim", "true"}, "want a size such as 512m or 2g", "duration"},
+		{[]string{"run", "--memory", "100000g", "python:slim", "true"}, "more than this host's RAM", ""},
+		{[]string{"run", "--disk-size", "abc", "python:slim", "true"}, "--disk-size \"abc\"", ""},
 		{[]string{"run", "--bogus", "python:slim"}, "unknown flag: --bogus", "MiB"},
 	} {
 		_, errs, code := c.run(tc.args...)
@@ -151,7 +153,7 @@ func TestCLICreateExecStopStartRm(t *testing.T) {
 	if _, errs, code = c.run("exec", "keep", "sh", "-c", "echo persisted > /root/f"); code != 0 {
 		t.Fatalf("exec: %d %q", code, errs)
 	}
-	if out, _, _ = c.run("ls"); !strings.Contains(out, id) || !strings.Contains(out, "running") {
+	if out, _, _ = c.run("ls"); !strings.Contains(out, id) || !strings.Contains(out, "Up ") {
 		t.Fatalf("ls: %q", out)
 	}
 	if _, errs, code = c.run("stop", id[:6]); code != 0 {
@@ -169,7 +171,7 @@ func TestCLICreateExecStopStartRm(t *testing.T) {
 	if out, errs, code = c.run("exec", "keep", "cat", "/root/f"); code != 0 || out != "persisted\n" {
 		t.Fatalf("exec after restart: %d %q %q", code, out, errs)
 	}
-	if out, _, _ = c.run("logs", "keep"); !strings.Contains(out, "airlock-agent: ready") {
+	if out, _, _ = c.run("logs", "--console", "keep"); !strings.Contains(out, "airlock-agent: ready") {
 		t.Fatalf("logs: %q", out)
 	}
 	if _, errs, code = c.run("rm", "keep"); code == 0 || !strings.Contains(errs, "rm -f") {
@@ -221,7 +223,7 @@ func TestCLIRunKilledLeavesNoVM(t *testing.T) {
 	cmd.Process.Kill() // SIGKILL: no chance to clean up
 	cmd.Wait()
 	// The next airlock command removes the orphaned --rm box.
-	if out, _, _ := c.run("ls", "-q"); strings.TrimSpace(out) != "" {
+	if out, _, _ := c.run("ls", "-aq"); strings.TrimSpace(out) != "" {
 		t.Fatalf("orphaned --rm box still listed: %q", out)
 	}
 	if q := qemuOf(c.home); len(q) != 0 {

@@ -46,7 +46,11 @@ func newDoctorCmd() *cobra.Command {
 				note("accelerator", "TCG software emulation: "+accel.Reason+"; boxes are slower and not a hardware boundary")
 			}
 			if k, kn, err := assets.FindKernel(""); err != nil {
-				bad("kernel", err.Error(), "run hack/setup.sh (or hack/build-kernel.sh)")
+				fix := "run hack/setup.sh (or hack/build-kernel.sh)"
+				if v := os.Getenv("AIRLOCK_KERNEL"); v != "" {
+					fix = "AIRLOCK_KERNEL=" + v + " is wrong: unset it to use the kernel hack/setup.sh installs, or point it at a vmlinux file"
+				}
+				bad("kernel", err.Error(), fix)
 			} else {
 				d := fmt.Sprintf("%s kernel %s at %s", k.Kind, k.Version, k.Path)
 				if k.ConfigHash != "" {
@@ -57,7 +61,9 @@ func newDoctorCmd() *cobra.Command {
 					note("kernel", kn)
 				}
 			}
-			if p, err := assets.FindAgent(); err != nil {
+			if p, err := assets.FindAgent(); err != nil && os.Getenv("AIRLOCK_AGENT") != "" {
+				bad("agent", err.Error(), "AIRLOCK_AGENT is wrong: unset it to use the agent next to airlock, or point it at a static airlock-agent binary")
+			} else if err != nil {
 				bad("agent", err.Error(), "run hack/setup.sh, or build it: CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o $(dirname $(which airlock))/airlock-agent ./cmd/airlock-agent")
 			} else if err := assets.CheckAgent(p); err != nil {
 				bad("agent", err.Error(), "use the static agent hack/setup.sh builds (bin/airlock-agent); unset AIRLOCK_AGENT if it points elsewhere")

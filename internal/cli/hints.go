@@ -32,11 +32,11 @@ func hint(err error, box string) string {
 	case errors.Is(err, airlock.ErrBoxNotRunning):
 		return fmt.Sprintf("start it first: airlock start %s", box)
 	case errors.Is(err, airlock.ErrBoxNotFound):
-		return "see 'airlock ls' for the boxes of " + airlock.DefaultHome()
+		return "see 'airlock ls -a' for the boxes of " + airlock.DefaultHome()
 	case errors.Is(err, airlock.ErrImageNotFound):
 		return "see 'airlock images' for the local images"
 	case errors.Is(err, airlock.ErrBoxDied):
-		return fmt.Sprintf("start it again with airlock start %s; airlock logs %s shows its console", box, box)
+		return fmt.Sprintf("start it again with airlock start %s; airlock logs --console %s shows its console", box, box)
 	}
 	return ""
 }

@@ -17,7 +17,8 @@ func TestReportAddsTheCommandToRun(t *testing.T) {
 	}{
 		{fmt.Errorf("%w: 0123: stop it first, or remove it with force to kill its VM", airlock.ErrBoxRunning), "airlock rm -f keep"},
 		{fmt.Errorf("%w: 0123", airlock.ErrBoxNotRunning), "airlock start keep"},
-		{fmt.Errorf("%w: %q", airlock.ErrBoxNotFound, "keep"), "airlock ls"},
+		{fmt.Errorf("%w: %q", airlock.ErrBoxNotFound, "keep"), "airlock ls -a"},
+		{&airlock.DiedError{BoxID: "0123", Cause: "guest kernel panic"}, "airlock logs --console keep"},
 	} {
 		var w bytes.Buffer
 		report(&w, c.err, "keep")

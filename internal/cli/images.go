@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
@@ -94,13 +94,18 @@ with 'airlock image build-debian'.`,
 }
 
 func newImagesCmd() *cobra.Command {
-	var quiet, noTrunc bool
+	var lf listFormat
+	var noTrunc bool
 	cmd := &cobra.Command{
 		Use:   "images [REPOSITORY[:TAG]]",
 		Short: "List local images",
 		Long: `List the images in the local store. SOURCE says where each came from:
 pulled from a registry, imported from a file, or built locally (for example
-from Debian packages, which is not the same image as the registry's).`,
+from Debian packages, which is not the same image as the registry's).
+
+--format json prints one JSON object per image; a Go template one line per
+image (--format '{{.Repository}}:{{.Tag}} {{.Size}}'). Fields: Ref,
+Repository, Tag, Digest, Size (bytes), Created, Source.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			s, err := openImages()
@@ -114,30 +119,30 @@ from Debian packages, which is not the same image as the registry's).`,
 					return err
 				}
 			}
-			out := cmd.OutOrStdout()
-			if quiet {
-				seen := map[string]bool{}
-				for _, img := range imgs {
-					if !seen[img.Digest] {
-						seen[img.Digest] = true
-						fmt.Fprintln(out, digestColumn(img.Digest, noTrunc))
+			rows := make([]imageRow, 0, len(imgs))
+			seen := map[string]bool{}
+			for _, img := range imgs {
+				if lf.quiet && seen[img.Digest] {
+					continue
+				}
+				seen[img.Digest] = true
+				rows = append(rows, rowOfImage(img))
+			}
+			err = writeList(cmd.OutOrStdout(), lf, rows, []column[imageRow]{
+				{"REPOSITORY", func(r imageRow) string { return r.Repository }},
+				{"TAG", func(r imageRow) string { return r.Tag }},
+				{"DIGEST", func(r imageRow) string { return digestColumn(r.Digest, noTrunc) }},
+				{"SIZE", func(r imageRow) string { return humanize.Bytes(uint64(r.Size)) }},
+				{"CREATED", func(r imageRow) string {
+					if r.Created.IsZero() {
+						return "N/A"
 					}
-				}
-			} else {
-				w := tabwriter.NewWriter(out, 0, 4, 3, ' ', 0)
-				fmt.Fprintln(w, "REPOSITORY\tTAG\tDIGEST\tSIZE\tCREATED\tSOURCE")
-				for _, img := range imgs {
-					repo, tag := splitRef(img.Ref)
-					created := "N/A"
-					if !img.Created.IsZero() {
-						created = humanize.Time(img.Created)
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", repo, tag, digestColumn(img.Digest, noTrunc),
-						humanize.Bytes(uint64(img.Size)), created, img.Source)
-				}
-				if err := w.Flush(); err != nil {
-					return err
-				}
+					return humanize.Time(r.Created)
+				}},
+				{"SOURCE", func(r imageRow) string { return r.Source }},
+			}, 2)
+			if err != nil {
+				return err
 			}
 			if lerr != nil {
 				fmt.Fprintln(cmd.ErrOrStderr(), "airlock: some images could not be read:", lerr)
@@ -146,7 +151,7 @@ from Debian packages, which is not the same image as the registry's).`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "only print image digests")
+	lf.add(cmd, "image digests")
 	cmd.Flags().BoolVar(&noTrunc, "no-trunc", false, "print full digests")
 	return cmd
 }
@@ -430,4 +435,21 @@ Example:
 	cmd.MarkFlagRequired("packages")
 	cmd.MarkFlagRequired("tag")
 	return cmd
+}
+
+// imageRow is one image as images lists it; its fields are what --format
+// templates and --format json see.
+type imageRow struct {
+	Ref        string
+	Repository string
+	Tag        string
+	Digest     string
+	Size       int64 // bytes, as stored
+	Created    time.Time
+	Source     string
+}
+
+func rowOfImage(img *image.Image) imageRow {
+	repo, tag := splitRef(img.Ref)
+	return imageRow{Ref: img.Ref, Repository: repo, Tag: tag, Digest: img.Digest, Size: img.Size, Created: img.Created, Source: img.Source}
 }

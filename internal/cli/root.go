@@ -39,9 +39,11 @@ model — inside a QEMU microVM with its own kernel, and hands back the result.
 
 Boxes are VMs made from OCI images. Environment: AIRLOCK_HOME (boxes and
 images, default ~/.airlock), AIRLOCK_CACHE (kernels and root filesystem
-bases, default ~/.cache/airlock), AIRLOCK_ACCEL (kvm, tcg or auto).`,
+bases, default ~/.cache/airlock), AIRLOCK_ACCEL (kvm, tcg or auto),
+AIRLOCK_QUIET=1 (no warnings, as --quiet).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       clientVersion(),
 	}
 	root.SetIn(s.In)
 	root.SetOut(s.Out)
@@ -60,6 +62,8 @@ bases, default ~/.cache/airlock), AIRLOCK_ACCEL (kvm, tcg or auto).`,
 	for _, f := range extraCommands {
 		root.AddCommand(f())
 	}
+	root.PersistentFlags().BoolVar(&quietFlag, "quiet", false, "print no warnings (as AIRLOCK_QUIET=1)")
+	finishTree(root)
 	return root
 }
 
@@ -81,7 +85,15 @@ func Main(args []string) int {
 	if errors.As(err, &ee) {
 		return ee.Code
 	}
+	var ue *usageError
+	if errors.As(err, &ue) || isCobraUsage(err) {
+		printUsageError(s.Err, err)
+		return ExitUsage
+	}
 	report(s.Err, err, "")
+	if errors.Is(err, airlock.ErrInvalidArgument) {
+		return ExitUsage
+	}
 	return 1
 }
 
@@ -89,5 +101,5 @@ func Main(args []string) int {
 // stderr.
 func openRuntime(cmd *cobra.Command) (*airlock.Runtime, error) {
 	errw := cmd.ErrOrStderr()
-	return airlock.Open(airlock.Options{Warn: func(msg string) { fmt.Fprintln(errw, msg) }, Pull: pullWithProgress(cmd.Context(), errw)})
+	return airlock.Open(airlock.Options{Warn: warner(errw), Pull: pullWithProgress(cmd.Context(), errw)})
 }

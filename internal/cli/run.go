@@ -19,11 +19,13 @@ type boxFlags struct {
 	workdir  string
 	user     string
 	cpus     int
-	memory   int
-	diskSize int
+	memory   string
+	diskSize string
 	network  string
 	rm       bool
 	volumes  []string
+	hostname string
+	envFiles []string
 }
 
 func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
@@ -33,8 +35,10 @@ func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
 	fl.StringVarP(&f.workdir, "workdir", "w", "", "working directory inside the box")
 	fl.StringVarP(&f.user, "user", "u", "", "user (name, uid, name:group or uid:gid)")
 	fl.IntVar(&f.cpus, "cpus", 0, fmt.Sprintf("number of vCPUs (default %d)", airlock.DefaultCPUs))
-	fl.IntVar(&f.memory, "memory", 0, fmt.Sprintf("guest memory in MiB (default %d)", airlock.DefaultMemoryMiB))
-	fl.IntVar(&f.diskSize, "disk-size", 0, fmt.Sprintf("size of the writable layer in MiB (default %d)", airlock.DefaultDiskSizeMiB))
+	fl.StringVarP(&f.memory, "memory", "m", "", fmt.Sprintf("guest memory: 512m, 2g; a bare number is MiB (default %d MiB)", airlock.DefaultMemoryMiB))
+	fl.StringVar(&f.diskSize, "disk-size", "", fmt.Sprintf("size of the writable layer: 8g, 512m; a bare number is MiB (default %d MiB)", airlock.DefaultDiskSizeMiB))
+	fl.StringVar(&f.hostname, "hostname", "", "host name inside the box (default: the box name, else its id)")
+	fl.StringArrayVar(&f.envFiles, "env-file", nil, "read environment variables from a file (KEY=VALUE lines; # comments), repeatable")
 	fl.StringVar(&f.network, "network", airlock.NetworkEnabled, "network access: enabled (outbound through the host) or disabled")
 	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "attach a volume: HOSTDIR:BOXDIR[:ro|rw] (a host directory, shared live) or NAME:BOXDIR[:ro|rw] (a named volume), repeatable")
 	if withRm {
@@ -45,6 +49,10 @@ func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
 func (f *boxFlags) options(cmd *cobra.Command, image string) (airlock.BoxOptions, error) {
 	if cmd.Flags().Changed("cpus") && f.cpus < 1 {
 		return airlock.BoxOptions{}, fmt.Errorf("--cpus %d: want 1..64", f.cpus)
+	}
+	fromFiles, err := envFiles(f.envFiles)
+	if err != nil {
+		return airlock.BoxOptions{}, err
 	}
 	env, err := envFlags(f.env)
 	if err != nil {
@@ -58,9 +66,20 @@ func (f *boxFlags) options(cmd *cobra.Command, image string) (airlock.BoxOptions
 		}
 		vols = append(vols, v)
 	}
+	mem, err := sizeFlag("memory", f.memory)
+	if err != nil {
+		return airlock.BoxOptions{}, err
+	}
+	if err := checkMemory(mem); err != nil {
+		return airlock.BoxOptions{}, err
+	}
+	disk, err := sizeFlag("disk-size", f.diskSize)
+	if err != nil {
+		return airlock.BoxOptions{}, err
+	}
 	return airlock.BoxOptions{
-		Image: image, Name: f.name, Env: env, WorkingDir: f.workdir, User: f.user,
-		CPUs: f.cpus, MemoryMiB: f.memory, DiskSizeMiB: f.diskSize, Network: f.network, AutoRemove: f.rm,
+		Image: image, Name: f.name, Env: append(fromFiles, env...), WorkingDir: f.workdir, User: f.user,
+		CPUs: f.cpus, MemoryMiB: mem, DiskSizeMiB: disk, Network: f.network, AutoRemove: f.rm, Hostname: f.hostname,
 		Volumes: vols,
 	}, nil
 }
@@ -89,6 +108,9 @@ type execFlags struct {
 	timeout     time.Duration
 	interactive bool
 	tty         bool
+	// main is set for the box's main command (run): its end is recorded
+	// as the end of the box ("Exited (N)").
+	main bool
 }
 
 func (f *execFlags) add(cmd *cobra.Command) {
@@ -118,24 +140,35 @@ func exitWith(cmd *cobra.Command, code int, err error) error {
 func newRunCmd() *cobra.Command {
 	var bf boxFlags
 	var ef execFlags
+	var detach bool
+	var entrypoint string
 	cmd := &cobra.Command{
 		Use:   "run [flags] IMAGE [COMMAND [ARG...]]",
 		Short: "Create a box, run a command in it, and stop it",
 		Long: `Create a box from IMAGE, run COMMAND (default: the image's entrypoint and
 command) with its output streamed to this terminal, then stop the box (and
 remove it with --rm). The exit status is the command's; 128+N when a signal
-killed it; 124 when --timeout fired; 125 when airlock itself failed.`,
+killed it; 124 when --timeout fired; 125 when airlock itself failed.
+
+-d (detached) prints the box id and returns; the command keeps running in the
+box, its output is kept for 'airlock logs', and the box stops (or, with --rm,
+is removed) when it ends. 'airlock ls -a' then shows "Exited (N)".
+
+--memory (-m) and --disk-size take 512m, 2g, ...; a bare number is MiB.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			opts, err := bf.options(cmd, args[0])
+			if err != nil {
+				return usagef(cmd, "run: %v", err)
+			}
 			r, err := openRuntime(cmd)
 			if err != nil {
 				return err
 			}
 			defer r.Close()
 			ctx := cmd.Context()
-			opts, err := bf.options(cmd, args[0])
-			if err != nil {
-				return exitWith(cmd, 125, err)
+			if detach {
+				opts.AutoRemove = false // the detached supervisor removes it
 			}
 			b, err := r.Create(ctx, opts)
 			if err != nil {
@@ -154,14 +187,20 @@ killed it; 124 when --timeout fired; 125 when airlock itself failed.`,
 					fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
 				}
 			}
-			argv := args[1:]
-			if len(argv) == 0 {
-				argv = b.DefaultCommand()
-			}
+			argv := mainArgv(b, args[1:], entrypoint)
 			if len(argv) == 0 {
 				cleanup()
 				return exitWith(cmd, 125, fmt.Errorf("image %s has no default command: give one after the image name", args[0]))
 			}
+			if detach {
+				if err := startDetached(b, mainSpec{Argv: argv, Timeout: ef.timeout, Remove: bf.rm}); err != nil {
+					cleanup()
+					return exitWith(cmd, 125, err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), b.ID())
+				return nil
+			}
+			ef.main = true
 			code, err := runInBox(cmd, b, argv, airlock.ExecOptions{}, ef)
 			cleanup()
 			return exitWith(cmd, code, err)
@@ -171,58 +210,84 @@ killed it; 124 when --timeout fired; 125 when airlock itself failed.`,
 	cmd.SetFlagErrorFunc(flagError125)
 	bf.add(cmd, true)
 	ef.add(cmd)
+	cmd.Flags().BoolVarP(&detach, "detach", "d", false, "run the command in the background and print the box id")
+	cmd.Flags().StringVar(&entrypoint, "entrypoint", "", "run this program instead of the image's entrypoint (COMMAND becomes its arguments)")
 	return cmd
 }
 
-// flagError125 reports a bad flag of run or exec with exit status 125, as
-// Docker does, and says what the flag named in err takes.
-func flagError125(cmd *cobra.Command, err error) error {
-	fmt.Fprintf(cmd.ErrOrStderr(), "airlock: %v\n(%ssee 'airlock %s --help')\n", err, flagHint(err.Error()), cmd.Name())
-	return &ExitError{125}
+// mainArgv is the box's main command: entrypoint (when given) followed by
+// args; else args; else the image's default command.
+func mainArgv(b *airlock.Box, args []string, entrypoint string) []string {
+	if entrypoint != "" {
+		return append([]string{entrypoint}, args...)
+	}
+	if len(args) > 0 {
+		return args
+	}
+	return b.DefaultCommand()
+}
+
+func newCreateCmd() *cobra.Command {
+	var bf boxFlags
+	var entrypoint string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "create [flags] IMAGE [COMMAND [ARG...]]",
+		Short: "Create and start a box; print its id",
+		Long: `Create a box from IMAGE and boot it. The box keeps running after this
+command returns; reach it with 'airlock exec', stop it with 'airlock stop',
+remove it with 'airlock rm'.
+
+With COMMAND (or --entrypoint), the box runs it as its main command in the
+background, as 'run -d' does: its output is kept for 'airlock logs', and the
+box stops when it ends.
+
+--memory (-m) and --disk-size take 512m, 2g, ...; a bare number is MiB.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts, err := bf.options(cmd, args[0])
+			if err != nil {
+				return usagef(cmd, "create: %v", err)
+			}
+			r, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			b, err := r.Create(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			if len(args) > 1 || entrypoint != "" {
+				argv := mainArgv(b, args[1:], entrypoint)
+				if err := startDetached(b, mainSpec{Argv: argv, Timeout: timeout}); err != nil {
+					b.Remove(context.WithoutCancel(cmd.Context()), true)
+					return err
+				}
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), b.ID())
+			return nil
+		},
+	}
+	cmd.Flags().SetInterspersed(false)
+	cmd.SetFlagErrorFunc(flagError125)
+	bf.add(cmd, false)
+	cmd.Flags().StringVar(&entrypoint, "entrypoint", "", "run this program instead of the image's entrypoint (COMMAND becomes its arguments)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "kill the main command after this long, e.g. 30s")
+	return cmd
 }
 
 // flagHint says what the value of the flag named in a flag error takes.
 func flagHint(msg string) string {
 	switch {
 	case strings.Contains(msg, "--memory"), strings.Contains(msg, "--disk-size"):
-		return "--memory and --disk-size take MiB, e.g. --memory 1024; "
+		return "--memory and --disk-size take a size: 512m, 2g, or a bare number of MiB; "
 	case strings.Contains(msg, "--timeout"):
 		return "--timeout takes a duration with a unit, e.g. 30s or 2m; "
 	case strings.Contains(msg, "--cpus"):
 		return "--cpus takes a number of vCPUs, e.g. --cpus 2; "
 	}
 	return ""
-}
-
-func newCreateCmd() *cobra.Command {
-	var bf boxFlags
-	cmd := &cobra.Command{
-		Use:   "create [flags] IMAGE",
-		Short: "Create and start a box; print its id",
-		Long: `Create a box from IMAGE and boot it. The box keeps running after this
-command returns; reach it with 'airlock exec', stop it with 'airlock stop',
-remove it with 'airlock rm'.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := openRuntime(cmd)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			opts, err := bf.options(cmd, args[0])
-			if err != nil {
-				return err
-			}
-			b, err := r.Create(cmd.Context(), opts)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), b.ID())
-			return nil
-		},
-	}
-	bf.add(cmd, false)
-	return cmd
 }
 
 func newExecCmd() *cobra.Command {

@@ -194,3 +194,33 @@ func TestFullFilesystem(t *testing.T) {
 		t.Fatalf("insert once there is room: %v", err)
 	}
 }
+
+func TestRename(t *testing.T) {
+	d, err := Open(filepath.Join(t.TempDir(), "state.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	for _, b := range []*Box{{ID: "aaaa", Name: "one"}, {ID: "bbbb", Name: "two"}} {
+		b.Config, b.State, b.Created = []byte(`{}`), StateCreated, time.Now()
+		if err := d.Insert(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Rename(ctx, "aaaa", "two"); !errors.Is(err, ErrNameInUse) {
+		t.Fatalf("rename to a taken name: %v", err)
+	}
+	if err := d.Rename(ctx, "aaaa", "three"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := d.Get(ctx, "three"); err != nil || b.ID != "aaaa" {
+		t.Fatalf("get by new name: %+v %v", b, err)
+	}
+	if _, err := d.Get(ctx, "one"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("old name still found: %v", err)
+	}
+	if err := d.Rename(ctx, "cccc", "x"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("rename of no box: %v", err)
+	}
+}

@@ -140,4 +140,9 @@ type BootInfo struct {
 	KernelConfigHash   string
 	Initrd, AgentDisk  string // the one the kernel boots with
 	THP                string // "on", "code" or "off"
+	// Warnings are what the user should hear once a machine has booted,
+	// one line each, plain text: software emulation that was not asked
+	// for, a fallback kernel. The lifecycle code sends them after a
+	// successful start, never on a failed one.
+	Warnings []string
 }

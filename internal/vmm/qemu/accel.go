@@ -16,8 +16,9 @@ const (
 	AccelTCG = "tcg"
 )
 
-// TCGWarning is printed once when a box runs under software emulation.
-const TCGWarning = "airlock: warning: KVM is not usable here, using QEMU TCG software emulation: boxes are much slower and the VM boundary is not hardware-enforced"
+// TCGWarning is the warning (plain text, one line) for a box that runs
+// under software emulation that the user did not ask for.
+const TCGWarning = "KVM is not usable here (see airlock doctor): boxes run under TCG software emulation, slower and without a hardware VM boundary"
 
 // AccelChoice is the outcome of ProbeAccel.
 type AccelChoice struct {

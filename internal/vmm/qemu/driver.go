@@ -43,7 +43,9 @@ type Options struct {
 	// accelerator; see THPFor).
 	THP   string
 	Debug bool // verbose guest kernel and agent boot logs
-	// Warn receives one-line warnings for the user (each once per driver).
+	// Warn receives one-line warnings for the user, plain text (each once
+	// per driver): too many vCPUs under TCG, all agent ports busy. What
+	// to say once a box has booted is in BootInfo.Warnings instead.
 	Warn func(msg string)
 }
 
@@ -96,6 +98,8 @@ type bootAssets struct {
 	// kernelSpan is where the kernel loads (THPCode's RAM layout), read
 	// once from its ELF headers rather than at every box start.
 	kernelSpan PhysRange
+	// warnings are for the user once a box has booted (BootInfo.Warnings).
+	warnings []string
 }
 
 // readaheadFor returns the optimal I/O size (bytes, whole MiB) that makes
@@ -171,11 +175,13 @@ func (d *Driver) assets() (*bootAssets, error) {
 	if err != nil {
 		return nil, err
 	}
-	if accel.Accel == AccelTCG {
-		d.warn(TCGWarning + " (" + accel.Reason + ")")
-	}
-	d.warn(note)
 	b := &bootAssets{accel: accel, kernel: k, initrd: initrd, agentDisk: agentDisk, agent: agent, thp: thp}
+	if note != "" {
+		b.warnings = append(b.warnings, note)
+	}
+	if accel.Accel == AccelTCG && !accel.Forced {
+		b.warnings = append(b.warnings, TCGWarning)
+	}
 	if thp == THPCode {
 		b.kernelSpan = KernelSpan(k.Path)
 	}
@@ -197,7 +203,7 @@ func (d *Driver) BootInfo() (vmm.BootInfo, error) {
 	}
 	return vmm.BootInfo{Accel: b.accel.Accel, AccelReason: b.accel.Reason, Kernel: b.kernel.Path,
 		KernelKind: b.kernel.Kind, KernelVer: b.kernel.Version, KernelConfigHash: b.kernel.ConfigHash,
-		Initrd: b.initrd, AgentDisk: b.agentDisk, THP: b.thp.String()}, nil
+		Initrd: b.initrd, AgentDisk: b.agentDisk, THP: b.thp.String(), Warnings: b.warnings}, nil
 }
 
 // Create resolves the boot assets, builds the image's root filesystem base
@@ -246,7 +252,7 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 		cid = randomCID()
 	}
 	if n := runtime.NumCPU(); boot.accel.Accel == AccelTCG && spec.CPUs > n {
-		d.warn(fmt.Sprintf("airlock: warning: box %s has %d vCPUs but this host has %d CPUs: under TCG each vCPU is a host thread, so more vCPUs than host CPUs make the box slower, not faster", spec.ID, spec.CPUs, n))
+		d.warn(fmt.Sprintf("box %s has %d vCPUs but this host has %d CPUs: under TCG each vCPU is a host thread, so more vCPUs than host CPUs make the box slower, not faster", spec.ID, spec.CPUs, n))
 	}
 	qc := d.config(spec, boot, base, cid)
 	for _, f := range append(qc.AgentSockets, qc.QMPSocket, qc.PIDFile, filepath.Join(spec.Dir, boxdir.CID)) {
@@ -339,13 +345,14 @@ func randomCID() uint32 {
 
 // Attach returns the QEMU machine h of spec's box.
 func (d *Driver) Attach(spec vmm.Spec, h vmm.Handle) vmm.Machine {
-	return &machine{id: spec.ID, dir: spec.Dir, h: h}
+	return &machine{id: spec.ID, dir: spec.Dir, h: h, warn: d.warn}
 }
 
 // machine is one QEMU process of a box.
 type machine struct {
 	id, dir string
 	h       vmm.Handle
+	warn    func(string) // the driver's (each warning once)
 
 	once sync.Once
 	exit <-chan struct{}
@@ -420,6 +427,7 @@ func (m *machine) DialAgent(ctx context.Context) (*client.Client, error) {
 		if fl != nil {
 			break
 		}
+		m.warn(fmt.Sprintf("box %s: all %d of its agent connections are in use by other processes (at most %d at once); waiting for one to end", m.id, agentPorts, agentPorts))
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("all %d agent ports are in use by other processes: %w", agentPorts, ctx.Err())

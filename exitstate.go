@@ -1,0 +1,175 @@
+package airlock
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/store"
+	"github.com/airlock-run/airlock/internal/vmm"
+)
+
+// Why a box stopped (ExitState.Reason).
+const (
+	// ExitStopped: Stop (or airlock stop) shut the box down.
+	ExitStopped = "stopped"
+	// ExitExited: the box's main command ended; ExitCode is its status.
+	ExitExited = "exited"
+	// ExitOOMKilled: the guest kernel's OOM killer killed the main command.
+	ExitOOMKilled = "oom-killed"
+	// ExitVMDied: the VM ended on its own (QEMU killed, guest kernel panic,
+	// guest out of memory); Cause says which.
+	ExitVMDied = "vm-died"
+)
+
+// ExitState says how a box's last boot ended. The zero value (Reason "")
+// means no end was recorded (the box is running, was never started, or
+// stopped before airlock recorded reasons).
+type ExitState struct {
+	// Reason is ExitStopped, ExitExited, ExitOOMKilled or ExitVMDied.
+	Reason string `json:"reason"`
+	// ExitCode is the main command's exit status (ExitExited,
+	// ExitOOMKilled: 137); 0 otherwise. A main command that SIGKILL ended
+	// in a boot where the guest's OOM killer killed a process is taken to
+	// be its victim (ExitOOMKilled).
+	ExitCode int `json:"exit_code"`
+	// Cause is why the VM died, in words (ExitVMDied).
+	Cause string `json:"cause,omitempty"`
+	// Finished is when the end was recorded.
+	Finished time.Time `json:"finished"`
+	// Boot is the start time of the boot this ends (BoxInfo.Started): a
+	// record of an earlier boot does not describe the current one.
+	Boot time.Time `json:"boot"`
+}
+
+// String is the state in words: "exited (5)", "OOM killed", "VM died:
+// <cause>" or "stopped".
+func (e ExitState) String() string {
+	switch e.Reason {
+	case ExitExited:
+		return fmt.Sprintf("exited (%d)", e.ExitCode)
+	case ExitOOMKilled:
+		return "OOM killed"
+	case ExitVMDied:
+		return "VM died: " + e.Cause
+	case ExitStopped:
+		return "stopped"
+	}
+	return ""
+}
+
+func exitPath(home, id string) string { return filepath.Join(home, "boxes", id, boxdir.Exit) }
+
+// readExit returns the recorded end of the boot that started at boot.
+func readExit(home, id string, boot time.Time) (ExitState, bool) {
+	raw, err := os.ReadFile(exitPath(home, id))
+	if err != nil || len(raw) > 64<<10 {
+		return ExitState{}, false
+	}
+	var e ExitState
+	if json.Unmarshal(raw, &e) != nil || !e.Boot.Equal(boot) {
+		return ExitState{}, false
+	}
+	return e, true
+}
+
+// recordExit records how the boot that started at boot ended, unless an
+// end of that boot is already recorded: the first reason wins (a main
+// command's exit, then the Stop that follows it, say "exited").
+func recordExit(home, id string, boot time.Time, e ExitState) {
+	if boot.IsZero() {
+		return
+	}
+	if _, ok := readExit(home, id, boot); ok {
+		return
+	}
+	e.Boot = boot
+	if e.Finished.IsZero() {
+		e.Finished = time.Now()
+	}
+	raw, _ := json.Marshal(e)
+	p := exitPath(home, id)
+	tmp := p + ".tmp"
+	if os.WriteFile(tmp, raw, 0o600) == nil {
+		os.Rename(tmp, p)
+	}
+}
+
+// ExitState returns how the box's last boot ended; ok is false when no end
+// is recorded for it (it is running, or never ran).
+func (r *Runtime) ExitState(info BoxInfo) (e ExitState, ok bool) {
+	if info.State == "running" {
+		return ExitState{}, false
+	}
+	return readExit(r.opts.Home, info.ID, info.Started)
+}
+
+// RecordMainExit records that the box's main command (the command of
+// airlock run, or of a detached run) ended with res: "exited (N)", or
+// "OOM killed" when the guest's OOM killer took it. It is a no-op when the
+// end of the current boot is already recorded.
+func (b *Box) RecordMainExit(ctx context.Context, res *ExecResult) {
+	info, err := b.Info(ctx)
+	if err != nil || res == nil {
+		return
+	}
+	e := ExitState{Reason: ExitExited, ExitCode: res.ExitCode}
+	if res.Signal == 9 && b.oomKilled(ctx) {
+		e.Reason = ExitOOMKilled
+	}
+	recordExit(b.r.opts.Home, b.id, info.Started, e)
+}
+
+// oomKilled reports whether the guest's OOM killer has killed a process
+// in this boot: its oom_kill counter (/proc/vmstat) or the kernel log
+// (dmesg), read in the box, or its console. A main command killed by SIGKILL in such a boot is taken
+// to be the OOM killer's victim.
+func (b *Box) oomKilled(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if res, err := b.Exec(ctx, "cat", []string{"/proc/vmstat"}, ExecOptions{User: "0"}); err == nil {
+		for _, l := range strings.Split(string(res.Stdout), "\n") {
+			if n, ok := strings.CutPrefix(l, "oom_kill "); ok {
+				return strings.TrimSpace(n) != "0"
+			}
+		}
+	}
+	// Kernels without VM event counters: the kernel log says it.
+	if res, err := b.Exec(ctx, "dmesg", nil, ExecOptions{User: "0"}); err == nil && strings.Contains(string(res.Stdout), "Out of memory: Killed process") {
+		return true
+	}
+	long := vmm.ConsoleTail(b.ConsoleLog(), 400)
+	return strings.Contains(long, "Out of memory") || strings.Contains(long, "oom-kill")
+}
+
+// recordStop records that Stop shut down the boot of rec started at
+// started.
+func (b *Box) recordStop(started time.Time) {
+	recordExit(b.r.opts.Home, b.id, started, ExitState{Reason: ExitStopped})
+}
+
+// recordDied records that the boot started at started ended on its own.
+func (b *Box) recordDied(started time.Time, d *DiedError) {
+	if d == nil {
+		return
+	}
+	recordExit(b.r.opts.Home, b.id, started, ExitState{Reason: ExitVMDied, Cause: d.Cause})
+}
+
+// recordGone records that rec's machine is gone although its record says
+// running: it died on its own (a Stop records its reason first), for the
+// reason its console gives.
+func (r *Runtime) recordGone(rec *store.Box) {
+	spec := vmm.Spec{ID: rec.ID, Dir: filepath.Join(r.opts.Home, "boxes", rec.ID)}
+	d := r.drv.Attach(spec, handleOf(rec)).Death()
+	recordExit(r.opts.Home, rec.ID, rec.Started, ExitState{Reason: ExitVMDied, Cause: d.Cause})
+}
+
+// Hostname returns the box's host name: BoxOptions.Hostname, else its
+// name when that is a valid host name, else its id.
+func (b *Box) Hostname() string { return hostname(b.snapshot()) }

@@ -1,0 +1,134 @@
+package cli
+
+import (
+	"context"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-run/airlock"
+)
+
+// Dynamic shell completion: box names and ids, image references. Cobra's
+// generated scripts (airlock completion bash|zsh|fish|powershell) call
+// 'airlock __complete', which runs these.
+
+// boxNames returns the names (or ids of unnamed boxes) of the boxes of
+// this home that pass keep, and their ids as descriptions.
+func boxNames(ctx context.Context, keep func(airlock.BoxInfo) bool) []string {
+	r, err := airlock.Open(airlock.Options{Warn: func(string) {}})
+	if err != nil {
+		return nil
+	}
+	defer r.Close()
+	boxes, err := r.List(ctx)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, b := range boxes {
+		if keep != nil && !keep(b) {
+			continue
+		}
+		if b.Name != "" {
+			out = append(out, b.Name+"\t"+b.ID+" "+b.State)
+		} else {
+			out = append(out, b.ID+"\t"+b.State)
+		}
+	}
+	return out
+}
+
+// imageNames returns the local images' references, short where Docker
+// shortens them (python:slim).
+func imageNames() []string {
+	s, err := openImages()
+	if err != nil {
+		return nil
+	}
+	imgs, _ := s.List()
+	var out []string
+	for _, img := range imgs {
+		repo, tag := splitRef(img.Ref)
+		if tag == "<none>" {
+			out = append(out, img.Ref)
+		} else {
+			out = append(out, repo+":"+tag)
+		}
+	}
+	return out
+}
+
+func filterPrefix(list []string, prefix string) []string {
+	var out []string
+	for _, s := range list {
+		if strings.HasPrefix(s, prefix) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// completeBoxes completes every argument with box names.
+func completeBoxes(keep func(airlock.BoxInfo) bool) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(cmd *cobra.Command, args []string, to string) ([]string, cobra.ShellCompDirective) {
+		return filterPrefix(boxNames(cmd.Context(), keep), to), cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completeFirstBox completes the first argument with box names, and
+// nothing after it (the command inside the box is not ours to complete).
+func completeFirstBox(keep func(airlock.BoxInfo) bool) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(cmd *cobra.Command, args []string, to string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveDefault
+		}
+		return filterPrefix(boxNames(cmd.Context(), keep), to), cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completeImages completes every argument with image references.
+func completeImages(cmd *cobra.Command, args []string, to string) ([]string, cobra.ShellCompDirective) {
+	return filterPrefix(imageNames(), to), cobra.ShellCompDirectiveNoFileComp
+}
+
+// completeFirstImage completes the first argument with image references
+// (run, create: IMAGE [COMMAND...]).
+func completeFirstImage(cmd *cobra.Command, args []string, to string) ([]string, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveDefault
+	}
+	return completeImages(cmd, args, to)
+}
+
+func completeBoxesAndImages(cmd *cobra.Command, args []string, to string) ([]string, cobra.ShellCompDirective) {
+	return filterPrefix(append(boxNames(cmd.Context(), nil), imageNames()...), to), cobra.ShellCompDirectiveNoFileComp
+}
+
+func running(b airlock.BoxInfo) bool    { return b.State == "running" }
+func notRunning(b airlock.BoxInfo) bool { return b.State != "running" }
+
+// completions attaches the completion functions to the verbs of root by
+// name (verbs added by other files get theirs here too).
+func completions(root *cobra.Command) {
+	byName := map[string]func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective){
+		"run": completeFirstImage, "create": completeFirstImage, "exec": completeFirstBox(running),
+		"start": completeBoxes(notRunning), "stop": completeBoxes(running), "rm": completeBoxes(nil),
+		"logs": completeFirstBox(nil), "rename": completeFirstBox(nil), "top": completeFirstBox(running),
+		"stats": completeBoxes(running), "inspect": completeBoxesAndImages,
+		"rmi": completeImages, "save": completeFirstImage,
+	}
+	for _, c := range root.Commands() {
+		if f, ok := byName[c.Name()]; ok && c.ValidArgsFunction == nil {
+			c.ValidArgsFunction = f
+		}
+		if c.Name() == "image" {
+			for _, sub := range c.Commands() {
+				if f, ok := map[string]func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective){
+					"rm": completeImages, "save": completeFirstImage, "inspect": completeImages}[sub.Name()]; ok && sub.ValidArgsFunction == nil {
+					sub.ValidArgsFunction = f
+				}
+			}
+		}
+	}
+}

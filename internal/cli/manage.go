@@ -1,0 +1,460 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/defaults"
+	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/rootfs"
+)
+
+func init() {
+	extraCommands = append(extraCommands, newRenameCmd, newPruneCmd, newSystemCmd, newStatsCmd, newTopCmd)
+}
+
+func newRenameCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rename BOX NEW_NAME",
+		Short: "Rename a box",
+		Long: `Give BOX the name NEW_NAME (unique among the boxes of this home). A running
+box keeps its host name until it is started again.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			b, err := r.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return b.Rename(cmd.Context(), args[1])
+		},
+	}
+}
+
+// diskUsage is the space the files under path take on disk (allocated
+// blocks: a sparse writable layer counts what it holds, not its size).
+func diskUsage(path string) int64 {
+	var n int64
+	filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+func newPruneCmd() *cobra.Command {
+	var force, all bool
+	cmd := &cobra.Command{
+		Use:   "prune [-f] [-a]",
+		Short: "Remove stopped boxes (-a: and images no box uses)",
+		Long: `Remove every box that is not running (its writable layer and record), and
+with -a every image no box uses (with its root filesystem base), then say how
+much space that freed. On a terminal it asks first; elsewhere it needs -f.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !force {
+				f, ok := cmd.InOrStdin().(*os.File)
+				if !ok || !term.IsTerminal(int(f.Fd())) {
+					return usagef(cmd, "prune: removes every stopped box%s; add -f to confirm", map[bool]string{true: " and unused image", false: ""}[all])
+				}
+				what := "all stopped boxes"
+				if all {
+					what += " and every image no box uses"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "This removes %s. Continue? [y/N] ", what)
+				line, _ := bufio.NewReader(f).ReadString('\n')
+				if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+					return &ExitError{1}
+				}
+			}
+			r, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			ctx := cmd.Context()
+			out := cmd.OutOrStdout()
+			boxes, err := r.List(ctx)
+			if err != nil {
+				return err
+			}
+			var freed int64
+			failed := false
+			header := false
+			for _, info := range boxes {
+				if info.State == "running" {
+					continue
+				}
+				b, err := r.Get(ctx, info.ID)
+				if err != nil {
+					continue
+				}
+				size := diskUsage(boxDir(b))
+				if err := b.Remove(ctx, false); err != nil {
+					fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
+					failed = true
+					continue
+				}
+				if !header {
+					fmt.Fprintln(out, "Deleted boxes:")
+					header = true
+				}
+				fmt.Fprintln(out, info.ID)
+				freed += size
+			}
+			if all {
+				var imgs []*image.Image
+				if s, err := openImages(); err == nil {
+					imgs, _ = s.List()
+				}
+				seen := map[string]bool{}
+				for _, img := range imgs {
+					if seen[img.Digest] {
+						continue
+					}
+					seen[img.Digest] = true
+					if users, err := r.ImageInUse(ctx, img.Digest); err != nil || len(users) > 0 {
+						continue
+					}
+					size := img.Size
+					if fi, err := os.Stat(rootfs.BasePath(defaults.Cache(), img.Digest)); err == nil {
+						size += fi.Sys().(*syscall.Stat_t).Blocks * 512
+					}
+					if err := removeImage(cmd, r, img.Digest, false); err != nil {
+						fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
+						failed = true
+						continue
+					}
+					freed += size
+				}
+			}
+			fmt.Fprintf(out, "Total reclaimed space: %s\n", humanize.Bytes(uint64(freed)))
+			if failed {
+				return &ExitError{1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&force, "force", "f", false, "do not ask for confirmation")
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "also remove images no box uses, and their root filesystem bases")
+	return cmd
+}
+
+func newSystemCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "system",
+		Short: "Disk usage and cleanup (system df, system prune)",
+	}
+	df := &cobra.Command{
+		Use:   "df",
+		Short: "Show the disk space boxes, images and caches take",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			ctx := cmd.Context()
+			type row struct {
+				Type              string
+				Total, Active     int
+				Size, Reclaimable int64 // bytes
+			}
+			var rows []row
+			var imgs []*image.Image
+			if s, err := openImages(); err == nil {
+				imgs, _ = s.List()
+			}
+			ir := row{Type: "Images"}
+			seen := map[string]bool{}
+			for _, img := range imgs {
+				if seen[img.Digest] {
+					continue
+				}
+				seen[img.Digest] = true
+				ir.Total++
+				ir.Size += img.Size
+				if users, _ := r.ImageInUse(ctx, img.Digest); len(users) > 0 {
+					ir.Active++
+				} else {
+					ir.Reclaimable += img.Size
+				}
+			}
+			boxes, err := r.List(ctx)
+			if err != nil {
+				return err
+			}
+			br := row{Type: "Boxes"}
+			for _, info := range boxes {
+				b, err := r.Get(ctx, info.ID)
+				if err != nil {
+					continue
+				}
+				size := diskUsage(boxDir(b))
+				br.Total++
+				br.Size += size
+				if info.State == "running" {
+					br.Active++
+				} else {
+					br.Reclaimable += size
+				}
+			}
+			cache := defaults.Cache()
+			cr := row{Type: "Cache (kernels, bases)", Size: diskUsage(cache)}
+			rows = append(rows, ir, br, cr)
+			return writeList(cmd.OutOrStdout(), listFmt, rows, []column[row]{
+				{"TYPE", func(r row) string { return r.Type }},
+				{"TOTAL", func(r row) string { return countOrDash(r.Total, r.Type) }},
+				{"ACTIVE", func(r row) string { return countOrDash(r.Active, r.Type) }},
+				{"SIZE", func(r row) string { return humanize.Bytes(uint64(r.Size)) }},
+				{"RECLAIMABLE", func(r row) string { return humanize.Bytes(uint64(r.Reclaimable)) }},
+			})
+		},
+	}
+	df.Flags().StringVar(&listFmt.format, "format", "", "json (one object per line) or a Go template such as '{{.Type}} {{.Size}}'")
+	prune := newPruneCmd()
+	cmd.AddCommand(df, prune)
+	return cmd
+}
+
+// listFmt is system df's --format.
+var listFmt listFormat
+
+func countOrDash(n int, typ string) string {
+	if strings.HasPrefix(typ, "Cache") {
+		return "-"
+	}
+	return strconv.Itoa(n)
+}
+
+// procSample is a QEMU process's CPU time and resident memory.
+type procSample struct {
+	cpu time.Duration
+	rss int64
+	at  time.Time
+}
+
+// sampleProc reads /proc/PID: utime+stime (clock ticks of 10 ms, the
+// Linux default USER_HZ) and VmRSS.
+func sampleProc(pid int) (procSample, bool) {
+	s := procSample{at: time.Now()}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return s, false
+	}
+	str := string(raw)
+	i := strings.LastIndexByte(str, ')')
+	if i < 0 {
+		return s, false
+	}
+	f := strings.Fields(str[i+1:])
+	if len(f) < 13 {
+		return s, false
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	s.cpu = time.Duration(ut+st) * 10 * time.Millisecond
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, l := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			s.rss = kb << 10
+		}
+	}
+	return s, true
+}
+
+// statsRow is one box in airlock stats.
+type statsRow struct {
+	ID, Name   string
+	CPUPercent float64 // of one host CPU, over the sample
+	MemUsage   int64   // bytes: QEMU's resident memory (guest RAM touched + QEMU)
+	MemLimit   int64   // bytes: the box's guest memory
+	Disk       int64   // bytes the writable layer holds on the host
+	PIDs       int     `json:",omitempty"`
+}
+
+func newStatsCmd() *cobra.Command {
+	var noStream bool
+	var lf listFormat
+	cmd := &cobra.Command{
+		Use:   "stats [flags] [BOX...]",
+		Short: "Show CPU, memory and disk use of running boxes",
+		Long: `Show, for each running box (or the ones named), the CPU its VM used (percent
+of one host CPU), its memory (QEMU's resident memory against the box's guest
+memory) and its disk (what its writable layer holds on the host). Refreshes
+every 2 s until Ctrl-C; --no-stream prints one sample (taken over 0.5 s).`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			ctx := cmd.Context()
+			pick := func() ([]*airlock.Box, error) {
+				var out []*airlock.Box
+				if len(args) > 0 {
+					for _, n := range args {
+						b, err := r.Get(ctx, n)
+						if err != nil {
+							return nil, err
+						}
+						out = append(out, b)
+					}
+					return out, nil
+				}
+				infos, err := r.List(ctx)
+				if err != nil {
+					return nil, err
+				}
+				for _, i := range infos {
+					if i.State == "running" {
+						if b, err := r.Get(ctx, i.ID); err == nil {
+							out = append(out, b)
+						}
+					}
+				}
+				return out, nil
+			}
+			interval := 2 * time.Second
+			if noStream {
+				interval = 500 * time.Millisecond
+			}
+			w := cmd.OutOrStdout()
+			tty := false
+			if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+				tty = true
+			}
+			prev := map[string]procSample{}
+			for first := true; ; first = false {
+				boxes, err := pick()
+				if err != nil {
+					return err
+				}
+				infos := map[string]airlock.BoxInfo{}
+				for _, b := range boxes {
+					if info, err := b.Info(ctx); err == nil && info.State == "running" {
+						infos[b.ID()] = info
+						if s, ok := sampleProc(info.PID); ok && first {
+							prev[b.ID()] = s
+						}
+					}
+				}
+				if first {
+					select {
+					case <-ctx.Done():
+						return nil
+					case <-time.After(interval):
+					}
+				}
+				var rows []statsRow
+				for _, b := range boxes {
+					info, ok := infos[b.ID()]
+					if !ok {
+						continue
+					}
+					row := statsRow{ID: info.ID, Name: info.Name, MemLimit: int64(info.Options.MemoryMiB) << 20,
+						Disk: diskUsage(filepath.Join(boxDir(b), "rw.ext4"))}
+					if s, ok := sampleProc(info.PID); ok {
+						row.MemUsage = s.rss
+						if p, ok := prev[b.ID()]; ok && s.at.After(p.at) {
+							row.CPUPercent = float64(s.cpu-p.cpu) / float64(s.at.Sub(p.at)) * 100
+						}
+						prev[b.ID()] = s
+					}
+					rows = append(rows, row)
+				}
+				if tty && !noStream && lf.format == "" {
+					fmt.Fprint(w, "\033[2J\033[H")
+				}
+				err = writeList(w, lf, rows, []column[statsRow]{
+					{"BOX ID", func(r statsRow) string { return r.ID }},
+					{"NAME", func(r statsRow) string { return r.Name }},
+					{"CPU %", func(r statsRow) string { return fmt.Sprintf("%.2f%%", r.CPUPercent) }},
+					{"MEM USAGE / LIMIT", func(r statsRow) string {
+						return humanize.IBytes(uint64(r.MemUsage)) + " / " + humanize.IBytes(uint64(r.MemLimit))
+					}},
+					{"DISK", func(r statsRow) string { return humanize.IBytes(uint64(r.Disk)) }},
+				})
+				if err != nil || noStream {
+					return err
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(interval):
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVar(&noStream, "no-stream", false, "print one sample and exit")
+	cmd.Flags().StringVar(&lf.format, "format", "", "json (one object per line) or a Go template such as '{{.Name}} {{.CPUPercent}}'")
+	return cmd
+}
+
+func newTopCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "top BOX [ps OPTIONS]",
+		Short: "Show the processes running in a box",
+		Long: `Run ps in the running box BOX (default options: -ef) and print what it shows.
+The image needs a ps (procps or busybox).`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			b, err := r.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			psArgs := args[1:]
+			if len(psArgs) == 0 {
+				psArgs = []string{"-ef"}
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			res, err := b.Exec(ctx, "ps", psArgs, airlock.ExecOptions{User: "0"})
+			if err != nil {
+				return err
+			}
+			if res.ExitCode == 127 {
+				return fmt.Errorf("box %s has no ps: its image needs procps or busybox for airlock top", b.ID())
+			}
+			cmd.OutOrStdout().Write(res.Stdout)
+			cmd.ErrOrStderr().Write(res.Stderr)
+			if res.ExitCode != 0 {
+				return &ExitError{res.ExitCode}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().SetInterspersed(false)
+	return cmd
+}
