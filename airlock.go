@@ -47,6 +47,9 @@ type Options struct {
 	// Pull, when set, is used to fetch images missing from the store
 	// (default: pull from the registry with no progress display).
 	Pull func(ctx context.Context, s *image.Store, ref string) (*image.Image, error)
+	// Observer, when set, receives box starts, execs, VM deaths and image
+	// pulls (see Observer).
+	Observer Observer
 }
 
 // Runtime creates and manages boxes under one home directory. It is safe
@@ -342,10 +345,14 @@ func (r *Runtime) resolveImage(ctx context.Context, ref string) (*image.Image, e
 	if !errors.Is(err, image.ErrNotFound) {
 		return nil, err
 	}
+	t0 := time.Now()
 	if r.opts.Pull != nil {
 		img, err = r.opts.Pull(ctx, r.images, ref)
 	} else {
 		img, err = r.images.Pull(ctx, ref, image.PullOptions{})
+	}
+	if o := r.opts.Observer; o != nil {
+		o.ImagePulled(ImagePullEvent{Ref: ref, Duration: time.Since(t0), Err: err})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrImageNotFound, err)

@@ -156,7 +156,7 @@ func (b *Box) image() (*image.Image, error) {
 
 // Start boots the box's VM, if it is not running, and waits for its agent.
 // Files written in the box before a Stop are still there.
-func (b *Box) Start(ctx context.Context) error {
+func (b *Box) Start(ctx context.Context) (err error) {
 	unlock, err := b.lock(ctx)
 	if err != nil {
 		return err
@@ -170,6 +170,10 @@ func (b *Box) Start(ctx context.Context) error {
 	if rec.State == store.StateRunning && qemu.Alive(rec.PID, rec.PIDStart) {
 		_, err := b.client(ctx)
 		return err
+	}
+	if o := b.r.opts.Observer; o != nil {
+		t0 := time.Now()
+		defer func() { o.BoxStarted(BoxStartEvent{BoxID: b.id, Duration: time.Since(t0), Err: err}) }()
 	}
 	boot, err := b.r.bootAssets()
 	if err != nil {
@@ -358,6 +362,9 @@ func (b *Box) watchVM(pid int) {
 		}
 		if !b.stopping {
 			b.died = b.diedError(pid)
+			if o := b.r.opts.Observer; o != nil {
+				o.BoxDied(BoxDiedEvent{BoxID: b.id, Cause: b.died.Cause})
+			}
 		}
 		b.dropConnLocked()
 		b.vmExit, b.watchPID = nil, 0

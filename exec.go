@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -131,6 +132,8 @@ type Process struct {
 	pipes  []*boundedPipe
 	cancel context.CancelFunc
 	done   chan struct{}
+	// outBytes counts output for the Observer.
+	outBytes atomic.Int64
 	res    *ExecResult
 	err    error
 	ctxErr error
@@ -166,6 +169,9 @@ func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOpt
 			p.pipes = append(p.pipes, bp)
 		}
 	}
+	if b.r.opts.Observer != nil {
+		stdout, stderr = counting(stdout, &p.outBytes), counting(stderr, &p.outBytes)
+	}
 	proc, err := c.Exec(callCtx, spec, stdout, stderr)
 	if err != nil {
 		cancel()
@@ -177,6 +183,7 @@ func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOpt
 	b.mu.Unlock()
 	go func() {
 		defer close(p.done)
+		defer b.r.execEnded(p)
 		defer cancel()
 		gone := false
 		select {
