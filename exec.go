@@ -134,9 +134,9 @@ type Process struct {
 	done   chan struct{}
 	// outBytes counts output for the Observer.
 	outBytes atomic.Int64
-	res    *ExecResult
-	err    error
-	ctxErr error
+	res      *ExecResult
+	err      error
+	ctxErr   error
 }
 
 func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOptions, stdout, stderr io.Writer, stdin bool) (*Process, error) {

@@ -81,8 +81,8 @@ var boxErrors = []int{http.StatusNotFound, http.StatusConflict, http.StatusBadGa
 func (s *Server) registerBoxes() {
 	huma.Register(s.api, huma.Operation{
 		OperationID: "create-box", Method: http.MethodPost, Path: "/v1/boxes", Tags: []string{"boxes"},
-		Summary:     "Create a box",
-		Description: "Creates a box from an image (pulled if absent) and boots it: when the call returns, execs can run.",
+		Summary:       "Create a box",
+		Description:   "Creates a box from an image (pulled if absent) and boots it: when the call returns, execs can run.",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusNotFound, http.StatusConflict, http.StatusBadGateway},
 	}, func(ctx context.Context, in *struct{ Body BoxSpec }) (*boxOutput, error) {
 		sp := in.Body

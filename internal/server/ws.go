@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-
 )
 
 // First byte of binary WebSocket frames.
@@ -234,4 +233,3 @@ func (s *Server) handleExecWS(w http.ResponseWriter, r *http.Request) {
 		c.Close(websocket.StatusNormalClosure, "")
 	}
 }
-
