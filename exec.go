@@ -132,11 +132,12 @@ type Process struct {
 	pipes  []*boundedPipe
 	cancel context.CancelFunc
 	done   chan struct{}
+	res    *ExecResult
+	err    error
+	ctxErr error
+
 	// outBytes counts output for the Observer.
 	outBytes atomic.Int64
-	res      *ExecResult
-	err      error
-	ctxErr   error
 }
 
 func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOptions, stdout, stderr io.Writer, stdin bool) (*Process, error) {
