@@ -13,11 +13,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -140,7 +142,15 @@ const APIVersion = "1.0.0"
 // /openapi.json and committed as api/openapi.json.
 func OpenAPI() ([]byte, error) {
 	s := New(Config{})
-	return s.api.OpenAPI().MarshalJSON()
+	b, err := s.api.OpenAPI().MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
 }
 
 // Version returns the airlock build's version (module version, or the VCS
