@@ -85,7 +85,7 @@ func codeForStatus(status int) string {
 		return CodeBodyTooLarge
 	case http.StatusTooManyRequests:
 		return CodeTooManyExecs
-	case http.StatusBadRequest, http.StatusUnprocessableEntity:
+	case http.StatusBadRequest, http.StatusUnprocessableEntity, http.StatusUnsupportedMediaType:
 		return CodeInvalid
 	}
 	return CodeInternal

@@ -265,8 +265,7 @@ func (s *Server) Handler(requireToken bool) http.Handler {
 	if requireToken {
 		h = s.auth(h)
 	}
-	h = s.withClient(client, h)
-	return s.accessLog(h)
+	return s.withClient(client, s.accessLog(h))
 }
 
 func (s *Server) withClient(client string, next http.Handler) http.Handler {
