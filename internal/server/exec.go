@@ -46,6 +46,9 @@ type ExecResult struct {
 	DurationMS     float64 `json:"duration_ms" doc:"Host-side duration of the exec."`
 }
 
+var errEmptyCmd = &Problem{Status: http.StatusUnprocessableEntity, Title: "Unprocessable Entity", Code: CodeInvalid,
+	Detail: "cmd must name a command: [\"ls\", \"-l\"]"}
+
 // encode returns b as a UTF-8 string when it is valid UTF-8, else base64.
 func encode(b []byte) (string, string) {
 	if utf8.Valid(b) {
@@ -90,6 +93,9 @@ func (s *Server) registerExec() {
 		ID   string `path:"id" maxLength:"128"`
 		Body ExecRequest
 	}) (*struct{ Body ExecResult }, error) {
+		if len(in.Body.Cmd) == 0 || in.Body.Cmd[0] == "" {
+			return nil, errEmptyCmd
+		}
 		b, err := s.getBox(ctx, in.ID)
 		if err != nil {
 			return nil, err

@@ -1,0 +1,270 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/vmtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(vmtest.Main(m)) }
+
+func requireVM(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots a VM; skipped with -short")
+	}
+	if why := vmtest.Missing(); why != "" {
+		if os.Getenv("AIRLOCK_REQUIRE_VM") == "1" {
+			t.Fatalf("cannot boot boxes: %s", why)
+		}
+		t.Skipf("cannot boot boxes: %s (AIRLOCK_REQUIRE_VM=1 makes this a failure)", why)
+	}
+}
+
+type apiClient struct {
+	t    *testing.T
+	base string
+}
+
+func (c apiClient) do(method, path string, body any, out any) int {
+	c.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, c.base+path, rd)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			c.t.Fatalf("%s %s: %v: %s", method, path, err, data)
+		}
+	}
+	return resp.StatusCode
+}
+
+// TestServerVM drives one real box through the API: create, exec (exit
+// code, non-UTF-8 output, stdin, timeout), the WebSocket (stdin, stdout
+// and stderr frames, a signal, the exit frame), code run, a context (value,
+// exception), metrics fed by the library, the VM killed (502 box_died with
+// its cause), and removal.
+func TestServerVM(t *testing.T) {
+	requireVM(t)
+	m := NewMetrics("test")
+	rt, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}, Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	m.SetRuntime(rt)
+	s := New(Config{Runtime: rt, Metrics: m})
+	ts := httptest.NewServer(s.Handler(false))
+	defer ts.Close()
+	c := apiClient{t, ts.URL}
+
+	var box Box
+	if st := c.do("POST", "/v1/boxes", BoxSpec{Image: vmtest.DefaultImage, Network: "disabled"}, &box); st != 201 {
+		t.Fatalf("create: status %d %+v", st, box)
+	}
+	if box.State != "running" || box.ID == "" || box.Network != "disabled" {
+		t.Fatalf("created box %+v", box)
+	}
+	id := box.ID
+	defer rt.Remove(context.Background(), id, true)
+
+	t.Run("exec", func(t *testing.T) {
+		var r ExecResult
+		c.do("POST", "/v1/boxes/"+id+"/exec", ExecRequest{Cmd: []string{"sh", "-c", `echo out; printf '\377\376' >&2; exit 3`}}, &r)
+		if r.ExitCode != 3 || r.Stdout != "out\n" || r.StdoutEncoding != EncodingUTF8 {
+			t.Errorf("result %+v", r)
+		}
+		raw, _ := base64.StdEncoding.DecodeString(r.Stderr)
+		if r.StderrEncoding != EncodingBase64 || !bytes.Equal(raw, []byte{0xff, 0xfe}) {
+			t.Errorf("non-UTF-8 stderr: %q (%s), want base64 of ff fe", r.Stderr, r.StderrEncoding)
+		}
+		c.do("POST", "/v1/boxes/"+id+"/exec", ExecRequest{Cmd: []string{"cat"}, Stdin: "aGVsbG8=", StdinEncoding: EncodingBase64}, &r)
+		if r.Stdout != "hello" {
+			t.Errorf("stdin: stdout %q", r.Stdout)
+		}
+		c.do("POST", "/v1/boxes/"+id+"/exec", ExecRequest{Cmd: []string{"sleep", "30"}, Timeout: 0.5}, &r)
+		if !r.TimedOut || r.DurationMS > 10000 {
+			t.Errorf("timeout: %+v", r)
+		}
+		var p Problem
+		if st := c.do("POST", "/v1/boxes/"+id+"/exec", ExecRequest{}, &p); st != 422 || p.Code != CodeInvalid {
+			t.Errorf("empty cmd: %d %+v", st, p)
+		}
+	})
+
+	t.Run("websocket", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		ws, _, err := websocket.Dial(ctx, strings.Replace(ts.URL, "http", "ws", 1)+"/v1/boxes/"+id+"/exec/ws", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ws.CloseNow()
+		start, _ := json.Marshal(ExecRequest{Cmd: []string{"sh", "-c", `trap 'echo got-int >&2; exit 7' INT; echo ready; read line; echo "echo:$line"; while :; do sleep 0.1; done`}})
+		ws.Write(ctx, websocket.MessageText, start)
+		var stdout, stderr bytes.Buffer
+		var exit wsExit
+		sent, signalled := false, false
+		for exit.Type == "" {
+			typ, msg, err := ws.Read(ctx)
+			if err != nil {
+				t.Fatalf("read: %v (stdout %q stderr %q)", err, stdout.String(), stderr.String())
+			}
+			if typ == websocket.MessageText {
+				var m wsExit
+				json.Unmarshal(msg, &m)
+				if m.Type == "exit" || m.Type == "error" {
+					exit = m
+				}
+				continue
+			}
+			switch msg[0] {
+			case frameStdout:
+				stdout.Write(msg[1:])
+			case frameStderr:
+				stderr.Write(msg[1:])
+			}
+			if !sent && strings.Contains(stdout.String(), "ready\n") {
+				ws.Write(ctx, websocket.MessageBinary, append([]byte{frameStdin}, "hi\n"...))
+				sent = true
+			}
+			if !signalled && strings.Contains(stdout.String(), "echo:hi") {
+				ws.Write(ctx, websocket.MessageText, []byte(`{"type":"signal","signal":"SIGINT"}`))
+				signalled = true
+			}
+		}
+		if exit.Type != "exit" || exit.ExitCode != 7 {
+			t.Errorf("exit frame %+v", exit)
+		}
+		if stdout.String() != "ready\necho:hi\n" || stderr.String() != "got-int\n" {
+			t.Errorf("stdout %q stderr %q", stdout.String(), stderr.String())
+		}
+		if _, _, err := ws.Read(ctx); websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+			t.Errorf("after exit: %v, want a normal close", err)
+		}
+	})
+
+	t.Run("code", func(t *testing.T) {
+		var r RunResult
+		c.do("POST", "/v1/boxes/"+id+"/code/run", RunRequest{Code: "print(6*7)\nraise ValueError('boom')"}, &r)
+		if r.Stdout != "42\n" || r.ExitCode != 1 || !strings.Contains(r.Stderr, "ValueError: boom") {
+			t.Errorf("run: %+v", r)
+		}
+		c.do("POST", "/v1/boxes/"+id+"/code/run", RunRequest{Code: "import time; time.sleep(30)", Timeout: 0.5}, &r)
+		if !r.TimedOut {
+			t.Errorf("run timeout not enforced: %+v", r)
+		}
+		var cx ContextInfo
+		if st := c.do("POST", "/v1/boxes/"+id+"/contexts", nil, &cx); st != 201 || cx.ID == "" {
+			t.Fatalf("create context: %d %+v", st, cx)
+		}
+		var cell CellResult
+		c.do("POST", "/v1/boxes/"+id+"/contexts/"+cx.ID+"/run", RunRequest{Code: "x = 41\nprint('p')\nx + 1"}, &cell)
+		if cell.Value != "42" || cell.Stdout != "p\n" || cell.Error != nil {
+			t.Errorf("cell 1: %+v", cell)
+		}
+		c.do("POST", "/v1/boxes/"+id+"/contexts/"+cx.ID+"/run", RunRequest{Code: "x / 0"}, &cell)
+		if cell.Error == nil || cell.Error.Name != "ZeroDivisionError" {
+			t.Errorf("cell 2: %+v", cell)
+		}
+		if st := c.do("DELETE", "/v1/boxes/"+id+"/contexts/"+cx.ID, nil, nil); st != 204 {
+			t.Errorf("delete context: %d", st)
+		}
+		var p Problem
+		if st := c.do("POST", "/v1/boxes/"+id+"/contexts/"+cx.ID+"/run", RunRequest{Code: "x"}, &p); st != 404 || p.Code != CodeContextNotFound {
+			t.Errorf("deleted context: %d %+v", st, p)
+		}
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		resp, err := http.Get(ts.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		text := string(body)
+		for _, want := range []string{`airlock_boxes{state="running"} 1`, `airlock_box_starts_total{result="ok"} 1`,
+			`airlock_execs_total{result="timeout"}`, `airlock_box_start_seconds_count 1`} {
+			if !strings.Contains(text, want) {
+				t.Errorf("/metrics lacks %q", want)
+			}
+		}
+		if strings.Contains(text, "airlock_exec_output_bytes_total 0\n") {
+			t.Error("exec output bytes not counted")
+		}
+	})
+
+	t.Run("died", func(t *testing.T) {
+		infos, _ := rt.List(context.Background())
+		pid := 0
+		for _, i := range infos {
+			if i.ID == id {
+				pid = i.PID
+			}
+		}
+		if pid == 0 {
+			t.Fatal("no QEMU pid")
+		}
+		syscall.Kill(pid, syscall.SIGKILL)
+		var p Problem
+		st := 0
+		for i := 0; i < 50; i++ {
+			if st = c.do("POST", "/v1/boxes/"+id+"/exec", ExecRequest{Cmd: []string{"true"}}, &p); st != 200 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("exec in a killed box: %d %s %q", st, p.Code, p.Cause)
+		// The exit watcher may have marked the box stopped before the
+		// exec: both are honest answers.
+		switch {
+		case st == 502 && p.Code == CodeBoxDied && p.Cause != "":
+		case st == 409 && p.Code == CodeBoxNotRunning:
+		default:
+			t.Errorf("exec in a killed box: %d %+v", st, p)
+		}
+		resp, _ := http.Get(ts.URL + "/metrics")
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), "airlock_vm_deaths_total{cause=") {
+			t.Error("VM death not counted")
+		}
+	})
+
+	t.Run("remove", func(t *testing.T) {
+		if st := c.do("DELETE", "/v1/boxes/"+id+"?force=true", nil, nil); st != 204 {
+			t.Fatalf("remove: %d", st)
+		}
+		var p Problem
+		if st := c.do("GET", "/v1/boxes/"+id, nil, &p); st != 404 || p.Code != CodeBoxNotFound {
+			t.Errorf("after remove: %d %+v", st, p)
+		}
+	})
+}
