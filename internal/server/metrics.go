@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,7 +55,7 @@ func NewMetrics(version string) *Metrics {
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}})
 	m.execFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_exec_failures_total", Help: "Execs that could not be carried out, by cause (box_died, box_not_running, canceled, timeout, other)."}, []string{"cause"})
 	m.execOutBytes = prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_exec_output_bytes_total", Help: "Bytes of exec output (stdout and stderr) received from guests."})
-	m.vmDeaths = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_vm_deaths_total", Help: "Box VMs that ended unexpectedly, by cause."}, []string{"cause"})
+	m.vmDeaths = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_vm_deaths_total", Help: "Box VMs that ended unexpectedly, by cause (kernel_panic, out_of_memory, agent_failed, qemu_exited, other)."}, []string{"cause"})
 	m.imagePulls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_image_pulls_total", Help: "Image pulls, by result (ok, error)."}, []string{"result"})
 	m.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_http_requests_total", Help: "API requests, by method, route and status."}, []string{"method", "route", "status"})
 	m.httpSecs = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "airlock_http_request_seconds", Help: "API request duration, by route.",
@@ -148,7 +149,23 @@ func (m *Metrics) BoxDied(e airlock.BoxDiedEvent) {
 	if m == nil {
 		return
 	}
-	m.vmDeaths.WithLabelValues(e.Cause).Inc()
+	m.vmDeaths.WithLabelValues(deathCause(e.Cause)).Inc()
+}
+
+// deathCause turns DiedError.Cause (free text with pids and panic
+// messages) into a bounded label.
+func deathCause(cause string) string {
+	switch {
+	case strings.Contains(cause, "kernel panic"):
+		return "kernel_panic"
+	case strings.Contains(cause, "out of memory"):
+		return "out_of_memory"
+	case strings.Contains(cause, "agent"):
+		return "agent_failed"
+	case strings.Contains(cause, "QEMU"):
+		return "qemu_exited"
+	}
+	return "other"
 }
 
 // ImagePulled implements airlock.Observer.

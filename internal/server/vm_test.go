@@ -253,7 +253,7 @@ func TestServerVM(t *testing.T) {
 		resp, _ := http.Get(ts.URL + "/metrics")
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if !strings.Contains(string(body), "airlock_vm_deaths_total{cause=") {
+		if !strings.Contains(string(body), "airlock_vm_deaths_total{cause=\"qemu_exited\"} 1") {
 			t.Error("VM death not counted")
 		}
 	})
