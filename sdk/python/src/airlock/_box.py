@@ -125,6 +125,14 @@ class SimpleBox:
         """The box id once started, else None."""
         return self._id
 
+    @classmethod
+    def attach(cls, box_id: str, client: Optional[Client] = None, **kwargs: Any) -> Any:
+        """A handle on an existing, running box (created by another call or
+        process), by id or name. :meth:`stop` removes it."""
+        b = cls(client=client, **kwargs)
+        b._id = box_id
+        return b
+
     async def start(self) -> "SimpleBox":
         """Creates and boots the box (a no-op when it is running)."""
         async with self._lock:
