@@ -123,6 +123,9 @@ func New(cfg Config) *Server {
 	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", Description: "Required on TCP listeners; the unix socket needs none."},
 	}
+	// huma's own per-operation body limit (1 MiB by default) is the
+	// server's.
+	hc.OnAddOperation = append(hc.OnAddOperation, func(_ *huma.OpenAPI, op *huma.Operation) { op.MaxBodyBytes = cfg.MaxBodyBytes })
 	s.api = humago.New(s.mux, hc)
 	s.registerBoxes()
 	s.registerExec()

@@ -239,7 +239,7 @@ func TestUnixSocket(t *testing.T) {
 }
 
 func TestProblems(t *testing.T) {
-	s := New(Config{Runtime: openRuntime(t), MaxBodyBytes: 1024})
+	s := New(Config{Runtime: openRuntime(t), MaxBodyBytes: 2 << 20})
 	ts := httptest.NewServer(s.Handler(false))
 	defer ts.Close()
 	for _, tc := range []struct {
@@ -255,8 +255,11 @@ func TestProblems(t *testing.T) {
 		{"POST", "/v1/boxes", `{"image":"localhost:1/nope:latest"}`, 404, CodeImageNotFound},
 		{"POST", "/v1/boxes", `{"cpus":-1}`, 422, CodeInvalid},
 		{"POST", "/v1/boxes", `{"network":"bridged"}`, 422, CodeInvalid},
-		{"POST", "/v1/boxes", `{"image":"` + strings.Repeat("x", 2000) + `"}`, 413, CodeBodyTooLarge},
+		{"POST", "/v1/boxes", `{"image":"` + strings.Repeat("x", 3<<20) + `"}`, 413, CodeBodyTooLarge},
 		{"GET", "/v1/nothing", "", 404, ""},
+		// Under the server's limit but over huma's default of 1 MiB: the
+		// body is read (and the box then looked up).
+		{"POST", "/v1/boxes/nosuchbox/exec", `{"cmd":["cat"],"stdin":"` + strings.Repeat("x", 1<<20+10) + `"}`, 404, CodeBoxNotFound},
 	} {
 		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
 			req, _ := http.NewRequest(tc.method, ts.URL+tc.path, strings.NewReader(tc.body))
