@@ -22,6 +22,7 @@ func newServeCmd() *cobra.Command {
 		maxExecs                         int
 		maxBody                          int64
 		printSpec                        bool
+		policy                           server.Policy
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -77,7 +78,7 @@ with no request and no running box (the SDKs start it so).`,
 			ls = append(ls, ul)
 			log.Info("listening", "socket", socket)
 			cfg := server.Config{Runtime: rt, Logger: log, MaxExecsPerClient: maxExecs, MaxBodyBytes: maxBody,
-				IdleExit: idleExit, Metrics: metrics}
+				IdleExit: idleExit, Metrics: metrics, Policy: policy}
 			if listen != "" {
 				tok, where, err := server.LoadToken(rt.Home(), token)
 				if err != nil {
@@ -107,6 +108,9 @@ with no request and no running box (the SDKs start it so).`,
 	f.IntVar(&maxExecs, "max-execs", server.DefaultMaxExecsPerClient, "concurrent execs per client (token, or the unix socket)")
 	f.Int64Var(&maxBody, "max-body", server.DefaultMaxBodyBytes, "largest request body in bytes")
 	f.StringVar(&logFormat, "log-format", "text", "access log format: text or json")
+	f.IntVar(&policy.MaxBoxes, "max-boxes", 0, "most boxes not stopped at once (0: no limit); more are refused with 403")
+	f.IntVar(&policy.MaxCPUs, "max-cpus", 0, "most vCPUs per box (0: no limit)")
+	f.IntVar(&policy.MaxMemoryMiB, "max-memory", 0, "most MiB of RAM per box (0: no limit)")
 	f.BoolVar(&printSpec, "print-openapi", false, "print the OpenAPI document and exit (regenerates api/openapi.json)")
 	return cmd
 }

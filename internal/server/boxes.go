@@ -83,12 +83,15 @@ func (s *Server) registerBoxes() {
 		OperationID: "create-box", Method: http.MethodPost, Path: "/v1/boxes", Tags: []string{"boxes"},
 		Summary:       "Create a box",
 		Description:   "Creates a box from an image (pulled if absent) and boots it: when the call returns, execs can run.",
-		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusNotFound, http.StatusConflict, http.StatusBadGateway},
+		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusBadGateway},
 	}, func(ctx context.Context, in *struct{ Body BoxSpec }) (*boxOutput, error) {
 		sp := in.Body
 		opts := airlock.BoxOptions{Image: sp.Image, Name: sp.Name, CPUs: sp.CPUs, MemoryMiB: sp.MemoryMiB,
 			DiskSizeMiB: sp.DiskSizeMiB, Env: sp.Env, WorkingDir: sp.WorkingDir, User: sp.User,
 			AutoRemove: sp.AutoRemove, Network: sp.Network}
+		if err := s.checkCreate(ctx, opts); err != nil {
+			return nil, err
+		}
 		b, err := s.rt.Create(ctx, opts)
 		if err != nil {
 			return nil, problem(err)

@@ -76,6 +76,8 @@ type Config struct {
 	// no request in flight, no open stream and no running box for that
 	// long (for a server started on demand by an SDK).
 	IdleExit time.Duration
+	// Policy limits what clients may ask for.
+	Policy Policy
 	// Metrics, when set, is served at /metrics and fed by the server.
 	Metrics *Metrics
 }

@@ -286,6 +286,23 @@ func TestProblems(t *testing.T) {
 	}
 }
 
+func TestPolicy(t *testing.T) {
+	s := New(Config{Runtime: openRuntime(t), Policy: Policy{MaxCPUs: 2, MaxMemoryMiB: 1024, MaxBoxes: 1}})
+	ts := httptest.NewServer(s.Handler(false))
+	defer ts.Close()
+	for _, body := range []string{`{"cpus":3}`, `{"memory_mib":2048}`} {
+		resp, err := http.Post(ts.URL+"/v1/boxes", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := decodeProblem(t, resp)
+		resp.Body.Close()
+		if resp.StatusCode != 403 || p.Code != CodePolicyDenied || !strings.Contains(p.Detail, "at most") {
+			t.Errorf("%s: %d %+v, want 403 policy_denied", body, resp.StatusCode, p)
+		}
+	}
+}
+
 func TestProblemMapping(t *testing.T) {
 	died := &airlock.DiedError{BoxID: "abc", Cause: "guest kernel panic"}
 	for _, tc := range []struct {

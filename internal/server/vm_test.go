@@ -94,6 +94,15 @@ func TestServerVM(t *testing.T) {
 	id := box.ID
 	defer rt.Remove(context.Background(), id, true)
 
+	t.Run("max-boxes", func(t *testing.T) {
+		ps := httptest.NewServer(New(Config{Runtime: rt, Policy: Policy{MaxBoxes: 1}}).Handler(false))
+		defer ps.Close()
+		var p Problem
+		if st := (apiClient{t, ps.URL}).do("POST", "/v1/boxes", BoxSpec{}, &p); st != 403 || p.Code != CodePolicyDenied {
+			t.Errorf("second box with --max-boxes 1: %d %+v", st, p)
+		}
+	})
+
 	t.Run("exec", func(t *testing.T) {
 		var r ExecResult
 		c.do("POST", "/v1/boxes/"+id+"/exec", ExecRequest{Cmd: []string{"sh", "-c", `echo out; printf '\377\376' >&2; exit 3`}}, &r)
