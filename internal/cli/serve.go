@@ -56,10 +56,11 @@ with no request and no running box (the SDKs start it so).`,
 			}
 			log := slog.New(h)
 			metrics := server.NewMetrics(server.Version())
+			events := server.NewEvents()
 			rt, err := airlock.Open(airlock.Options{
 				Warn:     func(msg string) { log.Warn(msg) },
 				Pull:     pullWithProgress(errw),
-				Observer: metrics,
+				Observer: server.Observers{metrics, events},
 			})
 			if err != nil {
 				return err
@@ -78,7 +79,7 @@ with no request and no running box (the SDKs start it so).`,
 			ls = append(ls, ul)
 			log.Info("listening", "socket", socket)
 			cfg := server.Config{Runtime: rt, Logger: log, MaxExecsPerClient: maxExecs, MaxBodyBytes: maxBody,
-				IdleExit: idleExit, Metrics: metrics, Policy: policy}
+				IdleExit: idleExit, Metrics: metrics, Events: events, Policy: policy}
 			if listen != "" {
 				tok, where, err := server.LoadToken(rt.Home(), token)
 				if err != nil {

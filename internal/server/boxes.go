@@ -23,6 +23,9 @@ type BoxSpec struct {
 	User        string   `json:"user,omitempty" doc:"User of every exec: name, uid, name:group or uid:gid." maxLength:"256"`
 	Network     string   `json:"network,omitempty" doc:"enabled (default, outbound NAT) or disabled (no interface)." enum:"enabled,disabled"`
 	AutoRemove  bool     `json:"auto_remove,omitempty" doc:"Remove the box when it stops."`
+	TTL         float64  `json:"ttl,omitempty" minimum:"0" doc:"Seconds: the server removes the box this long after creating it."`
+	IdleTimeout float64  `json:"idle_timeout,omitempty" minimum:"0" doc:"Seconds: the server removes the box after this long with no exec or code call on it."`
+	Lease       float64  `json:"lease,omitempty" minimum:"0" doc:"Seconds: the server removes the box unless POST /v1/boxes/{id}/lease renews it within this time (the SDKs do, while their process lives)."`
 }
 
 // Box is a box as the API shows it.
@@ -96,6 +99,8 @@ func (s *Server) registerBoxes() {
 		if err != nil {
 			return nil, problem(err)
 		}
+		s.track(b.ID(), sp)
+		s.events.publish(Event{Type: EventBoxCreated, BoxID: b.ID()})
 		return s.boxOut(ctx, b)
 	})
 
@@ -156,6 +161,7 @@ func (s *Server) registerBoxes() {
 		if err := b.Stop(ctx); err != nil {
 			return nil, problem(err)
 		}
+		s.events.publish(Event{Type: EventBoxStopped, BoxID: b.ID()})
 		if out, err := s.boxOut(ctx, b); err == nil {
 			return out, nil
 		}
@@ -179,6 +185,8 @@ func (s *Server) registerBoxes() {
 		if err := b.Remove(ctx, in.Force); err != nil {
 			return nil, problem(err)
 		}
+		s.forget(b.ID())
+		s.events.publish(Event{Type: EventBoxRemoved, BoxID: b.ID(), Reason: "removed"})
 		return nil, nil
 	})
 }

@@ -156,6 +156,7 @@ func (s *Server) registerCode() {
 		}
 		defer release()
 		cs := s.codeboxFor(b)
+		defer s.execBegin(b.ID())()
 		rctx, cancel := withTimeout(ctx, in.Body.Timeout)
 		defer cancel()
 		t0 := time.Now()
@@ -187,6 +188,7 @@ func (s *Server) registerCode() {
 			return nil, err
 		}
 		defer release()
+		defer s.execBegin(b.ID())()
 		cb := codebox.Attach(b, codebox.Options{IndexURL: in.Body.IndexURL})
 		out, err := cb.InstallPackages(ctx, in.Body.Packages...)
 		res := InstallResult{Output: out}
@@ -246,10 +248,11 @@ func (s *Server) registerCode() {
 		Ctx  string `path:"ctx" maxLength:"64"`
 		Body RunRequest
 	}) (*struct{ Body CellResult }, error) {
-		_, x, err := lookup(ctx, contextPath{ID: in.ID, Ctx: in.Ctx})
+		cs, x, err := lookup(ctx, contextPath{ID: in.ID, Ctx: in.Ctx})
 		if err != nil {
 			return nil, err
 		}
+		defer s.execBegin(cs.cb.Box().ID())()
 		release, err := s.acquire(ctx)
 		if err != nil {
 			return nil, err

@@ -113,6 +113,8 @@ func (s *Server) registerExec() {
 			}
 			opts.Stdin = bytes.NewReader(data)
 		}
+		defer s.execBegin(b.ID())()
+		s.events.publish(Event{Type: EventExecStarted, BoxID: b.ID(), Cmd: in.Body.Cmd})
 		res, err := b.Exec(ctx, in.Body.Cmd[0], in.Body.Cmd[1:], opts)
 		if err != nil {
 			return nil, problem(err)

@@ -78,6 +78,12 @@ type Config struct {
 	IdleExit time.Duration
 	// Policy limits what clients may ask for.
 	Policy Policy
+	// Events, when set, is served at /v1/events and fed by the server;
+	// pass it (in Observers, with Metrics) as airlock.Options.Observer too.
+	Events *Events
+	// ReapInterval is how often boxes past their ttl, idle_timeout or
+	// lease are looked for (default 1 s).
+	ReapInterval time.Duration
 	// Metrics, when set, is served at /metrics and fed by the server.
 	Metrics *Metrics
 }
@@ -94,7 +100,12 @@ type Server struct {
 	lastBusy atomic.Int64 // unix nanos of the last request end
 	streams  sync.WaitGroup
 
+	events   *Events
+	shutdown chan struct{} // closed when Serve starts shutting down
+
 	mu        sync.Mutex
+	lifetimes map[string]*lifetime // by box id
+	busy      map[string]int       // execs in flight by box id
 	codeboxes map[string]*codeState // by box id
 	slots     map[string]chan struct{}
 	wsConns   map[*wsConn]struct{}
@@ -115,6 +126,7 @@ func New(cfg Config) *Server {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, rt: cfg.Runtime, log: cfg.Logger, mux: http.NewServeMux(),
+		events: cfg.Events, shutdown: make(chan struct{}), lifetimes: map[string]*lifetime{}, busy: map[string]int{},
 		codeboxes: map[string]*codeState{}, slots: map[string]chan struct{}{}, wsConns: map[*wsConn]struct{}{}}
 	s.lastBusy.Store(time.Now().UnixNano())
 	hc := huma.DefaultConfig("airlock", APIVersion)
@@ -133,6 +145,8 @@ func New(cfg Config) *Server {
 	s.registerExec()
 	s.registerCode()
 	s.registerMisc()
+	s.registerLease()
+	s.registerEvents()
 	s.mux.HandleFunc("GET /v1/boxes/{id}/exec/ws", s.handleExecWS)
 	if cfg.Metrics != nil {
 		s.mux.Handle("GET /metrics", cfg.Metrics.Handler())
@@ -435,12 +449,14 @@ func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
 	if s.cfg.IdleExit > 0 {
 		go s.watchIdle(ctx, cancel)
 	}
+	go s.reap(ctx)
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
 	s.log.Info("shutting down: draining requests; boxes keep running")
+	close(s.shutdown)
 	dctx, dcancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	defer dcancel()
 	for _, hs := range servers {

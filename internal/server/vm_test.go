@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,6 +34,69 @@ func requireVM(t *testing.T) {
 			t.Fatalf("cannot boot boxes: %s", why)
 		}
 		t.Skipf("cannot boot boxes: %s (AIRLOCK_REQUIRE_VM=1 makes this a failure)", why)
+	}
+}
+
+// eventLog collects the /v1/events stream.
+type eventLog struct {
+	mu  sync.Mutex
+	evs []Event
+}
+
+func subscribe(t *testing.T, base string) *eventLog {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/v1/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &eventLog{}
+	open := make(chan struct{})
+	go func() {
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			data, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok {
+				continue
+			}
+			var ev Event
+			json.Unmarshal([]byte(data), &ev)
+			if ev.Type == EventStreamOpen {
+				close(open)
+				continue
+			}
+			l.mu.Lock()
+			l.evs = append(l.evs, ev)
+			l.mu.Unlock()
+		}
+	}()
+	select {
+	case <-open:
+	case <-time.After(10 * time.Second):
+		t.Fatal("event stream did not open")
+	}
+	return l
+}
+
+func (l *eventLog) waitFor(t *testing.T, typ string) []Event {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l.mu.Lock()
+		evs := append([]Event(nil), l.evs...)
+		l.mu.Unlock()
+		for _, ev := range evs {
+			if ev.Type == typ {
+				return evs
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s event in %+v", typ, evs)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -73,16 +138,18 @@ func (c apiClient) do(method, path string, body any, out any) int {
 func TestServerVM(t *testing.T) {
 	requireVM(t)
 	m := NewMetrics("test")
-	rt, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}, Observer: m})
+	events := NewEvents()
+	rt, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}, Observer: Observers{m, events}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rt.Close()
 	m.SetRuntime(rt)
-	s := New(Config{Runtime: rt, Metrics: m})
+	s := New(Config{Runtime: rt, Metrics: m, Events: events})
 	ts := httptest.NewServer(s.Handler(false))
-	defer ts.Close()
+	t.Cleanup(ts.Close) // after subscribe's cleanup ends the event stream
 	c := apiClient{t, ts.URL}
+	got := subscribe(t, ts.URL)
 
 	var box Box
 	if st := c.do("POST", "/v1/boxes", BoxSpec{Image: vmtest.DefaultImage, Network: "disabled"}, &box); st != 201 {
@@ -276,4 +343,122 @@ func TestServerVM(t *testing.T) {
 			t.Errorf("after remove: %d %+v", st, p)
 		}
 	})
+
+	t.Run("events", func(t *testing.T) {
+		want := []string{EventBoxStarted, EventBoxCreated, EventExecStarted, EventExecEnded, EventBoxDied, EventBoxRemoved}
+		evs := got.waitFor(t, EventBoxRemoved)
+		i := 0
+		sawExit3 := false
+		for _, ev := range evs {
+			if ev.BoxID != id {
+				t.Errorf("event of another box: %+v", ev)
+			}
+			if i < len(want) && ev.Type == want[i] {
+				i++
+			}
+			if ev.Type == EventExecEnded && ev.ExitCode != nil && *ev.ExitCode == 3 {
+				sawExit3 = true
+			}
+		}
+		if i < len(want) || !sawExit3 {
+			t.Errorf("events %+v: want %v in order and an exec that exited 3", evs, want)
+		}
+	})
+}
+
+// TestServerLifetimes: a box with a lease lives while it is renewed and
+// goes when its TTL ends; a box with an idle timeout lives while used and
+// goes when left alone.
+func TestServerLifetimes(t *testing.T) {
+	requireVM(t)
+	rt, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	s := New(Config{Runtime: rt, ReapInterval: 100 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.reap(ctx)
+	ts := httptest.NewServer(s.Handler(false))
+	defer ts.Close()
+	c := apiClient{t, ts.URL}
+
+	exists := func(id string) bool { return c.do("GET", "/v1/boxes/"+id, nil, nil) == 200 }
+	// Each box gets a goroutine that keeps it alive (renewing the lease,
+	// or running execs) until told to stop, from the moment it exists.
+	keep := func(spec BoxSpec, alive func(id string)) (Box, chan struct{}, time.Time) {
+		t0 := time.Now()
+		var b Box
+		if st := c.do("POST", "/v1/boxes", spec, &b); st != 201 {
+			t.Errorf("create: %d", st)
+		}
+		stop := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(250 * time.Millisecond):
+					alive(b.ID)
+				}
+			}
+		}()
+		return b, stop, t0
+	}
+	var leased, idle Box
+	var stopLease, stopIdle chan struct{}
+	var leasedAt time.Time
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		leased, stopLease, leasedAt = keep(BoxSpec{Network: "disabled", Lease: 1, TTL: 6}, func(id string) {
+			c.do("POST", "/v1/boxes/"+id+"/lease", nil, nil)
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		idle, stopIdle, _ = keep(BoxSpec{Network: "disabled", IdleTimeout: 1}, func(id string) {
+			var r ExecResult
+			c.do("POST", "/v1/boxes/"+id+"/exec", ExecRequest{Cmd: []string{"true"}}, &r)
+		})
+	}()
+	wg.Wait()
+	if leased.ID == "" || idle.ID == "" {
+		t.Fatalf("create: %+v %+v", leased, idle)
+	}
+	defer rt.Remove(context.Background(), leased.ID, true)
+	defer rt.Remove(context.Background(), idle.ID, true)
+	defer close(stopLease)
+
+	// 2.5 s of renewals and execs: both stay, well past their lease and
+	// idle timeout.
+	time.Sleep(2500 * time.Millisecond)
+	if !exists(leased.ID) || !exists(idle.ID) {
+		t.Fatalf("removed while renewed/used: leased %v idle %v", exists(leased.ID), exists(idle.ID))
+	}
+	// Left alone, the idle box goes after ~1 s; the leased one, still
+	// renewed, goes when its 6 s TTL ends.
+	close(stopIdle)
+	deadline := leasedAt.Add(12 * time.Second)
+	var leasedGone time.Time
+	for time.Now().Before(deadline) && (exists(idle.ID) || leasedGone.IsZero()) {
+		if leasedGone.IsZero() && !exists(leased.ID) {
+			leasedGone = time.Now()
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if exists(idle.ID) {
+		t.Error("idle box not removed")
+	}
+	if leasedGone.IsZero() {
+		t.Error("box past its TTL not removed")
+	} else if d := leasedGone.Sub(leasedAt); d < 6*time.Second {
+		t.Errorf("TTL box removed %v after its creation began, before its 6 s TTL", d)
+	}
+	var p Problem
+	if st := c.do("POST", "/v1/boxes/"+leased.ID+"/lease", nil, &p); st != 404 {
+		t.Errorf("renewing a removed box: %d %+v", st, p)
+	}
 }

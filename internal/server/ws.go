@@ -144,6 +144,8 @@ func (s *Server) handleExecWS(w http.ResponseWriter, r *http.Request) {
 			Detail: "the first message must be a text frame with an ExecRequest (JSON, cmd not empty)"})
 		return
 	}
+	defer s.execBegin(b.ID())()
+	s.events.publish(Event{Type: EventExecStarted, BoxID: b.ID(), Cmd: req.Cmd})
 	p, err := b.ExecStream(ctx, req.Cmd[0], req.Cmd[1:], req.options())
 	if err != nil {
 		fail(problem(err).(*Problem))
