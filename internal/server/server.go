@@ -104,8 +104,8 @@ type Server struct {
 	shutdown chan struct{} // closed when Serve starts shutting down
 
 	mu        sync.Mutex
-	lifetimes map[string]*lifetime // by box id
-	busy      map[string]int       // execs in flight by box id
+	lifetimes map[string]*lifetime  // by box id
+	busy      map[string]int        // execs in flight by box id
 	codeboxes map[string]*codeState // by box id
 	slots     map[string]chan struct{}
 	wsConns   map[*wsConn]struct{}
