@@ -56,3 +56,29 @@ def test_autostart_and_idle_exit(server_env: dict, tmp_path: Path) -> None:
     else:
         pytest.fail("server started by the SDK did not exit when idle")
     assert not sock.exists(), "socket left behind"
+
+
+def test_lease_removes_box_of_crashed_process(server_env: dict) -> None:
+    """A process that dies without closing its box leaves it behind only
+    for its lease."""
+    code = (
+        "import asyncio, os, airlock\n"
+        "async def main():\n"
+        "    box = airlock.CodeBox(lease=1.5)\n"
+        "    await box.start()\n"
+        "    print(box.id, flush=True)\n"
+        "    await asyncio.sleep(2.5)  # the renewer keeps it past its lease\n"
+        "    r = await box.exec('true')\n"
+        "    print(r.exit_code, flush=True)\n"
+        "    os._exit(0)  # a crash: no stop(), no renewals from now on\n"
+        "asyncio.run(main())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=server_env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    box_id, code_line = out.stdout.split()
+    assert code_line == "0", "box lapsed while its lease was being renewed"
+    with httpx.Client(transport=httpx.HTTPTransport(uds=os.environ["AIRLOCK_SOCKET"]), base_url="http://airlock") as c:
+        deadline = time.monotonic() + 15
+        while c.get(f"/v1/boxes/{box_id}").status_code == 200:
+            assert time.monotonic() < deadline, "box of a crashed process still there past its lease"
+            time.sleep(0.2)

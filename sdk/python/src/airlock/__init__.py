@@ -18,7 +18,7 @@ default ``~/.airlock/airlock.sock``) or over TCP (``AIRLOCK_URL`` and
 request and no running box.
 """
 
-from ._box import DEFAULT_IMAGE, CellError, CellResult, CodeBox, Context, ExecResult, ExecStream, SimpleBox
+from ._box import DEFAULT_IMAGE, DEFAULT_LEASE, CellError, CellResult, CodeBox, Context, ExecResult, ExecStream, SimpleBox
 from ._client import AirlockError, Client, Endpoint, default_socket
 from ._sync import SyncCodeBox, SyncContext, SyncSimpleBox
 
@@ -30,6 +30,7 @@ __all__ = [
     "CodeBox",
     "Context",
     "DEFAULT_IMAGE",
+    "DEFAULT_LEASE",
     "Endpoint",
     "ExecResult",
     "ExecStream",

@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ._client import AirlockError, Client, decode_output
+from ._client import AirlockError, Client, Endpoint, decode_output
 
 DEFAULT_IMAGE = "python:slim"
+
+#: Default lease of SDK boxes, in seconds (see SimpleBox).
+DEFAULT_LEASE = 30.0
 
 _STDIN, _STDOUT, _STDERR = 0, 1, 2
 
@@ -79,6 +83,40 @@ def _env_list(env: Union[Mapping[str, str], Sequence[str], None]) -> Optional[Li
     return list(env)
 
 
+class _LeaseRenewer:
+    """A daemon thread renewing a box's lease every third of it, so that the
+    lease runs out only when this process is gone (or stop() was called).
+    It runs beside the event loop, so a busy loop or a sync caller that is
+    not calling into the SDK does not let the lease lapse."""
+
+    def __init__(self, endpoint: Endpoint, box_id: str, lease: float) -> None:
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, args=(endpoint, box_id, lease), daemon=True,
+                                   name=f"airlock-lease-{box_id}")
+        self._t.start()
+
+    def _run(self, endpoint: Endpoint, box_id: str, lease: float) -> None:
+        import httpx
+
+        if endpoint.url:
+            headers = {"Authorization": f"Bearer {endpoint.token}"} if endpoint.token else {}
+            c = httpx.Client(base_url=endpoint.url, headers=headers, timeout=10.0)
+        else:
+            c = httpx.Client(base_url="http://airlock", transport=httpx.HTTPTransport(uds=str(endpoint.socket)),
+                             timeout=10.0)
+        with c:
+            while not self._stop.wait(lease / 3):
+                try:
+                    r = c.post(f"/v1/boxes/{box_id}/lease")
+                    if r.status_code == 404:
+                        return  # the box is gone
+                except httpx.HTTPError:
+                    pass  # try again at the next tick
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
 class SimpleBox:
     """A box (a microVM made from an OCI image) on an airlock server.
 
@@ -97,6 +135,14 @@ class SimpleBox:
         working_dir, user: defaults for every exec.
         network: ``"enabled"`` (default) or ``"disabled"``.
         disk_size_mib: writable layer size.
+        ttl: seconds after which the server removes the box, used or not.
+        idle_timeout: seconds without an exec after which the server removes
+            the box.
+        lease: seconds (default 30) the box outlives this process if it
+            crashes: a background thread renews the lease every third of
+            that while the box is open; the server removes a box whose lease
+            runs out. ``lease=0`` turns it off (the box then lives until
+            removed).
         client: a :class:`Client` to share between boxes (default: one per
             box, from the environment).
     """
@@ -104,11 +150,14 @@ class SimpleBox:
     def __init__(self, image: str = DEFAULT_IMAGE, memory_mib: Optional[int] = None, cpus: Optional[int] = None,
                  *, name: Optional[str] = None, env: Union[Mapping[str, str], Sequence[str], None] = None,
                  working_dir: Optional[str] = None, user: Optional[str] = None, network: Optional[str] = None,
-                 disk_size_mib: Optional[int] = None, client: Optional[Client] = None, **kwargs: Any) -> None:
+                 disk_size_mib: Optional[int] = None, ttl: Optional[float] = None,
+                 idle_timeout: Optional[float] = None, lease: float = DEFAULT_LEASE,
+                 client: Optional[Client] = None, **kwargs: Any) -> None:
         spec: Dict[str, Any] = {"image": image}
         for k, v in (("memory_mib", memory_mib), ("cpus", cpus), ("name", name), ("env", _env_list(env)),
                      ("working_dir", working_dir), ("user", user), ("network", network),
-                     ("disk_size_mib", disk_size_mib)):
+                     ("disk_size_mib", disk_size_mib), ("ttl", ttl), ("idle_timeout", idle_timeout),
+                     ("lease", float(lease) if lease else None)):
             if v is not None:
                 spec[k] = v
         if kwargs.pop("auto_remove", None):
@@ -119,6 +168,7 @@ class SimpleBox:
         self._client = client or Client()
         self._id: Optional[str] = None
         self._lock = asyncio.Lock()
+        self._renewer: Optional[_LeaseRenewer] = None
 
     @property
     def id(self) -> Optional[str]:
@@ -141,6 +191,8 @@ class SimpleBox:
                     raise TypeError(f"unsupported box options: {', '.join(self._unsupported)}")
                 box = await self._client.request("POST", "/v1/boxes", json=self._spec)
                 self._id = box["id"]
+                if self._spec.get("lease"):
+                    self._renewer = _LeaseRenewer(self._client.endpoint, box["id"], self._spec["lease"])
         return self
 
     async def _box(self) -> str:
@@ -153,6 +205,9 @@ class SimpleBox:
         """Removes the box (its VM and writable layer). A no-op when it was
         never started or is already gone."""
         async with self._lock:
+            if self._renewer is not None:
+                self._renewer.stop()
+                self._renewer = None
             if self._id is not None:
                 try:
                     await self._client.request("DELETE", f"/v1/boxes/{self._id}", params={"force": "true"})
