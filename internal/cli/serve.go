@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -23,6 +24,8 @@ func newServeCmd() *cobra.Command {
 		maxBody                          int64
 		printSpec                        bool
 		policy                           server.Policy
+		auditPath                        string
+		auditMax                         int64
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -78,7 +81,17 @@ with no request and no running box (the SDKs start it so).`,
 			defer os.Remove(socket)
 			ls = append(ls, ul)
 			log.Info("listening", "socket", socket)
-			cfg := server.Config{Runtime: rt, Logger: log, MaxExecsPerClient: maxExecs, MaxBodyBytes: maxBody,
+			if auditPath == "" {
+				auditPath = filepath.Join(rt.Home(), "audit.log")
+			}
+			var audit *server.AuditLog
+			if auditPath != "off" {
+				if audit, err = server.OpenAuditLog(auditPath, auditMax); err != nil {
+					return err
+				}
+				defer audit.Close()
+			}
+			cfg := server.Config{Runtime: rt, Audit: audit, Logger: log, MaxExecsPerClient: maxExecs, MaxBodyBytes: maxBody,
 				IdleExit: idleExit, Metrics: metrics, Events: events, Policy: policy}
 			if listen != "" {
 				tok, where, err := server.LoadToken(rt.Home(), token)
@@ -112,6 +125,8 @@ with no request and no running box (the SDKs start it so).`,
 	f.IntVar(&policy.MaxBoxes, "max-boxes", 0, "most boxes not stopped at once (0: no limit); more are refused with 403")
 	f.IntVar(&policy.MaxCPUs, "max-cpus", 0, "most vCPUs per box (0: no limit)")
 	f.IntVar(&policy.MaxMemoryMiB, "max-memory", 0, "most MiB of RAM per box (0: no limit)")
+	f.StringVar(&auditPath, "audit-log", "", `exec audit log, JSON lines (default audit.log in the home; "off": none)`)
+	f.Int64Var(&auditMax, "audit-max", server.DefaultAuditMaxBytes, "audit log size at which it is rotated to .1 (at most twice this is kept)")
 	f.BoolVar(&printSpec, "print-openapi", false, "print the OpenAPI document and exit (regenerates api/openapi.json)")
 	return cmd
 }

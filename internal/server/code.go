@@ -167,8 +167,10 @@ func (s *Server) registerCode() {
 		case errors.As(err, &ee):
 			res.Stderr, res.ExitCode, res.TimedOut, res.Error = ee.Stderr, ee.ExitCode, ee.TimedOut, ee.Error()
 		case err != nil:
+			s.audit(ctx, AuditEntry{Kind: "code_run", BoxID: b.ID(), Code: in.Body.Code}, t0, err)
 			return nil, problem(err)
 		}
+		s.audit(ctx, AuditEntry{Kind: "code_run", BoxID: b.ID(), Code: in.Body.Code, ExitCode: intp(res.ExitCode), TimedOut: res.TimedOut}, t0, nil)
 		return &struct{ Body RunResult }{res}, nil
 	})
 
@@ -190,15 +192,20 @@ func (s *Server) registerCode() {
 		defer release()
 		defer s.execBegin(b.ID())()
 		cb := codebox.Attach(b, codebox.Options{IndexURL: in.Body.IndexURL})
+		t0 := time.Now()
 		out, err := cb.InstallPackages(ctx, in.Body.Packages...)
 		res := InstallResult{Output: out}
 		var ee *codebox.ExecError
+		ae := AuditEntry{Kind: "install", BoxID: b.ID(), Cmd: append([]string{"pip", "install"}, in.Body.Packages...)}
 		switch {
 		case errors.As(err, &ee):
 			res.ExitCode = ee.ExitCode
 		case err != nil:
+			s.audit(ctx, ae, t0, err)
 			return nil, problem(err)
 		}
+		ae.ExitCode = intp(res.ExitCode)
+		s.audit(ctx, ae, t0, nil)
 		return &struct{ Body InstallResult }{res}, nil
 	})
 
@@ -260,7 +267,16 @@ func (s *Server) registerCode() {
 		defer release()
 		rctx, cancel := withTimeout(ctx, in.Body.Timeout)
 		defer cancel()
+		t0 := time.Now()
 		r, err := x.Run(rctx, in.Body.Code)
+		ae := AuditEntry{Kind: "cell", BoxID: cs.cb.Box().ID(), Code: in.Body.Code}
+		if r != nil {
+			ae.TimedOut = r.TimedOut
+			if r.Error != nil {
+				ae.Error = r.Error.Name + ": " + r.Error.Value
+			}
+		}
+		s.audit(ctx, ae, t0, err)
 		if r == nil {
 			return nil, problem(err)
 		}

@@ -115,7 +115,13 @@ func (s *Server) registerExec() {
 		}
 		defer s.execBegin(b.ID())()
 		s.events.publish(Event{Type: EventExecStarted, BoxID: b.ID(), Cmd: in.Body.Cmd})
+		t0 := time.Now()
 		res, err := b.Exec(ctx, in.Body.Cmd[0], in.Body.Cmd[1:], opts)
+		e := AuditEntry{Kind: "exec", BoxID: b.ID(), Cmd: in.Body.Cmd}
+		if res != nil {
+			e.ExitCode, e.TimedOut = intp(res.ExitCode), res.TimedOut
+		}
+		s.audit(ctx, e, t0, err)
 		if err != nil {
 			return nil, problem(err)
 		}

@@ -76,6 +76,8 @@ type Config struct {
 	// no request in flight, no open stream and no running box for that
 	// long (for a server started on demand by an SDK).
 	IdleExit time.Duration
+	// Audit, when set, gets one entry per exec, code run, cell and install.
+	Audit *AuditLog
 	// Policy limits what clients may ask for.
 	Policy Policy
 	// Events, when set, is served at /v1/events and fed by the server;

@@ -386,3 +386,42 @@ func TestIdleExit(t *testing.T) {
 		t.Fatal("idle server did not exit")
 	}
 }
+
+func TestAuditLogBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.log")
+	a, err := OpenAuditLog(path, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ {
+		a.Write(AuditEntry{Kind: "exec", BoxID: "b", Cmd: []string{"echo", strings.Repeat("x", 10000)}, ExitCode: intp(i)})
+	}
+	a.Close()
+	var total int64
+	for _, p := range []string{path, path + ".1"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s mode %v, want 0600", p, fi.Mode().Perm())
+		}
+		// One entry may overshoot: a line is never split.
+		if fi.Size() > 4096+maxAuditField*2+512 {
+			t.Errorf("%s is %d bytes, over the bound", p, fi.Size())
+		}
+		total += fi.Size()
+	}
+	data, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	var last AuditEntry
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+		t.Fatal(err)
+	}
+	if last.ExitCode == nil || *last.ExitCode != 199 || len(last.Cmd[1]) > maxAuditField+4 {
+		t.Errorf("last entry %+v", last)
+	}
+	if _, err := os.Stat(path + ".2"); err == nil {
+		t.Error("more than one rotated file kept")
+	}
+}

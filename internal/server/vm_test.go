@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -145,7 +146,13 @@ func TestServerVM(t *testing.T) {
 	}
 	defer rt.Close()
 	m.SetRuntime(rt)
-	s := New(Config{Runtime: rt, Metrics: m, Events: events})
+	auditPath := filepath.Join(t.TempDir(), "audit.log")
+	audit, err := OpenAuditLog(auditPath, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer audit.Close()
+	s := New(Config{Runtime: rt, Metrics: m, Events: events, Audit: audit})
 	ts := httptest.NewServer(s.Handler(false))
 	t.Cleanup(ts.Close) // after subscribe's cleanup ends the event stream
 	c := apiClient{t, ts.URL}
@@ -341,6 +348,29 @@ func TestServerVM(t *testing.T) {
 		var p Problem
 		if st := c.do("GET", "/v1/boxes/"+id, nil, &p); st != 404 || p.Code != CodeBoxNotFound {
 			t.Errorf("after remove: %d %+v", st, p)
+		}
+	})
+
+	t.Run("audit", func(t *testing.T) {
+		data, err := os.ReadFile(auditPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds := map[string]bool{}
+		found := false
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			var e AuditEntry
+			if err := json.Unmarshal([]byte(line), &e); err != nil {
+				t.Fatalf("audit line %q: %v", line, err)
+			}
+			kinds[e.Kind] = true
+			if e.Kind == "exec" && e.BoxID == id && e.ExitCode != nil && *e.ExitCode == 3 && e.Client == "unix" && e.RequestID != "" &&
+				len(e.Cmd) == 3 && e.Cmd[0] == "sh" {
+				found = true
+			}
+		}
+		if !found || !kinds["exec_stream"] || !kinds["code_run"] || !kinds["cell"] {
+			t.Errorf("audit log lacks entries (exec exit 3: %v, kinds %v):\n%s", found, kinds, data)
 		}
 	})
 

@@ -146,8 +146,11 @@ func (s *Server) handleExecWS(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.execBegin(b.ID())()
 	s.events.publish(Event{Type: EventExecStarted, BoxID: b.ID(), Cmd: req.Cmd})
+	t0 := time.Now()
+	audit := AuditEntry{Kind: "exec_stream", BoxID: b.ID(), Cmd: req.Cmd}
 	p, err := b.ExecStream(ctx, req.Cmd[0], req.Cmd[1:], req.options())
 	if err != nil {
+		s.audit(r.Context(), audit, t0, err)
 		fail(problem(err).(*Problem))
 		return
 	}
@@ -223,6 +226,10 @@ func (s *Server) handleExecWS(w http.ResponseWriter, r *http.Request) {
 
 	wg.Wait()
 	res, err := p.Wait()
+	if res != nil {
+		audit.ExitCode, audit.TimedOut = intp(res.ExitCode), res.TimedOut
+	}
+	s.audit(r.Context(), audit, t0, err)
 	if err != nil {
 		fail(problem(err).(*Problem))
 		return
