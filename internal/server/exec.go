@@ -116,7 +116,7 @@ func (s *Server) registerExec() {
 		defer s.execBegin(b.ID())()
 		s.events.publish(Event{Type: EventExecStarted, BoxID: b.ID(), Cmd: in.Body.Cmd})
 		t0 := time.Now()
-		res, err := b.Exec(ctx, in.Body.Cmd[0], in.Body.Cmd[1:], opts)
+		res, err := s.execBuffered(ctx, b, in.Body.Cmd, opts)
 		e := AuditEntry{Kind: "exec", BoxID: b.ID(), Cmd: in.Body.Cmd}
 		if res != nil {
 			e.ExitCode, e.TimedOut = intp(res.ExitCode), res.TimedOut
@@ -127,6 +127,23 @@ func (s *Server) registerExec() {
 		}
 		return &struct{ Body ExecResult }{resultOf(res)}, nil
 	})
+}
+
+// execBuffered is Box.Exec, with the process listed in s.execs (so that
+// it can be killed by id) while it runs.
+func (s *Server) execBuffered(ctx context.Context, b *airlock.Box, cmd []string, opts airlock.ExecOptions) (*airlock.ExecResult, error) {
+	var out, errb bytes.Buffer
+	p, err := b.ExecStreamWriters(ctx, cmd[0], cmd[1:], opts, &out, &errb)
+	if err != nil {
+		return nil, err
+	}
+	_, forget := s.register(ctx, "exec", b.ID(), cmd, p)
+	defer forget()
+	res, err := p.Wait()
+	if res != nil {
+		res.Stdout, res.Stderr = out.Bytes(), errb.Bytes()
+	}
+	return res, err
 }
 
 // wsOperation documents the exec WebSocket in the OpenAPI document; it is
@@ -140,7 +157,7 @@ func wsOperation() *huma.Operation {
 			"the rest the bytes; binary frames from the client are stdin, first byte %d, the rest the bytes. Text frames are "+
 			"JSON control messages: client→server {\"type\":\"close_stdin\"}, {\"type\":\"signal\",\"signal\":\"SIGINT\"}, "+
 			"{\"type\":\"kill\"}, {\"type\":\"resize\",\"rows\":R,\"cols\":C} (reserved for TTY execs); server→client "+
-			"{\"type\":\"started\"}, then at the end {\"type\":\"exit\",\"exit_code\":N,\"signal\":S,\"timed_out\":B,"+
+			"{\"type\":\"started\",\"exec_id\":ID}, then at the end {\"type\":\"exit\",\"exit_code\":N,\"signal\":S,\"timed_out\":B,"+
 			"\"error_message\":M,\"duration_ms\":D} or {\"type\":\"error\",\"problem\":{...}}, after which the server closes "+
 			"the socket normally. Closing the socket early kills the process tree. See docs/server.md.",
 			frameStdout, frameStderr, frameStdin),

@@ -109,6 +109,7 @@ type Server struct {
 	lifetimes map[string]*lifetime  // by box id
 	busy      map[string]int        // execs in flight by box id
 	codeboxes map[string]*codeState // by box id
+	execs     map[string]*execEntry // running execs by exec id
 	slots     map[string]chan struct{}
 	wsConns   map[*wsConn]struct{}
 }
@@ -129,7 +130,7 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{cfg: cfg, rt: cfg.Runtime, log: cfg.Logger, mux: http.NewServeMux(),
 		events: cfg.Events, shutdown: make(chan struct{}), lifetimes: map[string]*lifetime{}, busy: map[string]int{},
-		codeboxes: map[string]*codeState{}, slots: map[string]chan struct{}{}, wsConns: map[*wsConn]struct{}{}}
+		codeboxes: map[string]*codeState{}, execs: map[string]*execEntry{}, slots: map[string]chan struct{}{}, wsConns: map[*wsConn]struct{}{}}
 	s.lastBusy.Store(time.Now().UnixNano())
 	hc := huma.DefaultConfig("airlock", APIVersion)
 	hc.Info.Description = "Run untrusted code in QEMU microVMs (boxes). Errors are RFC 9457 problem details with a stable `code`."
@@ -148,6 +149,7 @@ func New(cfg Config) *Server {
 	s.registerCode()
 	s.registerMisc()
 	s.registerLease()
+	s.registerExecs()
 	s.registerEvents()
 	s.mux.HandleFunc("GET /v1/boxes/{id}/exec/ws", s.handleExecWS)
 	if cfg.Metrics != nil {

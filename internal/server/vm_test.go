@@ -195,7 +195,36 @@ func TestServerVM(t *testing.T) {
 		if !r.TimedOut || r.DurationMS > 10000 {
 			t.Errorf("timeout: %+v", r)
 		}
+		// A running exec is listed, and killed by its id.
+		done := make(chan ExecResult, 1)
+		go func() {
+			var r ExecResult
+			c.do("POST", "/v1/boxes/"+id+"/exec", ExecRequest{Cmd: []string{"sleep", "60"}}, &r)
+			done <- r
+		}()
+		var list ExecList
+		for i := 0; i < 100 && len(list.Execs) == 0; i++ {
+			time.Sleep(50 * time.Millisecond)
+			c.do("GET", "/v1/boxes/"+id+"/execs", nil, &list)
+		}
+		if len(list.Execs) != 1 || list.Execs[0].Cmd[0] != "sleep" || list.Execs[0].Kind != "exec" {
+			t.Fatalf("execs: %+v", list)
+		}
+		if st := c.do("DELETE", "/v1/boxes/"+id+"/execs/"+list.Execs[0].ID, nil, nil); st != 204 {
+			t.Errorf("kill: %d", st)
+		}
+		select {
+		case r := <-done:
+			if (r.Signal != 15 && r.Signal != 9) || r.ExitCode != 128+r.Signal {
+				t.Errorf("killed exec: %+v", r)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("killed exec did not return")
+		}
 		var p Problem
+		if st := c.do("DELETE", "/v1/boxes/"+id+"/execs/"+list.Execs[0].ID, nil, &p); st != 404 || p.Code != CodeExecNotFound {
+			t.Errorf("kill of an ended exec: %d %+v", st, p)
+		}
 		if st := c.do("POST", "/v1/boxes/"+id+"/exec", ExecRequest{}, &p); st != 422 || p.Code != CodeInvalid {
 			t.Errorf("empty cmd: %d %+v", st, p)
 		}

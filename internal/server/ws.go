@@ -154,7 +154,9 @@ func (s *Server) handleExecWS(w http.ResponseWriter, r *http.Request) {
 		fail(problem(err).(*Problem))
 		return
 	}
-	started, _ := json.Marshal(map[string]string{"type": "started"})
+	execID, forget := s.register(r.Context(), "exec_stream", b.ID(), req.Cmd, p)
+	defer forget()
+	started, _ := json.Marshal(map[string]string{"type": "started", "exec_id": execID})
 	if err := c.Write(ctx, websocket.MessageText, started); err != nil {
 		p.Kill()
 		p.Wait()
