@@ -2,11 +2,17 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/sse"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/image"
 )
 
 // Image is a locally stored image.
@@ -66,5 +72,60 @@ func (s *Server) registerMisc() {
 		return out, nil
 	})
 
+	s.registerPull()
 	s.api.OpenAPI().AddOperation(wsOperation())
+}
+
+// PullRequest is the body of POST /v1/images/pull.
+type PullRequest struct {
+	Ref string `json:"ref" minLength:"1" maxLength:"512" doc:"Image reference in Docker syntax (python:slim, localhost:5000/x@sha256:...)."`
+}
+
+// PullProgress is a progress message of a pull: one layer's bytes so far.
+type PullProgress struct {
+	Digest string `json:"digest"`
+	Done   int64  `json:"done"`
+	Total  int64  `json:"total"`
+}
+
+// PullDone is the last message of a successful pull.
+type PullDone struct {
+	Image Image `json:"image"`
+}
+
+// PullError is the last message of a failed pull.
+type PullError struct {
+	Problem *Problem `json:"problem"`
+}
+
+func (s *Server) registerPull() {
+	sse.Register(s.api, huma.Operation{
+		OperationID: "pull-image", Method: http.MethodPost, Path: "/v1/images/pull", Tags: []string{"images"},
+		Summary: "Pull an image, with progress (Server-Sent Events)",
+		Description: "Streams `progress` messages (per layer, at most ten a second each, and at each layer's end), then " +
+			"`done` with the stored image or `error` with a problem. Blobs already stored are not downloaded again.",
+	}, map[string]any{"progress": PullProgress{}, "done": PullDone{}, "error": PullError{}},
+		func(ctx context.Context, in *struct{ Body PullRequest }, send sse.Sender) {
+			var mu sync.Mutex
+			last := map[string]time.Time{}
+			t0 := time.Now()
+			img, err := s.rt.Images().Pull(ctx, in.Body.Ref, image.PullOptions{Progress: func(digest string, done, total int64) {
+				mu.Lock()
+				defer mu.Unlock()
+				if done < total && time.Since(last[digest]) < 100*time.Millisecond {
+					return
+				}
+				last[digest] = time.Now()
+				send.Data(PullProgress{Digest: digest, Done: done, Total: total})
+			}})
+			s.cfg.Metrics.ImagePulled(airlock.ImagePullEvent{Ref: in.Body.Ref, Duration: time.Since(t0), Err: err})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				p := problem(fmt.Errorf("%w: %w", airlock.ErrImageNotFound, err)).(*Problem)
+				send.Data(PullError{Problem: p})
+				return
+			}
+			send.Data(PullDone{Image: Image{Ref: img.Ref, Digest: img.Digest, Size: img.Size, Created: img.Created, Source: img.Source}})
+		})
 }

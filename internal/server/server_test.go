@@ -1,12 +1,14 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +19,9 @@ import (
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/google/go-containerregistry/pkg/crane"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/random"
 
 	"github.com/airlock-run/airlock"
 )
@@ -423,5 +428,62 @@ func TestAuditLogBounded(t *testing.T) {
 	}
 	if _, err := os.Stat(path + ".2"); err == nil {
 		t.Error("more than one rotated file kept")
+	}
+}
+
+// TestPullImage pulls from a real registry on loopback (go-containerregistry's
+// in-memory registry) and reads the progress stream.
+func TestPullImage(t *testing.T) {
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer reg.Close()
+	img, err := random.Image(256<<10, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := strings.TrimPrefix(reg.URL, "http://") + "/test/pulled:v1"
+	if err := crane.Push(img, ref); err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{Runtime: openRuntime(t)})
+	ts := httptest.NewServer(s.Handler(false))
+	defer ts.Close()
+	pull := func(ref string) (events []string, last string) {
+		resp, err := http.Post(ts.URL+"/v1/images/pull", "application/json", strings.NewReader(`{"ref":"`+ref+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if ev, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+				events = append(events, ev)
+			}
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				last = d
+			}
+		}
+		return events, last
+	}
+	events, last := pull(ref)
+	if len(events) < 3 || events[len(events)-1] != "done" || !strings.Contains(strings.Join(events, ","), "progress") {
+		t.Fatalf("events %v, last %s", events, last)
+	}
+	var done PullDone
+	json.Unmarshal([]byte(last), &done)
+	if done.Image.Ref != ref || !strings.HasPrefix(done.Image.Digest, "sha256:") {
+		t.Errorf("done %+v", done)
+	}
+	resp, _ := http.Get(ts.URL + "/v1/images")
+	var list ImageList
+	json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if len(list.Images) != 1 || list.Images[0].Ref != ref {
+		t.Errorf("images after pull: %+v", list)
+	}
+	events, last = pull(strings.TrimPrefix(reg.URL, "http://") + "/test/absent:v1")
+	var pe PullError
+	json.Unmarshal([]byte(last), &pe)
+	if len(events) != 1 || events[0] != "error" || pe.Problem == nil || pe.Problem.Code != CodeImageNotFound {
+		t.Errorf("pull of a missing image: %v %s", events, last)
 	}
 }
