@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/mcpserver"
 	"github.com/airlock-run/airlock/internal/server"
 )
 
@@ -91,7 +92,9 @@ with no request and no running box (the SDKs start it so).`,
 				}
 				defer audit.Close()
 			}
-			cfg := server.Config{Runtime: rt, Audit: audit, Logger: log, MaxExecsPerClient: maxExecs, MaxBodyBytes: maxBody,
+			ms := mcpserver.New(rt, mcpserver.Options{Version: server.Version()})
+			defer ms.Close()
+			cfg := server.Config{Runtime: rt, Audit: audit, MCP: ms.HTTPHandler(), Logger: log, MaxExecsPerClient: maxExecs, MaxBodyBytes: maxBody,
 				IdleExit: idleExit, Metrics: metrics, Events: events, Policy: policy}
 			if listen != "" {
 				tok, where, err := server.LoadToken(rt.Home(), token)

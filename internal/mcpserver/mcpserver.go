@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -96,12 +97,75 @@ func (s *session) close() error {
 	return err
 }
 
+// Server is an MCP server whose sessions each get their own box.
+type Server struct {
+	rt   *airlock.Runtime
+	opts Options
+	mcp  *mcp.Server
+
+	mu       sync.Mutex
+	sessions map[*mcp.ServerSession]*session
+	closed   bool
+}
+
+// New returns a Server; serve it with Serve (stdio) or HTTPHandler.
+func New(rt *airlock.Runtime, opts Options) *Server {
+	s := &Server{rt: rt, opts: opts, sessions: map[*mcp.ServerSession]*session{}}
+	s.mcp = newServer(s.session, opts.Version)
+	return s
+}
+
+// session returns the state of ss, made on its first tool call; it is
+// removed, with its box, when ss ends.
+func (s *Server) session(ss *mcp.ServerSession) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.sessions[ss]
+	if st == nil {
+		st = &session{rt: s.rt, opts: s.opts}
+		s.sessions[ss] = st
+		go func() {
+			ss.Wait()
+			s.mu.Lock()
+			delete(s.sessions, ss)
+			s.mu.Unlock()
+			st.close()
+		}()
+	}
+	return st
+}
+
+// Close removes the boxes of every session.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	sts := make([]*session, 0, len(s.sessions))
+	for _, st := range s.sessions {
+		sts = append(sts, st)
+	}
+	s.mu.Unlock()
+	var err error
+	for _, st := range sts {
+		if e := st.close(); e != nil {
+			err = e
+		}
+	}
+	return err
+}
+
+// HTTPHandler serves MCP's streamable HTTP transport (airlock serve mounts
+// it at /mcp). A session idle for 10 minutes is closed, and its box
+// removed.
+func (s *Server) HTTPHandler() http.Handler {
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
+		&mcp.StreamableHTTPOptions{SessionTimeout: 10 * time.Minute})
+}
+
 // Serve runs one MCP session over t (mcp.StdioTransport for airlock mcp)
 // until the client disconnects or ctx ends, then removes the box.
 func Serve(ctx context.Context, rt *airlock.Runtime, t mcp.Transport, opts Options) error {
-	s := &session{rt: rt, opts: opts}
-	defer s.close()
-	return newServer(s).Run(ctx, t)
+	s := New(rt, opts)
+	defer s.Close()
+	return s.mcp.Run(ctx, t)
 }
 
 func text(format string, a ...any) *mcp.TextContent {
@@ -154,13 +218,17 @@ type InstallArgs struct {
 	Packages []string `json:"packages" jsonschema:"pip requirements, e.g. requests or numpy==1.26.4"`
 }
 
-func newServer(s *session) *mcp.Server {
-	srv := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: s.opts.Version}, nil)
+// sessionOf finds the state of the session a request came on.
+type sessionOf func(*mcp.ServerSession) *session
+
+func newServer(state sessionOf, version string) *mcp.Server {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: version}, nil)
 
 	mcp.AddTool(srv, &mcp.Tool{Name: "execute_python",
 		Description: "Run Python code in an isolated microVM. State (variables, imports, functions) persists between calls. " +
 			"Returns stdout, stderr, the value of the last expression, the exception if one was raised, and matplotlib figures as PNG images."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in PythonArgs) (*mcp.CallToolResult, any, error) {
+		func(ctx context.Context, req *mcp.CallToolRequest, in PythonArgs) (*mcp.CallToolResult, any, error) {
+			s := state(req.Session)
 			x, err := s.pyContext(ctx)
 			if err != nil {
 				return errResult(err), nil, nil
@@ -205,7 +273,8 @@ func newServer(s *session) *mcp.Server {
 
 	mcp.AddTool(srv, &mcp.Tool{Name: "execute_command",
 		Description: "Run a shell command (sh -c) in the isolated microVM; returns the exit code, stdout and stderr."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in CommandArgs) (*mcp.CallToolResult, any, error) {
+		func(ctx context.Context, req *mcp.CallToolRequest, in CommandArgs) (*mcp.CallToolResult, any, error) {
+			s := state(req.Session)
 			cb, err := s.box(ctx)
 			if err != nil {
 				return errResult(err), nil, nil
@@ -222,7 +291,8 @@ func newServer(s *session) *mcp.Server {
 		})
 
 	mcp.AddTool(srv, &mcp.Tool{Name: "write_file", Description: "Write a text file in the microVM (parent directories are created)."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in WriteArgs) (*mcp.CallToolResult, any, error) {
+		func(ctx context.Context, req *mcp.CallToolRequest, in WriteArgs) (*mcp.CallToolResult, any, error) {
+			s := state(req.Session)
 			cb, err := s.box(ctx)
 			if err != nil {
 				return errResult(err), nil, nil
@@ -239,7 +309,8 @@ func newServer(s *session) *mcp.Server {
 		})
 
 	mcp.AddTool(srv, &mcp.Tool{Name: "read_file", Description: fmt.Sprintf("Read a text file in the microVM (at most %d bytes).", MaxReadBytes)},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in ReadArgs) (*mcp.CallToolResult, any, error) {
+		func(ctx context.Context, req *mcp.CallToolRequest, in ReadArgs) (*mcp.CallToolResult, any, error) {
+			s := state(req.Session)
 			cb, err := s.box(ctx)
 			if err != nil {
 				return errResult(err), nil, nil
@@ -261,7 +332,8 @@ func newServer(s *session) *mcp.Server {
 		})
 
 	mcp.AddTool(srv, &mcp.Tool{Name: "install_packages", Description: "pip install Python packages in the microVM (needs the package index to be reachable from the box)."},
-		func(ctx context.Context, _ *mcp.CallToolRequest, in InstallArgs) (*mcp.CallToolResult, any, error) {
+		func(ctx context.Context, req *mcp.CallToolRequest, in InstallArgs) (*mcp.CallToolResult, any, error) {
+			s := state(req.Session)
 			if len(in.Packages) == 0 {
 				return errResult(errors.New("no packages given")), nil, nil
 			}

@@ -3,6 +3,8 @@ package mcpserver_test
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,8 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/mcpserver"
+	"github.com/airlock-run/airlock/internal/server"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
@@ -166,6 +170,72 @@ func TestMCPStdio(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("box left after the session ended: %+v", boxes)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+type bearer struct{ tok string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.tok)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestMCPStreamableHTTP serves MCP under airlock serve's handler (/mcp,
+// behind the bearer token) and drives it with the SDK's streamable HTTP
+// client: a session gets a box, which goes when the session ends.
+func TestMCPStreamableHTTP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots a VM; skipped with -short")
+	}
+	if why := vmtest.Missing(); why != "" {
+		if os.Getenv("AIRLOCK_REQUIRE_VM") == "1" {
+			t.Fatalf("cannot boot boxes: %s", why)
+		}
+		t.Skipf("cannot boot boxes: %s", why)
+	}
+	rt, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ms := mcpserver.New(rt, mcpserver.Options{Box: airlock.BoxOptions{Network: airlock.NetworkDisabled}, Version: "test"})
+	defer ms.Close()
+	ts := httptest.NewServer(server.New(server.Config{Runtime: rt, Token: "tok", MCP: ms.HTTPHandler()}).Handler(true))
+	defer ts.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+
+	if _, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ts.URL + "/mcp", MaxRetries: -1}, nil); err == nil {
+		t.Fatal("connected without the bearer token")
+	}
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ts.URL + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{"tok"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_command", Arguments: map[string]any{"command": "echo over-http"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.IsError || !strings.Contains(textOf(r), "over-http") {
+		t.Errorf("execute_command: %v %q", r.IsError, textOf(r))
+	}
+	if boxes, _ := rt.List(ctx); len(boxes) != 1 {
+		t.Fatalf("boxes during the session: %d, want 1", len(boxes))
+	}
+	cs.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		boxes, _ := rt.List(ctx)
+		if len(boxes) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("box left after the HTTP session ended: %+v", boxes)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -86,6 +86,8 @@ type Config struct {
 	// ReapInterval is how often boxes past their ttl, idle_timeout or
 	// lease are looked for (default 1 s).
 	ReapInterval time.Duration
+	// MCP, when set, is served at /mcp (MCP's streamable HTTP transport).
+	MCP http.Handler
 	// Metrics, when set, is served at /metrics and fed by the server.
 	Metrics *Metrics
 }
@@ -154,6 +156,9 @@ func New(cfg Config) *Server {
 	s.mux.HandleFunc("GET /v1/boxes/{id}/exec/ws", s.handleExecWS)
 	if cfg.Metrics != nil {
 		s.mux.Handle("GET /metrics", cfg.Metrics.Handler())
+	}
+	if cfg.MCP != nil {
+		s.mux.Handle("/mcp", cfg.MCP)
 	}
 	return s
 }
