@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -519,5 +520,74 @@ func TestServerLifetimes(t *testing.T) {
 	var p Problem
 	if st := c.do("POST", "/v1/boxes/"+leased.ID+"/lease", nil, &p); st != 404 {
 		t.Errorf("renewing a removed box: %d %+v", st, p)
+	}
+}
+
+// TestServeShutdown: on shutdown Serve lets an in-flight exec finish and
+// answer, then returns; the box is still running afterwards.
+func TestServeShutdown(t *testing.T) {
+	requireVM(t)
+	rt, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	dir, _ := os.MkdirTemp("", "airlock-sd-")
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, SocketName)
+	l, err := ListenUnix(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- New(Config{Runtime: rt}).Serve(ctx, l) }()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	post := func(path string, body any, out any) int {
+		b, _ := json.Marshal(body)
+		resp, err := hc.Post("http://airlock"+path, "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Errorf("POST %s: %v", path, err)
+			return 0
+		}
+		defer resp.Body.Close()
+		json.NewDecoder(resp.Body).Decode(out)
+		return resp.StatusCode
+	}
+	var box Box
+	if st := post("/v1/boxes", BoxSpec{Network: "disabled"}, &box); st != 201 {
+		t.Fatalf("create: %d", st)
+	}
+	defer rt.Remove(context.Background(), box.ID, true)
+	got := make(chan ExecResult, 1)
+	go func() {
+		var r ExecResult
+		post("/v1/boxes/"+box.ID+"/exec", ExecRequest{Cmd: []string{"sh", "-c", "sleep 1; echo drained"}}, &r)
+		got <- r
+	}()
+	time.Sleep(300 * time.Millisecond) // the exec is in flight
+	cancel()
+	select {
+	case r := <-got:
+		if r.Stdout != "drained\n" {
+			t.Errorf("in-flight exec during shutdown: %+v", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("in-flight exec not answered")
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	info, err := rt.List(context.Background())
+	if err != nil || len(info) != 1 || info[0].State != "running" {
+		t.Errorf("after shutdown: %+v %v, want the box running", info, err)
 	}
 }
