@@ -149,6 +149,23 @@ func BenchmarkExecRTT(b *testing.B) {
 	for name, d := range lat {
 		b.ReportMetric(float64(median(d).Microseconds())/1000, name+"-ms")
 	}
+	// Paired differences (same iteration) are steadier than differences
+	// of medians on a loaded machine.
+	paired := func(name, base string) {
+		a, c := lat[name], lat[base]
+		if len(a) == 0 || len(a) != len(c) {
+			return
+		}
+		d := make([]time.Duration, len(a))
+		for i := range a {
+			d[i] = a[i] - c[i]
+		}
+		b.ReportMetric(float64(median(d).Microseconds())/1000, name+"-over-"+base+"-ms")
+	}
+	paired("rest", "library")
+	paired("websocket", "library")
+	paired("rest-code-run", "go-codebox-run")
+	paired("py-sdk-run", "go-codebox-run")
 }
 
 // pyBench is a Python process that times one SDK box.run("print(1)") per
