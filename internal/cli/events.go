@@ -21,14 +21,14 @@ func init() { extraCommands = append(extraCommands, newEventsCmd) }
 
 // serverClient returns an HTTP client and base URL for the running airlock
 // serve: $AIRLOCK_URL (with $AIRLOCK_TOKEN) or the unix socket.
-func serverClient(socket string) (*http.Client, string, func(*http.Request)) {
+func serverClient(socket string) (c *http.Client, base string, auth func(*http.Request), where string) {
 	if u := os.Getenv("AIRLOCK_URL"); u != "" {
 		tok := os.Getenv("AIRLOCK_TOKEN")
 		return &http.Client{}, strings.TrimRight(u, "/"), func(r *http.Request) {
 			if tok != "" {
 				r.Header.Set("Authorization", "Bearer "+tok)
 			}
-		}
+		}, u
 	}
 	if socket == "" {
 		socket = server.DefaultSocket(airlock.DefaultHome())
@@ -36,7 +36,7 @@ func serverClient(socket string) (*http.Client, string, func(*http.Request)) {
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	}}
-	return &http.Client{Transport: tr}, "http://airlock", func(*http.Request) {}
+	return &http.Client{Transport: tr}, "http://airlock", func(*http.Request) {}, socket
 }
 
 func newEventsCmd() *cobra.Command {
@@ -50,7 +50,7 @@ $AIRLOCK_SOCKET, else the home's), or of $AIRLOCK_URL with $AIRLOCK_TOKEN, and
 prints one line per event until interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, base, auth := serverClient(socket)
+			c, base, auth, where := serverClient(socket)
 			req, err := http.NewRequestWithContext(cmd.Context(), "GET", base+"/v1/events", nil)
 			if err != nil {
 				return err
@@ -73,7 +73,11 @@ prints one line per event until interrupted.`,
 					continue
 				}
 				var ev server.Event
-				if json.Unmarshal([]byte(data), &ev) != nil || ev.Type == server.EventStreamOpen {
+				if json.Unmarshal([]byte(data), &ev) != nil {
+					continue
+				}
+				if ev.Type == server.EventStreamOpen {
+					fmt.Fprintf(cmd.ErrOrStderr(), "following the events of %s (interrupt to stop)\n", where)
 					continue
 				}
 				if asJSON {
