@@ -10,6 +10,7 @@ temporary airlock home.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -25,6 +26,9 @@ import pytest_asyncio
 import airlock
 
 REPO = Path(__file__).resolve().parents[3]
+
+#: The bearer token of the test server's TCP listener.
+TOKEN = "test-token"
 
 
 def _build(tmp: Path) -> Path:
@@ -56,7 +60,8 @@ def server_env(airlock_bin: Path) -> Iterator[dict]:
     env = dict(os.environ, AIRLOCK_HOME=str(tmp / "home"), AIRLOCK_IMAGES=images, AIRLOCK_SOCKET=str(sock))
     env.pop("AIRLOCK_URL", None)
     log = open(tmp / "serve.log", "wb")
-    proc = subprocess.Popen([str(airlock_bin), "serve", "--socket", str(sock)], env=env, stdout=log, stderr=log)
+    proc = subprocess.Popen([str(airlock_bin), "serve", "--socket", str(sock), "--listen", "127.0.0.1:0",
+                             "--token", TOKEN], env=env, stdout=log, stderr=log)
     deadline = time.monotonic() + 30
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://airlock") as c:
         while True:
@@ -68,6 +73,9 @@ def server_env(airlock_bin: Path) -> Iterator[dict]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("airlock serve did not start: " + (tmp / "serve.log").read_text())
             time.sleep(0.05)
+    m = re.search(r"tcp=(127\.0\.0\.1:\d+)", (tmp / "serve.log").read_text())
+    assert m, "serve did not log its TCP address"
+    env["AIRLOCK_TEST_URL"] = "http://" + m.group(1)
     old = {k: os.environ.get(k) for k in ("AIRLOCK_SOCKET", "AIRLOCK_HOME", "AIRLOCK_IMAGES", "AIRLOCK_URL")}
     os.environ.update(AIRLOCK_SOCKET=str(sock), AIRLOCK_HOME=env["AIRLOCK_HOME"], AIRLOCK_IMAGES=images)
     os.environ.pop("AIRLOCK_URL", None)
