@@ -135,3 +135,15 @@ async def test_startup_failure_is_runtime_error(server_env: dict) -> None:
 async def test_concurrent_runs(box: airlock.CodeBox) -> None:
     outs = await asyncio.gather(*(box.run(f"print({i} * 2)") for i in range(8)))
     assert outs == [f"{i * 2}\n" for i in range(8)]
+
+
+async def test_files(box: airlock.CodeBox) -> None:
+    data = bytes(range(256)) * 100
+    await box.write_file("/tmp/sdk/dir/blob.bin", data, mode=0o600)
+    assert await box.read_file("/tmp/sdk/dir/blob.bin") == data
+    r = await box.exec("stat", "-c", "%a %s", "/tmp/sdk/dir/blob.bin")
+    assert r.stdout.strip() == f"600 {len(data)}"
+    await box.write_file("/tmp/sdk/hello.py", "print('from a file')\n")
+    assert await box.run("exec(open('/tmp/sdk/hello.py').read())") == "from a file\n"
+    with pytest.raises(airlock.AirlockError):
+        await box.read_file("/nonexistent")

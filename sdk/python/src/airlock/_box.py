@@ -259,6 +259,26 @@ class SimpleBox:
                           stderr=err.decode("utf-8", "replace"), error_message=msg, timed_out=r["timed_out"],
                           stdout_bytes=out, stderr_bytes=err)
 
+    async def write_file(self, path: str, data: Union[str, bytes], mode: Optional[int] = None) -> None:
+        """Writes ``data`` to ``path`` in the box, creating parent directories.
+        (Through an exec until the server has a files API; ``data`` travels in
+        one request, so it is bounded by the server's body limit, 16 MiB by
+        default.) Raises AirlockError when the box refuses (permissions)."""
+        script = 'mkdir -p "$(dirname "$1")" && cat > "$1"'
+        if mode is not None:
+            script += f' && chmod {mode:o} "$1"'
+        r = await self.exec("sh", "-c", script, "sh", path, stdin=data)
+        if r.exit_code != 0:
+            raise AirlockError(0, "file_error", f"write {path}: {r.stderr.strip() or r.exit_code}")
+
+    async def read_file(self, path: str) -> bytes:
+        """Returns the bytes of ``path`` in the box (the whole file is held in
+        memory). Raises AirlockError when it cannot be read."""
+        r = await self.exec("cat", "--", path)
+        if r.exit_code != 0:
+            raise AirlockError(0, "file_error", f"read {path}: {r.stderr.strip() or r.exit_code}")
+        return r.stdout_bytes
+
     def stream(self, cmd: str, *args: str, env: Union[Mapping[str, str], Sequence[str], None] = None,
                user: Optional[str] = None, timeout: Optional[float] = None, cwd: Optional[str] = None) -> "ExecStream":
         """Starts ``cmd`` over the server's WebSocket and streams its output::

@@ -63,6 +63,14 @@ class SyncSimpleBox:
         """See :meth:`airlock.SimpleBox.exec`."""
         return self._loop.run(self._box.exec(cmd, *args, **kwargs))  # type: ignore[no-any-return]
 
+    def write_file(self, path: str, data: Union[str, bytes], mode: Optional[int] = None) -> None:
+        """See :meth:`airlock.SimpleBox.write_file`."""
+        self._loop.run(self._box.write_file(path, data, mode=mode))
+
+    def read_file(self, path: str) -> bytes:
+        """See :meth:`airlock.SimpleBox.read_file`."""
+        return self._loop.run(self._box.read_file(path))  # type: ignore[no-any-return]
+
 
 class SyncContext:
     """A blocking :class:`airlock.Context`."""
