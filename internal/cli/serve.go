@@ -63,7 +63,7 @@ with no request and no running box (the SDKs start it so).`,
 			events := server.NewEvents()
 			rt, err := airlock.Open(airlock.Options{
 				Warn:     func(msg string) { log.Warn(msg) },
-				Pull:     pullWithProgress(errw),
+				Pull:     pullWithProgress(cmd.Context(), errw),
 				Observer: server.Observers{metrics, events},
 			})
 			if err != nil {

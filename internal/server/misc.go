@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"runtime"
 	"sync"
@@ -12,7 +11,6 @@ import (
 	"github.com/danielgtaylor/huma/v2/sse"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/image"
 )
 
 // Image is a locally stored image.
@@ -60,7 +58,7 @@ func (s *Server) registerMisc() {
 		OperationID: "list-images", Method: http.MethodGet, Path: "/v1/images", Tags: []string{"images"},
 		Summary: "List local images",
 	}, func(ctx context.Context, _ *struct{}) (*struct{ Body ImageList }, error) {
-		imgs, err := s.rt.Images().List()
+		imgs, err := s.rt.ListImages()
 		if err != nil {
 			return nil, problem(err)
 		}
@@ -108,8 +106,7 @@ func (s *Server) registerPull() {
 		func(ctx context.Context, in *struct{ Body PullRequest }, send sse.Sender) {
 			var mu sync.Mutex
 			last := map[string]time.Time{}
-			t0 := time.Now()
-			img, err := s.rt.Images().Pull(ctx, in.Body.Ref, image.PullOptions{Progress: func(digest string, done, total int64) {
+			img, err := s.rt.PullImage(ctx, in.Body.Ref, airlock.PullEvents{Progress: func(digest string, done, total int64) {
 				mu.Lock()
 				defer mu.Unlock()
 				if done < total && time.Since(last[digest]) < 100*time.Millisecond {
@@ -118,11 +115,10 @@ func (s *Server) registerPull() {
 				last[digest] = time.Now()
 				send.Data(PullProgress{Digest: digest, Done: done, Total: total})
 			}})
-			s.cfg.Metrics.ImagePulled(airlock.ImagePullEvent{Ref: in.Body.Ref, Duration: time.Since(t0), Err: err})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				p := problem(fmt.Errorf("%w: %w", airlock.ErrImageNotFound, err)).(*Problem)
+				p := problem(err).(*Problem)
 				send.Data(PullError{Problem: p})
 				return
 			}
