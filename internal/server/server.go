@@ -38,6 +38,7 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/defaults"
 )
 
 // Defaults for Config fields left zero.
@@ -205,7 +206,7 @@ func Version() string {
 
 // DefaultSocket returns $AIRLOCK_SOCKET, else SocketName in home.
 func DefaultSocket(home string) string {
-	if s := os.Getenv("AIRLOCK_SOCKET"); s != "" {
+	if s := defaults.Socket(); s != "" {
 		return s
 	}
 	return filepath.Join(home, SocketName)
@@ -219,7 +220,7 @@ func LoadToken(home, explicit string) (token, path string, err error) {
 	if explicit != "" {
 		return explicit, "", nil
 	}
-	if t := os.Getenv("AIRLOCK_TOKEN"); t != "" {
+	if t := defaults.Token(); t != "" {
 		return t, "", nil
 	}
 	p := filepath.Join(home, TokenName)
