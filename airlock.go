@@ -56,6 +56,9 @@ type Options struct {
 	// Create makes (from the registry, credentials from
 	// ~/.docker/config.json); the zero value reports nothing.
 	Pull PullEvents
+	// Observer, when set, receives box starts, execs, VM deaths and image
+	// pulls (see Observer).
+	Observer Observer
 }
 
 // Runtime creates and manages boxes under one home directory. It is safe
@@ -226,6 +229,7 @@ func (r *Runtime) resolveImage(ctx context.Context, ref string) (*image.Image, e
 	if !errors.Is(err, image.ErrNotFound) {
 		return nil, err
 	}
+	t0 := time.Now()
 	ev := r.opts.Pull
 	if ev.Start != nil {
 		ev.Start(ref)
@@ -237,6 +241,9 @@ func (r *Runtime) resolveImage(ctx context.Context, ref string) (*image.Image, e
 		} else {
 			ev.Done(img.Ref, img.Digest, nil)
 		}
+	}
+	if o := r.opts.Observer; o != nil {
+		o.ImagePulled(ImagePullEvent{Ref: ref, Duration: time.Since(t0), Err: err})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrImageNotFound, err)

@@ -169,7 +169,7 @@ func (b *Box) image(rec *store.Box) (*image.Image, error) {
 
 // Start boots the box's VM, if it is not running, and waits for its agent.
 // Files written in the box before a Stop are still there.
-func (b *Box) Start(ctx context.Context) error {
+func (b *Box) Start(ctx context.Context) (err error) {
 	unlock, err := b.lock(ctx)
 	if err != nil {
 		return err
@@ -182,6 +182,10 @@ func (b *Box) Start(ctx context.Context) error {
 	if running(rec) {
 		_, err := b.client(ctx)
 		return err
+	}
+	if o := b.r.opts.Observer; o != nil {
+		t0 := time.Now()
+		defer func() { o.BoxStarted(BoxStartEvent{BoxID: b.id, Duration: time.Since(t0), Err: err}) }()
 	}
 	_, cfg := b.snapshot()
 	img, err := b.image(rec)
@@ -267,6 +271,9 @@ func (b *Box) watchVM(m vmm.Machine) {
 		if !b.stopping {
 			b.died = b.diedError(m)
 			b.recordDied(b.rec.Started, b.died)
+			if o := b.r.opts.Observer; o != nil {
+				o.BoxDied(BoxDiedEvent{BoxID: b.id, Cause: b.died.Cause})
+			}
 		}
 		b.dropConnLocked()
 		b.m, b.vmExit = nil, nil

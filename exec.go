@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -138,6 +139,9 @@ type Process struct {
 	res    *ExecResult
 	err    error
 	ctxErr error
+
+	// outBytes counts output for the Observer.
+	outBytes atomic.Int64
 }
 
 func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOptions, stdout, stderr io.Writer, stdin bool) (*Process, error) {
@@ -173,6 +177,9 @@ func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOpt
 			p.pipes = append(p.pipes, bp)
 		}
 	}
+	if b.r.opts.Observer != nil {
+		stdout, stderr = counting(stdout, &p.outBytes), counting(stderr, &p.outBytes)
+	}
 	proc, err := c.Exec(callCtx, spec, stdout, stderr)
 	if err != nil {
 		cancel()
@@ -184,6 +191,7 @@ func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOpt
 	b.mu.Unlock()
 	go func() {
 		defer close(p.done)
+		defer b.r.execEnded(p)
 		defer cancel()
 		gone := false
 		select {

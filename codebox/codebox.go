@@ -78,6 +78,7 @@ type CodeBox struct {
 	mu       sync.Mutex
 	contexts map[*Context]struct{}
 	closed   bool
+	attached bool // made by Attach: Close leaves the box alone
 }
 
 // New creates and starts a box for opts (see Runtime.Create for its
@@ -107,8 +108,9 @@ func New(ctx context.Context, rt *airlock.Runtime, opts Options) (*CodeBox, erro
 // Box returns the underlying box (for file copies, GuestInfo, ...).
 func (c *CodeBox) Box() *airlock.Box { return c.box }
 
-// Close closes the box's contexts, then stops and removes the box. It
-// waits at most 30 s. Closing twice is a no-op.
+// Close closes the box's contexts, then stops and removes the box (unless
+// the CodeBox was made by Attach). It waits at most 30 s. Closing twice is
+// a no-op.
 func (c *CodeBox) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -123,6 +125,9 @@ func (c *CodeBox) Close() error {
 	c.mu.Unlock()
 	for _, k := range ctxs {
 		k.Close()
+	}
+	if c.attached {
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -11,7 +11,8 @@
 # when run as root), fetches Debian's cloud kernel (the fallback), builds the
 # airlock guest kernel (about 7 minutes on 2 cores, once), and builds the
 # offline images python:slim and airlock/python-data from Debian packages
-# (a few minutes each, once). Set AIRLOCK_SETUP_SKIP_DATA=1 to skip the
+# (a few minutes each, once), and makes sdk/python/.venv with the Python SDK
+# and its test tools. Set AIRLOCK_SETUP_SKIP_DATA=1 to skip the
 # data-analysis image.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -27,7 +28,8 @@ as_root() {
 }
 
 PKGS=(qemu-system-x86 qemu-utils erofs-utils e2fsprogs mmdebstrap ca-certificates procps
-	linux-source-6.1 build-essential bc flex bison libelf-dev libssl-dev xz-utils lz4 kmod cpio busybox-static)
+	linux-source-6.1 build-essential bc flex bison libelf-dev libssl-dev xz-utils lz4 kmod cpio busybox-static
+	python3 python3-venv)
 missing=()
 for p in "${PKGS[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -55,6 +57,12 @@ if [ "$(id -u)" = 0 ]; then
 else
 	AIRLOCK=$ROOT/bin/airlock
 fi
+
+# The Python SDK and its test tools (pytest, pytest-asyncio, openai), in a
+# virtualenv of this checkout that hack/test.sh uses.
+log "Python SDK: sdk/python/.venv with airlock-box (editable) and its test tools"
+[ -x sdk/python/.venv/bin/python ] || python3 -m venv sdk/python/.venv
+sdk/python/.venv/bin/pip install -q --disable-pip-version-check -e "sdk/python[test]"
 
 log "guest kernels"
 hack/fetch-debian-kernel.sh

@@ -5,10 +5,19 @@
 # failure, not a skip. First, every test that needs no VM (-short: the unit
 # tests and the lifecycle suite on the fake driver) runs under the race
 # detector. Extra arguments go to both `go test` runs (e.g. -run TestBox).
+# Then the Python SDK's tests (pytest in sdk/python/.venv, made by setup.sh)
+# run against a real airlock serve; AIRLOCK_SKIP_PYTHON=1 skips them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 [ -x /usr/local/go/bin/go ] && export PATH=$PATH:/usr/local/go/bin
 export AIRLOCK_REQUIRE_VM=${AIRLOCK_REQUIRE_VM:-1}
 go vet ./...
 go test -race -short -count=1 -timeout 30m "$@" ./...
-exec go test -count=1 -timeout 60m "$@" ./...
+go test -count=1 -timeout 60m "$@" ./...
+if [ "${AIRLOCK_SKIP_PYTHON:-0}" != 1 ]; then
+	if [ ! -x sdk/python/.venv/bin/python ]; then
+		echo "sdk/python/.venv missing: run hack/setup.sh (or AIRLOCK_SKIP_PYTHON=1)" >&2
+		exit 1
+	fi
+	sdk/python/.venv/bin/python -m pytest -q sdk/python/tests
+fi

@@ -72,3 +72,11 @@ func THP() string { return os.Getenv("AIRLOCK_THP") }
 
 // Debug reports whether AIRLOCK_DEBUG is set.
 func Debug() bool { return os.Getenv("AIRLOCK_DEBUG") != "" }
+
+// Socket returns $AIRLOCK_SOCKET: the unix socket of `airlock serve`
+// ("" = the home's airlock.sock).
+func Socket() string { return os.Getenv("AIRLOCK_SOCKET") }
+
+// Token returns $AIRLOCK_TOKEN: the bearer token of `airlock serve`'s TCP
+// listeners ("" = the one stored in the home).
+func Token() string { return os.Getenv("AIRLOCK_TOKEN") }

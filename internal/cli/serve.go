@@ -1,0 +1,135 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/mcpserver"
+	"github.com/airlock-run/airlock/internal/server"
+)
+
+func init() { extraCommands = append(extraCommands, newServeCmd) }
+
+func newServeCmd() *cobra.Command {
+	var (
+		socket, listen, token, logFormat string
+		idleExit                         time.Duration
+		maxExecs                         int
+		maxBody                          int64
+		printSpec                        bool
+		policy                           server.Policy
+		auditPath                        string
+		auditMax                         int64
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the HTTP API (REST, WebSocket exec, /metrics) on a unix socket or TCP",
+		Long: `serve runs airlock's HTTP API (see docs/server.md; the OpenAPI document is at
+/openapi.json and in api/openapi.json).
+
+By default it listens on a unix socket in the airlock home, owner-only
+(` + server.SocketName + `; --socket or AIRLOCK_SOCKET for another). With --listen ADDR it
+also listens on TCP, where every request needs "Authorization: Bearer TOKEN":
+the token is --token, else AIRLOCK_TOKEN, else the one stored in
+` + server.TokenName + ` in the home (generated, mode 0600, on first use).
+
+On SIGINT or SIGTERM it stops accepting, drains in-flight requests (30 s) and
+exits; boxes keep running. With --idle-exit it exits by itself after that long
+with no request and no running box (the SDKs start it so).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if printSpec {
+				spec, err := server.OpenAPI()
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", spec)
+				return err
+			}
+			errw := cmd.ErrOrStderr()
+			var h slog.Handler = slog.NewTextHandler(errw, nil)
+			if logFormat == "json" {
+				h = slog.NewJSONHandler(errw, nil)
+			}
+			log := slog.New(h)
+			metrics := server.NewMetrics(server.Version())
+			events := server.NewEvents()
+			rt, err := airlock.Open(airlock.Options{
+				Warn:     func(msg string) { log.Warn(msg) },
+				Pull:     pullWithProgress(cmd.Context(), errw),
+				Observer: server.Observers{metrics, events},
+			})
+			if err != nil {
+				return err
+			}
+			defer rt.Close()
+			metrics.SetRuntime(rt)
+			if socket == "" {
+				socket = server.DefaultSocket(rt.Home())
+			}
+			var ls []net.Listener
+			ul, err := server.ListenUnix(socket)
+			if err != nil {
+				return err
+			}
+			defer os.Remove(socket)
+			ls = append(ls, ul)
+			log.Info("listening", "socket", socket)
+			if auditPath == "" {
+				auditPath = filepath.Join(rt.Home(), "audit.log")
+			}
+			var audit *server.AuditLog
+			if auditPath != "off" {
+				if audit, err = server.OpenAuditLog(auditPath, auditMax); err != nil {
+					return err
+				}
+				defer audit.Close()
+			}
+			ms := mcpserver.New(rt, mcpserver.Options{Version: server.Version()})
+			defer ms.Close()
+			cfg := server.Config{Runtime: rt, Audit: audit, MCP: ms.HTTPHandler(), Logger: log, MaxExecsPerClient: maxExecs, MaxBodyBytes: maxBody,
+				IdleExit: idleExit, Metrics: metrics, Events: events, Policy: policy}
+			if listen != "" {
+				tok, where, err := server.LoadToken(rt.Home(), token)
+				if err != nil {
+					return err
+				}
+				cfg.Token = tok
+				tl, err := net.Listen("tcp", listen)
+				if err != nil {
+					ul.Close()
+					return err
+				}
+				ls = append(ls, tl)
+				if where != "" {
+					log.Info("listening", "tcp", tl.Addr().String(), "token_file", where)
+				} else {
+					log.Info("listening", "tcp", tl.Addr().String())
+				}
+			}
+			return server.New(cfg).Serve(cmd.Context(), ls...)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&socket, "socket", "", "unix socket path (default $AIRLOCK_SOCKET, else "+server.SocketName+" in the airlock home)")
+	f.StringVar(&listen, "listen", "", "also listen on this TCP address (e.g. 127.0.0.1:8100); needs the bearer token")
+	f.StringVar(&token, "token", "", "bearer token for TCP clients (default $AIRLOCK_TOKEN, else generated and stored in the home)")
+	f.DurationVar(&idleExit, "idle-exit", 0, "exit after this long with no request and no running box (0: never)")
+	f.IntVar(&maxExecs, "max-execs", server.DefaultMaxExecsPerClient, "concurrent execs per client (token, or the unix socket)")
+	f.Int64Var(&maxBody, "max-body", server.DefaultMaxBodyBytes, "largest request body in bytes")
+	f.StringVar(&logFormat, "log-format", "text", "access log format: text or json")
+	f.IntVar(&policy.MaxBoxes, "max-boxes", 0, "most boxes not stopped at once (0: no limit); more are refused with 403")
+	f.IntVar(&policy.MaxCPUs, "max-cpus", 0, "most vCPUs per box (0: no limit)")
+	f.IntVar(&policy.MaxMemoryMiB, "max-memory", 0, "most MiB of RAM per box (0: no limit)")
+	f.StringVar(&auditPath, "audit-log", "", `exec audit log, JSON lines (default audit.log in the home; "off": none)`)
+	f.Int64Var(&auditMax, "audit-max", server.DefaultAuditMaxBytes, "audit log size at which it is rotated to .1 (at most twice this is kept)")
+	f.BoolVar(&printSpec, "print-openapi", false, "print the OpenAPI document and exit (regenerates api/openapi.json)")
+	return cmd
+}

@@ -1,0 +1,192 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/airlock-run/airlock"
+)
+
+// BoxSpec is the body of POST /v1/boxes: the airlock.BoxOptions fields a
+// client may set.
+type BoxSpec struct {
+	Image       string   `json:"image,omitempty" doc:"Image reference (Docker syntax); pulled if not in the local store." default:"python:slim" maxLength:"512"`
+	Name        string   `json:"name,omitempty" doc:"Optional unique name, usable wherever an id is." maxLength:"128"`
+	CPUs        int      `json:"cpus,omitempty" doc:"vCPUs (default 1)." minimum:"0" maximum:"64"`
+	MemoryMiB   int      `json:"memory_mib,omitempty" doc:"Guest RAM in MiB (default 512)." minimum:"0" maximum:"262144"`
+	DiskSizeMiB int      `json:"disk_size_mib,omitempty" doc:"Writable layer size in MiB (default 4096)." minimum:"0" maximum:"1048576"`
+	Env         []string `json:"env,omitempty" doc:"KEY=value entries added to the image's environment." maxItems:"1024"`
+	WorkingDir  string   `json:"working_dir,omitempty" doc:"Working directory of every exec (default: the image's)." maxLength:"4096"`
+	User        string   `json:"user,omitempty" doc:"User of every exec: name, uid, name:group or uid:gid." maxLength:"256"`
+	Network     string   `json:"network,omitempty" doc:"enabled (default, outbound NAT) or disabled (no interface)." enum:"enabled,disabled"`
+	AutoRemove  bool     `json:"auto_remove,omitempty" doc:"Remove the box when it stops."`
+	TTL         float64  `json:"ttl,omitempty" minimum:"0" doc:"Seconds: the server removes the box this long after creating it."`
+	IdleTimeout float64  `json:"idle_timeout,omitempty" minimum:"0" doc:"Seconds: the server removes the box after this long with no exec or code call on it."`
+	Lease       float64  `json:"lease,omitempty" minimum:"0" doc:"Seconds: the server removes the box unless POST /v1/boxes/{id}/lease renews it within this time (the SDKs do, while their process lives)."`
+}
+
+// Box is a box as the API shows it.
+type Box struct {
+	ID          string    `json:"id" doc:"Box id (12 hex digits)."`
+	Name        string    `json:"name,omitempty"`
+	Image       string    `json:"image"`
+	ImageDigest string    `json:"image_digest,omitempty"`
+	State       string    `json:"state" enum:"created,running,stopped"`
+	CPUs        int       `json:"cpus"`
+	MemoryMiB   int       `json:"memory_mib"`
+	DiskSizeMiB int       `json:"disk_size_mib"`
+	Network     string    `json:"network"`
+	AutoRemove  bool      `json:"auto_remove"`
+	Created     time.Time `json:"created"`
+	Started     time.Time `json:"started,omitzero"`
+}
+
+func boxOf(i airlock.BoxInfo) Box {
+	return Box{ID: i.ID, Name: i.Name, Image: i.Image, ImageDigest: i.ImageDigest, State: i.State,
+		CPUs: i.Options.CPUs, MemoryMiB: i.Options.MemoryMiB, DiskSizeMiB: i.Options.DiskSizeMiB,
+		Network: i.Options.Network, AutoRemove: i.Options.AutoRemove, Created: i.Created, Started: i.Started}
+}
+
+// BoxList is the body of GET /v1/boxes.
+type BoxList struct {
+	Boxes []Box `json:"boxes"`
+}
+
+type boxOutput struct {
+	Body Box
+}
+
+type boxIDInput struct {
+	ID string `path:"id" doc:"Box id, unique id prefix, or name." maxLength:"128"`
+}
+
+func (s *Server) getBox(ctx context.Context, id string) (*airlock.Box, error) {
+	b, err := s.rt.Get(ctx, id)
+	if err != nil {
+		return nil, problem(err)
+	}
+	return b, nil
+}
+
+func (s *Server) boxOut(ctx context.Context, b *airlock.Box) (*boxOutput, error) {
+	info, err := b.Info(ctx)
+	if err != nil {
+		return nil, problem(err)
+	}
+	return &boxOutput{Body: boxOf(info)}, nil
+}
+
+var boxErrors = []int{http.StatusNotFound, http.StatusConflict, http.StatusBadGateway}
+
+func (s *Server) registerBoxes() {
+	huma.Register(s.api, huma.Operation{
+		OperationID: "create-box", Method: http.MethodPost, Path: "/v1/boxes", Tags: []string{"boxes"},
+		Summary:       "Create a box",
+		Description:   "Creates a box from an image (pulled if absent) and boots it: when the call returns, execs can run.",
+		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusBadGateway},
+	}, func(ctx context.Context, in *struct{ Body BoxSpec }) (*boxOutput, error) {
+		sp := in.Body
+		opts := airlock.BoxOptions{Image: sp.Image, Name: sp.Name, CPUs: sp.CPUs, MemoryMiB: sp.MemoryMiB,
+			DiskSizeMiB: sp.DiskSizeMiB, Env: sp.Env, WorkingDir: sp.WorkingDir, User: sp.User,
+			AutoRemove: sp.AutoRemove, Network: sp.Network}
+		if err := s.checkCreate(ctx, opts); err != nil {
+			return nil, err
+		}
+		b, err := s.rt.Create(ctx, opts)
+		if err != nil {
+			return nil, problem(err)
+		}
+		s.track(b.ID(), sp)
+		s.events.publish(Event{Type: EventBoxCreated, BoxID: b.ID()})
+		return s.boxOut(ctx, b)
+	})
+
+	huma.Register(s.api, huma.Operation{
+		OperationID: "list-boxes", Method: http.MethodGet, Path: "/v1/boxes", Tags: []string{"boxes"},
+		Summary: "List boxes", Description: "Every box of this airlock home, oldest first.",
+	}, func(ctx context.Context, _ *struct{}) (*struct{ Body BoxList }, error) {
+		infos, err := s.rt.List(ctx)
+		if err != nil {
+			return nil, problem(err)
+		}
+		out := &struct{ Body BoxList }{}
+		out.Body.Boxes = make([]Box, 0, len(infos))
+		for _, i := range infos {
+			out.Body.Boxes = append(out.Body.Boxes, boxOf(i))
+		}
+		s.cfg.Metrics.boxStates(infos)
+		return out, nil
+	})
+
+	huma.Register(s.api, huma.Operation{
+		OperationID: "get-box", Method: http.MethodGet, Path: "/v1/boxes/{id}", Tags: []string{"boxes"},
+		Summary: "Get a box", Errors: []int{http.StatusNotFound},
+	}, func(ctx context.Context, in *boxIDInput) (*boxOutput, error) {
+		b, err := s.getBox(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		return s.boxOut(ctx, b)
+	})
+
+	huma.Register(s.api, huma.Operation{
+		OperationID: "start-box", Method: http.MethodPost, Path: "/v1/boxes/{id}/start", Tags: []string{"boxes"},
+		Summary: "Start a box", Description: "Boots the box's VM if it is not running and waits for its agent.",
+		Errors: boxErrors,
+	}, func(ctx context.Context, in *boxIDInput) (*boxOutput, error) {
+		b, err := s.getBox(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.Start(ctx); err != nil {
+			return nil, problem(err)
+		}
+		return s.boxOut(ctx, b)
+	})
+
+	huma.Register(s.api, huma.Operation{
+		OperationID: "stop-box", Method: http.MethodPost, Path: "/v1/boxes/{id}/stop", Tags: []string{"boxes"},
+		Summary: "Stop a box", Description: "Shuts the box down (an auto_remove box is then removed: 404 on later calls).",
+		Errors: boxErrors,
+	}, func(ctx context.Context, in *boxIDInput) (*boxOutput, error) {
+		b, err := s.getBox(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		s.dropCodebox(b.ID())
+		info, _ := b.Info(ctx)
+		if err := b.Stop(ctx); err != nil {
+			return nil, problem(err)
+		}
+		s.events.publish(Event{Type: EventBoxStopped, BoxID: b.ID()})
+		if out, err := s.boxOut(ctx, b); err == nil {
+			return out, nil
+		}
+		info.State = "stopped" // removed on stop
+		return &boxOutput{Body: boxOf(info)}, nil
+	})
+
+	huma.Register(s.api, huma.Operation{
+		OperationID: "remove-box", Method: http.MethodDelete, Path: "/v1/boxes/{id}", Tags: []string{"boxes"},
+		Summary: "Remove a box", Description: "Deletes the box (VM, writable layer, record). A running box needs force=true.",
+		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, func(ctx context.Context, in *struct {
+		ID    string `path:"id" maxLength:"128"`
+		Force bool   `query:"force" doc:"Kill a running box's VM."`
+	}) (*struct{}, error) {
+		b, err := s.getBox(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		s.dropCodebox(b.ID())
+		if err := b.Remove(ctx, in.Force); err != nil {
+			return nil, problem(err)
+		}
+		s.forget(b.ID())
+		s.events.publish(Event{Type: EventBoxRemoved, BoxID: b.ID(), Reason: "removed"})
+		return nil, nil
+	})
+}

@@ -1,0 +1,146 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/airlock-run/airlock"
+)
+
+// Stable problem codes (Problem.Code). Clients branch on these, not on the
+// detail text.
+const (
+	CodeBoxNotFound     = "box_not_found"
+	CodeImageNotFound   = "image_not_found"
+	CodeContextNotFound = "context_not_found"
+	CodeBoxNotRunning   = "box_not_running"
+	CodeBoxRunning      = "box_running"
+	CodeNameInUse       = "name_in_use"
+	CodeBoxDied         = "box_died"
+	CodeTimeout         = "timeout"
+	CodeCanceled        = "canceled"
+	CodeTooManyExecs    = "too_many_execs"
+	CodeUnauthorized    = "unauthorized"
+	CodeBodyTooLarge    = "body_too_large"
+	CodeInvalid         = "invalid_request"
+	CodeNotFound        = "not_found"
+	CodeInternal        = "internal"
+	CodePolicyDenied    = "policy_denied"
+	CodeNoLease         = "no_lease"
+	CodeExecNotFound    = "exec_not_found"
+)
+
+// Problem is an RFC 9457 problem details object with airlock's stable
+// code and, for a box whose VM died, the cause.
+type Problem struct {
+	Type     string              `json:"type,omitempty" doc:"A URI reference for the problem type (about:blank)."`
+	Title    string              `json:"title,omitempty" doc:"Short summary of the problem type (the HTTP status text)."`
+	Status   int                 `json:"status,omitempty" doc:"HTTP status code."`
+	Detail   string              `json:"detail,omitempty" doc:"What happened in this occurrence, and what to do."`
+	Instance string              `json:"instance,omitempty" doc:"The request id of this occurrence."`
+	Code     string              `json:"code" enum:"box_not_found,image_not_found,context_not_found,box_not_running,box_running,name_in_use,box_died,timeout,canceled,too_many_execs,unauthorized,body_too_large,invalid_request,not_found,internal,policy_denied,no_lease,exec_not_found" doc:"Stable machine-readable code."`
+	Cause    string              `json:"cause,omitempty" doc:"For box_died: why the VM ended (guest kernel panic, QEMU process exited, ...)."`
+	Errors   []*huma.ErrorDetail `json:"errors,omitempty" doc:"Individual validation errors."`
+}
+
+func (p *Problem) Error() string { return p.Detail }
+
+// GetStatus implements huma.StatusError.
+func (p *Problem) GetStatus() int { return p.Status }
+
+// ContentType makes huma send application/problem+json.
+func (p *Problem) ContentType(ct string) string {
+	if ct == "application/json" {
+		return "application/problem+json"
+	}
+	return ct
+}
+
+func init() {
+	huma.NewError = func(status int, msg string, errs ...error) huma.StatusError {
+		p := &Problem{Status: status, Title: http.StatusText(status), Detail: msg, Code: codeForStatus(status)}
+		for _, e := range errs {
+			if e == nil {
+				continue
+			}
+			var d huma.ErrorDetailer
+			if errors.As(e, &d) {
+				p.Errors = append(p.Errors, d.ErrorDetail())
+			} else {
+				p.Errors = append(p.Errors, &huma.ErrorDetail{Message: e.Error()})
+			}
+		}
+		return p
+	}
+}
+
+func codeForStatus(status int) string {
+	switch status {
+	case http.StatusNotFound:
+		return CodeNotFound
+	case http.StatusUnauthorized:
+		return CodeUnauthorized
+	case http.StatusRequestEntityTooLarge:
+		return CodeBodyTooLarge
+	case http.StatusTooManyRequests:
+		return CodeTooManyExecs
+	case http.StatusBadRequest, http.StatusUnprocessableEntity, http.StatusUnsupportedMediaType:
+		return CodeInvalid
+	}
+	return CodeInternal
+}
+
+// problem maps a library error to a Problem by its sentinel.
+func problem(err error) error {
+	if err == nil {
+		return nil
+	}
+	var p *Problem
+	if errors.As(err, &p) {
+		return p
+	}
+	mk := func(status int, code string) *Problem {
+		return &Problem{Status: status, Title: http.StatusText(status), Code: code, Detail: err.Error()}
+	}
+	var died *airlock.DiedError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &died):
+		p := mk(http.StatusBadGateway, CodeBoxDied)
+		p.Cause = died.Cause
+		return p
+	case errors.Is(err, airlock.ErrBoxDied):
+		return mk(http.StatusBadGateway, CodeBoxDied)
+	case errors.Is(err, airlock.ErrBoxNotFound):
+		return mk(http.StatusNotFound, CodeBoxNotFound)
+	case errors.Is(err, airlock.ErrImageNotFound):
+		return mk(http.StatusNotFound, CodeImageNotFound)
+	case errors.Is(err, airlock.ErrBoxNotRunning):
+		return mk(http.StatusConflict, CodeBoxNotRunning)
+	case errors.Is(err, airlock.ErrBoxRunning):
+		return mk(http.StatusConflict, CodeBoxRunning)
+	case errors.Is(err, airlock.ErrNameInUse):
+		return mk(http.StatusConflict, CodeNameInUse)
+	case errors.Is(err, context.DeadlineExceeded):
+		return mk(http.StatusGatewayTimeout, CodeTimeout)
+	case errors.Is(err, context.Canceled):
+		return mk(499, CodeCanceled)
+	case errors.As(err, &mbe):
+		return mk(http.StatusRequestEntityTooLarge, CodeBodyTooLarge)
+	}
+	return mk(http.StatusInternalServerError, CodeInternal)
+}
+
+// writeProblem writes p outside huma (auth, limits, WebSocket upgrade).
+func writeProblem(w http.ResponseWriter, p *Problem) {
+	if p.Title == "" {
+		p.Title = http.StatusText(p.Status)
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	json.NewEncoder(w).Encode(p)
+}

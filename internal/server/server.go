@@ -1,0 +1,514 @@
+// Package server is airlock's HTTP API (airlock serve): a thin shell over
+// the public library (airlock.Runtime, airlock.Box, codebox) described by an
+// OpenAPI 3.1 document generated from the Go types of this package (huma).
+// Everything lives under /v1; /openapi.json and /metrics sit beside it.
+//
+// A Server is an http.Handler factory: Handler(true) requires a bearer
+// token (TCP listeners), Handler(false) does not (the owner-only unix
+// socket). Serve runs listeners until its context ends and then shuts down
+// gracefully: in-flight requests drain, boxes keep running.
+//
+// The wire protocol of the streaming exec WebSocket is described in
+// docs/server.md.
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/defaults"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultMaxBodyBytes      = 16 << 20
+	DefaultMaxExecsPerClient = 32
+	DefaultDrainTimeout      = 30 * time.Second
+	// SocketName is the unix socket's file name in the airlock home.
+	SocketName = "airlock.sock"
+	// TokenName is the file in the airlock home holding the generated
+	// bearer token for TCP listeners.
+	TokenName = "server.token"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Runtime serves the boxes; required except for OpenAPI generation.
+	Runtime *airlock.Runtime
+	// Token is the bearer token TCP clients must send
+	// (Authorization: Bearer TOKEN). Handler(true) refuses every request
+	// when it is empty.
+	Token string
+	// Logger receives the access log and server events (default: discard).
+	Logger *slog.Logger
+	// MaxBodyBytes bounds request bodies (default 16 MiB); larger ones get
+	// 413.
+	MaxBodyBytes int64
+	// MaxExecsPerClient bounds the execs (buffered, streaming, code runs,
+	// context cells, installs) one client runs at once (default 32); one
+	// more gets 429. A client is one bearer token, or the unix socket.
+	MaxExecsPerClient int
+	// DrainTimeout bounds how long Serve waits for in-flight requests and
+	// exec streams at shutdown (default 30 s); then they are cut.
+	DrainTimeout time.Duration
+	// IdleExit, when positive, makes Serve return after the server has had
+	// no request in flight, no open stream and no running box for that
+	// long (for a server started on demand by an SDK).
+	IdleExit time.Duration
+	// Audit, when set, gets one entry per exec, code run, cell and install.
+	Audit *AuditLog
+	// Policy limits what clients may ask for.
+	Policy Policy
+	// Events, when set, is served at /v1/events and fed by the server;
+	// pass it (in Observers, with Metrics) as airlock.Options.Observer too.
+	Events *Events
+	// ReapInterval is how often boxes past their ttl, idle_timeout or
+	// lease are looked for (default 1 s).
+	ReapInterval time.Duration
+	// MCP, when set, is served at /mcp (MCP's streamable HTTP transport).
+	MCP http.Handler
+	// Metrics, when set, is served at /metrics and fed by the server.
+	Metrics *Metrics
+}
+
+// Server serves the airlock HTTP API.
+type Server struct {
+	cfg Config
+	rt  *airlock.Runtime
+	log *slog.Logger
+	api huma.API
+	mux *http.ServeMux
+
+	inflight atomic.Int64 // requests and streams in progress
+	lastBusy atomic.Int64 // unix nanos of the last request end
+	streams  sync.WaitGroup
+
+	events   *Events
+	shutdown chan struct{} // closed when Serve starts shutting down
+
+	mu        sync.Mutex
+	lifetimes map[string]*lifetime  // by box id
+	busy      map[string]int        // execs in flight by box id
+	codeboxes map[string]*codeState // by box id
+	execs     map[string]*execEntry // running execs by exec id
+	slots     map[string]chan struct{}
+	wsConns   map[*wsConn]struct{}
+}
+
+// New returns a Server for cfg.
+func New(cfg Config) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.MaxExecsPerClient <= 0 {
+		cfg.MaxExecsPerClient = DefaultMaxExecsPerClient
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, rt: cfg.Runtime, log: cfg.Logger, mux: http.NewServeMux(),
+		events: cfg.Events, shutdown: make(chan struct{}), lifetimes: map[string]*lifetime{}, busy: map[string]int{},
+		codeboxes: map[string]*codeState{}, execs: map[string]*execEntry{}, slots: map[string]chan struct{}{}, wsConns: map[*wsConn]struct{}{}}
+	s.lastBusy.Store(time.Now().UnixNano())
+	hc := huma.DefaultConfig("airlock", APIVersion)
+	hc.Info.Description = "Run untrusted code in QEMU microVMs (boxes). Errors are RFC 9457 problem details with a stable `code`."
+	hc.DocsPath = ""
+	hc.SchemasPath = ""
+	hc.CreateHooks = nil // no $schema links in bodies
+	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		"bearer": {Type: "http", Scheme: "bearer", Description: "Required on TCP listeners; the unix socket needs none."},
+	}
+	// huma's own per-operation body limit (1 MiB by default) is the
+	// server's.
+	hc.OnAddOperation = append(hc.OnAddOperation, func(_ *huma.OpenAPI, op *huma.Operation) { op.MaxBodyBytes = cfg.MaxBodyBytes })
+	s.api = humago.New(s.mux, hc)
+	s.registerBoxes()
+	s.registerExec()
+	s.registerCode()
+	s.registerMisc()
+	s.registerLease()
+	s.registerExecs()
+	s.registerEvents()
+	s.mux.HandleFunc("GET /v1/boxes/{id}/exec/ws", s.handleExecWS)
+	if cfg.Metrics != nil {
+		s.mux.Handle("GET /metrics", cfg.Metrics.Handler())
+	}
+	if cfg.MCP != nil {
+		s.mux.Handle("/mcp", cfg.MCP)
+	}
+	return s
+}
+
+// APIVersion is the version of the API described by the OpenAPI document.
+const APIVersion = "1.0.0"
+
+// OpenAPI returns the OpenAPI 3.1 document of the API, as served at
+// /openapi.json and committed as api/openapi.json.
+func OpenAPI() ([]byte, error) {
+	s := New(Config{})
+	b, err := s.api.OpenAPI().MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, b, "", "  "); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+// Version returns the airlock build's version (module version, or the VCS
+// revision for a development build).
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && (v == "" || v == "(devel)") {
+			if len(s.Value) > 12 {
+				return "devel-" + s.Value[:12]
+			}
+			return "devel-" + s.Value
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	return v
+}
+
+// DefaultSocket returns $AIRLOCK_SOCKET, else SocketName in home.
+func DefaultSocket(home string) string {
+	if s := defaults.Socket(); s != "" {
+		return s
+	}
+	return filepath.Join(home, SocketName)
+}
+
+// LoadToken returns the bearer token for TCP listeners: explicit if not
+// empty, else $AIRLOCK_TOKEN, else the token stored in home/server.token,
+// which is generated (32 random bytes, hex, mode 0600) if absent. The
+// returned path is where a generated or stored token lives ("" otherwise).
+func LoadToken(home, explicit string) (token, path string, err error) {
+	if explicit != "" {
+		return explicit, "", nil
+	}
+	if t := defaults.Token(); t != "" {
+		return t, "", nil
+	}
+	p := filepath.Join(home, TokenName)
+	if b, err := os.ReadFile(p); err == nil {
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t, p, nil
+		}
+	}
+	buf := make([]byte, 32)
+	rand.Read(buf)
+	t := hex.EncodeToString(buf)
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(p, []byte(t+"\n"), 0o600); err != nil {
+		return "", "", fmt.Errorf("store server token: %w", err)
+	}
+	return t, p, nil
+}
+
+// ListenUnix listens on a unix socket at path, owner-only (0600). A stale
+// socket file (nothing accepting on it) is replaced; a live one is an
+// error, since another server is using it.
+func ListenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(path); err == nil {
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("another airlock server is listening on %s (stop it, or use --socket)", path)
+		}
+		os.Remove(path)
+	}
+	// The umask makes the socket owner-only from the start; chmod makes
+	// sure of it.
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+type ctxKey int
+
+const (
+	clientKey ctxKey = iota
+	reqInfoKey
+)
+
+// reqInfo carries access-log fields filled in by handlers.
+type reqInfo struct {
+	id string
+}
+
+// Handler returns the API handler. With requireToken every request needs
+// Authorization: Bearer <Config.Token>; without a token or with a wrong one
+// it gets 401 and nothing else.
+func (s *Server) Handler(requireToken bool) http.Handler {
+	client := "unix"
+	if requireToken {
+		sum := sha256.Sum256([]byte(s.cfg.Token))
+		client = "token:" + hex.EncodeToString(sum[:6])
+	}
+	var h http.Handler = s.mux
+	h = s.limits(h)
+	if requireToken {
+		h = s.auth(h)
+	}
+	return s.withClient(client, s.accessLog(h))
+}
+
+func (s *Server) withClient(client string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), clientKey, client)))
+	})
+}
+
+func clientOf(ctx context.Context) string {
+	c, _ := ctx.Value(clientKey).(string)
+	return c
+}
+
+func (s *Server) auth(next http.Handler) http.Handler {
+	want := []byte("Bearer " + s.cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if s.cfg.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+			writeProblem(w, &Problem{Status: http.StatusUnauthorized, Title: "Unauthorized", Code: CodeUnauthorized,
+				Detail: "missing or wrong bearer token: send Authorization: Bearer $AIRLOCK_TOKEN (airlock serve prints where the token is stored)"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) limits(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > s.cfg.MaxBodyBytes {
+			writeProblem(w, &Problem{Status: http.StatusRequestEntityTooLarge, Title: "Request Entity Too Large", Code: CodeBodyTooLarge,
+				Detail: fmt.Sprintf("request body of %d bytes is over the server's limit of %d", r.ContentLength, s.cfg.MaxBodyBytes)})
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		next.ServeHTTP(w, r)
+	})
+}
+
+var boxPath = regexp.MustCompile(`^/v1/boxes/([^/]+)`)
+
+// statusWriter records the status for the access log. Unwrap lets
+// websocket.Accept find the Hijacker.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func newRequestID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (s *Server) accessLog(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t0 := time.Now()
+		s.inflight.Add(1)
+		defer func() {
+			s.lastBusy.Store(time.Now().UnixNano())
+			s.inflight.Add(-1)
+		}()
+		id := r.Header.Get("X-Request-Id")
+		if id == "" || len(id) > 64 {
+			id = newRequestID()
+		}
+		w.Header().Set("X-Request-Id", id)
+		sw := &statusWriter{ResponseWriter: w}
+		info := &reqInfo{id: id}
+		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), reqInfoKey, info)))
+		attrs := []any{"request_id", id, "method", r.Method, "path", r.URL.Path, "status", sw.status,
+			"duration_ms", float64(time.Since(t0).Microseconds()) / 1000, "client", clientOf(r.Context())}
+		if m := boxPath.FindStringSubmatch(r.URL.Path); m != nil {
+			attrs = append(attrs, "box", m[1])
+		}
+		s.log.Info("request", attrs...)
+		if s.cfg.Metrics != nil {
+			s.cfg.Metrics.request(r.Method, s.routeOf(r), sw.status, time.Since(t0))
+		}
+	})
+}
+
+// routeOf returns the registered pattern r matches, for metric labels
+// (bounded cardinality: never the raw path).
+func (s *Server) routeOf(r *http.Request) string {
+	if _, pat := s.mux.Handler(r); pat != "" {
+		return pat
+	}
+	return "other"
+}
+
+// acquire takes one of the client's exec slots; release returns it. A
+// client with none free gets 429.
+func (s *Server) acquire(ctx context.Context) (release func(), err error) {
+	client := clientOf(ctx)
+	s.mu.Lock()
+	ch, ok := s.slots[client]
+	if !ok {
+		ch = make(chan struct{}, s.cfg.MaxExecsPerClient)
+		s.slots[client] = ch
+	}
+	s.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	default:
+		return nil, &Problem{Status: http.StatusTooManyRequests, Title: "Too Many Requests", Code: CodeTooManyExecs,
+			Detail: fmt.Sprintf("this client already runs %d execs, the server's limit (airlock serve --max-execs); wait for one to finish", s.cfg.MaxExecsPerClient)}
+	}
+}
+
+// Serve serves s on the listeners (tcp ones need the token, unix ones do
+// not) until ctx ends or, with Config.IdleExit, the server has been idle
+// that long. It then stops accepting, waits up to DrainTimeout for
+// in-flight requests and exec streams, and returns. Boxes keep running.
+func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var servers []*http.Server
+	errc := make(chan error, len(listeners))
+	for _, l := range listeners {
+		_, isUnix := l.Addr().(*net.UnixAddr)
+		hs := &http.Server{
+			Handler:           s.Handler(!isUnix),
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			MaxHeaderBytes:    64 << 10,
+			BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		}
+		servers = append(servers, hs)
+		go func() {
+			if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	if s.cfg.IdleExit > 0 {
+		go s.watchIdle(ctx, cancel)
+	}
+	go s.reap(ctx)
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	s.log.Info("shutting down: draining requests; boxes keep running")
+	close(s.shutdown)
+	dctx, dcancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	defer dcancel()
+	for _, hs := range servers {
+		hs.Shutdown(dctx)
+	}
+	done := make(chan struct{})
+	go func() { s.streams.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-dctx.Done():
+		s.closeStreams()
+	}
+	s.closeCodeboxes()
+	return err
+}
+
+func (s *Server) watchIdle(ctx context.Context, stop func()) {
+	t := time.NewTicker(min(s.cfg.IdleExit/4+time.Millisecond, 5*time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if s.inflight.Load() > 0 || time.Since(time.Unix(0, s.lastBusy.Load())) < s.cfg.IdleExit {
+			continue
+		}
+		boxes, err := s.rt.List(ctx)
+		if err != nil {
+			continue
+		}
+		running := 0
+		for _, b := range boxes {
+			if b.State == "running" {
+				running++
+			}
+		}
+		if running == 0 {
+			s.log.Info("idle: no request and no running box", "for", s.cfg.IdleExit)
+			stop()
+			return
+		}
+	}
+}

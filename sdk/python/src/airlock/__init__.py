@@ -1,0 +1,44 @@
+"""airlock: run untrusted, model-written code in QEMU microVMs.
+
+The seed documents' API::
+
+    import asyncio
+    from airlock import CodeBox
+
+    async def main():
+        async with CodeBox() as box:
+            print(await box.run("print('Hello from a microVM!')"))
+
+    asyncio.run(main())
+
+The SDK talks to ``airlock serve`` over its unix socket (``AIRLOCK_SOCKET``,
+default ``~/.airlock/airlock.sock``) or over TCP (``AIRLOCK_URL`` and
+``AIRLOCK_TOKEN``). With neither running it starts ``airlock serve`` itself
+(``airlock`` must be on PATH); that server exits after 5 minutes with no
+request and no running box.
+"""
+
+from ._box import DEFAULT_IMAGE, DEFAULT_LEASE, CellError, CellResult, CodeBox, Context, ExecResult, ExecStream, SimpleBox
+from ._client import AirlockError, Client, Endpoint, default_socket
+from ._sync import SyncCodeBox, SyncContext, SyncSimpleBox
+
+__all__ = [
+    "AirlockError",
+    "CellError",
+    "CellResult",
+    "Client",
+    "CodeBox",
+    "Context",
+    "DEFAULT_IMAGE",
+    "DEFAULT_LEASE",
+    "Endpoint",
+    "ExecResult",
+    "ExecStream",
+    "SimpleBox",
+    "SyncCodeBox",
+    "SyncContext",
+    "SyncSimpleBox",
+    "default_socket",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,477 @@
+"""SimpleBox and CodeBox: boxes on an airlock server, BoxLite's Python API."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ._client import AirlockError, Client, Endpoint, decode_output
+
+DEFAULT_IMAGE = "python:slim"
+
+#: Default lease of SDK boxes, in seconds (see SimpleBox).
+DEFAULT_LEASE = 30.0
+
+_STDIN, _STDOUT, _STDERR = 0, 1, 2
+
+
+@dataclass
+class ExecResult:
+    """The outcome of :meth:`SimpleBox.exec`. A non-zero ``exit_code`` does not
+    raise: check it yourself.
+
+    Attributes:
+        exit_code: exit status; 128+N when killed by signal N; 127 when the
+            command was not found.
+        stdout, stderr: the output as text (invalid UTF-8 replaced; the exact
+            bytes are in ``stdout_bytes`` / ``stderr_bytes``).
+        error_message: set only when the process did not end normally (timed
+            out, could not run, died with its VM).
+        timed_out: the timeout killed the process tree.
+    """
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    error_message: Optional[str] = None
+    timed_out: bool = False
+    stdout_bytes: bytes = b""
+    stderr_bytes: bytes = b""
+
+
+@dataclass
+class CellError:
+    """An exception raised by a context cell."""
+
+    name: str
+    value: str
+    traceback: str
+
+
+@dataclass
+class CellResult:
+    """The outcome of :meth:`Context.run`.
+
+    Attributes:
+        stdout, stderr: what the cell printed.
+        value: ``repr()`` of the last expression when it is not None, else None.
+        error: the exception the cell raised, if any.
+        images: matplotlib figures left open, as PNG bytes.
+        timed_out: the cell ran past its timeout and was interrupted.
+        state_lost: the interpreter was restarted; earlier variables are gone.
+    """
+
+    stdout: str
+    stderr: str
+    value: Optional[str] = None
+    error: Optional[CellError] = None
+    images: List[bytes] = field(default_factory=list)
+    timed_out: bool = False
+    state_lost: bool = False
+
+
+def _env_list(env: Union[Mapping[str, str], Sequence[str], None]) -> Optional[List[str]]:
+    if env is None:
+        return None
+    if isinstance(env, Mapping):
+        return [f"{k}={v}" for k, v in env.items()]
+    return list(env)
+
+
+class _LeaseRenewer:
+    """A daemon thread renewing a box's lease every third of it, so that the
+    lease runs out only when this process is gone (or stop() was called).
+    It runs beside the event loop, so a busy loop or a sync caller that is
+    not calling into the SDK does not let the lease lapse."""
+
+    def __init__(self, endpoint: Endpoint, box_id: str, lease: float) -> None:
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, args=(endpoint, box_id, lease), daemon=True,
+                                   name=f"airlock-lease-{box_id}")
+        self._t.start()
+
+    def _run(self, endpoint: Endpoint, box_id: str, lease: float) -> None:
+        import httpx
+
+        if endpoint.url:
+            headers = {"Authorization": f"Bearer {endpoint.token}"} if endpoint.token else {}
+            c = httpx.Client(base_url=endpoint.url, headers=headers, timeout=10.0)
+        else:
+            c = httpx.Client(base_url="http://airlock", transport=httpx.HTTPTransport(uds=str(endpoint.socket)),
+                             timeout=10.0)
+        with c:
+            while not self._stop.wait(lease / 3):
+                try:
+                    r = c.post(f"/v1/boxes/{box_id}/lease")
+                    if r.status_code == 404:
+                        return  # the box is gone
+                except httpx.HTTPError:
+                    pass  # try again at the next tick
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class SimpleBox:
+    """A box (a microVM made from an OCI image) on an airlock server.
+
+    The box is created and booted on first use (or by :meth:`start`, or on
+    entering ``async with``), and removed by :meth:`stop` or on leaving the
+    ``async with`` block. Failures to start (image not found, no VM could
+    boot, no server) raise ``RuntimeError`` (:class:`AirlockError` for
+    errors the server reports).
+
+    Args:
+        image: image reference (default ``python:slim``).
+        memory_mib: guest RAM in MiB (server default 512 when None).
+        cpus: vCPUs (default 1 when None).
+        name: optional unique box name.
+        env: environment for every exec (dict or ``KEY=value`` list).
+        working_dir, user: defaults for every exec.
+        network: ``"enabled"`` (default) or ``"disabled"``.
+        disk_size_mib: writable layer size.
+        ttl: seconds after which the server removes the box, used or not.
+        idle_timeout: seconds without an exec after which the server removes
+            the box.
+        lease: seconds (default 30) the box outlives this process if it
+            crashes: a background thread renews the lease every third of
+            that while the box is open; the server removes a box whose lease
+            runs out. ``lease=0`` turns it off (the box then lives until
+            removed).
+        client: a :class:`Client` to share between boxes (default: one per
+            box, from the environment).
+    """
+
+    def __init__(self, image: str = DEFAULT_IMAGE, memory_mib: Optional[int] = None, cpus: Optional[int] = None,
+                 *, name: Optional[str] = None, env: Union[Mapping[str, str], Sequence[str], None] = None,
+                 working_dir: Optional[str] = None, user: Optional[str] = None, network: Optional[str] = None,
+                 disk_size_mib: Optional[int] = None, ttl: Optional[float] = None,
+                 idle_timeout: Optional[float] = None, lease: float = DEFAULT_LEASE,
+                 client: Optional[Client] = None, **kwargs: Any) -> None:
+        spec: Dict[str, Any] = {"image": image}
+        for k, v in (("memory_mib", memory_mib), ("cpus", cpus), ("name", name), ("env", _env_list(env)),
+                     ("working_dir", working_dir), ("user", user), ("network", network),
+                     ("disk_size_mib", disk_size_mib), ("ttl", ttl), ("idle_timeout", idle_timeout),
+                     ("lease", float(lease) if lease else None)):
+            if v is not None:
+                spec[k] = v
+        if kwargs.pop("auto_remove", None):
+            spec["auto_remove"] = True
+        self._unsupported = sorted(kwargs)  # BoxLite options airlock does not have
+        self._spec = spec
+        self._owns_client = client is None
+        self._client = client or Client()
+        self._id: Optional[str] = None
+        self._lock = asyncio.Lock()
+        self._renewer: Optional[_LeaseRenewer] = None
+
+    @property
+    def id(self) -> Optional[str]:
+        """The box id once started, else None."""
+        return self._id
+
+    @classmethod
+    def attach(cls, box_id: str, client: Optional[Client] = None, **kwargs: Any) -> Any:
+        """A handle on an existing, running box (created by another call or
+        process), by id or name. :meth:`stop` removes it."""
+        b = cls(client=client, **kwargs)
+        b._id = box_id
+        return b
+
+    async def start(self) -> "SimpleBox":
+        """Creates and boots the box (a no-op when it is running)."""
+        async with self._lock:
+            if self._id is None:
+                if self._unsupported:
+                    raise TypeError(f"unsupported box options: {', '.join(self._unsupported)}")
+                box = await self._client.request("POST", "/v1/boxes", json=self._spec)
+                self._id = box["id"]
+                if self._spec.get("lease"):
+                    self._renewer = _LeaseRenewer(self._client.endpoint, box["id"], self._spec["lease"])
+        return self
+
+    async def _box(self) -> str:
+        if self._id is None:
+            await self.start()
+        assert self._id is not None
+        return self._id
+
+    async def stop(self) -> None:
+        """Removes the box (its VM and writable layer). A no-op when it was
+        never started or is already gone."""
+        async with self._lock:
+            if self._renewer is not None:
+                self._renewer.stop()
+                self._renewer = None
+            if self._id is not None:
+                try:
+                    await self._client.request("DELETE", f"/v1/boxes/{self._id}", params={"force": "true"})
+                except AirlockError as e:
+                    if e.code != "box_not_found":
+                        raise
+                self._id = None
+            if self._owns_client:
+                await self._client.aclose()
+
+    async def __aenter__(self) -> "SimpleBox":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    async def exec(self, cmd: str, *args: str, env: Union[Mapping[str, str], Sequence[str], None] = None,
+                   user: Optional[str] = None, timeout: Optional[float] = None, cwd: Optional[str] = None,
+                   stdin: Union[str, bytes, None] = None) -> ExecResult:
+        """Runs ``cmd`` with ``args`` in the box and waits for it.
+
+        ``timeout`` (seconds) is enforced: the process and everything it
+        started are killed, ``timed_out`` is set. A non-zero exit is reported
+        in the result, not raised.
+        """
+        box = await self._box()
+        body: Dict[str, Any] = {"cmd": [cmd, *args]}
+        if env is not None:
+            body["env"] = _env_list(env)
+        if user:
+            body["user"] = user
+        if cwd:
+            body["working_dir"] = cwd
+        if timeout:
+            body["timeout"] = float(timeout)
+        if stdin is not None:
+            if isinstance(stdin, str):
+                stdin = stdin.encode()
+            body["stdin"] = base64.b64encode(stdin).decode()
+            body["stdin_encoding"] = "base64"
+        r = await self._client.request("POST", f"/v1/boxes/{box}/exec", json=body)
+        out = decode_output(r["stdout"], r["stdout_encoding"])
+        err = decode_output(r["stderr"], r["stderr_encoding"])
+        msg = r.get("error_message") or None
+        if r["timed_out"] and not msg:
+            msg = f"timed out after {timeout} s; the process tree was killed"
+        return ExecResult(exit_code=r["exit_code"], stdout=out.decode("utf-8", "replace"),
+                          stderr=err.decode("utf-8", "replace"), error_message=msg, timed_out=r["timed_out"],
+                          stdout_bytes=out, stderr_bytes=err)
+
+    async def write_file(self, path: str, data: Union[str, bytes], mode: Optional[int] = None) -> None:
+        """Writes ``data`` to ``path`` in the box, creating parent directories.
+        (Through an exec until the server has a files API; ``data`` travels in
+        one request, so it is bounded by the server's body limit, 16 MiB by
+        default.) Raises AirlockError when the box refuses (permissions)."""
+        script = 'mkdir -p "$(dirname "$1")" && cat > "$1"'
+        if mode is not None:
+            script += f' && chmod {mode:o} "$1"'
+        r = await self.exec("sh", "-c", script, "sh", path, stdin=data)
+        if r.exit_code != 0:
+            raise AirlockError(0, "file_error", f"write {path}: {r.stderr.strip() or r.exit_code}")
+
+    async def read_file(self, path: str) -> bytes:
+        """Returns the bytes of ``path`` in the box (the whole file is held in
+        memory). Raises AirlockError when it cannot be read."""
+        r = await self.exec("cat", "--", path)
+        if r.exit_code != 0:
+            raise AirlockError(0, "file_error", f"read {path}: {r.stderr.strip() or r.exit_code}")
+        return r.stdout_bytes
+
+    def stream(self, cmd: str, *args: str, env: Union[Mapping[str, str], Sequence[str], None] = None,
+               user: Optional[str] = None, timeout: Optional[float] = None, cwd: Optional[str] = None) -> "ExecStream":
+        """Starts ``cmd`` over the server's WebSocket and streams its output::
+
+            async with box.stream("sh", "-c", "cat; echo done >&2") as p:
+                await p.write(b"hi\\n")
+                await p.close_stdin()
+                async for fd, data in p:   # fd 1 = stdout, 2 = stderr
+                    ...
+            print(p.exit_code)
+        """
+        req: Dict[str, Any] = {"cmd": [cmd, *args]}
+        if env is not None:
+            req["env"] = _env_list(env)
+        if user:
+            req["user"] = user
+        if cwd:
+            req["working_dir"] = cwd
+        if timeout:
+            req["timeout"] = float(timeout)
+        return ExecStream(self, req)
+
+
+class ExecStream:
+    """A streaming exec (see :meth:`SimpleBox.stream`). After the output is
+    exhausted, ``exit_code``, ``signal``, ``timed_out`` and ``error_message``
+    hold the result."""
+
+    def __init__(self, box: SimpleBox, req: Dict[str, Any]) -> None:
+        self._box = box
+        self._req = req
+        self._ws: Any = None
+        self.exit_code: Optional[int] = None
+        self.signal = 0
+        self.timed_out = False
+        self.error_message: Optional[str] = None
+
+    async def __aenter__(self) -> "ExecStream":
+        box = await self._box._box()
+        self._ws = await self._box._client.ws_connect(f"/v1/boxes/{box}/exec/ws")
+        await self._ws.send(json.dumps(self._req))
+        first = json.loads(await self._ws.recv())
+        if first.get("type") == "error":
+            self._fail(first)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+
+    def _fail(self, msg: Dict[str, Any]) -> None:
+        p = msg.get("problem") or {}
+        raise AirlockError(p.get("status", 0), p.get("code", ""), p.get("detail", "exec failed"), p.get("cause", ""))
+
+    async def write(self, data: Union[bytes, str]) -> None:
+        """Writes to the process's stdin."""
+        if isinstance(data, str):
+            data = data.encode()
+        await self._ws.send(bytes([_STDIN]) + data)
+
+    async def close_stdin(self) -> None:
+        """Closes stdin (the process reads EOF)."""
+        await self._ws.send(json.dumps({"type": "close_stdin"}))
+
+    async def send_signal(self, sig: Union[str, int]) -> None:
+        """Sends a signal ("SIGINT", "TERM", 9) to the process."""
+        await self._ws.send(json.dumps({"type": "signal", "signal": sig}))
+
+    async def kill(self) -> None:
+        """Kills the process tree."""
+        await self._ws.send(json.dumps({"type": "kill"}))
+
+    def __aiter__(self) -> AsyncIterator[Tuple[int, bytes]]:
+        return self._iter()
+
+    async def _iter(self) -> AsyncIterator[Tuple[int, bytes]]:
+        from websockets.exceptions import ConnectionClosedOK
+
+        while True:
+            try:
+                msg = await self._ws.recv()
+            except ConnectionClosedOK:
+                return
+            if isinstance(msg, bytes):
+                yield msg[0], msg[1:]
+                continue
+            m = json.loads(msg)
+            if m.get("type") == "exit":
+                self.exit_code = m["exit_code"]
+                self.signal = m.get("signal", 0)
+                self.timed_out = m.get("timed_out", False)
+                self.error_message = m.get("error_message") or None
+                return
+            if m.get("type") == "error":
+                self._fail(m)
+
+    async def wait(self) -> int:
+        """Drains the output and returns the exit code."""
+        async for _ in self:
+            pass
+        assert self.exit_code is not None
+        return self.exit_code
+
+
+class CodeBox(SimpleBox):
+    """A box with Python (default image ``python:slim``): BoxLite's CodeBox.
+
+    ``async with CodeBox() as box: print(await box.run("print(1)"))``
+
+    Differences from BoxLite: ``run(code, timeout=...)`` *is* enforced (the
+    Python process tree is killed past it); the box also starts lazily on
+    first use, so calling ``run`` outside ``async with`` works (call
+    :meth:`stop` to remove the box then).
+
+    Args:
+        index_url: pip ``--index-url`` for :meth:`install_package` (default
+            PyPI).
+        Other arguments: see :class:`SimpleBox`.
+    """
+
+    def __init__(self, image: str = DEFAULT_IMAGE, memory_mib: Optional[int] = None, cpus: Optional[int] = None,
+                 *, index_url: Optional[str] = None, **kwargs: Any) -> None:
+        kwargs.pop("runtime", None)  # BoxLite's runtime handle: the server is the runtime here
+        super().__init__(image, memory_mib, cpus, **kwargs)
+        self._index_url = index_url
+
+    async def run(self, code: str, timeout: Optional[float] = None) -> str:
+        """Runs ``code`` with ``python -c`` in a fresh interpreter and returns
+        its stdout. A non-zero exit does not raise (use :meth:`exec` for
+        stderr and the exit code). ``timeout`` (seconds) is enforced."""
+        box = await self._box()
+        body: Dict[str, Any] = {"code": code}
+        if timeout:
+            body["timeout"] = float(timeout)
+        r = await self._client.request("POST", f"/v1/boxes/{box}/code/run", json=body)
+        return str(r["stdout"])
+
+    async def run_script(self, script_path: Union[str, Path], timeout: Optional[float] = None) -> str:
+        """Reads a ``.py`` file on the host and runs it as :meth:`run` does."""
+        return await self.run(Path(script_path).read_text(), timeout=timeout)
+
+    async def install_package(self, package: str) -> str:
+        """``pip install package`` in the box; returns pip's stdout + stderr."""
+        return await self.install_packages(package)
+
+    async def install_packages(self, *packages: str) -> str:
+        """Installs several packages in one pip run; returns stdout + stderr."""
+        box = await self._box()
+        body: Dict[str, Any] = {"packages": list(packages)}
+        if self._index_url:
+            body["index_url"] = self._index_url
+        r = await self._client.request("POST", f"/v1/boxes/{box}/code/install", json=body)
+        return str(r["output"])
+
+    async def create_context(self) -> "Context":
+        """Starts a stateful interpreter: variables, imports and functions
+        persist between :meth:`Context.run` calls."""
+        box = await self._box()
+        r = await self._client.request("POST", f"/v1/boxes/{box}/contexts")
+        return Context(self, r["id"])
+
+
+class Context:
+    """A stateful Python interpreter in a :class:`CodeBox`."""
+
+    def __init__(self, box: CodeBox, ctx_id: str) -> None:
+        self._box = box
+        self.id = ctx_id
+
+    async def run(self, code: str, timeout: Optional[float] = None) -> CellResult:
+        """Runs a cell; returns its output, last value, exception and images.
+        ``timeout`` (seconds) interrupts the cell (KeyboardInterrupt), and
+        restarts the interpreter if it does not stop."""
+        box = await self._box._box()
+        body: Dict[str, Any] = {"code": code}
+        if timeout:
+            body["timeout"] = float(timeout)
+        r = await self._box._client.request("POST", f"/v1/boxes/{box}/contexts/{self.id}/run", json=body)
+        err = r.get("error")
+        return CellResult(
+            stdout=r["stdout"], stderr=r["stderr"], value=r.get("value") or None,
+            error=CellError(err["name"], err["value"], err["traceback"]) if err else None,
+            images=[base64.b64decode(im["data"]) for im in r.get("images") or []],
+            timed_out=r["timed_out"], state_lost=r["state_lost"],
+        )
+
+    async def close(self) -> None:
+        """Ends the interpreter."""
+        box = await self._box._box()
+        await self._box._client.request("DELETE", f"/v1/boxes/{box}/contexts/{self.id}")
+
+    async def __aenter__(self) -> "Context":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()

@@ -1,0 +1,194 @@
+"""Connection to an ``airlock serve`` server (unix socket or TCP)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import httpx
+
+#: How long a server started by the SDK keeps running with no request and no
+#: running box before it exits by itself (``airlock serve --idle-exit``).
+#: Override with ``AIRLOCK_SERVE_IDLE_EXIT`` (a Go duration, e.g. ``"10m"``).
+DEFAULT_IDLE_EXIT = "5m"
+
+#: How long the SDK waits for a server it started to answer.
+SERVER_START_TIMEOUT = 30.0
+
+
+class AirlockError(RuntimeError):
+    """An error reported by the airlock server (an RFC 9457 problem).
+
+    It is a ``RuntimeError``, so the seed documents' ``except RuntimeError``
+    catches startup failures (image not found, no VM could boot).
+
+    Attributes:
+        status: HTTP status (404, 409, 502, ...).
+        code: stable machine-readable code (``box_not_found``,
+            ``image_not_found``, ``box_died``, ``too_many_execs``, ...).
+        detail: what happened, and what to do.
+        cause: for ``box_died``, why the VM ended.
+    """
+
+    def __init__(self, status: int, code: str, detail: str, cause: str = "") -> None:
+        super().__init__(f"{detail} ({code})" if code else detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.cause = cause
+
+
+def default_home() -> Path:
+    """``$AIRLOCK_HOME``, else ``~/.airlock`` (as the Go library)."""
+    h = os.environ.get("AIRLOCK_HOME")
+    return Path(h) if h else Path.home() / ".airlock"
+
+
+def default_socket() -> Path:
+    """``$AIRLOCK_SOCKET``, else ``airlock.sock`` in the airlock home."""
+    s = os.environ.get("AIRLOCK_SOCKET")
+    return Path(s) if s else default_home() / "airlock.sock"
+
+
+@dataclass
+class Endpoint:
+    """Where the server is: a unix socket, or a URL with a bearer token."""
+
+    socket: Optional[Path] = None
+    url: Optional[str] = None
+    token: Optional[str] = None
+
+    @classmethod
+    def from_env(cls) -> "Endpoint":
+        url = os.environ.get("AIRLOCK_URL")
+        if url:
+            return cls(url=url.rstrip("/"), token=os.environ.get("AIRLOCK_TOKEN"))
+        return cls(socket=default_socket())
+
+
+def _raise_for_problem(resp: httpx.Response) -> None:
+    if resp.status_code < 400:
+        return
+    try:
+        p = resp.json()
+    except ValueError:
+        p = {"detail": resp.text}
+    raise AirlockError(resp.status_code, p.get("code", ""), p.get("detail") or resp.reason_phrase, p.get("cause", ""))
+
+
+def decode_output(text: str, encoding: str) -> bytes:
+    """Bytes of an output field: base64 when the server said so."""
+    if encoding == "base64":
+        return base64.b64decode(text)
+    return text.encode("utf-8")
+
+
+class Client:
+    """An HTTP client for one airlock server.
+
+    With no arguments it reads ``AIRLOCK_URL`` and ``AIRLOCK_TOKEN`` (TCP), or
+    ``AIRLOCK_SOCKET`` (default: the airlock home's ``airlock.sock``). When
+    nothing answers on the default socket it starts ``airlock serve`` (the
+    ``airlock`` binary on ``PATH``, or ``$AIRLOCK_BIN``) for the user; that
+    server exits after :data:`DEFAULT_IDLE_EXIT` with no request and no
+    running box.
+    """
+
+    def __init__(self, endpoint: Optional[Endpoint] = None, autostart: bool = True) -> None:
+        self.endpoint = endpoint or Endpoint.from_env()
+        self.autostart = autostart and self.endpoint.url is None
+        self._http: Optional[httpx.AsyncClient] = None
+        self._checked = False
+
+    def _make_http(self) -> httpx.AsyncClient:
+        # Execs may run long: the server bounds them with their timeouts.
+        timeout = httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None)
+        if self.endpoint.url:
+            headers = {}
+            if self.endpoint.token:
+                headers["Authorization"] = f"Bearer {self.endpoint.token}"
+            return httpx.AsyncClient(base_url=self.endpoint.url, headers=headers, timeout=timeout)
+        transport = httpx.AsyncHTTPTransport(uds=str(self.endpoint.socket))
+        return httpx.AsyncClient(base_url="http://airlock", transport=transport, timeout=timeout)
+
+    async def _ensure(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = self._make_http()
+        if not self._checked:
+            try:
+                r = await self._http.get("/v1/health")
+                _raise_for_problem(r)
+            except (httpx.ConnectError, httpx.RemoteProtocolError, FileNotFoundError, ConnectionRefusedError) as e:
+                if not self.autostart:
+                    raise RuntimeError(f"no airlock server at {self._where()}: {e} (start one with `airlock serve`)") from e
+                await self._start_server()
+            self._checked = True
+        return self._http
+
+    def _where(self) -> str:
+        return self.endpoint.url or str(self.endpoint.socket)
+
+    async def _start_server(self) -> None:
+        binary = os.environ.get("AIRLOCK_BIN") or shutil.which("airlock")
+        if not binary:
+            raise RuntimeError(
+                f"no airlock server at {self._where()} and no `airlock` binary on PATH to start one "
+                "(install airlock, or set AIRLOCK_BIN / AIRLOCK_URL)"
+            )
+        sock = self.endpoint.socket
+        assert sock is not None
+        sock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        log = open(sock.parent / "serve.log", "ab")
+        idle = os.environ.get("AIRLOCK_SERVE_IDLE_EXIT", DEFAULT_IDLE_EXIT)
+        subprocess.Popen(
+            [binary, "serve", "--socket", str(sock), "--idle-exit", idle],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + SERVER_START_TIMEOUT
+        assert self._http is not None
+        while True:
+            try:
+                r = await self._http.get("/v1/health")
+                if r.status_code == 200:
+                    return
+            except (httpx.ConnectError, httpx.RemoteProtocolError, FileNotFoundError, ConnectionRefusedError):
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"started `{binary} serve` but it did not answer on {sock} within "
+                                   f"{SERVER_START_TIMEOUT:.0f} s; see {sock.parent / 'serve.log'}")
+            await asyncio.sleep(0.05)
+
+    async def request(self, method: str, path: str, json: Optional[Dict[str, Any]] = None,
+                      params: Optional[Dict[str, Any]] = None) -> Any:
+        """Sends a request; returns the decoded JSON body (None for 204).
+        Raises AirlockError for a problem response."""
+        http = await self._ensure()
+        r = await http.request(method, path, json=json, params=params)
+        _raise_for_problem(r)
+        if r.status_code == 204 or not r.content:
+            return None
+        return r.json()
+
+    def ws_connect(self, path: str) -> Any:
+        """A websockets connect() for path (awaitable / async context)."""
+        from websockets.asyncio.client import connect, unix_connect
+
+        if self.endpoint.url:
+            url = self.endpoint.url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + path
+            headers = {"Authorization": f"Bearer {self.endpoint.token}"} if self.endpoint.token else None
+            return connect(url, additional_headers=headers, max_size=None)
+        return unix_connect(str(self.endpoint.socket), "ws://airlock" + path, max_size=None)
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+            self._checked = False

@@ -1,0 +1,111 @@
+"""Blocking variants of SimpleBox and CodeBox, for code without asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Coroutine, Optional, TypeVar, Union
+
+from ._box import CellResult, CodeBox, Context, ExecResult, SimpleBox
+
+T = TypeVar("T")
+
+
+class _Loop:
+    """A private event loop the sync objects run their calls on. They must
+    not be used from inside a running event loop (use the async classes)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        self.loop.close()
+
+
+class SyncSimpleBox:
+    """:class:`airlock.SimpleBox` with blocking methods::
+
+        with SyncSimpleBox("python:slim") as box:
+            print(box.exec("echo", "hi").stdout)
+    """
+
+    _cls: Any = SimpleBox
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._loop = _Loop()
+        self._box = self._cls(*args, **kwargs)
+
+    @property
+    def id(self) -> Optional[str]:
+        return self._box.id  # type: ignore[no-any-return]
+
+    def start(self) -> "SyncSimpleBox":
+        self._loop.run(self._box.start())
+        return self
+
+    def stop(self) -> None:
+        """Removes the box and closes the private event loop."""
+        try:
+            self._loop.run(self._box.stop())
+        finally:
+            self._loop.close()
+
+    def __enter__(self) -> "SyncSimpleBox":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def exec(self, cmd: str, *args: str, **kwargs: Any) -> ExecResult:
+        """See :meth:`airlock.SimpleBox.exec`."""
+        return self._loop.run(self._box.exec(cmd, *args, **kwargs))  # type: ignore[no-any-return]
+
+    def write_file(self, path: str, data: Union[str, bytes], mode: Optional[int] = None) -> None:
+        """See :meth:`airlock.SimpleBox.write_file`."""
+        self._loop.run(self._box.write_file(path, data, mode=mode))
+
+    def read_file(self, path: str) -> bytes:
+        """See :meth:`airlock.SimpleBox.read_file`."""
+        return self._loop.run(self._box.read_file(path))  # type: ignore[no-any-return]
+
+
+class SyncContext:
+    """A blocking :class:`airlock.Context`."""
+
+    def __init__(self, loop: _Loop, ctx: Context) -> None:
+        self._loop = loop
+        self._ctx = ctx
+
+    def run(self, code: str, timeout: Optional[float] = None) -> CellResult:
+        return self._loop.run(self._ctx.run(code, timeout=timeout))
+
+    def close(self) -> None:
+        self._loop.run(self._ctx.close())
+
+
+class SyncCodeBox(SyncSimpleBox):
+    """:class:`airlock.CodeBox` with blocking methods::
+
+        with SyncCodeBox() as box:
+            print(box.run("print(6 * 7)"))
+    """
+
+    _cls = CodeBox
+
+    def run(self, code: str, timeout: Optional[float] = None) -> str:
+        return self._loop.run(self._box.run(code, timeout=timeout))  # type: ignore[no-any-return]
+
+    def run_script(self, script_path: Union[str, Path], timeout: Optional[float] = None) -> str:
+        return self._loop.run(self._box.run_script(script_path, timeout=timeout))  # type: ignore[no-any-return]
+
+    def install_package(self, package: str) -> str:
+        return self._loop.run(self._box.install_package(package))  # type: ignore[no-any-return]
+
+    def install_packages(self, *packages: str) -> str:
+        return self._loop.run(self._box.install_packages(*packages))  # type: ignore[no-any-return]
+
+    def create_context(self) -> SyncContext:
+        return SyncContext(self._loop, self._loop.run(self._box.create_context()))

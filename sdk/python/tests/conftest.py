@@ -1,0 +1,109 @@
+"""Fixtures: one real `airlock serve` (booting real boxes) and one shared
+CodeBox for the whole session, to keep VM time small.
+
+The airlock binary is $AIRLOCK_BIN, else built from this checkout with go
+(with the guest agent beside it). Boxes use the image store of the user
+($AIRLOCK_IMAGES, else ~/.airlock/images, filled by hack/setup.sh) and a
+temporary airlock home.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import AsyncIterator, Iterator
+
+import httpx
+import pytest
+import pytest_asyncio
+
+import airlock
+
+REPO = Path(__file__).resolve().parents[3]
+
+#: The bearer token of the test server's TCP listener.
+TOKEN = "test-token"
+
+
+def _build(tmp: Path) -> Path:
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    env = dict(os.environ)
+    subprocess.run([go, "build", "-o", str(tmp / "airlock"), "./cmd/airlock"], cwd=REPO, check=True, env=env)
+    env["CGO_ENABLED"] = "0"
+    subprocess.run([go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(tmp / "airlock-agent"), "./cmd/airlock-agent"],
+                   cwd=REPO, check=True, env=env)
+    return tmp / "airlock"
+
+
+@pytest.fixture(scope="session")
+def airlock_bin() -> Iterator[Path]:
+    if os.environ.get("AIRLOCK_BIN"):
+        yield Path(os.environ["AIRLOCK_BIN"])
+        return
+    with tempfile.TemporaryDirectory(prefix="airlock-sdk-bin-") as d:
+        yield _build(Path(d))
+
+
+@pytest.fixture(scope="session")
+def server_env(airlock_bin: Path) -> Iterator[dict]:
+    """Starts `airlock serve` on a socket in a temporary home; sets
+    AIRLOCK_SOCKET for the SDK (and for example subprocesses)."""
+    tmp = Path(tempfile.mkdtemp(prefix="airlock-sdk-"))
+    images = os.environ.get("AIRLOCK_IMAGES") or str(Path.home() / ".airlock" / "images")
+    sock = tmp / "a.sock"
+    env = dict(os.environ, AIRLOCK_HOME=str(tmp / "home"), AIRLOCK_IMAGES=images, AIRLOCK_SOCKET=str(sock))
+    env.pop("AIRLOCK_URL", None)
+    log = open(tmp / "serve.log", "wb")
+    proc = subprocess.Popen([str(airlock_bin), "serve", "--socket", str(sock), "--listen", "127.0.0.1:0",
+                             "--token", TOKEN], env=env, stdout=log, stderr=log)
+    deadline = time.monotonic() + 30
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://airlock") as c:
+        while True:
+            try:
+                if c.get("/v1/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("airlock serve did not start: " + (tmp / "serve.log").read_text())
+            time.sleep(0.05)
+    m = re.search(r"tcp=(127\.0\.0\.1:\d+)", (tmp / "serve.log").read_text())
+    assert m, "serve did not log its TCP address"
+    env["AIRLOCK_TEST_URL"] = "http://" + m.group(1)
+    old = {k: os.environ.get(k) for k in ("AIRLOCK_SOCKET", "AIRLOCK_HOME", "AIRLOCK_IMAGES", "AIRLOCK_URL")}
+    os.environ.update(AIRLOCK_SOCKET=str(sock), AIRLOCK_HOME=env["AIRLOCK_HOME"], AIRLOCK_IMAGES=images)
+    os.environ.pop("AIRLOCK_URL", None)
+    env["AIRLOCK_BIN"] = str(airlock_bin)
+    yield env
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=40)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    # Boxes a failed test left behind.
+    subprocess.run([str(airlock_bin), "rm", "-f", *_ids(airlock_bin, env)], env=env, capture_output=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _ids(airlock_bin: Path, env: dict) -> list:
+    out = subprocess.run([str(airlock_bin), "ls", "-q"], env=env, capture_output=True, text=True).stdout
+    return out.split()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def box(server_env: dict) -> AsyncIterator[airlock.CodeBox]:
+    """One CodeBox shared by the tests that need a box but not their own."""
+    async with airlock.CodeBox() as cb:
+        yield cb
