@@ -66,8 +66,9 @@ type Box struct {
 	conn     *client.Client
 	vmExit   <-chan struct{} // closed when QEMU exits (while watched)
 	watchPID int             // the pid vmExit watches
-	died     *DiedError
-	stopping bool
+	died      *DiedError
+	stopping  bool
+	unhealthy string // why the box was declared unhealthy (health.go)
 }
 
 func newBox(r *Runtime, rec *store.Box) *Box {
@@ -230,7 +231,7 @@ func (b *Box) Start(ctx context.Context) error {
 	rec.State, rec.PID, rec.PIDStart = store.StateRunning, pid, start
 	b.mu.Lock()
 	b.rec = rec
-	b.died = nil
+	b.died, b.unhealthy = nil, ""
 	b.stopping = false
 	b.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, bootTimeout)
@@ -270,6 +271,7 @@ func (b *Box) vmConfig(boot *bootAssets, base string, cid uint32, extraCmdline .
 	if os.Getenv("AIRLOCK_DEBUG") != "" {
 		extra = append(extra, "airlock.debug=1")
 	}
+	extra = append(extra, testFaults()...)
 	if o.Network != NetworkDisabled {
 		extra = append(extra, "airlock.net=user")
 		if boot.kernel.IPConfig {

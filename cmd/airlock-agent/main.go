@@ -157,6 +157,8 @@ func runInit() {
 		CgroupRoot: filepath.Join(guestinit.NewRoot, "sys/fs/cgroup"),
 		ReapAll:    true,
 		Shutdown:   guestinit.PowerOff,
+		// A test-only fault, off unless the host asked for it.
+		TestWedgeExec: p.TestWedgeExec,
 	})
 	go srv.Prewarm()
 	g := srv.Handle

@@ -40,6 +40,9 @@ type Params struct {
 	VsockPort  uint32 // airlock.vsock: also serve on this AF_VSOCK port (0 = not)
 	Ports      int    // airlock.ports: how many agent ports to expect (0 = any)
 	Debug      bool   // airlock.debug: log boot phases with their uptime
+	// TestWedgeExec (airlock.test_wedge_exec=1) is a test-only fault: the
+	// agent's exec handler wedges (agent.Config.TestWedgeExec).
+	TestWedgeExec bool
 	// KernelIP is set when the command line has ip=: the kernel (with
 	// CONFIG_IP_PNP) has already brought lo and eth0 up with their address
 	// and default route.
@@ -77,6 +80,8 @@ func ParseCmdline(cmdline string) Params {
 			p.KernelIP = v != "" && v != "off" && v != "none"
 		case "airlock.debug":
 			p.Debug = v != "0"
+		case "airlock.test_wedge_exec":
+			p.TestWedgeExec = v == "1"
 		case "airlock.vsock":
 			if n, err := strconv.ParseUint(v, 10, 32); err == nil {
 				p.VsockPort = uint32(n)

@@ -30,6 +30,7 @@ type ExecStart struct {
 	Stdin       bool   // the caller sends stdin; else it reads as empty
 	TimeoutNs   int64  // 0: none
 	KillGraceNs int64  // SIGTERM to SIGKILL on timeout/kill; 0: default
+	MaxOutput   int64  // bytes kept per stream (head and tail); 0: all
 }
 
 // ExecRequest is one client message of an Exec call: Msg is one of
@@ -83,6 +84,10 @@ type ExecExit struct {
 	TimedOut bool
 	Error    string // why it could not start, or ""
 	GuestNs  int64  // start to exit, measured in the guest, ns
+	// StdoutDropped and StderrDropped count bytes dropped by MaxOutput.
+	StdoutDropped int64
+	StderrDropped int64
+	OOMKilled     bool // the OOM killer killed a process of the exec
 }
 
 // ExecEvent is one agent message of an Exec call: Msg is one of
@@ -252,7 +257,8 @@ func (m *ExecStart) AppendWire(b []byte) []byte {
 	b = appendString(b, 4, m.User)
 	b = appendBool(b, 5, m.Stdin)
 	b = appendInt(b, 6, m.TimeoutNs)
-	return appendInt(b, 7, m.KillGraceNs)
+	b = appendInt(b, 7, m.KillGraceNs)
+	return appendInt(b, 8, m.MaxOutput)
 }
 
 // UnmarshalWire replaces m with the message encoded in b.
@@ -274,6 +280,8 @@ func (m *ExecStart) UnmarshalWire(b []byte) error {
 			m.TimeoutNs = int64(f.u)
 		case f.num == 7 && f.isVarint():
 			m.KillGraceNs = int64(f.u)
+		case f.num == 8 && f.isVarint():
+			m.MaxOutput = int64(f.u)
 		}
 		return nil
 	})
@@ -348,7 +356,10 @@ func (m *ExecExit) AppendWire(b []byte) []byte {
 	b = appendInt(b, 2, int64(m.Signal))
 	b = appendBool(b, 3, m.TimedOut)
 	b = appendString(b, 4, m.Error)
-	return appendInt(b, 5, m.GuestNs)
+	b = appendInt(b, 5, m.GuestNs)
+	b = appendInt(b, 6, m.StdoutDropped)
+	b = appendInt(b, 7, m.StderrDropped)
+	return appendBool(b, 8, m.OOMKilled)
 }
 
 // UnmarshalWire replaces m with the message encoded in b.
@@ -366,6 +377,12 @@ func (m *ExecExit) UnmarshalWire(b []byte) error {
 			m.Error = string(f.p)
 		case f.num == 5 && f.isVarint():
 			m.GuestNs = int64(f.u)
+		case f.num == 6 && f.isVarint():
+			m.StdoutDropped = int64(f.u)
+		case f.num == 7 && f.isVarint():
+			m.StderrDropped = int64(f.u)
+		case f.num == 8 && f.isVarint():
+			m.OOMKilled = f.u != 0
 		}
 		return nil
 	})

@@ -1,0 +1,116 @@
+// Package headtail keeps the head and the tail of a byte stream that may be
+// too long to keep whole: the first half of a budget passes through as it
+// arrives, the last half is held in a ring and released at the end, and
+// what falls between is counted and dropped. The guest agent uses it so that
+// dropped output never crosses the transport; the host uses it again on
+// what arrives, so a misbehaving agent cannot grow host memory either.
+package headtail
+
+// Limiter splits a stream into a head that passes at once, a tail kept in
+// memory (at most max - max/2 bytes) and a dropped middle.
+type Limiter struct {
+	headLeft int64 // bytes that may still pass at once
+	tailMax  int
+	buf      []byte // ring of the last tailMax bytes, once full
+	pos      int    // start of the oldest byte in buf, once full
+	dropped  int64
+}
+
+// NewLimiter returns a Limiter that keeps at most max bytes in all: the
+// first max/2 rounded up, and the last max/2. max must be positive.
+func NewLimiter(max int64) *Limiter {
+	tail := max / 2
+	return &Limiter{headLeft: max - tail, tailMax: int(tail)}
+}
+
+// Write takes the next bytes of the stream and returns the part of p that
+// belongs to the head (a sub-slice of p, possibly empty); the rest is kept
+// for the tail, pushing older tail bytes out.
+func (l *Limiter) Write(p []byte) (head []byte) {
+	if l.headLeft > 0 {
+		n := int(min(int64(len(p)), l.headLeft))
+		l.headLeft -= int64(n)
+		head, p = p[:n], p[n:]
+	}
+	if len(p) > 0 {
+		l.keep(p)
+	}
+	return head
+}
+
+func (l *Limiter) keep(p []byte) {
+	if l.tailMax == 0 {
+		l.dropped += int64(len(p))
+		return
+	}
+	if len(p) >= l.tailMax {
+		l.dropped += int64(len(l.buf)) + int64(len(p)-l.tailMax)
+		l.buf = append(l.buf[:0], p[len(p)-l.tailMax:]...)
+		l.pos = 0
+		return
+	}
+	if room := l.tailMax - len(l.buf); room > 0 {
+		n := min(room, len(p))
+		l.buf = append(l.buf, p[:n]...)
+		p = p[n:]
+	}
+	l.dropped += int64(len(p))
+	for len(p) > 0 {
+		n := copy(l.buf[l.pos:], p)
+		p = p[n:]
+		l.pos = (l.pos + n) % l.tailMax
+	}
+}
+
+// Tail returns the kept tail in stream order (a new slice).
+func (l *Limiter) Tail() []byte {
+	out := make([]byte, 0, len(l.buf))
+	out = append(out, l.buf[l.pos:]...)
+	return append(out, l.buf[:l.pos]...)
+}
+
+// Dropped is the number of bytes neither passed as head nor kept as tail.
+func (l *Limiter) Dropped() int64 { return l.dropped }
+
+// Buffer is an io.Writer that keeps a Limiter's head and tail of what is
+// written to it. A Buffer with max <= 0 keeps everything.
+type Buffer struct {
+	l    *Limiter
+	head []byte
+}
+
+// NewBuffer returns a Buffer keeping at most max bytes (see NewLimiter);
+// max <= 0 keeps every byte.
+func NewBuffer(max int64) *Buffer {
+	b := &Buffer{}
+	if max > 0 {
+		b.l = NewLimiter(max)
+	}
+	return b
+}
+
+// Write keeps p's head part and tail part; it never fails.
+func (b *Buffer) Write(p []byte) (int, error) {
+	if b.l == nil {
+		b.head = append(b.head, p...)
+	} else {
+		b.head = append(b.head, b.l.Write(p)...)
+	}
+	return len(p), nil
+}
+
+// Bytes returns the head followed by the tail.
+func (b *Buffer) Bytes() []byte {
+	if b.l == nil || b.l.Dropped() == 0 && len(b.l.buf) == 0 {
+		return b.head
+	}
+	return append(b.head, b.l.Tail()...)
+}
+
+// Dropped is the number of bytes written but not kept.
+func (b *Buffer) Dropped() int64 {
+	if b.l == nil {
+		return 0
+	}
+	return b.l.Dropped()
+}
