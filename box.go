@@ -60,12 +60,12 @@ type Box struct {
 	id  string
 	dir string
 
-	mu       sync.Mutex
-	rec      *store.Box
-	cfg      boxConfig
-	conn     *client.Client
-	vmExit   <-chan struct{} // closed when QEMU exits (while watched)
-	watchPID int             // the pid vmExit watches
+	mu        sync.Mutex
+	rec       *store.Box
+	cfg       boxConfig
+	conn      *client.Client
+	vmExit    <-chan struct{} // closed when QEMU exits (while watched)
+	watchPID  int             // the pid vmExit watches
 	died      *DiedError
 	stopping  bool
 	unhealthy string // why the box was declared unhealthy (health.go)
