@@ -426,14 +426,6 @@ func (s *Server) Exec(stream execStream) error {
 		}
 	}()
 
-	if s.cfg.TestWedgeExec {
-		// Test-only fault (Config.TestWedgeExec): hold the call open and
-		// never report, until the host gives up on it.
-		<-ctx.Done()
-		kill(0)
-		return ctx.Err()
-	}
-
 	// With MaxOutput the head of each stream is sent as it comes, the
 	// tail kept here and sent at the end; the middle never leaves the guest.
 	sendOut := func(b []byte) error {
@@ -463,6 +455,15 @@ func (s *Server) Exec(stream execStream) error {
 		defer pumps.Done()
 		pump(p.stderr, drain, readSize, capped(errLim, sendErr))
 	}()
+
+	if s.cfg.TestWedgeExec {
+		// Test-only fault (Config.TestWedgeExec): output still flows, but
+		// the timeout and the exit are never acted on or reported, until
+		// the host gives up on the call.
+		<-ctx.Done()
+		kill(0)
+		return ctx.Err()
+	}
 
 	var timeout <-chan time.Time
 	if st.TimeoutNs > 0 {

@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Resource limits of each exec inside the guest, so that what a user runs
@@ -19,7 +22,7 @@ const (
 	// DefaultExecPids is each exec's pids.max: processes and threads.
 	// pip install and a 64-thread program stay far below it; a fork bomb
 	// stops there.
-	DefaultExecPids = 4096
+	DefaultExecPids = 1024
 	// agentReserveMin is guest memory that execs cannot take (the exec
 	// memory.max is MemTotal minus this, or minus an eighth of MemTotal when
 	// that is larger): the agent, the kernel and the page cache it needs.
@@ -29,8 +32,8 @@ const (
 )
 
 // setupCgroups enables the memory and pids controllers for the execs'
-// cgroups, moves the agent into its own cgroup with protected memory, and
-// makes the agent the OOM killer's last choice. Best effort: a kernel
+// cgroups and moves the agent into its own cgroup with protected memory.
+// Best effort: a kernel
 // without a controller runs execs without that limit.
 func (s *Server) setupCgroups() {
 	root := s.cfg.CgroupRoot
@@ -48,7 +51,10 @@ func (s *Server) setupCgroups() {
 			os.WriteFile(filepath.Join(dir, "memory.min"), []byte(strconv.Itoa(agentMemoryMin)), 0)
 			os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0)
 		}
-		os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
+		go protectCPU()
+		// No oom_score_adj: the OOM killer never picks PID 1, and a
+		// negative value would be inherited by every process the agent
+		// starts, leaving the OOM killer nothing to kill (a kernel panic).
 	}
 	if s.execMemMax == 0 {
 		if total := memTotal(); total > 0 {
@@ -114,4 +120,29 @@ func (s *Server) limitsSummary() string {
 		pids = DefaultExecPids
 	}
 	return fmt.Sprintf("exec limits: pids.max %d, memory.max %d MiB", pids, s.execMemMax>>20)
+}
+
+// agentNice is the agent's nice value: under a fork bomb of thousands of
+// runnable processes the agent must still get the CPU to answer keepalives
+// and kill the exec at its timeout.
+const agentNice = -15
+
+// protectCPU gives every agent thread agentNice, with SCHED_RESET_ON_FORK so
+// that the processes the agent starts (and their children) run at nice 0,
+// and does it again every 2 s for threads the Go runtime started since
+// (a new thread starts at nice 0 too).
+func protectCPU() {
+	for {
+		if ents, err := os.ReadDir("/proc/self/task"); err == nil {
+			for _, e := range ents {
+				tid, err := strconv.Atoi(e.Name())
+				if err != nil {
+					continue
+				}
+				a := unix.SchedAttr{Policy: unix.SCHED_NORMAL, Flags: unix.SCHED_FLAG_RESET_ON_FORK, Nice: agentNice}
+				unix.SchedSetAttr(tid, &a, 0)
+			}
+		}
+		time.Sleep(2 * time.Second)
+	}
 }

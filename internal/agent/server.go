@@ -43,8 +43,8 @@ type Config struct {
 	// agent (see limits.go).
 	ExecPids int
 	// TestWedgeExec is a test-only fault: the Exec handler starts the
-	// process and then never reads its output nor reports its exit, as a
-	// wedged agent would. The guest agent sets it from
+	// process and forwards its output, but never enforces its timeout nor
+	// reports its exit, as a wedged agent would. The guest agent sets it from
 	// airlock.test_wedge_exec=1 on the kernel command line.
 	TestWedgeExec bool
 }

@@ -73,38 +73,45 @@ func (l *Limiter) Tail() []byte {
 func (l *Limiter) Dropped() int64 { return l.dropped }
 
 // Buffer is an io.Writer that keeps a Limiter's head and tail of what is
-// written to it. A Buffer with max <= 0 keeps everything.
+// written to it. Up to max bytes it holds one slice, so a stream within the
+// budget costs no second copy. A Buffer with max <= 0 keeps everything.
 type Buffer struct {
-	l    *Limiter
-	head []byte
+	max int64
+	all []byte   // everything, while within max; then the head
+	l   *Limiter // once past max
 }
 
 // NewBuffer returns a Buffer keeping at most max bytes (see NewLimiter);
 // max <= 0 keeps every byte.
-func NewBuffer(max int64) *Buffer {
-	b := &Buffer{}
-	if max > 0 {
-		b.l = NewLimiter(max)
-	}
-	return b
-}
+func NewBuffer(max int64) *Buffer { return &Buffer{max: max} }
 
 // Write keeps p's head part and tail part; it never fails.
 func (b *Buffer) Write(p []byte) (int, error) {
-	if b.l == nil {
-		b.head = append(b.head, p...)
-	} else {
-		b.head = append(b.head, b.l.Write(p)...)
+	switch {
+	case b.l != nil:
+		b.all = append(b.all, b.l.Write(p)...)
+	case b.max <= 0 || int64(len(b.all)+len(p)) <= b.max:
+		b.all = append(b.all, p...)
+	default:
+		// Past the budget: the first part of what is held is the head,
+		// the rest and p go through a Limiter.
+		b.l = NewLimiter(b.max)
+		held := b.all
+		b.all = held[:len(b.l.Write(held))]
+		b.all = append(b.all, b.l.Write(p)...)
 	}
 	return len(p), nil
 }
 
 // Bytes returns the head followed by the tail.
 func (b *Buffer) Bytes() []byte {
-	if b.l == nil || b.l.Dropped() == 0 && len(b.l.buf) == 0 {
-		return b.head
+	if b.l == nil {
+		return b.all
 	}
-	return append(b.head, b.l.Tail()...)
+	t := b.l.Tail()
+	out := make([]byte, len(b.all)+len(t))
+	copy(out[copy(out, b.all):], t)
+	return out
 }
 
 // Dropped is the number of bytes written but not kept.
