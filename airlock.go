@@ -87,14 +87,16 @@ func readaheadFor(size int64) int {
 	return int(((size+1)/2 + mib - 1) / mib * mib)
 }
 
-// DefaultHome returns $AIRLOCK_HOME, else ~/.airlock.
+// DefaultHome returns $AIRLOCK_HOME, else ~/.airlock; "" when neither
+// AIRLOCK_HOME nor HOME is set (there is no shared fallback such as /tmp,
+// where another user could plant files).
 func DefaultHome() string {
 	if h := os.Getenv("AIRLOCK_HOME"); h != "" {
 		return h
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
-		return filepath.Join(os.TempDir(), "airlock")
+		return ""
 	}
 	return filepath.Join(home, ".airlock")
 }
@@ -106,6 +108,9 @@ func Open(opts Options) (*Runtime, error) {
 	if opts.Home == "" {
 		opts.Home = DefaultHome()
 	}
+	if opts.Home == "" {
+		return nil, errors.New("no airlock home: $HOME is not set; set HOME, or AIRLOCK_HOME to the directory airlock should keep its boxes in")
+	}
 	if opts.ImagesDir == "" {
 		opts.ImagesDir = os.Getenv("AIRLOCK_IMAGES")
 	}
@@ -115,6 +120,9 @@ func Open(opts Options) (*Runtime, error) {
 	if opts.CacheDir == "" {
 		opts.CacheDir = assets.CacheDir()
 	}
+	if opts.CacheDir == "" {
+		return nil, errors.New("no airlock cache directory: $HOME is not set; set HOME, or AIRLOCK_CACHE to the directory for kernels and root filesystems")
+	}
 	if opts.Accel == "" {
 		opts.Accel = os.Getenv("AIRLOCK_ACCEL")
 	}
@@ -122,6 +130,11 @@ func Open(opts Options) (*Runtime, error) {
 		opts.Warn = func(msg string) { fmt.Fprintln(os.Stderr, msg) }
 	}
 	if err := os.MkdirAll(filepath.Join(opts.Home, "boxes"), 0o700); err != nil {
+		return nil, fmt.Errorf("airlock home %s: %w", opts.Home, err)
+	}
+	// Box directories hold disks and sockets: owner only (homes made by
+	// older versions had 0755).
+	if err := os.Chmod(filepath.Join(opts.Home, "boxes"), 0o700); err != nil {
 		return nil, fmt.Errorf("airlock home %s: %w", opts.Home, err)
 	}
 	db, err := store.Open(filepath.Join(opts.Home, "state.db"))

@@ -121,16 +121,14 @@ func (b *Box) lock(ctx context.Context) (func(), error) {
 }
 
 // sockPath returns where a box's unix socket lives: in the box directory,
-// or, when that path is too long for a unix socket, in a short directory
-// under the system temp dir.
+// or, when that path is too long for a unix socket, in a private short
+// directory under the system temp dir (checkSockDir, files.go).
 func (b *Box) sockPath(name string) string {
 	p := filepath.Join(b.dir, name)
 	if len(p) < 100 {
 		return p
 	}
-	d := filepath.Join(os.TempDir(), "airlock-"+b.id)
-	os.MkdirAll(d, 0o700)
-	return filepath.Join(d, name)
+	return filepath.Join(shortSockBase(), b.id, name)
 }
 
 // create prepares the box directory and its writable layer.
@@ -174,6 +172,9 @@ func (b *Box) Start(ctx context.Context) error {
 	}
 	boot, err := b.r.bootAssets()
 	if err != nil {
+		return err
+	}
+	if err := b.checkSockDir(); err != nil {
 		return err
 	}
 	// Another process may have pruned the agent disk or initramfs since
@@ -676,7 +677,7 @@ func (b *Box) remove(ctx context.Context, force bool) error {
 	if err := b.r.db.Delete(ctx, b.id); err != nil {
 		return err
 	}
-	os.RemoveAll(filepath.Join(os.TempDir(), "airlock-"+b.id))
+	os.RemoveAll(filepath.Join(shortSockBase(), b.id))
 	b.r.forget(b.id)
 	return os.RemoveAll(b.dir)
 }

@@ -23,8 +23,8 @@ import (
 // CacheDir returns airlock's cache directory: $AIRLOCK_CACHE, else
 // $XDG_CACHE_HOME/airlock, else ~/.cache/airlock. It holds kernels
 // (kernel/), initramfs images and agent disks (initrd/) and root filesystem
-// bases (rootfs/);
-// everything in it can be rebuilt.
+// bases (rootfs/); everything in it can be rebuilt. It is "" when none of
+// AIRLOCK_CACHE, XDG_CACHE_HOME and HOME is set.
 func CacheDir() string {
 	if d := os.Getenv("AIRLOCK_CACHE"); d != "" {
 		return d
@@ -34,7 +34,9 @@ func CacheDir() string {
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
-		home = os.TempDir()
+		// No shared fallback (/tmp): another user could plant a kernel
+		// or agent disk there. Callers report "set HOME or AIRLOCK_CACHE".
+		return ""
 	}
 	return filepath.Join(home, ".cache", "airlock")
 }

@@ -265,18 +265,16 @@ var tscOnce struct {
 
 // TSCkHz returns the host's TSC rate in kHz (2800000 when it cannot be
 // measured). The rate is fixed for a host boot, so the measurement (~45 ms)
-// is made once per boot and kept in a small file under the temp dir, named
-// after the kernel's boot id.
+// is made once per boot and kept in a small file in the user's cache
+// directory (tscCachePath), named after the kernel's boot id; it is read
+// and written without following symlinks.
 func TSCkHz() uint64 {
 	tscOnce.Do(func() {
-		cache := ""
-		if id, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
-			cache = filepath.Join(os.TempDir(), "airlock-tsc-khz-"+strings.TrimSpace(string(id)))
-			if b, err := os.ReadFile(cache); err == nil {
-				if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && v >= 100000 {
-					tscOnce.khz = v
-					return
-				}
+		cache := tscCachePath()
+		if cache != "" {
+			if v := readTSCCache(cache); v >= 100000 {
+				tscOnce.khz = v
+				return
 			}
 		}
 		tscOnce.khz = hostTSCkHz()
@@ -285,10 +283,62 @@ func TSCkHz() uint64 {
 			return
 		}
 		if cache != "" {
-			os.WriteFile(cache, []byte(strconv.FormatUint(tscOnce.khz, 10)), 0o644)
+			writeTSCCache(cache, tscOnce.khz)
 		}
 	})
 	return tscOnce.khz
+}
+
+// tscCachePath is $AIRLOCK_CACHE (else $XDG_CACHE_HOME/airlock, else
+// ~/.cache/airlock)/tsc-khz-<boot id>; "" when there is no such directory
+// to use (the rate is then measured each time).
+func tscCachePath() string {
+	id, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	dir := os.Getenv("AIRLOCK_CACHE")
+	if dir == "" {
+		if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+			dir = filepath.Join(d, "airlock")
+		} else if h, err := os.UserHomeDir(); err == nil {
+			dir = filepath.Join(h, ".cache", "airlock")
+		} else {
+			return ""
+		}
+	}
+	return filepath.Join(dir, "tsc-khz-"+strings.TrimSpace(string(id)))
+}
+
+func readTSCCache(p string) uint64 {
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	b := make([]byte, 32)
+	n, _ := f.Read(b)
+	v, _ := strconv.ParseUint(strings.TrimSpace(string(b[:n])), 10, 64)
+	return v
+}
+
+// writeTSCCache writes the rate to a new temporary file and renames it
+// over p: a symlink planted at p is replaced, never written through.
+func writeTSCCache(p string, khz uint64) {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), ".tsc-khz-*")
+	if err != nil {
+		return
+	}
+	_, err = f.WriteString(strconv.FormatUint(khz, 10))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || os.Rename(f.Name(), p) != nil {
+		os.Remove(f.Name())
+	}
 }
 
 // mallocHugePagesEnv returns env with glibc's malloc told to ask for
