@@ -123,6 +123,14 @@ func TestHostile(t *testing.T) {
 		alive(t)
 	})
 
+	t.Run("64 threads fit the exec limits", func(t *testing.T) {
+		res := exec(t, b, airlock.ExecOptions{Timeout: time.Minute}, "python3", "-c",
+			"import threading, time\nts = [threading.Thread(target=time.sleep, args=(1,)) for _ in range(64)]\n[t.start() for t in ts]\n[t.join() for t in ts]\nprint(len(ts))")
+		if res.ExitCode != 0 || string(res.Stdout) != "64\n" {
+			t.Fatalf("64 threads: %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
+		}
+	})
+
 	t.Run("memory bomb", func(t *testing.T) {
 		res := exec(t, b, airlock.ExecOptions{Timeout: 2 * time.Minute}, "python3", "-c",
 			"import sys; print('start', flush=True); a = [b'x' * (32 << 20) for _ in range(64)]")

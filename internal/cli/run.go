@@ -105,6 +105,14 @@ func runInBox(cmd *cobra.Command, b *airlock.Box, argv []string, opts airlock.Ex
 		}
 		return 125, err
 	}
+	if res.OOMKilled {
+		// One line of airlock's own, after the command's last byte.
+		mem := ""
+		if info, err := b.Info(ctx); err == nil {
+			mem = fmt.Sprintf(" (it has %d MiB)", info.Options.MemoryMiB)
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: out of memory: the box's OOM killer killed a process of the command; give the box more with --memory%s\n", mem)
+	}
 	if res.TimedOut {
 		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: command timed out after %s; it and every process it started were killed\n", ef.timeout)
 		return 124, nil
