@@ -88,7 +88,9 @@ const DefaultMaxOutput = 16 << 20
 // not an error.
 type ExecResult struct {
 	// ExitCode is the exit status; 128+N when killed by signal N; 127 when
-	// the command was not found; 126 when it could not be run.
+	// the command was not found; 126 when it could not be run; -1 when the
+	// host stopped waiting for a timed-out exec whose end the box did not
+	// report (TimedOut, ErrorMessage says so, Box.Unhealthy is set).
 	ExitCode int
 	// Signal is the signal number that killed the process, 0 otherwise.
 	Signal int
