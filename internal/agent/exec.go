@@ -441,7 +441,11 @@ func (s *Server) Exec(stream execStream) error {
 		// Bigger reads: most of a flood is only copied into the ring.
 		readSize = 256 << 10
 		for _, f := range []*os.File{p.stdout, p.stderr} {
-			unix.FcntlInt(f.Fd(), unix.F_SETPIPE_SZ, 1<<20)
+			// Through SyscallConn: f.Fd() would make the pipe blocking
+			// and break the drain deadline.
+			if rc, err := f.SyscallConn(); err == nil {
+				rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
+			}
 		}
 	}
 	drain := make(chan struct{})

@@ -84,3 +84,17 @@ func TestExecMaxOutputGigabyte(t *testing.T) {
 	}
 	t.Logf("1 GiB through a 16 MiB cap in %s", time.Since(t0).Round(time.Millisecond))
 }
+
+// A background child holding the pipes open does not hold a capped exec
+// either (the drain deadline still works).
+func TestExecMaxOutputBackgroundChild(t *testing.T) {
+	c := startAgent(t)
+	t0 := time.Now()
+	ex, out, _ := run(t, c, client.Spec{Argv: []string{"sh", "-c", "sleep 30 & echo hi"}, MaxOutput: 1 << 20})
+	if ex.Code != 0 || out != "hi\n" {
+		t.Fatalf("%+v %q", ex, out)
+	}
+	if d := time.Since(t0); d > 10*time.Second {
+		t.Fatalf("exec held %s by a background child", d)
+	}
+}
