@@ -90,7 +90,17 @@ func (b *Buffer) Write(p []byte) (int, error) {
 	switch {
 	case b.l != nil:
 		b.all = append(b.all, b.l.Write(p)...)
-	case b.max <= 0 || int64(len(b.all)+len(p)) <= b.max:
+	case b.max <= 0:
+		b.all = append(b.all, p...)
+	case int64(len(b.all)+len(p)) <= b.max:
+		if n := len(b.all) + len(p); n > cap(b.all) && n > 1<<20 {
+			// Past 1 MiB, room for the whole budget at once: no chain of
+			// doubling copies, whose garbage would grow the heap to twice
+			// the budget and more.
+			all := make([]byte, len(b.all), b.max)
+			copy(all, b.all)
+			b.all = all
+		}
 		b.all = append(b.all, p...)
 	default:
 		// Past the budget: the first part of what is held is the head,
