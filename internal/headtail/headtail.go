@@ -72,6 +72,10 @@ func (l *Limiter) Tail() []byte {
 // Dropped is the number of bytes neither passed as head nor kept as tail.
 func (l *Limiter) Dropped() int64 { return l.dropped }
 
+// reserveAtOnce is the largest budget a Buffer allocates whole once its
+// content passes 1 MiB; larger budgets grow as append grows them.
+const reserveAtOnce = 64 << 20
+
 // Buffer is an io.Writer that keeps a Limiter's head and tail of what is
 // written to it. Up to max bytes it holds one slice, so a stream within the
 // budget costs no second copy. A Buffer with max <= 0 keeps everything.
@@ -93,7 +97,7 @@ func (b *Buffer) Write(p []byte) (int, error) {
 	case b.max <= 0:
 		b.all = append(b.all, p...)
 	case int64(len(b.all)+len(p)) <= b.max:
-		if n := len(b.all) + len(p); n > cap(b.all) && n > 1<<20 {
+		if n := len(b.all) + len(p); n > cap(b.all) && n > 1<<20 && b.max <= reserveAtOnce {
 			// Past 1 MiB, room for the whole budget at once: no chain of
 			// doubling copies, whose garbage would grow the heap to twice
 			// the budget and more.
