@@ -153,7 +153,8 @@ func TestHostile(t *testing.T) {
 
 	t.Run("fork bomb under a timeout", func(t *testing.T) {
 		t1 := time.Now()
-		res := exec(t, b, airlock.ExecOptions{Timeout: 20 * time.Second}, "sh", "-c", "echo start; f() { f | f & }; f; sleep 100")
+		// 10 s here; TestCLIRun runs one under `airlock run --timeout 20s`.
+		res := exec(t, b, airlock.ExecOptions{Timeout: 10 * time.Second}, "sh", "-c", "echo start; f() { f | f & }; f; sleep 100")
 		t.Logf("fork bomb ended after %s: exit %d, timed out %v", time.Since(t1).Round(time.Millisecond), res.ExitCode, res.TimedOut)
 		if !res.TimedOut || !strings.HasPrefix(string(res.Stdout), "start\n") {
 			t.Fatalf("fork bomb: %+v", res)
