@@ -7,39 +7,6 @@ import (
 	"testing"
 )
 
-func TestPrivateDirRefusesOthersDirs(t *testing.T) {
-	base := t.TempDir()
-	own := filepath.Join(base, "own")
-	if err := privateDir(own); err != nil {
-		t.Fatal(err)
-	}
-	if fi, _ := os.Stat(own); fi.Mode().Perm() != 0o700 {
-		t.Fatalf("made with mode %o", fi.Mode().Perm())
-	}
-	if err := privateDir(own); err != nil {
-		t.Fatalf("own 0700 directory refused: %v", err)
-	}
-	open := filepath.Join(base, "open")
-	os.Mkdir(open, 0o755)
-	os.Chmod(open, 0o755)
-	if err := privateDir(open); err == nil || !strings.Contains(err.Error(), "open to other users") {
-		t.Errorf("0755 directory: %v", err)
-	}
-	link := filepath.Join(base, "link")
-	os.Symlink(own, link)
-	if err := privateDir(link); err == nil || !strings.Contains(err.Error(), "not a directory") {
-		t.Errorf("symlink: %v", err)
-	}
-	if os.Geteuid() == 0 {
-		other := filepath.Join(base, "other")
-		os.Mkdir(other, 0o700)
-		os.Chown(other, 65534, 65534)
-		if err := privateDir(other); err == nil || !strings.Contains(err.Error(), "another user") {
-			t.Errorf("directory of uid 65534: %v", err)
-		}
-	}
-}
-
 func TestNoHomeIsAClearError(t *testing.T) {
 	t.Setenv("HOME", "")
 	t.Setenv("AIRLOCK_HOME", "")

@@ -3,10 +3,7 @@ package airlock
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
-
-	"github.com/airlock-run/airlock/internal/vmm/qemu"
 )
 
 // hostSlack is how long past an exec's timeout and kill grace the host
@@ -30,14 +27,18 @@ func (b *Box) Unhealthy() string {
 }
 
 // markUnhealthy records why, and checks in the background that the agent
-// still answers; if it does not, the VM is killed.
+// still answers; if it does not, the machine is killed (through the VM
+// driver), and later calls return a DiedError saying so.
 func (b *Box) markUnhealthy(why string) {
 	b.mu.Lock()
 	first := b.unhealthy == ""
 	if first {
 		b.unhealthy = why
 	}
-	conn, rec := b.conn, b.rec
+	conn, m := b.conn, b.m
+	if m == nil {
+		m = b.machine(b.rec, b.cfg)
+	}
 	b.mu.Unlock()
 	if !first || conn == nil {
 		return
@@ -49,24 +50,14 @@ func (b *Box) markUnhealthy(why string) {
 			return
 		}
 		b.mu.Lock()
-		if b.rec.PID != rec.PID || b.stopping {
+		if b.rec.PID != m.Handle().PID || b.stopping {
 			b.mu.Unlock()
 			return
 		}
-		b.died = &DiedError{BoxID: b.id, Cause: fmt.Sprintf("its agent stopped answering (%s), so airlock killed the VM", why),
-			ConsoleTail: consoleTail(b.ConsoleLog(), 25)}
+		d := b.diedError(m)
+		d.Cause = fmt.Sprintf("its agent stopped answering (%s), so airlock killed the VM", why)
+		b.died = d
 		b.mu.Unlock()
-		qemu.Kill(rec.PID, rec.PIDStart)
+		m.Kill()
 	}()
-}
-
-// testFaults returns the kernel command-line parameters of test-only
-// faults asked for by the environment of the process starting the box:
-// AIRLOCK_TEST_WEDGE_EXEC=1 makes the guest agent's exec handler wedge
-// (start the process, then never report), for the hostile-code tests.
-func testFaults() []string {
-	if os.Getenv("AIRLOCK_TEST_WEDGE_EXEC") == "1" {
-		return []string{"airlock.test_wedge_exec=1"}
-	}
-	return nil
 }

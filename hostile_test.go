@@ -286,8 +286,11 @@ func TestHostile(t *testing.T) {
 func TestHostileWedgedAgentAndKilledVM(t *testing.T) {
 	vmtest.Require(t)
 	t0 := time.Now()
-	t.Setenv("AIRLOCK_TEST_WEDGE_EXEC", "1")
-	r := openRuntime(t, "")
+	r, err := airlock.OpenWedgedQEMU(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
 	ctx := context.Background()
 	b, err := r.Create(ctx, airlock.BoxOptions{Network: airlock.NetworkDisabled})
 	if err != nil {

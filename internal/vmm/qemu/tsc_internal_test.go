@@ -10,8 +10,7 @@ import (
 // name is replaced, not written through.
 func TestTSCCacheNeverFollowsSymlinks(t *testing.T) {
 	cache := t.TempDir()
-	t.Setenv("AIRLOCK_CACHE", cache)
-	p := tscCachePath()
+	p := tscCachePath(cache)
 	if filepath.Dir(p) != cache {
 		t.Fatalf("cache path %s not under %s", p, cache)
 	}
