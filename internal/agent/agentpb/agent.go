@@ -258,7 +258,8 @@ func (m *ExecStart) AppendWire(b []byte) []byte {
 	b = appendBool(b, 5, m.Stdin)
 	b = appendInt(b, 6, m.TimeoutNs)
 	b = appendInt(b, 7, m.KillGraceNs)
-	return appendInt(b, 8, m.MaxOutput)
+	// 8-10 are taken by the files branch's tty, rows and cols.
+	return appendInt(b, 11, m.MaxOutput)
 }
 
 // UnmarshalWire replaces m with the message encoded in b.
@@ -286,7 +287,7 @@ func (m *ExecStart) mergeWire(b []byte) error {
 			m.TimeoutNs = int64(f.u)
 		case f.num == 7 && f.isVarint():
 			m.KillGraceNs = int64(f.u)
-		case f.num == 8 && f.isVarint():
+		case f.num == 11 && f.isVarint():
 			m.MaxOutput = int64(f.u)
 		}
 		return nil

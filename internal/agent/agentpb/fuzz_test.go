@@ -44,7 +44,7 @@ var agentProto = func() protoreflect.FileDescriptor {
 		{Name: s("HelloResponse"), Field: []*fd{field("version", 1, str, lbl, "", nil), field("kernel", 2, str, lbl, "", nil), field("uptime_ns", 3, i64, lbl, "", nil)}},
 		{Name: s("ExecStart"), Field: []*fd{field("argv", 1, str, rep, "", nil), field("env", 2, str, rep, "", nil), field("working_dir", 3, str, lbl, "", nil),
 			field("user", 4, str, lbl, "", nil), field("stdin", 5, boo, lbl, "", nil), field("timeout_ns", 6, i64, lbl, "", nil), field("kill_grace_ns", 7, i64, lbl, "", nil),
-			field("max_output", 8, i64, lbl, "", nil)}},
+			field("max_output", 11, i64, lbl, "", nil)}},
 		{Name: s("ExecRequest"), Field: []*fd{field("start", 1, msg, lbl, "ExecStart", o), field("stdin", 2, byt, lbl, "", o), field("close_stdin", 3, boo, lbl, "", o),
 			field("signal", 4, i32, lbl, "", o), field("kill", 5, boo, lbl, "", o)}, OneofDecl: []*descriptorpb.OneofDescriptorProto{{Name: s("msg")}}},
 		{Name: s("ExecStarted"), Field: []*fd{field("pid", 1, i32, lbl, "", nil), field("spawn_ns", 2, i64, lbl, "", nil)}},
