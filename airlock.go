@@ -82,14 +82,31 @@ type Runtime struct {
 // marked stopped. Box records written by older versions are migrated.
 func Open(opts Options) (*Runtime, error) {
 	opts = opts.withDefaults()
-	drv := qemu.New(qemu.Options{Accel: opts.Accel, Kernel: opts.Kernel, AgentPath: opts.AgentPath,
-		CacheDir: opts.CacheDir, THP: opts.THP, Debug: opts.Debug, Warn: opts.Warn})
-	return openWith(opts, drv)
+	return openWith(opts, qemu.New(qemuOptions(opts)))
+}
+
+// qemuOptions are the QEMU driver's options for opts (with its defaults).
+func qemuOptions(opts Options) qemu.Options {
+	return qemu.Options{Accel: opts.Accel, Kernel: opts.Kernel, AgentPath: opts.AgentPath,
+		CacheDir: opts.CacheDir, THP: opts.THP, Debug: opts.Debug, Warn: opts.Warn}
 }
 
 // openWith opens a runtime whose boxes run on drv (opts has its defaults).
 func openWith(opts Options, drv vmm.Driver) (*Runtime, error) {
+	// No shared fallback such as /tmp, where another user could plant a
+	// kernel, an agent disk or box files (internal/defaults).
+	if opts.Home == "" {
+		return nil, errors.New("no airlock home: $HOME is not set; set HOME, or AIRLOCK_HOME (Options.Home) to the directory airlock should keep its boxes in")
+	}
+	if opts.CacheDir == "" {
+		return nil, errors.New("no airlock cache directory: $HOME is not set; set HOME, or AIRLOCK_CACHE (Options.CacheDir) to the directory for kernels and root filesystems")
+	}
 	if err := os.MkdirAll(filepath.Join(opts.Home, "boxes"), 0o700); err != nil {
+		return nil, fmt.Errorf("airlock home %s: %w", opts.Home, err)
+	}
+	// Box directories hold disks and sockets: owner only (homes made by
+	// older versions had 0755).
+	if err := os.Chmod(filepath.Join(opts.Home, "boxes"), 0o700); err != nil {
 		return nil, fmt.Errorf("airlock home %s: %w", opts.Home, err)
 	}
 	db, err := store.Open(filepath.Join(opts.Home, "state.db"), upgradeConfig)

@@ -24,12 +24,13 @@ func TestPackageRules(t *testing.T) {
 		"internal/agent/agentpb": {},
 		"internal/image":         {},
 		"internal/tarfs":         {},
+		"internal/headtail":      {},
 		"internal/image/unpack":  {"internal/image"},
 		"internal/rootfs":        {"internal/image", "internal/guestabi"},
 		"internal/assets":        {"internal/defaults"},
 		"internal/agent/client":  {"internal/agent/agentpb", "internal/transport"},
 		// Guest side: never a host package.
-		"internal/agent":     {"internal/agent/agentpb", "internal/transport", "internal/tarfs"},
+		"internal/agent":     {"internal/agent/agentpb", "internal/transport", "internal/tarfs", "internal/headtail"},
 		"internal/guestinit": {"internal/guestabi", "internal/tarfs"},
 		"cmd/airlock-agent":  {"internal/agent", "internal/guestinit", "internal/guestabi", "internal/transport"},
 		// The driver seam: drivers know the seam and the parts a machine
@@ -38,7 +39,7 @@ func TestPackageRules(t *testing.T) {
 		"internal/vmm/fake": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi"},
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/rootfs", "internal/image"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs"},
+		"":        {"internal/vmm", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs", "internal/headtail"},
 		"codebox": {""},
 		"interp":  {"codebox"},
 	}

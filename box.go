@@ -44,6 +44,9 @@ type Box struct {
 	vmExit   <-chan struct{}
 	died     *DiedError
 	stopping bool
+	// unhealthy says why the box was declared unhealthy ("" when it was
+	// not); reset by Start (health.go).
+	unhealthy string
 }
 
 // newBox returns a handle for rec, whose configuration was decoded as cfg.
@@ -210,7 +213,7 @@ func (b *Box) Start(ctx context.Context) (err error) {
 	up.State, up.PID, up.PIDStart, up.Started = store.StateRunning, h.PID, h.Start, now
 	b.mu.Lock()
 	b.rec = &up
-	b.died = nil
+	b.died, b.unhealthy = nil, ""
 	b.stopping = false
 	b.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, bootTimeout)
@@ -268,7 +271,7 @@ func (b *Box) watchVM(m vmm.Machine) {
 			b.mu.Unlock()
 			return
 		}
-		if !b.stopping {
+		if !b.stopping && b.died == nil { // markUnhealthy may have said why first
 			b.died = b.diedError(m)
 			b.recordDied(b.rec.Started, b.died)
 			if o := b.r.opts.Observer; o != nil {

@@ -7,7 +7,8 @@ import (
 	"github.com/airlock-run/airlock/internal/defaults"
 )
 
-// DefaultHome returns $AIRLOCK_HOME, else ~/.airlock.
+// DefaultHome returns $AIRLOCK_HOME, else ~/.airlock; "" when neither
+// AIRLOCK_HOME nor HOME is set (Open then fails saying what to set).
 func DefaultHome() string { return defaults.Home() }
 
 // withDefaults fills the Options fields left zero, from the environment

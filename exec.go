@@ -1,7 +1,6 @@
 package airlock
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/agent/client"
+	"github.com/airlock-run/airlock/internal/headtail"
 )
 
 // mergeEnv merges KEY=value lists; later lists override earlier keys, and
@@ -60,6 +60,17 @@ func (b *Box) spec(cmd string, args []string, opts ExecOptions, stdin bool) clie
 	}
 }
 
+// maxOutput is the per-stream cap Exec asks for: 0 for none.
+func (o ExecOptions) maxOutput() int64 {
+	switch {
+	case o.MaxOutput < 0:
+		return 0
+	case o.MaxOutput == 0:
+		return DefaultMaxOutput
+	}
+	return o.MaxOutput
+}
+
 // DefaultCommand returns the image's default argv (Entrypoint + Cmd, as
 // Docker combines them); empty when the image defines neither.
 func (b *Box) DefaultCommand() []string {
@@ -75,10 +86,15 @@ func (b *Box) DefaultCommand() []string {
 // not running (ErrBoxNotRunning), its VM died (ErrBoxDied, with the cause
 // and the console's tail), or ctx was cancelled (ctx.Err(), after the
 // process tree was killed). An empty cmd is ErrInvalidArgument, before
-// anything is sent to the box. Output is returned byte for byte.
+// anything is sent to the box. Output is returned byte for byte up to
+// opts.MaxOutput (16 MiB) per stream; past that its head and tail are kept,
+// the middle is dropped inside the box and ExecResult.Truncated is set.
 func (b *Box) Exec(ctx context.Context, cmd string, args []string, opts ExecOptions) (*ExecResult, error) {
-	var out, errb bytes.Buffer
-	p, err := b.start(ctx, cmd, args, opts, &out, &errb, opts.Stdin != nil)
+	max := opts.maxOutput()
+	// The agent drops the middle; the host caps again what arrives, so a
+	// misbehaving guest cannot grow host memory past 2*max either.
+	out, errb := headtail.NewBuffer(max), headtail.NewBuffer(max)
+	p, err := b.startMax(ctx, cmd, args, opts, out, errb, opts.Stdin != nil, max)
 	if err != nil {
 		return nil, err
 	}
@@ -88,6 +104,9 @@ func (b *Box) Exec(ctx context.Context, cmd string, args []string, opts ExecOpti
 	res, err := p.Wait()
 	if res != nil {
 		res.Stdout, res.Stderr = out.Bytes(), errb.Bytes()
+		res.StdoutDropped += out.Dropped()
+		res.StderrDropped += errb.Dropped()
+		res.Truncated = res.StdoutDropped > 0 || res.StderrDropped > 0
 	}
 	return res, err
 }
@@ -145,6 +164,12 @@ type Process struct {
 }
 
 func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOptions, stdout, stderr io.Writer, stdin bool) (*Process, error) {
+	return b.startMax(ctx, cmd, args, opts, stdout, stderr, stdin, 0)
+}
+
+// startMax is start with the agent keeping at most maxOutput bytes of each
+// stream (0: all).
+func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts ExecOptions, stdout, stderr io.Writer, stdin bool, maxOutput int64) (*Process, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -156,6 +181,7 @@ func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOpt
 		return nil, err
 	}
 	spec := b.spec(cmd, args, opts, stdin)
+	spec.MaxOutput = maxOutput
 	// A context deadline becomes the agent's timeout, so the result can
 	// say TimedOut and carry the output produced until then.
 	fromDeadline := false
@@ -189,19 +215,39 @@ func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOpt
 	b.mu.Lock()
 	vmExit := b.vmExit
 	b.mu.Unlock()
+	// The host's own timer: a guest that does not report the end of a
+	// timed-out exec is not waited for beyond it.
+	var hostTimer <-chan time.Time
+	var stopTimer func() bool
+	hostLimit := spec.Timeout + grace + hostSlack
+	if spec.Timeout > 0 {
+		t := time.NewTimer(hostLimit)
+		hostTimer, stopTimer = t.C, t.Stop
+	}
 	go func() {
 		defer close(p.done)
 		defer b.r.execEnded(p)
 		defer cancel()
-		gone := false
+		if stopTimer != nil {
+			defer stopTimer()
+		}
+		gone, hostTimedOut := false, false
+		unhealthy := func() {
+			b.markUnhealthy(fmt.Sprintf("the agent did not report the end of %q within %s of its %s timeout", cmd, hostLimit-spec.Timeout, spec.Timeout))
+		}
 		select {
 		case <-proc.Done():
+		case <-hostTimer:
+			hostTimedOut = true
+			unhealthy()
+			proc.Kill()
 		case <-ctx.Done():
 			if fromDeadline && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				// The agent's timer fires at the same moment.
 				select {
 				case <-proc.Done():
-				case <-time.After(grace + 5*time.Second):
+				case <-time.After(grace + hostSlack):
+					unhealthy()
 					p.ctxErr = ctx.Err()
 				}
 			} else {
@@ -216,7 +262,7 @@ func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOpt
 			gone = true
 		}
 		cancel()
-		if gone || p.ctxErr != nil {
+		if gone || p.ctxErr != nil || hostTimedOut {
 			// The call is over: a caller who stopped reading must not keep
 			// the receiver blocked on a full pipe (Wait would hang).
 			for _, bp := range p.pipes {
@@ -230,8 +276,14 @@ func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOpt
 		res := &ExecResult{
 			ExitCode: ex.Code, Signal: int(ex.Signal), TimedOut: ex.TimedOut, ErrorMessage: ex.Error,
 			Duration: time.Since(p.t0), GuestDuration: time.Duration(ex.GuestNs),
+			StdoutDropped: ex.StdoutDropped, StderrDropped: ex.StderrDropped, OOMKilled: ex.OOMKilled,
 		}
 		switch {
+		case hostTimedOut && err != nil:
+			// What arrived is kept; the guest's word on the exit is not.
+			res.TimedOut, res.ExitCode = true, -1
+			res.ErrorMessage = fmt.Sprintf("timed out after %s; the box did not confirm the process ended within %s more and is marked unhealthy (Box.Unhealthy)", spec.Timeout, hostLimit-spec.Timeout)
+			p.res = res
 		case err == nil:
 			if p.ctxErr != nil && !ex.TimedOut {
 				p.res, p.err = res, p.ctxErr

@@ -1,9 +1,21 @@
 package airlock
 
-import "github.com/airlock-run/airlock/internal/vmm"
+import (
+	"github.com/airlock-run/airlock/internal/vmm"
+	"github.com/airlock-run/airlock/internal/vmm/qemu"
+)
 
 // OpenWithDriver opens a runtime whose boxes run on drv (tests only: the
 // fake driver).
 func OpenWithDriver(opts Options, drv vmm.Driver) (*Runtime, error) {
 	return openWith(opts.withDefaults(), drv)
+}
+
+// OpenWedgedQEMU opens a runtime on the QEMU driver whose guest agents
+// never report the end of an exec (tests only: qemu.Options.TestWedgeExec).
+func OpenWedgedQEMU(opts Options) (*Runtime, error) {
+	opts = opts.withDefaults()
+	qo := qemuOptions(opts)
+	qo.TestWedgeExec = true
+	return openWith(opts, qemu.New(qo))
 }

@@ -35,7 +35,11 @@ type driverHarness struct {
 // fakeHarness runs the suite on the fake driver: the real guest agent as a
 // host process. It needs no QEMU, kernel or image build.
 func fakeHarness(t *testing.T) driverHarness {
-	agent := os.Getenv("AIRLOCK_AGENT") // built by vmtest.Main
+	return fakeHarnessOn(t, fake.New(os.Getenv("AIRLOCK_AGENT"))) // built by vmtest.Main
+}
+
+// fakeHarnessOn is fakeHarness on a fake driver set up by the caller.
+func fakeHarnessOn(t *testing.T, drv *fake.Driver) driverHarness {
 	images := t.TempDir()
 	s, err := image.Open(images)
 	if err != nil {
@@ -51,7 +55,7 @@ func fakeHarness(t *testing.T) driverHarness {
 			if home == "" {
 				home = t.TempDir()
 			}
-			r, err := airlock.OpenWithDriver(airlock.Options{Home: home, ImagesDir: images, CacheDir: t.TempDir(), Warn: func(string) {}}, fake.New(agent))
+			r, err := airlock.OpenWithDriver(airlock.Options{Home: home, ImagesDir: images, CacheDir: t.TempDir(), Warn: func(string) {}}, drv)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -84,19 +84,42 @@ type ExecOptions struct {
 	// which is then closed. When nil the process reads /dev/null (Exec) or
 	// gets a pipe written through Process.Stdin (ExecStream).
 	Stdin io.Reader
+	// MaxOutput bounds, in bytes, how much of each of stdout and stderr
+	// Exec keeps (default DefaultMaxOutput, 16 MiB; negative keeps every
+	// byte, in host memory). Past it Exec keeps the first and the last
+	// MaxOutput/2 bytes, drops the middle inside the box (it never crosses
+	// to the host) and sets ExecResult.Truncated and the Dropped counts.
+	// ExecStream and ExecStreamWriters ignore it: they deliver every byte,
+	// with backpressure.
+	MaxOutput int64
 }
+
+// DefaultMaxOutput is ExecOptions.MaxOutput's default: 16 MiB per stream.
+const DefaultMaxOutput = 16 << 20
 
 // ExecResult is the outcome of an exec. A non-zero ExitCode is a result,
 // not an error.
 type ExecResult struct {
 	// ExitCode is the exit status; 128+N when killed by signal N; 127 when
-	// the command was not found; 126 when it could not be run.
+	// the command was not found; 126 when it could not be run; -1 when the
+	// host stopped waiting for a timed-out exec whose end the box did not
+	// report (TimedOut, ErrorMessage says so, Box.Unhealthy is set).
 	ExitCode int
 	// Signal is the signal number that killed the process, 0 otherwise.
 	Signal int
-	// Stdout and Stderr hold the output, byte for byte (Exec only; empty
-	// for ExecStream, whose output went to the caller's readers).
+	// Stdout and Stderr hold the output, byte for byte up to
+	// ExecOptions.MaxOutput each; past it, its head and tail (Exec only;
+	// empty for ExecStream, whose output went to the caller's readers).
 	Stdout, Stderr []byte
+	// Truncated is true when bytes were dropped from Stdout or Stderr
+	// (ExecOptions.MaxOutput); StdoutDropped and StderrDropped say how
+	// many, taken out between the kept head and tail.
+	Truncated                    bool
+	StdoutDropped, StderrDropped int64
+	// OOMKilled is true when the guest's OOM killer killed a process of
+	// the exec (as Docker's OOMKilled): the exec's memory limit or the
+	// box's RAM ran out. The exit status is then usually 137.
+	OOMKilled bool
 	// TimedOut is true when the timeout or context deadline killed it.
 	TimedOut bool
 	// ErrorMessage is set when the process could not run or died for a

@@ -220,6 +220,38 @@ func TestCodeBox(t *testing.T) {
 			t.Fatalf("state lost after interrupt: %+v", res)
 		}
 	})
+	t.Run("hostile cells", func(t *testing.T) {
+		x, err := cb.NewContext(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Close()
+		// 1 GiB printed by one cell: the kernel keeps head and tail, so a
+		// few MiB cross to the host.
+		rss0 := vmRSS(t)
+		t1 := time.Now()
+		res, err := x.Run(ctx, "import sys\ns = 'x' * 65536\nsys.stdout.write('H')\nfor _ in range(16384): sys.stdout.write(s)\nsys.stdout.write('T')")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("1 GiB cell: %s, host RSS %d -> %d MiB", time.Since(t1).Round(time.Millisecond), rss0>>20, vmRSS(t)>>20)
+		if res.Error != nil || !res.Truncated || len(res.Stdout) != 8<<20 || res.StdoutDropped != 1<<30+2-8<<20 ||
+			!strings.HasPrefix(res.Stdout, "Hx") || !strings.HasSuffix(res.Stdout, "xT") {
+			t.Fatalf("1 GiB cell: error %v, truncated %v, kept %d, dropped %d", res.Error, res.Truncated, len(res.Stdout), res.StdoutDropped)
+		}
+		// A cell printing without a newline.
+		if res, err := x.Run(ctx, "print('no newline', end='')"); err != nil || res.Stdout != "no newline" {
+			t.Fatalf("no newline: %+v %v", res, err)
+		}
+		// A cell writing to the kernel's protocol pipe, no newline.
+		res, err = x.Run(ctx, "import os, sys\nfd = sys.modules['__main__']._proto_out.fileno()\nb = b'z' * (1 << 20)\nfor _ in range(40): os.write(fd, b)")
+		if err != nil || res.Error == nil || res.Error.Name != "ProtocolError" || !res.StateLost {
+			t.Fatalf("protocol flood: %+v %v", res, err)
+		}
+		if res, err := x.Run(ctx, "6 * 7"); err != nil || res.Value != "42" {
+			t.Fatalf("after a protocol flood: %+v %v", res, err)
+		}
+	})
 	t.Run("install from a local index", func(t *testing.T) {
 		out, err := cb.InstallPackage(ctx, "airlock-demo")
 		if err != nil {
@@ -358,4 +390,20 @@ func buildWheel(t *testing.T) (string, []byte) {
 		t.Fatal(err)
 	}
 	return "airlock_demo-0.1-py3-none-any.whl", buf.Bytes()
+}
+
+// vmRSS is this process's resident memory in bytes.
+func vmRSS(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(v), &kb)
+			return kb << 10
+		}
+	}
+	return 0
 }

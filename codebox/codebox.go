@@ -66,6 +66,13 @@ type Options struct {
 	// the host's loopback as 10.0.2.2 (QEMU user networking), so a server
 	// on the host's 127.0.0.1:8080 is http://10.0.2.2:8080/simple/ here.
 	IndexURL string
+	// MaxOutput bounds each of stdout and stderr kept by Run, RunScript
+	// and InstallPackages, in bytes (airlock.ExecOptions.MaxOutput: 0 means
+	// airlock.DefaultMaxOutput, 16 MiB; negative keeps all): past it the
+	// head and tail are kept and the middle is dropped inside the box.
+	// Context cells keep the first and last 4 Mi characters of each
+	// (Result.Truncated).
+	MaxOutput int64
 }
 
 // CodeBox is a box with Python and calls to run Python in it. Its methods
@@ -222,23 +229,22 @@ func (c *CodeBox) RunScript(ctx context.Context, hostPath string) (string, error
 }
 
 func (c *CodeBox) python(ctx context.Context, args []string) (string, error) {
-	var stdout, stderr bytes.Buffer
 	start := time.Now()
-	opts := airlock.ExecOptions{Timeout: c.opts.Timeout, Stdin: strings.NewReader("")}
+	opts := airlock.ExecOptions{Timeout: c.opts.Timeout, Stdin: strings.NewReader(""), MaxOutput: c.opts.MaxOutput}
 	if c.killGrace > 0 {
 		opts.KillGrace = c.killGrace
 	}
-	p, err := c.box.ExecStreamWriters(ctx, c.opts.Python, args, opts, &stdout, &stderr)
-	if err != nil {
-		return "", err
+	res, err := c.box.Exec(ctx, c.opts.Python, args, opts)
+	var stdout, stderr string
+	if res != nil {
+		stdout, stderr = string(res.Stdout), string(res.Stderr)
 	}
-	res, err := p.Wait()
 	timedOut := (res != nil && res.TimedOut) || errors.Is(err, context.DeadlineExceeded)
 	if err != nil && !timedOut {
-		return stdout.String(), err
+		return stdout, err
 	}
 	if timedOut || res.ExitCode != 0 {
-		ee := &ExecError{Stdout: stdout.String(), Stderr: stderr.String(), TimedOut: timedOut, Timeout: c.opts.Timeout}
+		ee := &ExecError{Stdout: stdout, Stderr: stderr, TimedOut: timedOut, Timeout: c.opts.Timeout}
 		if res != nil {
 			ee.ExitCode = res.ExitCode
 		}
@@ -249,7 +255,7 @@ func (c *CodeBox) python(ctx context.Context, args []string) (string, error) {
 		}
 		return ee.Stdout, ee
 	}
-	return stdout.String(), nil
+	return stdout, nil
 }
 
 // tempSeq makes temporary directory names unique among concurrent calls.
@@ -307,7 +313,8 @@ func (c *CodeBox) InstallPackages(ctx context.Context, pkgs ...string) (string, 
 	}
 	args = append(args, pkgs...)
 	res, err := c.box.Exec(ctx, c.opts.Python, args, airlock.ExecOptions{
-		Env: []string{"PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PIP_ROOT_USER_ACTION=ignore", "PIP_PROGRESS_BAR=off"},
+		Env:       []string{"PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_NO_INPUT=1", "PIP_ROOT_USER_ACTION=ignore", "PIP_PROGRESS_BAR=off"},
+		MaxOutput: c.opts.MaxOutput,
 	})
 	if err != nil {
 		return "", fmt.Errorf("codebox: pip install: %w", err)

@@ -30,9 +30,13 @@ const kernelStartTimeout = 2 * time.Minute
 type Result struct {
 	// Stdout and Stderr are what the cell printed. Output written by its
 	// subprocesses or C code straight to file descriptors 1 and 2 comes
-	// after the cell's own Python-level output. Each is cut at 8 MiB
-	// (Truncated is then set).
+	// after the cell's own Python-level output. Each keeps its first and
+	// last 4 Mi characters; what lies between is dropped in the box
+	// (Truncated is then set, and StdoutDropped/StderrDropped count the
+	// characters, bytes for fd-level output).
 	Stdout, Stderr string
+	// StdoutDropped and StderrDropped count what was dropped.
+	StdoutDropped, StderrDropped int64
 	// Value is the repr() of the cell's last statement when that is an
 	// expression whose value is not None, as a notebook shows it; ""
 	// otherwise.
@@ -208,6 +212,36 @@ type reply struct {
 	Error     *Error  `json:"error"`
 	Images    []Image `json:"images"`
 	Truncated bool    `json:"truncated"`
+	OutDrop   int64   `json:"stdout_dropped"`
+	ErrDrop   int64   `json:"stderr_dropped"`
+	// tooLong marks a line over maxMessage, dropped unread.
+	tooLong bool
+}
+
+// maxMessage bounds one line the interpreter writes to the host: the
+// kernel keeps its replies under 32 MiB (MESSAGE_LIMIT in kernel.py); a
+// longer line (a cell writing to the protocol pipe itself) is discarded as
+// it is read, and the interpreter restarted.
+const maxMessage = 32<<20 + 64<<10
+
+// readMessage reads one '\n'-terminated line of at most max bytes. A longer
+// line is read through its newline and discarded (tooLong), so memory stays
+// bounded however long the line is, newline or not.
+func readMessage(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if !tooLong {
+			if len(line)+len(chunk) > max {
+				tooLong, line = true, nil
+			} else {
+				line = append(line, chunk...)
+			}
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return line, tooLong, err
+	}
 }
 
 func startKernel(ctx context.Context, start func(context.Context) (kernelProc, error)) (*kernel, error) {
@@ -220,8 +254,10 @@ func startKernel(ctx context.Context, start func(context.Context) (kernelProc, e
 		defer close(k.replies)
 		r := bufio.NewReaderSize(p.Stdout(), 64<<10)
 		for {
-			line, err := r.ReadBytes('\n')
-			if len(bytes.TrimSpace(line)) > 0 {
+			line, tooLong, err := readMessage(r, maxMessage)
+			if tooLong {
+				k.replies <- reply{tooLong: true}
+			} else if len(bytes.TrimSpace(line)) > 0 {
 				var rep reply
 				if json.Unmarshal(line, &rep) == nil {
 					k.replies <- rep
@@ -333,6 +369,9 @@ func (x *Context) run(ctx context.Context, code string) (*Result, error) {
 			if !ok {
 				return x.lost(ctx, "KernelDied", k.died(), false)
 			}
+			if rep.tooLong {
+				return x.lost(ctx, "ProtocolError", errTooLong, false)
+			}
 			if rep.ID == nil || *rep.ID != id {
 				continue // not this cell's (cannot happen with this kernel)
 			}
@@ -351,6 +390,10 @@ func (x *Context) run(ctx context.Context, code string) (*Result, error) {
 
 var errClosed = errors.New("codebox: context closed")
 
+// errTooLong is the Error value of a cell whose interpreter wrote an
+// over-long line to the host.
+var errTooLong = fmt.Sprintf("the interpreter wrote a message over %d MiB to the host (did the cell write to the kernel's protocol pipe?); it was dropped, and the interpreter killed and restarted", maxMessage>>20)
+
 // interrupt sends SIGINT to the interpreter and waits for the cell's
 // reply; past the grace it restarts the interpreter.
 func (x *Context) interrupt(ctx context.Context, id int64, ctxErr error) (*Result, error) {
@@ -363,6 +406,10 @@ func (x *Context) interrupt(ctx context.Context, id int64, ctxErr error) (*Resul
 		case rep, ok := <-k.replies:
 			if !ok {
 				res, err := x.lost(ctx, "KernelDied", k.died(), true)
+				return res, errors.Join(err, ctxErr)
+			}
+			if rep.tooLong {
+				res, err := x.lost(ctx, "ProtocolError", errTooLong, true)
 				return res, errors.Join(err, ctxErr)
 			}
 			if rep.ID == nil || *rep.ID != id {
@@ -401,7 +448,8 @@ func (x *Context) lost(ctx context.Context, name, msg string, timedOut bool) (*R
 }
 
 func (r reply) result() *Result {
-	res := &Result{Stdout: r.Stdout, Stderr: r.Stderr, Error: r.Error, Images: r.Images, Truncated: r.Truncated}
+	res := &Result{Stdout: r.Stdout, Stderr: r.Stderr, Error: r.Error, Images: r.Images, Truncated: r.Truncated,
+		StdoutDropped: r.OutDrop, StderrDropped: r.ErrDrop}
 	if r.Value != nil {
 		res.Value = *r.Value
 	}

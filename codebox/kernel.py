@@ -5,7 +5,7 @@
 # Reply:    {"id": N, "stdout": "...", "stderr": "...", "value": "..." | null,
 #            "error": {"name", "value", "traceback"} | null,
 #            "images": [{"mime": "image/png", "data": "<base64>"}],
-#            "truncated": bool}
+#            "truncated": bool, "stdout_dropped": N, "stderr_dropped": N}
 # Ready:    {"ready": true, "python": "3.11.2", "pid": N} once at start.
 #
 # Cells share one globals dict. Like a notebook, every statement but the last
@@ -16,6 +16,7 @@
 # still open at the end of a cell come back as PNG and are closed.
 import ast
 import base64
+import collections
 import io
 import json
 import linecache
@@ -26,7 +27,13 @@ import tempfile
 import traceback
 import warnings
 
+# Each of a cell's stdout and stderr keeps its first and last LIMIT/2
+# characters; a reply line never exceeds MESSAGE_LIMIT bytes (the host drops
+# longer lines and restarts the interpreter).
 LIMIT = int(os.environ.get("AIRLOCK_KERNEL_OUTPUT_LIMIT", str(8 << 20)))
+MESSAGE_LIMIT = int(os.environ.get("AIRLOCK_KERNEL_MESSAGE_LIMIT", str(32 << 20)))
+TAIL = LIMIT // 2
+HEAD = LIMIT - TAIL
 
 # The protocol runs on private copies of fds 0 and 1; the cell sees
 # /dev/null on stdin and temporary files on fds 1 and 2.
@@ -52,13 +59,20 @@ signal.signal(signal.SIGINT, _on_sigint)
 
 
 class _Capture(io.TextIOBase):
-    """A text stream that keeps at most LIMIT characters."""
+    """A text stream that keeps the first HEAD and the last TAIL characters
+    written to it and counts the ones dropped between."""
 
     def __init__(self, name):
         self.name = name
-        self.parts = []
-        self.size = 0
-        self.truncated = False
+        self.head = []
+        self.hsize = 0
+        self.tail = collections.deque()
+        self.tsize = 0
+        self.dropped = 0
+
+    @property
+    def truncated(self):
+        return self.dropped > 0
 
     def writable(self):
         return True
@@ -73,20 +87,54 @@ class _Capture(io.TextIOBase):
     def write(self, s):
         if not isinstance(s, str):
             raise TypeError("write() argument must be str, not %s" % type(s).__name__)
-        room = LIMIT - self.size
-        if len(s) > room:
-            s = s[: max(room, 0)]
-            self.truncated = True
-        if s:
-            self.parts.append(s)
-            self.size += len(s)
-        return len(s)
+        n = len(s)
+        room = HEAD - self.hsize
+        if room > 0:
+            part = s[:room]
+            self.head.append(part)
+            self.hsize += len(part)
+            s = s[room:]
+        if not s:
+            return n
+        if len(s) >= TAIL:
+            self.dropped += self.tsize + len(s) - TAIL
+            self.tail.clear()
+            self.tsize = 0
+            if TAIL:
+                self.tail.append(s[len(s) - TAIL:])
+                self.tsize = TAIL
+            return n
+        self.tail.append(s)
+        self.tsize += len(s)
+        while self.tsize > TAIL:
+            extra = self.tsize - TAIL
+            first = self.tail[0]
+            if len(first) <= extra:
+                self.tail.popleft()
+                self.tsize -= len(first)
+                self.dropped += len(first)
+            else:
+                self.tail[0] = first[extra:]
+                self.tsize -= extra
+                self.dropped += extra
+        return n
 
     def flush(self):
         pass
 
     def getvalue(self):
-        return "".join(self.parts)
+        return "".join(self.head) + "".join(self.tail)
+
+    def shrink(self, keep):
+        """Keep at most keep characters (half head, half tail)."""
+        v = self.getvalue()
+        if len(v) <= keep:
+            return
+        tail = keep // 2
+        head = keep - tail
+        self.dropped += len(v) - keep
+        self.head, self.hsize = [v[:head]], head
+        self.tail, self.tsize = collections.deque([v[len(v) - tail:]] if tail else []), tail
 
     @property
     def buffer(self):
@@ -203,19 +251,50 @@ def _handle(req):
         os.dup2(_devnull, 1)
         os.dup2(_saved_err, 2)
     for cap, f in ((out, _fd_out), (err, _fd_err)):
+        # The file may be huge: read its head and its tail only.
+        size = f.seek(0, 2)
         f.seek(0)
-        extra = f.read(LIMIT + 1).decode("utf-8", "replace")
-        if extra:
-            cap.write(extra)
+        if size <= LIMIT:
+            cap.write(f.read().decode("utf-8", "replace"))
+        else:
+            cap.write(f.read(HEAD).decode("utf-8", "replace"))
+            cap.dropped += size - LIMIT
+            f.seek(size - TAIL)
+            cap.write(f.read(TAIL).decode("utf-8", "replace"))
     reply["stdout"], reply["stderr"] = out.getvalue(), err.getvalue()
+    reply["stdout_dropped"], reply["stderr_dropped"] = out.dropped, err.dropped
     reply["truncated"] = out.truncated or err.truncated
+    reply["_caps"] = (out, err)
     if reply["error"] is not None and reply["error"]["name"] == "KeyboardInterrupt":
         reply["error"]["value"] = reply["error"]["value"] or "interrupted"
     return reply
 
 
+def _encode(obj):
+    # ASCII: lone surrogates a cell printed are escaped, not an error.
+    return json.dumps(obj) + "\n"
+
+
 def _send(obj):
-    _proto_out.write(json.dumps(obj) + "\n")
+    caps = obj.pop("_caps", None)
+    line = _encode(obj)
+    # JSON escapes can make a reply several times its text: shrink the
+    # output (figures first) until the line fits MESSAGE_LIMIT.
+    keep = LIMIT
+    while len(line) > MESSAGE_LIMIT and caps is not None:
+        if obj.get("images"):
+            obj["images"] = []
+            caps[1].write("airlock: figures dropped: the reply would exceed %d bytes\n" % MESSAGE_LIMIT)
+        else:
+            keep //= 2
+            for c in caps:
+                c.shrink(keep)
+        out, err = caps
+        obj["stdout"], obj["stderr"] = out.getvalue(), err.getvalue()
+        obj["stdout_dropped"], obj["stderr_dropped"] = out.dropped, err.dropped
+        obj["truncated"] = out.truncated or err.truncated
+        line = _encode(obj)
+    _proto_out.write(line)
     _proto_out.flush()
 
 

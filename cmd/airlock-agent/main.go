@@ -66,7 +66,9 @@ func serveHost(listen, root string) {
 		fmt.Fprintln(os.Stderr, "airlock-agent:", err)
 		os.Exit(1)
 	}
-	g := agent.NewServer(agent.Config{Root: root, ReapAll: os.Getpid() == 1, Shutdown: func() { os.Exit(0) }}).Handle
+	g := agent.NewServer(agent.Config{Root: root, ReapAll: os.Getpid() == 1, Shutdown: func() { os.Exit(0) },
+		// A test-only fault, off unless the fake driver's test asked for it.
+		TestWedgeExec: os.Getenv(guestabi.HostTestWedgeExecEnv) == "1"}).Handle
 	fmt.Fprintf(os.Stderr, "%sready on %s (host mode)\n", guestabi.LogPrefix, path)
 	for {
 		c, err := l.Accept()
@@ -176,6 +178,8 @@ func runInit() {
 		CgroupRoot: filepath.Join(guestinit.NewRoot, "sys/fs/cgroup"),
 		ReapAll:    true,
 		Shutdown:   guestinit.PowerOff,
+		// A test-only fault, off unless the host asked for it.
+		TestWedgeExec: p.TestWedgeExec,
 	})
 	go srv.Prewarm()
 	g := srv.Handle

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-run/airlock/internal/agent/agentpb"
+	"github.com/airlock-run/airlock/internal/headtail"
 )
 
 const (
@@ -148,6 +149,7 @@ func (s *Server) spawn(st *agentpb.ExecStart) (*process, error) {
 	if s.cfg.CgroupRoot != "" {
 		dir := filepath.Join(s.cfg.CgroupRoot, "exec-"+strconv.FormatInt(execSeq.Add(1), 10))
 		if err := os.Mkdir(dir, 0o755); err == nil {
+			s.limitCgroup(dir)
 			if fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
 				cgfd = fd
 				p.cgroup = dir
@@ -270,7 +272,7 @@ func (p *process) removeCgroup() {
 
 // pump copies one pipe to send until EOF. After drain is closed it stops
 // waiting for more data: it reads what is already in the pipe and returns.
-func pump(f *os.File, drain <-chan struct{}, send func([]byte) error) {
+func pump(f *os.File, drain <-chan struct{}, bufSize int, send func([]byte) error) {
 	defer f.Close()
 	rc, err := f.SyscallConn()
 	if err != nil {
@@ -285,7 +287,7 @@ func pump(f *os.File, drain <-chan struct{}, send func([]byte) error) {
 		case <-stop:
 		}
 	}()
-	buf := make([]byte, chunkSize)
+	buf := make([]byte, bufSize)
 	draining := false
 	for {
 		var n int
@@ -314,6 +316,20 @@ func pump(f *os.File, drain <-chan struct{}, send func([]byte) error) {
 		if send(buf[:n]) != nil {
 			return
 		}
+	}
+}
+
+// capped returns send behind lim: only the head part of each chunk is sent
+// at once. A nil lim sends everything.
+func capped(lim *headtail.Limiter, send func([]byte) error) func([]byte) error {
+	if lim == nil {
+		return send
+	}
+	return func(b []byte) error {
+		if h := lim.Write(b); len(h) > 0 {
+			return send(h)
+		}
+		return nil
 	}
 }
 
@@ -416,21 +432,48 @@ func (s *Server) Exec(stream execStream) error {
 		}
 	}()
 
+	// With MaxOutput the head of each stream is sent as it comes, the
+	// tail kept here and sent at the end; the middle never leaves the guest.
+	sendOut := func(b []byte) error {
+		return send(&agentpb.ExecEvent{Msg: &agentpb.ExecEvent_Stdout{Stdout: b}})
+	}
+	sendErr := func(b []byte) error {
+		return send(&agentpb.ExecEvent{Msg: &agentpb.ExecEvent_Stderr{Stderr: b}})
+	}
+	readSize := chunkSize
+	var outLim, errLim *headtail.Limiter
+	if st.MaxOutput > 0 {
+		outLim, errLim = headtail.NewLimiter(st.MaxOutput), headtail.NewLimiter(st.MaxOutput)
+		// Bigger reads: most of a flood is only copied into the ring.
+		readSize = 256 << 10
+		for _, f := range []*os.File{p.stdout, p.stderr} {
+			// Through SyscallConn: f.Fd() would make the pipe blocking
+			// and break the drain deadline.
+			if rc, err := f.SyscallConn(); err == nil {
+				rc.Control(func(fd uintptr) { unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
+			}
+		}
+	}
 	drain := make(chan struct{})
 	var pumps sync.WaitGroup
 	pumps.Add(2)
 	go func() {
 		defer pumps.Done()
-		pump(p.stdout, drain, func(b []byte) error {
-			return send(&agentpb.ExecEvent{Msg: &agentpb.ExecEvent_Stdout{Stdout: b}})
-		})
+		pump(p.stdout, drain, readSize, capped(outLim, sendOut))
 	}()
 	go func() {
 		defer pumps.Done()
-		pump(p.stderr, drain, func(b []byte) error {
-			return send(&agentpb.ExecEvent{Msg: &agentpb.ExecEvent_Stderr{Stderr: b}})
-		})
+		pump(p.stderr, drain, readSize, capped(errLim, sendErr))
 	}()
+
+	if s.cfg.TestWedgeExec {
+		// Test-only fault (Config.TestWedgeExec): output still flows, but
+		// the timeout and the exit are never acted on or reported, until
+		// the host gives up on the call.
+		<-ctx.Done()
+		kill(0)
+		return ctx.Err()
+	}
 
 	var timeout <-chan time.Time
 	if st.TimeoutNs > 0 {
@@ -468,11 +511,32 @@ wait:
 		// The tree must be gone before the caller hears it timed out.
 		<-killed
 	}
+	ex := &agentpb.ExecExit{TimedOut: timedOut}
+	if p.cgroup != "" {
+		ex.OOMKilled = oomKills(p.cgroup) > 0
+	}
 	p.removeCgroup()
 	if p.stdin != nil {
 		p.stdin.Close()
 	}
-	ex := &agentpb.ExecExit{TimedOut: timedOut}
+	for _, t := range []struct {
+		lim  *headtail.Limiter
+		send func([]byte) error
+		n    *int64
+	}{{outLim, sendOut, &ex.StdoutDropped}, {errLim, sendErr, &ex.StderrDropped}} {
+		if t.lim == nil {
+			continue
+		}
+		*t.n = t.lim.Dropped()
+		tail := t.lim.Tail()
+		for len(tail) > 0 {
+			n := min(len(tail), 256<<10)
+			if err := t.send(tail[:n]); err != nil {
+				return err
+			}
+			tail = tail[n:]
+		}
+	}
 	switch {
 	case ws.Exited():
 		ex.ExitCode = int32(ws.ExitStatus())

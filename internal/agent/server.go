@@ -37,17 +37,32 @@ type Config struct {
 	// Shutdown is called after a Shutdown call has been answered. It is
 	// expected to stop all processes, sync, unmount and power off.
 	Shutdown func()
+	// ExecPids is each exec's pids.max (processes and threads) when
+	// CgroupRoot is set: 0 means DefaultExecPids, negative means none.
+	// Each exec's memory.max is the guest's memory less a reserve for the
+	// agent (see limits.go).
+	ExecPids int
+	// TestWedgeExec is a test-only fault: the Exec handler starts the
+	// process and forwards its output, but never enforces its timeout nor
+	// reports its exit, as a wedged agent would. The guest agent sets it from
+	// airlock.test_wedge_exec=1 on the kernel command line.
+	TestWedgeExec bool
 }
 
 // Server implements the Agent service of agentpb/agent.proto.
 type Server struct {
-	cfg    Config
-	reaper *Reaper
+	cfg        Config
+	reaper     *Reaper
+	execMemMax int64 // each exec's memory.max, 0 for none
 }
 
-// NewServer returns an agent service for cfg.
+// NewServer returns an agent service for cfg. With a CgroupRoot it enables
+// the memory and pids controllers there and, as PID 1, moves itself into a
+// cgroup of its own.
 func NewServer(cfg Config) *Server {
-	return &Server{cfg: cfg, reaper: NewReaper(cfg.ReapAll)}
+	s := &Server{cfg: cfg, reaper: NewReaper(cfg.ReapAll)}
+	s.setupCgroups()
+	return s
 }
 
 // Handle serves one call of the agent protocol; it is the

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"syscall"
 )
 
 // Files of a box directory.
@@ -41,17 +43,69 @@ const maxSockPath = 100
 
 // SockPath returns where the unix socket name of box id (directory dir)
 // lives: in the box directory, or, when that path is too long for a unix
-// socket, in a short directory under the system temp dir (see ShortDir).
+// socket, in the box's private short directory under the system temp dir
+// (ShortDir), which PrepareSockDir makes and checks before a boot.
 func SockPath(dir, id, name string) string {
 	p := filepath.Join(dir, name)
 	if len(p) < maxSockPath {
 		return p
 	}
-	d := ShortDir(id)
-	os.MkdirAll(d, 0o700)
-	return filepath.Join(d, name)
+	return filepath.Join(ShortDir(id), name)
 }
 
 // ShortDir is the directory of box id's sockets when its box directory's
-// path is too long for them; Remove deletes it with the box.
-func ShortDir(id string) string { return filepath.Join(os.TempDir(), "airlock-"+id) }
+// path is too long for them: /tmp/airlock-<euid>/<id>. Remove deletes it
+// with the box.
+func ShortDir(id string) string { return filepath.Join(shortBase(), id) }
+
+// shortBase is this user's directory of short socket directories.
+func shortBase() string {
+	return filepath.Join(os.TempDir(), "airlock-"+strconv.Itoa(os.Geteuid()))
+}
+
+// PrepareSockDir makes sure the sockets names of box id (directory dir)
+// can be created where SockPath puts them: when any of them goes to the
+// short directory, each level of it is created 0700, or, if it already
+// exists, must be a real directory owned by this user that no one else can
+// enter. In a shared /tmp another user could have made it first, to
+// receive the box's QMP and agent sockets. Drivers call it before a boot.
+func PrepareSockDir(dir, id string, names ...string) error {
+	short := false
+	for _, n := range names {
+		short = short || len(filepath.Join(dir, n)) >= maxSockPath
+	}
+	if !short {
+		return nil
+	}
+	if err := privateDir(shortBase()); err != nil {
+		return err
+	}
+	return privateDir(ShortDir(id))
+}
+
+// privateDir creates dir with mode 0700, or checks that the existing dir is
+// a directory (not a symlink) owned by the effective user with no access
+// for group or others.
+func privateDir(dir string) error {
+	err := os.Mkdir(dir, 0o700)
+	if err == nil {
+		return nil
+	}
+	if !os.IsExist(err) {
+		return fmt.Errorf("socket directory %s: %w", dir, err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("socket directory %s: %w", dir, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("socket directory %s is not a directory (a symlink?): remove it", dir)
+	case !ok || int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("socket directory %s belongs to another user: remove it, or set TMPDIR to a private directory", dir)
+	case fi.Mode().Perm()&0o077 != 0:
+		return fmt.Errorf("socket directory %s is open to other users (mode %o): chmod 700 it or remove it", dir, fi.Mode().Perm())
+	}
+	return nil
+}

@@ -93,6 +93,19 @@ func TestCLIRun(t *testing.T) {
 	if d := time.Since(start); d > 60*time.Second {
 		t.Fatalf("took %s", d)
 	}
+	// A fork bomb under --timeout ends with 124, within seconds of it.
+	start = time.Now()
+	_, errs, code = c.run("run", "--rm", "--network", "disabled", "--timeout", "20s", "python:slim", "sh", "-c", "f() { f | f & }; f; sleep 100")
+	if code != 124 || !strings.Contains(errs, "timed out after 20s") {
+		t.Fatalf("fork bomb: code %d stderr tail %q", code, errs[max(0, len(errs)-300):])
+	}
+	t.Logf("fork bomb under --timeout 20s: exit 124 after %s", time.Since(start).Round(time.Millisecond))
+	// A guest OOM kill is said so, on a line of airlock's own after the
+	// command's stderr.
+	out, errs, code = c.run("run", "--rm", "--network", "disabled", "python:slim", "python3", "-c", "print('before', flush=True); a = [b'x' * (32 << 20) for _ in range(64)]")
+	if code != 137 || out != "before\n" || !strings.Contains(errs, "airlock: out of memory: the box's OOM killer killed a process of the command; give the box more with --memory (it has 512 MiB)\n") {
+		t.Fatalf("OOM: code %d stdout %q stderr %q", code, out, errs)
+	}
 	if q := qemuOf(c.home); len(q) != 0 {
 		t.Fatalf("QEMU left behind: %v", q)
 	}

@@ -11,6 +11,9 @@
 //	AIRLOCK_AGENT   guest agent binary            default: beside the executable, or on PATH
 //	AIRLOCK_THP     on, code or off               default: per kernel and accelerator
 //	AIRLOCK_DEBUG   non-empty: verbose guest boot logs
+//
+// Without $HOME (and without the AIRLOCK_* variable) Home and Cache are ""
+// rather than a directory under /tmp; airlock.Open then says what to set.
 package defaults
 
 import (
@@ -18,15 +21,16 @@ import (
 	"path/filepath"
 )
 
-// Home returns $AIRLOCK_HOME, else ~/.airlock (under the temp dir when the
-// user has no home directory).
+// Home returns $AIRLOCK_HOME, else ~/.airlock; "" when neither AIRLOCK_HOME
+// nor HOME is set. There is no shared fallback such as /tmp, where another
+// user could plant files: callers report the missing setting.
 func Home() string {
 	if h := os.Getenv("AIRLOCK_HOME"); h != "" {
 		return h
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
-		return filepath.Join(os.TempDir(), "airlock")
+		return ""
 	}
 	return filepath.Join(home, ".airlock")
 }
@@ -34,16 +38,21 @@ func Home() string {
 // Images returns $AIRLOCK_IMAGES, else Home()/images.
 func Images() string { return ImagesIn(Home()) }
 
-// ImagesIn returns $AIRLOCK_IMAGES, else home/images.
+// ImagesIn returns $AIRLOCK_IMAGES, else home/images ("" when home is "").
 func ImagesIn(home string) string {
 	if d := os.Getenv("AIRLOCK_IMAGES"); d != "" {
 		return d
+	}
+	if home == "" {
+		return ""
 	}
 	return filepath.Join(home, "images")
 }
 
 // Cache returns $AIRLOCK_CACHE, else $XDG_CACHE_HOME/airlock, else
-// ~/.cache/airlock. Everything in it can be rebuilt.
+// ~/.cache/airlock; "" when none of AIRLOCK_CACHE, XDG_CACHE_HOME and HOME
+// is set (no shared fallback such as /tmp, where another user could plant
+// a kernel or agent disk). Everything in it can be rebuilt.
 func Cache() string {
 	if d := os.Getenv("AIRLOCK_CACHE"); d != "" {
 		return d
@@ -53,7 +62,7 @@ func Cache() string {
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
-		home = os.TempDir()
+		return ""
 	}
 	return filepath.Join(home, ".cache", "airlock")
 }

@@ -42,6 +42,12 @@ type Boot struct {
 	VsockPort  uint32 // airlock.vsock: also serve on this AF_VSOCK port (0 = not)
 	Ports      int    // airlock.ports: how many agent ports to expect (0 = any)
 	Debug      bool   // airlock.debug: log boot phases with their uptime
+	// TestWedgeExec (airlock.test_wedge_exec=1) is a TEST-ONLY fault: the
+	// agent's exec handler starts the process but never reports its end
+	// nor enforces its timeout, as a wedged agent would
+	// (agent.Config.TestWedgeExec). Only tests set it (the QEMU driver's
+	// Options.TestWedgeExec); nothing a user configures reaches it.
+	TestWedgeExec bool
 	// KernelIP is set when the command line has ip=: the kernel (with
 	// CONFIG_IP_PNP) has already brought lo and eth0 up with their address
 	// and default route. Args adds UserNetIPParam for it.
@@ -79,6 +85,9 @@ func (b Boot) Args() []string {
 	if b.Debug {
 		a = append(a, "airlock.debug=1")
 	}
+	if b.TestWedgeExec {
+		a = append(a, "airlock.test_wedge_exec=1")
+	}
 	if b.KernelIP {
 		a = append(a, UserNetIPParam)
 	}
@@ -110,6 +119,8 @@ func ParseCmdline(cmdline string) Boot {
 			p.KernelIP = v != "" && v != "off" && v != "none"
 		case "airlock.debug":
 			p.Debug = v != "0"
+		case "airlock.test_wedge_exec":
+			p.TestWedgeExec = v == "1"
 		case "airlock.vsock":
 			if n, err := strconv.ParseUint(v, 10, 32); err == nil {
 				p.VsockPort = uint32(n)

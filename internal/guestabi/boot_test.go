@@ -10,7 +10,7 @@ func TestBootRoundTrip(t *testing.T) {
 	for _, b := range []Boot{
 		Defaults(),
 		{Root: "/dev/vdb", RootFSType: "erofs", RW: "/dev/vdc", Port: PortPrefix, Hostname: "web-1", Net: NetUser, Ports: 4, KernelIP: true},
-		{Root: "/dev/vda", RootFSType: "ext4", RW: "/dev/vdb", Port: "other.", Hostname: "0123456789ab", VsockPort: 1024, Debug: true},
+		{Root: "/dev/vda", RootFSType: "ext4", RW: "/dev/vdb", Port: "other.", Hostname: "0123456789ab", VsockPort: 1024, Debug: true, TestWedgeExec: true},
 	} {
 		line := "console=ttyS0 quiet " + strings.Join(b.Args(), " ") + " panic=-1"
 		if got := ParseCmdline(line); !reflect.DeepEqual(got, b) {

@@ -24,3 +24,8 @@ const (
 // host mode on that socket (the fake VM driver), even as PID 1 of a PID
 // namespace. The kernel never sets it.
 const HostListenEnv = "AIRLOCK_AGENT_LISTEN"
+
+// HostTestWedgeExecEnv=1 in a host-mode agent's environment is the
+// TEST-ONLY fault of Boot.TestWedgeExec (the fake VM driver's
+// TestWedgeExec): the agent never reports the end of an exec.
+const HostTestWedgeExecEnv = "AIRLOCK_AGENT_TEST_WEDGE_EXEC"

@@ -35,6 +35,33 @@ type BaseOptions struct {
 	// Note, if not nil, receives notes from applying the layers (skipped
 	// device nodes and the like) and a line when a base is built.
 	Note func(msg string)
+	// Limits bound what the image may unpack to (unpack.Limits; zero
+	// fields default from the cache's free space): past one the build
+	// fails with an error wrapping unpack.ErrLimit and leaves nothing.
+	Limits unpack.Limits
+}
+
+// checkFreeSpace fails when dir's filesystem cannot hold the base of img:
+// its layers, unpacked (counted as twice their compressed size, the least
+// they usually grow), plus the erofs image of them, plus a reserve.
+func checkFreeSpace(store *image.Store, img *image.Image, dir string) error {
+	layers, err := store.Layers(img)
+	if err != nil {
+		return err
+	}
+	var compressed int64
+	for _, l := range layers {
+		compressed += l.Size
+	}
+	need := 4*compressed + 256<<20
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return nil // cannot tell: the unpack limits still apply
+	}
+	if free := int64(st.Bavail) * int64(st.Bsize); free < need {
+		return fmt.Errorf("not enough free space in %s to build the root filesystem of %s: %d MiB free, at least %d MiB needed (free some space there, or remove images no box uses)", dir, img.Ref, free>>20, need>>20)
+	}
+	return nil
 }
 
 // Base returns the path of the erofs root filesystem base for img,
@@ -90,6 +117,9 @@ func BaseWith(ctx context.Context, store *image.Store, img *image.Image, cacheDi
 		return final, nil
 	}
 
+	if err := checkFreeSpace(store, img, dir); err != nil {
+		return "", err
+	}
 	start := time.Now()
 	tree, err := os.MkdirTemp(dir, ".build-"+hexd[:12]+"-")
 	if err != nil {
@@ -231,7 +261,7 @@ func mkfsBase(ctx context.Context, store *image.Store, img *image.Image, tree, o
 	if err := os.Mkdir(root, 0o755); err != nil {
 		return err
 	}
-	if err := unpack.Image(ctx, store, img, root, unpack.Options{Note: opts.Note}); err != nil {
+	if err := unpack.Image(ctx, store, img, root, unpack.Options{Note: opts.Note, Limits: opts.Limits}); err != nil {
 		return fmt.Errorf("unpack %s: %w", img.Ref, err)
 	}
 	if err := InitLayer(root); err != nil {

@@ -10,7 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	_ "modernc.org/sqlite"
@@ -61,6 +63,22 @@ type Upgrade func(config []byte) ([]byte, error)
 // SchemaVersion, one transaction per step, so that a crash leaves it at a
 // version it had. A database newer than this package is refused.
 func Open(path string, upgrade Upgrade) (*DB, error) {
+	// The database holds box environments (secrets): owner only. SQLite
+	// gives its -wal and -shm files the database file's mode.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open box database %s: %w", path, err)
+	}
+	err = f.Chmod(0o600)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("open box database %s: %w", path, err)
+	}
+	for _, side := range []string{"-wal", "-shm"} {
+		if err := os.Chmod(path+side, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("open box database %s: %w", path, err)
+		}
+	}
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)")
 	if err != nil {
 		return nil, err

@@ -47,6 +47,10 @@ const (
 // running yet, or another process holds the box's agent socket.
 var ErrHandshakeTimeout = errors.New("agent handshake timed out")
 
+// ErrAgentUnresponsive is the cause of a session the host ended because the
+// agent stopped answering keepalive pings (Client.Err).
+var ErrAgentUnresponsive = errors.New("the guest agent stopped answering")
+
 // newNonce returns a fresh 16-hex-digit nonce. It only has to differ from
 // the nonces of earlier connections (stale lines are told apart by it), so
 // math/rand's per-process random seed is enough: crypto/rand would bring

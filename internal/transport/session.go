@@ -1,10 +1,23 @@
 package transport
 
 import (
+	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/yamux"
+)
+
+// Keepalives on the host's session: every KeepAliveInterval the host pings
+// the agent; a ping not answered within KeepAliveTimeout ends the session
+// (every call in flight fails with ErrAgentUnresponsive's text), so a dead
+// or wedged guest is noticed within about 10 s even by a call that waits
+// on nothing else (an exec without a timeout). The agent's yamux answers
+// pings on its own goroutines, so a busy box is not mistaken for a dead one.
+const (
+	KeepAliveInterval = 2 * time.Second
+	KeepAliveTimeout  = 8 * time.Second
 )
 
 // Client is a host-side agent connection: a yamux session over one
@@ -12,22 +25,82 @@ import (
 type Client struct {
 	Session      *yamux.Session
 	AgentVersion string
+
+	mu  sync.Mutex
+	err error // why the session was ended by keepalive
 }
 
 // NewClient performs the host handshake on conn (giving up at deadline) and
-// starts yamux. Closing the Client closes conn.
+// starts yamux. Closing the Client closes conn. Streams the guest opens are
+// refused (reset) at once: the host serves nothing to the guest, and a
+// guest must not be able to park buffers in host memory.
 func NewClient(conn net.Conn, deadline time.Time) (*Client, error) {
 	ver, err := HostHandshake(conn, deadline)
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
-	sess, err := yamux.Client(conn, yamuxConfig())
+	cfg := yamuxConfig()
+	cfg.EnableKeepAlive = false // keepalive below, with its own timeout
+	sess, err := yamux.Client(conn, cfg)
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
-	return &Client{Session: sess, AgentVersion: ver}, nil
+	// GoAway makes yamux reset every stream the guest opens from now on,
+	// before allocating anything for it.
+	if err := sess.GoAway(); err != nil {
+		sess.Close()
+		return nil, err
+	}
+	c := &Client{Session: sess, AgentVersion: ver}
+	go c.keepalive(KeepAliveInterval, KeepAliveTimeout)
+	return c, nil
+}
+
+func (c *Client) keepalive(interval, timeout time.Duration) {
+	done := c.Session.CloseChan()
+	for {
+		select {
+		case <-done:
+			return
+		case <-time.After(interval):
+		}
+		pong := make(chan error, 1)
+		go func() {
+			_, err := c.Session.Ping()
+			pong <- err
+		}()
+		select {
+		case <-done:
+			return
+		case err := <-pong:
+			if err != nil {
+				c.fail(fmt.Errorf("%w: keepalive ping failed: %v", ErrAgentUnresponsive, err))
+				return
+			}
+		case <-time.After(timeout):
+			c.fail(fmt.Errorf("%w: no answer to a keepalive ping within %s", ErrAgentUnresponsive, timeout))
+			return
+		}
+	}
+}
+
+func (c *Client) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+	c.Session.Close()
+}
+
+// Err returns why keepalive ended the session (it wraps
+// ErrAgentUnresponsive), or nil.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
 }
 
 // Close ends the session: calls in flight fail and the agent kills the

@@ -32,6 +32,7 @@ type ExecStart struct {
 	KillGraceNs int64  // SIGTERM to SIGKILL on timeout/kill; 0: default
 	Tty         bool   // run on a new PTY (stdin, stdout and stderr)
 	Rows, Cols  uint32 // the PTY's initial size (0: 24x80)
+	MaxOutput   int64  // bytes kept per stream (head and tail); 0: all
 }
 
 // ExecRequest is one client message of an Exec call: Msg is one of
@@ -92,6 +93,10 @@ type ExecExit struct {
 	TimedOut bool
 	Error    string // why it could not start, or ""
 	GuestNs  int64  // start to exit, measured in the guest, ns
+	// StdoutDropped and StderrDropped count bytes dropped by MaxOutput.
+	StdoutDropped int64
+	StderrDropped int64
+	OOMKilled     bool // the OOM killer killed a process of the exec
 }
 
 // ExecEvent is one agent message of an Exec call: Msg is one of
@@ -264,7 +269,8 @@ func (m *ExecStart) AppendWire(b []byte) []byte {
 	b = appendInt(b, 7, m.KillGraceNs)
 	b = appendBool(b, 8, m.Tty)
 	b = appendInt(b, 9, int64(m.Rows))
-	return appendInt(b, 10, int64(m.Cols))
+	b = appendInt(b, 10, int64(m.Cols))
+	return appendInt(b, 11, m.MaxOutput)
 }
 
 // UnmarshalWire replaces m with the message encoded in b.
@@ -298,6 +304,8 @@ func (m *ExecStart) mergeWire(b []byte) error {
 			m.Rows = uint32(f.u)
 		case f.num == 10 && f.isVarint():
 			m.Cols = uint32(f.u)
+		case f.num == 11 && f.isVarint():
+			m.MaxOutput = int64(f.u)
 		}
 		return nil
 	})
@@ -411,7 +419,10 @@ func (m *ExecExit) AppendWire(b []byte) []byte {
 	b = appendInt(b, 2, int64(m.Signal))
 	b = appendBool(b, 3, m.TimedOut)
 	b = appendString(b, 4, m.Error)
-	return appendInt(b, 5, m.GuestNs)
+	b = appendInt(b, 5, m.GuestNs)
+	b = appendInt(b, 6, m.StdoutDropped)
+	b = appendInt(b, 7, m.StderrDropped)
+	return appendBool(b, 8, m.OOMKilled)
 }
 
 // UnmarshalWire replaces m with the message encoded in b.
@@ -435,6 +446,12 @@ func (m *ExecExit) mergeWire(b []byte) error {
 			m.Error = string(f.p)
 		case f.num == 5 && f.isVarint():
 			m.GuestNs = int64(f.u)
+		case f.num == 6 && f.isVarint():
+			m.StdoutDropped = int64(f.u)
+		case f.num == 7 && f.isVarint():
+			m.StderrDropped = int64(f.u)
+		case f.num == 8 && f.isVarint():
+			m.OOMKilled = f.u != 0
 		}
 		return nil
 	})

@@ -68,8 +68,24 @@ type Info struct {
 	Uptime  time.Duration // time since the guest booted
 }
 
-// Hello checks the agent answers and returns what it reports.
+// CallTimeout bounds a request/response call (Hello, Shutdown) whose ctx
+// has no deadline: an agent that does not answer in this time is taken as
+// wedged. Generous, for TCG guests under load.
+const CallTimeout = 30 * time.Second
+
+// withDeadline gives ctx a CallTimeout deadline when it has none.
+func withDeadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, CallTimeout)
+}
+
+// Hello checks the agent answers and returns what it reports. Without a
+// deadline on ctx it gives up after CallTimeout.
 func (c *Client) Hello(ctx context.Context) (Info, error) {
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
 	r := new(agentpb.HelloResponse)
 	if err := c.t.Unary(ctx, agentpb.MethodHello, &agentpb.HelloRequest{}, r); err != nil {
 		return Info{}, err
@@ -78,7 +94,10 @@ func (c *Client) Hello(ctx context.Context) (Info, error) {
 }
 
 // Shutdown asks the agent to stop all processes, sync and power off.
+// Without a deadline on ctx it gives up after CallTimeout.
 func (c *Client) Shutdown(ctx context.Context) error {
+	ctx, cancel := withDeadline(ctx)
+	defer cancel()
 	return c.t.Unary(ctx, agentpb.MethodShutdown, &agentpb.ShutdownRequest{}, new(agentpb.ShutdownResponse))
 }
 
@@ -93,6 +112,9 @@ type Spec struct {
 	KillGrace  time.Duration // SIGTERM -> SIGKILL grace; 0 = agent default (2 s)
 	TTY        bool          // run on a PTY (output all on stdout)
 	Rows, Cols int           // the PTY's initial size; 0 = 24x80
+	// MaxOutput makes the agent keep at most this many bytes of each
+	// stream (head and tail) and drop the rest in the guest; 0 = all.
+	MaxOutput int64
 }
 
 // Exit is how a process ended.
@@ -104,11 +126,16 @@ type Exit struct {
 	GuestNs  int64 // agent-side duration, receipt of the request to exit
 	SpawnNs  int64 // agent-side process creation time
 	PID      int
+	// StdoutDropped and StderrDropped count bytes the agent dropped
+	// (Spec.MaxOutput).
+	StdoutDropped, StderrDropped int64
+	OOMKilled                    bool // the guest OOM killer killed one of its processes
 }
 
 // Proc is a running process. Its output is written to the writers given to
 // Exec, in order per stream; Wait returns after all of it was written.
 type Proc struct {
+	t      *transport.Client
 	stream *transport.Stream
 	done   chan struct{}
 	exit   Exit
@@ -135,6 +162,7 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdout, stderr io.Writer) 
 		Tty:         spec.TTY,
 		Rows:        uint32(max(spec.Rows, 0)),
 		Cols:        uint32(max(spec.Cols, 0)),
+		MaxOutput:   spec.MaxOutput,
 	}}})
 	if err != nil {
 		stream.Close()
@@ -146,7 +174,7 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdout, stderr io.Writer) 
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	p := &Proc{stream: stream, done: make(chan struct{})}
+	p := &Proc{t: c.t, stream: stream, done: make(chan struct{})}
 	go p.recv(stdout, stderr)
 	return p, nil
 }
@@ -161,6 +189,9 @@ func (p *Proc) recv(stdout, stderr io.Writer) {
 		if err := p.stream.Recv(ev); err != nil {
 			if err == io.EOF {
 				err = errors.New("agent ended the exec without an exit status")
+			}
+			if kerr := p.t.Err(); kerr != nil {
+				err = kerr // the session was ended for not answering
 			}
 			p.err = err
 			return
@@ -183,6 +214,9 @@ func (p *Proc) recv(stdout, stderr io.Writer) {
 			p.exit.TimedOut = x.Exit.TimedOut
 			p.exit.Error = x.Exit.Error
 			p.exit.GuestNs = x.Exit.GuestNs
+			p.exit.StdoutDropped = x.Exit.StdoutDropped
+			p.exit.StderrDropped = x.Exit.StderrDropped
+			p.exit.OOMKilled = x.Exit.OOMKilled
 			if outErr != nil {
 				p.err = fmt.Errorf("writing exec output: %w", outErr)
 			}

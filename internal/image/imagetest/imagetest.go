@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/compression"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -92,9 +93,16 @@ func Tar(t testing.TB, entries ...Entry) []byte {
 // (gzip-compressed in the image), oldest first, with Cmd cmd.
 func Image(t testing.TB, cmd []string, layers ...[]byte) v1.Image {
 	t.Helper()
+	return ImageCompressed(t, compression.GZip, cmd, layers...)
+}
+
+// ImageCompressed is Image with the layers compressed by comp
+// (compression.GZip or compression.ZStd).
+func ImageCompressed(t testing.TB, comp compression.Compression, cmd []string, layers ...[]byte) v1.Image {
+	t.Helper()
 	img := empty.Image
 	for _, b := range layers {
-		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, tarball.WithCompression(comp))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,8 @@
 // never followed (existing entries are replaced, files are created with
 // O_EXCL|O_NOFOLLOW), so a layer cannot write outside the target directory.
 // Character and block devices are skipped (with a note); FIFOs are created.
+// Limits bound the bytes, file sizes and entries an image may unpack to
+// (ErrLimit), and runs of zeros are written as holes.
 //
 // Unlike go-containerregistry's mutate.Extract it applies layers oldest
 // first and handles hard links across and within layers.
@@ -56,6 +58,10 @@ type Options struct {
 	// uid/gid from the layer. Ownership is always skipped when not running
 	// as root (Lchown to other users would fail).
 	SkipOwnership bool
+	// Limits bound the image's total file bytes, file size and entry
+	// count; zero fields default from the free space (DefaultLimits).
+	// Image applies them to all layers together, Apply to its one layer.
+	Limits Limits
 }
 
 func (o *Options) note(format string, args ...any) {
@@ -72,12 +78,13 @@ func Image(ctx context.Context, store *image.Store, img *image.Image, root strin
 	if err != nil {
 		return err
 	}
+	b := newBudget(opts.Limits, root)
 	for i, l := range layers {
 		rc, err := l.Open()
 		if err != nil {
 			return fmt.Errorf("layer %d/%d %s: %w", i+1, len(layers), l.Digest, err)
 		}
-		err = Apply(ctx, root, rc, opts)
+		err = apply(ctx, root, rc, opts, b)
 		if cerr := rc.Close(); err == nil {
 			err = cerr
 		}
@@ -94,9 +101,14 @@ type dirTime struct {
 }
 
 // Apply applies one layer, an uncompressed tar stream, on top of root.
-// Entries are applied in archive order. A refused entry (ErrUnsafePath)
-// stops the layer with an error; root may then hold part of the layer.
+// Entries are applied in archive order. A refused entry (ErrUnsafePath) or
+// one past opts.Limits (ErrLimit) stops the layer with an error; root may
+// then hold part of the layer.
 func Apply(ctx context.Context, root string, r io.Reader, opts Options) error {
+	return apply(ctx, root, r, opts, newBudget(opts.Limits, root))
+}
+
+func apply(ctx context.Context, root string, r io.Reader, opts Options, b *budget) error {
 	root, err := filepath.Abs(root)
 	if err != nil {
 		return err
@@ -123,6 +135,13 @@ func Apply(ctx context.Context, root string, r io.Reader, opts Options) error {
 		}
 		if err != nil {
 			return fmt.Errorf("read layer tar: %w", err)
+		}
+		var sz int64
+		if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA {
+			sz = hdr.Size // for sparse entries, the full size, holes included
+		}
+		if err := b.entry(hdr.Name, sz); err != nil {
+			return err
 		}
 		if err := a.entry(hdr, tr); err != nil {
 			return err
@@ -307,7 +326,9 @@ func (a *applier) entry(hdr *tar.Header, r io.Reader) error {
 		if err != nil {
 			return fmt.Errorf("create %s: %w", rel, err)
 		}
-		if _, err := io.Copy(f, r); err != nil {
+		// Holes stay holes: a sparse entry or a file of zeros takes no
+		// disk here.
+		if _, err := copySparse(f, r); err != nil {
 			f.Close()
 			return fmt.Errorf("write %s: %w", rel, err)
 		}

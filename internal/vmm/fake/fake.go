@@ -36,6 +36,10 @@ import (
 // Driver is the fake driver. Agent is the guest agent binary it runs.
 type Driver struct {
 	Agent string
+	// TestWedgeExec is a TEST-ONLY fault: the agent never reports the end
+	// of an exec (guestabi.HostTestWedgeExecEnv), for tests of the host's
+	// own exec timer.
+	TestWedgeExec bool
 }
 
 var _ vmm.Driver = (*Driver)(nil)
@@ -60,6 +64,9 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 	if len(spec.Volumes) > 0 {
 		return nil, fmt.Errorf("volumes: %w", vmm.ErrNotSupported)
 	}
+	if err := boxdir.PrepareSockDir(spec.Dir, spec.ID, boxdir.FakeAgent); err != nil {
+		return nil, err
+	}
 	sock := boxdir.SockPath(spec.Dir, spec.ID, boxdir.FakeAgent)
 	os.Remove(sock)
 	console, err := os.OpenFile(filepath.Join(spec.Dir, boxdir.Console), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -70,6 +77,9 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 	start := func(flags uintptr) (*exec.Cmd, error) {
 		cmd := exec.Command(d.Agent)
 		cmd.Env = append(os.Environ(), guestabi.HostListenEnv+"=unix:"+sock)
+		if d.TestWedgeExec {
+			cmd.Env = append(cmd.Env, guestabi.HostTestWedgeExecEnv+"=1")
+		}
 		cmd.Stdout, cmd.Stderr = console, console
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: flags}
 		return cmd, cmd.Start()

@@ -47,6 +47,11 @@ type Options struct {
 	// per driver): too many vCPUs under TCG, all agent ports busy. What
 	// to say once a box has booted is in BootInfo.Warnings instead.
 	Warn func(msg string)
+	// TestWedgeExec is a TEST-ONLY fault (guestabi.Boot.TestWedgeExec):
+	// the guest agent of every box this driver starts never reports the
+	// end of an exec. No airlock.Options field leads here; only tests of
+	// the host's own exec timer set it.
+	TestWedgeExec bool
 }
 
 // Driver boots boxes as QEMU microVMs. The accelerator, kernel and
@@ -254,6 +259,13 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 	if n := runtime.NumCPU(); boot.accel.Accel == AccelTCG && spec.CPUs > n {
 		d.warn(fmt.Sprintf("box %s has %d vCPUs but this host has %d CPUs: under TCG each vCPU is a host thread, so more vCPUs than host CPUs make the box slower, not faster", spec.ID, spec.CPUs, n))
 	}
+	socks := []string{boxdir.QMP}
+	for i := 0; i < agentPorts; i++ {
+		socks = append(socks, boxdir.AgentSock(i))
+	}
+	if err := boxdir.PrepareSockDir(spec.Dir, spec.ID, socks...); err != nil {
+		return nil, err
+	}
 	qc := d.config(spec, boot, base, cid)
 	for _, f := range append(qc.AgentSockets, qc.QMPSocket, qc.PIDFile, filepath.Join(spec.Dir, boxdir.CID)) {
 		os.Remove(f)
@@ -295,6 +307,7 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 		p.Root, p.RW = "/dev/vdb", "/dev/vdc"
 	}
 	p.Hostname, p.Ports, p.Debug = spec.Hostname, agentPorts, d.o.Debug
+	p.TestWedgeExec = d.o.TestWedgeExec
 	if spec.Network {
 		p.Net = guestabi.NetUser
 		p.KernelIP = boot.kernel.IPConfig
@@ -314,6 +327,10 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 	volDisks, volArgs, volParams := volumeDevices(spec.Volumes, len(disks))
 	disks = append(disks, volDisks...)
 	extra = append(extra, volParams...)
+	var tsc uint64
+	if boot.accel.Accel == AccelTCG {
+		tsc = TSCkHz(d.o.CacheDir)
+	}
 	return Config{
 		ExtraArgs:    volArgs,
 		NoACPI:       noACPI,
@@ -324,7 +341,7 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 		MemoryMiB:    spec.MemoryMiB,
 		Kernel:       boot.kernel.Path,
 		Initrd:       boot.initrd,
-		Cmdline:      KernelCmdline(boot.accel.Accel, d.o.Debug, append(extra, spec.ExtraCmdline...)...),
+		Cmdline:      KernelCmdline(boot.accel.Accel, d.o.Debug, tsc, append(extra, spec.ExtraCmdline...)...),
 		Disks:        disks,
 		AgentSockets: agentSocks,
 		QMPSocket:    boxdir.SockPath(spec.Dir, spec.ID, boxdir.QMP),

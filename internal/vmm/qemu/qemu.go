@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -217,7 +218,9 @@ func escapeComma(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 // on ttyS0 (verbose with debug), no timer check, no reboot
 // loop (panic=-1 with QEMU's -no-reboot ends the VM on panic), plus the
 // TCG-only clock hints and norandmaps when accel is TCG, followed by extra.
-func KernelCmdline(accel string, debug bool, extra ...string) string {
+// tscKHz is the host's TSC rate (TSCkHz), used only under TCG; 0 measures it
+// without a cache.
+func KernelCmdline(accel string, debug bool, tscKHz uint64, extra ...string) string {
 	p := []string{
 		"console=ttyS0", "reboot=t", "panic=-1",
 		"no_timer_check", "i8042.noaux", "i8042.nopnp", "i8042.dumbkbd",
@@ -234,7 +237,10 @@ func KernelCmdline(accel string, debug bool, extra ...string) string {
 		// kernel's TSC sync check fails between vCPUs it runs one after the
 		// other: without tsc=reliable, boxes with 2+ vCPUs ran on the jiffies
 		// clocksource (sleeps rounded up to 4 ms ticks).
-		p = append(p, "tsc_early_khz="+strconv.FormatUint(TSCkHz(), 10), "tsc=reliable", "noreplace-smp")
+		if tscKHz == 0 {
+			tscKHz = TSCkHz("")
+		}
+		p = append(p, "tsc_early_khz="+strconv.FormatUint(tscKHz, 10), "tsc=reliable", "noreplace-smp")
 		// No address-space randomization in the guest: QEMU's TCG (before
 		// 8.0 on x86) finds translated code by virtual address, so with
 		// randomized mmap bases every process start translated the dynamic
@@ -254,18 +260,17 @@ var tscOnce struct {
 
 // TSCkHz returns the host's TSC rate in kHz (2800000 when it cannot be
 // measured). The rate is fixed for a host boot, so the measurement (~45 ms)
-// is made once per boot and kept in a small file under the temp dir, named
-// after the kernel's boot id.
-func TSCkHz() uint64 {
+// is made once per boot and kept in a small file in cacheDir, the user's
+// airlock cache (tscCachePath), named after the kernel's boot id; it is
+// read and written without following symlinks. With cacheDir "" nothing is
+// kept on disk.
+func TSCkHz(cacheDir string) uint64 {
 	tscOnce.Do(func() {
-		cache := ""
-		if id, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
-			cache = filepath.Join(os.TempDir(), "airlock-tsc-khz-"+strings.TrimSpace(string(id)))
-			if b, err := os.ReadFile(cache); err == nil {
-				if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil && v >= 100000 {
-					tscOnce.khz = v
-					return
-				}
+		cache := tscCachePath(cacheDir)
+		if cache != "" {
+			if v := readTSCCache(cache); v >= 100000 {
+				tscOnce.khz = v
+				return
 			}
 		}
 		tscOnce.khz = hostTSCkHz()
@@ -274,10 +279,54 @@ func TSCkHz() uint64 {
 			return
 		}
 		if cache != "" {
-			os.WriteFile(cache, []byte(strconv.FormatUint(tscOnce.khz, 10)), 0o644)
+			writeTSCCache(cache, tscOnce.khz)
 		}
 	})
 	return tscOnce.khz
+}
+
+// tscCachePath is cacheDir/tsc-khz-<boot id>; "" when cacheDir is "" or
+// the boot id cannot be read (the rate is then measured by each process).
+func tscCachePath(cacheDir string) string {
+	if cacheDir == "" {
+		return ""
+	}
+	id, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(cacheDir, "tsc-khz-"+strings.TrimSpace(string(id)))
+}
+
+func readTSCCache(p string) uint64 {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	b := make([]byte, 32)
+	n, _ := f.Read(b)
+	v, _ := strconv.ParseUint(strings.TrimSpace(string(b[:n])), 10, 64)
+	return v
+}
+
+// writeTSCCache writes the rate to a new temporary file and renames it
+// over p: a symlink planted at p is replaced, never written through.
+func writeTSCCache(p string, khz uint64) {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), ".tsc-khz-*")
+	if err != nil {
+		return
+	}
+	_, err = f.WriteString(strconv.FormatUint(khz, 10))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || os.Rename(f.Name(), p) != nil {
+		os.Remove(f.Name())
+	}
 }
 
 // mallocHugePagesEnv returns env with glibc's malloc told to ask for

@@ -1,0 +1,63 @@
+package headtail
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+)
+
+// reference keeps head and tail the obvious way.
+func reference(all []byte, max int) ([]byte, int64) {
+	if len(all) <= max {
+		return all, 0
+	}
+	tail := max / 2
+	head := max - tail
+	out := append(append([]byte(nil), all[:head]...), all[len(all)-tail:]...)
+	return out, int64(len(all) - max)
+}
+
+func TestBufferMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, max := range []int{1, 2, 7, 64, 1000} {
+		for trial := 0; trial < 200; trial++ {
+			var all []byte
+			b := NewBuffer(int64(max))
+			for n := r.IntN(12); n > 0; n-- {
+				chunk := make([]byte, r.IntN(3*max+2))
+				for i := range chunk {
+					chunk[i] = byte(r.Uint32())
+				}
+				all = append(all, chunk...)
+				b.Write(chunk)
+			}
+			want, dropped := reference(all, max)
+			if !bytes.Equal(b.Bytes(), want) || b.Dropped() != dropped {
+				t.Fatalf("max %d, %d bytes in: kept %d bytes (dropped %d), want %d (dropped %d)",
+					max, len(all), len(b.Bytes()), b.Dropped(), len(want), dropped)
+			}
+		}
+	}
+}
+
+func TestUnlimitedBufferKeepsAll(t *testing.T) {
+	b := NewBuffer(0)
+	b.Write([]byte("abc"))
+	b.Write([]byte("def"))
+	if string(b.Bytes()) != "abcdef" || b.Dropped() != 0 {
+		t.Fatalf("%q %d", b.Bytes(), b.Dropped())
+	}
+}
+
+func TestLimiterHeadPassesAtOnce(t *testing.T) {
+	l := NewLimiter(10)
+	if h := l.Write([]byte("0123")); string(h) != "0123" {
+		t.Fatalf("head %q", h)
+	}
+	if h := l.Write([]byte("456789abcdef")); string(h) != "4" {
+		t.Fatalf("head %q", h)
+	}
+	if string(l.Tail()) != "bcdef" || l.Dropped() != 6 {
+		t.Fatalf("tail %q dropped %d", l.Tail(), l.Dropped())
+	}
+}
