@@ -173,10 +173,11 @@ func runInit() {
 	}
 	stamp("network up")
 	srv := agent.NewServer(agent.Config{
-		Root:       guestinit.NewRoot,
-		CgroupRoot: filepath.Join(guestinit.NewRoot, "sys/fs/cgroup"),
-		ReapAll:    true,
-		Shutdown:   guestinit.PowerOff,
+		Root:        guestinit.NewRoot,
+		CgroupRoot:  filepath.Join(guestinit.NewRoot, "sys/fs/cgroup"),
+		ReapAll:     true,
+		Shutdown:    guestinit.PowerOff,
+		SetHostname: guestinit.Hostname,
 	})
 	go srv.Prewarm()
 	g := srv.Handle

@@ -37,6 +37,8 @@ type Config struct {
 	// Shutdown is called after a Shutdown call has been answered. It is
 	// expected to stop all processes, sync, unmount and power off.
 	Shutdown func()
+	// SetHostname, when set, gives the box a new hostname (Restored).
+	SetHostname func(name string)
 }
 
 // Server implements the Agent service of agentpb/agent.proto.
@@ -66,6 +68,16 @@ func (s *Server) Handle(method string, st *transport.Stream) error {
 		return st.Send(s.Shutdown())
 	case agentpb.MethodExec:
 		return s.Exec(protoStream{st})
+	case agentpb.MethodRestored:
+		req := new(agentpb.RestoredRequest)
+		if err := st.Recv(req); err != nil {
+			return err
+		}
+		resp, err := s.Restored(req)
+		if err != nil {
+			return err
+		}
+		return st.Send(resp)
 	}
 	return fmt.Errorf("unknown call %q (the host speaks a newer protocol than agent %s)", method, Version)
 }

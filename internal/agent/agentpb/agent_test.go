@@ -36,6 +36,8 @@ var golden = []struct {
 	{"stderr", &ExecEvent{Msg: &ExecEvent_Stderr{Stderr: []byte("oops")}}, "1a046f6f7073"},
 	{"exit", &ExecEvent{Msg: &ExecEvent_Exit{Exit: &ExecExit{ExitCode: -1, Signal: 9, TimedOut: true, Error: "no such file", GuestNs: 99}}}, "221f08ffffffffffffffffff0110091801220c6e6f20737563682066696c652863"},
 	{"zero exit", &ExecEvent{Msg: &ExecEvent_Exit{Exit: &ExecExit{}}}, "2200"},
+	{"restored", &RestoredRequest{Entropy: []byte{1, 2}, UnixNs: 5, Hostname: "h"}, "0a02010210051a0168"},
+	{"restored reply", &RestoredResponse{StepNs: 300}, "08ac02"},
 }
 
 func TestWireFormatMatchesProtobuf(t *testing.T) {

@@ -73,6 +73,10 @@ type Config struct {
 	// host core instead of 2.7%). Kernels without those options (Debian's)
 	// boot with ACPI.
 	NoACPI bool
+	// Incoming starts QEMU waiting for a migration stream (-incoming
+	// defer) instead of booting: QMP migrate-incoming then loads a
+	// snapshot.
+	Incoming bool
 }
 
 // Args returns QEMU's arguments for c (without the binary).
@@ -119,6 +123,9 @@ func (c Config) Args() []string {
 	)
 	if c.Initrd != "" {
 		a = append(a, "-initrd", c.Initrd)
+	}
+	if c.Incoming {
+		a = append(a, "-incoming", "defer")
 	}
 	for i, d := range c.Disks {
 		id := "vd" + string(rune('a'+i))
