@@ -46,6 +46,9 @@ type boxRecord struct {
 	ImageConfig imageRecord `json:"image_config"`
 	OwnerPID    int         `json:"owner_pid,omitempty"`
 	OwnerStart  uint64      `json:"owner_start,omitempty"`
+	// FromSnapshot is the snapshot the box was restored from (its first
+	// start; later starts boot).
+	FromSnapshot string `json:"from_snapshot,omitempty"`
 }
 
 type imageRecord struct {
@@ -92,7 +95,7 @@ func encodeConfig(c boxConfig) []byte {
 		Network: storedNetwork(o.Network),
 		ImageConfig: imageRecord{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
-		OwnerPID: c.OwnerPID, OwnerStart: c.OwnerStart}
+		OwnerPID: c.OwnerPID, OwnerStart: c.OwnerStart, FromSnapshot: o.FromSnapshot}
 	b, err := json.Marshal(r)
 	if err != nil {
 		panic(err) // strings, ints and bools only
@@ -185,7 +188,8 @@ func (r boxRecord) config() (boxConfig, error) {
 	ic := r.ImageConfig
 	return boxConfig{
 		Options: BoxOptions{Image: r.Image, Name: r.Name, CPUs: r.CPUs, MemoryMiB: r.MemoryMiB, DiskSizeMiB: r.DiskSizeMiB,
-			Env: r.Env, WorkingDir: r.WorkingDir, User: r.User, AutoRemove: r.AutoRemove, Network: n},
+			Env: r.Env, WorkingDir: r.WorkingDir, User: r.User, AutoRemove: r.AutoRemove, Network: n,
+			FromSnapshot: r.FromSnapshot},
 		Image: image.ImageConfig{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
 		OwnerPID: r.OwnerPID, OwnerStart: r.OwnerStart,

@@ -12,15 +12,20 @@ import (
 	"github.com/airlock-run/airlock/internal/agent/agentpb"
 )
 
-// rndAddEntropy is RNDADDENTROPY, _IOW('R', 0x03, int[2]) (linux/random.h).
-const rndAddEntropy = 0x40085203
+// ioctls of linux/random.h: RNDADDENTROPY, _IOW('R', 0x03, int[2]), and
+// RNDRESEEDCRNG, _IO('R', 0x07).
+const (
+	rndAddEntropy = 0x40085203
+	rndReseedCRNG = 0x5207
+)
 
 // Restored makes a guest restored from a memory snapshot its own: the
-// host's entropy goes into the kernel RNG (credited, so that the pool is
-// reseeded at once and /dev/urandom and getrandom differ between boxes
-// restored from one snapshot), the wall clock is stepped to the host's
+// host's entropy goes into the kernel RNG and the RNG is reseeded from it
+// at once (a kernel whose RNG is ready reseeds only every minute or so by
+// itself), so that /dev/urandom and getrandom differ between boxes
+// restored from one snapshot from their first read; the wall clock is stepped to the host's
 // time (it lags by as long as the snapshot was stored) and the hostname is
-// set. Errors are reported in the reply's absence: each step is tried.
+// set. The first step that fails ends the call with its error.
 func (s *Server) Restored(req *agentpb.RestoredRequest) (*agentpb.RestoredResponse, error) {
 	if e := req.Entropy; len(e) > 0 {
 		if len(e) > agentpb.MaxRestoredEntropy {
@@ -46,7 +51,8 @@ func (s *Server) Restored(req *agentpb.RestoredRequest) (*agentpb.RestoredRespon
 }
 
 // addEntropy mixes b into the kernel's entropy pool, credited at 8 bits a
-// byte (RNDADDENTROPY needs CAP_SYS_ADMIN: the agent is root).
+// byte, and reseeds the kernel's CRNG from the pool (both ioctls need
+// CAP_SYS_ADMIN: the agent is root).
 func addEntropy(b []byte) error {
 	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
 	if err != nil {
@@ -60,6 +66,9 @@ func addEntropy(b []byte) error {
 	copy(buf[8:], b)
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), rndAddEntropy, uintptr(unsafe.Pointer(&buf[0]))); errno != 0 {
 		return os.NewSyscallError("ioctl RNDADDENTROPY", errno)
+	}
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), rndReseedCRNG, 0); errno != 0 {
+		return os.NewSyscallError("ioctl RNDRESEEDCRNG", errno)
 	}
 	return nil
 }

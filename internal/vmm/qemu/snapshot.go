@@ -215,13 +215,18 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	if _, err := q.Execute("migrate-set-parameters", map[string]any{"max-bandwidth": int64(1) << 40}); err != nil {
 		return st, err
 	}
+	// A box paused before (Pause) stays paused.
+	was, err := q.status()
+	if err != nil {
+		return st, err
+	}
 	t0 := time.Now()
 	if _, err := q.Execute("stop", nil); err != nil {
 		return st, err
 	}
 	defer func() {
-		if _, err := q.Execute("cont", nil); err != nil && st.PausedNs == 0 {
-			st.PausedNs = -1
+		if was != "paused" {
+			q.Execute("cont", nil)
 		}
 	}()
 	const fdName = "airlock-snapshot"
