@@ -378,8 +378,7 @@ func (d *Driver) CreateFromSnapshot(ctx context.Context, spec vmm.Spec, dir stri
 // StartFromSnapshot launches QEMU with the snapshot's machine layout and
 // kernel command line waiting for a migration stream (-incoming defer),
 // hands it the state file over QMP (getfd, migrate-incoming fd:) and
-// returns once the guest runs again (QEMU resumes it when the state is
-// loaded).
+// returns once the guest runs again (cont once the state is loaded).
 func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir string) (vmm.Machine, error) {
 	qc, mm, err := d.checkSnapshot(ctx, spec, dir)
 	if err != nil {
@@ -449,6 +448,14 @@ func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string) 
 		}
 		if s == "running" {
 			return nil
+		}
+		if s == "paused" {
+			// The snapshot was taken of a stopped machine: QEMU loads it
+			// as stopped.
+			if _, err := q.Execute("cont", nil); err != nil {
+				return err
+			}
+			continue
 		}
 		if s != "inmigrate" && s != "restore-vm" && s != "prelaunch" {
 			return fmt.Errorf("QEMU did not resume the snapshot's guest (state %q)", s)
