@@ -155,7 +155,7 @@ func (b *Box) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
 	defer lk.Unlock()
 	final := filepath.Join(dir, name)
 	if _, err := os.Stat(final); err == nil {
-		return SnapshotInfo{}, fmt.Errorf("%w: %q (remove it with 'airlock snapshot rm %s', or pick another name)", ErrSnapshotExists, name, name)
+		return SnapshotInfo{}, fmt.Errorf("%w: %q (remove it, or pick another name)", ErrSnapshotExists, name)
 	}
 	tmp, err := os.MkdirTemp(dir, ".tmp-"+name+"-")
 	if err != nil {
@@ -204,7 +204,7 @@ func (r *Runtime) readSnapshot(name string) (snapshotMeta, error) {
 	}
 	raw, err := os.ReadFile(filepath.Join(r.snapshotsDir(), name, snapshotMetaFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return m, fmt.Errorf("%w: %q in %s (see 'airlock snapshot ls')", ErrSnapshotNotFound, name, r.snapshotsDir())
+		return m, fmt.Errorf("%w: %q in %s", ErrSnapshotNotFound, name, r.snapshotsDir())
 	}
 	if err != nil {
 		return m, err
@@ -328,8 +328,8 @@ func (r *Runtime) restore(ctx context.Context, opts BoxOptions) (*Box, error) {
 	img, err := r.images.Resolve(m.ImageDigest)
 	if err != nil {
 		if errors.Is(err, image.ErrNotFound) {
-			return nil, fmt.Errorf("snapshot %s: its image %s (%s) is no longer in the image store: pull it again (airlock pull %s) or take a new snapshot: %w",
-				name, m.Image, m.ImageDigest, m.Image, ErrImageNotFound)
+			return nil, fmt.Errorf("snapshot %s: its image %s (%s) is no longer in the image store: pull that image again, or take a new snapshot: %w",
+				name, m.Image, m.ImageDigest, ErrImageNotFound)
 		}
 		return nil, fmt.Errorf("snapshot %s: image %s: %w", name, m.Image, err)
 	}

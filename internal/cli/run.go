@@ -24,6 +24,7 @@ type boxFlags struct {
 	diskSize int
 	network  string
 	rm       bool
+	from     string
 }
 
 func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
@@ -39,6 +40,7 @@ func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
 	if withRm {
 		fl.BoolVar(&f.rm, "rm", false, "remove the box when the command exits")
 	}
+	fl.StringVar(&f.from, "from", "", "restore the memory snapshot NAME instead of booting an image (no IMAGE argument; see 'airlock snapshot')")
 }
 
 func (f *boxFlags) options(cmd *cobra.Command, image string) (airlock.BoxOptions, error) {
@@ -49,9 +51,14 @@ func (f *boxFlags) options(cmd *cobra.Command, image string) (airlock.BoxOptions
 	if err != nil {
 		return airlock.BoxOptions{}, err
 	}
+	network := f.network
+	if f.from != "" && !cmd.Flags().Changed("network") {
+		network = "" // the snapshot's
+	}
 	return airlock.BoxOptions{
 		Image: image, Name: f.name, Env: env, WorkingDir: f.workdir, User: f.user,
-		CPUs: f.cpus, MemoryMiB: f.memory, DiskSizeMiB: f.diskSize, Network: f.network, AutoRemove: f.rm,
+		CPUs: f.cpus, MemoryMiB: f.memory, DiskSizeMiB: f.diskSize, Network: network, AutoRemove: f.rm,
+		FromSnapshot: f.from,
 	}, nil
 }
 
@@ -127,13 +134,22 @@ func newRunCmd() *cobra.Command {
 	var bf boxFlags
 	var ef execFlags
 	cmd := &cobra.Command{
-		Use:   "run [flags] IMAGE [COMMAND [ARG...]]",
+		Use:   "run [flags] IMAGE [COMMAND [ARG...]]\n  airlock run [flags] --from SNAPSHOT [COMMAND [ARG...]]",
 		Short: "Create a box, run a command in it, and stop it",
 		Long: `Create a box from IMAGE, run COMMAND (default: the image's entrypoint and
 command) with its output streamed to this terminal, then stop the box (and
 remove it with --rm). The exit status is the command's; 128+N when a signal
-killed it; 124 when --timeout fired; 125 when airlock itself failed.`,
-		Args: cobra.MinimumNArgs(1),
+killed it; 124 when --timeout fired; 125 when airlock itself failed.
+
+With --from SNAPSHOT the box is restored from a memory snapshot ('airlock
+snapshot create') instead: no IMAGE argument, and it runs on from where the
+snapshot's box was, its processes included.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if bf.from == "" && len(args) == 0 {
+				return fmt.Errorf("give an IMAGE (or --from SNAPSHOT)")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := openRuntime(cmd)
 			if err != nil {
@@ -141,7 +157,11 @@ killed it; 124 when --timeout fired; 125 when airlock itself failed.`,
 			}
 			defer r.Close()
 			ctx := cmd.Context()
-			opts, err := bf.options(cmd, args[0])
+			var img string
+			if bf.from == "" {
+				img, args = args[0], args[1:]
+			}
+			opts, err := bf.options(cmd, img)
 			if err != nil {
 				return exitWith(cmd, 125, err)
 			}
@@ -162,13 +182,16 @@ killed it; 124 when --timeout fired; 125 when airlock itself failed.`,
 					fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
 				}
 			}
-			argv := args[1:]
+			argv := args
 			if len(argv) == 0 {
 				argv = b.DefaultCommand()
 			}
 			if len(argv) == 0 {
 				cleanup()
-				return exitWith(cmd, 125, fmt.Errorf("image %s has no default command: give one after the image name", args[0]))
+				if bf.from != "" {
+					return exitWith(cmd, 125, fmt.Errorf("the image of snapshot %s has no default command: give one after --from %s", bf.from, bf.from))
+				}
+				return exitWith(cmd, 125, fmt.Errorf("image %s has no default command: give one after the image name", opts.Image))
 			}
 			code, err := runInBox(cmd, b, argv, airlock.ExecOptions{}, ef)
 			cleanup()
@@ -205,19 +228,29 @@ func flagHint(msg string) string {
 func newCreateCmd() *cobra.Command {
 	var bf boxFlags
 	cmd := &cobra.Command{
-		Use:   "create [flags] IMAGE",
+		Use:   "create [flags] IMAGE | --from SNAPSHOT",
 		Short: "Create and start a box; print its id",
 		Long: `Create a box from IMAGE and boot it. The box keeps running after this
 command returns; reach it with 'airlock exec', stop it with 'airlock stop',
-remove it with 'airlock rm'.`,
-		Args: cobra.ExactArgs(1),
+remove it with 'airlock rm'. With --from SNAPSHOT (and no IMAGE) the box
+is restored from that memory snapshot instead of booted.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if bf.from != "" {
+				return cobra.NoArgs(cmd, args)
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := openRuntime(cmd)
 			if err != nil {
 				return err
 			}
 			defer r.Close()
-			opts, err := bf.options(cmd, args[0])
+			img := ""
+			if len(args) > 0 {
+				img = args[0]
+			}
+			opts, err := bf.options(cmd, img)
 			if err != nil {
 				return err
 			}

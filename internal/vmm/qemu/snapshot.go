@@ -43,19 +43,22 @@ type machineMeta struct {
 	Files []fileID `json:"files"`
 }
 
-// fileID identifies a file's content by path, size and modification time.
+// fileID identifies a file's content by path, size and inode: the cache
+// writes a file anew (new inode) whenever it builds it again, and touches
+// files it uses (so the modification time says nothing), and hashing a
+// root filesystem base at every restore would cost more than the restore.
 type fileID struct {
-	Path    string `json:"path"`
-	Size    int64  `json:"size"`
-	ModTime int64  `json:"mtime_ns"`
+	Path  string `json:"path"`
+	Size  int64  `json:"size"`
+	Inode uint64 `json:"inode"`
 }
 
 func idOf(path string) (fileID, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fileID{}, err
+	var s syscall.Stat_t
+	if err := syscall.Stat(path, &s); err != nil {
+		return fileID{}, &os.PathError{Op: "stat", Path: path, Err: err}
 	}
-	return fileID{Path: path, Size: fi.Size(), ModTime: fi.ModTime().UnixNano()}, nil
+	return fileID{Path: path, Size: s.Size, Inode: s.Ino}, nil
 }
 
 // layout is c without what differs between boxes of one machine layout:
@@ -359,8 +362,10 @@ func diffFiles(was, now []fileID) string {
 			out = append(out, "now also "+now[i].Path)
 		case i >= len(now):
 			out = append(out, was[i].Path+" is no longer used")
+		case was[i].Path != now[i].Path:
+			out = append(out, fmt.Sprintf("%s is now %s", was[i].Path, now[i].Path))
 		case was[i] != now[i]:
-			out = append(out, fmt.Sprintf("%s (was %d bytes, now %s, %d bytes)", was[i].Path, was[i].Size, now[i].Path, now[i].Size))
+			out = append(out, was[i].Path+" was built again")
 		}
 	}
 	return strings.Join(out, "; ")
