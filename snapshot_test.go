@@ -229,6 +229,44 @@ func TestSnapshotQEMU(t *testing.T) {
 			t.Errorf("parent after fork: %q", got)
 		}
 	})
+	t.Run("cli", func(t *testing.T) {
+		images := vmtest.ImagesDir()
+		t.Setenv("AIRLOCK_HOME", home)
+		t.Setenv("AIRLOCK_IMAGES", images)
+		if out, errs, err := runCLI("snapshot", "create", parent.ID(), "cli"); err != nil || out != "cli\n" {
+			t.Fatalf("snapshot create: %q %q %v", out, errs, err)
+		}
+		if out, errs, err := runCLI("snapshot", "ls"); err != nil || !strings.Contains(out, "cli") || !strings.Contains(out, parent.ID()) {
+			t.Fatalf("snapshot ls: %q %q %v", out, errs, err)
+		}
+		if out, errs, err := runCLI("run", "--rm", "--from", "cli", "cat", "/root/f", "/root/after"); err != nil || out != "before\nafter\n" {
+			t.Fatalf("run --from: %q %q %v", out, errs, err)
+		}
+		if _, errs, err := runCLI("run", "--from", "nope", "true"); err == nil || !strings.Contains(errs, "snapshot not found") || !strings.Contains(errs, "snapshot ls") {
+			t.Fatalf("run --from a missing snapshot: %q %v", errs, err)
+		}
+		if out, errs, err := runCLI("snapshot", "rm", "cli"); err != nil || out != "cli\n" {
+			t.Fatalf("snapshot rm: %q %q %v", out, errs, err)
+		}
+		out, errs, err := runCLI("fork", parent.ID(), "-n", "2")
+		if err != nil {
+			t.Fatalf("fork: %q %q %v", out, errs, err)
+		}
+		ids := strings.Fields(out)
+		if len(ids) != 2 {
+			t.Fatalf("fork -n 2 printed %q", out)
+		}
+		for _, id := range ids {
+			k, err := r.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := shIn(t, k, "cat /root/f"); got != "before" {
+				t.Errorf("forked box %s: %q", id, got)
+			}
+			k.Remove(ctx, true)
+		}
+	})
 	t.Run("pause", func(t *testing.T) {
 		shIn(t, c2, "setsid sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & echo $! > /root/spin")
 		info, err := c2.Info(ctx)
