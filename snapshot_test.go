@@ -15,7 +15,7 @@ import (
 )
 
 // sh runs script in b and returns its stdout, failing t on a non-zero exit.
-func shIn(t *testing.T, b *airlock.Box, script string) string {
+func shIn(t testing.TB, b *airlock.Box, script string) string {
 	t.Helper()
 	res, err := b.Exec(context.Background(), "sh", []string{"-c", script}, airlock.ExecOptions{Timeout: time.Minute})
 	if err != nil {
