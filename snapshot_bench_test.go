@@ -85,14 +85,7 @@ func BenchmarkSnapshot(b *testing.B) {
 
 		// Fork of a box with a 200 MiB Python heap.
 		parent, _ := first(airlock.BoxOptions{Image: vmtest.DefaultImage})
-		shIn(b, parent, `setsid python3 -c '
-import time
-heap = bytearray(200 << 20)
-for i in range(0, len(heap), 4096): heap[i] = 1
-open("/root/heap", "w").write("ok")
-while True: time.sleep(1)
-' </dev/null >/dev/null 2>&1 &
-while [ ! -s /root/heap ]; do sleep 0.1; done`)
+		shIn(b, parent, heapHolder)
 		t0 := time.Now()
 		kids, err := parent.Fork(ctx, 4)
 		if err != nil {
@@ -116,20 +109,30 @@ while [ ! -s /root/heap ]; do sleep 0.1; done`)
 		var fresh []*airlock.Box
 		for j := 0; j < 4; j++ {
 			box, _ := first(airlock.BoxOptions{Image: vmtest.DefaultImage})
-			shIn(b, box, `python3 -c 'heap = bytearray(200 << 20)
-for i in range(0, len(heap), 4096): heap[i] = 1'`)
+			shIn(b, box, heapHolder)
 			fresh = append(fresh, box)
 		}
 		freshPSS := totalPSS(b, ctx, fresh)
 		for _, box := range fresh {
 			box.Remove(ctx, true)
 		}
-		b.Logf("fork of a box with a 200 MiB heap into 4: last child's first exec after %s; QEMU PSS of the 4 children %d MiB, of 4 fresh boxes that touched 200 MiB each %d MiB (%.2f)",
+		b.Logf("fork of a box with a 200 MiB heap into 4: last child's first exec after %s; QEMU PSS of the 4 children %d MiB, of 4 fresh boxes holding 200 MiB each %d MiB (%.2f)",
 			forkT.Round(time.Millisecond), kidPSS>>10, freshPSS>>10, float64(kidPSS)/float64(freshPSS))
 		b.ReportMetric(forkT.Seconds()*1000, "fork4-ms")
 		b.ReportMetric(float64(kidPSS)/float64(freshPSS), "fork-pss/fresh")
 	}
 }
+
+// heapHolder starts a background Python process that holds 200 MiB of
+// touched heap, and waits until it does.
+const heapHolder = `setsid python3 -c '
+import time
+heap = bytearray(200 << 20)
+for i in range(0, len(heap), 4096): heap[i] = 1
+open("/root/heap", "w").write("ok")
+while True: time.sleep(1)
+' </dev/null >/dev/null 2>&1 &
+while [ ! -s /root/heap ]; do sleep 0.1; done`
 
 // totalPSS returns the summed PSS (KiB) of the boxes' QEMU processes.
 func totalPSS(b *testing.B, ctx context.Context, boxes []*airlock.Box) int64 {

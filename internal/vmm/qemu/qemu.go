@@ -100,7 +100,7 @@ func (c Config) Args() []string {
 		"-smp", strconv.Itoa(cpus),
 	}
 	if c.THP == THPCode {
-		a = append(a, ramArgs(ramLayout(mem, c.KernelSpan))...)
+		a = append(a, ramArgs(ramLayout(mem, c.KernelSpan), c.Incoming)...)
 	}
 	if c.Accel == AccelKVM {
 		a = append(a, "-accel", "kvm", "-cpu", "host")
