@@ -274,6 +274,9 @@ func (r *Runtime) resolveImage(ctx context.Context, ref string) (*image.Image, e
 // Errors: ErrNameInUse, ErrImageNotFound, boot failures (with the console
 // log's tail); on error nothing is left behind.
 func (r *Runtime) Create(ctx context.Context, opts BoxOptions) (*Box, error) {
+	if opts.FromSnapshot != "" {
+		return r.restore(ctx, opts)
+	}
 	b, err := r.newBox(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -334,6 +337,12 @@ func (r *Runtime) newBox(ctx context.Context, opts BoxOptions) (*Box, error) {
 	if err != nil {
 		return nil, err
 	}
+	return r.recordBox(ctx, opts, img, nil)
+}
+
+// recordBox records a box of img and prepares its directory: with the
+// driver's Create, or with prepare when it is set (a restore).
+func (r *Runtime) recordBox(ctx context.Context, opts BoxOptions, img *image.Image, prepare func(context.Context, vmm.Spec) error) (*Box, error) {
 	bc := boxConfig{Options: opts, Image: img.Config}
 	if opts.AutoRemove {
 		bc.OwnerPID = os.Getpid()
@@ -348,7 +357,7 @@ func (r *Runtime) newBox(ctx context.Context, opts BoxOptions) (*Box, error) {
 		return nil, fmt.Errorf("record box: %w", err)
 	}
 	b := r.handle(rec, bc)
-	if err := b.create(ctx, img); err != nil {
+	if err := b.create(ctx, img, prepare); err != nil {
 		b.remove(context.WithoutCancel(ctx), true)
 		return nil, err
 	}

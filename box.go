@@ -146,14 +146,17 @@ func running(rec *store.Box) bool {
 }
 
 // create prepares the box directory and its writable layer.
-func (b *Box) create(ctx context.Context, img *image.Image) error {
+func (b *Box) create(ctx context.Context, img *image.Image, prepare func(context.Context, vmm.Spec) error) error {
 	if err := os.MkdirAll(b.dir, 0o700); err != nil {
 		return fmt.Errorf("box %s: %w", b.id, err)
 	}
 	rec, cfg := b.snapshot()
 	spec := b.vmSpec(rec, cfg)
 	spec.Images, spec.Image = b.r.images, img
-	if err := b.r.drv.Create(ctx, spec); err != nil {
+	if prepare == nil {
+		prepare = b.r.drv.Create
+	}
+	if err := prepare(ctx, spec); err != nil {
 		return fmt.Errorf("box %s: %w", b.id, err)
 	}
 	return nil
@@ -172,7 +175,13 @@ func (b *Box) image(rec *store.Box) (*image.Image, error) {
 
 // Start boots the box's VM, if it is not running, and waits for its agent.
 // Files written in the box before a Stop are still there.
-func (b *Box) Start(ctx context.Context) (err error) {
+func (b *Box) Start(ctx context.Context) error {
+	return b.startWith(ctx, b.r.drv.Start)
+}
+
+// startWith is Start with the machine started by start (a boot, or a
+// restore from a snapshot).
+func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spec) (vmm.Machine, error)) (err error) {
 	unlock, err := b.lock(ctx)
 	if err != nil {
 		return err
@@ -200,7 +209,7 @@ func (b *Box) Start(ctx context.Context) (err error) {
 	}
 	spec := b.vmSpec(rec, cfg)
 	spec.Images, spec.Image = b.r.images, img
-	m, err := b.r.drv.Start(ctx, spec)
+	m, err := start(ctx, spec)
 	if err != nil {
 		return fmt.Errorf("box %s: %w", b.id, err)
 	}

@@ -59,6 +59,13 @@ type BoxOptions struct {
 	// Hostname is the box's host name (default: Name when it is a valid
 	// host name, else the id). Letters, digits and '-', at most 63.
 	Hostname string `json:",omitempty"`
+	// FromSnapshot, when set, makes Create restore the memory snapshot of
+	// that name (Box.Snapshot) instead of booting: the box runs on from
+	// where the snapshot's box was, with its processes and files. Image,
+	// CPUs, MemoryMiB, DiskSizeMiB and Network come from the snapshot
+	// (left zero, or equal to the snapshot's); Env, WorkingDir and User
+	// default to the snapshot's box's. See docs/snapshots.md.
+	FromSnapshot string
 }
 
 // ExecOptions tune one Exec. Env, User and WorkingDir override the box's

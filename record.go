@@ -51,6 +51,9 @@ type boxRecord struct {
 	OwnerStart  uint64      `json:"owner_start,omitempty"`
 	// Volumes: optional, added in version 1 without a bump (absent = none).
 	Volumes []volumeRecord `json:"volumes,omitempty"`
+	// FromSnapshot is the snapshot the box was restored from (its first
+	// start; later starts boot).
+	FromSnapshot string `json:"from_snapshot,omitempty"`
 }
 
 // volumeRecord is the stored form of a Volume.
@@ -104,7 +107,7 @@ func encodeConfig(c boxConfig) []byte {
 		Network: storedNetwork(o.Network), Hostname: o.Hostname,
 		ImageConfig: imageRecord{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
-		OwnerPID: c.OwnerPID, OwnerStart: c.OwnerStart}
+		OwnerPID: c.OwnerPID, OwnerStart: c.OwnerStart, FromSnapshot: o.FromSnapshot}
 	for _, v := range o.Volumes {
 		r.Volumes = append(r.Volumes, volumeRecord{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}
@@ -205,7 +208,8 @@ func (r boxRecord) config() (boxConfig, error) {
 	}
 	return boxConfig{
 		Options: BoxOptions{Image: r.Image, Name: r.Name, CPUs: r.CPUs, MemoryMiB: r.MemoryMiB, DiskSizeMiB: r.DiskSizeMiB,
-			Env: r.Env, WorkingDir: r.WorkingDir, User: r.User, AutoRemove: r.AutoRemove, Network: n, Hostname: r.Hostname, Volumes: vols},
+			Env: r.Env, WorkingDir: r.WorkingDir, User: r.User, AutoRemove: r.AutoRemove, Network: n, Hostname: r.Hostname, Volumes: vols,
+			FromSnapshot: r.FromSnapshot},
 		Image: image.ImageConfig{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
 		OwnerPID: r.OwnerPID, OwnerStart: r.OwnerStart,

@@ -180,6 +180,7 @@ func runInit() {
 		Shutdown:   guestinit.PowerOff,
 		// A test-only fault, off unless the host asked for it.
 		TestWedgeExec: p.TestWedgeExec,
+		SetHostname:   guestinit.Hostname,
 	})
 	go srv.Prewarm()
 	g := srv.Handle

@@ -47,6 +47,8 @@ type Config struct {
 	// reports its exit, as a wedged agent would. The guest agent sets it from
 	// airlock.test_wedge_exec=1 on the kernel command line.
 	TestWedgeExec bool
+	// SetHostname, when set, gives the box a new hostname (Restored).
+	SetHostname func(name string)
 }
 
 // Server implements the Agent service of agentpb/agent.proto.
@@ -81,6 +83,16 @@ func (s *Server) Handle(method string, st *transport.Stream) error {
 		return st.Send(s.Shutdown())
 	case agentpb.MethodExec:
 		return s.Exec(protoStream{st})
+	case agentpb.MethodRestored:
+		req := new(agentpb.RestoredRequest)
+		if err := st.Recv(req); err != nil {
+			return err
+		}
+		resp, err := s.Restored(req)
+		if err != nil {
+			return err
+		}
+		return st.Send(resp)
 	}
 	if ok, err := s.handleFile(method, st); ok {
 		return err

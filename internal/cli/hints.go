@@ -35,6 +35,10 @@ func hint(err error, box string) string {
 		return "see 'airlock ls -a' for the boxes of " + airlock.DefaultHome()
 	case errors.Is(err, airlock.ErrImageNotFound):
 		return "see 'airlock images' for the local images"
+	case errors.Is(err, airlock.ErrSnapshotNotFound):
+		return "see 'airlock snapshot ls' for the snapshots of " + airlock.DefaultHome()
+	case errors.Is(err, airlock.ErrSnapshotExists):
+		return "remove it first (airlock snapshot rm NAME), or pick another name"
 	case errors.Is(err, airlock.ErrBoxDied):
 		return fmt.Sprintf("start it again with airlock start %s; airlock logs --console %s shows its console", box, box)
 	}

@@ -26,6 +26,7 @@ type boxFlags struct {
 	volumes  []string
 	hostname string
 	envFiles []string
+	from     string
 }
 
 func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
@@ -44,6 +45,7 @@ func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
 	if withRm {
 		fl.BoolVar(&f.rm, "rm", false, "remove the box when the command exits")
 	}
+	fl.StringVar(&f.from, "from", "", "restore the memory snapshot NAME instead of booting an image (no IMAGE argument; see 'airlock snapshot')")
 }
 
 func (f *boxFlags) options(cmd *cobra.Command, image string) (airlock.BoxOptions, error) {
@@ -66,6 +68,10 @@ func (f *boxFlags) options(cmd *cobra.Command, image string) (airlock.BoxOptions
 		}
 		vols = append(vols, v)
 	}
+	network := f.network
+	if f.from != "" && !cmd.Flags().Changed("network") {
+		network = "" // the snapshot's
+	}
 	mem, err := sizeFlag("memory", f.memory)
 	if err != nil {
 		return airlock.BoxOptions{}, err
@@ -79,8 +85,8 @@ func (f *boxFlags) options(cmd *cobra.Command, image string) (airlock.BoxOptions
 	}
 	return airlock.BoxOptions{
 		Image: image, Name: f.name, Env: append(fromFiles, env...), WorkingDir: f.workdir, User: f.user,
-		CPUs: f.cpus, MemoryMiB: mem, DiskSizeMiB: disk, Network: f.network, AutoRemove: f.rm, Hostname: f.hostname,
-		Volumes: vols,
+		CPUs: f.cpus, MemoryMiB: mem, DiskSizeMiB: disk, Network: network, AutoRemove: f.rm, Hostname: f.hostname,
+		Volumes: vols, FromSnapshot: f.from,
 	}, nil
 }
 
@@ -143,7 +149,7 @@ func newRunCmd() *cobra.Command {
 	var detach bool
 	var entrypoint string
 	cmd := &cobra.Command{
-		Use:   "run [flags] IMAGE [COMMAND [ARG...]]",
+		Use:   "run [flags] IMAGE [COMMAND [ARG...]]\n  airlock run [flags] --from SNAPSHOT [COMMAND [ARG...]]",
 		Short: "Create a box, run a command in it, and stop it",
 		Long: `Create a box from IMAGE, run COMMAND (default: the image's entrypoint and
 command) with its output streamed to this terminal, then stop the box (and
@@ -154,10 +160,23 @@ killed it; 124 when --timeout fired; 125 when airlock itself failed.
 box, its output is kept for 'airlock logs', and the box stops (or, with --rm,
 is removed) when it ends. 'airlock ls -a' then shows "Exited (N)".
 
---memory (-m) and --disk-size take 512m, 2g, ...; a bare number is MiB.`,
-		Args: cobra.MinimumNArgs(1),
+--memory (-m) and --disk-size take 512m, 2g, ...; a bare number is MiB.
+
+With --from SNAPSHOT the box is restored from a memory snapshot ('airlock
+snapshot create') instead: no IMAGE argument, and it runs on from where the
+snapshot's box was, its processes included.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if bf.from == "" && len(args) == 0 {
+				return fmt.Errorf("give an IMAGE (or --from SNAPSHOT)")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := bf.options(cmd, args[0])
+			img, rest := "", args
+			if bf.from == "" {
+				img, rest = args[0], args[1:]
+			}
+			opts, err := bf.options(cmd, img)
 			if err != nil {
 				return usagef(cmd, "run: %v", err)
 			}
@@ -187,10 +206,13 @@ is removed) when it ends. 'airlock ls -a' then shows "Exited (N)".
 					fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
 				}
 			}
-			argv := mainArgv(b, args[1:], entrypoint)
+			argv := mainArgv(b, rest, entrypoint)
 			if len(argv) == 0 {
 				cleanup()
-				return exitWith(cmd, 125, fmt.Errorf("image %s has no default command: give one after the image name", args[0]))
+				if bf.from != "" {
+					return exitWith(cmd, 125, fmt.Errorf("the image of snapshot %s has no default command: give one after --from %s", bf.from, bf.from))
+				}
+				return exitWith(cmd, 125, fmt.Errorf("image %s has no default command: give one after the image name", opts.Image))
 			}
 			if detach {
 				if err := startDetached(b, mainSpec{Argv: argv, Timeout: ef.timeout, Remove: bf.rm}); err != nil {
@@ -232,7 +254,7 @@ func newCreateCmd() *cobra.Command {
 	var entrypoint string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "create [flags] IMAGE [COMMAND [ARG...]]",
+		Use:   "create [flags] IMAGE [COMMAND [ARG...]]\n  airlock create [flags] --from SNAPSHOT [COMMAND [ARG...]]",
 		Short: "Create and start a box; print its id",
 		Long: `Create a box from IMAGE and boot it. The box keeps running after this
 command returns; reach it with 'airlock exec', stop it with 'airlock stop',
@@ -243,9 +265,18 @@ background, as 'run -d' does: its output is kept for 'airlock logs', and the
 box stops when it ends.
 
 --memory (-m) and --disk-size take 512m, 2g, ...; a bare number is MiB.`,
-		Args: cobra.MinimumNArgs(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if bf.from == "" && len(args) == 0 {
+				return fmt.Errorf("give an IMAGE (or --from SNAPSHOT)")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts, err := bf.options(cmd, args[0])
+			img, rest := "", args
+			if bf.from == "" {
+				img, rest = args[0], args[1:]
+			}
+			opts, err := bf.options(cmd, img)
 			if err != nil {
 				return usagef(cmd, "create: %v", err)
 			}
@@ -258,8 +289,8 @@ box stops when it ends.
 			if err != nil {
 				return err
 			}
-			if len(args) > 1 || entrypoint != "" {
-				argv := mainArgv(b, args[1:], entrypoint)
+			if len(rest) > 0 || entrypoint != "" {
+				argv := mainArgv(b, rest, entrypoint)
 				if err := startDetached(b, mainSpec{Argv: argv, Timeout: timeout}); err != nil {
 					b.Remove(context.WithoutCancel(cmd.Context()), true)
 					return err

@@ -7,8 +7,8 @@
 // Two drivers implement it: qemu (internal/vmm/qemu), which boots microVMs,
 // and fake (internal/vmm/fake), which runs the real guest agent as a host
 // process, for lifecycle tests that need no VM. Abilities that only some
-// drivers have are separate small interfaces (BootReporter; snapshots
-// later), tested for with a type assertion; a driver without one returns
+// drivers have are separate small interfaces (BootReporter, Snapshotter,
+// Pauser), tested for with a type assertion; a driver without one returns
 // ErrNotSupported where the caller needs it.
 //
 // A box's life, as the lifecycle code drives it:

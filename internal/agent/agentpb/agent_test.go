@@ -41,6 +41,8 @@ var golden = []struct {
 	{"start with max output", &ExecRequest{Msg: &ExecRequest_Start{Start: &ExecStart{Argv: []string{"x"}, MaxOutput: 16 << 20}}}, "0a080a01785880808008"},
 	{"exit dropped oom", &ExecEvent{Msg: &ExecEvent_Exit{Exit: &ExecExit{ExitCode: 137, StdoutDropped: 300, StderrDropped: 1, OOMKilled: true}}}, "220a08890130ac02380140" + "01"},
 	{"zero exit", &ExecEvent{Msg: &ExecEvent_Exit{Exit: &ExecExit{}}}, "2200"},
+	{"restored", &RestoredRequest{Entropy: []byte{1, 2}, UnixNs: 5, Hostname: "h"}, "0a02010210051a0168"},
+	{"restored reply", &RestoredResponse{StepNs: 300}, "08ac02"},
 }
 
 func TestWireFormatMatchesProtobuf(t *testing.T) {

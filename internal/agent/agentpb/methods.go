@@ -6,4 +6,6 @@ const (
 	MethodHello    = "Hello"
 	MethodExec     = "Exec"
 	MethodShutdown = "Shutdown"
+	// MethodRestored: the box was restored from a memory snapshot.
+	MethodRestored = "Restored"
 )

@@ -101,6 +101,18 @@ func (c *Client) Shutdown(ctx context.Context) error {
 	return c.t.Unary(ctx, agentpb.MethodShutdown, &agentpb.ShutdownRequest{}, new(agentpb.ShutdownResponse))
 }
 
+// Restored tells the agent of a box restored from a memory snapshot to add
+// entropy to the kernel RNG, step the clock to unixNs and take hostname;
+// it returns how far the clock was stepped.
+func (c *Client) Restored(ctx context.Context, entropy []byte, unixNs int64, hostname string) (time.Duration, error) {
+	r := new(agentpb.RestoredResponse)
+	req := &agentpb.RestoredRequest{Entropy: entropy, UnixNs: unixNs, Hostname: hostname}
+	if err := c.t.Unary(ctx, agentpb.MethodRestored, req, r); err != nil {
+		return 0, err
+	}
+	return time.Duration(r.StepNs), nil
+}
+
 // Spec describes one process to run in the guest.
 type Spec struct {
 	Argv       []string

@@ -77,6 +77,10 @@ type Config struct {
 	// ExtraArgs are appended to QEMU's arguments (e.g. -fsdev and -device
 	// for 9p shares).
 	ExtraArgs []string
+	// Incoming starts QEMU waiting for a migration stream (-incoming
+	// defer) instead of booting: QMP migrate-incoming then loads a
+	// snapshot.
+	Incoming bool
 }
 
 // Args returns QEMU's arguments for c (without the binary).
@@ -100,7 +104,7 @@ func (c Config) Args() []string {
 		"-smp", strconv.Itoa(cpus),
 	}
 	if c.THP == THPCode {
-		a = append(a, ramArgs(ramLayout(mem, c.KernelSpan))...)
+		a = append(a, ramArgs(ramLayout(mem, c.KernelSpan), c.Incoming)...)
 	}
 	if c.Accel == AccelKVM {
 		a = append(a, "-accel", "kvm", "-cpu", "host")
@@ -123,6 +127,9 @@ func (c Config) Args() []string {
 	)
 	if c.Initrd != "" {
 		a = append(a, "-initrd", c.Initrd)
+	}
+	if c.Incoming {
+		a = append(a, "-incoming", "defer")
 	}
 	for i, d := range c.Disks {
 		id := "vd" + string(rune('a'+i))

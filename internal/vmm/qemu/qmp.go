@@ -50,30 +50,7 @@ func (q *QMP) Execute(cmd string, args any) (json.RawMessage, error) {
 	if _, err := q.conn.Write(append(b, '\n')); err != nil {
 		return nil, err
 	}
-	for {
-		line, err := q.r.ReadBytes('\n')
-		if err != nil {
-			return nil, err
-		}
-		var resp struct {
-			Return json.RawMessage `json:"return"`
-			Error  *struct {
-				Class string `json:"class"`
-				Desc  string `json:"desc"`
-			} `json:"error"`
-			Event string `json:"event"`
-		}
-		if err := json.Unmarshal(line, &resp); err != nil {
-			return nil, err
-		}
-		if resp.Event != "" {
-			continue
-		}
-		if resp.Error != nil {
-			return nil, fmt.Errorf("qmp %s: %s: %s", cmd, resp.Error.Class, resp.Error.Desc)
-		}
-		return resp.Return, nil
-	}
+	return q.readReturn(cmd)
 }
 
 // Close closes the connection.

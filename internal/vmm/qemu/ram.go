@@ -101,15 +101,25 @@ func ramLayout(memMiB int, kernel PhysRange) []ramPart {
 // memory backend per part, joined in order as NUMA nodes' memory (QEMU
 // lays the nodes' memory out one after the other; microvm describes no
 // NUMA topology to the guest, which sees one range of RAM as before).
-func ramArgs(parts []ramPart) []string {
+//
+// anon makes every part anonymous memory (memory-backend-ram), as a
+// restore wants: the migration stream has a marker for each zero page,
+// which QEMU tests by reading the page, and a read of a memfd's hole
+// allocates a page, while one of anonymous memory maps the zero page. The
+// parts keep their ids and sizes, which is what migration matches.
+func ramArgs(parts []ramPart, anon bool) []string {
 	if len(parts) == 1 && !parts[0].huge {
-		return []string{"-object", fmt.Sprintf("memory-backend-memfd,id=airlock-ram,size=%dM", parts[0].sizeMiB),
+		backend := "memory-backend-memfd"
+		if anon {
+			backend = "memory-backend-ram"
+		}
+		return []string{"-object", fmt.Sprintf("%s,id=airlock-ram,size=%dM", backend, parts[0].sizeMiB),
 			"-machine", "memory-backend=airlock-ram"}
 	}
 	var a []string
 	for i, p := range parts {
 		backend := "memory-backend-memfd"
-		if p.huge {
+		if p.huge || anon {
 			backend = "memory-backend-ram"
 		}
 		a = append(a, "-object", fmt.Sprintf("%s,id=airlock-ram%d,size=%dM", backend, i, p.sizeMiB),

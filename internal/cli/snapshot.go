@@ -1,0 +1,177 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/airlock-run/airlock"
+)
+
+func init() {
+	extraCommands = append(extraCommands, newSnapshotCmd, newForkCmd, newPauseCmd, newUnpauseCmd)
+}
+
+func newSnapshotCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Manage memory snapshots of running boxes",
+		Long: `A snapshot holds a running box's memory, device state and writable layer,
+taken at one paused instant; the box runs on afterwards. Restore it with
+'airlock run --from NAME' or 'airlock create --from NAME': the new box runs
+on from that instant, its processes included, with its own writable layer,
+fresh kernel randomness, the host's time and its own hostname.`,
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "create BOX NAME",
+		Short: "Snapshot a running box",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			b, err := r.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			info, err := b.Snapshot(cmd.Context(), args[1])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), info.Name)
+			return nil
+		},
+	}, &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List snapshots",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			list, err := r.Snapshots(cmd.Context())
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
+			fmt.Fprintln(w, "NAME\tBOX\tIMAGE\tMEMORY\tSIZE\tCREATED")
+			for _, s := range list {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%d MiB\t%.1f MiB\t%s ago\n", s.Name, s.Box, s.Image, s.Options.MemoryMiB,
+					float64(s.StateBytes+s.DiskBytes)/(1<<20), time.Since(s.Created).Round(time.Second))
+			}
+			return w.Flush()
+		},
+	}, &cobra.Command{
+		Use:   "inspect NAME",
+		Short: "Show a snapshot as JSON",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			s, err := r.Snapshot(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			out, _ := json.MarshalIndent(s, "", "  ")
+			fmt.Fprintln(cmd.OutOrStdout(), string(out))
+			return nil
+		},
+	}, &cobra.Command{
+		Use:     "rm NAME...",
+		Aliases: []string{"remove"},
+		Short:   "Remove snapshots (boxes restored from them keep working)",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			failed := false
+			for _, n := range args {
+				if err := r.RemoveSnapshot(cmd.Context(), n); err != nil {
+					report(cmd.ErrOrStderr(), err, "")
+					failed = true
+					continue
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), n)
+			}
+			if failed {
+				return &ExitError{1}
+			}
+			return nil
+		},
+	})
+	return cmd
+}
+
+func newForkCmd() *cobra.Command {
+	var n int
+	cmd := &cobra.Command{
+		Use:   "fork BOX [-n N]",
+		Short: "Start N copies of a running box from its memory; print their ids",
+		Long: `Snapshot the running box BOX (pausing it briefly) and start N boxes from
+that snapshot, each with its own writable layer and the box's processes;
+print one id per line. The snapshot is removed afterwards.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			b, err := r.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			kids, err := b.Fork(cmd.Context(), n)
+			if err != nil {
+				return err
+			}
+			for _, k := range kids {
+				fmt.Fprintln(cmd.OutOrStdout(), k.ID())
+			}
+			return nil
+		},
+	}
+	cmd.Flags().IntVarP(&n, "number", "n", 1, fmt.Sprintf("how many boxes to start (1..%d)", airlock.MaxForks))
+	return cmd
+}
+
+func newPauseCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "pause BOX...",
+		Short: "Pause running boxes (no guest CPU until unpause)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return eachBox(cmd, args, func(ctx context.Context, r *airlock.Runtime, b *airlock.Box) error {
+				return b.Pause(ctx)
+			})
+		},
+	}
+}
+
+func newUnpauseCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "unpause BOX...",
+		Short: "Let paused boxes run on",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return eachBox(cmd, args, func(ctx context.Context, r *airlock.Runtime, b *airlock.Box) error {
+				return b.Resume(ctx)
+			})
+		},
+	}
+}

@@ -1,0 +1,506 @@
+package qemu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/rootfs"
+	"github.com/airlock-run/airlock/internal/vmm"
+)
+
+var _ vmm.Snapshotter = (*Driver)(nil)
+var _ vmm.Pauser = (*Driver)(nil)
+
+// Files of a snapshot directory.
+const (
+	snapState   = "state"        // QEMU's migration stream: RAM and device state
+	snapDisk    = "rw.ext4"      // the writable layer at the paused instant
+	snapMachine = "machine.json" // what the restore must match (machineMeta)
+)
+
+// machineMeta is what a snapshot's machine was: a restore starts the same
+// QEMU with the same device layout and the same boot files, or refuses.
+type machineMeta struct {
+	QEMUVersion string `json:"qemu_version"`
+	// Config is the QEMU configuration with the per-box paths blanked
+	// (see layout); its Cmdline is the one the restore launches with.
+	Config Config `json:"config"`
+	// Files are the kernel, initramfs or agent disk and root filesystem
+	// base the guest booted from and still has pages of in its memory.
+	Files []fileID `json:"files"`
+}
+
+// fileID identifies a file's content by path, size and inode: the cache
+// writes a file anew (new inode) whenever it builds it again, and touches
+// files it uses (so the modification time says nothing), and hashing a
+// root filesystem base at every restore would cost more than the restore.
+type fileID struct {
+	Path  string `json:"path"`
+	Size  int64  `json:"size"`
+	Inode uint64 `json:"inode"`
+}
+
+func idOf(path string) (fileID, error) {
+	var s syscall.Stat_t
+	if err := syscall.Stat(path, &s); err != nil {
+		return fileID{}, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	return fileID{Path: path, Size: s.Size, Inode: s.Ino}, nil
+}
+
+// layout is c without what differs between boxes of one machine layout:
+// names, sockets, logs, the writable layer's path and the vsock CID
+// (whether there is one stays).
+func layout(c Config) Config {
+	c.Name, c.QMPSocket, c.ConsoleLog, c.PIDFile, c.Incoming = "", "", "", "", false
+	c.AgentSockets = make([]string, len(c.AgentSockets))
+	c.Disks = append([]Disk(nil), c.Disks...)
+	for i := range c.Disks {
+		if !c.Disks[i].ReadOnly {
+			c.Disks[i].Path = boxdir.RW
+		}
+	}
+	if c.VsockCID != 0 {
+		c.VsockCID = 1
+	}
+	return c
+}
+
+// machineFor returns spec's QEMU configuration for this host and the
+// identities of its boot files.
+func (d *Driver) machineFor(ctx context.Context, spec vmm.Spec, cid uint32) (Config, []fileID, error) {
+	boot, err := d.assets()
+	if err != nil {
+		return Config{}, nil, err
+	}
+	base, err := rootfs.Base(ctx, spec.Images, spec.Image, d.o.CacheDir)
+	if err != nil {
+		return Config{}, nil, fmt.Errorf("root filesystem for %s: %w", spec.Image.Ref, err)
+	}
+	qc := d.config(spec, boot, base, cid)
+	var files []fileID
+	for _, p := range []string{boot.kernel.Path, boot.initrd, boot.agentDisk, base} {
+		if p == "" {
+			continue
+		}
+		id, err := idOf(p)
+		if err != nil {
+			return Config{}, nil, err
+		}
+		files = append(files, id)
+	}
+	return qc, files, nil
+}
+
+// qmpFD runs a QMP command with an open file passed along (SCM_RIGHTS),
+// as getfd needs.
+func (q *QMP) executeWithFile(cmd string, args any, f *os.File) (json.RawMessage, error) {
+	uc, ok := q.conn.(*net.UnixConn)
+	if !ok {
+		return nil, errors.New("qmp: not a unix socket")
+	}
+	req, _ := json.Marshal(map[string]any{"execute": cmd, "arguments": args})
+	if _, _, err := uc.WriteMsgUnix(append(req, '\n'), unix.UnixRights(int(f.Fd())), nil); err != nil {
+		return nil, err
+	}
+	return q.readReturn(cmd)
+}
+
+// readReturn reads replies until the one to cmd (events are skipped).
+func (q *QMP) readReturn(cmd string) (json.RawMessage, error) {
+	for {
+		line, err := q.r.ReadBytes('\n')
+		if err != nil {
+			return nil, err
+		}
+		var resp struct {
+			Return json.RawMessage `json:"return"`
+			Error  *struct {
+				Class string `json:"class"`
+				Desc  string `json:"desc"`
+			} `json:"error"`
+			Event string `json:"event"`
+		}
+		if err := json.Unmarshal(line, &resp); err != nil {
+			return nil, err
+		}
+		if resp.Event != "" {
+			continue
+		}
+		if resp.Error != nil {
+			return nil, fmt.Errorf("qmp %s: %s: %s", cmd, resp.Error.Class, resp.Error.Desc)
+		}
+		return resp.Return, nil
+	}
+}
+
+// version returns QEMU's version ("7.2.19 (Debian 1:7.2+dfsg-7+deb12u18)").
+func (q *QMP) version() (string, error) {
+	raw, err := q.Execute("query-version", nil)
+	if err != nil {
+		return "", err
+	}
+	var v struct {
+		QEMU    struct{ Major, Minor, Micro int } `json:"qemu"`
+		Package string                            `json:"package"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%d.%d.%d %s", v.QEMU.Major, v.QEMU.Minor, v.QEMU.Micro, strings.TrimSpace(v.Package)), nil
+}
+
+// status returns the run state ("running", "paused", "inmigrate", ...).
+func (q *QMP) status() (string, error) {
+	raw, err := q.Execute("query-status", nil)
+	if err != nil {
+		return "", err
+	}
+	var s struct {
+		Status string `json:"status"`
+	}
+	err = json.Unmarshal(raw, &s)
+	return s.Status, err
+}
+
+func (m *machine) qmp(ctx context.Context) (*QMP, error) {
+	if !m.Alive() {
+		return nil, fmt.Errorf("its QEMU process (pid %d) is not running", m.h.PID)
+	}
+	return DialQMP(ctx, boxdir.SockPath(m.dir, m.id, boxdir.QMP))
+}
+
+// SaveSnapshot stops the machine (QMP stop), streams its RAM and device
+// state into dir/state through a file descriptor passed over QMP (getfd,
+// migrate fd:; QEMU spawns nothing), copies the writable layer while it is
+// still stopped, and lets it run on (cont).
+func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, dir string) (vmm.SnapshotStats, error) {
+	var st vmm.SnapshotStats
+	var cid uint32
+	if raw, err := os.ReadFile(filepath.Join(spec.Dir, boxdir.CID)); err == nil {
+		v, _ := strconv.ParseUint(strings.TrimSpace(string(raw)), 10, 32)
+		cid = uint32(v)
+	}
+	qc, files, err := d.machineFor(ctx, spec, cid)
+	if err != nil {
+		return st, err
+	}
+	m := &machine{id: spec.ID, dir: spec.Dir, h: h}
+	q, err := m.qmp(ctx)
+	if err != nil {
+		return st, err
+	}
+	defer q.Close()
+	ver, err := q.version()
+	if err != nil {
+		return st, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, snapState), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return st, err
+	}
+	defer f.Close()
+	// A stopped guest is sent in one pass; the default bandwidth limit
+	// (128 MiB/s) would only slow the copy to a local file down.
+	if _, err := q.Execute("migrate-set-parameters", map[string]any{"max-bandwidth": int64(1) << 40}); err != nil {
+		return st, err
+	}
+	// A box paused before (Pause) stays paused.
+	was, err := q.status()
+	if err != nil {
+		return st, err
+	}
+	t0 := time.Now()
+	if _, err := q.Execute("stop", nil); err != nil {
+		return st, err
+	}
+	defer func() {
+		if was != "paused" {
+			q.Execute("cont", nil)
+		}
+	}()
+	const fdName = "airlock-snapshot"
+	if _, err := q.executeWithFile("getfd", map[string]any{"fdname": fdName}, f); err != nil {
+		return st, err
+	}
+	if _, err := q.Execute("migrate", map[string]any{"uri": "fd:" + fdName}); err != nil {
+		return st, err
+	}
+	if err := waitMigration(ctx, q); err != nil {
+		return st, err
+	}
+	if err := f.Sync(); err != nil {
+		return st, err
+	}
+	// QEMU flushed and let go of its disks when the migration completed;
+	// the copy matches the guest state just saved. cont takes them back.
+	if err := rootfs.CopyDisk(filepath.Join(spec.Dir, boxdir.RW), filepath.Join(dir, snapDisk)); err != nil {
+		return st, fmt.Errorf("copy the writable layer: %w", err)
+	}
+	st.PausedNs = int64(time.Since(t0))
+	meta, _ := json.MarshalIndent(machineMeta{QEMUVersion: ver, Config: layout(qc), Files: files}, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, snapMachine), meta, 0o600); err != nil {
+		return st, err
+	}
+	st.StateBytes = allocated(filepath.Join(dir, snapState))
+	st.DiskBytes = allocated(filepath.Join(dir, snapDisk))
+	return st, nil
+}
+
+// allocated returns the bytes a file takes on disk.
+func allocated(path string) int64 {
+	var s syscall.Stat_t
+	if syscall.Stat(path, &s) != nil {
+		return 0
+	}
+	return s.Blocks * 512
+}
+
+// waitMigration polls query-migrate until the outgoing migration ends.
+func waitMigration(ctx context.Context, q *QMP) error {
+	for {
+		raw, err := q.Execute("query-migrate", nil)
+		if err != nil {
+			return err
+		}
+		var s struct {
+			Status string `json:"status"`
+			Error  string `json:"error-desc"`
+		}
+		json.Unmarshal(raw, &s)
+		switch s.Status {
+		case "completed":
+			return nil
+		case "failed", "cancelled":
+			return fmt.Errorf("QEMU could not save the machine state: %s %s", s.Status, s.Error)
+		}
+		select {
+		case <-ctx.Done():
+			q.Execute("migrate_cancel", nil)
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// readMeta reads a snapshot's machine.json.
+func readMeta(dir string) (machineMeta, error) {
+	var mm machineMeta
+	raw, err := os.ReadFile(filepath.Join(dir, snapMachine))
+	if err != nil {
+		return mm, fmt.Errorf("snapshot %s is incomplete: %w", dir, err)
+	}
+	if err := json.Unmarshal(raw, &mm); err != nil {
+		return mm, fmt.Errorf("snapshot %s: %s: %w", dir, snapMachine, err)
+	}
+	return mm, nil
+}
+
+// CheckSnapshot compares the machine spec would get on this host now with
+// the one the snapshot was taken of.
+func (d *Driver) CheckSnapshot(spec vmm.Spec, dir string) error {
+	_, _, err := d.checkSnapshot(context.Background(), spec, dir)
+	return err
+}
+
+func (d *Driver) checkSnapshot(ctx context.Context, spec vmm.Spec, dir string) (Config, machineMeta, error) {
+	mm, err := readMeta(dir)
+	if err != nil {
+		return Config{}, mm, err
+	}
+	for _, f := range []string{snapState, snapDisk} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			return Config{}, mm, fmt.Errorf("snapshot %s is incomplete: %w", dir, err)
+		}
+	}
+	var cid uint32
+	if mm.Config.VsockCID != 0 {
+		if !VsockAvailable() {
+			return Config{}, mm, errors.New("the snapshot's box had a vsock device and this host has no /dev/vhost-vsock")
+		}
+		cid = randomCID()
+	}
+	qc, files, err := d.machineFor(ctx, spec, cid)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return Config{}, mm, fmt.Errorf("a file the snapshot's guest booted from is gone: %w", err)
+		}
+		return Config{}, mm, err
+	}
+	if !reflect.DeepEqual(files, mm.Files) {
+		return Config{}, mm, fmt.Errorf("the files the snapshot's guest booted from changed since (kernel, agent or root filesystem base: %s): the snapshot cannot be restored; take a new one", diffFiles(mm.Files, files))
+	}
+	now, was := layout(qc), mm.Config
+	now.Cmdline, was.Cmdline = "", ""
+	if !reflect.DeepEqual(now, was) {
+		nb, _ := json.Marshal(now)
+		wb, _ := json.Marshal(was)
+		return Config{}, mm, fmt.Errorf("the machine a box gets here now differs from the snapshot's (accelerator, CPU, memory, devices or THP layout): the snapshot cannot be restored; take a new one\nsnapshot: %s\nnow:      %s", wb, nb)
+	}
+	qc.Cmdline = mm.Config.Cmdline
+	return qc, mm, nil
+}
+
+func diffFiles(was, now []fileID) string {
+	var out []string
+	for i := range max(len(was), len(now)) {
+		switch {
+		case i >= len(was):
+			out = append(out, "now also "+now[i].Path)
+		case i >= len(now):
+			out = append(out, was[i].Path+" is no longer used")
+		case was[i].Path != now[i].Path:
+			out = append(out, fmt.Sprintf("%s is now %s", was[i].Path, now[i].Path))
+		case was[i] != now[i]:
+			out = append(out, was[i].Path+" was built again")
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// CreateFromSnapshot checks the snapshot and copies its writable layer
+// into the new box's directory.
+func (d *Driver) CreateFromSnapshot(ctx context.Context, spec vmm.Spec, dir string) error {
+	if _, _, err := d.checkSnapshot(ctx, spec, dir); err != nil {
+		return err
+	}
+	return rootfs.CopyDisk(filepath.Join(dir, snapDisk), filepath.Join(spec.Dir, boxdir.RW))
+}
+
+// StartFromSnapshot launches QEMU with the snapshot's machine layout and
+// kernel command line waiting for a migration stream (-incoming defer),
+// hands it the state file over QMP (getfd, migrate-incoming fd:) and
+// returns once the guest runs again (cont once the state is loaded).
+func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir string) (vmm.Machine, error) {
+	qc, mm, err := d.checkSnapshot(ctx, spec, dir)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(filepath.Join(dir, snapState))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	live := d.config(spec, d.boot, "", 0) // this box's paths
+	qc.Name, qc.AgentSockets, qc.QMPSocket, qc.ConsoleLog, qc.PIDFile = live.Name, live.AgentSockets, live.QMPSocket, live.ConsoleLog, live.PIDFile
+	for i := range qc.Disks {
+		if !qc.Disks[i].ReadOnly {
+			qc.Disks[i].Path = filepath.Join(spec.Dir, boxdir.RW)
+		}
+	}
+	qc.Incoming = true
+	for _, p := range append(qc.AgentSockets, qc.QMPSocket, qc.PIDFile, filepath.Join(spec.Dir, boxdir.CID)) {
+		os.Remove(p)
+	}
+	os.WriteFile(qc.ConsoleLog, nil, 0o600)
+	pid, err := Launch(ctx, qc)
+	if err != nil {
+		return nil, err
+	}
+	if qc.VsockCID != 0 {
+		os.WriteFile(filepath.Join(spec.Dir, boxdir.CID), []byte(strconv.FormatUint(uint64(qc.VsockCID), 10)), 0o600)
+	}
+	m := &machine{id: spec.ID, dir: spec.Dir, h: vmm.Handle{PID: pid, Start: vmm.StartTime(pid)}}
+	if err := loadState(ctx, m, f, mm.QEMUVersion); err != nil {
+		m.Kill()
+		return nil, err
+	}
+	return m, nil
+}
+
+// loadState feeds the state file to the waiting QEMU of m and waits until
+// the guest runs.
+func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string) error {
+	q, err := m.qmp(ctx)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	ver, err := q.version()
+	if err != nil {
+		return err
+	}
+	if ver != wantVersion {
+		return fmt.Errorf("the snapshot was taken with QEMU %s and this host runs QEMU %s: the snapshot cannot be restored; take a new one", wantVersion, ver)
+	}
+	const fdName = "airlock-snapshot"
+	if _, err := q.executeWithFile("getfd", map[string]any{"fdname": fdName}, f); err != nil {
+		return err
+	}
+	if _, err := q.Execute("migrate-incoming", map[string]any{"uri": "fd:" + fdName}); err != nil {
+		return err
+	}
+	for {
+		s, err := q.status()
+		if err != nil {
+			if !m.Alive() {
+				return fmt.Errorf("QEMU exited while loading the snapshot: %s", strings.TrimSpace(m.Console(5)))
+			}
+			return err
+		}
+		if s == "running" {
+			return nil
+		}
+		if s == "paused" {
+			// The snapshot was taken of a stopped machine: QEMU loads it
+			// as stopped.
+			if _, err := q.Execute("cont", nil); err != nil {
+				return err
+			}
+			continue
+		}
+		if s != "inmigrate" && s != "restore-vm" && s != "prelaunch" {
+			return fmt.Errorf("QEMU did not resume the snapshot's guest (state %q)", s)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// Pause stops the machine's vCPUs (QMP stop): the guest uses no CPU until
+// Resume.
+func (d *Driver) Pause(ctx context.Context, spec vmm.Spec, h vmm.Handle) error {
+	return d.qmpCmd(ctx, spec, h, "stop")
+}
+
+// Resume lets a paused machine run on (QMP cont).
+func (d *Driver) Resume(ctx context.Context, spec vmm.Spec, h vmm.Handle) error {
+	return d.qmpCmd(ctx, spec, h, "cont")
+}
+
+// Paused reports whether the machine is paused.
+func (d *Driver) Paused(ctx context.Context, spec vmm.Spec, h vmm.Handle) (bool, error) {
+	q, err := (&machine{id: spec.ID, dir: spec.Dir, h: h}).qmp(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer q.Close()
+	s, err := q.status()
+	return s == "paused", err
+}
+
+func (d *Driver) qmpCmd(ctx context.Context, spec vmm.Spec, h vmm.Handle, cmd string) error {
+	q, err := (&machine{id: spec.ID, dir: spec.Dir, h: h}).qmp(ctx)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	_, err = q.Execute(cmd, nil)
+	return err
+}

@@ -1,0 +1,44 @@
+package vmm
+
+import "context"
+
+// Snapshotter is a driver that can save a running machine's memory, device
+// state and writable layer to a directory, and start machines from such a
+// directory: the optional ability behind Box.Snapshot, Box.Fork and
+// restores. Drivers without it make those calls fail with ErrNotSupported.
+type Snapshotter interface {
+	// SaveSnapshot pauses machine h of spec's box, writes its state and a
+	// copy of its writable layer (taken while paused, so both agree) into
+	// dir (it exists and is empty), and lets the machine run on. It
+	// returns the bytes written.
+	SaveSnapshot(ctx context.Context, spec Spec, h Handle, dir string) (SnapshotStats, error)
+	// CheckSnapshot says whether the snapshot in dir can be restored for
+	// spec by this driver: an error names what changed or is gone (the
+	// kernel, the agent, QEMU, the machine layout).
+	CheckSnapshot(spec Spec, dir string) error
+	// CreateFromSnapshot prepares a new box directory (spec.Dir exists)
+	// from the snapshot in dir: its own copy of the writable layer.
+	CreateFromSnapshot(ctx context.Context, spec Spec, dir string) error
+	// StartFromSnapshot starts a machine for spec from the snapshot in
+	// dir, running where the snapshot's machine was; like Start it
+	// returns once the machine runs. After it, dir may be removed.
+	StartFromSnapshot(ctx context.Context, spec Spec, dir string) (Machine, error)
+}
+
+// SnapshotStats describe a saved snapshot.
+type SnapshotStats struct {
+	StateBytes int64 // the memory and device state file, bytes on disk
+	DiskBytes  int64 // the writable layer copy, bytes allocated
+	// Paused is how long the machine was stopped (state written and disk
+	// copied).
+	PausedNs int64
+}
+
+// Pauser is a driver whose machines can be paused (no guest CPU runs) and
+// resumed in place.
+type Pauser interface {
+	Pause(ctx context.Context, spec Spec, h Handle) error
+	Resume(ctx context.Context, spec Spec, h Handle) error
+	// Paused reports whether the machine is paused.
+	Paused(ctx context.Context, spec Spec, h Handle) (bool, error)
+}

@@ -1,0 +1,478 @@
+package airlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/vmm"
+)
+
+// Snapshot errors; test them with errors.Is.
+var (
+	// ErrSnapshotNotFound: no snapshot has that name.
+	ErrSnapshotNotFound = errors.New("snapshot not found")
+	// ErrSnapshotExists: a snapshot of that name already exists.
+	ErrSnapshotExists = errors.New("snapshot already exists")
+)
+
+// SnapshotInfo describes a memory snapshot of a box (Box.Snapshot).
+type SnapshotInfo struct {
+	Name    string
+	Box     string // id of the box it was taken of
+	BoxName string // that box's name, "" if unnamed
+	Created time.Time
+	// Image and ImageDigest are the box's image; a restore needs that
+	// digest in the image store.
+	Image, ImageDigest string
+	// Options are the box's options: a restored box has its CPUs, memory,
+	// disk size and network, and by default its Env, WorkingDir and User.
+	Options BoxOptions
+	// AgentVersion is the guest agent's protocol version in the snapshot.
+	AgentVersion string
+	// Driver is the VM driver that took it ("qemu").
+	Driver string
+	// StateBytes is the size on disk of the memory and device state,
+	// DiskBytes that of the writable layer's copy (bytes allocated).
+	StateBytes, DiskBytes int64
+	// Paused is how long the box was stopped while the snapshot was taken.
+	Paused time.Duration
+	// Dir is where the snapshot is stored (Home/snapshots/NAME).
+	Dir string
+}
+
+// snapshotMeta is the stored form of a SnapshotInfo (snapshot.json, written
+// last: a directory without it is an unfinished snapshot).
+type snapshotMeta struct {
+	Version      int             `json:"v"`
+	Name         string          `json:"name"`
+	Box          string          `json:"box"`
+	BoxName      string          `json:"box_name,omitempty"`
+	Created      time.Time       `json:"created"`
+	Image        string          `json:"image"`
+	ImageDigest  string          `json:"image_digest"`
+	Config       json.RawMessage `json:"config"` // the box's boxRecord
+	AgentVersion string          `json:"agent_version"`
+	Driver       string          `json:"driver"`
+	StateBytes   int64           `json:"state_bytes"`
+	DiskBytes    int64           `json:"disk_bytes"`
+	PausedNs     int64           `json:"paused_ns"`
+}
+
+const snapshotMetaFile = "snapshot.json"
+
+var snapshotName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+func (r *Runtime) snapshotsDir() string { return filepath.Join(r.opts.Home, "snapshots") }
+
+// snapshotLock is the flock of snapshot name: shared while a box is
+// restored from it, exclusive while it is taken or removed.
+func (r *Runtime) snapshotLock(name string) *flock.Flock {
+	return flock.New(filepath.Join(r.snapshotsDir(), "."+name+".lock"))
+}
+
+func lockWith(ctx context.Context, what string, try func(context.Context, time.Duration) (bool, error)) error {
+	ok, err := try(ctx, 20*time.Millisecond)
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", what, err)
+	}
+	if !ok {
+		return fmt.Errorf("lock %s: %w", what, ctx.Err())
+	}
+	return nil
+}
+
+func checkSnapshotName(name string) error {
+	if !snapshotName.MatchString(name) {
+		return fmt.Errorf("snapshot name %q: want 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+func (r *Runtime) snapshotter() (vmm.Snapshotter, error) {
+	s, ok := r.drv.(vmm.Snapshotter)
+	if !ok {
+		return nil, fmt.Errorf("snapshots: %w (driver %s)", vmm.ErrNotSupported, r.drv.Name())
+	}
+	return s, nil
+}
+
+// Snapshot saves the running box's memory, device state and writable
+// layer as snapshot name under Home/snapshots: the box is paused while its
+// state is written and its disk copied (about half a second under TCG for
+// a small box), then runs on. Boxes restored from it (Create with
+// BoxOptions.FromSnapshot) start where it was, with its running processes.
+// Errors: ErrBoxNotRunning, ErrSnapshotExists, vmm.ErrNotSupported for a
+// driver without snapshots.
+func (b *Box) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
+	if err := checkSnapshotName(name); err != nil {
+		return SnapshotInfo{}, err
+	}
+	sn, err := b.r.snapshotter()
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	if _, cfg := b.snapshot(); len(cfg.Options.Volumes) > 0 {
+		// QEMU refuses to migrate a mounted 9p share, and a named volume's
+		// disk would be shared read-write by every restored box.
+		return SnapshotInfo{}, fmt.Errorf("box %s has volumes: boxes with volumes cannot be snapshotted or forked (detach them: create the box without -v)", b.id)
+	}
+	unlock, err := b.lock(ctx)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	defer unlock()
+	rec, err := b.load(ctx)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	if !running(rec) {
+		return SnapshotInfo{}, fmt.Errorf("%w: %s: start it to snapshot it", ErrBoxNotRunning, b.id)
+	}
+	c, err := b.client(ctx)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	img, err := b.image(rec)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	dir := b.r.snapshotsDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return SnapshotInfo{}, err
+	}
+	lk := b.r.snapshotLock(name)
+	if err := lockWith(ctx, "snapshot "+name, lk.TryLockContext); err != nil {
+		return SnapshotInfo{}, err
+	}
+	defer lk.Unlock()
+	final := filepath.Join(dir, name)
+	if _, err := os.Stat(final); err == nil {
+		return SnapshotInfo{}, fmt.Errorf("%w: %q (remove it, or pick another name)", ErrSnapshotExists, name)
+	}
+	tmp, err := os.MkdirTemp(dir, ".tmp-"+name+"-")
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	defer os.RemoveAll(tmp) // gone after the rename, unless it failed
+	_, cfg := b.snapshot()
+	spec := b.vmSpec(rec, cfg)
+	spec.Images, spec.Image = b.r.images, img
+	st, err := sn.SaveSnapshot(ctx, spec, handleOf(rec), tmp)
+	if err != nil {
+		return SnapshotInfo{}, fmt.Errorf("snapshot box %s: %w", b.id, err)
+	}
+	m := snapshotMeta{Version: 1, Name: name, Box: b.id, BoxName: rec.Name, Created: time.Now().UTC(),
+		Image: rec.Image, ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), AgentVersion: c.AgentVersion(),
+		Driver: b.r.drv.Name(), StateBytes: st.StateBytes, DiskBytes: st.DiskBytes, PausedNs: st.PausedNs}
+	raw, _ := json.MarshalIndent(m, "", "  ")
+	if err := os.WriteFile(filepath.Join(tmp, snapshotMetaFile), raw, 0o600); err != nil {
+		return SnapshotInfo{}, err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return SnapshotInfo{}, err
+	}
+	return b.r.snapshotInfo(m)
+}
+
+func (r *Runtime) snapshotInfo(m snapshotMeta) (SnapshotInfo, error) {
+	rec, err := decodeRecord(m.Config)
+	if err != nil {
+		return SnapshotInfo{}, fmt.Errorf("snapshot %s: its box configuration: %w", m.Name, err)
+	}
+	cfg, err := rec.config()
+	if err != nil {
+		return SnapshotInfo{}, fmt.Errorf("snapshot %s: its box configuration: %w", m.Name, err)
+	}
+	return SnapshotInfo{Name: m.Name, Box: m.Box, BoxName: m.BoxName, Created: m.Created, Image: m.Image,
+		ImageDigest: m.ImageDigest, Options: cfg.Options, AgentVersion: m.AgentVersion, Driver: m.Driver,
+		StateBytes: m.StateBytes, DiskBytes: m.DiskBytes, Paused: time.Duration(m.PausedNs),
+		Dir: filepath.Join(r.snapshotsDir(), m.Name)}, nil
+}
+
+func (r *Runtime) readSnapshot(name string) (snapshotMeta, error) {
+	var m snapshotMeta
+	if err := checkSnapshotName(name); err != nil {
+		return m, err
+	}
+	raw, err := os.ReadFile(filepath.Join(r.snapshotsDir(), name, snapshotMetaFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return m, fmt.Errorf("%w: %q in %s", ErrSnapshotNotFound, name, r.snapshotsDir())
+	}
+	if err != nil {
+		return m, err
+	}
+	if len(raw) > 1<<20 {
+		return m, fmt.Errorf("snapshot %s: %s is larger than 1 MiB", name, snapshotMetaFile)
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return m, fmt.Errorf("snapshot %s: %s: %w", name, snapshotMetaFile, err)
+	}
+	if m.Version != 1 {
+		return m, fmt.Errorf("snapshot %s: format version %d is not one this airlock reads (1)", name, m.Version)
+	}
+	return m, nil
+}
+
+// Snapshot returns the snapshot named name. Errors: ErrSnapshotNotFound.
+func (r *Runtime) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
+	m, err := r.readSnapshot(name)
+	if err != nil {
+		return SnapshotInfo{}, err
+	}
+	return r.snapshotInfo(m)
+}
+
+// Snapshots returns every snapshot of this home, oldest first. Snapshots
+// that cannot be read are left out.
+func (r *Runtime) Snapshots(ctx context.Context) ([]SnapshotInfo, error) {
+	ents, err := os.ReadDir(r.snapshotsDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []SnapshotInfo
+	for _, e := range ents {
+		if !e.IsDir() || !snapshotName.MatchString(e.Name()) {
+			continue
+		}
+		if m, err := r.readSnapshot(e.Name()); err == nil {
+			if i, err := r.snapshotInfo(m); err == nil {
+				out = append(out, i)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out, nil
+}
+
+// RemoveSnapshot deletes snapshot name. Boxes restored from it are not
+// affected: each has its own writable layer, and its memory was loaded
+// when it started. A restore in progress from it is waited for.
+// Errors: ErrSnapshotNotFound.
+func (r *Runtime) RemoveSnapshot(ctx context.Context, name string) error {
+	if _, err := r.readSnapshot(name); err != nil {
+		return err
+	}
+	lk := r.snapshotLock(name)
+	if err := lockWith(ctx, "snapshot "+name, lk.TryLockContext); err != nil {
+		return err
+	}
+	defer func() {
+		lk.Unlock()
+		os.Remove(lk.Path())
+	}()
+	return os.RemoveAll(filepath.Join(r.snapshotsDir(), name))
+}
+
+// restore creates a box from snapshot opts.FromSnapshot and starts it
+// from the snapshot's memory; then the guest gets fresh entropy, the
+// host's time and its own hostname.
+func (r *Runtime) restore(ctx context.Context, opts BoxOptions) (*Box, error) {
+	name := opts.FromSnapshot
+	sn, err := r.snapshotter()
+	if err != nil {
+		return nil, err
+	}
+	m, err := r.readSnapshot(name)
+	if err != nil {
+		return nil, err
+	}
+	lk := r.snapshotLock(name)
+	if err := lockWith(ctx, "snapshot "+name, lk.TryRLockContext); err != nil {
+		return nil, err
+	}
+	defer lk.Unlock()
+	info, err := r.snapshotInfo(m)
+	if err != nil {
+		return nil, err
+	}
+	if m.Driver != r.drv.Name() {
+		return nil, fmt.Errorf("snapshot %s was taken by VM driver %s, not %s", name, m.Driver, r.drv.Name())
+	}
+	so := info.Options
+	if opts.Image != "" && opts.Image != so.Image && opts.Image != m.ImageDigest {
+		return nil, fmt.Errorf("snapshot %s is of image %s, not %s: leave the image out", name, so.Image, opts.Image)
+	}
+	for _, f := range []struct {
+		what      string
+		got, want int
+	}{{"CPUs", opts.CPUs, so.CPUs}, {"MemoryMiB", opts.MemoryMiB, so.MemoryMiB}, {"DiskSizeMiB", opts.DiskSizeMiB, so.DiskSizeMiB}} {
+		if f.got != 0 && f.got != f.want {
+			return nil, fmt.Errorf("snapshot %s has %s %d, not %d: a restored box keeps its machine; leave it out", name, f.what, f.want, f.got)
+		}
+	}
+	if opts.Network != "" && opts.Network != so.Network {
+		return nil, fmt.Errorf("snapshot %s has network %s, not %s: leave it out", name, so.Network, opts.Network)
+	}
+	o := so
+	o.Name, o.AutoRemove, o.FromSnapshot = opts.Name, opts.AutoRemove, name
+	if opts.Env != nil {
+		o.Env = opts.Env
+	}
+	if opts.WorkingDir != "" {
+		o.WorkingDir = opts.WorkingDir
+	}
+	if opts.User != "" {
+		o.User = opts.User
+	}
+	img, err := r.images.Resolve(m.ImageDigest)
+	if err != nil {
+		if errors.Is(err, image.ErrNotFound) {
+			return nil, fmt.Errorf("snapshot %s: its image %s (%s) is no longer in the image store: pull that image again, or take a new snapshot: %w",
+				name, m.Image, m.ImageDigest, ErrImageNotFound)
+		}
+		return nil, fmt.Errorf("snapshot %s: image %s: %w", name, m.Image, err)
+	}
+	dir := filepath.Join(r.snapshotsDir(), name)
+	b, err := r.recordBox(ctx, o, img, func(ctx context.Context, spec vmm.Spec) error {
+		return sn.CreateFromSnapshot(ctx, spec, dir)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("restore snapshot %s: %w", name, err)
+	}
+	err = b.startWith(ctx, func(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
+		return sn.StartFromSnapshot(ctx, spec, dir)
+	})
+	if err == nil {
+		err = b.restored(ctx)
+	}
+	if err != nil {
+		b.remove(context.WithoutCancel(ctx), true)
+		return nil, fmt.Errorf("restore snapshot %s: %w", name, err)
+	}
+	return b, nil
+}
+
+// restored tells the agent of a just restored box to reseed the kernel
+// RNG, step the clock to the host's and take the box's hostname.
+func (b *Box) restored(ctx context.Context) error {
+	c, err := b.client(ctx)
+	if err != nil {
+		return err
+	}
+	entropy := make([]byte, 256)
+	rand.Read(entropy)
+	rec, cfg := b.snapshot()
+	if _, err := c.Restored(ctx, entropy, time.Now().UnixNano(), hostname(rec, cfg)); err != nil {
+		return fmt.Errorf("box %s: reseed the restored guest: %w", b.id, b.callErr(err))
+	}
+	return nil
+}
+
+// MaxForks bounds Box.Fork's n.
+const MaxForks = 64
+
+// Fork snapshots the box (pausing it for as long as Snapshot does) and
+// starts n boxes from that snapshot: independent boxes, each with its own
+// writable layer, running on from the same instant with the same
+// processes (a background process keeps its pid; files written before
+// are there), unnamed, with the box's options. The snapshot is removed
+// afterwards. On error no child is left. Errors: those of Snapshot and
+// Create.
+func (b *Box) Fork(ctx context.Context, n int) ([]*Box, error) {
+	if n < 1 || n > MaxForks {
+		return nil, fmt.Errorf("fork into %d boxes: want 1..%d", n, MaxForks)
+	}
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	name := "fork-" + b.id + "-" + hex.EncodeToString(rnd[:])
+	if _, err := b.Snapshot(ctx, name); err != nil {
+		return nil, err
+	}
+	defer b.r.RemoveSnapshot(context.WithoutCancel(ctx), name)
+	kids := make([]*Box, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range kids {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			kids[i], errs[i] = b.r.Create(ctx, BoxOptions{FromSnapshot: name})
+		}(i)
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, k := range kids {
+			if k != nil {
+				k.remove(context.WithoutCancel(ctx), true)
+			}
+		}
+		return nil, fmt.Errorf("fork box %s: %w", b.id, err)
+	}
+	return kids, nil
+}
+
+func (b *Box) pauser() (vmm.Pauser, vmm.Spec, vmm.Handle, error) {
+	p, ok := b.r.drv.(vmm.Pauser)
+	if !ok {
+		return nil, vmm.Spec{}, vmm.Handle{}, fmt.Errorf("pause: %w (driver %s)", vmm.ErrNotSupported, b.r.drv.Name())
+	}
+	rec, err := b.load(context.Background())
+	if err != nil {
+		return nil, vmm.Spec{}, vmm.Handle{}, err
+	}
+	if !running(rec) {
+		return nil, vmm.Spec{}, vmm.Handle{}, fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
+	}
+	_, cfg := b.snapshot()
+	return p, b.vmSpec(rec, cfg), handleOf(rec), nil
+}
+
+// Pause stops the box's vCPUs: its processes make no progress and use no
+// host CPU (its memory stays allocated) until Resume. Calls into a paused
+// box wait (within their context). Errors: ErrBoxNotRunning.
+func (b *Box) Pause(ctx context.Context) error {
+	p, spec, h, err := b.pauser()
+	if err != nil {
+		return err
+	}
+	if err := p.Pause(ctx, spec, h); err != nil {
+		return fmt.Errorf("pause box %s: %w", b.id, err)
+	}
+	return nil
+}
+
+// Resume lets a paused box run on; resuming a running box is a no-op.
+// The guest's clock stood still while it was paused: Resume steps it to
+// the host's time.
+func (b *Box) Resume(ctx context.Context) error {
+	p, spec, h, err := b.pauser()
+	if err != nil {
+		return err
+	}
+	if err := p.Resume(ctx, spec, h); err != nil {
+		return fmt.Errorf("resume box %s: %w", b.id, err)
+	}
+	c, err := b.client(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Restored(ctx, nil, time.Now().UnixNano(), ""); err != nil {
+		return fmt.Errorf("resume box %s: step its clock: %w", b.id, b.callErr(err))
+	}
+	return nil
+}
+
+// Paused reports whether the box is paused (Pause).
+func (b *Box) Paused(ctx context.Context) (bool, error) {
+	p, spec, h, err := b.pauser()
+	if err != nil {
+		return false, err
+	}
+	return p.Paused(ctx, spec, h)
+}

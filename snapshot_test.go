@@ -1,0 +1,336 @@
+package airlock_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/vmm"
+	"github.com/airlock-run/airlock/internal/vmtest"
+)
+
+// sh runs script in b and returns its stdout, failing t on a non-zero exit.
+func shIn(t testing.TB, b *airlock.Box, script string) string {
+	t.Helper()
+	res, err := b.Exec(context.Background(), "sh", []string{"-c", script}, airlock.ExecOptions{Timeout: time.Minute})
+	if err != nil {
+		t.Fatalf("box %s: exec %q: %v", b.ID(), script, err)
+	}
+	if res.ExitCode != 0 {
+		t.Fatalf("box %s: exec %q: exit %d, stdout %q, stderr %q", b.ID(), script, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return strings.TrimSpace(string(res.Stdout))
+}
+
+// holder is a Python process, started in the background, that keeps a
+// random value in memory only and writes it to /root/v on SIGUSR1: a box
+// that answers with the value the process drew before the snapshot has
+// that process's memory.
+const holder = `setsid python3 -c '
+import os, signal, time
+v = os.urandom(8).hex()
+signal.signal(signal.SIGUSR1, lambda *a: open("/root/v", "w").write(v))
+open("/root/drawn", "w").write(v)
+while True: time.sleep(1)
+' </dev/null >/dev/null 2>&1 &
+echo $! > /root/holder.pid
+while [ ! -s /root/drawn ]; do sleep 0.05; done; cat /root/drawn`
+
+// askHolder signals b's holder process and returns the value it writes.
+func askHolder(t *testing.T, b *airlock.Box) string {
+	t.Helper()
+	return shIn(t, b, `rm -f /root/v; kill -USR1 "$(cat /root/holder.pid)" || exit 1
+for i in $(seq 100); do [ -s /root/v ] && break; sleep 0.05; done; cat /root/v`)
+}
+
+// TestSnapshotQEMU: a snapshot of a running box restores with its files,
+// its running processes and their memory; each restored box has its own
+// RNG output, the host's time, its own hostname and its own writable
+// layer; Fork does the same for N children; a snapshot whose image is gone
+// is refused clearly; removing a snapshot leaves its boxes working; a
+// paused box uses no CPU.
+func TestSnapshotQEMU(t *testing.T) {
+	vmtest.Require(t)
+	ctx := context.Background()
+	home := t.TempDir()
+	r := openRuntime(t, home)
+	parent, err := r.Create(ctx, airlock.BoxOptions{Image: vmtest.DefaultImage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { parent.Remove(context.Background(), true) })
+	shIn(t, parent, "echo before > /root/f")
+	drawn := shIn(t, parent, holder)
+	// A read now makes the kernel reseed its CRNG if its seed is old: the
+	// restored boxes' first reads then come before the next reseed the
+	// kernel would make by itself, so only the host's reseed tells them
+	// apart.
+	shIn(t, parent, "head -c 1 /dev/urandom >/dev/null")
+
+	snap, err := parent.Snapshot(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("snapshot: state %d bytes, disk %d bytes, paused %s", snap.StateBytes, snap.DiskBytes, snap.Paused)
+	if snap.StateBytes <= 0 || snap.DiskBytes <= 0 || snap.ImageDigest == "" || snap.AgentVersion == "" {
+		t.Fatalf("snapshot info: %+v", snap)
+	}
+	if _, err := parent.Snapshot(ctx, "s1"); !errors.Is(err, airlock.ErrSnapshotExists) {
+		t.Fatalf("second snapshot of the same name: %v", err)
+	}
+	if list, err := r.Snapshots(ctx); err != nil || len(list) != 1 || list[0].Name != "s1" {
+		t.Fatalf("snapshots: %+v %v", list, err)
+	}
+	// The parent runs on; what it does now is not in the snapshot.
+	shIn(t, parent, "echo after > /root/after")
+	if got := askHolder(t, parent); got != drawn {
+		t.Fatalf("parent's process after the snapshot: %q, want %q", got, drawn)
+	}
+	// Let the snapshot's clock fall behind the host's.
+	time.Sleep(2 * time.Second)
+
+	restore := func(t *testing.T) *airlock.Box {
+		t.Helper()
+		b, err := r.Create(ctx, airlock.BoxOptions{FromSnapshot: "s1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Remove(context.Background(), true) })
+		return b
+	}
+	c1 := restore(t)
+	rnd1 := shIn(t, c1, `head -c 16 /dev/urandom | od -An -tx1; python3 -c 'import os; print(os.urandom(16).hex())'; date +%s.%N`)
+	c2 := restore(t)
+	rnd2 := shIn(t, c2, `head -c 16 /dev/urandom | od -An -tx1; python3 -c 'import os; print(os.urandom(16).hex())'; date +%s.%N`)
+
+	t.Run("restored boxes have the snapshot's files and processes", func(t *testing.T) {
+		for _, c := range []*airlock.Box{c1, c2} {
+			if got := shIn(t, c, "cat /root/f; test ! -e /root/after && echo no-after"); got != "before\nno-after" {
+				t.Errorf("box %s: files: %q", c.ID(), got)
+			}
+			if got := askHolder(t, c); got != drawn {
+				t.Errorf("box %s: the process running at snapshot time answered %q, want %q", c.ID(), got, drawn)
+			}
+			if got := shIn(t, c, "hostname"); got != c.ID() {
+				t.Errorf("box %s: hostname %q", c.ID(), got)
+			}
+		}
+	})
+	t.Run("restored boxes read different random bytes", func(t *testing.T) {
+		l1, l2 := strings.Split(rnd1, "\n"), strings.Split(rnd2, "\n")
+		if len(l1) != 3 || len(l2) != 3 {
+			t.Fatalf("output: %q %q", rnd1, rnd2)
+		}
+		if l1[0] == l2[0] {
+			t.Errorf("/dev/urandom gave both boxes %s", l1[0])
+		}
+		if l1[1] == l2[1] {
+			t.Errorf("os.urandom gave both boxes %s", l1[1])
+		}
+	})
+	t.Run("the clock of a restored box is the host's", func(t *testing.T) {
+		got := shIn(t, c2, "date +%s.%N")
+		host := float64(time.Now().UnixNano()) / 1e9
+		guest, err := strconv.ParseFloat(got, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := host - guest; d > 1 || d < -1 {
+			t.Errorf("guest clock %.3f, host %.3f: %.3f s apart", guest, host, d)
+		}
+	})
+	t.Run("restored boxes have their own writable layers", func(t *testing.T) {
+		shIn(t, c1, "echo one > /root/c1")
+		shIn(t, c2, "echo two > /root/c2")
+		if got := shIn(t, c1, "cat /root/c1; test ! -e /root/c2 && echo alone"); got != "one\nalone" {
+			t.Errorf("c1: %q", got)
+		}
+		if got := shIn(t, c2, "cat /root/c2; test ! -e /root/c1 && echo alone"); got != "two\nalone" {
+			t.Errorf("c2: %q", got)
+		}
+		if got := shIn(t, parent, "test ! -e /root/c1 && test ! -e /root/c2 && echo alone"); got != "alone" {
+			t.Errorf("parent: %q", got)
+		}
+	})
+	t.Run("a snapshot whose image is gone is refused", func(t *testing.T) {
+		// The same home with an image store that lacks the image.
+		r2, err := airlock.Open(airlock.Options{Home: home, ImagesDir: t.TempDir(), Warn: func(string) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r2.Close()
+		_, err = r2.Create(ctx, airlock.BoxOptions{FromSnapshot: "s1"})
+		if !errors.Is(err, airlock.ErrImageNotFound) || !strings.Contains(err.Error(), "no longer in the image store") {
+			t.Fatalf("restore without its image: %v", err)
+		}
+		if _, err := r.Create(ctx, airlock.BoxOptions{FromSnapshot: "nope"}); !errors.Is(err, airlock.ErrSnapshotNotFound) {
+			t.Fatalf("restore of a missing snapshot: %v", err)
+		}
+		if _, err := r.Create(ctx, airlock.BoxOptions{FromSnapshot: "s1", MemoryMiB: 1024}); err == nil || !strings.Contains(err.Error(), "MemoryMiB") {
+			t.Fatalf("restore with other memory: %v", err)
+		}
+	})
+	t.Run("removing a snapshot leaves its boxes working", func(t *testing.T) {
+		if err := r.RemoveSnapshot(ctx, "s1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Snapshot(ctx, "s1"); !errors.Is(err, airlock.ErrSnapshotNotFound) {
+			t.Fatalf("removed snapshot: %v", err)
+		}
+		if got := shIn(t, c1, "cat /root/f /root/c1"); got != "before\none" {
+			t.Errorf("c1 after the removal: %q", got)
+		}
+		// A restored box boots from its own writable layer next time.
+		if err := c1.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := c1.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := shIn(t, c1, "cat /root/f /root/c1"); got != "before\none" {
+			t.Errorf("c1 booted again: %q", got)
+		}
+	})
+	t.Run("fork", func(t *testing.T) {
+		kids, err := parent.Fork(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range kids {
+			t.Cleanup(func() { k.Remove(context.Background(), true) })
+		}
+		if len(kids) != 2 || kids[0].ID() == kids[1].ID() {
+			t.Fatalf("children: %v", kids)
+		}
+		for i, k := range kids {
+			if got := shIn(t, k, "cat /root/f /root/after"); got != "before\nafter" {
+				t.Errorf("child %d files: %q", i, got)
+			}
+			if got := askHolder(t, k); got != drawn {
+				t.Errorf("child %d: process answered %q, want %q", i, got, drawn)
+			}
+			shIn(t, k, "echo "+strconv.Itoa(i)+" > /root/kid"+strconv.Itoa(i))
+		}
+		for i, k := range kids {
+			other := "/root/kid" + strconv.Itoa(1-i)
+			if got := shIn(t, k, "cat /root/kid"+strconv.Itoa(i)+"; test ! -e "+other+" && echo alone"); got != strconv.Itoa(i)+"\nalone" {
+				t.Errorf("child %d: %q", i, got)
+			}
+		}
+		if list, _ := r.Snapshots(ctx); len(list) != 0 {
+			t.Errorf("fork left snapshots behind: %+v", list)
+		}
+		if got := shIn(t, parent, "echo parent-ok"); got != "parent-ok" {
+			t.Errorf("parent after fork: %q", got)
+		}
+	})
+	t.Run("cli", func(t *testing.T) {
+		images := vmtest.ImagesDir()
+		t.Setenv("AIRLOCK_HOME", home)
+		t.Setenv("AIRLOCK_IMAGES", images)
+		if out, errs, err := runCLI("snapshot", "create", parent.ID(), "cli"); err != nil || out != "cli\n" {
+			t.Fatalf("snapshot create: %q %q %v", out, errs, err)
+		}
+		if out, errs, err := runCLI("snapshot", "ls"); err != nil || !strings.Contains(out, "cli") || !strings.Contains(out, parent.ID()) {
+			t.Fatalf("snapshot ls: %q %q %v", out, errs, err)
+		}
+		if out, errs, err := runCLI("run", "--rm", "--from", "cli", "cat", "/root/f", "/root/after"); err != nil || out != "before\nafter\n" {
+			t.Fatalf("run --from: %q %q %v", out, errs, err)
+		}
+		if _, errs, err := runCLI("run", "--from", "nope", "true"); err == nil || !strings.Contains(errs, "snapshot not found") || !strings.Contains(errs, "snapshot ls") {
+			t.Fatalf("run --from a missing snapshot: %q %v", errs, err)
+		}
+		if out, errs, err := runCLI("snapshot", "rm", "cli"); err != nil || out != "cli\n" {
+			t.Fatalf("snapshot rm: %q %q %v", out, errs, err)
+		}
+		out, errs, err := runCLI("fork", parent.ID(), "-n", "2")
+		if err != nil {
+			t.Fatalf("fork: %q %q %v", out, errs, err)
+		}
+		ids := strings.Fields(out)
+		if len(ids) != 2 {
+			t.Fatalf("fork -n 2 printed %q", out)
+		}
+		for _, id := range ids {
+			k, err := r.Get(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := shIn(t, k, "cat /root/f"); got != "before" {
+				t.Errorf("forked box %s: %q", id, got)
+			}
+			k.Remove(ctx, true)
+		}
+	})
+	t.Run("pause", func(t *testing.T) {
+		shIn(t, c2, "setsid sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & echo $! > /root/spin")
+		info, err := c2.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c2.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := c2.Paused(ctx); err != nil || !p {
+			t.Fatalf("paused: %v %v", p, err)
+		}
+		paused := cpuOver(t, info.PID, time.Second)
+		if err := c2.Resume(ctx); err != nil {
+			t.Fatal(err)
+		}
+		running := cpuOver(t, info.PID, time.Second)
+		shIn(t, c2, `kill "$(cat /root/spin)"`)
+		t.Logf("QEMU CPU over 1 s: paused %s, running %s", paused, running)
+		// A busy guest takes a host core when it gets one; this machine's
+		// cores are shared, so only a floor is asked for.
+		if paused > 40*time.Millisecond || running < 100*time.Millisecond {
+			t.Errorf("QEMU used %s of CPU while paused, %s while running a busy loop", paused, running)
+		}
+	})
+}
+
+// cpuOver returns the CPU time process pid used during d.
+func cpuOver(t *testing.T, pid int, d time.Duration) time.Duration {
+	t.Helper()
+	read := func() time.Duration {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+		u, _ := strconv.Atoi(f[11])
+		s, _ := strconv.Atoi(f[12])
+		return time.Duration(u+s) * 10 * time.Millisecond // USER_HZ 100
+	}
+	a := read()
+	time.Sleep(d)
+	return read() - a
+}
+
+// TestSnapshotFake: a driver without snapshots says so.
+func TestSnapshotFake(t *testing.T) {
+	h := fakeHarness(t)
+	r := h.open(t, "")
+	b, err := r.Create(context.Background(), airlock.BoxOptions{Image: h.image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Remove(context.Background(), true)
+	if _, err := b.Snapshot(context.Background(), "s"); !errors.Is(err, vmm.ErrNotSupported) {
+		t.Fatalf("snapshot on the fake driver: %v", err)
+	}
+	if _, err := b.Fork(context.Background(), 2); !errors.Is(err, vmm.ErrNotSupported) {
+		t.Fatalf("fork on the fake driver: %v", err)
+	}
+	if err := b.Pause(context.Background()); !errors.Is(err, vmm.ErrNotSupported) {
+		t.Fatalf("pause on the fake driver: %v", err)
+	}
+	if _, err := r.Create(context.Background(), airlock.BoxOptions{FromSnapshot: "s"}); !errors.Is(err, vmm.ErrNotSupported) {
+		t.Fatalf("restore on the fake driver: %v", err)
+	}
+}
