@@ -159,6 +159,14 @@ func attach(cmd *cobra.Command, b *airlock.Box, argv []string, opts airlock.Exec
 	if ef.main {
 		b.RecordMainExit(ctx, res)
 	}
+	if res.OOMKilled {
+		// One line of airlock's own, after the command's last byte.
+		mem := ""
+		if info, err := b.Info(ctx); err == nil {
+			mem = fmt.Sprintf(" (it has %d MiB)", info.Options.MemoryMiB)
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: out of memory: the box's OOM killer killed a process of the command; give the box more with --memory%s\n", mem)
+	}
 	if killed {
 		return 130, nil
 	}
