@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -545,5 +546,12 @@ func (b *Box) remove(ctx context.Context, force bool) error {
 	}
 	os.RemoveAll(boxdir.ShortDir(b.id))
 	b.r.forget(b.id)
-	return os.RemoveAll(b.dir)
+	// A process of the box that is still ending (its VM, a helper) may
+	// write a last file while the directory goes: try again briefly.
+	err = os.RemoveAll(b.dir)
+	for try := 0; err != nil && errors.Is(err, syscall.ENOTEMPTY) && try < 20; try++ {
+		time.Sleep(25 * time.Millisecond)
+		err = os.RemoveAll(b.dir)
+	}
+	return err
 }
