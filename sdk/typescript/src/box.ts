@@ -351,7 +351,7 @@ export class SimpleBox implements AsyncDisposable {
       req.stdin = Buffer.from(o.stdin).toString("base64");
       req.stdin_encoding = "base64";
     }
-    const r = await this.client.request<Schemas["ExecResult"]>("POST", `/v1/boxes/${encodeURIComponent(id)}/exec`, req);
+    const r = await this.client.request<Schemas["ExecResult"]>("POST", `/v1/boxes/${encodeURIComponent(id)}/exec`, req, o.timeout);
     const out = decode(r.stdout, r.stdout_encoding);
     const err = decode(r.stderr, r.stderr_encoding);
     let msg = r.error_message || undefined;
@@ -615,7 +615,7 @@ export class CodeBox extends SimpleBox {
     const id = await this.box();
     const body: Schemas["RunRequest"] = { code };
     if (options.timeout) body.timeout = options.timeout;
-    const r = await this.client.request<Schemas["RunResult"]>("POST", `/v1/boxes/${encodeURIComponent(id)}/code/run`, body);
+    const r = await this.client.request<Schemas["RunResult"]>("POST", `/v1/boxes/${encodeURIComponent(id)}/code/run`, body, options.timeout);
     if (r.exit_code !== 0 || r.timed_out) {
       const msg = r.error || (r.timed_out ? `python timed out after ${options.timeout} s` : `python exited with code ${r.exit_code}`);
       throw new ExecError(msg, r.exit_code, r.stdout, r.stderr, r.timed_out);
@@ -685,7 +685,7 @@ export class Context implements AsyncDisposable {
   async run(code: string, options: RunOptions = {}): Promise<CellResult> {
     const body: Schemas["RunRequest"] = { code };
     if (options.timeout) body.timeout = options.timeout;
-    const r = await this.client.request<Schemas["CellResult"]>("POST", `${this.path}/run`, body);
+    const r = await this.client.request<Schemas["CellResult"]>("POST", `${this.path}/run`, body, options.timeout);
     return {
       stdout: r.stdout, stderr: r.stderr, value: r.value || undefined,
       error: r.error ? { name: r.error.name, value: r.error.value, traceback: r.error.traceback } : undefined,

@@ -24,6 +24,16 @@ export const DEFAULT_IDLE_EXIT = "5m";
 /** How long (ms) the SDK waits for a server it started to answer. */
 export const SERVER_START_TIMEOUT_MS = 30_000;
 
+/** How long (ms) a health check may take. */
+const HEALTH_TIMEOUT_MS = 10_000;
+
+/**
+ * Grace (ms) past a call's own timeout before the SDK gives up on the
+ * server: the server enforces the timeout; this only bounds a server that
+ * stopped answering.
+ */
+const TIMEOUT_GRACE_MS = 60_000;
+
 /** Bound on a response body the SDK reads (bytes): 64 MiB. */
 const MAX_RESPONSE_BYTES = 64 << 20;
 
@@ -157,7 +167,7 @@ export class Client {
     return this.endpoint.url ?? this.endpoint.socket ?? "";
   }
 
-  private raw(method: string, urlPath: string, body?: unknown, retry = true): Promise<Response> {
+  private raw(method: string, urlPath: string, body?: unknown, timeoutMs?: number, retry = true): Promise<Response> {
     const data = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
     const headers: Record<string, string | number> = { Accept: "application/json" };
     if (data) {
@@ -204,11 +214,15 @@ export class Client {
         // A kept-alive connection the server closed just as it was reused:
         // the request never reached the server, send it again (Node's advice).
         if (retry && req.reusedSocket && e.code === "ECONNRESET") {
-          this.raw(method, urlPath, body, false).then(resolve, reject);
+          this.raw(method, urlPath, body, timeoutMs, false).then(resolve, reject);
           return;
         }
         reject(e);
       });
+      if (timeoutMs) {
+        req.setTimeout(timeoutMs, () =>
+          req.destroy(new AirlockError(0, "timeout", `airlock server at ${this.where()} did not answer ${method} ${urlPath} within ${timeoutMs / 1000} s`)));
+      }
       req.end(data);
     });
   }
@@ -226,7 +240,7 @@ export class Client {
 
   private async connect(): Promise<void> {
     try {
-      const r = await this.raw("GET", "/v1/health");
+      const r = await this.raw("GET", "/v1/health", undefined, HEALTH_TIMEOUT_MS);
       if (r.status === 200) return;
       throw problemError(r);
     } catch (e) {
@@ -269,7 +283,7 @@ export class Client {
         throw new AirlockError(0, "no_server", `could not start \`${bin} serve\`: ${spawnErr.message} (set AIRLOCK_BIN to the airlock binary)`);
       }
       try {
-        const r = await this.raw("GET", "/v1/health");
+        const r = await this.raw("GET", "/v1/health", undefined, HEALTH_TIMEOUT_MS);
         if (r.status === 200) return;
       } catch (e) {
         if (!isConnectError(e)) throw e;
@@ -285,13 +299,15 @@ export class Client {
   /**
    * Sends a request with a JSON body; resolves to the decoded JSON response
    * (undefined for 204). Rejects with {@link AirlockError} for a problem
-   * response or when no server can be reached.
+   * response or when no server can be reached. With `timeoutSeconds` (the
+   * call's own timeout, which the server enforces) it also gives up when
+   * no answer comes within that plus a minute.
    */
-  async request<T>(method: string, urlPath: string, body?: unknown): Promise<T> {
+  async request<T>(method: string, urlPath: string, body?: unknown, timeoutSeconds?: number): Promise<T> {
     await this.ensure();
     let r: Response;
     try {
-      r = await this.raw(method, urlPath, body);
+      r = await this.raw(method, urlPath, body, timeoutSeconds ? timeoutSeconds * 1000 + TIMEOUT_GRACE_MS : undefined);
     } catch (e) {
       if (e instanceof AirlockError) throw e;
       this.ready = undefined; // the server may have gone: check (and restart) next time

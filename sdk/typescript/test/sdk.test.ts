@@ -136,6 +136,15 @@ describe("streaming exec", () => {
     assert.equal(await p.wait(), 128 + 15);
   });
 
+  it("leaving the loop early kills the process", async () => {
+    for await (const c of box.stream("sh", "-c", "echo ready; exec sleep 31.5")) {
+      assert.equal(c.data.toString(), "ready\n");
+      break;
+    }
+    const gone = await waitFor(async () => (await box.exec("pgrep", "-f", "sleep 31.5")).exitCode === 1, 10_000);
+    assert.ok(gone, "sleep still running after the stream was closed");
+  });
+
   it("reports a command that is not found as exit code 127", async () => {
     assert.equal(await box.stream("no-such-command-xyz").wait(), 127);
   });
