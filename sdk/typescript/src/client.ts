@@ -305,9 +305,21 @@ export class Client {
    */
   async request<T>(method: string, urlPath: string, body?: unknown, timeoutSeconds?: number): Promise<T> {
     await this.ensure();
+    const timeoutMs = timeoutSeconds ? timeoutSeconds * 1000 + TIMEOUT_GRACE_MS : undefined;
     let r: Response;
     try {
-      r = await this.raw(method, urlPath, body, timeoutSeconds ? timeoutSeconds * 1000 + TIMEOUT_GRACE_MS : undefined);
+      try {
+        r = await this.raw(method, urlPath, body, timeoutMs);
+      } catch (e) {
+        // Nothing accepts on the socket any more (a server the SDK started
+        // exits when idle): the request was never delivered, so check (and
+        // start) the server again and send it once more.
+        const code = (e as NodeJS.ErrnoException).code;
+        if (!this.autostart || (code !== "ECONNREFUSED" && code !== "ENOENT")) throw e;
+        this.ready = undefined;
+        await this.ensure();
+        r = await this.raw(method, urlPath, body, timeoutMs);
+      }
     } catch (e) {
       if (e instanceof AirlockError) throw e;
       this.ready = undefined; // the server may have gone: check (and restart) next time

@@ -331,6 +331,10 @@ describe("server discovery", () => {
       client.close();
       // Probe with bare connections: a request would keep the server busy.
       assert.ok(await waitFor(async () => !(await accepting(sock)), 15_000), "the started server did not exit when idle");
+      // The same client starts it again on its next call.
+      assert.ok((await client.request<{ api_version: string }>("GET", "/v1/version")).api_version);
+      client.close();
+      assert.ok(await waitFor(async () => !(await accepting(sock)), 15_000), "the restarted server did not exit when idle");
     } finally {
       process.env = saved;
       rmSync(dir, { recursive: true, force: true });
