@@ -195,10 +195,10 @@ const KNOWN_OPTIONS = new Set([
   "runtime", // BoxLite's runtime handle: the server is the runtime here
 ]);
 
-function startHint(code: string, image: string): string {
+// What to do, where the server's detail does not say it already (for
+// image_not_found it does: pull, import or build-debian).
+function startHint(code: string): string {
   switch (code) {
-    case "image_not_found":
-      return `; pull it with \`airlock pull ${image}\` or build it (hack/setup.sh builds python:slim)`;
     case "box_died":
       return "; the VM did not come up: `airlock doctor` says what is missing (QEMU, kernel, KVM or TCG)";
     default:
@@ -293,7 +293,7 @@ export class SimpleBox implements AsyncDisposable {
     } catch (e) {
       if (!(e instanceof AirlockError)) throw e;
       throw new AirlockError(e.status, e.code,
-        `could not start a box from ${this.image}: ${e.message}${startHint(e.code, this.image)}`, e.problem, { cause: e });
+        `could not start a box from ${this.image}: ${e.message}${startHint(e.code)}`, e.problem, { cause: e });
     }
     this.boxId = info.id;
     return info.id;
@@ -425,31 +425,45 @@ export class ExecStream implements AsyncIterable<OutputChunk>, AsyncDisposable {
   private async open(): Promise<WebSocket> {
     const id = await this.boxId();
     const ws = await this.client.websocket(`/v1/boxes/${encodeURIComponent(id)}/exec/ws`);
-    await new Promise<void>((resolve, reject) => {
-      ws.once("message", (data, isBinary) => {
-        if (isBinary) {
-          reject(new AirlockError(0, "protocol", "exec WebSocket: binary frame before the started message"));
-          return;
-        }
-        const m = JSON.parse(data.toString());
-        if (m.type === "started") resolve();
-        else reject(m.type === "error" ? problemError({ status: m.problem?.status ?? 0, body: m.problem }) :
-          new AirlockError(0, "protocol", `exec WebSocket: unexpected message ${data.toString().slice(0, 200)}`));
-      });
-      ws.once("close", () => reject(new AirlockError(0, "protocol", "exec WebSocket closed before the process started")));
-      ws.once("error", reject);
-      ws.send(JSON.stringify(this.req));
-    }).catch((e) => {
+    // One set of listeners from the start: frames that follow "started" in
+    // the same read are emitted synchronously and must not be lost.
+    let started = false;
+    let settle: { resolve: () => void; reject: (e: unknown) => void } | undefined;
+    const startedP = new Promise<void>((resolve, reject) => (settle = { resolve, reject }));
+    const fail = (e: unknown) => {
+      if (started) this.finish(e);
+      else settle!.reject(e);
+    };
+    ws.on("message", (data: Buffer, isBinary: boolean) => {
+      if (started) {
+        this.onMessage(data, isBinary);
+        return;
+      }
+      let m: { type?: string; problem?: { status?: number } } | undefined;
+      try {
+        m = isBinary ? undefined : JSON.parse(data.toString());
+      } catch {
+        m = undefined;
+      }
+      if (m?.type === "started") {
+        started = true;
+        settle!.resolve();
+      } else if (m?.type === "error") {
+        settle!.reject(problemError({ status: m.problem?.status ?? 0, body: m.problem }));
+      } else {
+        settle!.reject(new AirlockError(0, "protocol", `exec WebSocket: unexpected first message ${data.toString().slice(0, 200)}`));
+      }
+    });
+    ws.on("error", fail);
+    ws.on("close", () => fail(new AirlockError(0, "protocol",
+      started ? "exec WebSocket closed before the exit message" : "exec WebSocket closed before the process started")));
+    ws.send(JSON.stringify(this.req));
+    try {
+      await startedP;
+    } catch (e) {
       ws.terminate();
       throw e;
-    });
-    ws.removeAllListeners("close");
-    ws.removeAllListeners("error");
-    ws.removeAllListeners("message");
-    ws.on("message", (data: Buffer, isBinary) => this.onMessage(data, isBinary));
-    ws.on("error", (e) => this.finish(e));
-    ws.on("close", () => this.finish(this.exitCode === undefined && !this.failure
-      ? new AirlockError(0, "protocol", "exec WebSocket closed before the exit message") : undefined));
+    }
     return ws;
   }
 

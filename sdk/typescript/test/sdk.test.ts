@@ -126,6 +126,30 @@ describe("streaming exec", () => {
     assert.equal(p.exitCode, 5);
   });
 
+  it("loses nothing of a burst of output", async () => {
+    const p = box.stream("seq", "1", "50000");
+    const out: Buffer[] = [];
+    for await (const c of p) out.push(c.data);
+    const want = Array.from({ length: 50000 }, (_, i) => `${i + 1}\n`).join("");
+    assert.equal(Buffer.concat(out).toString(), want);
+    assert.equal(p.exitCode, 0);
+  });
+
+  it("a slow reader pauses the stream and gets every byte", async () => {
+    const p = box.stream("head", "-c", "6000000", "/dev/zero");
+    let n = 0;
+    let first = true;
+    for await (const c of p) {
+      if (first) {
+        first = false;
+        await new Promise((r) => setTimeout(r, 1500)); // let more than the 1 MiB high-water mark queue up
+      }
+      n += c.data.length;
+    }
+    assert.equal(n, 6_000_000);
+    assert.equal(p.exitCode, 0);
+  });
+
   it("delivers output as it comes, and a signal ends the process", async () => {
     const p = box.stream("sh", "-c", "echo ready; exec sleep 30");
     const it = p[Symbol.asyncIterator]();
@@ -263,7 +287,8 @@ describe("errors", () => {
     assert.ok(err instanceof Error && !(err instanceof ExecError), `${err}`);
     assert.ok(err instanceof AirlockError);
     assert.equal(err.code, "image_not_found");
-    assert.match(err.message, /could not start a box from localhost:1\/no-such-image:latest: .*airlock pull/);
+    assert.match(err.message, /^could not start a box from localhost:1\/no-such-image:latest: image not found: /);
+    assert.match(err.message, /airlock import|build-debian|airlock pull/); // what to do
     await cb.stop();
   });
 
