@@ -1,5 +1,3 @@
-// The seed documents' Node example, verbatim apart from the import
-// (`@boxlite-ai/boxlite` → `@airlock-run/sdk`).
 import { CodeBox, ExecError } from "@airlock-run/sdk";
 
 async function main(): Promise<void> {
