@@ -11,9 +11,10 @@
 # when run as root), fetches Debian's cloud kernel (the fallback), builds the
 # airlock guest kernel (about 7 minutes on 2 cores, once), and builds the
 # offline images python:slim and airlock/python-data from Debian packages
-# (a few minutes each, once), and makes sdk/python/.venv with the Python SDK
-# and its test tools. Set AIRLOCK_SETUP_SKIP_DATA=1 to skip the
-# data-analysis image.
+# (a few minutes each, once), makes sdk/python/.venv with the Python SDK
+# and its test tools, and installs (npm ci) and builds the TypeScript SDK in
+# sdk/typescript (Node.js 20 or newer: Debian's nodejs when new enough).
+# Set AIRLOCK_SETUP_SKIP_DATA=1 to skip the data-analysis image.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
@@ -63,6 +64,23 @@ fi
 log "Python SDK: sdk/python/.venv with airlock-box (editable) and its test tools"
 [ -x sdk/python/.venv/bin/python ] || python3 -m venv sdk/python/.venv
 sdk/python/.venv/bin/pip install -q --disable-pip-version-check -e "sdk/python[test]"
+
+# The TypeScript SDK (sdk/typescript): its locked dependencies and a build,
+# which hack/test.sh tests. Node.js 20+ is needed; Debian 12's nodejs is 18.
+node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
+if [ "$(node_major)" -lt 20 ] || ! command -v npm >/dev/null; then
+	cand=$(apt-cache policy nodejs 2>/dev/null | awk '/Candidate:/ {print $2}' | sed 's/^[0-9]*://; s/\..*//')
+	if [ "${cand:-0}" -ge 20 ] 2>/dev/null; then
+		log "installing Debian packages: nodejs npm"
+		as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+	fi
+fi
+if [ "$(node_major)" -lt 20 ] || ! command -v npm >/dev/null; then
+	echo "Node.js 20 or newer with npm is required for sdk/typescript (https://nodejs.org/en/download, or NodeSource's Debian packages)" >&2
+	exit 1
+fi
+log "TypeScript SDK: npm ci and build in sdk/typescript"
+(cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run -s build)
 
 log "guest kernels"
 hack/fetch-debian-kernel.sh

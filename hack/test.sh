@@ -6,7 +6,11 @@
 # tests and the lifecycle suite on the fake driver) runs under the race
 # detector. Extra arguments go to both `go test` runs (e.g. -run TestBox).
 # Then the Python SDK's tests (pytest in sdk/python/.venv, made by setup.sh)
-# run against a real airlock serve; AIRLOCK_SKIP_PYTHON=1 skips them.
+# run against a real airlock serve; AIRLOCK_SKIP_PYTHON=1 skips them. Then
+# the TypeScript SDK's: its generated API types are checked against
+# api/openapi.json, it is built and its node --test tests run against a real
+# airlock serve (sdk/typescript/node_modules from setup.sh);
+# AIRLOCK_SKIP_TS=1 skips them.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 [ -x /usr/local/go/bin/go ] && export PATH=$PATH:/usr/local/go/bin
@@ -20,4 +24,11 @@ if [ "${AIRLOCK_SKIP_PYTHON:-0}" != 1 ]; then
 		exit 1
 	fi
 	sdk/python/.venv/bin/python -m pytest -q sdk/python/tests
+fi
+if [ "${AIRLOCK_SKIP_TS:-0}" != 1 ]; then
+	if [ ! -d sdk/typescript/node_modules ]; then
+		echo "sdk/typescript/node_modules missing: run hack/setup.sh (or AIRLOCK_SKIP_TS=1)" >&2
+		exit 1
+	fi
+	(cd sdk/typescript && npm run -s check-gen && npm test)
 fi

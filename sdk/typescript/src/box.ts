@@ -1,0 +1,723 @@
+// SimpleBox and CodeBox: boxes on an airlock server, with BoxLite's Node API.
+
+import { readFile } from "node:fs/promises";
+import type WebSocket from "ws";
+
+import { AirlockError, Client, problemError } from "./client.js";
+import type { components } from "./openapi.js";
+
+type Schemas = components["schemas"];
+type BoxSpec = Schemas["BoxSpec"];
+type ExecRequest = Schemas["ExecRequest"];
+
+/** The image a CodeBox uses when none is given. */
+export const DEFAULT_IMAGE = "python:slim";
+
+const STDIN = 0;
+const STDOUT = 1;
+const STDERR = 2;
+
+/** A box's description on the server (`GET /v1/boxes/{id}`). */
+export type BoxInfo = Schemas["Box"];
+
+/** Environment: an object or `KEY=value` strings. */
+export type Env = Record<string, string> | string[];
+
+/** What a box is made of. Unset fields take the server's defaults. */
+export interface BoxOptions {
+  /** Image reference (default `python:slim`). */
+  image?: string;
+  /** Guest RAM in MiB (server default 512). */
+  memoryMib?: number;
+  /** vCPUs (server default 1). */
+  cpus?: number;
+  /** Optional unique box name, usable wherever an id is. */
+  name?: string;
+  /** Environment of every exec. */
+  env?: Env;
+  /** Working directory of every exec (default: the image's). */
+  workingDir?: string;
+  /** User of every exec: name, uid, name:group or uid:gid. */
+  user?: string;
+  /** `"enabled"` (default, outbound NAT) or `"disabled"` (no interface). */
+  network?: "enabled" | "disabled";
+  /** Writable layer size in MiB (server default 4096). */
+  diskSizeMib?: number;
+  /** Remove the box when it stops. */
+  autoRemove?: boolean;
+  /** The server connection (default: one per process, from the environment). */
+  client?: Client;
+}
+
+/** Options of {@link CodeBox}. */
+export interface CodeBoxOptions extends BoxOptions {
+  /** pip `--index-url` for {@link CodeBox.installPackage} (default PyPI). */
+  indexUrl?: string;
+}
+
+/** Options of {@link SimpleBox.exec} and {@link SimpleBox.stream}. */
+export interface ExecOptions {
+  /** Environment added for this exec only. */
+  env?: Env;
+  /** User to run as. */
+  user?: string;
+  /** Seconds; enforced: the process tree is killed past it. */
+  timeout?: number;
+  /** Working directory. */
+  cwd?: string;
+  /** Standard input (buffered exec only); the process reads EOF after it. */
+  stdin?: string | Uint8Array;
+}
+
+/** Options of {@link CodeBox.run} and {@link Context.run}. */
+export interface RunOptions {
+  /** Seconds; enforced: the Python process tree (or the cell) is interrupted past it. */
+  timeout?: number;
+}
+
+/**
+ * The outcome of {@link SimpleBox.exec}. A non-zero `exitCode` does not
+ * throw: check it yourself.
+ */
+export interface ExecResult {
+  /** Exit status; 128+N when killed by signal N; 127 when the command was not found. */
+  exitCode: number;
+  /** Standard output as text (invalid UTF-8 replaced; the bytes are in `stdoutBytes`). */
+  stdout: string;
+  /** Standard error as text. */
+  stderr: string;
+  /** Set only when the process did not end normally (timed out, could not run, died with its VM). */
+  errorMessage?: string;
+  /** The timeout killed the process tree. */
+  timedOut: boolean;
+  /** The signal that killed the process, 0 otherwise. */
+  signal: number;
+  /** Standard output, exactly. */
+  stdoutBytes: Buffer;
+  /** Standard error, exactly. */
+  stderrBytes: Buffer;
+}
+
+/**
+ * Thrown by {@link CodeBox.run} when the Python code exits with a non-zero
+ * status (an uncaught exception: the traceback is in `stderr`) or runs past
+ * its timeout.
+ */
+export class ExecError extends Error {
+  /** Exit status of the Python process (1 for an uncaught exception). */
+  readonly exitCode: number;
+  /** What the code printed before it failed. */
+  readonly stdout: string;
+  /** The traceback (and whatever else the code wrote to stderr). */
+  readonly stderr: string;
+  /** The run was killed by its timeout. */
+  readonly timedOut: boolean;
+
+  constructor(message: string, exitCode: number, stdout: string, stderr: string, timedOut = false) {
+    super(message);
+    this.name = "ExecError";
+    this.exitCode = exitCode;
+    this.stdout = stdout;
+    this.stderr = stderr;
+    this.timedOut = timedOut;
+  }
+}
+
+/** An exception raised by a context cell. */
+export interface CellError {
+  /** Exception class name (`ZeroDivisionError`). */
+  name: string;
+  /** `str()` of the exception. */
+  value: string;
+  /** The formatted traceback. */
+  traceback: string;
+}
+
+/** The outcome of {@link Context.run}. */
+export interface CellResult {
+  stdout: string;
+  stderr: string;
+  /** `repr()` of the last expression when it is not None. */
+  value?: string;
+  /** The exception the cell raised, if any. */
+  error?: CellError;
+  /** matplotlib figures left open, as PNG bytes. */
+  images: Buffer[];
+  /** The cell ran past its timeout and was interrupted. */
+  timedOut: boolean;
+  /** The interpreter was restarted: earlier variables are gone. */
+  stateLost: boolean;
+  /** Output was cut at the server's bound. */
+  truncated: boolean;
+}
+
+/** One piece of a streaming exec's output. */
+export interface OutputChunk {
+  stream: "stdout" | "stderr";
+  data: Buffer;
+}
+
+function envList(env: Env | undefined): string[] | undefined {
+  if (env === undefined) return undefined;
+  return Array.isArray(env) ? [...env] : Object.entries(env).map(([k, v]) => `${k}=${v}`);
+}
+
+function decode(text: string, encoding: string): Buffer {
+  return encoding === "base64" ? Buffer.from(text, "base64") : Buffer.from(text, "utf8");
+}
+
+function isOptions(x: unknown): x is ExecOptions {
+  return typeof x === "object" && x !== null && !Array.isArray(x) && !(x instanceof Uint8Array);
+}
+
+function splitArgs(rest: (string | ExecOptions)[]): [string[], ExecOptions] {
+  const last = rest[rest.length - 1];
+  const opts = isOptions(last) ? last : {};
+  const args = (isOptions(last) ? rest.slice(0, -1) : rest) as unknown[];
+  for (const a of args) {
+    if (typeof a !== "string") throw new TypeError(`exec arguments must be strings, got ${typeof a}`);
+  }
+  return [args as string[], opts];
+}
+
+function execRequest(cmd: string, args: string[], o: ExecOptions): ExecRequest {
+  const req: ExecRequest = { cmd: [cmd, ...args] };
+  if (o.env !== undefined) req.env = envList(o.env);
+  if (o.user) req.user = o.user;
+  if (o.cwd) req.working_dir = o.cwd;
+  if (o.timeout) req.timeout = o.timeout;
+  return req;
+}
+
+const KNOWN_OPTIONS = new Set([
+  "image", "memoryMib", "cpus", "name", "env", "workingDir", "user", "network", "diskSizeMib", "autoRemove",
+  "client", "indexUrl",
+  "runtime", // BoxLite's runtime handle: the server is the runtime here
+]);
+
+// What to do, where the server's detail does not say it already (for
+// image_not_found it does: pull, import or build-debian).
+function startHint(code: string): string {
+  switch (code) {
+    case "box_died":
+      return "; the VM did not come up: `airlock doctor` says what is missing (QEMU, kernel, KVM or TCG)";
+    default:
+      return "";
+  }
+}
+
+/**
+ * A box (a microVM made from an OCI image) on an airlock server.
+ *
+ * The box is created and booted lazily by the first call that needs it (or
+ * by {@link start}), and removed by {@link stop} or when an `await using`
+ * block ends. A failure to start rejects with an {@link AirlockError} (a
+ * plain `Error`) whose message says what to do; any call after `stop()`
+ * rejects with an `Error` saying the box was stopped.
+ */
+export class SimpleBox implements AsyncDisposable {
+  protected readonly client: Client;
+  private readonly spec: BoxSpec;
+  private readonly unsupported: string[];
+  private boxId?: string;
+  private starting?: Promise<string>;
+  private stopped = false;
+
+  constructor(options: BoxOptions = {}) {
+    this.client = options.client ?? Client.default();
+    const spec: BoxSpec = { image: options.image ?? DEFAULT_IMAGE };
+    if (options.memoryMib !== undefined) spec.memory_mib = options.memoryMib;
+    if (options.cpus !== undefined) spec.cpus = options.cpus;
+    if (options.name !== undefined) spec.name = options.name;
+    if (options.env !== undefined) spec.env = envList(options.env);
+    if (options.workingDir !== undefined) spec.working_dir = options.workingDir;
+    if (options.user !== undefined) spec.user = options.user;
+    if (options.network !== undefined) spec.network = options.network;
+    if (options.diskSizeMib !== undefined) spec.disk_size_mib = options.diskSizeMib;
+    if (options.autoRemove) spec.auto_remove = true;
+    this.spec = spec;
+    this.unsupported = Object.keys(options).filter((k) => !KNOWN_OPTIONS.has(k)).sort();
+  }
+
+  /** A handle on an existing, running box, by id or name. {@link stop} removes it. */
+  static attach<T extends SimpleBox>(this: new (o?: CodeBoxOptions) => T, id: string, options: CodeBoxOptions = {}): T {
+    const b = new this(options);
+    b.boxId = id;
+    b.starting = Promise.resolve(id);
+    return b;
+  }
+
+  /** The box id once started, else undefined. */
+  get id(): string | undefined {
+    return this.boxId;
+  }
+
+  /** The image reference the box is made from. */
+  get image(): string {
+    return this.spec.image ?? DEFAULT_IMAGE;
+  }
+
+  /**
+   * Creates and boots the box; a no-op when it is running. Concurrent first
+   * calls share one box. Rejects with an {@link AirlockError} saying what to
+   * do when the box cannot start (image not found, no VM could boot, no
+   * server); a later call tries again.
+   */
+  async start(): Promise<this> {
+    await this.box();
+    return this;
+  }
+
+  /** The box id, starting the box when needed. */
+  protected box(): Promise<string> {
+    if (this.stopped) {
+      return Promise.reject(new Error(
+        `this ${this.constructor.name} was stopped and its box removed; create a new ${this.constructor.name} to run more code`));
+    }
+    if (!this.starting) {
+      this.starting = this.create().catch((e) => {
+        this.starting = undefined;
+        throw e;
+      });
+    }
+    return this.starting;
+  }
+
+  private async create(): Promise<string> {
+    if (this.unsupported.length) {
+      throw new TypeError(`unsupported box options: ${this.unsupported.join(", ")}`);
+    }
+    let info: BoxInfo;
+    try {
+      info = await this.client.request<BoxInfo>("POST", "/v1/boxes", this.spec);
+    } catch (e) {
+      if (!(e instanceof AirlockError)) throw e;
+      throw new AirlockError(e.status, e.code,
+        `could not start a box from ${this.image}: ${e.message}${startHint(e.code)}`, e.problem, { cause: e });
+    }
+    this.boxId = info.id;
+    return info.id;
+  }
+
+  /** The box's description on the server. */
+  async info(): Promise<BoxInfo> {
+    const id = await this.box();
+    return this.client.request<BoxInfo>("GET", `/v1/boxes/${encodeURIComponent(id)}`);
+  }
+
+  /**
+   * Removes the box (its VM and writable layer). A no-op when it was never
+   * started or is already gone; idempotent. Later calls on this object
+   * reject.
+   */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    const starting = this.starting;
+    this.starting = undefined;
+    if (!starting) return;
+    let id: string;
+    try {
+      id = await starting;
+    } catch {
+      return; // it never started
+    }
+    this.boxId = undefined;
+    try {
+      await this.client.request("DELETE", `/v1/boxes/${encodeURIComponent(id)}?force=true`);
+    } catch (e) {
+      if (!(e instanceof AirlockError && e.code === "box_not_found")) throw e;
+    }
+  }
+
+  /** `await using box = new CodeBox()` removes the box when the block ends. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop();
+  }
+
+  /**
+   * Runs `cmd` with `args` in the box and waits for it; a trailing object is
+   * {@link ExecOptions}. `timeout` (seconds) is enforced: the process and
+   * everything it started are killed and `timedOut` is set. A non-zero exit
+   * is reported in the result, not thrown.
+   *
+   *     const r = await box.exec("python3", "-c", "print(1)", { timeout: 10 });
+   */
+  async exec(cmd: string, ...rest: [...args: string[], options: ExecOptions] | string[]): Promise<ExecResult> {
+    const [args, o] = splitArgs(rest);
+    const id = await this.box();
+    const req = execRequest(cmd, args, o);
+    if (o.stdin !== undefined) {
+      req.stdin = Buffer.from(o.stdin).toString("base64");
+      req.stdin_encoding = "base64";
+    }
+    const r = await this.client.request<Schemas["ExecResult"]>("POST", `/v1/boxes/${encodeURIComponent(id)}/exec`, req, o.timeout);
+    const out = decode(r.stdout, r.stdout_encoding);
+    const err = decode(r.stderr, r.stderr_encoding);
+    let msg = r.error_message || undefined;
+    if (r.timed_out && !msg) msg = `timed out after ${o.timeout} s; the process tree was killed`;
+    return {
+      exitCode: r.exit_code, stdout: out.toString("utf8"), stderr: err.toString("utf8"), errorMessage: msg,
+      timedOut: r.timed_out, signal: r.signal ?? 0, stdoutBytes: out, stderrBytes: err,
+    };
+  }
+
+  /**
+   * Starts `cmd` over the server's exec WebSocket and streams its output as
+   * it comes; a trailing object is {@link ExecOptions} (`stdin` is written
+   * with {@link ExecStream.write} instead):
+   *
+   *     const p = box.stream("sh", "-c", "cat; echo done >&2");
+   *     await p.write("hi\n");
+   *     await p.closeStdin();
+   *     for await (const { stream, data } of p) process.stdout.write(data);
+   *     console.log(p.exitCode);
+   */
+  stream(cmd: string, ...rest: [...args: string[], options: ExecOptions] | string[]): ExecStream {
+    const [args, o] = splitArgs(rest);
+    const req = execRequest(cmd, args, o);
+    return new ExecStream(this.client, () => this.box(), req);
+  }
+}
+
+/** Bytes of output a stream buffers before it pauses the socket (and so the guest process). */
+const STREAM_HIGH_WATER = 1 << 20;
+
+type Pending = { resolve: (v: IteratorResult<OutputChunk>) => void; reject: (e: unknown) => void };
+
+/**
+ * A streaming exec (see {@link SimpleBox.stream}): an async iterator of
+ * {@link OutputChunk}s. After the output is exhausted `exitCode`, `signal`,
+ * `timedOut` and `errorMessage` hold the result. The connection opens on
+ * first use; closing it early (`close()`, `break` out of `for await`) kills
+ * the process tree.
+ */
+export class ExecStream implements AsyncIterable<OutputChunk>, AsyncDisposable {
+  /** Exit status, once the process has ended. */
+  exitCode?: number;
+  /** The signal that killed the process, 0 otherwise. */
+  signal = 0;
+  /** The timeout killed the process tree. */
+  timedOut = false;
+  /** Set when the process did not end normally. */
+  errorMessage?: string;
+
+  private ws?: Promise<WebSocket>;
+  private queue: OutputChunk[] = [];
+  private queued = 0;
+  private paused = false;
+  private done = false;
+  private failure?: unknown;
+  private waiter?: Pending;
+
+  /** @internal */
+  constructor(
+    private readonly client: Client,
+    private readonly boxId: () => Promise<string>,
+    private readonly req: ExecRequest,
+  ) {}
+
+  private connect(): Promise<WebSocket> {
+    if (!this.ws) this.ws = this.open();
+    return this.ws;
+  }
+
+  private async open(): Promise<WebSocket> {
+    const id = await this.boxId();
+    const ws = await this.client.websocket(`/v1/boxes/${encodeURIComponent(id)}/exec/ws`);
+    // One set of listeners from the start: frames that follow "started" in
+    // the same read are emitted synchronously and must not be lost.
+    let started = false;
+    let settle: { resolve: () => void; reject: (e: unknown) => void } | undefined;
+    const startedP = new Promise<void>((resolve, reject) => (settle = { resolve, reject }));
+    const fail = (e: unknown) => {
+      if (started) this.finish(e);
+      else settle!.reject(e);
+    };
+    ws.on("message", (data: Buffer, isBinary: boolean) => {
+      if (started) {
+        this.onMessage(data, isBinary);
+        return;
+      }
+      let m: { type?: string; problem?: { status?: number } } | undefined;
+      try {
+        m = isBinary ? undefined : JSON.parse(data.toString());
+      } catch {
+        m = undefined;
+      }
+      if (m?.type === "started") {
+        started = true;
+        settle!.resolve();
+      } else if (m?.type === "error") {
+        settle!.reject(problemError({ status: m.problem?.status ?? 0, body: m.problem }));
+      } else {
+        settle!.reject(new AirlockError(0, "protocol", `exec WebSocket: unexpected first message ${data.toString().slice(0, 200)}`));
+      }
+    });
+    ws.on("error", fail);
+    ws.on("close", () => fail(new AirlockError(0, "protocol",
+      started ? "exec WebSocket closed before the exit message" : "exec WebSocket closed before the process started")));
+    ws.send(JSON.stringify(this.req));
+    try {
+      await startedP;
+    } catch (e) {
+      ws.terminate();
+      throw e;
+    }
+    return ws;
+  }
+
+  private onMessage(data: Buffer, isBinary: boolean): void {
+    if (isBinary) {
+      if (data.length < 1) return;
+      const fd = data[0];
+      if (fd !== STDOUT && fd !== STDERR) return;
+      this.push({ stream: fd === STDOUT ? "stdout" : "stderr", data: data.subarray(1) });
+      return;
+    }
+    let m: { type?: string; exit_code?: number; signal?: number; timed_out?: boolean; error_message?: string; problem?: { status?: number } };
+    try {
+      m = JSON.parse(data.toString());
+    } catch {
+      return;
+    }
+    if (m.type === "exit") {
+      this.exitCode = m.exit_code ?? 0;
+      this.signal = m.signal ?? 0;
+      this.timedOut = m.timed_out ?? false;
+      this.errorMessage = m.error_message || undefined;
+      this.finish();
+    } else if (m.type === "error") {
+      this.finish(problemError({ status: m.problem?.status ?? 0, body: m.problem }));
+    }
+  }
+
+  private push(c: OutputChunk): void {
+    if (this.waiter) {
+      const w = this.waiter;
+      this.waiter = undefined;
+      w.resolve({ value: c, done: false });
+      return;
+    }
+    this.queue.push(c);
+    this.queued += c.data.length;
+    if (this.queued > STREAM_HIGH_WATER && !this.paused) {
+      this.paused = true;
+      void this.ws?.then((ws) => ws.pause());
+    }
+  }
+
+  private finish(err?: unknown): void {
+    if (this.done) return;
+    this.done = true;
+    if (err && this.exitCode === undefined) this.failure = err;
+    if (this.waiter) {
+      const w = this.waiter;
+      this.waiter = undefined;
+      if (this.failure) w.reject(this.failure);
+      else w.resolve({ value: undefined, done: true });
+    }
+  }
+
+  private async next(): Promise<IteratorResult<OutputChunk>> {
+    await this.connect();
+    const c = this.queue.shift();
+    if (c) {
+      this.queued -= c.data.length;
+      if (this.paused && this.queued < STREAM_HIGH_WATER / 2) {
+        this.paused = false;
+        (await this.ws!).resume();
+      }
+      return { value: c, done: false };
+    }
+    if (this.done) {
+      if (this.failure) throw this.failure;
+      return { value: undefined, done: true };
+    }
+    return new Promise((resolve, reject) => (this.waiter = { resolve, reject }));
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<OutputChunk> {
+    return {
+      next: () => this.next(),
+      return: async () => {
+        await this.close();
+        return { value: undefined, done: true };
+      },
+    };
+  }
+
+  private async send(data: string | Buffer): Promise<void> {
+    const ws = await this.connect();
+    await new Promise<void>((resolve, reject) => ws.send(data, (e) => (e ? reject(e) : resolve())));
+  }
+
+  /** Writes to the process's stdin. */
+  async write(data: string | Uint8Array): Promise<void> {
+    await this.send(Buffer.concat([Buffer.from([STDIN]), Buffer.from(data)]));
+  }
+
+  /** Closes stdin (the process reads EOF). */
+  async closeStdin(): Promise<void> {
+    await this.send(JSON.stringify({ type: "close_stdin" }));
+  }
+
+  /** Sends a signal (`"SIGINT"`, `"TERM"`, 9) to the process. */
+  async sendSignal(sig: string | number): Promise<void> {
+    await this.send(JSON.stringify({ type: "signal", signal: sig }));
+  }
+
+  /** Kills the process tree. */
+  async kill(): Promise<void> {
+    await this.send(JSON.stringify({ type: "kill" }));
+  }
+
+  /** Drains the output and resolves to the exit code. */
+  async wait(): Promise<number> {
+    for await (const _ of this) {
+      // discard
+    }
+    return this.exitCode!;
+  }
+
+  /** Closes the connection; a process still running is killed. */
+  async close(): Promise<void> {
+    if (!this.ws) return;
+    let ws: WebSocket;
+    try {
+      ws = await this.ws;
+    } catch {
+      return;
+    }
+    if (ws.readyState === ws.OPEN) ws.close(1000);
+    this.finish();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+/**
+ * A box with Python (default image `python:slim`): BoxLite's Node CodeBox.
+ *
+ *     const cb = new CodeBox();
+ *     try {
+ *       console.log(await cb.run("print('hi')"));
+ *     } finally {
+ *       await cb.stop();
+ *     }
+ *
+ * The box starts on the first call. `run` throws {@link ExecError} when the
+ * code fails; its `timeout` is enforced.
+ */
+export class CodeBox extends SimpleBox {
+  private readonly indexUrl?: string;
+
+  constructor(options: CodeBoxOptions = {}) {
+    super(options);
+    this.indexUrl = options.indexUrl;
+  }
+
+  /**
+   * Runs `code` with `python -c` in a fresh interpreter and resolves to its
+   * stdout. Rejects with {@link ExecError} (`exitCode`, `stdout`, `stderr`
+   * with the traceback) when the code exits non-zero or runs past `timeout`
+   * seconds (the Python process tree is killed then).
+   */
+  async run(code: string, options: RunOptions = {}): Promise<string> {
+    const id = await this.box();
+    const body: Schemas["RunRequest"] = { code };
+    if (options.timeout) body.timeout = options.timeout;
+    const r = await this.client.request<Schemas["RunResult"]>("POST", `/v1/boxes/${encodeURIComponent(id)}/code/run`, body, options.timeout);
+    if (r.exit_code !== 0 || r.timed_out) {
+      const msg = r.error || (r.timed_out ? `python timed out after ${options.timeout} s` : `python exited with code ${r.exit_code}`);
+      throw new ExecError(msg, r.exit_code, r.stdout, r.stderr, r.timed_out);
+    }
+    return r.stdout;
+  }
+
+  /** Reads a `.py` file on the host and runs it as {@link run} does. */
+  async runScript(scriptPath: string, options: RunOptions = {}): Promise<string> {
+    return this.run(await readFile(scriptPath, "utf8"), options);
+  }
+
+  /** `pip install pkg` in the box; resolves to pip's stdout + stderr. */
+  async installPackage(pkg: string): Promise<string> {
+    return this.installPackages(pkg);
+  }
+
+  /**
+   * Installs several packages in one pip run; resolves to pip's stdout +
+   * stderr. Rejects with {@link ExecError} when pip fails (`stdout` holds
+   * its output).
+   */
+  async installPackages(...packages: string[]): Promise<string> {
+    const id = await this.box();
+    const body: Schemas["InstallRequest"] = { packages };
+    if (this.indexUrl) body.index_url = this.indexUrl;
+    const r = await this.client.request<Schemas["InstallResult"]>("POST", `/v1/boxes/${encodeURIComponent(id)}/code/install`, body);
+    if (r.exit_code !== 0) {
+      throw new ExecError(`pip install ${packages.join(" ")} exited with code ${r.exit_code}`, r.exit_code, r.output, "");
+    }
+    return r.output;
+  }
+
+  /**
+   * Starts a stateful interpreter: variables, imports and functions persist
+   * between {@link Context.run} calls. `await using ctx = await cb.createContext()`
+   * ends it with the block.
+   */
+  async createContext(): Promise<Context> {
+    const id = await this.box();
+    const r = await this.client.request<Schemas["ContextInfo"]>("POST", `/v1/boxes/${encodeURIComponent(id)}/contexts`);
+    return new Context(this.client, id, r.id);
+  }
+}
+
+/** A stateful Python interpreter in a {@link CodeBox}. */
+export class Context implements AsyncDisposable {
+  /** @internal */
+  constructor(
+    private readonly client: Client,
+    /** The box the context runs in. */
+    readonly boxId: string,
+    /** The context id. */
+    readonly id: string,
+  ) {}
+
+  private get path(): string {
+    return `/v1/boxes/${encodeURIComponent(this.boxId)}/contexts/${encodeURIComponent(this.id)}`;
+  }
+
+  /**
+   * Runs a cell; resolves to its output, last value, exception and images.
+   * An exception in the cell is reported in `error`, not thrown. `timeout`
+   * (seconds) interrupts the cell (KeyboardInterrupt), and restarts the
+   * interpreter if it does not stop (`stateLost`).
+   */
+  async run(code: string, options: RunOptions = {}): Promise<CellResult> {
+    const body: Schemas["RunRequest"] = { code };
+    if (options.timeout) body.timeout = options.timeout;
+    const r = await this.client.request<Schemas["CellResult"]>("POST", `${this.path}/run`, body, options.timeout);
+    return {
+      stdout: r.stdout, stderr: r.stderr, value: r.value || undefined,
+      error: r.error ? { name: r.error.name, value: r.error.value, traceback: r.error.traceback } : undefined,
+      images: (r.images ?? []).map((im) => Buffer.from(im.data, "base64")),
+      timedOut: r.timed_out, stateLost: r.state_lost, truncated: r.truncated,
+    };
+  }
+
+  /** Ends the interpreter. */
+  async close(): Promise<void> {
+    try {
+      await this.client.request("DELETE", this.path);
+    } catch (e) {
+      if (!(e instanceof AirlockError && (e.code === "context_not_found" || e.code === "box_not_found"))) throw e;
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}

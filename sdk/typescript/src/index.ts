@@ -1,0 +1,33 @@
+/**
+ * airlock: run untrusted, model-written code in QEMU microVMs.
+ *
+ * The seed documents' Node API:
+ *
+ *     import { CodeBox, ExecError } from "@airlock-run/sdk";
+ *
+ *     const cb = new CodeBox(); // default image "python:slim"
+ *     try {
+ *       console.log(await cb.run("print('Hello from Node + microVM!')"));
+ *     } finally {
+ *       await cb.stop();
+ *     }
+ *
+ * The SDK talks to `airlock serve` over its unix socket (`AIRLOCK_SOCKET`,
+ * default `~/.airlock/airlock.sock`) or over TCP (`AIRLOCK_URL` and
+ * `AIRLOCK_TOKEN`). With no server running it starts `airlock serve` itself
+ * (`airlock` on PATH, or `AIRLOCK_BIN`); that server exits after 5 minutes
+ * with no request and no running box.
+ *
+ * @module
+ */
+
+export {
+  CodeBox, Context, DEFAULT_IMAGE, ExecError, ExecStream, SimpleBox,
+  type BoxInfo, type BoxOptions, type CellError, type CellResult, type CodeBoxOptions, type Env,
+  type ExecOptions, type ExecResult, type OutputChunk, type RunOptions,
+} from "./box.js";
+export {
+  AirlockError, Client, DEFAULT_IDLE_EXIT, SERVER_START_TIMEOUT_MS, defaultHome, defaultSocket, endpointFromEnv,
+  type ClientOptions, type Endpoint, type Problem,
+} from "./client.js";
+export type { components, paths, operations } from "./openapi.js";
