@@ -169,11 +169,68 @@ export interface paths {
         };
         /**
          * Run a command over a WebSocket (streaming)
-         * @description Upgrade to a WebSocket. The client's first message is a text frame with an ExecRequest (JSON; stdin fields ignored). Then: binary frames from the server are output, first byte 1 = stdout, 2 = stderr, the rest the bytes; binary frames from the client are stdin, first byte 0, the rest the bytes. Text frames are JSON control messages: client→server {"type":"close_stdin"}, {"type":"signal","signal":"SIGINT"}, {"type":"kill"}, {"type":"resize","rows":R,"cols":C} (reserved for TTY execs); server→client {"type":"started"}, then at the end {"type":"exit","exit_code":N,"signal":S,"timed_out":B,"error_message":M,"duration_ms":D} or {"type":"error","problem":{...}}, after which the server closes the socket normally. Closing the socket early kills the process tree. See docs/server.md.
+         * @description Upgrade to a WebSocket. The client's first message is a text frame with an ExecRequest (JSON; stdin fields ignored). Then: binary frames from the server are output, first byte 1 = stdout, 2 = stderr, the rest the bytes; binary frames from the client are stdin, first byte 0, the rest the bytes. Text frames are JSON control messages: client→server {"type":"close_stdin"}, {"type":"signal","signal":"SIGINT"}, {"type":"kill"}, {"type":"resize","rows":R,"cols":C} (reserved for TTY execs); server→client {"type":"started","exec_id":ID}, then at the end {"type":"exit","exit_code":N,"signal":S,"timed_out":B,"error_message":M,"duration_ms":D} or {"type":"error","problem":{...}}, after which the server closes the socket normally. Closing the socket early kills the process tree. See docs/server.md.
          */
         get: operations["exec-stream"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/boxes/{id}/execs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List the execs running in a box (through this server) */
+        get: operations["list-execs"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/boxes/{id}/execs/{exec}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Kill a running exec
+         * @description Kills the exec's process tree (SIGTERM, then SIGKILL after a grace); its caller gets the result (exit status 128 + the signal).
+         */
+        delete: operations["kill-exec"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/boxes/{id}/lease": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Renew a box's lease
+         * @description Extends the lease of a box created with `lease` by that many seconds from now. A box whose lease runs out is removed: the SDKs renew it while their process lives, so a crashed client leaves no box behind.
+         */
+        post: operations["renew-lease"];
         delete?: never;
         options?: never;
         head?: never;
@@ -220,6 +277,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Stream events (Server-Sent Events)
+         * @description Box created/started/stopped/removed/died and exec started/ended, as they happen, one SSE `message` per event (JSON). A client that falls 1024 events behind is disconnected.
+         */
+        get: operations["events"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/health": {
         parameters: {
             query?: never;
@@ -248,6 +325,26 @@ export interface paths {
         get: operations["list-images"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/images/pull": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pull an image, with progress (Server-Sent Events)
+         * @description Streams `progress` messages (per layer, at most ten a second each, and at each layer's end), then `done` with the stored image or `error` with a problem. Blobs already stored are not downloaded again.
+         */
+        post: operations["pull-image"];
         delete?: never;
         options?: never;
         head?: never;
@@ -315,10 +412,20 @@ export interface components {
             /** @description KEY=value entries added to the image's environment. */
             env?: string[] | null;
             /**
+             * Format: double
+             * @description Seconds: the server removes the box after this long with no exec or code call on it.
+             */
+            idle_timeout?: number;
+            /**
              * @description Image reference (Docker syntax); pulled if not in the local store.
              * @default python:slim
              */
             image: string;
+            /**
+             * Format: double
+             * @description Seconds: the server removes the box unless POST /v1/boxes/{id}/lease renews it within this time (the SDKs do, while their process lives).
+             */
+            lease?: number;
             /**
              * Format: int64
              * @description Guest RAM in MiB (default 512).
@@ -331,6 +438,11 @@ export interface components {
              * @enum {string}
              */
             network?: "enabled" | "disabled";
+            /**
+             * Format: double
+             * @description Seconds: the server removes the box this long after creating it.
+             */
+            ttl?: number;
             /** @description User of every exec: name, uid, name:group or uid:gid. */
             user?: string;
             /** @description Working directory of every exec (default: the image's). */
@@ -374,6 +486,45 @@ export interface components {
             message?: string;
             /** @description The value at the given location */
             value?: unknown;
+        };
+        Event: {
+            box_id?: string;
+            /** @description exec.started: the argv. */
+            cmd?: string[] | null;
+            /** Format: double */
+            duration_ms?: number;
+            /** @description exec.ended: why the exec could not be carried out. */
+            error?: string;
+            /**
+             * Format: int64
+             * @description exec.ended: the exit status (absent when the exec failed).
+             */
+            exit_code?: number;
+            reason?: string;
+            /**
+             * Format: int64
+             * @description Increasing number of the event in this server's life.
+             */
+            seq: number;
+            /** Format: date-time */
+            time: string;
+            timed_out?: boolean;
+            /** @enum {string} */
+            type: "stream.open" | "box.created" | "box.started" | "box.start_failed" | "box.stopped" | "box.removed" | "box.died" | "exec.started" | "exec.ended";
+        };
+        ExecInfo: {
+            box_id: string;
+            client: string;
+            cmd: string[] | null;
+            /** @description Exec id, for DELETE /v1/boxes/{id}/execs/{exec}. */
+            id: string;
+            /** @enum {string} */
+            kind: "exec" | "exec_stream";
+            /** Format: date-time */
+            started: string;
+        };
+        ExecList: {
+            execs: components["schemas"]["ExecInfo"][] | null;
         };
         ExecRequest: {
             /** @description argv; cmd[0] is looked up in the box's PATH. */
@@ -462,7 +613,7 @@ export interface components {
              * @description Stable machine-readable code.
              * @enum {string}
              */
-            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal";
+            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found";
             /** @description What happened in this occurrence, and what to do. */
             detail?: string;
             /** @description Individual validation errors. */
@@ -478,6 +629,23 @@ export interface components {
             title?: string;
             /** @description A URI reference for the problem type (about:blank). */
             type?: string;
+        };
+        PullDone: {
+            image: components["schemas"]["Image"];
+        };
+        PullError: {
+            problem: components["schemas"]["Problem"];
+        };
+        PullProgress: {
+            digest: string;
+            /** Format: int64 */
+            done: number;
+            /** Format: int64 */
+            total: number;
+        };
+        PullRequest: {
+            /** @description Image reference in Docker syntax (python:slim, localhost:5000/x@sha256:...). */
+            ref: string;
         };
         RunRequest: {
             /** @description Python source. */
@@ -564,6 +732,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Box"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Not Found */
@@ -1198,6 +1375,161 @@ export interface operations {
             };
         };
     };
+    "list-execs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExecList"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "kill-exec": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                exec: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "renew-lease": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     "start-box": {
         parameters: {
             query?: never;
@@ -1334,6 +1666,46 @@ export interface operations {
             };
         };
     };
+    events: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": {
+                        data: components["schemas"]["Event"];
+                        /**
+                         * @description The event name.
+                         * @constant
+                         */
+                        event?: "message";
+                        /** @description The event ID. */
+                        id?: number;
+                        /** @description The retry time in milliseconds. */
+                        retry?: number;
+                    }[];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     health: {
         parameters: {
             query?: never;
@@ -1379,6 +1751,72 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ImageList"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "pull-image": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PullRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": ({
+                        data: components["schemas"]["PullDone"];
+                        /**
+                         * @description The event name.
+                         * @constant
+                         */
+                        event: "done";
+                        /** @description The event ID. */
+                        id?: number;
+                        /** @description The retry time in milliseconds. */
+                        retry?: number;
+                    } | {
+                        data: components["schemas"]["PullError"];
+                        /**
+                         * @description The event name.
+                         * @constant
+                         */
+                        event: "error";
+                        /** @description The event ID. */
+                        id?: number;
+                        /** @description The retry time in milliseconds. */
+                        retry?: number;
+                    } | {
+                        data: components["schemas"]["PullProgress"];
+                        /**
+                         * @description The event name.
+                         * @constant
+                         */
+                        event: "progress";
+                        /** @description The event ID. */
+                        id?: number;
+                        /** @description The retry time in milliseconds. */
+                        retry?: number;
+                    })[];
                 };
             };
             /** @description Error */
