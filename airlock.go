@@ -176,6 +176,7 @@ func (r *Runtime) reconcile(ctx context.Context) error {
 				return err
 			}
 		}
+		reconcileNet(r.opts.Home, rec)
 	}
 	return nil
 }
@@ -384,12 +385,8 @@ func withDefaults(opts BoxOptions) (BoxOptions, error) {
 	if opts.DiskSizeMiB == 0 {
 		opts.DiskSizeMiB = DefaultDiskSizeMiB
 	}
-	switch opts.Network {
-	case "":
-		opts.Network = NetworkEnabled
-	case NetworkEnabled, NetworkDisabled:
-	default:
-		return opts, fmt.Errorf("network %q: want %q or %q", opts.Network, NetworkEnabled, NetworkDisabled)
+	if err := checkNetwork(&opts); err != nil {
+		return opts, err
 	}
 	if opts.CPUs < 0 || opts.CPUs > 64 {
 		return opts, fmt.Errorf("cpus %d: want 1..64", opts.CPUs)
@@ -485,6 +482,9 @@ type BoxInfo struct {
 	Created     time.Time
 	Started     time.Time
 	Options     BoxOptions
+	// Ports are the published ports as bound by the box's current start
+	// (nil when it is not running).
+	Ports []PortMapping
 }
 
 // List returns every box of this home, oldest first.
@@ -498,7 +498,11 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 	}
 	out := make([]BoxInfo, 0, len(recs))
 	for _, rec := range recs {
-		out = append(out, infoOf(rec))
+		info := infoOf(rec)
+		if info.State == store.StateRunning {
+			info.Ports = readPorts(filepath.Join(r.opts.Home, "boxes", rec.ID))
+		}
+		out = append(out, info)
 	}
 	return out, nil
 }

@@ -211,12 +211,19 @@ func (b *Box) Start(ctx context.Context) error {
 		os.Remove(f)
 	}
 	os.WriteFile(b.ConsoleLog(), nil, 0o600)
+	if err := b.startNet(ctx); err != nil {
+		return err
+	}
 	pid, err := qemu.Launch(ctx, qc)
 	for try := 0; try < 5 && qemu.IsCIDInUse(err); try++ {
 		qc = b.vmConfig(boot, base, randomCID())
+		if err = b.startNet(ctx); err != nil { // the helper serves one QEMU
+			return err
+		}
 		pid, err = qemu.Launch(ctx, qc)
 	}
 	if err != nil {
+		b.stopNet()
 		return fmt.Errorf("box %s: %w", b.id, err)
 	}
 	if qc.VsockCID != 0 {
@@ -225,6 +232,7 @@ func (b *Box) Start(ctx context.Context) error {
 	start := qemu.StartTime(pid)
 	if err := b.r.db.SetRunning(ctx, b.id, pid, start, time.Now()); err != nil {
 		qemu.Kill(pid, start)
+		b.stopNet()
 		return err
 	}
 	rec.State, rec.PID, rec.PIDStart = store.StateRunning, pid, start
@@ -237,6 +245,7 @@ func (b *Box) Start(ctx context.Context) error {
 	defer cancel()
 	if _, err := b.client(cctx); err != nil {
 		qemu.Kill(pid, start)
+		b.stopNet()
 		b.r.db.SetStopped(context.WithoutCancel(ctx), b.id)
 		var de *DiedError
 		if errors.As(err, &de) {
@@ -270,7 +279,7 @@ func (b *Box) vmConfig(boot *bootAssets, base string, cid uint32, extraCmdline .
 	if os.Getenv("AIRLOCK_DEBUG") != "" {
 		extra = append(extra, "airlock.debug=1")
 	}
-	if o.Network != NetworkDisabled {
+	if b.hasNetwork() {
 		extra = append(extra, "airlock.net=user")
 		if boot.kernel.IPConfig {
 			extra = append(extra, qemu.UserNetIPParam)
@@ -302,7 +311,8 @@ func (b *Box) vmConfig(boot *bootAssets, base string, cid uint32, extraCmdline .
 		QMPSocket:    b.sockPath(fileQMP),
 		ConsoleLog:   b.ConsoleLog(),
 		PIDFile:      filepath.Join(b.dir, filePID),
-		Network:      o.Network != NetworkDisabled,
+		Network:      b.hasNetwork(),
+		NetSocket:    b.netSocket(),
 		THP:          boot.thp,
 		KernelSpan:   boot.kernelSpan,
 	}
@@ -614,6 +624,7 @@ func (b *Box) stopLocked(ctx context.Context) error {
 		}
 	}
 	b.dropConn()
+	b.stopNet()
 	return b.r.db.SetStopped(ctx, b.id)
 }
 
@@ -670,6 +681,7 @@ func (b *Box) remove(ctx context.Context, force bool) error {
 			return err
 		}
 	}
+	b.stopNet()
 	b.dropConn()
 	if err := b.r.db.Delete(ctx, b.id); err != nil {
 		return err

@@ -51,9 +51,15 @@ type Config struct {
 	// VsockCID, when non-zero, attaches a vhost-vsock device with this
 	// guest CID (needs /dev/vhost-vsock on the host; see VsockAvailable).
 	VsockCID uint32
-	// Network attaches a virtio-net NIC on QEMU user-mode networking (full
-	// outbound access through the host); false = no NIC at all.
+	// Network attaches a virtio-net NIC; false = no NIC at all. Its
+	// backend is NetSocket, or QEMU user-mode networking (slirp: full
+	// outbound access through the host, the host's loopback included) when
+	// NetSocket is "" (only benchmarks compare against it).
 	Network bool
+	// NetSocket is the unix socket of a user-mode network stack (airlock's
+	// network helper) that the NIC connects to with -netdev stream: frames
+	// are sent as a 4-byte big-endian length and the Ethernet frame.
+	NetSocket string
 	// THP says where QEMU may use transparent huge pages (THPAll, the
 	// zero value, THPCode or THPNone).
 	THP THPMode
@@ -152,7 +158,10 @@ func (c Config) Args() []string {
 		"-object", "rng-random,id=rng0,filename=/dev/urandom",
 		"-device", "virtio-rng-device,rng=rng0",
 	)
-	if c.Network {
+	if c.Network && c.NetSocket != "" {
+		a = append(a, "-netdev", "stream,id=net0,server=off,addr.type=unix,addr.path="+escapeComma(c.NetSocket),
+			"-device", "virtio-net-device,netdev=net0")
+	} else if c.Network {
 		a = append(a, "-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0")
 	}
 	if c.VsockCID != 0 {
