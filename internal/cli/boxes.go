@@ -38,10 +38,10 @@ func newLsCmd() *cobra.Command {
 				return nil
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
-			fmt.Fprintln(w, "BOX ID\tNAME\tIMAGE\tSTATE\tCPUS\tMEMORY\tCREATED")
+			fmt.Fprintln(w, "BOX ID\tNAME\tIMAGE\tSTATE\tCPUS\tMEMORY\tCREATED\tPORTS")
 			for _, b := range boxes {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d MiB\t%s ago\n", b.ID, b.Name, b.Image, b.State,
-					b.Options.CPUs, b.Options.MemoryMiB, time.Since(b.Created).Round(time.Second))
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d MiB\t%s ago\t%s\n", b.ID, b.Name, b.Image, b.State,
+					b.Options.CPUs, b.Options.MemoryMiB, time.Since(b.Created).Round(time.Second), formatPorts(b.Ports))
 			}
 			return w.Flush()
 		},
@@ -121,10 +121,14 @@ func newRmCmd() *cobra.Command {
 }
 
 func newLogsCmd() *cobra.Command {
-	return &cobra.Command{
+	var network bool
+	cmd := &cobra.Command{
 		Use:   "logs BOX",
 		Short: "Print a box's console log (guest kernel and agent messages)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Print BOX's console log (guest kernel and agent messages), or with
+--network its log of denied network attempts: time, protocol, destination
+and reason, one a line.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := openRuntime(cmd)
 			if err != nil {
@@ -135,6 +139,9 @@ func newLogsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if network {
+				return printNetworkLog(cmd.OutOrStdout(), b)
+			}
 			f, err := os.Open(b.ConsoleLog())
 			if err != nil {
 				return fmt.Errorf("box %s has no console log yet: %w", b.ID(), err)
@@ -144,4 +151,6 @@ func newLogsCmd() *cobra.Command {
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&network, "network", false, "print the log of denied network attempts instead")
+	return cmd
 }

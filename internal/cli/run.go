@@ -22,7 +22,7 @@ type boxFlags struct {
 	cpus     int
 	memory   int
 	diskSize int
-	network  string
+	net      netFlags
 	rm       bool
 }
 
@@ -35,7 +35,7 @@ func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
 	fl.IntVar(&f.cpus, "cpus", 0, fmt.Sprintf("number of vCPUs (default %d)", airlock.DefaultCPUs))
 	fl.IntVar(&f.memory, "memory", 0, fmt.Sprintf("guest memory in MiB (default %d)", airlock.DefaultMemoryMiB))
 	fl.IntVar(&f.diskSize, "disk-size", 0, fmt.Sprintf("size of the writable layer in MiB (default %d)", airlock.DefaultDiskSizeMiB))
-	fl.StringVar(&f.network, "network", airlock.NetworkEnabled, "network access: enabled (outbound through the host) or disabled")
+	f.net.add(cmd, true)
 	if withRm {
 		fl.BoolVar(&f.rm, "rm", false, "remove the box when the command exits")
 	}
@@ -49,10 +49,14 @@ func (f *boxFlags) options(cmd *cobra.Command, image string) (airlock.BoxOptions
 	if err != nil {
 		return airlock.BoxOptions{}, err
 	}
-	return airlock.BoxOptions{
+	o := airlock.BoxOptions{
 		Image: image, Name: f.name, Env: env, WorkingDir: f.workdir, User: f.user,
-		CPUs: f.cpus, MemoryMiB: f.memory, DiskSizeMiB: f.diskSize, Network: f.network, AutoRemove: f.rm,
-	}, nil
+		CPUs: f.cpus, MemoryMiB: f.memory, DiskSizeMiB: f.diskSize, AutoRemove: f.rm,
+	}
+	if err := f.net.apply(&o); err != nil {
+		return airlock.BoxOptions{}, err
+	}
+	return o, nil
 }
 
 // envFlags turns -e values into KEY=VALUE entries, as the Docker CLI does:
