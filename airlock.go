@@ -40,6 +40,10 @@ type Options struct {
 	// AgentPath is the static guest agent binary. Default $AIRLOCK_AGENT,
 	// else airlock-agent beside the executable or on PATH.
 	AgentPath string
+	// NetHelper is the network helper binary (airlock-net) that boxes
+	// with a network run. Default $AIRLOCK_NET_HELPER, else airlock-net
+	// beside the executable or on PATH.
+	NetHelper string
 	// Warn receives one-line warnings for the user (TCG in use, kernel
 	// fallback). Default: written to os.Stderr. Each is sent once per
 	// Runtime.

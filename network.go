@@ -194,15 +194,17 @@ func (b *Box) netSocket() string {
 
 // startNet starts the box's network helper (when it has a network) before
 // its QEMU, so that published ports in use fail the start cleanly.
-func (b *Box) startNet(ctx context.Context) error {
+func (b *Box) startNet(ctx context.Context) (err error) {
 	b.stopNet()
 	os.Remove(filepath.Join(b.dir, fileNetPorts))
 	if !b.hasNetwork() {
 		return nil
 	}
-	bin, err := netstack.FindHelper()
-	if err != nil {
-		return err
+	bin := b.r.opts.NetHelper
+	if bin == "" {
+		if bin, err = netstack.FindHelper(); err != nil {
+			return err
+		}
 	}
 	o := b.cfg.Options
 	hc := netstack.HelperConfig{

@@ -143,7 +143,7 @@ func TestCLIFlagErrors(t *testing.T) {
 func TestCLICreateExecStopStartRm(t *testing.T) {
 	vmtest.Require(t)
 	c := cli{t, t.TempDir()}
-	out, errs, code := c.run("create", "--name", "keep", "--network", "disabled", "python:slim")
+	out, errs, code := c.run("create", "--name", "keep", "--network", "none", "python:slim")
 	id := strings.TrimSpace(out)
 	if code != 0 || len(id) != 12 {
 		t.Fatalf("create: code %d stdout %q stderr %q", code, out, errs)
