@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-run/airlock/internal/agent/client"
 	"github.com/airlock-run/airlock/internal/assets"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/netstack"
 	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
@@ -211,13 +212,16 @@ func (b *Box) Start(ctx context.Context) error {
 		os.Remove(f)
 	}
 	os.WriteFile(b.ConsoleLog(), nil, 0o600)
-	if err := b.startNet(ctx); err != nil {
+	// The network helper starts while QEMU does; it connects to QEMU's
+	// network socket and is waited for below.
+	nh, err := b.startNet()
+	if err != nil {
 		return err
 	}
 	pid, err := qemu.Launch(ctx, qc)
 	for try := 0; try < 5 && qemu.IsCIDInUse(err); try++ {
 		qc = b.vmConfig(boot, base, randomCID())
-		if err = b.startNet(ctx); err != nil { // the helper serves one QEMU
+		if nh, err = b.startNet(); err != nil { // a helper serves one QEMU
 			return err
 		}
 		pid, err = qemu.Launch(ctx, qc)
@@ -225,6 +229,10 @@ func (b *Box) Start(ctx context.Context) error {
 	if err != nil {
 		b.stopNet()
 		return fmt.Errorf("box %s: %w", b.id, err)
+	}
+	if err := b.waitNet(ctx, nh); err != nil {
+		qemu.Kill(pid, qemu.StartTime(pid))
+		return err
 	}
 	if qc.VsockCID != 0 {
 		os.WriteFile(filepath.Join(b.dir, fileCID), []byte(strconv.FormatUint(uint64(qc.VsockCID), 10)), 0o600)
@@ -313,6 +321,7 @@ func (b *Box) vmConfig(boot *bootAssets, base string, cid uint32, extraCmdline .
 		PIDFile:      filepath.Join(b.dir, filePID),
 		Network:      b.hasNetwork(),
 		NetSocket:    b.netSocket(),
+		NetMTU:       netstack.MTU,
 		THP:          boot.thp,
 		KernelSpan:   boot.kernelSpan,
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -183,27 +184,34 @@ func (b *Box) hasNetwork() bool {
 	return netMode(o.Network, o.AllowNet) != NetworkNone
 }
 
+// slirpForBench, set only by the network benchmark, gives boxes QEMU's
+// user-mode networking (slirp) instead of the helper, to compare the two.
+// It is not a user option: slirp lets a box reach the host's loopback.
+var slirpForBench atomic.Bool
+
 // netSocket is the helper's socket QEMU's NIC connects to ("" without a
 // network).
 func (b *Box) netSocket() string {
-	if !b.hasNetwork() {
+	if !b.hasNetwork() || slirpForBench.Load() {
 		return ""
 	}
 	return b.sockPath(fileNetSock)
 }
 
-// startNet starts the box's network helper (when it has a network) before
-// its QEMU, so that published ports in use fail the start cleanly.
-func (b *Box) startNet(ctx context.Context) (err error) {
+// startNet launches the box's network helper (when it has a network),
+// before its QEMU: the helper binds the published ports and then connects
+// to QEMU's network socket once QEMU has made it, while QEMU starts. waitNet
+// waits for it.
+func (b *Box) startNet() (h *netstack.Helper, err error) {
 	b.stopNet()
 	os.Remove(filepath.Join(b.dir, fileNetPorts))
-	if !b.hasNetwork() {
-		return nil
+	if !b.hasNetwork() || slirpForBench.Load() {
+		return nil, nil
 	}
 	bin := b.r.opts.NetHelper
 	if bin == "" {
 		if bin, err = netstack.FindHelper(); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	o := b.cfg.Options
@@ -216,18 +224,32 @@ func (b *Box) startNet(ctx context.Context) (err error) {
 	for _, p := range o.Ports {
 		hc.Publish = append(hc.Publish, netstack.Publish{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Proto: p.Protocol})
 	}
-	pid, pub, err := netstack.StartHelper(ctx, bin, filepath.Join(b.dir, fileNetConfig), filepath.Join(b.dir, fileNetStderr), hc)
+	os.Remove(hc.NetSocket)
+	h, err = netstack.LaunchHelper(bin, filepath.Join(b.dir, fileNetConfig), filepath.Join(b.dir, fileNetStderr), hc)
 	if err != nil {
+		return nil, fmt.Errorf("box %s network: %w", b.id, err)
+	}
+	os.WriteFile(filepath.Join(b.dir, fileNetPID), []byte(fmt.Sprintf("%d %d\n", h.Pid(), qemu.StartTime(h.Pid()))), 0o600)
+	return h, nil
+}
+
+// waitNet waits until the helper h (nil: none) serves the box, and records
+// the published ports as bound.
+func (b *Box) waitNet(ctx context.Context, h *netstack.Helper) error {
+	if h == nil {
+		return nil
+	}
+	pub, err := h.Wait(ctx)
+	if err != nil {
+		b.stopNet()
 		return fmt.Errorf("box %s network: %w", b.id, err)
 	}
-	os.WriteFile(filepath.Join(b.dir, fileNetPID), []byte(fmt.Sprintf("%d %d\n", pid, qemu.StartTime(pid))), 0o600)
 	var ports []PortMapping
 	for _, p := range pub {
 		ports = append(ports, PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Proto})
 	}
 	raw, _ := json.Marshal(ports)
-	os.WriteFile(filepath.Join(b.dir, fileNetPorts), raw, 0o600)
-	return nil
+	return os.WriteFile(filepath.Join(b.dir, fileNetPorts), raw, 0o600)
 }
 
 // stopNet kills the box's network helper, if one runs.

@@ -23,7 +23,8 @@ type HelperConfig struct {
 	Publish []Publish `json:"publish,omitempty"`
 	// Upstream: see Config.Upstream.
 	Upstream string `json:"upstream,omitempty"`
-	// NetSocket is the unix socket QEMU's -netdev stream connects to.
+	// NetSocket is the unix socket QEMU's -netdev stream listens on
+	// (server=on); the helper connects to it once QEMU has created it.
 	NetSocket string `json:"net_socket"`
 	// ControlSocket answers Requests (policy changes, counters).
 	ControlSocket string `json:"control_socket"`
@@ -32,8 +33,8 @@ type HelperConfig struct {
 	Log string `json:"log"`
 }
 
-// connectTimeout bounds how long the helper waits for QEMU to connect.
-const connectTimeout = 2 * time.Minute
+// connectTimeout bounds how long the helper waits for QEMU's socket.
+const connectTimeout = time.Minute
 
 // readyFD is the helper's file descriptor on which it reports readiness:
 // one JSON readyMsg, then the pipe is closed.
@@ -45,9 +46,10 @@ type readyMsg struct {
 }
 
 // Main is the helper process: airlock-net CONFIG.json. It binds the
-// published ports and its sockets, reports readiness, serves the box's
-// network while QEMU is connected, and exits when QEMU's connection ends,
-// on SIGTERM, or when QEMU has not connected within 2 minutes.
+// published ports and its control socket, connects to QEMU's network
+// socket, reports readiness, serves the box's network while QEMU is
+// connected, and exits when QEMU's connection ends, on SIGTERM, or when
+// QEMU's socket has not appeared within a minute.
 func Main(args []string) int {
 	if len(args) != 1 {
 		fmt.Fprintln(os.Stderr, "usage: airlock-net CONFIG.json (started by airlock for each running box)")
@@ -88,46 +90,30 @@ func Main(args []string) int {
 		return fail(err)
 	}
 	defer n.Close()
-	os.Remove(hc.NetSocket)
-	nl, err := net.Listen("unix", hc.NetSocket)
-	if err != nil {
-		return fail(err)
-	}
-	defer nl.Close()
 	os.Remove(hc.ControlSocket)
 	cl, err := net.Listen("unix", hc.ControlSocket)
 	if err != nil {
 		return fail(err)
 	}
 	defer cl.Close()
-	go serveControl(cl, n)
-	report(readyMsg{Published: n.Published()})
-
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	conns := make(chan net.Conn, 1)
-	go func() {
-		nl.(*net.UnixListener).SetDeadline(time.Now().Add(connectTimeout))
-		c, err := nl.Accept()
-		if err != nil {
-			close(conns)
-			return
-		}
-		conns <- c
-	}()
 	var conn net.Conn
-	select {
-	case c, ok := <-conns:
-		if !ok {
-			fmt.Fprintln(os.Stderr, "airlock-net: QEMU did not connect; exiting")
-			return 1
+	for deadline := time.Now().Add(connectTimeout); ; {
+		if conn, err = net.Dial("unix", hc.NetSocket); err == nil {
+			break
 		}
-		conn = c
-	case <-sig:
-		return 0
+		if time.Now().After(deadline) {
+			return fail(fmt.Errorf("QEMU's network socket %s: %w", hc.NetSocket, err))
+		}
+		select {
+		case <-sig:
+			return 0
+		case <-time.After(2 * time.Millisecond):
+		}
 	}
-	nl.Close()
-	os.Remove(hc.NetSocket)
+	go serveControl(cl, n)
+	report(readyMsg{Published: n.Published()})
 	go func() {
 		<-sig
 		n.Close()
@@ -166,24 +152,42 @@ func FindHelper() (string, error) {
 	return "", ErrNoHelper
 }
 
-// StartHelper writes hc to configPath and starts the helper bin on it,
-// detached (own session, stdin/stdout on /dev/null, stderr to stderrPath),
-// and waits until it is ready: it returns its pid and the published ports
-// as bound, or its error (a published port in use...).
-func StartHelper(ctx context.Context, bin, configPath, stderrPath string, hc HelperConfig) (pid int, published []Publish, err error) {
+// Helper is a started helper process.
+type Helper struct {
+	cmd        *exec.Cmd
+	stderrPath string
+	ready      chan readyResult
+}
+
+type readyResult struct {
+	m   readyMsg
+	err error
+}
+
+// Pid returns the helper's process id.
+func (h *Helper) Pid() int { return h.cmd.Process.Pid }
+
+// Kill kills the helper.
+func (h *Helper) Kill() { h.cmd.Process.Kill() }
+
+// LaunchHelper writes hc to configPath and starts the helper bin on it,
+// detached (own session, stdin and stdout on /dev/null, stderr to
+// stderrPath). It does not wait: the helper binds its ports, then waits for
+// QEMU's socket (hc.NetSocket); Wait says when it is connected.
+func LaunchHelper(bin, configPath, stderrPath string, hc HelperConfig) (*Helper, error) {
 	raw, _ := json.Marshal(hc)
 	if err := os.WriteFile(configPath, raw, 0o600); err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
-	defer pr.Close()
 	errf, err := os.OpenFile(stderrPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
+		pr.Close()
 		pw.Close()
-		return 0, nil, err
+		return nil, err
 	}
 	defer errf.Close()
 	cmd := exec.Command(bin, configPath)
@@ -191,42 +195,46 @@ func StartHelper(ctx context.Context, bin, configPath, stderrPath string, hc Hel
 	cmd.ExtraFiles = []*os.File{pw}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
+		pr.Close()
 		pw.Close()
-		return 0, nil, fmt.Errorf("start network helper %s: %w", bin, err)
+		return nil, fmt.Errorf("start network helper %s: %w", bin, err)
 	}
 	pw.Close()
-	pid = cmd.Process.Pid
 	// Reap it when it exits while this process lives; it outlives us
 	// otherwise (re-parented to init).
 	go cmd.Wait()
-	type result struct {
-		m   readyMsg
-		err error
-	}
-	rc := make(chan result, 1)
+	h := &Helper{cmd: cmd, stderrPath: stderrPath, ready: make(chan readyResult, 1)}
 	go func() {
+		defer pr.Close()
 		var m readyMsg
 		err := json.NewDecoder(pr).Decode(&m)
-		rc <- result{m, err}
+		h.ready <- readyResult{m, err}
 	}()
-	var res result
+	return h, nil
+}
+
+// Wait waits until the helper is connected to QEMU and serving, and
+// returns the published ports as bound, or the helper's error (a published
+// port in use...), in which case the helper is gone.
+func (h *Helper) Wait(ctx context.Context) ([]Publish, error) {
+	var res readyResult
 	select {
-	case res = <-rc:
+	case res = <-h.ready:
 	case <-ctx.Done():
-		cmd.Process.Kill()
-		return 0, nil, ctx.Err()
+		h.Kill()
+		return nil, ctx.Err()
 	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		return 0, nil, errors.New("network helper did not become ready in 30 s")
+		h.Kill()
+		return nil, errors.New("network helper did not become ready in 30 s")
 	}
 	if res.err != nil {
-		cmd.Process.Kill()
-		msg, _ := os.ReadFile(stderrPath)
-		return 0, nil, fmt.Errorf("network helper failed: %s", strings.TrimSpace(string(msg)))
+		h.Kill()
+		msg, _ := os.ReadFile(h.stderrPath)
+		return nil, fmt.Errorf("network helper failed: %s", strings.TrimSpace(string(msg)))
 	}
 	if res.m.Error != "" {
-		cmd.Process.Kill()
-		return 0, nil, errors.New(res.m.Error)
+		h.Kill()
+		return nil, errors.New(res.m.Error)
 	}
-	return pid, res.m.Published, nil
+	return res.m.Published, nil
 }

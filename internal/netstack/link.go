@@ -18,18 +18,34 @@ import (
 // them): the MTU plus the Ethernet header, with room for a VLAN tag.
 const maxFrame = MTU + header.EthernetMinimumSize + 4
 
-// MTU is the box's interface MTU (QEMU's virtio-net default).
-const MTU = 1500
+// MTU is the box's interface MTU, which QEMU's virtio-net device
+// advertises to the guest (host_mtu): the largest that fits the 16-bit IP
+// length with room to spare, as slirp4netns and passt use. The stack
+// terminates the box's TCP connections, so the box's MTU is independent of
+// the internet path's; large frames make far fewer packets for the guest
+// and the stack to handle.
+const MTU = 65520
 
 // streamLink is a link endpoint on QEMU's -netdev stream protocol: each
 // Ethernet frame is sent as a 4-byte big-endian length and the frame. It
 // carries whole frames; ethernet.New adds and strips the Ethernet header.
+//
+// Writes are group commits: a writer appends its frames to the buffer and,
+// unless another writer is already writing, writes the buffer out itself,
+// again until it is empty; frames other writers add meanwhile go out with
+// the next write. No goroutine hop on an idle link, few syscalls on a busy
+// one.
 type streamLink struct {
 	conn net.Conn
 	mac  tcpip.LinkAddress
 
-	wmu sync.Mutex
-	w   *bufio.Writer
+	wmu      sync.Mutex
+	wcond    *sync.Cond // signalled when the buffer has been written
+	buf      []byte     // frames to write
+	spare    []byte
+	writing  bool
+	werr     error
+	closedTx bool
 
 	mu         sync.RWMutex
 	dispatcher stack.NetworkDispatcher
@@ -39,8 +55,53 @@ type streamLink struct {
 	filter func(frame []byte) bool
 }
 
+// maxPending bounds the frames buffered while a write is in progress;
+// writers wait beyond it (QEMU is not reading: the guest is not taking
+// frames).
+const maxPending = 1 << 20
+
 func newStreamLink(conn net.Conn, mac tcpip.LinkAddress) *streamLink {
-	return &streamLink{conn: conn, mac: mac, w: bufio.NewWriterSize(conn, 256<<10)}
+	l := &streamLink{conn: conn, mac: mac}
+	l.wcond = sync.NewCond(&l.wmu)
+	return l
+}
+
+// queue appends frames via add and writes the buffer out unless another
+// writer does. Preconditions: l.wmu is not held.
+func (l *streamLink) queue(add func()) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	for l.writing && len(l.buf) > maxPending && l.werr == nil && !l.closedTx {
+		l.wcond.Wait()
+	}
+	if l.werr != nil || l.closedTx {
+		return net.ErrClosed
+	}
+	add()
+	if l.writing {
+		return nil
+	}
+	l.writing = true
+	for len(l.buf) > 0 && l.werr == nil {
+		b := l.buf
+		l.buf = l.spare[:0]
+		l.wmu.Unlock()
+		_, err := l.conn.Write(b)
+		l.wmu.Lock()
+		if cap(b) <= 4*maxPending {
+			l.spare = b
+		}
+		if err != nil {
+			l.werr = err
+		}
+		l.wcond.Broadcast()
+	}
+	l.writing = false
+	return l.werr
+}
+
+func appendFrameHeader(b []byte, n int) []byte {
+	return binary.BigEndian.AppendUint32(b, uint32(n))
 }
 
 func (l *streamLink) MTU() uint32                    { return MTU + header.EthernetMinimumSize }
@@ -69,33 +130,28 @@ func (l *streamLink) SetOnCloseAction(func())                 {}
 
 // WritePackets sends frames to QEMU.
 func (l *streamLink) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
 	n := 0
-	for _, pkt := range pkts.AsSlice() {
-		var hdr [4]byte
-		binary.BigEndian.PutUint32(hdr[:], uint32(pkt.Size()))
-		l.w.Write(hdr[:])
-		for _, s := range pkt.AsSlices() {
-			l.w.Write(s)
+	err := l.queue(func() {
+		for _, pkt := range pkts.AsSlice() {
+			l.buf = appendFrameHeader(l.buf, pkt.Size())
+			for _, s := range pkt.AsSlices() {
+				l.buf = append(l.buf, s...)
+			}
+			n++
 		}
-		n++
-	}
-	if err := l.w.Flush(); err != nil {
-		return n, &tcpip.ErrClosedForSend{}
+	})
+	if err != nil && n == 0 {
+		return 0, &tcpip.ErrClosedForSend{}
 	}
 	return n, nil
 }
 
 // writeFrame sends one frame built outside the stack.
 func (l *streamLink) writeFrame(frame []byte) error {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	var hdr [4]byte
-	binary.BigEndian.PutUint32(hdr[:], uint32(len(frame)))
-	l.w.Write(hdr[:])
-	l.w.Write(frame)
-	return l.w.Flush()
+	return l.queue(func() {
+		l.buf = appendFrameHeader(l.buf, len(frame))
+		l.buf = append(l.buf, frame...)
+	})
 }
 
 // readLoop delivers QEMU's frames to the stack until the connection ends
@@ -131,4 +187,12 @@ func (l *streamLink) readLoop() error {
 		d.DeliverNetworkPacket(0, pkt)
 		pkt.DecRef()
 	}
+}
+
+// stop makes further writes fail (after the stack stopped writing).
+func (l *streamLink) stop() {
+	l.wmu.Lock()
+	l.closedTx = true
+	l.wcond.Broadcast()
+	l.wmu.Unlock()
 }

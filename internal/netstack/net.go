@@ -150,6 +150,7 @@ var stackMAC = tcpip.LinkAddress("\x52\x55\x0a\x00\x02\x02")
 func (n *Net) Serve(conn net.Conn) error {
 	defer n.Close()
 	link := newStreamLink(conn, stackMAC)
+	defer link.stop()
 	s := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4},

@@ -74,7 +74,7 @@ type guest struct {
 	log *bytes.Buffer
 }
 
-func startNet(t *testing.T, cfg Config) *guest {
+func startNet(t testing.TB, cfg Config) *guest {
 	t.Helper()
 	var logBuf bytes.Buffer
 	cfg.Log = &syncWriter{w: &logBuf}
@@ -134,7 +134,7 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-func (g *guest) dial(t *testing.T, dst string) (net.Conn, error) {
+func (g *guest) dial(t testing.TB, dst string) (net.Conn, error) {
 	t.Helper()
 	a := netip.MustParseAddrPort(dst)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

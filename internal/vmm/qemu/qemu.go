@@ -56,10 +56,14 @@ type Config struct {
 	// outbound access through the host, the host's loopback included) when
 	// NetSocket is "" (only benchmarks compare against it).
 	Network bool
-	// NetSocket is the unix socket of a user-mode network stack (airlock's
-	// network helper) that the NIC connects to with -netdev stream: frames
-	// are sent as a 4-byte big-endian length and the Ethernet frame.
+	// NetSocket is the unix socket on which QEMU listens (-netdev stream,
+	// server=on) for a user-mode network stack, airlock's network helper,
+	// to connect: frames go as a 4-byte big-endian length and the Ethernet
+	// frame. The NIC has no link until then.
 	NetSocket string
+	// NetMTU, when non-zero, is the MTU the NIC advertises to the guest
+	// (virtio-net host_mtu), which the guest's driver adopts.
+	NetMTU int
 	// THP says where QEMU may use transparent huge pages (THPAll, the
 	// zero value, THPCode or THPNone).
 	THP THPMode
@@ -159,8 +163,12 @@ func (c Config) Args() []string {
 		"-device", "virtio-rng-device,rng=rng0",
 	)
 	if c.Network && c.NetSocket != "" {
-		a = append(a, "-netdev", "stream,id=net0,server=off,addr.type=unix,addr.path="+escapeComma(c.NetSocket),
-			"-device", "virtio-net-device,netdev=net0")
+		dev := "virtio-net-device,netdev=net0"
+		if c.NetMTU > 0 {
+			dev += ",host_mtu=" + strconv.Itoa(c.NetMTU)
+		}
+		a = append(a, "-netdev", "stream,id=net0,server=on,addr.type=unix,addr.path="+escapeComma(c.NetSocket),
+			"-device", dev)
 	} else if c.Network {
 		a = append(a, "-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0")
 	}
