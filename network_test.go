@@ -119,6 +119,34 @@ for a in sys.argv[1:]:
     print(a, probe(h, int(p)))
 `
 
+// pingScript sends one ICMP echo request (raw socket: the box runs as
+// root) to each address and prints whether a matching reply came.
+const pingScript = `
+import socket, struct, sys, time
+def csum(b):
+    if len(b) % 2: b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    s = (s >> 16) + (s & 0xffff); s += s >> 16
+    return ~s & 0xffff
+for i, a in enumerate(sys.argv[1:]):
+    s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+    s.settimeout(4)
+    body = b"airlock-ping"
+    h = struct.pack("!BBHHH", 8, 0, 0, 0x4242, i + 1)
+    s.sendto(struct.pack("!BBHHH", 8, 0, csum(h + body), 0x4242, i + 1) + body, (a, 0))
+    got = "no reply"
+    end = time.time() + 4
+    try:
+        while time.time() < end:
+            d, src = s.recvfrom(2048)
+            icmp = d[(d[0] & 15) * 4:]
+            if src[0] == a and icmp[0] == 0 and struct.unpack("!HH", icmp[4:8]) == (0x4242, i + 1) and icmp[8:] == body:
+                got = "reply"; break
+    except OSError:
+        pass
+    print(a, got)
+`
+
 // probe runs probeScript in b for each host:port and returns the answers.
 func probe(t *testing.T, b *airlock.Box, dsts ...string) map[string]string {
 	t.Helper()
@@ -188,6 +216,10 @@ func TestBoxNetwork(t *testing.T) {
 			"rebind.test:" + s: "dns-error", "private.test:80": "dns-error", "meta.test:80": "dns-error",
 			"169.254.169.254:80": "refused", "192.168.1.10:80": "refused",
 		})
+		pings := exec(t, b, airlock.ExecOptions{Timeout: 60 * time.Second}, "python3", "-c", pingScript, "198.18.0.2", "10.0.2.2", "169.254.169.254")
+		if want := "198.18.0.2 reply\n10.0.2.2 reply\n169.254.169.254 no reply\n"; string(pings.Stdout) != want {
+			t.Errorf("ping: %q (stderr %q), want %q", pings.Stdout, pings.Stderr, want)
+		}
 		res := exec(t, b, airlock.ExecOptions{}, "python3", "-c", `
 import socket
 lo = socket.create_server(("127.0.0.1", 0))
@@ -205,7 +237,7 @@ print(open("/etc/resolv.conf").read().strip())`)
 			t.Errorf("stats %+v", st)
 		}
 		log, _ := os.ReadFile(b.NetworkLog())
-		for _, want := range []string{"tcp 10.0.2.2:" + s + " denied: gateway", "dns rebind.test denied: resolves to host loopback (rebinding)", "tcp 169.254.169.254:80 denied: link-local"} {
+		for _, want := range []string{"tcp 10.0.2.2:" + s + " denied: gateway", "dns rebind.test denied: resolves to host loopback (rebinding)", "tcp 169.254.169.254:80 denied: link-local", "icmp 169.254.169.254 denied: link-local"} {
 			if !strings.Contains(string(log), want) {
 				t.Errorf("network log lacks %q:\n%s", want, log)
 			}
@@ -282,6 +314,9 @@ except OSError as e:
 			"allowed.test:" + sp: "allowed site", "unlisted.test:" + op: "dns-error", "198.18.0.3:" + op: "refused",
 			"198.18.0.2:" + sp: "allowed site", "host.airlock.internal:" + o: "refused",
 		})
+		if pings := exec(t, b, airlock.ExecOptions{Timeout: 60 * time.Second}, "python3", "-c", pingScript, "198.18.0.3"); string(pings.Stdout) != "198.18.0.3 no reply\n" {
+			t.Errorf("ping of an unlisted address: %q", pings.Stdout)
+		}
 		if n := z.queries("unlisted.test"); n != 0 {
 			t.Errorf("the upstream got %d queries for unlisted.test", n)
 		}

@@ -61,7 +61,9 @@ type Net struct {
 	tcpLs     []net.Listener
 	udpLs     []*net.UDPConn
 
-	st atomic.Pointer[stack.Stack] // while Serve runs
+	st    atomic.Pointer[stack.Stack] // while Serve runs
+	link  atomic.Pointer[streamLink]  // while Serve runs
+	pings atomic.Int32                // in flight
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -151,6 +153,7 @@ func (n *Net) Serve(conn net.Conn) error {
 	defer n.Close()
 	link := newStreamLink(conn, stackMAC)
 	defer link.stop()
+	n.link.Store(link)
 	s := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, arp.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4},
@@ -233,9 +236,8 @@ func (n *Net) Serve(conn net.Conn) error {
 	}
 }
 
-// filterFrame drops ICMP echo requests to anything but the gateway
-// addresses: the stack (promiscuous, to take every flow) would otherwise
-// answer pings to any address itself.
+// filterFrame takes ICMP echo requests to anything but the gateway
+// addresses out of the stack (see handleEcho).
 func (n *Net) filterFrame(f []byte) bool {
 	if len(f) < header.EthernetMinimumSize+header.IPv4MinimumSize+1 {
 		return false
@@ -253,7 +255,7 @@ func (n *Net) filterFrame(f []byte) bool {
 	}
 	p := ip.Payload()
 	if len(p) > 0 && header.ICMPv4Type(p[0]) == header.ICMPv4Echo {
-		n.e.Deny("icmp", dst.String(), "ping is not forwarded")
+		n.handleEcho(f, dst)
 		return true
 	}
 	return false
