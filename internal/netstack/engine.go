@@ -22,6 +22,7 @@ type Engine struct {
 	pol     *compiled
 	learned map[netip.Addr]map[string]bool // allowlist: address -> names that resolved to it
 	flows   map[*flow]struct{}
+	logged  map[string]time.Time // recent log lines, for rate limiting
 
 	bytesIn, bytesOut, denied, conns, queries atomic.Uint64
 }
@@ -60,7 +61,7 @@ func NewEngine(p Policy, log io.Writer) (*Engine, error) {
 		return nil, err
 	}
 	return &Engine{hostAddrs: hostAddrs(), testInternet: testInternet(), log: log, pol: c,
-		learned: map[netip.Addr]map[string]bool{}, flows: map[*flow]struct{}{}}, nil
+		learned: map[netip.Addr]map[string]bool{}, flows: map[*flow]struct{}{}, logged: map[string]time.Time{}}, nil
 }
 
 // Policy returns the policy in force.
@@ -188,13 +189,38 @@ func (e *Engine) Resolved(name string, addr netip.Addr) (refused string) {
 	return ""
 }
 
-// Deny counts a denied attempt and logs it: proto ("tcp", "udp", "dns"),
-// destination (address:port or name) and reason.
+// Deny counts a denied attempt and logs it: proto ("tcp", "udp", "icmp",
+// "dns"), destination (address:port or name) and reason. The same attempt
+// is logged at most once a second (a box retrying, or flooding, counts
+// every time but fills no disk).
 func (e *Engine) Deny(proto, dst, reason string) {
 	e.denied.Add(1)
-	if e.log != nil {
-		fmt.Fprintf(e.log, "%s %s %s denied: %s\n", time.Now().UTC().Format(time.RFC3339), proto, dst, reason)
+	if e.log == nil {
+		return
 	}
+	key := proto + " " + dst + " denied: " + reason
+	now := time.Now()
+	e.mu.Lock()
+	if t, ok := e.logged[key]; ok && now.Sub(t) < time.Second {
+		e.mu.Unlock()
+		return
+	}
+	if len(e.logged) >= 4096 {
+		clear(e.logged)
+	}
+	e.logged[key] = now
+	e.mu.Unlock()
+	fmt.Fprintf(e.log, "%s %s\n", now.UTC().Format(time.RFC3339), key)
+}
+
+// maxFlows bounds a box's open TCP connections and UDP flows.
+const maxFlows = 4096
+
+// full reports whether the box has maxFlows open.
+func (e *Engine) full() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.flows) >= maxFlows
 }
 
 // flow is an open connection or UDP flow, closed when a policy change

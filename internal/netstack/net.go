@@ -270,6 +270,9 @@ func (n *Net) handleTCP(r *tcp.ForwarderRequest) {
 	id := r.ID()
 	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
 	v := n.e.Check("tcp", dst)
+	if v.Allow && n.e.full() {
+		v = deny("too many open connections")
+	}
 	if !v.Allow {
 		n.e.Deny("tcp", dst.String(), v.Reason)
 		r.Complete(true)
@@ -343,6 +346,9 @@ func (n *Net) handleUDP(r *udp.ForwarderRequest) bool {
 	id := r.ID()
 	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
 	v := n.e.Check("udp", dst)
+	if v.Allow && n.e.full() {
+		v = deny("too many open connections")
+	}
 	if !v.Allow {
 		n.e.Deny("udp", dst.String(), v.Reason)
 		return true

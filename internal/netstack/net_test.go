@@ -71,13 +71,13 @@ func startUpstream(t *testing.T, zone map[string]string) *testUpstream {
 type guest struct {
 	s   *stack.Stack
 	n   *Net
-	log *bytes.Buffer
+	log *syncWriter
 }
 
 func startNet(t testing.TB, cfg Config) *guest {
 	t.Helper()
-	var logBuf bytes.Buffer
-	cfg.Log = &syncWriter{w: &logBuf}
+	logw := &syncWriter{}
+	cfg.Log = logw
 	n, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -119,19 +119,25 @@ func startNet(t testing.TB, cfg Config) *guest {
 		}
 		s.Close()
 	})
-	return &guest{s: s, n: n, log: &logBuf}
+	return &guest{s: s, n: n, log: logw}
 }
 
 // syncWriter serializes writes to a buffer the test reads after the fact.
 type syncWriter struct {
 	mu sync.Mutex
-	w  io.Writer
+	b  bytes.Buffer
 }
 
 func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.w.Write(p)
+	return s.b.Write(p)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func (g *guest) dial(t testing.TB, dst string) (net.Conn, error) {

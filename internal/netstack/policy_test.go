@@ -212,3 +212,18 @@ func TestParsePublish(t *testing.T) {
 		}
 	}
 }
+
+func TestDenyLogRateLimit(t *testing.T) {
+	var log strings.Builder
+	e, _ := NewEngine(Policy{Mode: ModePublic}, &log)
+	for i := 0; i < 100; i++ {
+		e.Deny("tcp", "10.0.2.2:80", "gateway")
+	}
+	e.Deny("tcp", "10.0.2.2:81", "gateway")
+	if n := strings.Count(log.String(), "\n"); n != 2 {
+		t.Errorf("%d log lines:\n%s", n, log.String())
+	}
+	if e.Stats().Denied != 101 {
+		t.Errorf("denied = %d", e.Stats().Denied)
+	}
+}
