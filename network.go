@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gofrs/flock"
+
 	"github.com/airlock-run/airlock/internal/netstack"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
@@ -399,10 +401,21 @@ func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
 	return nil
 }
 
-// reconcileNet kills the network helper of a box whose QEMU is gone.
+// reconcileNet kills the network helper of a box whose QEMU is gone,
+// unless someone holds the box's lock (a Start in progress: its helper runs
+// before its QEMU does).
 func reconcileNet(home string, rec *store.Box) {
 	if rec.State == store.StateRunning && qemu.Alive(rec.PID, rec.PIDStart) {
 		return
 	}
-	stopNetIn(filepath.Join(home, "boxes", rec.ID))
+	dir := filepath.Join(home, "boxes", rec.ID)
+	if _, err := os.Stat(filepath.Join(dir, fileNetPID)); err != nil {
+		return
+	}
+	fl := flock.New(filepath.Join(dir, fileLock))
+	if ok, err := fl.TryLock(); err != nil || !ok {
+		return
+	}
+	defer fl.Unlock()
+	stopNetIn(dir)
 }

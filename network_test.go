@@ -382,6 +382,24 @@ except OSError:
 		if hp == 0 || syscall.Kill(hp, 0) != nil {
 			t.Fatal("no network helper after restart")
 		}
+		// A helper left behind (stopped here, so that it cannot notice its
+		// QEMU going) is killed by the next Open's reconcile.
+		syscall.Kill(hp, syscall.SIGSTOP)
+		info, _ = b.Info(ctx)
+		syscall.Kill(info.PID, syscall.SIGKILL)
+		time.Sleep(200 * time.Millisecond)
+		if syscall.Kill(hp, 0) != nil {
+			t.Fatal("the stopped helper is gone before any reconcile")
+		}
+		openRuntime(t, home)
+		if !gone(hp) {
+			syscall.Kill(hp, syscall.SIGKILL)
+			t.Fatalf("orphan helper %d survived Open's reconcile", hp)
+		}
+		if err := b.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		hp = helper()
 		if err := b.Remove(ctx, true); err != nil {
 			t.Fatal(err)
 		}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/assets"
-	"github.com/airlock-run/airlock/internal/netstack"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/netstack"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
 )
 
