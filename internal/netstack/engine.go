@@ -213,8 +213,9 @@ func (e *Engine) Deny(proto, dst, reason string) {
 	fmt.Fprintf(e.log, "%s %s\n", now.UTC().Format(time.RFC3339), key)
 }
 
-// maxFlows bounds a box's open TCP connections and UDP flows.
-const maxFlows = 4096
+// maxFlows bounds a box's open TCP connections and UDP flows (with
+// buffers of at most 1 MiB each way per connection).
+const maxFlows = 1024
 
 // full reports whether the box has maxFlows open.
 func (e *Engine) full() bool {

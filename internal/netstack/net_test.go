@@ -297,6 +297,18 @@ func TestAllowlistNet(t *testing.T) {
 		c.Close()
 		t.Error("reached the unlisted name's address")
 	}
+	// Over TCP too.
+	tc, err := g.dial(t, DNSAddr.String()+":53")
+	if err != nil {
+		t.Fatalf("DNS over TCP: %v", err)
+	}
+	co := &dns.Conn{Conn: tc}
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	co.WriteMsg(new(dns.Msg).SetQuestion("unlisted.test.", dns.TypeA))
+	if r, err := co.ReadMsg(); err != nil || r.Rcode != dns.RcodeNameError {
+		t.Errorf("unlisted.test over TCP: %v, %v", r, err)
+	}
+	tc.Close()
 	if r := g.query(t, "rebind.allowed.test", dns.TypeA); r.Rcode != dns.RcodeRefused {
 		t.Errorf("rebind.allowed.test: rcode %s, want REFUSED", dns.RcodeToString[r.Rcode])
 	}
@@ -349,6 +361,36 @@ func TestPublishedPort(t *testing.T) {
 	if got := readLine(t, c); got != "hello from the box" {
 		t.Errorf("got %q", got)
 	}
+	// UDP: a datagram to the host port reaches the box's port, and the
+	// box's answer comes back.
+	g2 := startNet(t, Config{Policy: Policy{Mode: ModePublic}, Publish: []Publish{{GuestPort: 5353, Proto: "udp"}}})
+	up := g2.n.Published()[0]
+	la := tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(GuestAddr.As4()), Port: 5353}
+	gu, err := gonet.DialUDP(g2.s, &la, nil, ipv4.ProtocolNumber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gu.Close()
+	go func() {
+		buf := make([]byte, 100)
+		gu.SetReadDeadline(time.Now().Add(10 * time.Second))
+		k, from, err := gu.ReadFrom(buf)
+		if err == nil {
+			gu.WriteTo(append([]byte("box got "), buf[:k]...), from)
+		}
+	}()
+	hc, err := net.Dial("udp", net.JoinHostPort(up.HostIP, strconv.Itoa(up.HostPort)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	hc.Write([]byte("ping"))
+	hc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 100)
+	if k, err := hc.Read(buf); err != nil || string(buf[:k]) != "box got ping" {
+		t.Errorf("published UDP port: %q, %v", buf[:k], err)
+	}
+
 	// The same port again is a clear error.
 	_, err = New(Config{Policy: Policy{Mode: ModePublic}, Publish: []Publish{{HostIP: "127.0.0.1", HostPort: pub[0].HostPort, GuestPort: 80, Proto: "tcp"}}})
 	if err == nil || !strings.Contains(err.Error(), "address already in use") {
