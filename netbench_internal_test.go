@@ -35,7 +35,7 @@ func BenchmarkNetwork(b *testing.B) {
 	}
 	defer r.Close()
 	ctx := context.Background()
-	type figures struct{ cold, up, down, connect, rss, hwm []float64 }
+	type figures struct{ cold, up, down, connect, idle, rss, hwm []float64 }
 	res := map[string]*figures{}
 	order := []string{"none", "slirp", "helper"}
 	for _, k := range order {
@@ -60,6 +60,9 @@ func BenchmarkNetwork(b *testing.B) {
 			}
 			f := res[k]
 			f.cold = append(f.cold, float64(time.Since(t0).Milliseconds()))
+			if pid, ok := netHelperPID(box.dir); ok {
+				f.idle = append(f.idle, float64(procStatus(pid, "VmRSS"))/1024)
+			}
 			if k != "none" {
 				// The host's loopback is 10.0.2.2 under slirp, and the
 				// ports AllowHostPorts opens are there under the helper
@@ -94,10 +97,10 @@ func BenchmarkNetwork(b *testing.B) {
 	}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nnetwork benchmark, medians of %d runs, %d MiB each way\n", runs, mib)
-	fmt.Fprintf(&sb, "%-8s %12s %16s %16s %14s %14s\n", "backend", "cold start", "box→host MiB/s", "host→box MiB/s", "connect (µs)", "helper RSS")
+	fmt.Fprintf(&sb, "%-8s %12s %16s %16s %14s %s\n", "backend", "cold start", "box→host MiB/s", "host→box MiB/s", "connect (µs)", "helper RSS MiB: idle, after traffic (peak)")
 	for _, k := range order {
 		f := res[k]
-		fmt.Fprintf(&sb, "%-8s %10.0fms %16.1f %16.1f %14.0f %8.1f MiB (peak %.1f)\n", k, med(f.cold), med(f.up), med(f.down), med(f.connect), med(f.rss), med(f.hwm))
+		fmt.Fprintf(&sb, "%-8s %10.0fms %16.1f %16.1f %14.0f %.1f, %.1f (%.1f)\n", k, med(f.cold), med(f.up), med(f.down), med(f.connect), med(f.idle), med(f.rss), med(f.hwm))
 	}
 	h, s, n := res["helper"], res["slirp"], res["none"]
 	fmt.Fprintf(&sb, "helper/slirp: throughput up %.2f (target ≥1), down %.2f (target ≥1), connect %.2f (target ≤1); cold start helper/none %.2f (target ≤1.05)\n",

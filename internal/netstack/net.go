@@ -278,9 +278,8 @@ func (n *Net) handleTCP(r *tcp.ForwarderRequest) {
 		r.Complete(true)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
-	out, err := (&net.Dialer{}).DialContext(ctx, "tcp", v.Dial.String())
-	cancel()
+	// Dial, not DialContext: no goroutine to watch a context.
+	out, err := (&net.Dialer{Timeout: dialTimeout}).Dial("tcp", v.Dial.String())
 	if err != nil {
 		r.Complete(true)
 		return
