@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Engine decides which flows a box may open and keeps the box's counters
@@ -23,6 +25,7 @@ type Engine struct {
 	learned map[netip.Addr]map[string]bool // allowlist: address -> names that resolved to it
 	flows   map[*flow]struct{}
 	logged  map[string]time.Time // recent log lines, for rate limiting
+	rate    *rate.Limiter        // new flows
 
 	bytesIn, bytesOut, denied, conns, queries atomic.Uint64
 }
@@ -61,7 +64,8 @@ func NewEngine(p Policy, log io.Writer) (*Engine, error) {
 		return nil, err
 	}
 	return &Engine{hostAddrs: hostAddrs(), testInternet: testInternet(), log: log, pol: c,
-		learned: map[netip.Addr]map[string]bool{}, flows: map[*flow]struct{}{}, logged: map[string]time.Time{}}, nil
+		learned: map[netip.Addr]map[string]bool{}, flows: map[*flow]struct{}{}, logged: map[string]time.Time{},
+		rate: rate.NewLimiter(flowRate, flowBurst)}, nil
 }
 
 // Policy returns the policy in force.
@@ -217,11 +221,27 @@ func (e *Engine) Deny(proto, dst, reason string) {
 // buffers of at most 1 MiB each way per connection).
 const maxFlows = 1024
 
-// full reports whether the box has maxFlows open.
-func (e *Engine) full() bool {
+// New flows (connections, UDP flows, pings) a box may open per second,
+// with bursts of up to flowBurst: the host dials for each, so a box must
+// not turn it into a flood.
+const (
+	flowRate  = 500
+	flowBurst = 1000
+)
+
+// admit reports why a new, allowed flow must still be refused ("" if it
+// need not): the box has maxFlows open or opens them too fast.
+func (e *Engine) admit() string {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.flows) >= maxFlows
+	n := len(e.flows)
+	e.mu.Unlock()
+	if n >= maxFlows {
+		return "too many open connections"
+	}
+	if !e.rate.Allow() {
+		return "too many new connections per second"
+	}
+	return ""
 }
 
 // flow is an open connection or UDP flow, closed when a policy change

@@ -30,6 +30,11 @@ var pingID atomic.Uint32
 // to dst, not for the gateway.
 func (n *Net) handleEcho(frame []byte, dst netip.Addr) {
 	v := n.e.Check("icmp", netip.AddrPortFrom(dst, 0))
+	if v.Allow {
+		if why := n.e.admit(); why != "" {
+			v = deny(why)
+		}
+	}
 	if !v.Allow {
 		n.e.Deny("icmp", dst.String(), v.Reason)
 		return

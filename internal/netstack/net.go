@@ -270,8 +270,10 @@ func (n *Net) handleTCP(r *tcp.ForwarderRequest) {
 	id := r.ID()
 	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
 	v := n.e.Check("tcp", dst)
-	if v.Allow && n.e.full() {
-		v = deny("too many open connections")
+	if v.Allow {
+		if why := n.e.admit(); why != "" {
+			v = deny(why)
+		}
 	}
 	if !v.Allow {
 		n.e.Deny("tcp", dst.String(), v.Reason)
@@ -345,8 +347,10 @@ func (n *Net) handleUDP(r *udp.ForwarderRequest) bool {
 	id := r.ID()
 	dst := netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
 	v := n.e.Check("udp", dst)
-	if v.Allow && n.e.full() {
-		v = deny("too many open connections")
+	if v.Allow {
+		if why := n.e.admit(); why != "" {
+			v = deny(why)
+		}
 	}
 	if !v.Allow {
 		n.e.Deny("udp", dst.String(), v.Reason)

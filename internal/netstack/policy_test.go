@@ -227,3 +227,22 @@ func TestDenyLogRateLimit(t *testing.T) {
 		t.Errorf("denied = %d", e.Stats().Denied)
 	}
 }
+
+func TestAdmit(t *testing.T) {
+	e, _ := NewEngine(Policy{Mode: ModePublic}, nil)
+	for i := 0; i < flowBurst; i++ {
+		if why := e.admit(); why != "" {
+			t.Fatalf("flow %d refused: %s", i, why)
+		}
+	}
+	if why := e.admit(); !strings.Contains(why, "per second") {
+		t.Errorf("flow beyond the burst: %q", why)
+	}
+	e, _ = NewEngine(Policy{Mode: ModePublic}, nil)
+	for i := 0; i < maxFlows; i++ {
+		e.track(&flow{close: func() {}})
+	}
+	if why := e.admit(); why != "too many open connections" {
+		t.Errorf("flow beyond maxFlows: %q", why)
+	}
+}
