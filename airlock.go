@@ -487,7 +487,7 @@ type BoxInfo struct {
 	Started     time.Time
 	Options     BoxOptions
 	// Ports are the published ports as bound by the box's current start
-	// (nil when it is not running).
+	// (nil when it is not running; Options.Ports holds what was asked).
 	Ports []PortMapping
 }
 

@@ -101,7 +101,11 @@ func (b *Box) Info(ctx context.Context) (BoxInfo, error) {
 		rec.State = store.StateStopped
 	}
 	b.refresh(rec)
-	return infoOf(rec), nil
+	info := infoOf(rec)
+	if info.State == store.StateRunning {
+		info.Ports = readPorts(b.dir)
+	}
+	return info, nil
 }
 
 // ConsoleLog returns the path of the box's serial console log (kernel and

@@ -34,3 +34,16 @@ func BenchmarkConnect(b *testing.B) {
 		c.Close()
 	}
 }
+
+// BenchmarkConnectRefused is BenchmarkConnect's baseline: a connection the
+// policy refuses (reset at once, no host dial).
+func BenchmarkConnectRefused(b *testing.B) {
+	g := startNet(b, Config{Policy: Policy{Mode: ModePublic}})
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if c, err := g.dial(b, "10.0.2.2:9"); err == nil {
+			c.Close()
+			b.Fatal("connected")
+		}
+	}
+}
