@@ -178,8 +178,9 @@ func expect(t *testing.T, got map[string]string, want map[string]string) {
 // published port is reachable from the host; switching the running box to
 // an allowlist closes its connection to a destination no longer allowed,
 // resolves only listed names (the upstream never sees the others) and
-// refuses unlisted addresses; the helper goes away when QEMU is killed and
-// when the box is removed.
+// refuses unlisted addresses; the helper goes away when QEMU is killed, on
+// Stop, at the next Open when it was left behind, and when the box is
+// removed.
 func TestBoxNetwork(t *testing.T) {
 	vmtest.Require(t)
 	t.Setenv(netstack.TestInternetEnv, "198.18.0.0/24")
@@ -382,6 +383,16 @@ except OSError:
 		if hp == 0 || syscall.Kill(hp, 0) != nil {
 			t.Fatal("no network helper after restart")
 		}
+		if err := b.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !gone(hp) {
+			t.Fatalf("helper %d still runs after Stop", hp)
+		}
+		if err := b.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		hp = helper()
 		// A helper left behind (stopped here, so that it cannot notice its
 		// QEMU going) is killed by the next Open's reconcile.
 		syscall.Kill(hp, syscall.SIGSTOP)
