@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,7 +56,17 @@ func newResolver(e *Engine, upstream string) *resolver {
 }
 
 func (r *resolver) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
-	w.WriteMsg(r.answer(q))
+	m := r.answer(q)
+	if _, udp := w.RemoteAddr().(*net.UDPAddr); udp || w.RemoteAddr().Network() == "udp" {
+		// What fits the client's buffer (512 bytes, or its EDNS size);
+		// Truncate sets TC so that it asks again over TCP.
+		size := dns.MinMsgSize
+		if o := q.IsEdns0(); o != nil {
+			size = int(o.UDPSize())
+		}
+		m.Truncate(size)
+	}
+	w.WriteMsg(m)
 }
 
 // answer builds the reply to q.
@@ -96,9 +107,15 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 	}
 	fwd := q.Copy()
 	fwd.Id = dns.Id()
+	clientEDNS := q.IsEdns0() != nil
+	if !clientEDNS {
+		// Ask for answers up to 4 KiB over UDP; ServeDNS truncates what
+		// does not fit the client's 512 bytes.
+		fwd.SetEdns0(4096, false)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c := &dns.Client{Net: "udp", Timeout: 3 * time.Second}
+	c := &dns.Client{Net: "udp", Timeout: 3 * time.Second, UDPSize: 4096}
 	resp, _, err := c.ExchangeContext(ctx, fwd, r.upstream)
 	if err == nil && resp.Truncated {
 		c.Net = "tcp"
@@ -126,6 +143,9 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 	}
 	resp.Answer = kept
 	resp.Extra = filterAddrs(resp.Extra)
+	if !clientEDNS {
+		resp.Extra = slices.DeleteFunc(resp.Extra, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypeOPT })
+	}
 	resp.Ns = filterAddrs(resp.Ns)
 	if refused != "" && !hasA(kept) {
 		r.e.Deny("dns", name, "resolves to "+refused+" (rebinding)")

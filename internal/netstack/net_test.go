@@ -55,7 +55,11 @@ func startUpstream(t *testing.T, zone map[string]string) *testUpstream {
 		u.queries.Add(1)
 		m := new(dns.Msg).SetReply(q)
 		name := strings.TrimSuffix(q.Question[0].Name, ".")
-		if ip, ok := u.zone[name]; ok && q.Question[0].Qtype == dns.TypeA {
+		if name == "big.test" { // 40 addresses: more than 512 bytes
+			for i := 1; i <= 40; i++ {
+				m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.IPv4(198, 18, 0, byte(i))})
+			}
+		} else if ip, ok := u.zone[name]; ok && q.Question[0].Qtype == dns.TypeA {
 			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Question[0].Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30}, A: net.ParseIP(ip)})
 		} else if !ok {
 			m.Rcode = dns.RcodeNameError
@@ -252,6 +256,22 @@ func TestPublicNet(t *testing.T) {
 			t.Errorf("%s (rebinding): rcode %s, %d answers", n, dns.RcodeToString[r.Rcode], len(r.Answer))
 		}
 	}
+	// An answer too big for a plain UDP reply is truncated (TC set), and
+	// comes whole over TCP.
+	if r := g.query(t, "big.test", dns.TypeA); !r.Truncated || len(r.Answer) >= 40 {
+		t.Errorf("big.test over UDP: truncated %v, %d answers", r.Truncated, len(r.Answer))
+	}
+	tc, err := g.dial(t, DNSAddr.String()+":53")
+	if err != nil {
+		t.Fatal(err)
+	}
+	co := &dns.Conn{Conn: tc}
+	tc.SetDeadline(time.Now().Add(10 * time.Second))
+	co.WriteMsg(new(dns.Msg).SetQuestion("big.test.", dns.TypeA))
+	if r, err := co.ReadMsg(); err != nil || r.Truncated || len(r.Answer) != 40 {
+		t.Errorf("big.test over TCP: %v, %v", r, err)
+	}
+	tc.Close()
 	st := g.n.Engine().Stats()
 	if st.BytesOut < 10 || st.BytesIn < 20 {
 		t.Errorf("bytes out %d, in %d", st.BytesOut, st.BytesIn)
