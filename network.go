@@ -94,8 +94,9 @@ type NetworkPolicy struct {
 	// AllowNet lists the destinations of NetworkAllowlist: names
 	// ("api.example.com"; "*.example.com" for any name below example.com),
 	// IPs and CIDRs ("203.0.113.7", "203.0.113.0/24"), each with an
-	// optional ":PORT". A listed IP or CIDR may open a private range
-	// (RFC 1918, CGNAT, ULA), never the host's loopback or link-local.
+	// optional ":PORT". A listed IP or CIDR within a private range (RFC
+	// 1918, CGNAT, ULA) opens that part of it; the host's loopback,
+	// link-local addresses and the box's own network cannot be listed.
 	AllowNet []string
 	// AllowHostPorts are ports of the host's 127.0.0.1 the box may reach,
 	// as HostName:PORT (in public and allowlist mode).

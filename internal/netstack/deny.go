@@ -79,6 +79,16 @@ func hostAddrs() map[netip.Addr]bool {
 	return m
 }
 
+// privateRange returns the private range addr is in, if any.
+func privateRange(addr netip.Addr) netip.Prefix {
+	for _, d := range privateRanges {
+		if d.p.Contains(addr.Unmap()) {
+			return d.p
+		}
+	}
+	return netip.Prefix{}
+}
+
 // classify returns why addr is denied in every mode ("" if it is not) and
 // whether it is in a private range.
 func (e *Engine) classify(addr netip.Addr) (always string, private string) {

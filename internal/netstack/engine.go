@@ -132,11 +132,14 @@ func (e *Engine) checkLocked(proto string, dst netip.AddrPort) Verdict {
 		if port == 53 {
 			return deny("DNS server other than the box's resolver")
 		}
+		if private != "" {
+			if c.listedPrivate(privateRange(a), a, port, false) {
+				return allow
+			}
+			return deny(private)
+		}
 		if c.listed(a, port) {
 			return allow
-		}
-		if private != "" {
-			return deny(private)
 		}
 		for name := range e.learned[a] {
 			if c.nameAllowsPort(name, port) {
@@ -171,7 +174,7 @@ func (e *Engine) Resolved(name string, addr netip.Addr) (refused string) {
 	if always != "" {
 		return always
 	}
-	if private != "" && !(e.pol.Mode == ModeAllowlist && e.pol.listedAddr(addr)) {
+	if private != "" && !(e.pol.Mode == ModeAllowlist && e.pol.listedPrivate(privateRange(addr), addr, 0, true)) {
 		return private
 	}
 	if addr == GatewayAddr || addr == DNSAddr {

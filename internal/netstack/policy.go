@@ -223,6 +223,11 @@ func compile(p Policy) (*compiled, error) {
 		if err != nil {
 			return nil, err
 		}
+		if r.Prefix.IsValid() {
+			if why := neverAllowed(r.Prefix); why != "" {
+				return nil, fmt.Errorf("allow-net %q: %s is never reachable from a box (for a service on the host's loopback use --allow-host-port)", s, why)
+			}
+		}
 		c.rules = append(c.rules, r)
 	}
 	for _, hp := range p.HostPorts {
@@ -252,10 +257,14 @@ func (c *compiled) listed(addr netip.Addr, port uint16) bool {
 	return false
 }
 
-// listedAddr reports whether an IP rule covers addr on some port.
-func (c *compiled) listedAddr(addr netip.Addr) bool {
+// listedPrivate reports whether an IP rule within the private range priv
+// covers addr (on port, unless port is 0: any): a private address is
+// opened only by a rule that names that private range or part of it, not
+// by a wider one such as 0.0.0.0/0:443.
+func (c *compiled) listedPrivate(priv netip.Prefix, addr netip.Addr, port uint16, anyPort bool) bool {
 	for _, r := range c.rules {
-		if r.Prefix.IsValid() && r.Prefix.Contains(addr) {
+		if r.Prefix.IsValid() && r.Prefix.Bits() >= priv.Bits() && priv.Contains(r.Prefix.Addr()) &&
+			r.Prefix.Contains(addr) && (anyPort || r.portOK(port)) {
 			return true
 		}
 	}
@@ -270,4 +279,19 @@ func (c *compiled) nameAllowsPort(name string, port uint16) bool {
 		}
 	}
 	return false
+}
+
+// neverAllowed says why no rule may open p ("" when some can): p lies
+// within a range denied in every mode, or the box's own network.
+func neverAllowed(p netip.Prefix) string {
+	within := func(d netip.Prefix) bool { return d.Contains(p.Addr()) && p.Bits() >= d.Bits() }
+	if within(BoxSubnet) {
+		return "the box's own network"
+	}
+	for _, d := range alwaysDenied {
+		if within(d.p) {
+			return d.reason
+		}
+	}
+	return ""
 }

@@ -57,12 +57,15 @@ func TestPolicyValidate(t *testing.T) {
 		{Mode: ModePublic, Allow: []string{"example.com"}},
 		{Mode: ModeAllowlist, HostPorts: []int{0}},
 		{Mode: ModeAllowlist, Allow: []string{"a.*.b"}},
+		{Mode: ModeAllowlist, Allow: []string{"127.0.0.1:5432"}},
+		{Mode: ModeAllowlist, Allow: []string{"169.254.169.254"}},
+		{Mode: ModeAllowlist, Allow: []string{"10.0.2.2:80"}},
 	} {
 		if p.Validate() == nil {
 			t.Errorf("%+v: no error", p)
 		}
 	}
-	if err := (Policy{Mode: ModeAllowlist, Allow: []string{"example.com"}, HostPorts: []int{5432}}).Validate(); err != nil {
+	if err := (Policy{Mode: ModeAllowlist, Allow: []string{"example.com", "0.0.0.0/0:443", "192.168.0.0/16"}, HostPorts: []int{5432}}).Validate(); err != nil {
 		t.Error(err)
 	}
 }
@@ -150,6 +153,13 @@ func TestCheckAllowlist(t *testing.T) {
 	}
 	if v := e.Check("tcp", ap("192.168.7.8:8080")); v.Allow {
 		t.Errorf("unlisted private address allowed: %+v", v)
+	}
+	wide, _ := NewEngine(Policy{Mode: ModeAllowlist, Allow: []string{"0.0.0.0/0:443"}}, nil)
+	if v := wide.Check("tcp", ap("198.51.100.9:443")); !v.Allow {
+		t.Errorf("0.0.0.0/0:443 does not open a public address: %+v", v)
+	}
+	if v := wide.Check("tcp", ap("192.168.1.1:443")); v.Allow {
+		t.Errorf("0.0.0.0/0:443 opens a private address: %+v", v)
 	}
 	// Rebinding: a listed name resolving to loopback or a private range.
 	for _, a := range []string{"127.0.0.1", "10.0.0.5", "169.254.169.254"} {
