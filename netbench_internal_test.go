@@ -27,7 +27,7 @@ import (
 // connection setup as the box sees it, and the helper's RSS.
 func BenchmarkNetwork(b *testing.B) {
 	vmtest.Require(b)
-	const runs, mib = 3, 32
+	const runs, mib = 5, 32
 	srv := newBenchServer(b, mib)
 	r, err := Open(Options{Home: b.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
 	if err != nil {

@@ -433,6 +433,7 @@ func TestNetworkOptionErrors(t *testing.T) {
 		{airlock.BoxOptions{AllowNet: []string{"10.0.0.0/33"}}, "malformed CIDR"},
 		{airlock.BoxOptions{AllowNet: []string{"example.com:99999"}}, "out of range"},
 		{airlock.BoxOptions{AllowNet: []string{"api.*.example.com"}}, "wildcard"},
+		{airlock.BoxOptions{AllowNet: []string{"127.0.0.1:5432"}}, "--allow-host-port"},
 		{airlock.BoxOptions{Network: airlock.NetworkPublic, AllowNet: []string{"example.com"}}, "need network mode"},
 		{airlock.BoxOptions{Network: airlock.NetworkNone, Ports: []airlock.PortMapping{{HostPort: 8080, GuestPort: 80}}}, "need a network"},
 		{airlock.BoxOptions{Network: "open"}, `network "open"`},
