@@ -214,14 +214,14 @@ func (n *Net) Serve(conn net.Conn) error {
 		}
 	}()
 
-	for i, l := range n.tcpLs {
-		go n.servePublishedTCP(s, l, n.published[i].GuestPort)
-	}
-	j := 0
+	ti, ui := 0, 0 // tcpLs and udpLs are in the order of published
 	for _, p := range n.published {
 		if p.Proto == "udp" {
-			go n.servePublishedUDP(s, n.udpLs[j], p.GuestPort)
-			j++
+			go n.servePublishedUDP(s, n.udpLs[ui], p.GuestPort)
+			ui++
+		} else {
+			go n.servePublishedTCP(s, n.tcpLs[ti], p.GuestPort)
+			ti++
 		}
 	}
 

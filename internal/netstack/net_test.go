@@ -383,7 +383,7 @@ func TestPublishedPort(t *testing.T) {
 	}
 	// UDP: a datagram to the host port reaches the box's port, and the
 	// box's answer comes back.
-	g2 := startNet(t, Config{Policy: Policy{Mode: ModePublic}, Publish: []Publish{{GuestPort: 5353, Proto: "udp"}}})
+	g2 := startNet(t, Config{Policy: Policy{Mode: ModePublic}, Publish: []Publish{{GuestPort: 5353, Proto: "udp"}, {GuestPort: 8081, Proto: "tcp"}}})
 	up := g2.n.Published()[0]
 	la := tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(GuestAddr.As4()), Port: 5353}
 	gu, err := gonet.DialUDP(g2.s, &la, nil, ipv4.ProtocolNumber)
@@ -409,6 +409,27 @@ func TestPublishedPort(t *testing.T) {
 	buf := make([]byte, 100)
 	if k, err := hc.Read(buf); err != nil || string(buf[:k]) != "box got ping" {
 		t.Errorf("published UDP port: %q, %v", buf[:k], err)
+	}
+	// The TCP port published after it goes to its own guest port.
+	l2, err := gonet.ListenTCP(g2.s, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(GuestAddr.As4()), Port: 8081}, ipv4.ProtocolNumber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	go func() {
+		if c, err := l2.Accept(); err == nil {
+			c.Write([]byte("port 8081\n"))
+			c.Close()
+		}
+	}()
+	tp := g2.n.Published()[1]
+	c2, err := net.Dial("tcp", net.JoinHostPort(tp.HostIP, strconv.Itoa(tp.HostPort)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if got := readLine(t, c2); got != "port 8081" {
+		t.Errorf("second published port: %q", got)
 	}
 
 	// The same port again is a clear error.
