@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -280,8 +282,7 @@ func (n *Net) handleTCP(r *tcp.ForwarderRequest) {
 		r.Complete(true)
 		return
 	}
-	// Dial, not DialContext: no goroutine to watch a context.
-	out, err := (&net.Dialer{Timeout: dialTimeout}).Dial("tcp", v.Dial.String())
+	out, err := dialTCP(v.Dial)
 	if err != nil {
 		r.Complete(true)
 		return
@@ -299,6 +300,33 @@ func (n *Net) handleTCP(r *tcp.ForwarderRequest) {
 	untrack := n.e.track(f)
 	defer untrack()
 	relayTCP(in, out, &n.e.bytesOut, &n.e.bytesIn)
+}
+
+// dialTCP connects to addr from the host. Loopback destinations (host
+// ports) are connected with a blocking connect(2), which the kernel
+// completes at once, instead of a non-blocking one whose completion the Go
+// runtime's poller would notice only at its next look, a millisecond or
+// more later on a busy host. Other destinations take longer than that
+// anyway.
+func dialTCP(addr netip.AddrPort) (net.Conn, error) {
+	if !addr.Addr().Is4() || !addr.Addr().IsLoopback() {
+		// Dial, not DialContext: no goroutine to watch a context.
+		return (&net.Dialer{Timeout: dialTimeout}).Dial("tcp", addr.String())
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	// Bound the connect: a full listen backlog makes it wait.
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &unix.Timeval{Sec: 5})
+	if err := unix.Connect(fd, &unix.SockaddrInet4{Port: int(addr.Port()), Addr: addr.Addr().As4()}); err != nil {
+		unix.Close(fd)
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(addr), Err: err}
+	}
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &unix.Timeval{})
+	f := os.NewFile(uintptr(fd), "tcp "+addr.String())
+	defer f.Close()
+	return net.FileConn(f)
 }
 
 // halfCloser is a connection whose write side can be closed alone.

@@ -218,7 +218,10 @@ func TestPublicNet(t *testing.T) {
 	hostOnly := server(t, "127.0.0.1:0", "host secret")
 	allowed := server(t, "127.0.0.1:0", "allowed host port")
 	up := startUpstream(t, map[string]string{"example.test": "198.18.0.2", "rebind.test": "127.0.0.1", "private.test": "10.1.2.3"})
-	g := startNet(t, Config{Policy: Policy{Mode: ModePublic, HostPorts: []int{allowed}}, Upstream: up.addr})
+	cl, _ := net.Listen("tcp", "127.0.0.1:0")
+	closed := cl.Addr().(*net.TCPAddr).Port // opened to the box, but nothing listens
+	cl.Close()
+	g := startNet(t, Config{Policy: Policy{Mode: ModePublic, HostPorts: []int{allowed, closed}}, Upstream: up.addr})
 
 	c, err := g.dial(t, "198.18.0.2:"+strconv.Itoa(inet))
 	if err != nil {
@@ -235,6 +238,13 @@ func TestPublicNet(t *testing.T) {
 			c.Close()
 			t.Errorf("guest reached host-only service at %s", dst)
 		}
+	}
+	t0 := time.Now()
+	if c, err := g.dial(t, "10.0.2.2:"+strconv.Itoa(closed)); err == nil {
+		c.Close()
+		t.Error("connected to an allowed host port where nothing listens")
+	} else if !strings.Contains(err.Error(), "refused") || time.Since(t0) > 5*time.Second {
+		t.Errorf("allowed host port where nothing listens: %v after %s, want connection refused at once", err, time.Since(t0))
 	}
 	c, err = g.dial(t, "10.0.2.2:"+strconv.Itoa(allowed))
 	if err != nil {
