@@ -94,8 +94,9 @@ func newNetworkCmd() *cobra.Command {
 		Use:   "network BOX [--network MODE] [--allow-net DEST...] [--allow-host-port PORT...]",
 		Short: "Show or change a box's network policy",
 		Long: `Without flags, print BOX's network policy and, when it runs, its counters.
-With flags, replace the policy (the flags given make the whole new policy:
---allow-net lists every destination, not only new ones). A running box
+With flags, change it: each flag given replaces that part of the policy and
+the others are kept (--allow-net lists every destination, not only new ones;
+--allow-net alone switches a public box to allowlist). A running box
 switches at once: its open connections to destinations the new policy
 denies are closed. Published ports (-p) are fixed at creation.`,
 		Args: cobra.ExactArgs(1),
@@ -109,15 +110,28 @@ denies are closed. Published ports (-p) are fixed at creation.`,
 			if err != nil {
 				return err
 			}
-			fl := cmd.Flags()
-			if fl.Changed("network") || fl.Changed("allow-net") || fl.Changed("allow-host-port") {
-				return b.SetNetwork(cmd.Context(), airlock.NetworkPolicy{Mode: f.mode, AllowNet: f.allow, AllowHostPorts: f.hostPorts})
-			}
 			info, err := b.Info(cmd.Context())
 			if err != nil {
 				return err
 			}
 			o := info.Options
+			fl := cmd.Flags()
+			if fl.Changed("network") || fl.Changed("allow-net") || fl.Changed("allow-host-port") {
+				p := airlock.NetworkPolicy{Mode: o.Network, AllowNet: o.AllowNet, AllowHostPorts: o.AllowHostPorts}
+				if fl.Changed("allow-net") {
+					p.Mode, p.AllowNet = airlock.NetworkAllowlist, f.allow
+				}
+				if fl.Changed("network") {
+					p.Mode = f.mode
+					if p.Mode != airlock.NetworkAllowlist && !fl.Changed("allow-net") {
+						p.AllowNet = nil
+					}
+				}
+				if fl.Changed("allow-host-port") {
+					p.AllowHostPorts = f.hostPorts
+				}
+				return b.SetNetwork(cmd.Context(), p)
+			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "mode:\t%s\n", o.Network)
 			if len(o.AllowNet) > 0 {

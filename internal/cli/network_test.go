@@ -92,8 +92,12 @@ for a in sys.argv[1:]:
 	if out, _, _ = c.run("exec", "web", "python3", "-c", probe, "198.18.0.3:"+op, "allowed.test:"+sp); out != "198.18.0.3:"+op+" ConnectionRefusedError\nallowed.test:"+sp+" allowed site\n" {
 		t.Errorf("after airlock network: %q", out)
 	}
+	// A flag alone keeps the rest: the box stays an allowlist box.
+	if out, errs, code = c.run("network", "web", "--allow-host-port", "5432"); code != 0 {
+		t.Fatalf("network --allow-host-port: %d %q %q", code, out, errs)
+	}
 	out, _, _ = c.run("network", "web")
-	for _, w := range []string{"mode:", "allowlist", "allow-net:", "allowed.test:" + sp, "publish:", "denied:"} {
+	for _, w := range []string{"mode:", "allowlist", "allow-net:", "allowed.test:" + sp, "allow-host-port:", "5432", "publish:", "denied:"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("network web lacks %q:\n%s", w, out)
 		}
