@@ -14,9 +14,10 @@ import (
 
 	"github.com/gofrs/flock"
 
+	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/netstack"
 	"github.com/airlock-run/airlock/internal/store"
-	"github.com/airlock-run/airlock/internal/vmm/qemu"
+	"github.com/airlock-run/airlock/internal/vmm"
 )
 
 // Network modes for BoxOptions.Network.
@@ -170,20 +171,9 @@ func policyOf(mode string, allow []string, hostPorts []int) netstack.Policy {
 	return netstack.Policy{Mode: mode, Allow: allow, HostPorts: hostPorts}
 }
 
-// Files of the network helper in a box directory.
-const (
-	fileNetPID     = "net.pid"          // helper pid and start time
-	fileNetConfig  = "net.json"         // helper config
-	fileNetStderr  = "net-helper.log"   // helper's own errors
-	fileNetLog     = "network.log"      // denied attempts
-	fileNetPorts   = "ports.json"       // published ports as bound at this start
-	fileNetSock    = "net.sock"         // QEMU's -netdev stream connects here
-	fileNetControl = "net-control.sock" // policy changes, counters
-)
-
-// hasNetwork reports whether the box gets a NIC.
-func (b *Box) hasNetwork() bool {
-	o := b.cfg.Options
+// hasNetwork reports whether a box of configuration cfg gets a NIC.
+func hasNetwork(cfg boxConfig) bool {
+	o := cfg.Options
 	return netMode(o.Network, o.AllowNet) != NetworkNone
 }
 
@@ -192,23 +182,29 @@ func (b *Box) hasNetwork() bool {
 // It is not a user option: slirp lets a box reach the host's loopback.
 var slirpForBench atomic.Bool
 
-// netSocket is the helper's socket QEMU's NIC connects to ("" without a
-// network).
-func (b *Box) netSocket() string {
-	if !b.hasNetwork() || slirpForBench.Load() {
-		return ""
+// sockPath is where the box's unix socket name lives (see boxdir.SockPath).
+func (b *Box) sockPath(name string) string { return boxdir.SockPath(b.dir, b.id, name) }
+
+// netSpec is the NIC of a box of configuration cfg (nil: none): a socket
+// its machine listens on and its network helper connects to.
+func (b *Box) netSpec(cfg boxConfig) *vmm.NetSpec {
+	if !hasNetwork(cfg) {
+		return nil
 	}
-	return b.sockPath(fileNetSock)
+	if slirpForBench.Load() {
+		return &vmm.NetSpec{}
+	}
+	return &vmm.NetSpec{Socket: b.sockPath(boxdir.NetSock), MTU: netstack.MTU}
 }
 
 // startNet launches the box's network helper (when it has a network),
 // before its QEMU: the helper binds the published ports and then connects
 // to QEMU's network socket once QEMU has made it, while QEMU starts. waitNet
 // waits for it.
-func (b *Box) startNet() (h *netstack.Helper, err error) {
+func (b *Box) startNet(cfg boxConfig) (h *netstack.Helper, err error) {
 	b.stopNet()
-	os.Remove(filepath.Join(b.dir, fileNetPorts))
-	if !b.hasNetwork() || slirpForBench.Load() {
+	os.Remove(filepath.Join(b.dir, boxdir.NetPorts))
+	if !hasNetwork(cfg) || slirpForBench.Load() {
 		return nil, nil
 	}
 	bin := b.r.opts.NetHelper
@@ -217,22 +213,23 @@ func (b *Box) startNet() (h *netstack.Helper, err error) {
 			return nil, err
 		}
 	}
-	o := b.cfg.Options
+	o := cfg.Options
 	hc := netstack.HelperConfig{
 		Policy:        policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts),
-		NetSocket:     b.sockPath(fileNetSock),
-		ControlSocket: b.sockPath(fileNetControl),
-		Log:           filepath.Join(b.dir, fileNetLog),
+		Upstream:      b.r.opts.DNSUpstream,
+		NetSocket:     b.sockPath(boxdir.NetSock),
+		ControlSocket: b.sockPath(boxdir.NetControl),
+		Log:           filepath.Join(b.dir, boxdir.NetLog),
 	}
 	for _, p := range o.Ports {
 		hc.Publish = append(hc.Publish, netstack.Publish{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Proto: p.Protocol})
 	}
 	os.Remove(hc.NetSocket)
-	h, err = netstack.LaunchHelper(bin, filepath.Join(b.dir, fileNetConfig), filepath.Join(b.dir, fileNetStderr), hc)
+	h, err = netstack.LaunchHelper(bin, filepath.Join(b.dir, boxdir.NetConfig), filepath.Join(b.dir, boxdir.NetStderr), hc)
 	if err != nil {
 		return nil, fmt.Errorf("box %s network: %w", b.id, err)
 	}
-	os.WriteFile(filepath.Join(b.dir, fileNetPID), []byte(fmt.Sprintf("%d %d\n", h.Pid(), qemu.StartTime(h.Pid()))), 0o600)
+	os.WriteFile(filepath.Join(b.dir, boxdir.NetPID), []byte(fmt.Sprintf("%d %d\n", h.Pid(), vmm.StartTime(h.Pid()))), 0o600)
 	return h, nil
 }
 
@@ -252,42 +249,46 @@ func (b *Box) waitNet(ctx context.Context, h *netstack.Helper) error {
 		ports = append(ports, PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Proto})
 	}
 	raw, _ := json.Marshal(ports)
-	return os.WriteFile(filepath.Join(b.dir, fileNetPorts), raw, 0o600)
+	return os.WriteFile(filepath.Join(b.dir, boxdir.NetPorts), raw, 0o600)
 }
 
 // stopNet kills the box's network helper, if one runs.
 func (b *Box) stopNet() { stopNetIn(b.dir) }
 
 func stopNetIn(dir string) {
-	raw, err := os.ReadFile(filepath.Join(dir, fileNetPID))
-	if err != nil {
+	h, ok := netHelper(dir)
+	if !ok {
 		return
 	}
-	var pid int
-	var start uint64
-	fmt.Sscan(string(raw), &pid, &start)
-	if qemu.Alive(pid, start) {
-		syscall.Kill(pid, syscall.SIGTERM)
+	if h.Alive() {
+		syscall.Kill(h.PID, syscall.SIGTERM)
 		deadline := time.Now().Add(time.Second)
-		for qemu.Alive(pid, start) && time.Now().Before(deadline) {
+		for h.Alive() && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		qemu.Kill(pid, start)
+		vmm.Kill(h)
 	}
-	os.Remove(filepath.Join(dir, fileNetPID))
+	os.Remove(filepath.Join(dir, boxdir.NetPID))
 }
 
-// netHelperAlive reports whether the box's network helper runs (for tests
-// and diagnostics).
-func netHelperPID(dir string) (int, bool) {
-	raw, err := os.ReadFile(filepath.Join(dir, fileNetPID))
+// netHelper returns the recorded network helper of the box in dir (ok:
+// one was recorded; it may have ended since).
+func netHelper(dir string) (h vmm.Handle, ok bool) {
+	raw, err := os.ReadFile(filepath.Join(dir, boxdir.NetPID))
 	if err != nil {
-		return 0, false
+		return vmm.Handle{}, false
 	}
-	var pid int
-	var start uint64
-	fmt.Sscan(string(raw), &pid, &start)
-	return pid, qemu.Alive(pid, start)
+	if _, err := fmt.Sscan(string(raw), &h.PID, &h.Start); err != nil || h.PID <= 0 {
+		return vmm.Handle{}, false
+	}
+	return h, true
+}
+
+// netHelperPID reports the pid of the box's network helper and whether it
+// runs (for tests and diagnostics).
+func netHelperPID(dir string) (int, bool) {
+	h, ok := netHelper(dir)
+	return h.PID, ok && h.Alive()
 }
 
 // Ports returns the box's published ports as bound by its current start
@@ -305,7 +306,7 @@ func (b *Box) Ports(ctx context.Context) ([]PortMapping, error) {
 }
 
 func readPorts(dir string) []PortMapping {
-	raw, err := os.ReadFile(filepath.Join(dir, fileNetPorts))
+	raw, err := os.ReadFile(filepath.Join(dir, boxdir.NetPorts))
 	if err != nil {
 		return nil
 	}
@@ -317,7 +318,7 @@ func readPorts(dir string) []PortMapping {
 // NetworkLog returns the path of the box's log of denied network attempts
 // (one line each: time, protocol, destination, reason; kept under 1 MiB,
 // the previous generation in NetworkLog()+".1").
-func (b *Box) NetworkLog() string { return filepath.Join(b.dir, fileNetLog) }
+func (b *Box) NetworkLog() string { return filepath.Join(b.dir, boxdir.NetLog) }
 
 // NetworkStats are a box's network counters since its last start.
 type NetworkStats struct {
@@ -352,10 +353,10 @@ func (b *Box) netCall(ctx context.Context, req netstack.Request) (netstack.Respo
 	if info.State != store.StateRunning {
 		return netstack.Response{}, fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
 	}
-	if !b.hasNetwork() {
+	if _, cfg := b.snapshot(); !hasNetwork(cfg) {
 		return netstack.Response{}, fmt.Errorf("box %s has no network (mode %s)", b.id, NetworkNone)
 	}
-	return netstack.Call(ctx, b.sockPath(fileNetControl), req)
+	return netstack.Call(ctx, b.sockPath(boxdir.NetControl), req)
 }
 
 // SetNetwork changes the box's network policy, in its record (for later
@@ -372,48 +373,48 @@ func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
 		return err
 	}
 	defer unlock()
-	rec, err := b.r.db.Get(ctx, b.id)
+	rec, err := b.load(ctx)
 	if err != nil {
-		return fmt.Errorf("%w: %s", ErrBoxNotFound, b.id)
+		return err
 	}
-	b.refresh(rec)
-	cur := b.cfg
+	_, cur := b.snapshot()
 	o.Ports = cur.Options.Ports
 	if err := checkNetwork(&o); err != nil {
 		return err
 	}
-	running := rec.State == store.StateRunning && qemu.Alive(rec.PID, rec.PIDStart)
-	if running && !b.hasNetwork() && o.Network != NetworkNone {
+	// The NIC of this boot is there when its helper runs.
+	_, nic := netHelperPID(b.dir)
+	if running(rec) && !nic && o.Network != NetworkNone {
 		return fmt.Errorf("box %s was started without a network device: stop it, then set its network and start it again", b.id)
 	}
-	if running && b.hasNetwork() {
+	if running(rec) && nic {
 		pol := policyOf(o.Network, o.AllowNet, o.AllowHostPorts)
-		if _, err := netstack.Call(ctx, b.sockPath(fileNetControl), netstack.Request{Op: "policy", Policy: &pol}); err != nil {
+		if _, err := netstack.Call(ctx, b.sockPath(boxdir.NetControl), netstack.Request{Op: "policy", Policy: &pol}); err != nil {
 			return fmt.Errorf("box %s: set network policy: %w", b.id, err)
 		}
 	}
 	cur.Options.Network, cur.Options.AllowNet, cur.Options.AllowHostPorts = o.Network, o.AllowNet, o.AllowHostPorts
-	raw, _ := json.Marshal(cur)
+	raw := encodeConfig(cur)
 	if err := b.r.db.SetConfig(ctx, b.id, raw); err != nil {
-		return err
+		return fmt.Errorf("box %s: record its network: %w", b.id, err)
 	}
-	rec.Config = raw
-	b.refresh(rec)
-	return nil
+	up := *rec
+	up.Config = raw
+	return b.refresh(&up)
 }
 
 // reconcileNet kills the network helper of a box whose QEMU is gone,
 // unless someone holds the box's lock (a Start in progress: its helper runs
 // before its QEMU does).
 func reconcileNet(home string, rec *store.Box) {
-	if rec.State == store.StateRunning && qemu.Alive(rec.PID, rec.PIDStart) {
+	if running(rec) {
 		return
 	}
 	dir := filepath.Join(home, "boxes", rec.ID)
-	if _, err := os.Stat(filepath.Join(dir, fileNetPID)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, boxdir.NetPID)); err != nil {
 		return
 	}
-	fl := flock.New(filepath.Join(dir, fileLock))
+	fl := flock.New(filepath.Join(dir, boxdir.Lock))
 	if ok, err := fl.TryLock(); err != nil || !ok {
 		return
 	}

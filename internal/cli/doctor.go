@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/netstack"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
@@ -77,7 +78,7 @@ func newDoctorCmd() *cobra.Command {
 				}
 			}
 			home := airlock.DefaultHome()
-			dir, _ := image.DefaultDir()
+			dir := defaults.Images()
 			if s, err := image.Open(dir); err != nil {
 				bad("images", err.Error(), "check permissions of "+dir)
 			} else if imgs, err := s.List(); err != nil {
@@ -95,7 +96,7 @@ func newDoctorCmd() *cobra.Command {
 				}
 			}
 			note("home", home)
-			note("cache", assets.CacheDir())
+			note("cache", defaults.Cache())
 			if problems > 0 {
 				fmt.Fprintf(out, "%d problem(s) found\n", problems)
 				return &ExitError{1}

@@ -3,8 +3,9 @@ package netstack
 import (
 	"net"
 	"net/netip"
-	"os"
 	"strings"
+
+	"github.com/airlock-run/airlock/internal/defaults"
 )
 
 // Ranges no box reaches in any mode: the host's loopback and (see
@@ -43,11 +44,11 @@ var privateRanges = []struct {
 // servers but reaches at the same last octet on 127.0.0.0/24 (198.18.0.2
 // at 127.0.0.2). Tests stand in for the internet with servers on loopback
 // this way, so that no packet leaves the host; never set it for real boxes.
-const TestInternetEnv = "AIRLOCK_NET_TEST_INTERNET"
+const TestInternetEnv = defaults.NetTestInternetEnv
 
 // testInternet reads TestInternetEnv.
 func testInternet() netip.Prefix {
-	p, err := netip.ParsePrefix(strings.TrimSpace(os.Getenv(TestInternetEnv)))
+	p, err := netip.ParsePrefix(strings.TrimSpace(defaults.NetTestInternet()))
 	if err != nil || !p.Addr().Is4() || p.Bits() != 24 {
 		return netip.Prefix{}
 	}

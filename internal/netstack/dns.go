@@ -11,17 +11,19 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/airlock-run/airlock/internal/defaults"
 )
 
 // UpstreamEnv names the environment variable that sets the upstream
 // resolver (IP:PORT) the box's DNS queries go to; default: the first
 // nameserver of the host's /etc/resolv.conf.
-const UpstreamEnv = "AIRLOCK_DNS_UPSTREAM"
+const UpstreamEnv = defaults.DNSUpstreamEnv
 
 // DefaultUpstream returns $AIRLOCK_DNS_UPSTREAM, else the first nameserver
 // in /etc/resolv.conf (port 53), else "".
 func DefaultUpstream() string {
-	if u := os.Getenv(UpstreamEnv); u != "" {
+	if u := defaults.DNSUpstream(); u != "" {
 		return u
 	}
 	f, err := os.Open("/etc/resolv.conf")

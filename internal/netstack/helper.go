@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/airlock-run/airlock/internal/defaults"
 )
 
 // HelperConfig is what the helper process (cmd/airlock-net) reads from its
@@ -127,14 +129,14 @@ func Main(args []string) int {
 
 // HelperEnv names the environment variable with the path of the helper
 // binary (default: airlock-net beside the executable, else on PATH).
-const HelperEnv = "AIRLOCK_NET_HELPER"
+const HelperEnv = defaults.NetHelperEnv
 
 // ErrNoHelper means the helper binary was not found.
 var ErrNoHelper = errors.New("network helper airlock-net not found: build it (go build -o bin/airlock-net ./cmd/airlock-net, or hack/setup.sh) and put it beside airlock or on PATH, or set " + HelperEnv + ", or use network mode none")
 
 // FindHelper returns the helper binary's path.
 func FindHelper() (string, error) {
-	if p := os.Getenv(HelperEnv); p != "" {
+	if p := defaults.NetHelper(); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("%s=%s: %w", HelperEnv, p, err)
 		}

@@ -1,0 +1,45 @@
+package airlock
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/airlock-run/airlock/internal/defaults"
+)
+
+// DefaultHome returns $AIRLOCK_HOME, else ~/.airlock.
+func DefaultHome() string { return defaults.Home() }
+
+// withDefaults fills the Options fields left zero, from the environment
+// where the field's doc says so (internal/defaults is the one place that
+// reads it).
+func (o Options) withDefaults() Options {
+	if o.Home == "" {
+		o.Home = defaults.Home()
+	}
+	if o.ImagesDir == "" {
+		o.ImagesDir = defaults.ImagesIn(o.Home)
+	}
+	if o.CacheDir == "" {
+		o.CacheDir = defaults.Cache()
+	}
+	if o.Accel == "" {
+		o.Accel = defaults.Accel()
+	}
+	if o.THP == "" {
+		o.THP = defaults.THP()
+	}
+	if o.NetHelper == "" {
+		o.NetHelper = defaults.NetHelper()
+	}
+	if o.DNSUpstream == "" {
+		o.DNSUpstream = defaults.DNSUpstream()
+	}
+	if !o.Debug {
+		o.Debug = defaults.Debug()
+	}
+	if o.Warn == nil {
+		o.Warn = func(msg string) { fmt.Fprintln(os.Stderr, msg) }
+	}
+	return o
+}

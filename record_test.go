@@ -1,0 +1,99 @@
+package airlock
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/store"
+)
+
+func TestRecordRoundTrip(t *testing.T) {
+	c := boxConfig{
+		Options: BoxOptions{Image: "python:slim", Name: "n", CPUs: 2, MemoryMiB: 300, DiskSizeMiB: 100, Env: []string{"A=1"},
+			WorkingDir: "/w", User: "u", AutoRemove: true, Network: NetworkNone},
+		Image:    image.ImageConfig{Env: []string{"PATH=/bin"}, WorkingDir: "/x", User: "1", Entrypoint: []string{"e"}, Cmd: []string{"c"}, Labels: map[string]string{"k": "v"}},
+		OwnerPID: 7, OwnerStart: 9,
+	}
+	raw := encodeConfig(c)
+	if !strings.Contains(string(raw), `"v":1`) || !strings.Contains(string(raw), `"network":"none"`) {
+		t.Fatalf("stored form: %s", raw)
+	}
+	got, err := decodeConfig(&store.Box{ID: "x", Config: raw})
+	if err != nil || !reflect.DeepEqual(got, c) {
+		t.Fatalf("round trip:\n got %+v %v\nwant %+v", got, err, c)
+	}
+}
+
+func TestRecordV0(t *testing.T) {
+	v0 := `{"options":{"Image":"a","Name":"","CPUs":1,"MemoryMiB":512,"DiskSizeMiB":4096,"Env":null,"WorkingDir":"","User":"","AutoRemove":true,"Network":"disabled"},"image":{"Env":["X=1"],"WorkingDir":"","User":"","Entrypoint":null,"Cmd":["sh"],"Labels":null},"owner_pid":5}`
+	c, err := decodeConfig(&store.Box{ID: "x", Config: []byte(v0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Options.Network != NetworkNone || !c.Options.AutoRemove || c.OwnerPID != 5 || c.Image.Cmd[0] != "sh" || c.Options.MemoryMiB != 512 {
+		t.Fatalf("%+v", c)
+	}
+	up, err := upgradeConfig([]byte(v0))
+	if err != nil || !strings.Contains(string(up), `"network":"none"`) || !strings.Contains(string(up), `"v":1`) {
+		t.Fatalf("upgraded: %s %v", up, err)
+	}
+	if c, _ := decodeConfig(&store.Box{ID: "x", Config: []byte(`{"options":{"Network":"enabled"}}`)}); c.Options.Network != NetworkPublic {
+		t.Fatalf("enabled: %+v", c.Options)
+	}
+	// Records the network branch stored before versions carry its policy.
+	v0net := `{"options":{"Image":"a","Network":"allowlist","AllowNet":["pypi.org"],"AllowHostPorts":[8080],"Ports":[{"host_port":80,"guest_port":8000,"protocol":"tcp"}]}}`
+	c, err = decodeConfig(&store.Box{ID: "x", Config: []byte(v0net)})
+	want := BoxOptions{Image: "a", Network: NetworkAllowlist, AllowNet: []string{"pypi.org"}, AllowHostPorts: []int{8080},
+		Ports: []PortMapping{{HostPort: 80, GuestPort: 8000, Protocol: "tcp"}}}
+	if err != nil || !reflect.DeepEqual(c.Options, want) {
+		t.Fatalf("network policy of a version 0 record: %+v %v", c.Options, err)
+	}
+}
+
+// TestRecordKeepsEveryOption: a BoxOptions field missing from boxRecord
+// would be dropped when the box is stored; this fills every field.
+func TestRecordKeepsEveryOption(t *testing.T) {
+	var o BoxOptions
+	fill(t, reflect.ValueOf(&o).Elem(), "f")
+	o.Network = NetworkAllowlist // one of the modes
+	c := boxConfig{Options: o}
+	got, err := decodeConfig(&store.Box{ID: "x", Config: encodeConfig(c)})
+	if err != nil || !reflect.DeepEqual(got.Options, o) {
+		t.Fatalf("stored and read back:\n got %+v %v\nwant %+v", got.Options, err, o)
+	}
+}
+
+// fill sets v and everything in it to non-zero values.
+func fill(t *testing.T, v reflect.Value, name string) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("v-" + name)
+	case reflect.Int, reflect.Int64:
+		v.SetInt(int64(len(name)))
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		fill(t, v.Index(0), name+"0")
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			fill(t, v.Field(i), name+v.Type().Field(i).Name)
+		}
+	default:
+		t.Fatalf("fill: field %s of kind %s: extend fill", name, v.Kind())
+	}
+}
+
+func TestRecordErrors(t *testing.T) {
+	for _, raw := range []string{`{"v":99}`, `{"v":1,"network":"sideways"}`, `not json`} {
+		_, err := decodeConfig(&store.Box{ID: "0123", Config: []byte(raw)})
+		if err == nil || !strings.Contains(err.Error(), "box 0123") {
+			t.Errorf("%s: %v", raw, err)
+		}
+	}
+	if _, err := decodeRecord([]byte(`{"v":99}`)); err == nil || !strings.Contains(err.Error(), "upgrade airlock") {
+		t.Errorf("newer version: %v", err)
+	}
+}
