@@ -58,6 +58,9 @@ func BenchmarkNetwork(b *testing.B) {
 				_, err = box.Exec(ctx, "true", nil, ExecOptions{})
 			}
 			if err != nil {
+				if box != nil {
+					box.Remove(ctx, true)
+				}
 				b.Fatalf("%s: %v", k, err)
 			}
 			f := res[k]
@@ -71,7 +74,8 @@ func BenchmarkNetwork(b *testing.B) {
 				// too (host.airlock.internal resolves to it).
 				out, err := box.Exec(ctx, "python3", []string{"-c", benchGuestScript, "10.0.2.2", strconv.Itoa(srv.port), strconv.Itoa(mib)}, ExecOptions{Timeout: 5 * time.Minute})
 				if err != nil || out.ExitCode != 0 {
-					b.Fatalf("%s: guest script: %v %s %s", k, err, out.Stdout, out.Stderr)
+					box.Remove(ctx, true)
+					b.Fatalf("%s: guest script: %v %+v", k, err, out)
 				}
 				var connectUS float64
 				fmt.Sscan(strings.TrimSpace(string(out.Stdout)), &connectUS)
