@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/airlock-run/airlock/internal/vmm"
 )
 
 func TestArgsDescribeTheBox(t *testing.T) {
@@ -205,5 +207,24 @@ func TestReadaheadCoversTheDisk(t *testing.T) {
 		if got != c.want || int64(2*got) < c.size {
 			t.Errorf("readaheadFor(%d) = %d, want %d", c.size, got, c.want)
 		}
+	}
+}
+
+// TestSpecNetBecomesTheNIC: the driver turns vmm.Spec.Net into the NIC on
+// the helper's socket (with its MTU) and the guest's network parameter; no
+// Net, no NIC.
+func TestSpecNetBecomesTheNIC(t *testing.T) {
+	d := New(Options{})
+	boot := &bootAssets{accel: AccelChoice{Accel: AccelTCG}}
+	spec := vmm.Spec{ID: "0123456789ab", Dir: t.TempDir(), CPUs: 1, MemoryMiB: 128,
+		Net: &vmm.NetSpec{Socket: "/b/net.sock", MTU: 65520}}
+	c := d.config(spec, boot, "/base", 0)
+	if !c.Network || c.NetSocket != "/b/net.sock" || c.NetMTU != 65520 || !strings.Contains(c.Cmdline, "airlock.net=") {
+		t.Errorf("with Net: %+v", c)
+	}
+	spec.Net = nil
+	c = d.config(spec, boot, "/base", 0)
+	if c.Network || c.NetSocket != "" || strings.Contains(c.Cmdline, "airlock.net=") || strings.Contains(strings.Join(c.Args(), " "), "-netdev") {
+		t.Errorf("without Net: %+v", c)
 	}
 }
