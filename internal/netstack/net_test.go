@@ -231,6 +231,11 @@ func TestPublicNet(t *testing.T) {
 		t.Errorf("internet said %q", got)
 	}
 	c.Write([]byte("0123456789"))
+	// Half-close and wait for the server's close: it reads to EOF, so the
+	// bytes went through (and were counted) before the stats below.
+	c.(*gonet.TCPConn).CloseWrite()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	io.Copy(io.Discard, c)
 	c.Close()
 
 	for _, dst := range []string{"10.0.2.2:" + strconv.Itoa(hostOnly), "10.0.2.3:" + strconv.Itoa(hostOnly)} {
