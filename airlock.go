@@ -38,6 +38,14 @@ type Options struct {
 	// AgentPath is the static guest agent binary. Default $AIRLOCK_AGENT,
 	// else airlock-agent beside the executable or on PATH.
 	AgentPath string
+	// NetHelper is the network helper binary (airlock-net) that boxes
+	// with a network run. Default $AIRLOCK_NET_HELPER, else airlock-net
+	// beside the executable or on PATH.
+	NetHelper string
+	// DNSUpstream is the resolver (IP:PORT) that boxes' allowed DNS
+	// queries go to. Default $AIRLOCK_DNS_UPSTREAM, else the first
+	// nameserver of the host's /etc/resolv.conf when a box starts.
+	DNSUpstream string
 	// THP is where QEMU may use transparent huge pages: "on", "code",
 	// "off", or "" for $AIRLOCK_THP, else the default for the kernel and
 	// accelerator (see BootInfo.THP).
@@ -173,6 +181,7 @@ func (r *Runtime) reconcile(ctx context.Context) error {
 		if _, err := r.observe(ctx, rec); err != nil {
 			return err
 		}
+		reconcileNet(r.opts.Home, rec)
 	}
 	return nil
 }
@@ -302,12 +311,8 @@ func withDefaults(opts BoxOptions) (BoxOptions, error) {
 	if opts.DiskSizeMiB == 0 {
 		opts.DiskSizeMiB = DefaultDiskSizeMiB
 	}
-	switch opts.Network {
-	case "":
-		opts.Network = NetworkEnabled
-	case NetworkEnabled, NetworkDisabled:
-	default:
-		return opts, fmt.Errorf("network %q: want %q or %q", opts.Network, NetworkEnabled, NetworkDisabled)
+	if err := checkNetwork(&opts); err != nil {
+		return opts, err
 	}
 	if opts.CPUs < 0 || opts.CPUs > 64 {
 		return opts, fmt.Errorf("cpus %d: want 1..64", opts.CPUs)
@@ -414,6 +419,9 @@ type BoxInfo struct {
 	Created     time.Time
 	Started     time.Time
 	Options     BoxOptions
+	// Ports are the published ports as bound by the box's current start
+	// (nil when it is not running; Options.Ports holds what was asked).
+	Ports []PortMapping
 }
 
 // List returns every box of this home, oldest first.
@@ -430,7 +438,11 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 		// A box whose configuration cannot be read is listed with zero
 		// Options (Get and Start say why; Remove still works).
 		cfg, _ := decodeConfig(rec)
-		out = append(out, infoOf(rec, cfg))
+		info := infoOf(rec, cfg)
+		if info.State == store.StateRunning {
+			info.Ports = readPorts(filepath.Join(r.opts.Home, "boxes", rec.ID))
+		}
+		out = append(out, info)
 	}
 	return out, nil
 }

@@ -28,7 +28,11 @@ func TestPackageRules(t *testing.T) {
 		"internal/image/unpack":  {"internal/image"},
 		"internal/rootfs":        {"internal/image", "internal/guestabi"},
 		"internal/assets":        {"internal/defaults"},
-		"internal/agent/client":  {"internal/agent/agentpb", "internal/transport"},
+		// The box network: a user-mode stack in a helper process per box,
+		// which knows nothing of VMs or boxes.
+		"internal/netstack":     {"internal/defaults"},
+		"cmd/airlock-net":       {"internal/netstack"},
+		"internal/agent/client": {"internal/agent/agentpb", "internal/transport"},
 		// Guest side: never a host package.
 		"internal/agent":     {"internal/agent/agentpb", "internal/transport", "internal/tarfs", "internal/headtail"},
 		"internal/guestinit": {"internal/guestabi", "internal/tarfs"},
@@ -39,7 +43,7 @@ func TestPackageRules(t *testing.T) {
 		"internal/vmm/fake": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi"},
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/rootfs", "internal/image"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs", "internal/headtail"},
+		"":        {"internal/vmm", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs", "internal/headtail", "internal/netstack"},
 		"codebox": {""},
 		"interp":  {"codebox"},
 	}

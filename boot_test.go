@@ -3,7 +3,6 @@ package airlock_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -254,51 +253,5 @@ func TestMoreVCPUsThanHostCPUsWarns(t *testing.T) {
 	defer mu.Unlock()
 	if w := strings.Join(warnings, "\n"); !strings.Contains(w, strconv.Itoa(runtime.NumCPU()+1)+" vCPUs but this host has") {
 		t.Fatalf("no vCPU warning in %q", w)
-	}
-}
-
-// TestBoxNetwork: a box with the network enabled reaches a server on the
-// host's loopback (10.0.2.2 under QEMU user networking), has loopback up
-// and resolves names through QEMU's DNS. The airlock kernel configures eth0
-// itself (ip= on its command line); other kernels leave it to the agent.
-func TestBoxNetwork(t *testing.T) {
-	vmtest.Require(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("hello from the host\n"))
-			c.Close()
-		}
-	}()
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	r, _ := openBoot(t, airlock.Options{})
-	ctx := context.Background()
-	b, err := r.Create(ctx, airlock.BoxOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Remove(ctx, true)
-	res := exec(t, b, airlock.ExecOptions{}, "python3", "-c", `
-import socket
-s = socket.create_connection(("10.0.2.2", `+port+`), timeout=10)
-print(s.makefile().readline().strip())
-lo = socket.create_server(("127.0.0.1", 0))
-socket.create_connection(lo.getsockname(), timeout=5).close()
-print("loopback ok")
-print(open("/etc/resolv.conf").read().strip())
-`)
-	out := string(res.Stdout)
-	for _, want := range []string{"hello from the host\n", "loopback ok\n", "nameserver 10.0.2.3"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("want %q in stdout %q (stderr %q)", want, out, res.Stderr)
-		}
 	}
 }

@@ -106,7 +106,11 @@ func (b *Box) Info(ctx context.Context) (BoxInfo, error) {
 		return BoxInfo{}, err
 	}
 	_, cfg := b.snapshot()
-	return infoOf(rec, cfg), nil
+	info := infoOf(rec, cfg)
+	if info.State == store.StateRunning {
+		info.Ports = readPorts(b.dir)
+	}
+	return info, nil
 }
 
 // ConsoleLog returns the path of the box's serial console log (kernel and
@@ -130,7 +134,7 @@ func (b *Box) lock(ctx context.Context) (func(), error) {
 func (b *Box) vmSpec(rec *store.Box, cfg boxConfig) vmm.Spec {
 	o := cfg.Options
 	return vmm.Spec{ID: b.id, Dir: b.dir, CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskSizeMiB: o.DiskSizeMiB,
-		Network: o.Network != NetworkDisabled, Hostname: hostname(rec, cfg), Volumes: b.r.vmVolumes(o.Volumes)}
+		Net: b.netSpec(cfg), Hostname: hostname(rec, cfg), Volumes: b.r.vmVolumes(o.Volumes)}
 }
 
 // machine is the recorded boot of rec (it may have ended).
@@ -210,13 +214,25 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 	}
 	spec := b.vmSpec(rec, cfg)
 	spec.Images, spec.Image = b.r.images, img
+	// The network helper starts while the machine does: it binds the
+	// published ports, then connects to the machine's network socket.
+	nh, err := b.startNet(cfg)
+	if err != nil {
+		return err
+	}
 	m, err := start(ctx, spec)
 	if err != nil {
+		b.stopNet()
 		return fmt.Errorf("box %s: %w", b.id, err)
+	}
+	if err := b.waitNet(ctx, nh); err != nil {
+		m.Kill()
+		return err
 	}
 	h, now := m.Handle(), time.Now()
 	if err := b.r.db.SetRunning(ctx, b.id, h.PID, h.Start, now); err != nil {
 		m.Kill()
+		b.stopNet()
 		return fmt.Errorf("box %s: record it running: %w", b.id, err)
 	}
 	up := *rec
@@ -230,6 +246,7 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 	defer cancel()
 	if _, err := b.client(cctx); err != nil {
 		m.Kill()
+		b.stopNet()
 		b.r.db.SetStopped(context.WithoutCancel(ctx), b.id)
 		var de *DiedError
 		if errors.As(err, &de) {
@@ -479,6 +496,7 @@ func (b *Box) stopLocked(ctx context.Context, grace time.Duration) error {
 		}
 	}
 	b.dropConn()
+	b.stopNet()
 	if err := b.r.db.SetStopped(ctx, b.id); err != nil {
 		return fmt.Errorf("box %s: record it stopped: %w", b.id, err)
 	}
@@ -540,6 +558,7 @@ func (b *Box) remove(ctx context.Context, force bool) error {
 			return fmt.Errorf("box %s: %w", b.id, err)
 		}
 	}
+	b.stopNet()
 	b.dropConn()
 	if err := b.r.db.Delete(ctx, b.id); err != nil {
 		return fmt.Errorf("box %s: delete its record: %w", b.id, err)

@@ -30,6 +30,12 @@ func (o Options) withDefaults() Options {
 	if o.THP == "" {
 		o.THP = defaults.THP()
 	}
+	if o.NetHelper == "" {
+		o.NetHelper = defaults.NetHelper()
+	}
+	if o.DNSUpstream == "" {
+		o.DNSUpstream = defaults.DNSUpstream()
+	}
 	if !o.Debug {
 		o.Debug = defaults.Debug()
 	}

@@ -442,3 +442,116 @@ func TestStoreErrorsKeepTheirCause(t *testing.T) {
 		t.Fatalf("store error from Info: %v", err)
 	}
 }
+
+// TestNetHelperFollowsTheMachine runs a box's network helper on the fake
+// driver (a NIC socket with no guest behind it: no traffic, but the same
+// lifecycle as under QEMU): it binds the published port and answers on its
+// control socket while the machine runs, and goes with Stop, with the
+// machine's death, with Open's reconcile of an orphan, and with Remove.
+func TestNetHelperFollowsTheMachine(t *testing.T) {
+	h := fakeHarness(t)
+	home := t.TempDir()
+	r := h.open(t, home)
+	ctx := context.Background()
+	b, err := r.Create(ctx, airlock.BoxOptions{Image: h.image, Ports: []airlock.PortMapping{{GuestPort: 8000}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Remove(ctx, true)
+	helper := func() int {
+		raw, err := os.ReadFile(filepath.Join(home, "boxes", b.ID(), "net.pid"))
+		if err != nil {
+			return 0
+		}
+		var pid int
+		fmt.Sscan(string(raw), &pid)
+		if pid <= 0 || syscall.Kill(pid, 0) != nil {
+			return 0
+		}
+		return pid
+	}
+	gone := func(pid int) bool {
+		for i := 0; i < 100; i++ {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err != nil || strings.Contains(string(b), ") Z ") {
+				return true
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return false
+	}
+	hp := helper()
+	if hp == 0 {
+		t.Fatal("no network helper runs for the box")
+	}
+	ports, err := b.Ports(ctx)
+	if err != nil || len(ports) != 1 || ports[0].HostPort == 0 || ports[0].GuestPort != 8000 {
+		t.Fatalf("published ports: %+v %v", ports, err)
+	}
+	if _, err := b.NetworkStats(ctx); err != nil {
+		t.Errorf("network stats: %v", err)
+	}
+	if err := b.SetNetwork(ctx, airlock.NetworkPolicy{AllowNet: []string{"pypi.org"}}); err != nil {
+		t.Fatalf("set network of a running box: %v", err)
+	}
+	if info, _ := b.Info(ctx); info.Options.Network != airlock.NetworkAllowlist || len(info.Options.Ports) != 1 {
+		t.Errorf("stored options after SetNetwork: %+v", info.Options)
+	}
+	if err := b.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !gone(hp) {
+		t.Fatalf("helper %d still runs after Stop", hp)
+	}
+	if ports, _ := b.Ports(ctx); ports != nil {
+		t.Errorf("ports of a stopped box: %+v", ports)
+	}
+
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hp = helper()
+	info, _ := b.Info(ctx)
+	syscall.Kill(info.PID, syscall.SIGKILL)
+	if hp == 0 || !gone(hp) {
+		t.Fatalf("helper %d: not there, or still there after the machine was killed", hp)
+	}
+
+	// An orphan (stopped, so that it cannot notice its machine go) is
+	// killed by the next Open.
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hp = helper()
+	syscall.Kill(hp, syscall.SIGSTOP)
+	info, _ = b.Info(ctx)
+	syscall.Kill(info.PID, syscall.SIGKILL)
+	pidGone := time.Now().Add(5 * time.Second)
+	for vmmAlive(info.PID) && time.Now().Before(pidGone) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !vmmAlive(hp) {
+		t.Fatal("the stopped helper went before any reconcile")
+	}
+	h.open(t, home)
+	if !gone(hp) {
+		syscall.Kill(hp, syscall.SIGKILL)
+		t.Fatalf("orphan helper %d survived Open's reconcile", hp)
+	}
+
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hp = helper()
+	if err := b.Remove(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if hp == 0 || !gone(hp) {
+		t.Fatalf("helper %d: not there, or still there after Remove", hp)
+	}
+}
+
+// vmmAlive reports whether pid runs (a zombie does not).
+func vmmAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !strings.Contains(string(b), ") Z ")
+}

@@ -59,11 +59,11 @@ func TestStateV0Migrates(t *testing.T) {
 		byID[bi.ID] = bi
 	}
 	web, anon, crashed := byID["a1b2c3d4e5f6"], byID["0a0b0c0d0e0f"], byID["ffeeddccbbaa"]
-	if web.Name != "web" || web.State != "stopped" || web.Options.Network != airlock.NetworkEnabled ||
+	if web.Name != "web" || web.State != "stopped" || web.Options.Network != airlock.NetworkPublic ||
 		web.Options.User != "nobody" || web.Options.WorkingDir != "/tmp" || len(web.Options.Env) != 1 {
 		t.Errorf("web: %+v", web)
 	}
-	if anon.Name != "" || anon.State != "created" || anon.Options.Network != airlock.NetworkDisabled ||
+	if anon.Name != "" || anon.State != "created" || anon.Options.Network != airlock.NetworkNone ||
 		anon.Options.CPUs != 2 || anon.Options.MemoryMiB != 256 {
 		t.Errorf("unnamed box: %+v", anon)
 	}

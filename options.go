@@ -5,16 +5,6 @@ import (
 	"time"
 )
 
-// Network modes for BoxOptions.Network.
-const (
-	// NetworkEnabled gives the box full outbound network access through
-	// QEMU user-mode networking (NAT through the host, like the seed
-	// documents' default). Inbound connections are not possible.
-	NetworkEnabled = "enabled"
-	// NetworkDisabled gives the box no network interface at all.
-	NetworkDisabled = "disabled"
-)
-
 // Defaults for BoxOptions fields left zero.
 const (
 	DefaultImage       = "python:slim"
@@ -24,7 +14,8 @@ const (
 )
 
 // BoxOptions describe a box. The zero value is a python:slim box with
-// 1 vCPU, 512 MiB of RAM, a 4 GiB writable layer and network enabled.
+// 1 vCPU, 512 MiB of RAM, a 4 GiB writable layer and network mode
+// NetworkPublic (the internet, but not the host or private ranges).
 type BoxOptions struct {
 	// Image is an image reference in Docker syntax ("python:slim",
 	// "localhost:5000/img@sha256:..."); default DefaultImage. It is taken
@@ -51,7 +42,9 @@ type BoxOptions struct {
 	// AutoRemove removes the box (VM, writable layer, record) when it is
 	// stopped or closed.
 	AutoRemove bool
-	// Network is NetworkEnabled (default) or NetworkDisabled.
+	// Network is NetworkPublic (the default; NetworkEnabled is its old
+	// name), NetworkAllowlist (the default when AllowNet is set) or
+	// NetworkNone (no network device; NetworkDisabled is its old name).
 	Network string
 	// Volumes are host directories and named volumes attached to the box
 	// (see Volume).
@@ -66,6 +59,15 @@ type BoxOptions struct {
 	// (left zero, or equal to the snapshot's); Env, WorkingDir and User
 	// default to the snapshot's box's. See docs/snapshots.md.
 	FromSnapshot string
+	// AllowNet lists what a NetworkAllowlist box may reach (see
+	// NetworkPolicy.AllowNet).
+	AllowNet []string `json:",omitempty"`
+	// AllowHostPorts are ports of the host's 127.0.0.1 the box may reach
+	// as host.airlock.internal:PORT; nothing else of the host is reachable.
+	AllowHostPorts []int `json:",omitempty"`
+	// Ports are published: the host listens on them at each start and
+	// forwards connections into the box. A host port in use fails Start.
+	Ports []PortMapping `json:",omitempty"`
 }
 
 // ExecOptions tune one Exec. Env, User and WorkingDir override the box's

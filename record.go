@@ -42,7 +42,12 @@ type boxRecord struct {
 	WorkingDir  string   `json:"workdir,omitempty"`
 	User        string   `json:"user,omitempty"`
 	AutoRemove  bool     `json:"auto_remove,omitempty"`
-	Network     string   `json:"network"` // netPublic or netNone
+	Network     string   `json:"network"` // netPublic, netAllowlist or netNone
+	// The network policy (optional fields, added in version 1 without a
+	// bump: records without them have none).
+	AllowNet       []string     `json:"allow_net,omitempty"`
+	AllowHostPorts []int        `json:"allow_host_ports,omitempty"`
+	Ports          []portRecord `json:"ports,omitempty"`
 	// Hostname is BoxOptions.Hostname (optional: "" for records before
 	// it, which take the name or id).
 	Hostname    string      `json:"hostname,omitempty"`
@@ -63,6 +68,30 @@ type volumeRecord struct {
 	ReadOnly bool   `json:"ro,omitempty"`
 }
 
+// portRecord is the stored form of a PortMapping.
+type portRecord struct {
+	HostIP    string `json:"host_ip,omitempty"`
+	HostPort  int    `json:"host_port"`
+	GuestPort int    `json:"guest_port"`
+	Protocol  string `json:"protocol,omitempty"`
+}
+
+func portRecords(ps []PortMapping) []portRecord {
+	var out []portRecord
+	for _, p := range ps {
+		out = append(out, portRecord{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Protocol})
+	}
+	return out
+}
+
+func portMappings(ps []portRecord) []PortMapping {
+	var out []PortMapping
+	for _, p := range ps {
+		out = append(out, PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Protocol})
+	}
+	return out
+}
+
 type imageRecord struct {
 	Env        []string          `json:"env,omitempty"`
 	WorkingDir string            `json:"workdir,omitempty"`
@@ -75,15 +104,19 @@ type imageRecord struct {
 // Stored network modes. Records before version 1 said "enabled" and
 // "disabled".
 const (
-	netPublic = "public"
-	netNone   = "none"
+	netPublic    = "public"
+	netAllowlist = "allowlist"
+	netNone      = "none"
 )
 
-// storedNetwork maps BoxOptions.Network to its stored name.
+// storedNetwork maps BoxOptions.Network (checked: checkNetwork) to its
+// stored name.
 func storedNetwork(opt string) string {
 	switch opt {
-	case NetworkDisabled, netNone:
+	case NetworkDisabled, NetworkNone:
 		return netNone
+	case NetworkAllowlist:
+		return netAllowlist
 	}
 	return netPublic
 }
@@ -93,9 +126,11 @@ func storedNetwork(opt string) string {
 func optionNetwork(stored string) (string, error) {
 	switch stored {
 	case netPublic, "enabled", "":
-		return NetworkEnabled, nil
+		return NetworkPublic, nil
+	case netAllowlist:
+		return NetworkAllowlist, nil
 	case netNone, "disabled":
-		return NetworkDisabled, nil
+		return NetworkNone, nil
 	}
 	return "", fmt.Errorf("unknown network mode %q", stored)
 }
@@ -104,7 +139,7 @@ func encodeConfig(c boxConfig) []byte {
 	o, ic := c.Options, c.Image
 	r := boxRecord{Version: recordVersion, Image: o.Image, Name: o.Name, CPUs: o.CPUs, MemoryMiB: o.MemoryMiB,
 		DiskSizeMiB: o.DiskSizeMiB, Env: o.Env, WorkingDir: o.WorkingDir, User: o.User, AutoRemove: o.AutoRemove,
-		Network: storedNetwork(o.Network), Hostname: o.Hostname,
+		Network: storedNetwork(o.Network), AllowNet: o.AllowNet, AllowHostPorts: o.AllowHostPorts, Ports: portRecords(o.Ports), Hostname: o.Hostname,
 		ImageConfig: imageRecord{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
 		OwnerPID: c.OwnerPID, OwnerStart: c.OwnerStart, FromSnapshot: o.FromSnapshot}
@@ -130,6 +165,10 @@ type recordV0 struct {
 		AutoRemove                   bool
 		Network                      string
 		Hostname                     string // written by development builds only
+		// The network branch's fields, stored before versions too.
+		AllowNet       []string
+		AllowHostPorts []int
+		Ports          []portRecord
 	} `json:"options"`
 	Image struct {
 		Env             []string
@@ -160,7 +199,7 @@ func decodeRecord(raw []byte) (boxRecord, error) {
 		oo, oi := o.Options, o.Image
 		return boxRecord{Version: recordVersion, Image: oo.Image, Name: oo.Name, CPUs: oo.CPUs, MemoryMiB: oo.MemoryMiB,
 			DiskSizeMiB: oo.DiskSizeMiB, Env: oo.Env, WorkingDir: oo.WorkingDir, User: oo.User, AutoRemove: oo.AutoRemove,
-			Network: storedNetwork(mustNetwork(oo.Network)), Hostname: oo.Hostname,
+			Network: storedNetwork(mustNetwork(oo.Network)), AllowNet: oo.AllowNet, AllowHostPorts: oo.AllowHostPorts, Ports: oo.Ports, Hostname: oo.Hostname,
 			ImageConfig: imageRecord{Env: oi.Env, WorkingDir: oi.WorkingDir, User: oi.User, Entrypoint: oi.Entrypoint,
 				Cmd: oi.Cmd, Labels: oi.Labels},
 			OwnerPID: o.OwnerPID, OwnerStart: o.OwnerStart}, nil
@@ -177,7 +216,7 @@ func decodeRecord(raw []byte) (boxRecord, error) {
 func mustNetwork(stored string) string {
 	n, err := optionNetwork(stored)
 	if err != nil {
-		return NetworkEnabled
+		return NetworkPublic
 	}
 	return n
 }
@@ -209,6 +248,7 @@ func (r boxRecord) config() (boxConfig, error) {
 	return boxConfig{
 		Options: BoxOptions{Image: r.Image, Name: r.Name, CPUs: r.CPUs, MemoryMiB: r.MemoryMiB, DiskSizeMiB: r.DiskSizeMiB,
 			Env: r.Env, WorkingDir: r.WorkingDir, User: r.User, AutoRemove: r.AutoRemove, Network: n, Hostname: r.Hostname, Volumes: vols,
+			AllowNet: r.AllowNet, AllowHostPorts: r.AllowHostPorts, Ports: portMappings(r.Ports),
 			FromSnapshot: r.FromSnapshot},
 		Image: image.ImageConfig{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},

@@ -12,7 +12,7 @@ import (
 func TestRecordRoundTrip(t *testing.T) {
 	c := boxConfig{
 		Options: BoxOptions{Image: "python:slim", Name: "n", CPUs: 2, MemoryMiB: 300, DiskSizeMiB: 100, Env: []string{"A=1"},
-			WorkingDir: "/w", User: "u", AutoRemove: true, Network: NetworkDisabled, Hostname: "h-1"},
+			WorkingDir: "/w", User: "u", AutoRemove: true, Network: NetworkNone, Hostname: "h-1"},
 		Image:    image.ImageConfig{Env: []string{"PATH=/bin"}, WorkingDir: "/x", User: "1", Entrypoint: []string{"e"}, Cmd: []string{"c"}, Labels: map[string]string{"k": "v"}},
 		OwnerPID: 7, OwnerStart: 9,
 	}
@@ -32,15 +32,57 @@ func TestRecordV0(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Options.Network != NetworkDisabled || !c.Options.AutoRemove || c.OwnerPID != 5 || c.Image.Cmd[0] != "sh" || c.Options.MemoryMiB != 512 {
+	if c.Options.Network != NetworkNone || !c.Options.AutoRemove || c.OwnerPID != 5 || c.Image.Cmd[0] != "sh" || c.Options.MemoryMiB != 512 {
 		t.Fatalf("%+v", c)
 	}
 	up, err := upgradeConfig([]byte(v0))
 	if err != nil || !strings.Contains(string(up), `"network":"none"`) || !strings.Contains(string(up), `"v":1`) {
 		t.Fatalf("upgraded: %s %v", up, err)
 	}
-	if c, _ := decodeConfig(&store.Box{ID: "x", Config: []byte(`{"options":{"Network":"enabled"}}`)}); c.Options.Network != NetworkEnabled {
+	if c, _ := decodeConfig(&store.Box{ID: "x", Config: []byte(`{"options":{"Network":"enabled"}}`)}); c.Options.Network != NetworkPublic {
 		t.Fatalf("enabled: %+v", c.Options)
+	}
+	// Records the network branch stored before versions carry its policy.
+	v0net := `{"options":{"Image":"a","Network":"allowlist","AllowNet":["pypi.org"],"AllowHostPorts":[8080],"Ports":[{"host_port":80,"guest_port":8000,"protocol":"tcp"}]}}`
+	c, err = decodeConfig(&store.Box{ID: "x", Config: []byte(v0net)})
+	want := BoxOptions{Image: "a", Network: NetworkAllowlist, AllowNet: []string{"pypi.org"}, AllowHostPorts: []int{8080},
+		Ports: []PortMapping{{HostPort: 80, GuestPort: 8000, Protocol: "tcp"}}}
+	if err != nil || !reflect.DeepEqual(c.Options, want) {
+		t.Fatalf("network policy of a version 0 record: %+v %v", c.Options, err)
+	}
+}
+
+// TestRecordKeepsEveryOption: a BoxOptions field missing from boxRecord
+// would be dropped when the box is stored; this fills every field.
+func TestRecordKeepsEveryOption(t *testing.T) {
+	var o BoxOptions
+	fill(t, reflect.ValueOf(&o).Elem(), "f")
+	o.Network = NetworkAllowlist // one of the modes
+	c := boxConfig{Options: o}
+	got, err := decodeConfig(&store.Box{ID: "x", Config: encodeConfig(c)})
+	if err != nil || !reflect.DeepEqual(got.Options, o) {
+		t.Fatalf("stored and read back:\n got %+v %v\nwant %+v", got.Options, err, o)
+	}
+}
+
+// fill sets v and everything in it to non-zero values.
+func fill(t *testing.T, v reflect.Value, name string) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("v-" + name)
+	case reflect.Int, reflect.Int64:
+		v.SetInt(int64(len(name)))
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		fill(t, v.Index(0), name+"0")
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			fill(t, v.Field(i), name+v.Type().Field(i).Name)
+		}
+	default:
+		t.Fatalf("fill: field %s of kind %s: extend fill", name, v.Kind())
 	}
 }
 

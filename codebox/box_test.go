@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -41,6 +42,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	helper, err := vmtest.BuildNetHelper(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("AIRLOCK_NET_HELPER", helper)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -82,7 +89,8 @@ func hostRelease(t *testing.T) string {
 func TestCodeBox(t *testing.T) {
 	vmtest.Require(t)
 	idx := newIndex(t)
-	cb := newCodeBox(t, codebox.Options{Timeout: 8 * time.Second, InterruptGrace: 3 * time.Second, IndexURL: idx.guestURL})
+	cb := newCodeBox(t, codebox.Options{Timeout: 8 * time.Second, InterruptGrace: 3 * time.Second, IndexURL: idx.guestURL,
+		BoxOptions: airlock.BoxOptions{AllowHostPorts: []int{idx.port}}})
 	ctx := context.Background()
 
 	t.Run("run", func(t *testing.T) {
@@ -315,6 +323,7 @@ df["y"].sum()`)
 // wheel built by the test.
 type index struct {
 	guestURL string
+	port     int // on the host's 127.0.0.1
 	mu       sync.Mutex
 	paths    []string
 }
@@ -358,8 +367,10 @@ func newIndex(t *testing.T) *index {
 	}))
 	t.Cleanup(srv.Close)
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
-	// QEMU user networking maps 10.0.2.2 to the host's loopback.
-	idx.guestURL = "http://10.0.2.2:" + port + "/simple/"
+	// The box reaches the host's 127.0.0.1:PORT as host.airlock.internal
+	// once AllowHostPorts opens PORT.
+	idx.guestURL = "http://" + airlock.HostName + ":" + port + "/simple/"
+	idx.port, _ = strconv.Atoi(port)
 	return idx
 }
 

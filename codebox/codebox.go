@@ -62,9 +62,11 @@ type Options struct {
 	Python string
 	// IndexURL is pip's --index-url for InstallPackage(s), e.g. a PEP 503
 	// simple index. Empty means pip's default (PyPI, which needs network).
-	// An http:// index is also passed as --trusted-host. The guest reaches
-	// the host's loopback as 10.0.2.2 (QEMU user networking), so a server
-	// on the host's 127.0.0.1:8080 is http://10.0.2.2:8080/simple/ here.
+	// An http:// index is also passed as --trusted-host. A server on the
+	// host's 127.0.0.1:8080 is http://host.airlock.internal:8080/simple/
+	// here, once BoxOptions.AllowHostPorts opens port 8080 (boxes reach
+	// nothing else of the host). Under a NetworkAllowlist, PyPI needs
+	// AllowNet: []string{"pypi.org:443", "files.pythonhosted.org:443"}.
 	IndexURL string
 	// MaxOutput bounds each of stdout and stderr kept by Run, RunScript
 	// and InstallPackages, in bytes (airlock.ExecOptions.MaxOutput: 0 means

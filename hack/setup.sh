@@ -46,14 +46,16 @@ if ! command -v go >/dev/null; then
 fi
 command -v go >/dev/null || { echo "Go 1.26 or newer is required (https://go.dev/dl/); Debian's golang package is too old" >&2; exit 1; }
 
-log "building bin/airlock and the guest agent bin/airlock-agent"
+log "building bin/airlock, the guest agent bin/airlock-agent and the network helper bin/airlock-net"
 mkdir -p bin
 go build -trimpath -o bin/airlock ./cmd/airlock
 CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/airlock-agent ./cmd/airlock-agent
+CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o bin/airlock-net ./cmd/airlock-net
 if [ "$(id -u)" = 0 ]; then
-	log "linking /usr/local/bin/airlock and airlock-agent to $ROOT/bin"
+	log "linking /usr/local/bin/airlock, airlock-agent and airlock-net to $ROOT/bin"
 	ln -sf "$ROOT/bin/airlock" /usr/local/bin/airlock
 	ln -sf "$ROOT/bin/airlock-agent" /usr/local/bin/airlock-agent
+	ln -sf "$ROOT/bin/airlock-net" /usr/local/bin/airlock-net
 	AIRLOCK=/usr/local/bin/airlock
 else
 	AIRLOCK=$ROOT/bin/airlock

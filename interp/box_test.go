@@ -45,6 +45,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	helper, err := vmtest.BuildNetHelper(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv("AIRLOCK_NET_HELPER", helper)
 	testHome = dir
 	code := m.Run()
 	if box != nil {

@@ -29,6 +29,15 @@ const (
 	MainLog  = "main.log"
 	MainSpec = "main.json"
 	MainDone = "main.done"
+
+	// The network helper (cmd/airlock-net) of a box with a network.
+	NetPID     = "net.pid"          // its pid and start time
+	NetConfig  = "net.json"         // its configuration
+	NetStderr  = "net-helper.log"   // its own errors
+	NetLog     = "network.log"      // denied attempts
+	NetPorts   = "ports.json"       // published ports as bound at this start
+	NetSock    = "net.sock"         // the machine's NIC listens here, the helper connects
+	NetControl = "net-control.sock" // policy changes, counters
 )
 
 // AgentSock is the unix socket of the agent's i-th virtio-serial port.

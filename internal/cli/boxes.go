@@ -25,7 +25,7 @@ killed", "VM died: CAUSE", "Stopped" (airlock stop).
 --format json prints one JSON object per box; a Go template prints one line
 per box: --format '{{.ID}} {{.Status}}'; 'table {{.ID}}\t{{.Name}}' adds a
 header. Fields: ID, Name, Image, State, Status, Reason, ExitCode, CPUs,
-Memory, Created, Started.`,
+Memory, Created, Started, Ports.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := openRuntime(cmd)
@@ -51,6 +51,7 @@ Memory, Created, Started.`,
 				{"CPUS", func(b boxRow) string { return fmt.Sprint(b.CPUs) }},
 				{"MEMORY", func(b boxRow) string { return b.Memory }},
 				{"CREATED", func(b boxRow) string { return humanDuration(time.Since(b.Created)) + " ago" }},
+				{"PORTS", func(b boxRow) string { return b.Ports }},
 			})
 		},
 	}

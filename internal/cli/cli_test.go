@@ -158,7 +158,7 @@ func TestCLIFlagErrors(t *testing.T) {
 func TestCLICreateExecStopStartRm(t *testing.T) {
 	vmtest.Require(t)
 	c := cli{t, t.TempDir()}
-	out, errs, code := c.run("create", "--name", "keep", "--network", "disabled", "python:slim")
+	out, errs, code := c.run("create", "--name", "keep", "--network", "none", "python:slim")
 	id := strings.TrimSpace(out)
 	if code != 0 || len(id) != 12 {
 		t.Fatalf("create: code %d stdout %q stderr %q", code, out, errs)
@@ -217,7 +217,7 @@ func TestCLIDoctor(t *testing.T) {
 func TestCLIRunKilledLeavesNoVM(t *testing.T) {
 	vmtest.Require(t)
 	c := cli{t, t.TempDir()}
-	cmd := exec.Command(airlockBin, "run", "--rm", "--network", "disabled", "python:slim", "sh", "-c", "echo up; sleep 600")
+	cmd := exec.Command(airlockBin, "run", "--rm", "python:slim", "sh", "-c", "echo up; sleep 600")
 	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+c.home, "AIRLOCK_IMAGES="+vmtest.ImagesDir())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -233,6 +233,9 @@ func TestCLIRunKilledLeavesNoVM(t *testing.T) {
 	if q := qemuOf(c.home); len(q) != 1 {
 		t.Fatalf("want one QEMU while running, got %v", q)
 	}
+	if h := netHelpersOf(c.home); len(h) != 1 {
+		t.Fatalf("want one network helper while running, got %v", h)
+	}
 	cmd.Process.Kill() // SIGKILL: no chance to clean up
 	cmd.Wait()
 	// The next airlock command removes the orphaned --rm box.
@@ -242,4 +245,23 @@ func TestCLIRunKilledLeavesNoVM(t *testing.T) {
 	if q := qemuOf(c.home); len(q) != 0 {
 		t.Fatalf("QEMU of a killed run --rm survived: %v", q)
 	}
+	for i := 0; len(netHelpersOf(c.home)) != 0; i++ {
+		if i > 100 {
+			t.Fatalf("network helper of a killed run --rm survived: %v", netHelpersOf(c.home))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// netHelpersOf lists network helper processes of boxes under home.
+func netHelpersOf(home string) []string {
+	out, _ := exec.Command("pgrep", "-f", "airlock-net "+home).Output()
+	var pids []string
+	for _, p := range strings.Fields(string(out)) {
+		st, _ := os.ReadFile("/proc/" + p + "/stat")
+		if len(st) > 0 && !strings.Contains(string(st), ") Z ") {
+			pids = append(pids, p)
+		}
+	}
+	return pids
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-run/airlock/internal/assets"
 	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/netstack"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
 )
 
@@ -69,6 +70,11 @@ func newDoctorCmd() *cobra.Command {
 				bad("agent", err.Error(), "use the static agent hack/setup.sh builds (bin/airlock-agent); unset AIRLOCK_AGENT if it points elsewhere")
 			} else {
 				ok("agent", p)
+			}
+			if p, err := netstack.FindHelper(); err != nil {
+				bad("network helper", err.Error(), "run hack/setup.sh, or build it: CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o $(dirname $(which airlock))/airlock-net ./cmd/airlock-net (boxes with --network none need none)")
+			} else {
+				ok("network helper", p)
 			}
 			for _, tool := range []string{"mkfs.erofs", "mkfs.ext4"} {
 				if _, err := exec.LookPath(tool); err != nil {

@@ -214,7 +214,7 @@ func tailLines(text string, n int) string {
 }
 
 func newLogsCmd() *cobra.Command {
-	var console, follow, timestamps bool
+	var console, network, follow, timestamps bool
 	var tail int
 	var since string
 	cmd := &cobra.Command{
@@ -245,6 +245,9 @@ starts from the last N lines; --since 10m (or a time) skips older lines.`,
 			if console {
 				return consoleLogs(cmd, b, tail, follow)
 			}
+			if network {
+				return printNetworkLog(cmd.OutOrStdout(), b)
+			}
 			dir := boxDir(b)
 			if _, err := os.Stat(filepath.Join(dir, fileMainLog)); err != nil {
 				fmt.Fprintf(cmd.ErrOrStderr(), "airlock: box %s has no main command output (it was created without a command); its console: airlock logs --console %s\n", b.ID(), args[0])
@@ -260,6 +263,7 @@ starts from the last N lines; --since 10m (or a time) skips older lines.`,
 	}
 	fl := cmd.Flags()
 	fl.BoolVar(&console, "console", false, "print the guest console (kernel and agent messages) instead")
+	fl.BoolVar(&network, "network", false, "print the box's log of denied network attempts instead (time, protocol, destination, reason)")
 	fl.BoolVarP(&follow, "follow", "f", false, "keep printing new output until the main command ends")
 	fl.IntVarP(&tail, "tail", "n", -1, "print only the last N lines")
 	fl.StringVar(&since, "since", "", "print only lines newer than this: a duration (10m) or a time (RFC 3339)")

@@ -21,7 +21,7 @@ type boxFlags struct {
 	cpus     int
 	memory   string
 	diskSize string
-	network  string
+	net      netFlags
 	rm       bool
 	volumes  []string
 	hostname string
@@ -40,8 +40,8 @@ func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
 	fl.StringVar(&f.diskSize, "disk-size", "", fmt.Sprintf("size of the writable layer: 8g, 512m; a bare number is MiB (default %d MiB)", airlock.DefaultDiskSizeMiB))
 	fl.StringVar(&f.hostname, "hostname", "", "host name inside the box (default: the box name, else its id)")
 	fl.StringArrayVar(&f.envFiles, "env-file", nil, "read environment variables from a file (KEY=VALUE lines; # comments), repeatable")
-	fl.StringVar(&f.network, "network", airlock.NetworkEnabled, "network access: enabled (outbound through the host) or disabled")
 	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "attach a volume: HOSTDIR:BOXDIR[:ro|rw] (a host directory, shared live) or NAME:BOXDIR[:ro|rw] (a named volume), repeatable")
+	f.net.add(cmd, true)
 	if withRm {
 		fl.BoolVar(&f.rm, "rm", false, "remove the box when the command exits")
 	}
@@ -68,10 +68,6 @@ func (f *boxFlags) options(cmd *cobra.Command, image string) (airlock.BoxOptions
 		}
 		vols = append(vols, v)
 	}
-	network := f.network
-	if f.from != "" && !cmd.Flags().Changed("network") {
-		network = "" // the snapshot's
-	}
 	mem, err := sizeFlag("memory", f.memory)
 	if err != nil {
 		return airlock.BoxOptions{}, err
@@ -83,11 +79,18 @@ func (f *boxFlags) options(cmd *cobra.Command, image string) (airlock.BoxOptions
 	if err != nil {
 		return airlock.BoxOptions{}, err
 	}
-	return airlock.BoxOptions{
+	o := airlock.BoxOptions{
 		Image: image, Name: f.name, Env: append(fromFiles, env...), WorkingDir: f.workdir, User: f.user,
-		CPUs: f.cpus, MemoryMiB: mem, DiskSizeMiB: disk, Network: network, AutoRemove: f.rm, Hostname: f.hostname,
+		CPUs: f.cpus, MemoryMiB: mem, DiskSizeMiB: disk, AutoRemove: f.rm, Hostname: f.hostname,
 		Volumes: vols, FromSnapshot: f.from,
-	}, nil
+	}
+	if err := f.net.apply(&o); err != nil {
+		return airlock.BoxOptions{}, err
+	}
+	if f.from != "" && !cmd.Flags().Changed("network") {
+		o.Network = "" // the snapshot's
+	}
+	return o, nil
 }
 
 // envFlags turns -e values into KEY=VALUE entries, as the Docker CLI does:

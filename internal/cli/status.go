@@ -21,11 +21,13 @@ type boxRow struct {
 	Memory  string // "512 MiB"
 	Created time.Time
 	Started time.Time `json:",omitempty"`
+	Ports   string    `json:",omitempty"` // published ports: "127.0.0.1:8080->80/tcp"
 }
 
 func rowOf(r *airlock.Runtime, b airlock.BoxInfo) boxRow {
 	row := boxRow{ID: b.ID, Name: b.Name, Image: b.Image, State: b.State, CPUs: b.Options.CPUs,
-		Memory: fmt.Sprintf("%d MiB", b.Options.MemoryMiB), Created: b.Created, Started: b.Started}
+		Memory: fmt.Sprintf("%d MiB", b.Options.MemoryMiB), Created: b.Created, Started: b.Started,
+		Ports: formatPorts(b.Ports)}
 	e, ok := r.ExitState(b)
 	if ok {
 		row.Reason, row.Exit = e.Reason, e.ExitCode

@@ -14,6 +14,10 @@
 //
 // Without $HOME (and without the AIRLOCK_* variable) Home and Cache are ""
 // rather than a directory under /tmp; airlock.Open then says what to set.
+//
+//	AIRLOCK_NET_HELPER    network helper binary  default: airlock-net beside the executable, or on PATH
+//	AIRLOCK_DNS_UPSTREAM  boxes' DNS resolver    default: the host's first nameserver (/etc/resolv.conf)
+//	AIRLOCK_NET_TEST_INTERNET  tests only: a /24 the network helper reaches on 127.0.0.0/24
 package defaults
 
 import (
@@ -89,3 +93,20 @@ func Socket() string { return os.Getenv("AIRLOCK_SOCKET") }
 // Token returns $AIRLOCK_TOKEN: the bearer token of `airlock serve`'s TCP
 // listeners ("" = the one stored in the home).
 func Token() string { return os.Getenv("AIRLOCK_TOKEN") }
+
+// Names of the network helper's environment variables.
+const (
+	NetHelperEnv       = "AIRLOCK_NET_HELPER"
+	DNSUpstreamEnv     = "AIRLOCK_DNS_UPSTREAM"
+	NetTestInternetEnv = "AIRLOCK_NET_TEST_INTERNET"
+)
+
+// NetHelper returns $AIRLOCK_NET_HELPER.
+func NetHelper() string { return os.Getenv(NetHelperEnv) }
+
+// DNSUpstream returns $AIRLOCK_DNS_UPSTREAM.
+func DNSUpstream() string { return os.Getenv(DNSUpstreamEnv) }
+
+// NetTestInternet returns $AIRLOCK_NET_TEST_INTERNET, a test-only setting
+// (see netstack.TestInternetEnv).
+func NetTestInternet() string { return os.Getenv(NetTestInternetEnv) }

@@ -315,6 +315,12 @@ func (d *DB) SetStoppedIfPID(ctx context.Context, id string, pid int) error {
 	return writeErr(err)
 }
 
+// SetConfig replaces a box's stored configuration (JSON).
+func (d *DB) SetConfig(ctx context.Context, id string, config []byte) error {
+	_, err := d.db.ExecContext(ctx, `UPDATE boxes SET config = ? WHERE id = ?`, string(config), id)
+	return err
+}
+
 // Delete removes a record.
 func (d *DB) Delete(ctx context.Context, id string) error {
 	_, err := d.db.ExecContext(ctx, `DELETE FROM boxes WHERE id = ?`, id)

@@ -40,8 +40,8 @@ type Spec struct {
 	CPUs        int // vCPUs
 	MemoryMiB   int // guest RAM
 	DiskSizeMiB int // writable layer size
-	// Network gives the guest outbound network access; false: no NIC.
-	Network  bool
+	// Net is the guest's network interface; nil: it has none.
+	Net      *NetSpec
 	Hostname string // the guest's hostname
 
 	// Images and Image are where the root filesystem comes from.
@@ -67,6 +67,26 @@ type Volume struct {
 	Disk     string
 	Target   string // mount point in the box
 	ReadOnly bool
+}
+
+// NetSpec is a machine's network interface: a NIC whose Ethernet frames
+// go over a unix stream socket to a user-mode network stack on the host
+// (airlock's network helper, cmd/airlock-net, which the lifecycle code
+// starts and stops with the machine and which enforces the box's network
+// policy). The driver only carries frames; it knows nothing of the policy.
+// A driver that cannot give a machine a NIC returns ErrNotSupported from
+// Create and Start for a Spec with one.
+type NetSpec struct {
+	// Socket is the unix socket the machine listens on for the network
+	// stack to connect to (QEMU: -netdev stream, server=on); frames go as a
+	// 4-byte big-endian length and the frame. The NIC has no link until
+	// the stack connects. "" gives the driver's own user-mode network
+	// instead (QEMU's slirp, which reaches the host's loopback): only the
+	// network benchmark compares against it.
+	Socket string
+	// MTU, when non-zero, is the MTU the NIC advertises to the guest
+	// (virtio-net host_mtu), which the guest's driver adopts.
+	MTU int
 }
 
 // Handle identifies a running machine across processes: the pid of the

@@ -35,9 +35,25 @@ func BuildAgent(dir string) (string, error) {
 	return out, nil
 }
 
+// BuildNetHelper compiles cmd/airlock-net, the network helper boxes with a
+// network run, into dir and returns its path.
+func BuildNetHelper(dir string) (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	out := filepath.Join(dir, "airlock-net")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./cmd/airlock-net")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build network helper: %v\n%s", err, b)
+	}
+	return out, nil
+}
+
 // Main is a TestMain for packages with VM tests: it builds the guest agent
-// into a temporary directory, points AIRLOCK_AGENT at it, runs the tests and
-// cleans up. It returns the exit code for os.Exit.
+// and the network helper into a temporary directory, points AIRLOCK_AGENT
+// and AIRLOCK_NET_HELPER at them, runs the tests and cleans up. It returns
+// the exit code for os.Exit.
 func Main(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "airlock-test-")
 	if err != nil {
@@ -51,6 +67,12 @@ func Main(m *testing.M) int {
 		return 1
 	}
 	os.Setenv("AIRLOCK_AGENT", agent)
+	helper, err := BuildNetHelper(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	os.Setenv("AIRLOCK_NET_HELPER", helper)
 	return m.Run()
 }
 

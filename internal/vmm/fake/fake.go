@@ -8,7 +8,11 @@
 // process it started, as a VM's end does.
 //
 // What it does not fake: disks (a box's files are the host's), network
-// modes, hostnames, guest kernels. It is for testing the lifecycle code in
+// traffic, hostnames, guest kernels. A Spec with Net gets a NIC with no
+// guest behind it: the agent process holds a listening socket at
+// Net.Socket, so that the network stack connects and ends with the machine
+// as it does with QEMU, but no frame ever crosses it; where it may (root)
+// the agent runs in a network namespace of its own, without any network. It is for testing the lifecycle code in
 // package airlock (create, start, stop, remove, reconnect, a machine dying
 // under a pending exec, reconciling records after a crash) in milliseconds.
 package fake
@@ -58,6 +62,25 @@ func (d *Driver) Create(ctx context.Context, spec vmm.Spec) error {
 	return nil
 }
 
+// nicSocket listens on spec.Net.Socket, for the agent process to hold
+// (nil without a NIC).
+func nicSocket(spec vmm.Spec) (*os.File, error) {
+	if spec.Net == nil {
+		return nil, nil
+	}
+	if spec.Net.Socket == "" {
+		return nil, fmt.Errorf("fake driver: the driver's own user-mode network: %w", vmm.ErrNotSupported)
+	}
+	os.Remove(spec.Net.Socket)
+	l, err := net.Listen("unix", spec.Net.Socket)
+	if err != nil {
+		return nil, fmt.Errorf("fake driver: network socket: %w", err)
+	}
+	defer l.Close()
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	return l.(*net.UnixListener).File()
+}
+
 // Start runs the agent, detached (its own session), with its output in the
 // box's console log.
 func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
@@ -74,6 +97,13 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 		return nil, err
 	}
 	defer console.Close()
+	nic, err := nicSocket(spec)
+	if err != nil {
+		return nil, err
+	}
+	if nic != nil {
+		defer nic.Close()
+	}
 	start := func(flags uintptr) (*exec.Cmd, error) {
 		cmd := exec.Command(d.Agent)
 		cmd.Env = append(os.Environ(), guestabi.HostListenEnv+"=unix:"+sock)
@@ -81,10 +111,13 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 			cmd.Env = append(cmd.Env, guestabi.HostTestWedgeExecEnv+"=1")
 		}
 		cmd.Stdout, cmd.Stderr = console, console
+		if nic != nil {
+			cmd.ExtraFiles = []*os.File{nic}
+		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: flags}
 		return cmd, cmd.Start()
 	}
-	cmd, err := start(unix.CLONE_NEWPID)
+	cmd, err := start(unix.CLONE_NEWPID | unix.CLONE_NEWNET)
 	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) {
 		cmd, err = start(0) // not root: processes may outlive the agent
 	}

@@ -271,6 +271,9 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 		os.Remove(f)
 	}
 	os.WriteFile(qc.ConsoleLog, nil, 0o600)
+	// The network stack (spec.Net) dials qc.NetSocket until QEMU listens
+	// on it. (A retry below after a vsock CID clash, one in 2^31, would
+	// leave a stack that connected to the failed QEMU without a peer.)
 	pid, err := Launch(ctx, qc)
 	for try := 0; try < 5 && IsCIDInUse(err); try++ {
 		qc = d.config(spec, boot, base, randomCID())
@@ -308,7 +311,7 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 	}
 	p.Hostname, p.Ports, p.Debug = spec.Hostname, agentPorts, d.o.Debug
 	p.TestWedgeExec = d.o.TestWedgeExec
-	if spec.Network {
+	if spec.Net != nil {
 		p.Net = guestabi.NetUser
 		p.KernelIP = boot.kernel.IPConfig
 	}
@@ -347,10 +350,26 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 		QMPSocket:    boxdir.SockPath(spec.Dir, spec.ID, boxdir.QMP),
 		ConsoleLog:   filepath.Join(spec.Dir, boxdir.Console),
 		PIDFile:      filepath.Join(spec.Dir, boxdir.PID),
-		Network:      spec.Network,
+		Network:      spec.Net != nil,
+		NetSocket:    netSocket(spec),
+		NetMTU:       netMTU(spec),
 		THP:          boot.thp,
 		KernelSpan:   boot.kernelSpan,
 	}
+}
+
+func netSocket(spec vmm.Spec) string {
+	if spec.Net == nil {
+		return ""
+	}
+	return spec.Net.Socket
+}
+
+func netMTU(spec vmm.Spec) int {
+	if spec.Net == nil {
+		return 0
+	}
+	return spec.Net.MTU
 }
 
 // randomCID returns a vsock guest CID (3 and up; 0-2 are reserved).

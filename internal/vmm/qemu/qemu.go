@@ -51,9 +51,19 @@ type Config struct {
 	// VsockCID, when non-zero, attaches a vhost-vsock device with this
 	// guest CID (needs /dev/vhost-vsock on the host; see VsockAvailable).
 	VsockCID uint32
-	// Network attaches a virtio-net NIC on QEMU user-mode networking (full
-	// outbound access through the host); false = no NIC at all.
+	// Network attaches a virtio-net NIC; false = no NIC at all. Its
+	// backend is NetSocket, or QEMU user-mode networking (slirp: full
+	// outbound access through the host, the host's loopback included) when
+	// NetSocket is "" (only benchmarks compare against it).
 	Network bool
+	// NetSocket is the unix socket on which QEMU listens (-netdev stream,
+	// server=on) for a user-mode network stack, airlock's network helper,
+	// to connect: frames go as a 4-byte big-endian length and the Ethernet
+	// frame. The NIC has no link until then.
+	NetSocket string
+	// NetMTU, when non-zero, is the MTU the NIC advertises to the guest
+	// (virtio-net host_mtu), which the guest's driver adopts.
+	NetMTU int
 	// THP says where QEMU may use transparent huge pages (THPAll, the
 	// zero value, THPCode or THPNone).
 	THP THPMode
@@ -156,7 +166,14 @@ func (c Config) Args() []string {
 		"-object", "rng-random,id=rng0,filename=/dev/urandom",
 		"-device", "virtio-rng-device,rng=rng0",
 	)
-	if c.Network {
+	if c.Network && c.NetSocket != "" {
+		dev := "virtio-net-device,netdev=net0"
+		if c.NetMTU > 0 {
+			dev += ",host_mtu=" + strconv.Itoa(c.NetMTU)
+		}
+		a = append(a, "-netdev", "stream,id=net0,server=on,addr.type=unix,addr.path="+escapeComma(c.NetSocket),
+			"-device", dev)
+	} else if c.Network {
 		a = append(a, "-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0")
 	}
 	if c.VsockCID != 0 {

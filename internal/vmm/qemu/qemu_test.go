@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/airlock-run/airlock/internal/vmm"
 )
 
 func TestArgsDescribeTheBox(t *testing.T) {
@@ -50,6 +52,11 @@ func TestArgsDescribeTheBox(t *testing.T) {
 	c.NoACPI = true
 	if a = strings.Join(c.Args(), " "); !strings.Contains(a, "-M microvm,acpi=off ") {
 		t.Errorf("NoACPI args: %s", a)
+	}
+	c.NetSocket, c.NetMTU = "/box/net,1.sock", 65520
+	a = strings.Join(c.Args(), " ")
+	if !strings.Contains(a, "-netdev stream,id=net0,server=on,addr.type=unix,addr.path=/box/net,,1.sock -device virtio-net-device,netdev=net0,host_mtu=65520") || strings.Contains(a, "-netdev user") {
+		t.Errorf("network helper args: %s", a)
 	}
 }
 
@@ -200,5 +207,24 @@ func TestReadaheadCoversTheDisk(t *testing.T) {
 		if got != c.want || int64(2*got) < c.size {
 			t.Errorf("readaheadFor(%d) = %d, want %d", c.size, got, c.want)
 		}
+	}
+}
+
+// TestSpecNetBecomesTheNIC: the driver turns vmm.Spec.Net into the NIC on
+// the helper's socket (with its MTU) and the guest's network parameter; no
+// Net, no NIC.
+func TestSpecNetBecomesTheNIC(t *testing.T) {
+	d := New(Options{})
+	boot := &bootAssets{accel: AccelChoice{Accel: AccelTCG}}
+	spec := vmm.Spec{ID: "0123456789ab", Dir: t.TempDir(), CPUs: 1, MemoryMiB: 128,
+		Net: &vmm.NetSpec{Socket: "/b/net.sock", MTU: 65520}}
+	c := d.config(spec, boot, "/base", 0)
+	if !c.Network || c.NetSocket != "/b/net.sock" || c.NetMTU != 65520 || !strings.Contains(c.Cmdline, "airlock.net=") {
+		t.Errorf("with Net: %+v", c)
+	}
+	spec.Net = nil
+	c = d.config(spec, boot, "/base", 0)
+	if c.Network || c.NetSocket != "" || strings.Contains(c.Cmdline, "airlock.net=") || strings.Contains(strings.Join(c.Args(), " "), "-netdev") {
+		t.Errorf("without Net: %+v", c)
 	}
 }

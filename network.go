@@ -1,0 +1,423 @@
+package airlock
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gofrs/flock"
+
+	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/netstack"
+	"github.com/airlock-run/airlock/internal/store"
+	"github.com/airlock-run/airlock/internal/vmm"
+)
+
+// Network modes for BoxOptions.Network.
+const (
+	// NetworkPublic (the default) lets the box reach the internet through
+	// airlock's own user-mode network stack, which runs on the host in a
+	// helper process per running box (airlock-net). Always denied: the
+	// host's loopback and its own addresses, private ranges (RFC 1918,
+	// CGNAT 100.64/10, IPv6 ULA), link-local addresses (169.254/16, cloud
+	// metadata), multicast and broadcast, and the box's gateway except for
+	// DNS and the ports AllowHostPorts opens. Names that resolve to those
+	// ranges are refused (DNS rebinding). The box has no IPv6 and cannot
+	// be reached from outside except through Ports.
+	NetworkPublic = "public"
+	// NetworkAllowlist lets the box reach only what AllowNet lists: only
+	// listed names resolve (others get NXDOMAIN, and the query never leaves
+	// the host), connections go only to addresses a listed name resolved
+	// to or to listed IPs/CIDRs, and DNS to any other server is refused.
+	NetworkAllowlist = "allowlist"
+	// NetworkNone gives the box no network interface at all.
+	NetworkNone = "none"
+
+	// NetworkEnabled is the former name of NetworkPublic, still accepted.
+	NetworkEnabled = "enabled"
+	// NetworkDisabled is the former name of NetworkNone, still accepted.
+	NetworkDisabled = "disabled"
+)
+
+// HostName is the name under which a box reaches the host ports that
+// BoxOptions.AllowHostPorts opens (host.airlock.internal).
+const HostName = netstack.HostName
+
+// PortMapping is a published port: connections to HostIP:HostPort on the
+// host reach the box's GuestPort.
+type PortMapping struct {
+	// HostIP is the host address to listen on (default 127.0.0.1).
+	HostIP string `json:"host_ip,omitempty"`
+	// HostPort is the host port; 0 picks a free one at each start (see
+	// Box.Ports for the one bound).
+	HostPort int `json:"host_port"`
+	// GuestPort is the port in the box (1-65535).
+	GuestPort int `json:"guest_port"`
+	// Protocol is "tcp" (default) or "udp".
+	Protocol string `json:"protocol,omitempty"`
+}
+
+// String returns the mapping in the syntax ParsePortMapping reads.
+func (p PortMapping) String() string {
+	proto := p.Protocol
+	if proto == "" {
+		proto = "tcp"
+	}
+	ip := p.HostIP
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
+	return net.JoinHostPort(ip, strconv.Itoa(p.HostPort)) + ":" + strconv.Itoa(p.GuestPort) + "/" + proto
+}
+
+// ParsePortMapping parses a published port in Docker's -p syntax:
+// [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|/udp].
+func ParsePortMapping(s string) (PortMapping, error) {
+	p, err := netstack.ParsePublish(s)
+	if err != nil {
+		return PortMapping{}, err
+	}
+	return PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Proto}, nil
+}
+
+// NetworkPolicy is what a box may reach; see Box.SetNetwork.
+type NetworkPolicy struct {
+	// Mode is NetworkPublic, NetworkAllowlist or NetworkNone; "" means
+	// NetworkAllowlist when AllowNet is set, else NetworkPublic.
+	Mode string
+	// AllowNet lists the destinations of NetworkAllowlist: names
+	// ("api.example.com"; "*.example.com" for any name below example.com),
+	// IPs and CIDRs ("203.0.113.7", "203.0.113.0/24"), each with an
+	// optional ":PORT". A listed IP or CIDR within a private range (RFC
+	// 1918, CGNAT, ULA) opens that part of it; the host's loopback,
+	// link-local addresses and the box's own network cannot be listed.
+	AllowNet []string
+	// AllowHostPorts are ports of the host's 127.0.0.1 the box may reach,
+	// as HostName:PORT (in public and allowlist mode).
+	AllowHostPorts []int
+}
+
+// netMode returns the canonical mode of a stored or given mode.
+func netMode(mode string, allow []string) string {
+	switch mode {
+	case "":
+		if len(allow) > 0 {
+			return NetworkAllowlist
+		}
+		return NetworkPublic
+	case NetworkEnabled:
+		return NetworkPublic
+	case NetworkDisabled:
+		return NetworkNone
+	}
+	return mode
+}
+
+// checkNetwork fills in and checks the network fields of opts.
+func checkNetwork(opts *BoxOptions) error {
+	opts.Network = netMode(opts.Network, opts.AllowNet)
+	switch opts.Network {
+	case NetworkNone:
+		if len(opts.AllowNet) > 0 {
+			return fmt.Errorf("allow-net entries need network mode %q, not %q", NetworkAllowlist, NetworkNone)
+		}
+		if len(opts.AllowHostPorts) > 0 {
+			return fmt.Errorf("allow-host-port needs a network: not with network mode %q", NetworkNone)
+		}
+		if len(opts.Ports) > 0 {
+			return fmt.Errorf("published ports (-p) need a network: not with network mode %q", NetworkNone)
+		}
+		return nil
+	case NetworkPublic, NetworkAllowlist:
+	default:
+		return fmt.Errorf("network %q: want %q (default), %q or %q", opts.Network, NetworkPublic, NetworkAllowlist, NetworkNone)
+	}
+	if err := policyOf(opts.Network, opts.AllowNet, opts.AllowHostPorts).Validate(); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for i, p := range opts.Ports {
+		if p.Protocol == "" {
+			p.Protocol = "tcp"
+		}
+		if p.HostIP == "" {
+			p.HostIP = "127.0.0.1"
+		}
+		if _, err := netstack.ParsePublish(p.String()); err != nil {
+			return err
+		}
+		opts.Ports[i] = p
+		if k := p.HostIP + ":" + strconv.Itoa(p.HostPort) + "/" + p.Protocol; p.HostPort != 0 && seen[k] {
+			return fmt.Errorf("published port %s given twice", k)
+		} else {
+			seen[k] = true
+		}
+	}
+	return nil
+}
+
+func policyOf(mode string, allow []string, hostPorts []int) netstack.Policy {
+	if mode == NetworkNone {
+		// A running box switched to none: its NIC stays, reaching nothing.
+		return netstack.Policy{Mode: netstack.ModeAllowlist}
+	}
+	return netstack.Policy{Mode: mode, Allow: allow, HostPorts: hostPorts}
+}
+
+// hasNetwork reports whether a box of configuration cfg gets a NIC.
+func hasNetwork(cfg boxConfig) bool {
+	o := cfg.Options
+	return netMode(o.Network, o.AllowNet) != NetworkNone
+}
+
+// slirpForBench, set only by the network benchmark, gives boxes QEMU's
+// user-mode networking (slirp) instead of the helper, to compare the two.
+// It is not a user option: slirp lets a box reach the host's loopback.
+var slirpForBench atomic.Bool
+
+// sockPath is where the box's unix socket name lives (see boxdir.SockPath).
+func (b *Box) sockPath(name string) string { return boxdir.SockPath(b.dir, b.id, name) }
+
+// netSpec is the NIC of a box of configuration cfg (nil: none): a socket
+// its machine listens on and its network helper connects to.
+func (b *Box) netSpec(cfg boxConfig) *vmm.NetSpec {
+	if !hasNetwork(cfg) {
+		return nil
+	}
+	if slirpForBench.Load() {
+		return &vmm.NetSpec{}
+	}
+	return &vmm.NetSpec{Socket: b.sockPath(boxdir.NetSock), MTU: netstack.MTU}
+}
+
+// startNet launches the box's network helper (when it has a network),
+// before its QEMU: the helper binds the published ports and then connects
+// to QEMU's network socket once QEMU has made it, while QEMU starts. waitNet
+// waits for it.
+func (b *Box) startNet(cfg boxConfig) (h *netstack.Helper, err error) {
+	b.stopNet()
+	os.Remove(filepath.Join(b.dir, boxdir.NetPorts))
+	if !hasNetwork(cfg) || slirpForBench.Load() {
+		return nil, nil
+	}
+	bin := b.r.opts.NetHelper
+	if bin == "" {
+		if bin, err = netstack.FindHelper(); err != nil {
+			return nil, err
+		}
+	}
+	o := cfg.Options
+	hc := netstack.HelperConfig{
+		Policy:        policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts),
+		Upstream:      b.r.opts.DNSUpstream,
+		NetSocket:     b.sockPath(boxdir.NetSock),
+		ControlSocket: b.sockPath(boxdir.NetControl),
+		Log:           filepath.Join(b.dir, boxdir.NetLog),
+	}
+	for _, p := range o.Ports {
+		hc.Publish = append(hc.Publish, netstack.Publish{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Proto: p.Protocol})
+	}
+	os.Remove(hc.NetSocket)
+	h, err = netstack.LaunchHelper(bin, filepath.Join(b.dir, boxdir.NetConfig), filepath.Join(b.dir, boxdir.NetStderr), hc)
+	if err != nil {
+		return nil, fmt.Errorf("box %s network: %w", b.id, err)
+	}
+	os.WriteFile(filepath.Join(b.dir, boxdir.NetPID), []byte(fmt.Sprintf("%d %d\n", h.Pid(), vmm.StartTime(h.Pid()))), 0o600)
+	return h, nil
+}
+
+// waitNet waits until the helper h (nil: none) serves the box, and records
+// the published ports as bound.
+func (b *Box) waitNet(ctx context.Context, h *netstack.Helper) error {
+	if h == nil {
+		return nil
+	}
+	pub, err := h.Wait(ctx)
+	if err != nil {
+		b.stopNet()
+		return fmt.Errorf("box %s network: %w", b.id, err)
+	}
+	var ports []PortMapping
+	for _, p := range pub {
+		ports = append(ports, PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Proto})
+	}
+	raw, _ := json.Marshal(ports)
+	return os.WriteFile(filepath.Join(b.dir, boxdir.NetPorts), raw, 0o600)
+}
+
+// stopNet kills the box's network helper, if one runs.
+func (b *Box) stopNet() { stopNetIn(b.dir) }
+
+func stopNetIn(dir string) {
+	h, ok := netHelper(dir)
+	if !ok {
+		return
+	}
+	if h.Alive() {
+		syscall.Kill(h.PID, syscall.SIGTERM)
+		deadline := time.Now().Add(time.Second)
+		for h.Alive() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		vmm.Kill(h)
+	}
+	os.Remove(filepath.Join(dir, boxdir.NetPID))
+}
+
+// netHelper returns the recorded network helper of the box in dir (ok:
+// one was recorded; it may have ended since).
+func netHelper(dir string) (h vmm.Handle, ok bool) {
+	raw, err := os.ReadFile(filepath.Join(dir, boxdir.NetPID))
+	if err != nil {
+		return vmm.Handle{}, false
+	}
+	if _, err := fmt.Sscan(string(raw), &h.PID, &h.Start); err != nil || h.PID <= 0 {
+		return vmm.Handle{}, false
+	}
+	return h, true
+}
+
+// netHelperPID reports the pid of the box's network helper and whether it
+// runs (for tests and diagnostics).
+func netHelperPID(dir string) (int, bool) {
+	h, ok := netHelper(dir)
+	return h.PID, ok && h.Alive()
+}
+
+// Ports returns the box's published ports as bound by its current start
+// (a HostPort of 0 replaced by the port picked); nil when it publishes
+// none or is not running.
+func (b *Box) Ports(ctx context.Context) ([]PortMapping, error) {
+	info, err := b.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if info.State != store.StateRunning {
+		return nil, nil
+	}
+	return readPorts(b.dir), nil
+}
+
+func readPorts(dir string) []PortMapping {
+	raw, err := os.ReadFile(filepath.Join(dir, boxdir.NetPorts))
+	if err != nil {
+		return nil
+	}
+	var ports []PortMapping
+	json.Unmarshal(raw, &ports)
+	return ports
+}
+
+// NetworkLog returns the path of the box's log of denied network attempts
+// (one line each: time, protocol, destination, reason; kept under 1 MiB,
+// the previous generation in NetworkLog()+".1").
+func (b *Box) NetworkLog() string { return filepath.Join(b.dir, boxdir.NetLog) }
+
+// NetworkStats are a box's network counters since its last start.
+type NetworkStats struct {
+	// BytesOut and BytesIn are TCP and UDP payload bytes the box sent and
+	// received (through NAT and published ports).
+	BytesOut, BytesIn uint64
+	// Denied counts refused connections, UDP flows, pings and DNS queries.
+	Denied uint64
+	// Connections counts TCP connections and UDP flows opened.
+	Connections uint64
+	// DNSQueries counts queries the box's resolver answered.
+	DNSQueries uint64
+}
+
+// NetworkStats returns the counters of a running box's network. It
+// returns ErrBoxNotRunning for a stopped box and an error for a box with
+// network mode none.
+func (b *Box) NetworkStats(ctx context.Context) (NetworkStats, error) {
+	resp, err := b.netCall(ctx, netstack.Request{Op: "stats"})
+	if err != nil {
+		return NetworkStats{}, err
+	}
+	s := resp.Stats
+	return NetworkStats{BytesOut: s.BytesOut, BytesIn: s.BytesIn, Denied: s.Denied, Connections: s.Connections, DNSQueries: s.DNSQueries}, nil
+}
+
+func (b *Box) netCall(ctx context.Context, req netstack.Request) (netstack.Response, error) {
+	info, err := b.Info(ctx)
+	if err != nil {
+		return netstack.Response{}, err
+	}
+	if info.State != store.StateRunning {
+		return netstack.Response{}, fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
+	}
+	if _, cfg := b.snapshot(); !hasNetwork(cfg) {
+		return netstack.Response{}, fmt.Errorf("box %s has no network (mode %s)", b.id, NetworkNone)
+	}
+	return netstack.Call(ctx, b.sockPath(boxdir.NetControl), req)
+}
+
+// SetNetwork changes the box's network policy, in its record (for later
+// starts) and, when it runs, at once: connections it has open to
+// destinations the new policy denies are closed. A box created with
+// NetworkNone has no network device: it gets one only at its next start.
+// Switching a running box to NetworkNone denies everything until it is
+// restarted without a device.
+func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
+	p.Mode = netMode(p.Mode, p.AllowNet)
+	o := BoxOptions{Network: p.Mode, AllowNet: p.AllowNet, AllowHostPorts: p.AllowHostPorts}
+	unlock, err := b.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, err := b.load(ctx)
+	if err != nil {
+		return err
+	}
+	_, cur := b.snapshot()
+	o.Ports = cur.Options.Ports
+	if err := checkNetwork(&o); err != nil {
+		return err
+	}
+	// The NIC of this boot is there when its helper runs.
+	_, nic := netHelperPID(b.dir)
+	if running(rec) && !nic && o.Network != NetworkNone {
+		return fmt.Errorf("box %s was started without a network device: stop it, then set its network and start it again", b.id)
+	}
+	if running(rec) && nic {
+		pol := policyOf(o.Network, o.AllowNet, o.AllowHostPorts)
+		if _, err := netstack.Call(ctx, b.sockPath(boxdir.NetControl), netstack.Request{Op: "policy", Policy: &pol}); err != nil {
+			return fmt.Errorf("box %s: set network policy: %w", b.id, err)
+		}
+	}
+	cur.Options.Network, cur.Options.AllowNet, cur.Options.AllowHostPorts = o.Network, o.AllowNet, o.AllowHostPorts
+	raw := encodeConfig(cur)
+	if err := b.r.db.SetConfig(ctx, b.id, raw); err != nil {
+		return fmt.Errorf("box %s: record its network: %w", b.id, err)
+	}
+	up := *rec
+	up.Config = raw
+	return b.refresh(&up)
+}
+
+// reconcileNet kills the network helper of a box whose QEMU is gone,
+// unless someone holds the box's lock (a Start in progress: its helper runs
+// before its QEMU does).
+func reconcileNet(home string, rec *store.Box) {
+	if running(rec) {
+		return
+	}
+	dir := filepath.Join(home, "boxes", rec.ID)
+	if _, err := os.Stat(filepath.Join(dir, boxdir.NetPID)); err != nil {
+		return
+	}
+	fl := flock.New(filepath.Join(dir, boxdir.Lock))
+	if ok, err := fl.TryLock(); err != nil || !ok {
+		return
+	}
+	defer fl.Unlock()
+	stopNetIn(dir)
+}
