@@ -213,6 +213,9 @@ func (b *Box) startNet(cfg boxConfig) (h *netstack.Helper, err error) {
 			return nil, err
 		}
 	}
+	if err := boxdir.PrepareSockDir(b.dir, b.id, boxdir.NetSock, boxdir.NetControl); err != nil {
+		return nil, err
+	}
 	o := cfg.Options
 	hc := netstack.HelperConfig{
 		Policy:        policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts),
