@@ -207,6 +207,9 @@ func (b *Box) Start(ctx context.Context) error {
 		b.r.warn(fmt.Sprintf("airlock: warning: box %s has %d vCPUs but this host has %d CPUs: under TCG each vCPU is a host thread, so more vCPUs than host CPUs make the box slower, not faster", b.id, b.cfg.Options.CPUs, n))
 	}
 	qc := b.vmConfig(boot, base, cid)
+	if err := b.confine(&qc); err != nil {
+		return fmt.Errorf("box %s: %w", b.id, err)
+	}
 	for _, f := range append(qc.AgentSockets, qc.QMPSocket, qc.PIDFile, filepath.Join(b.dir, fileCID)) {
 		os.Remove(f)
 	}
@@ -214,9 +217,12 @@ func (b *Box) Start(ctx context.Context) error {
 	pid, err := qemu.Launch(ctx, qc)
 	for try := 0; try < 5 && qemu.IsCIDInUse(err); try++ {
 		qc = b.vmConfig(boot, base, randomCID())
-		pid, err = qemu.Launch(ctx, qc)
+		if err = b.confine(&qc); err == nil {
+			pid, err = qemu.Launch(ctx, qc)
+		}
 	}
 	if err != nil {
+		b.vmGone()
 		return fmt.Errorf("box %s: %w", b.id, err)
 	}
 	if qc.VsockCID != 0 {
@@ -237,6 +243,7 @@ func (b *Box) Start(ctx context.Context) error {
 	defer cancel()
 	if _, err := b.client(cctx); err != nil {
 		qemu.Kill(pid, start)
+		b.vmGone()
 		b.r.db.SetStopped(context.WithoutCancel(ctx), b.id)
 		var de *DiedError
 		if errors.As(err, &de) {
@@ -362,6 +369,7 @@ func (b *Box) watchVM(pid int) {
 		b.dropConnLocked()
 		b.vmExit, b.watchPID = nil, 0
 		b.mu.Unlock()
+		b.vmGone()
 		b.r.db.SetStoppedIfPID(context.Background(), b.id, pid)
 	}()
 }
@@ -495,7 +503,7 @@ func (b *Box) dialVsock(ctx context.Context) (c *client.Client, ok bool) {
 	if err != nil || cid == 0 {
 		return nil, false
 	}
-	c, err = client.Dial(ctx, func(ctx context.Context) (net.Conn, error) {
+	c, err = client.DialAuth(ctx, b.boxSecret(), func(ctx context.Context) (net.Conn, error) {
 		return vsock.Dial(uint32(cid), vsockPort, nil)
 	})
 	return c, err == nil
@@ -529,7 +537,7 @@ func (b *Box) dialAgent(ctx context.Context) (*client.Client, error) {
 		}
 	}
 	sock := b.sockPath(agentSock(port))
-	c, err := client.Dial(ctx, func(ctx context.Context) (net.Conn, error) {
+	c, err := client.DialAuth(ctx, b.boxSecret(), func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
 	})
@@ -614,6 +622,7 @@ func (b *Box) stopLocked(ctx context.Context) error {
 		}
 	}
 	b.dropConn()
+	b.vmGone()
 	return b.r.db.SetStopped(ctx, b.id)
 }
 
@@ -670,6 +679,7 @@ func (b *Box) remove(ctx context.Context, force bool) error {
 			return err
 		}
 	}
+	b.vmGone()
 	b.dropConn()
 	if err := b.r.db.Delete(ctx, b.id); err != nil {
 		return err

@@ -17,7 +17,13 @@ type Client struct {
 // NewClient performs the host handshake on conn (giving up at deadline) and
 // starts yamux. Closing the Client closes conn.
 func NewClient(conn net.Conn, deadline time.Time) (*Client, error) {
-	ver, err := HostHandshake(conn, deadline)
+	return NewClientAuth(conn, deadline, nil)
+}
+
+// NewClientAuth is NewClient proving knowledge of the box secret in the
+// handshake (see HostHandshakeAuth).
+func NewClientAuth(conn net.Conn, deadline time.Time, secret []byte) (*Client, error) {
+	ver, err := HostHandshakeAuth(conn, deadline, secret)
 	if err != nil {
 		conn.Close()
 		return nil, err

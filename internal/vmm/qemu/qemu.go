@@ -74,6 +74,13 @@ type Config struct {
 	// host core instead of 2.7%). Kernels without those options (Debian's)
 	// boot with ACPI.
 	NoACPI bool
+	// Secret, when set, is given to the guest on the virtio-serial port
+	// SecretPort (through a socket pair QEMU inherits: it appears in no
+	// command line and no file another user can read). The agent then
+	// serves only hosts that prove they know it (transport handshake).
+	Secret []byte
+	// Jail says how QEMU is confined (see Jail); the zero value confines.
+	Jail Jail
 }
 
 // PortPrefix starts the names of the agent's virtio-serial ports.
@@ -82,8 +89,38 @@ const PortPrefix = "airlock.agent."
 // PortName returns the name of the agent's i-th virtio-serial port.
 func PortName(i int) string { return PortPrefix + strconv.Itoa(i) }
 
-// Args returns QEMU's arguments for c (without the binary).
+// Args returns QEMU's arguments for c (without the binary) when QEMU is
+// not confined (Jail.Off): host paths, -daemonize.
 func (c Config) Args() []string {
+	refs := argRefs{kernel: c.Kernel, initrd: c.Initrd,
+		console: "path=" + escapeComma(c.ConsoleLog),
+		qmp:     []string{"-qmp", "unix:" + c.QMPSocket + ",server=on,wait=off"},
+		tail:    []string{"-pidfile", c.PIDFile, "-daemonize"}}
+	for _, d := range c.Disks {
+		refs.disks = append(refs.disks, escapeComma(d.Path))
+	}
+	for _, sock := range c.AgentSockets {
+		refs.agents = append(refs.agents, "path="+escapeComma(sock)+",server=on,wait=off")
+	}
+	return c.args(refs)
+}
+
+// argRefs says how QEMU's arguments name the files and sockets of a box:
+// host paths, or jail paths and inherited descriptors.
+type argRefs struct {
+	kernel, initrd string
+	disks          []string // -drive file= values
+	console        string   // the console chardev's file options
+	agents         []string // each agent socket chardev's options
+	qmp            []string // the QMP monitor's arguments
+	tail           []string // appended last
+}
+
+// SecretPort is the name of the virtio-serial port on which the guest
+// agent reads the box's per-boot secret (Config.Secret).
+const SecretPort = "airlock.secret"
+
+func (c Config) args(refs argRefs) []string {
 	cpus, mem := c.CPUs, c.MemoryMiB
 	if cpus <= 0 {
 		cpus = 1
@@ -116,16 +153,14 @@ func (c Config) Args() []string {
 		a = append(a, "-accel", "tcg", "-cpu", "max,-erms,-fsrm")
 	}
 	a = append(a,
-		"-kernel", c.Kernel,
+		"-kernel", refs.kernel,
 		"-append", c.Cmdline,
-		"-chardev", "file,id=console,path="+c.ConsoleLog,
+		"-chardev", "file,id=console,"+refs.console,
 		"-serial", "chardev:console",
-		"-qmp", "unix:"+c.QMPSocket+",server=on,wait=off",
-		"-pidfile", c.PIDFile,
-		"-daemonize",
 	)
-	if c.Initrd != "" {
-		a = append(a, "-initrd", c.Initrd)
+	a = append(a, refs.qmp...)
+	if refs.initrd != "" {
+		a = append(a, "-initrd", refs.initrd)
 	}
 	for i, d := range c.Disks {
 		id := "vd" + string(rune('a'+i))
@@ -138,15 +173,26 @@ func (c Config) Args() []string {
 			dev += ",opt_io_size=" + strconv.Itoa(d.OptIOSize)
 		}
 		a = append(a,
-			"-drive", fmt.Sprintf("id=%s,file=%s,format=raw,if=none,readonly=%s,cache=unsafe,discard=unmap", id, escapeComma(d.Path), ro),
+			"-drive", fmt.Sprintf("id=%s,file=%s,format=raw,if=none,readonly=%s,cache=unsafe,discard=unmap", id, refs.disks[i], ro),
 			"-device", dev)
 	}
-	a = append(a, "-device", fmt.Sprintf("virtio-serial-device,max_ports=%d", len(c.AgentSockets)+1))
-	for i, sock := range c.AgentSockets {
+	ports := len(c.AgentSockets) + 1
+	if c.Secret != nil {
+		ports++
+	}
+	a = append(a, "-device", fmt.Sprintf("virtio-serial-device,max_ports=%d", ports))
+	for i := range c.AgentSockets {
 		id := "agent" + strconv.Itoa(i)
 		a = append(a,
-			"-chardev", "socket,id="+id+",path="+escapeComma(sock)+",server=on,wait=off",
+			"-chardev", "socket,id="+id+","+refs.agents[i],
 			"-device", "virtserialport,chardev="+id+",name="+PortName(i))
+	}
+	if c.Secret != nil {
+		// One end of a socket pair that holds the secret and then EOF:
+		// QEMU hands the bytes to the guest when the agent opens the port.
+		a = append(a,
+			"-chardev", "socket,id=secret,fd="+strconv.Itoa(fdSecret),
+			"-device", "virtserialport,chardev=secret,name="+SecretPort)
 	}
 	a = append(a,
 		"-object", "rng-random,id=rng0,filename=/dev/urandom",
@@ -158,7 +204,7 @@ func (c Config) Args() []string {
 	if c.VsockCID != 0 {
 		a = append(a, "-device", fmt.Sprintf("vhost-vsock-device,guest-cid=%d", c.VsockCID))
 	}
-	return a
+	return append(a, refs.tail...)
 }
 
 // VsockAvailable reports whether the host can give guests a vsock device
@@ -318,9 +364,11 @@ func mallocHugePagesEnv(env []string) []string {
 	return out
 }
 
-// Launch starts QEMU for c detached from the caller (QEMU daemonizes after
-// it has created its sockets) and returns its pid. Startup errors carry
-// QEMU's own message.
+// Launch starts QEMU for c detached from the caller (in a session of its
+// own; it outlives the caller) once its sockets exist, and returns its
+// pid. Unless c.Jail.Off, QEMU is confined (see Jail) and is a child of
+// the caller, which reaps it when it exits; otherwise QEMU daemonizes.
+// Startup errors carry QEMU's own message.
 func Launch(ctx context.Context, c Config) (int, error) {
 	bin := c.Binary
 	if bin == "" {
@@ -333,10 +381,27 @@ func Launch(ctx context.Context, c Config) (int, error) {
 	if c.THP == THPCode && c.KernelSpan == (PhysRange{}) {
 		c.KernelSpan = KernelSpan(c.Kernel)
 	}
+	if !c.Jail.Off {
+		return launchJailed(ctx, path, c)
+	}
 	cmd := exec.CommandContext(ctx, path, c.Args()...)
 	var stderr bytes.Buffer
 	cmd.Stdout = &stderr
 	cmd.Stderr = &stderr
+	if c.Secret != nil {
+		sp, peer, err := secretPair(c.Secret)
+		if err != nil {
+			return 0, err
+		}
+		defer sp.Close()
+		defer peer.Close()
+		null, err := os.Open(os.DevNull)
+		if err != nil {
+			return 0, err
+		}
+		defer null.Close()
+		cmd.ExtraFiles = []*os.File{null, sp, peer} // fd 3, fdSecret, fdSecretPeer
+	}
 	start := cmd.Start
 	if c.THP == THPNone {
 		start = func() error { return startWithoutTHP(cmd) }

@@ -1,0 +1,374 @@
+package qemu
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Jail says how Launch confines QEMU (see docs/confinement.md). The zero
+// value confines it as far as the caller's privileges allow.
+//
+// A confined QEMU is started by a launcher stage (this program, re-executed
+// from /proc/self/exe, see RunStage) in new mount, pid, IPC and UTS
+// namespaces (and a new, empty network namespace unless HostNetwork), as in
+// Firecracker's jailer. The stage creates the listening sockets and opens
+// the disks and the console log as the caller, pivots into a read-only
+// tmpfs root that holds only the system's library directories, the kernel
+// and initramfs and a few device nodes, changes to UID/GID when set, sets
+// no_new_privs and execs QEMU with
+// -sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny.
+// QEMU then gets its sockets and files as inherited descriptors and can
+// open no host path but those assets. A migration blocker (an empty qcow
+// v1 drive) makes every `migrate`, the monitor's way to run a command
+// (exec: URIs), fail before anything is spawned; any other attempt to
+// fork or exec kills QEMU (SIGSYS).
+type Jail struct {
+	// Off starts QEMU as before confinement: -daemonize, the caller's
+	// uid, no namespaces, no seccomp filter (AIRLOCK_CONFINE=off; for
+	// benchmarks and debugging).
+	Off bool
+	// UID and GID, when UID is non-zero and the caller is root, are the
+	// ids QEMU runs as; Groups are its supplementary groups (the kvm group
+	// under KVM).
+	UID, GID int
+	Groups   []int
+	// HostNetwork keeps QEMU in the caller's network namespace: QEMU's
+	// user-mode networking (slirp) opens host sockets. Without it QEMU
+	// runs in a network namespace of its own that has only a loopback
+	// device that is down; a network backend that reaches the host over a
+	// unix socket (a stream netdev passed as a descriptor) works there.
+	HostNetwork bool
+	// UserNS runs the stage in a new user namespace that maps only the
+	// caller's uid and gid (how an unprivileged caller gets mount, pid and
+	// network namespaces). Set by Launch when the caller is not root and
+	// user namespaces are allowed (see Protections).
+	UserNS bool
+	// Cgroup, when set, holds QEMU's limits; Launch puts QEMU in it
+	// before QEMU runs.
+	Cgroup *Cgroup
+}
+
+// SandboxArg is QEMU's seccomp filter for a confined QEMU.
+const SandboxArg = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
+
+// stageArg0 and stageEnv mark a re-execution of this program as the
+// launcher stage (both must be present).
+const (
+	stageArg0 = "airlock-qemu-jail"
+	stageEnv  = "AIRLOCK_QEMU_JAIL_STAGE"
+)
+
+// Descriptor numbers in the stage and in QEMU.
+const (
+	fdSpec   = 3 // the stage's spec (a pipe)
+	fdSecret = 4 // the agent secret port's socket, when Config.Secret is set
+	// fdSecretPeer is the other end of fdSecret's socket pair, held open
+	// (see secretPair).
+	fdSecretPeer = 5
+	fdBase       = 10 // first of the sockets and files the stage opens
+)
+
+// Paths inside the jail.
+const (
+	jailKernel  = "/boot/kernel"
+	jailInitrd  = "/boot/initrd"
+	jailNoMig   = "/nomigrate.qcow"
+	jailOldRoot = "/.oldroot"
+)
+
+// stageSpec is what the launcher stage does, sent as JSON on fdSpec.
+type stageSpec struct {
+	QEMU string   // QEMU binary, a host path (visible in the jail)
+	Args []string // QEMU's arguments, naming jail paths and descriptors
+	Env  []string
+	// Root is an empty directory the stage mounts the jail's tmpfs on.
+	Root string
+	// Binds are host paths bound read-only into the jail at the same path
+	// (directories recursively); Files are host files bound read-only at
+	// another path (Src -> Dst).
+	Binds []string
+	Files []bindFile
+	// Devices are device nodes bound at the same path.
+	Devices []string
+	// Listen are unix socket paths the stage binds and listens on, mode
+	// 0600, as descriptors fdBase, fdBase+1, ...; Open are files it opens
+	// (as descriptors after those).
+	Listen []string
+	Open   []openFile
+	UID    int
+	GID    int
+	Groups []int
+	THPOff bool
+}
+
+type bindFile struct{ Src, Dst string }
+
+type openFile struct {
+	Path  string
+	Flags int
+}
+
+// systemDirs are bound read-only into the jail (those that exist): QEMU,
+// its shared libraries, modules and firmware.
+var systemDirs = []string{"/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin", "/etc/ld.so.cache"}
+
+func init() {
+	if len(os.Args) > 0 && os.Args[0] == stageArg0 && os.Getenv(stageEnv) == "1" {
+		runStage()
+	}
+}
+
+// runStage is the launcher stage: it never returns (execs QEMU or exits 1
+// with a message on stderr).
+func runStage() {
+	// no_new_privs is per thread: set it on the thread that execs.
+	runtime.LockOSThread()
+	if err := stage(); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock jail: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(1) // not reached
+}
+
+func stage() error {
+	f := os.NewFile(fdSpec, "spec")
+	var s stageSpec
+	dec := json.NewDecoder(f)
+	if err := dec.Decode(&s); err != nil {
+		return fmt.Errorf("read spec: %w", err)
+	}
+	f.Close()
+	// Sockets and files first, as the caller, with host paths.
+	keep := []int{fdSecret, fdSecretPeer} // the secret's socket pair (or /dev/null)
+	next := fdBase
+	for _, p := range s.Listen {
+		fd, err := listenUnix(p)
+		if err != nil {
+			return err
+		}
+		if err := moveFD(fd, next); err != nil {
+			return err
+		}
+		keep = append(keep, next)
+		next++
+	}
+	for _, o := range s.Open {
+		fd, err := unix.Open(o.Path, o.Flags|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", o.Path, err)
+		}
+		if err := moveFD(fd, next); err != nil {
+			return err
+		}
+		keep = append(keep, next)
+		next++
+	}
+	if s.Root != "" {
+		if err := buildRoot(&s); err != nil {
+			return err
+		}
+	}
+	if s.THPOff {
+		unix.Prctl(unix.PR_SET_THP_DISABLE, 1, 0, 0, 0)
+	}
+	if s.UID != 0 {
+		if err := unix.Setgroups(s.Groups); err != nil {
+			return fmt.Errorf("setgroups: %w", err)
+		}
+		if err := unix.Setresgid(s.GID, s.GID, s.GID); err != nil {
+			return fmt.Errorf("setgid %d: %w", s.GID, err)
+		}
+		if err := unix.Setresuid(s.UID, s.UID, s.UID); err != nil {
+			return fmt.Errorf("setuid %d: %w", s.UID, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	// Every descriptor but stdio and the ones QEMU is told about closes
+	// at exec.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("close_range: %w", err)
+	}
+	for _, fd := range keep {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+			return fmt.Errorf("fd %d: %w", fd, err)
+		}
+	}
+	err := unix.Exec(s.QEMU, append([]string{s.QEMU}, s.Args...), s.Env)
+	return fmt.Errorf("exec %s: %w", s.QEMU, err)
+}
+
+// moveFD makes fd descriptor number to (close-on-exec) and closes fd.
+func moveFD(fd, to int) error {
+	if fd == to {
+		return nil
+	}
+	if err := unix.Dup3(fd, to, unix.O_CLOEXEC); err != nil {
+		return fmt.Errorf("dup %d to %d: %w", fd, to, err)
+	}
+	return unix.Close(fd)
+}
+
+// listenUnix creates a listening unix socket at path that only the caller
+// can connect to (mode 0600, in a directory the caller owns).
+func listenUnix(path string) (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	os.Remove(path)
+	// The umask makes the socket 0600 from the start: no window in which
+	// another user could connect.
+	old := unix.Umask(0o177)
+	err = unix.Bind(fd, &unix.SockaddrUnix{Name: path})
+	unix.Umask(old)
+	if err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("bind %s: %w", path, err)
+	}
+	if err := unix.Listen(fd, 16); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("listen %s: %w", path, err)
+	}
+	return fd, nil
+}
+
+// buildRoot mounts the jail's root on s.Root and pivots into it.
+func buildRoot(s *stageSpec) error {
+	// Nothing mounted here propagates back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	fi, err := os.Lstat(s.Root)
+	if err != nil || !fi.IsDir() {
+		return fmt.Errorf("jail root %s is not a directory", s.Root)
+	}
+	if err := unix.Mount("airlock-jail", s.Root, "tmpfs", unix.MS_NOSUID, "size=1m,mode=0755"); err != nil {
+		return fmt.Errorf("mount jail tmpfs on %s: %w", s.Root, err)
+	}
+	r := s.Root
+	for _, d := range s.Binds {
+		if err := bindInto(r, d, d); err != nil {
+			return err
+		}
+	}
+	for _, f := range s.Files {
+		if err := bindInto(r, f.Src, f.Dst); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(r, "dev"), 0o755); err != nil {
+		return err
+	}
+	for _, d := range s.Devices {
+		if err := bindInto(r, d, d); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(r, jailNoMig), noMigrateQcow(), 0o444); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(r, jailOldRoot), 0o700); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(r, filepath.Join(r, jailOldRoot)); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	if err := unix.Unmount(jailOldRoot, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach the host root: %w", err)
+	}
+	os.Remove(jailOldRoot)
+	// The root itself read-only.
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID, ""); err != nil {
+		return fmt.Errorf("remount jail root read-only: %w", err)
+	}
+	return nil
+}
+
+// bindInto binds host path src read-only at dst under root. A symlink is
+// copied as a symlink (e.g. /lib -> usr/lib); a missing src is skipped.
+func bindInto(root, src, dst string) error {
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return nil
+	}
+	target := filepath.Join(root, dst)
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeSymlink != 0 && src == dst {
+		l, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(l, target)
+	}
+	st, err := os.Stat(src)
+	if err != nil {
+		return nil
+	}
+	if st.IsDir() {
+		err = os.Mkdir(target, 0o755)
+	} else {
+		err = os.WriteFile(target, nil, 0o444)
+	}
+	if err != nil && !os.IsExist(err) {
+		return err
+	}
+	if err := unix.Mount(src, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	// Remounting read-only must keep the flags the source mount has
+	// (a user namespace may not clear them).
+	var sf unix.Statfs_t
+	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID)
+	if unix.Statfs(target, &sf) == nil {
+		for _, m := range []struct{ st, ms uintptr }{
+			{unix.ST_NODEV, unix.MS_NODEV}, {unix.ST_NOEXEC, unix.MS_NOEXEC},
+			{unix.ST_NOATIME, unix.MS_NOATIME}, {unix.ST_NODIRATIME, unix.MS_NODIRATIME}, {unix.ST_RELATIME, unix.MS_RELATIME},
+		} {
+			if uintptr(sf.Flags)&m.st != 0 {
+				flags |= m.ms
+			}
+		}
+	}
+	if err := unix.Mount("", target, "", flags, ""); err != nil {
+		return fmt.Errorf("remount %s read-only: %w", dst, err)
+	}
+	return nil
+}
+
+// noMigrateQcow returns an empty qcow (version 1) image of 512 bytes.
+// QEMU registers a migration blocker for every open qcow v1 node, so with
+// one attached (read-only, to no device) `migrate` fails before it opens
+// its URI: `migrate exec:CMD` cannot run CMD.
+func noMigrateQcow() []byte {
+	b := make([]byte, 560)
+	copy(b, "QFI\xfb")
+	b[7] = 1                 // version 1
+	b[0x1e] = 0x02           // size 512 (big-endian u64 at 0x18)
+	b[0x20], b[0x21] = 12, 9 // cluster_bits, l2_bits
+	b[0x2f] = 0x30           // l1_table_offset
+	return b
+}
+
+// inJail reports whether p lies under one of the system directories bound
+// into the jail.
+func inJail(p string) bool {
+	for _, d := range systemDirs {
+		if p == d || strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
+}

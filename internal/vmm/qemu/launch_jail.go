@@ -1,0 +1,312 @@
+package qemu
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// startTimeout bounds how long a confined QEMU may take to come up (its
+// QMP greeting) when ctx has no earlier deadline.
+const startTimeout = 60 * time.Second
+
+// jailRoot is the empty directory, beside the pid file, the launcher stage
+// mounts the jail's root on (in its own mount namespace: the host sees an
+// empty directory).
+func jailRoot(c Config) string { return filepath.Join(filepath.Dir(c.PIDFile), "jail") }
+
+// jailedArgs returns QEMU's arguments for a confined start and the stage
+// spec (without Args, Env and QEMU) that makes them true.
+func (c Config) jailedArgs() ([]string, stageSpec) {
+	var s stageSpec
+	fd := fdBase
+	listen := func(path string) int {
+		s.Listen = append(s.Listen, path)
+		fd++
+		return fd - 1
+	}
+	refs := argRefs{kernel: jailKernel}
+	s.Files = append(s.Files, bindFile{c.Kernel, jailKernel})
+	if c.Initrd != "" {
+		refs.initrd = jailInitrd
+		s.Files = append(s.Files, bindFile{c.Initrd, jailInitrd})
+	}
+	for _, sock := range c.AgentSockets {
+		refs.agents = append(refs.agents, "fd="+strconv.Itoa(listen(sock))+",server=on,wait=off")
+	}
+	qmp := listen(c.QMPSocket)
+	refs.qmp = []string{"-chardev", "socket,id=qmp,fd=" + strconv.Itoa(qmp) + ",server=on,wait=off", "-mon", "chardev=qmp,mode=control"}
+	var tail []string
+	// open adds a descriptor set holding path opened with each of flags
+	// (QEMU picks the one whose access mode it needs: it opens a writable
+	// disk read-only first, for probing).
+	open := func(path string, flags ...int) string {
+		set := strconv.Itoa(fd)
+		for _, fl := range flags {
+			s.Open = append(s.Open, openFile{path, fl})
+			tail = append(tail, "-add-fd", "fd="+strconv.Itoa(fd)+",set="+set)
+			fd++
+		}
+		return "/dev/fdset/" + set
+	}
+	for _, d := range c.Disks {
+		if d.ReadOnly {
+			refs.disks = append(refs.disks, open(d.Path, unix.O_RDONLY))
+		} else {
+			refs.disks = append(refs.disks, open(d.Path, unix.O_RDWR, unix.O_RDONLY))
+		}
+	}
+	refs.console = "path=" + open(c.ConsoleLog, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT) + ",append=on"
+	tail = append(tail,
+		"-sandbox", SandboxArg,
+		"-drive", "id=nomigrate,file="+jailNoMig+",format=qcow,if=none,readonly=on")
+	refs.tail = tail
+	s.Binds = append(s.Binds, systemDirs...)
+	s.Devices = []string{"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"}
+	if c.Accel == AccelKVM {
+		s.Devices = append(s.Devices, "/dev/kvm")
+	}
+	if c.VsockCID != 0 {
+		s.Devices = append(s.Devices, "/dev/vhost-vsock")
+	}
+	s.Root = jailRoot(c)
+	s.UID, s.GID, s.Groups = c.Jail.UID, c.Jail.GID, c.Jail.Groups
+	if s.Groups == nil {
+		s.Groups = []int{}
+	}
+	s.THPOff = c.THP == THPNone
+	return c.args(refs), s
+}
+
+// launchJailed starts QEMU through the launcher stage (see Jail).
+func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
+	if c.Jail.UID != 0 && os.Geteuid() != 0 {
+		return 0, fmt.Errorf("confinement: running QEMU as uid %d needs root", c.Jail.UID)
+	}
+	args, spec := c.jailedArgs()
+	spec.Args = args
+	spec.QEMU = qemuPath
+	if !inJail(qemuPath) {
+		spec.Binds = append(spec.Binds, filepath.Dir(qemuPath))
+	}
+	env := os.Environ()
+	if c.THP != THPNone {
+		env = mallocHugePagesEnv(env)
+	}
+	spec.Env = env
+	if err := os.MkdirAll(spec.Root, 0o700); err != nil {
+		return 0, fmt.Errorf("jail root: %w", err)
+	}
+	// A socket of an earlier boot would make bind fail.
+	for _, p := range spec.Listen {
+		os.Remove(p)
+	}
+
+	specR, specW, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer specR.Close()
+	defer specW.Close()
+	logR, logW, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer logR.Close()
+	fd4, fd5 := (*os.File)(nil), (*os.File)(nil)
+	if c.Secret != nil {
+		sp, peer, err := secretPair(c.Secret)
+		if err != nil {
+			logW.Close()
+			return 0, err
+		}
+		defer sp.Close()
+		defer peer.Close()
+		fd4, fd5 = sp, peer
+	}
+	cmd := &exec.Cmd{
+		Path:       "/proc/self/exe",
+		Args:       []string{stageArg0},
+		Env:        append(os.Environ(), stageEnv+"=1"),
+		Stdout:     logW,
+		Stderr:     logW,
+		ExtraFiles: []*os.File{specR, fd4, fd5},
+		SysProcAttr: &syscall.SysProcAttr{
+			Setsid:     true,
+			Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+		},
+	}
+	if fd4 == nil {
+		// Keep descriptor numbers fixed: fd 4 is /dev/null.
+		null, err := os.Open(os.DevNull)
+		if err != nil {
+			logW.Close()
+			return 0, err
+		}
+		defer null.Close()
+		cmd.ExtraFiles[1], cmd.ExtraFiles[2] = null, null
+	}
+	if !c.Jail.HostNetwork {
+		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWNET
+	}
+	if os.Geteuid() != 0 {
+		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWUSER
+		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
+		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
+		cmd.SysProcAttr.GidMappingsEnableSetgroups = false
+		spec.Groups = nil
+	}
+	err = cmd.Start()
+	logW.Close()
+	if err != nil {
+		return 0, fmt.Errorf("start the QEMU launcher: %w (set AIRLOCK_CONFINE=off to start QEMU unconfined)", err)
+	}
+	pid := cmd.Process.Pid
+	exited := make(chan struct{})
+	var waitErr error
+	go func() {
+		// QEMU is this process's child: reap it whenever it exits.
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
+	fail := func(err error) (int, error) {
+		cmd.Process.Kill()
+		<-exited
+		return 0, err
+	}
+	if g := c.Jail.Cgroup; g != nil {
+		if err := g.Add(pid); err != nil {
+			return fail(err)
+		}
+	}
+	if err := json.NewEncoder(specW).Encode(&spec); err != nil {
+		return fail(fmt.Errorf("send the QEMU launcher its spec: %w", err))
+	}
+	specW.Close()
+
+	// QEMU's and the stage's messages until QEMU is up (then QEMU's
+	// stderr is a closed pipe, as with -daemonize /dev/null).
+	var logMu sync.Mutex
+	var logBuf []byte
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		b := make([]byte, 4096)
+		for {
+			n, err := logR.Read(b)
+			logMu.Lock()
+			if len(logBuf) < 64<<10 {
+				logBuf = append(logBuf, b[:n]...)
+			}
+			logMu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	msg := func() string {
+		select {
+		case <-logDone:
+		case <-time.After(200 * time.Millisecond):
+		}
+		logMu.Lock()
+		defer logMu.Unlock()
+		m := strings.TrimSpace(string(logBuf))
+		if m == "" && waitErr != nil {
+			m = waitErr.Error()
+		}
+		return m
+	}
+	deadline := time.Now().Add(startTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := waitReady(ctx, c.QMPSocket, deadline, exited); err != nil {
+		select {
+		case <-exited:
+			return 0, fmt.Errorf("qemu failed to start: %s", msg())
+		case <-time.After(time.Second):
+		}
+		return fail(fmt.Errorf("qemu did not come up: %w", err))
+	}
+	os.WriteFile(c.PIDFile, []byte(strconv.Itoa(pid)+"\n"), 0o600)
+	return pid, nil
+}
+
+// waitReady waits until QEMU's QMP socket greets (QEMU has finished
+// setting up the machine, as when -daemonize returns).
+func waitReady(ctx context.Context, sock string, deadline time.Time, exited <-chan struct{}) error {
+	for {
+		select {
+		case <-exited:
+			return errors.New("exited")
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		if time.Now().After(deadline) {
+			return errors.New("no QMP greeting in time")
+		}
+		conn, err := net.DialTimeout("unix", sock, time.Second)
+		if err != nil {
+			time.Sleep(2 * time.Millisecond)
+			continue
+		}
+		stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+		done := make(chan struct{})
+		go func() {
+			select {
+			case <-exited:
+				conn.SetDeadline(time.Now())
+			case <-done:
+			}
+		}()
+		conn.SetDeadline(deadline)
+		_, err = bufio.NewReader(conn).ReadBytes('\n')
+		close(done)
+		stop()
+		conn.Close()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("exited")
+		default:
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("qmp greeting: %w", err)
+	}
+}
+
+// secretPair returns both ends of a unix socket pair: QEMU's secret port
+// chardev reads the first, on which secret and a newline wait. QEMU must
+// also hold the other end (unused): a socket whose peer has closed hangs
+// up, and QEMU drops a hung-up chardev's unread bytes.
+func secretPair(secret []byte) (qemuEnd, peer *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := unix.Write(fds[0], append(append([]byte{}, secret...), '\n')); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fds[1]), "secret"), os.NewFile(uintptr(fds[0]), "secret-peer"), nil
+}
