@@ -21,9 +21,10 @@ const (
 	envConfine = "AIRLOCK_CONFINE"
 )
 
-// confinementOff reports whether AIRLOCK_CONFINE=off asks for unconfined
-// QEMU (benchmarks, debugging).
-func confinementOff() bool {
+// ConfinementOff reports whether AIRLOCK_CONFINE=off (or 0, false) asks
+// for unconfined QEMU (benchmarks, debugging); confinement is on by
+// default (see docs/confinement.md).
+func ConfinementOff() bool {
 	v := strings.ToLower(os.Getenv(envConfine))
 	return v == "off" || v == "0" || v == "false"
 }
@@ -41,7 +42,7 @@ func (b *Box) confine(qc *qemu.Config) error {
 	}
 	qc.Secret = hexSecret
 	os.Remove(filepath.Join(b.dir, fileUID))
-	if confinementOff() {
+	if ConfinementOff() {
 		qc.Jail.Off = true
 		return nil
 	}

@@ -65,7 +65,9 @@ func asUID(t *testing.T, uid int, fn func()) {
 	<-done
 }
 
-func boxDir(r *airlock.Runtime, b *airlock.Box) string { return filepath.Join(r.Home(), "boxes", b.ID()) }
+func boxDir(r *airlock.Runtime, b *airlock.Box) string {
+	return filepath.Join(r.Home(), "boxes", b.ID())
+}
 
 // TestConfinedQEMU checks a root-started box's QEMU: its own non-root uid,
 // seccomp and no_new_privs, its own network namespace and cgroup, a jail

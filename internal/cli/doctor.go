@@ -70,6 +70,16 @@ func newDoctorCmd() *cobra.Command {
 					ok(tool, "found")
 				}
 			}
+			for _, p := range qemu.Protections(airlock.ConfinementOff()) {
+				switch {
+				case p.On:
+					ok(p.Name, p.Detail)
+				case p.Problem:
+					bad(p.Name, p.Detail, "see docs/confinement.md")
+				default:
+					note(p.Name, p.Detail)
+				}
+			}
 			home := airlock.DefaultHome()
 			dir, _ := image.DefaultDir()
 			if s, err := image.Open(dir); err != nil {

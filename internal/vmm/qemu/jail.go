@@ -105,6 +105,9 @@ type stageSpec struct {
 	GID    int
 	Groups []int
 	THPOff bool
+	// NoMigrate, without Root, is where the stage writes the migration
+	// blocker image (a host path).
+	NoMigrate string
 }
 
 type bindFile struct{ Src, Dst string }
@@ -121,6 +124,9 @@ var systemDirs = []string{"/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin",
 func init() {
 	if len(os.Args) > 0 && os.Args[0] == stageArg0 && os.Getenv(stageEnv) == "1" {
 		runStage()
+	}
+	if len(os.Args) > 0 && os.Args[0] == stageArg0+"-probe" {
+		os.Exit(0) // UserNSAllowed's probe
 	}
 }
 
@@ -171,6 +177,10 @@ func stage() error {
 	}
 	if s.Root != "" {
 		if err := buildRoot(&s); err != nil {
+			return err
+		}
+	} else if s.NoMigrate != "" {
+		if err := os.WriteFile(s.NoMigrate, noMigrateQcow(), 0o600); err != nil {
 			return err
 		}
 	}

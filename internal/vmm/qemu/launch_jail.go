@@ -30,7 +30,11 @@ func jailRoot(c Config) string { return filepath.Join(filepath.Dir(c.PIDFile), "
 
 // jailedArgs returns QEMU's arguments for a confined start and the stage
 // spec (without Args, Env and QEMU) that makes them true.
-func (c Config) jailedArgs() ([]string, stageSpec) {
+// Without pivot (an unprivileged caller that may not create user
+// namespaces) QEMU sees the host's file system: the kernel, initramfs
+// and migration blocker are named by host paths, and only the seccomp
+// filter, no_new_privs and the descriptors remain.
+func (c Config) jailedArgs(pivot bool) ([]string, stageSpec) {
 	var s stageSpec
 	fd := fdBase
 	listen := func(path string) int {
@@ -38,11 +42,16 @@ func (c Config) jailedArgs() ([]string, stageSpec) {
 		fd++
 		return fd - 1
 	}
-	refs := argRefs{kernel: jailKernel}
-	s.Files = append(s.Files, bindFile{c.Kernel, jailKernel})
-	if c.Initrd != "" {
-		refs.initrd = jailInitrd
-		s.Files = append(s.Files, bindFile{c.Initrd, jailInitrd})
+	refs := argRefs{kernel: c.Kernel, initrd: c.Initrd}
+	noMig := filepath.Join(filepath.Dir(c.PIDFile), "nomigrate.qcow")
+	if pivot {
+		noMig = jailNoMig
+		refs.kernel = jailKernel
+		s.Files = append(s.Files, bindFile{c.Kernel, jailKernel})
+		if c.Initrd != "" {
+			refs.initrd = jailInitrd
+			s.Files = append(s.Files, bindFile{c.Initrd, jailInitrd})
+		}
 	}
 	for _, sock := range c.AgentSockets {
 		refs.agents = append(refs.agents, "fd="+strconv.Itoa(listen(sock))+",server=on,wait=off")
@@ -72,8 +81,13 @@ func (c Config) jailedArgs() ([]string, stageSpec) {
 	refs.console = "path=" + open(c.ConsoleLog, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT) + ",append=on"
 	tail = append(tail,
 		"-sandbox", SandboxArg,
-		"-drive", "id=nomigrate,file="+jailNoMig+",format=qcow,if=none,readonly=on")
+		"-drive", "id=nomigrate,file="+escapeComma(noMig)+",format=qcow,if=none,readonly=on")
 	refs.tail = tail
+	if !pivot {
+		s.NoMigrate = noMig
+		s.UID, s.GID = c.Jail.UID, c.Jail.GID
+		return c.args(refs), s
+	}
 	s.Binds = append(s.Binds, systemDirs...)
 	s.Devices = []string{"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"}
 	if c.Accel == AccelKVM {
@@ -96,7 +110,8 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	if c.Jail.UID != 0 && os.Geteuid() != 0 {
 		return 0, fmt.Errorf("confinement: running QEMU as uid %d needs root", c.Jail.UID)
 	}
-	args, spec := c.jailedArgs()
+	pivot := os.Geteuid() == 0 || UserNSAllowed() == nil
+	args, spec := c.jailedArgs(pivot)
 	spec.Args = args
 	spec.QEMU = qemuPath
 	if !inJail(qemuPath) {
@@ -107,9 +122,23 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 		env = mallocHugePagesEnv(env)
 	}
 	spec.Env = env
-	if err := os.MkdirAll(spec.Root, 0o700); err != nil {
-		return 0, fmt.Errorf("jail root: %w", err)
+	if spec.Root != "" {
+		if err := os.MkdirAll(spec.Root, 0o700); err != nil {
+			return 0, fmt.Errorf("jail root: %w", err)
+		}
 	}
+	if c.Jail.UID != 0 {
+		// QEMU opens the kernel and initramfs itself (no descriptor
+		// passing for -kernel), as another uid: they must be readable by
+		// all. They hold nothing secret (a kernel; the agent and kernel
+		// modules).
+		for _, f := range spec.Files {
+			if err := worldReadable(f.Src); err != nil {
+				return 0, err
+			}
+		}
+	}
+	os.Remove(ExitFile(c))
 	// A socket of an earlier boot would make bind fail.
 	for _, p := range spec.Listen {
 		os.Remove(p)
@@ -162,7 +191,9 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	if !c.Jail.HostNetwork {
 		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWNET
 	}
-	if os.Geteuid() != 0 {
+	if !pivot {
+		cmd.SysProcAttr.Cloneflags = 0
+	} else if os.Geteuid() != 0 {
 		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWUSER
 		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
 		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
@@ -178,8 +209,12 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	exited := make(chan struct{})
 	var waitErr error
 	go func() {
-		// QEMU is this process's child: reap it whenever it exits.
+		// QEMU is this process's child: reap it whenever it exits, and
+		// keep how it ended (a seccomp kill is "bad system call").
 		waitErr = cmd.Wait()
+		if waitErr != nil {
+			os.WriteFile(ExitFile(c), []byte(waitErr.Error()+"\n"), 0o600)
+		}
 		close(exited)
 	}()
 	fail := func(err error) (int, error) {
@@ -246,8 +281,28 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	return pid, nil
 }
 
-// waitReady waits until QEMU's QMP socket greets (QEMU has finished
-// setting up the machine, as when -daemonize returns).
+// worldReadable makes file readable by every uid, if it is not.
+func worldReadable(file string) error {
+	fi, err := os.Stat(file)
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&0o004 != 0 {
+		return nil
+	}
+	if err := os.Chmod(file, fi.Mode().Perm()|0o444); err != nil {
+		return fmt.Errorf("%s must be readable by the box's QEMU uid: %w (chmod a+r it)", file, err)
+	}
+	return nil
+}
+
+// ExitFile is where Launch records how a confined QEMU it started ended,
+// when not with status 0 ("signal: bad system call" is a seccomp kill).
+// It is only written while the starting process lives.
+func ExitFile(c Config) string { return filepath.Join(filepath.Dir(c.PIDFile), "qemu.exit") }
+
+// waitReady waits until QEMU's QMP socket answers a command (QEMU has
+// finished setting up the machine, as when -daemonize returns).
 func waitReady(ctx context.Context, sock string, deadline time.Time, exited <-chan struct{}) error {
 	for {
 		select {
@@ -275,7 +330,17 @@ func waitReady(ctx context.Context, sock string, deadline time.Time, exited <-ch
 			}
 		}()
 		conn.SetDeadline(deadline)
-		_, err = bufio.NewReader(conn).ReadBytes('\n')
+		// The greeting comes from the monitor's I/O thread, possibly before
+		// the machine is built; a command's answer comes from the main
+		// loop, which runs once QEMU has finished starting.
+		rd := bufio.NewReader(conn)
+		_, err = rd.ReadBytes('\n')
+		if err == nil {
+			_, err = conn.Write([]byte(`{"execute":"qmp_capabilities"}` + "\n"))
+		}
+		if err == nil {
+			_, err = rd.ReadBytes('\n')
+		}
 		close(done)
 		stop()
 		conn.Close()
@@ -310,3 +375,32 @@ func secretPair(secret []byte) (qemuEnd, peer *os.File, err error) {
 	}
 	return os.NewFile(uintptr(fds[1]), "secret"), os.NewFile(uintptr(fds[0]), "secret-peer"), nil
 }
+
+// UserNSAllowed returns nil if this process may create a user namespace
+// (with mount, pid and network namespaces in it), else why not.
+func UserNSAllowed() error {
+	userNSOnce.Do(func() {
+		if os.Geteuid() == 0 {
+			return
+		}
+		cmd := exec.Command("/proc/self/exe")
+		cmd.Args = []string{stageArg0 + "-probe"}
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags:  unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}},
+		}
+		if err := cmd.Start(); err != nil {
+			userNSErr = fmt.Errorf("cannot create a user namespace: %w (kernel.unprivileged_userns_clone, user.max_user_namespaces or an AppArmor/SELinux policy forbids it)", err)
+			return
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return userNSErr
+}
+
+var (
+	userNSOnce sync.Once
+	userNSErr  error
+)
