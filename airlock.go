@@ -409,6 +409,9 @@ func (r *Runtime) newBox(ctx context.Context, opts BoxOptions) (*Box, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkMemoryCap(opts.MemoryMiB); err != nil {
+		return nil, err
+	}
 	if _, err := r.bootAssets(); err != nil {
 		return nil, err
 	}

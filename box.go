@@ -206,6 +206,9 @@ func (b *Box) Start(ctx context.Context) error {
 	if n := runtime.NumCPU(); boot.accel.Accel == qemu.AccelTCG && b.cfg.Options.CPUs > n {
 		b.r.warn(fmt.Sprintf("airlock: warning: box %s has %d vCPUs but this host has %d CPUs: under TCG each vCPU is a host thread, so more vCPUs than host CPUs make the box slower, not faster", b.id, b.cfg.Options.CPUs, n))
 	}
+	if err := checkCapacity(b.id, b.cfg.Options.MemoryMiB); err != nil {
+		return err
+	}
 	qc := b.vmConfig(boot, base, cid)
 	if err := b.confine(&qc); err != nil {
 		return fmt.Errorf("box %s: %w", b.id, err)

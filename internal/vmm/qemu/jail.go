@@ -198,6 +198,9 @@ func stage() error {
 			return fmt.Errorf("setuid %d: %w", s.UID, err)
 		}
 	}
+	if err := dropCaps(); err != nil {
+		return err
+	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
@@ -213,6 +216,28 @@ func stage() error {
 	}
 	err := unix.Exec(s.QEMU, append([]string{s.QEMU}, s.Args...), s.Env)
 	return fmt.Errorf("exec %s: %w", s.QEMU, err)
+}
+
+// dropCaps empties the calling thread's capability sets, bounding set
+// included, and makes uid 0 grant none at exec (SECBIT_NOROOT): in a user
+// namespace the stage is uid 0 there, and so is QEMU.
+func dropCaps() error {
+	const secbitNoroot, secbitNorootLocked = 1 << 0, 1 << 1
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, secbitNoroot|secbitNorootLocked, 0, 0, 0); err != nil && os.Geteuid() == 0 {
+		return fmt.Errorf("securebits: %w", err)
+	}
+	for c := 0; c < 64; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err == unix.EINVAL {
+			break
+		}
+	}
+	unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("drop capabilities: %w", err)
+	}
+	return nil
 }
 
 // moveFD makes fd descriptor number to (close-on-exec) and closes fd.

@@ -195,8 +195,11 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 		cmd.SysProcAttr.Cloneflags = 0
 	} else if os.Geteuid() != 0 {
 		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWUSER
-		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
-		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
+		// uid 0 in the namespace (the caller's uid outside): the stage
+		// keeps the namespace's capabilities across its exec to build
+		// the jail, then drops them all before QEMU (see dropCaps).
+		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
+		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
 		cmd.SysProcAttr.GidMappingsEnableSetgroups = false
 		spec.Groups = nil
 	}
