@@ -542,7 +542,7 @@ func consoleTail(path string, n int) string {
 	}
 	f.Seek(off, io.SeekStart)
 	b, _ := io.ReadAll(f)
-	lines := splitLines(string(b))
+	lines := splitLines(EscapeConsole(string(b)))
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}

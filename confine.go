@@ -47,6 +47,13 @@ func (b *Box) confine(qc *qemu.Config) error {
 		return nil
 	}
 	qc.Jail.HostNetwork = qc.Network // slirp needs the host's network namespace
+	if v := os.Getenv("AIRLOCK_CONSOLE_MAX"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 4096 {
+			return fmt.Errorf("AIRLOCK_CONSOLE_MAX=%q: want the console log's cap in bytes, 4096 or more", v)
+		}
+		qc.ConsoleMax = n
+	}
 	if os.Geteuid() != 0 {
 		return nil
 	}

@@ -83,6 +83,7 @@ func TestConfinedQEMU(t *testing.T) {
 	}
 	r := openRuntime(t, "")
 	ctx := context.Background()
+	t.Setenv("AIRLOCK_CONSOLE_MAX", "65536")
 	a, err := r.Create(ctx, airlock.BoxOptions{Network: airlock.NetworkDisabled, MemoryMiB: 256})
 	if err != nil {
 		t.Fatal(err)
@@ -221,6 +222,30 @@ func TestConfinedQEMU(t *testing.T) {
 		}
 		if res := exec(t, a, airlock.ExecOptions{}, "true"); res.ExitCode != 0 {
 			t.Fatalf("box no longer answers: %+v", res)
+		}
+	})
+
+	t.Run("console flood stays under its cap", func(t *testing.T) {
+		// Box A was started with AIRLOCK_CONSOLE_MAX=64 KiB; ~300 KB of
+		// console output with terminal escapes leave a log under the cap
+		// that ends with the last line, escaped when shown.
+		res := exec(t, a, airlock.ExecOptions{}, "sh", "-c",
+			`i=0; while [ $i -lt 2000 ]; do printf 'flood %d \033[2J%0128d\n' $i 0; i=$((i+1)); done > /dev/console; echo flood-end > /dev/console`)
+		if res.ExitCode != 0 {
+			t.Fatalf("flood: %+v", res)
+		}
+		var log []byte
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			log, _ = os.ReadFile(a.ConsoleLog())
+			if strings.Contains(string(log), "flood-end") {
+				break
+			}
+		}
+		if len(log) > 64<<10 || !strings.Contains(string(log), "flood 1999 ") || !strings.Contains(string(log), "flood-end") {
+			t.Fatalf("console log after a flood: %d bytes (cap 65536), ends %q", len(log), log[max(0, len(log)-100):])
+		}
+		if shown := airlock.EscapeConsole(string(log)); !strings.Contains(shown, `\x1b[2J`) || strings.ContainsRune(shown, 0x1b) {
+			t.Fatal("escape sequences not escaped")
 		}
 	})
 

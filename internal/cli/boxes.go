@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"text/tabwriter"
 	"time"
@@ -140,8 +139,9 @@ func newLogsCmd() *cobra.Command {
 				return fmt.Errorf("box %s has no console log yet: %w", b.ID(), err)
 			}
 			defer f.Close()
-			_, err = io.Copy(cmd.OutOrStdout(), f)
-			return err
+			// Escaped: the guest writes this log, and a terminal must not
+			// obey its control sequences.
+			return airlock.CopyConsole(cmd.OutOrStdout(), f)
 		},
 	}
 }

@@ -71,7 +71,9 @@ const (
 	// fdSecretPeer is the other end of fdSecret's socket pair, held open
 	// (see secretPair).
 	fdSecretPeer = 5
-	fdBase       = 10 // first of the sockets and files the stage opens
+	// fdConsole is the write end of the console drainer's pipe.
+	fdConsole = 6
+	fdBase    = 10 // first of the sockets and files the stage opens
 )
 
 // Paths inside the jail.
@@ -151,7 +153,7 @@ func stage() error {
 	}
 	f.Close()
 	// Sockets and files first, as the caller, with host paths.
-	keep := []int{fdSecret, fdSecretPeer} // the secret's socket pair (or /dev/null)
+	keep := []int{fdSecret, fdSecretPeer, fdConsole} // the secret's socket pair (or /dev/null), the console pipe
 	next := fdBase
 	for _, p := range s.Listen {
 		fd, err := listenUnix(p)

@@ -78,7 +78,9 @@ func (c Config) jailedArgs(pivot bool) ([]string, stageSpec) {
 			refs.disks = append(refs.disks, open(d.Path, unix.O_RDWR, unix.O_RDONLY))
 		}
 	}
-	refs.console = "path=" + open(c.ConsoleLog, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT) + ",append=on"
+	// The console goes to the drainer's pipe (fdConsole, see startDrainer).
+	refs.console = "path=/dev/fdset/" + strconv.Itoa(fdConsole) + ",append=on"
+	tail = append(tail, "-add-fd", "fd="+strconv.Itoa(fdConsole)+",set="+strconv.Itoa(fdConsole))
 	tail = append(tail,
 		"-sandbox", SandboxArg,
 		"-drive", "id=nomigrate,file="+escapeComma(noMig)+",format=qcow,if=none,readonly=on")
@@ -166,13 +168,19 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 		defer peer.Close()
 		fd4, fd5 = sp, peer
 	}
+	console, err := startDrainer(c.ConsoleLog, c.ConsoleMax, c.Jail.Cgroup)
+	if err != nil {
+		logW.Close()
+		return 0, fmt.Errorf("console drainer: %w", err)
+	}
+	defer console.Close()
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{stageArg0},
 		Env:        append(os.Environ(), stageEnv+"=1"),
 		Stdout:     logW,
 		Stderr:     logW,
-		ExtraFiles: []*os.File{specR, fd4, fd5},
+		ExtraFiles: []*os.File{specR, fd4, fd5, console},
 		SysProcAttr: &syscall.SysProcAttr{
 			Setsid:     true,
 			Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
@@ -205,6 +213,7 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	}
 	err = cmd.Start()
 	logW.Close()
+	console.Close() // QEMU holds the pipe now: the drainer ends when QEMU does
 	if err != nil {
 		return 0, fmt.Errorf("start the QEMU launcher: %w (set AIRLOCK_CONFINE=off to start QEMU unconfined)", err)
 	}

@@ -47,7 +47,11 @@ type Config struct {
 	AgentSockets []string
 	QMPSocket    string
 	ConsoleLog   string // serial console output
-	PIDFile      string
+	// ConsoleMax caps a confined box's console log in bytes (default
+	// DefaultConsoleMax): a drainer process keeps its newest part. An
+	// unconfined QEMU (Jail.Off) writes the log itself, without a cap.
+	ConsoleMax int64
+	PIDFile    string
 	// VsockCID, when non-zero, attaches a vhost-vsock device with this
 	// guest CID (needs /dev/vhost-vsock on the host; see VsockAvailable).
 	VsockCID uint32
