@@ -232,6 +232,9 @@ func (k *kernelRuns) run(ctx context.Context, i int) error {
 		cid = randomCID()
 	}
 	qc := b.vmConfig(k.boot, base, cid, "AIRLOCK_BARE=1")
+	if err := b.confine(&qc); err != nil { // as boxes start: confined unless AIRLOCK_CONFINE=off
+		return err
+	}
 	t0 := time.Now()
 	pid, err := qemu.Launch(ctx, qc)
 	if err != nil {
@@ -254,6 +257,7 @@ func (k *kernelRuns) run(ctx context.Context, i int) error {
 	k.bareRSS = append(k.bareRSS, procStatus(pid, "VmRSS"))
 	k.barePeak = append(k.barePeak, procStatus(pid, "VmHWM"))
 	qemu.Kill(pid, start)
+	b.vmGone()
 	b.remove(ctx, true)
 
 	// Cold start: Create -> first Exec("true").

@@ -73,7 +73,10 @@ const (
 	fdSecretPeer = 5
 	// fdConsole is the write end of the console drainer's pipe.
 	fdConsole = 6
-	fdBase    = 10 // first of the sockets and files the stage opens
+	// fdBase is the first of the sockets and files the stage opens and
+	// moves to fixed numbers: high enough never to be a descriptor the Go
+	// runtime of the stage opened for itself (its epoll instance).
+	fdBase = 100
 )
 
 // Paths inside the jail.
@@ -145,13 +148,31 @@ func runStage() {
 }
 
 func stage() error {
-	f := os.NewFile(fdSpec, "spec")
+	// Raw reads: an *os.File could bring the runtime's poller in.
+	unix.SetNonblock(fdSpec, false)
+	var raw []byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.Read(fdSpec, buf)
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read spec: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+		raw = append(raw, buf[:n]...)
+		if len(raw) > 16<<20 {
+			return fmt.Errorf("read spec: too large")
+		}
+	}
+	unix.Close(fdSpec)
 	var s stageSpec
-	dec := json.NewDecoder(f)
-	if err := dec.Decode(&s); err != nil {
+	if err := json.Unmarshal(raw, &s); err != nil {
 		return fmt.Errorf("read spec: %w", err)
 	}
-	f.Close()
 	// Sockets and files first, as the caller, with host paths.
 	keep := []int{fdSecret, fdSecretPeer, fdConsole} // the secret's socket pair (or /dev/null), the console pipe
 	next := fdBase
