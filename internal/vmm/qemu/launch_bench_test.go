@@ -24,10 +24,13 @@ func BenchmarkLaunch(b *testing.B) {
 		off  bool
 	}{{"confined", false}, {"unconfined", true}} {
 		b.Run(mode.name, func(b *testing.B) {
-			dir := b.TempDir()
-			disk := filepath.Join(dir, "disk")
+			top := b.TempDir()
+			disk := filepath.Join(top, "disk")
 			os.WriteFile(disk, make([]byte, 1<<20), 0o600)
 			for i := 0; i < b.N; i++ {
+				// A directory per start: a killed QEMU may still hold the
+				// last one's pid file lock for a moment.
+				dir, _ := os.MkdirTemp(top, "vm")
 				c := qemu.Config{
 					Name: "airlock-bench-launch", Accel: qemu.AccelTCG, MemoryMiB: 256,
 					Kernel: k.Path, Cmdline: "console=ttyS0 panic=-1 quiet",
