@@ -4,18 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
-	"github.com/airlock-run/airlock/internal/assets"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/store"
+	"github.com/airlock-run/airlock/internal/vmm"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
 )
 
@@ -40,13 +38,45 @@ type Options struct {
 	// AgentPath is the static guest agent binary. Default $AIRLOCK_AGENT,
 	// else airlock-agent beside the executable or on PATH.
 	AgentPath string
+	// THP is where QEMU may use transparent huge pages: "on", "code",
+	// "off", or "" for $AIRLOCK_THP, else the default for the kernel and
+	// accelerator (see BootInfo.THP).
+	THP string
+	// Debug makes guest boots log verbosely to the console log. Default:
+	// $AIRLOCK_DEBUG is set.
+	Debug bool
 	// Warn receives one-line warnings for the user (TCG in use, kernel
 	// fallback). Default: written to os.Stderr. Each is sent once per
 	// Runtime.
 	Warn func(msg string)
-	// Pull, when set, is used to fetch images missing from the store
-	// (default: pull from the registry with no progress display).
-	Pull func(ctx context.Context, s *image.Store, ref string) (*image.Image, error)
+	// Pull hears about the pulls of images missing from the store that
+	// Create makes (from the registry, credentials from
+	// ~/.docker/config.json); the zero value reports nothing.
+	Pull PullEvents
+
+	// Unconfined starts box QEMUs without confinement (no jail, own uid,
+	// seccomp filter or cgroup; benchmarks, debugging); the agent secret
+	// stays. Default: $AIRLOCK_CONFINE is off, 0 or false. See
+	// docs/confinement.md.
+	Unconfined bool
+	// ConsoleMaxBytes caps a confined box's console log (its newest part
+	// is kept). Default $AIRLOCK_CONSOLE_MAX, else 8 MiB; at least 4096.
+	ConsoleMaxBytes int64
+	// CPULimit is how many host CPUs one box's QEMU may use (its cgroup,
+	// as root). Default $AIRLOCK_CPU_LIMIT, else no limit.
+	CPULimit float64
+	// UIDRange is "START:COUNT", the host uids box QEMUs run as when
+	// airlock runs as root. Default $AIRLOCK_UID_RANGE, else the
+	// "airlock" entry of /etc/subuid and /etc/subgid (hack/setup.sh).
+	UIDRange string
+	// MaxBoxes caps the boxes running on this host (of every home and
+	// user), checked when a box starts. Default $AIRLOCK_MAX_BOXES, else
+	// DefaultMaxBoxes.
+	MaxBoxes int
+	// MaxMemoryMiB caps the guest memory of the boxes running on this
+	// host, checked at create and start. Default $AIRLOCK_MAX_MEMORY, else
+	// host RAM minus the larger of 2 GiB and a tenth.
+	MaxMemoryMiB int
 }
 
 // Runtime creates and manages boxes under one home directory. It is safe
@@ -56,75 +86,35 @@ type Runtime struct {
 	db     *store.DB
 	images *image.Store
 
+	drv vmm.Driver
+
+	// mu guards the fields below.
 	mu     sync.Mutex
 	boxes  map[string]*Box // live handles, by id
-	warned map[string]bool
-	boot   *bootAssets
 	closed bool
 }
 
-type bootAssets struct {
-	accel  qemu.AccelChoice
-	kernel assets.Kernel
-	// Exactly one of initrd (kernels that load modules) and agentDisk (the
-	// airlock kernel: the agent's erofs disk is the root filesystem) is set.
-	initrd, agentDisk string
-	agent             string // the agent binary both are built from
-	// thp is where QEMU may use transparent huge pages (see thpMode).
-	thp qemu.THPMode
-	// agentDiskIO is the optimal I/O size the agent disk advertises:
-	// half its size, so that the guest's readahead covers all of it.
-	agentDiskIO int
-	// kernelSpan is where the kernel loads (THPCode's RAM layout), read
-	// once from its ELF headers rather than at every box start.
-	kernelSpan qemu.PhysRange
-}
-
-// readaheadFor returns the optimal I/O size (bytes, whole MiB) that makes
-// Linux's readahead (twice the optimal I/O size) cover a disk of size bytes.
-func readaheadFor(size int64) int {
-	const mib = 1 << 20
-	return int(((size+1)/2 + mib - 1) / mib * mib)
-}
-
-// DefaultHome returns $AIRLOCK_HOME, else ~/.airlock.
-func DefaultHome() string {
-	if h := os.Getenv("AIRLOCK_HOME"); h != "" {
-		return h
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join(os.TempDir(), "airlock")
-	}
-	return filepath.Join(home, ".airlock")
-}
-
 // Open opens (creating if needed) the runtime home and reconciles box
-// records with reality: a box recorded as running whose QEMU is gone is
-// marked stopped.
+// records with reality: a box recorded as running whose VM is gone is
+// marked stopped. Box records written by older versions are migrated.
 func Open(opts Options) (*Runtime, error) {
-	if opts.Home == "" {
-		opts.Home = DefaultHome()
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
 	}
-	if opts.ImagesDir == "" {
-		opts.ImagesDir = os.Getenv("AIRLOCK_IMAGES")
-	}
-	if opts.ImagesDir == "" {
-		opts.ImagesDir = filepath.Join(opts.Home, "images")
-	}
-	if opts.CacheDir == "" {
-		opts.CacheDir = assets.CacheDir()
-	}
-	if opts.Accel == "" {
-		opts.Accel = os.Getenv("AIRLOCK_ACCEL")
-	}
-	if opts.Warn == nil {
-		opts.Warn = func(msg string) { fmt.Fprintln(os.Stderr, msg) }
-	}
+	drv := qemu.New(qemu.Options{Accel: opts.Accel, Kernel: opts.Kernel, AgentPath: opts.AgentPath,
+		CacheDir: opts.CacheDir, THP: opts.THP, Debug: opts.Debug, Warn: opts.Warn,
+		Jail: qemu.JailOptions{Off: opts.Unconfined, ConsoleMax: opts.ConsoleMaxBytes,
+			CPULimit: opts.CPULimit, UIDRange: opts.UIDRange}})
+	return openWith(opts, drv)
+}
+
+// openWith opens a runtime whose boxes run on drv (opts has its defaults).
+func openWith(opts Options, drv vmm.Driver) (*Runtime, error) {
 	if err := os.MkdirAll(filepath.Join(opts.Home, "boxes"), 0o700); err != nil {
 		return nil, fmt.Errorf("airlock home %s: %w", opts.Home, err)
 	}
-	db, err := store.Open(filepath.Join(opts.Home, "state.db"))
+	db, err := store.Open(filepath.Join(opts.Home, "state.db"), upgradeConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +123,7 @@ func Open(opts Options) (*Runtime, error) {
 		db.Close()
 		return nil, fmt.Errorf("image store %s: %w", opts.ImagesDir, err)
 	}
-	r := &Runtime{opts: opts, db: db, images: imgs, boxes: map[string]*Box{}, warned: map[string]bool{}}
+	r := &Runtime{opts: opts, drv: drv, db: db, images: imgs, boxes: map[string]*Box{}}
 	if err := r.reconcile(context.Background()); err != nil {
 		db.Close()
 		return nil, err
@@ -141,40 +131,53 @@ func Open(opts Options) (*Runtime, error) {
 	return r, nil
 }
 
-// Images returns the runtime's image store.
-func (r *Runtime) Images() *image.Store { return r.images }
-
 // Home returns the runtime's home directory.
 func (r *Runtime) Home() string { return r.opts.Home }
 
-func (r *Runtime) warn(msg string) {
-	r.mu.Lock()
-	seen := r.warned[msg]
-	r.warned[msg] = true
-	r.mu.Unlock()
-	if !seen && msg != "" {
-		r.opts.Warn(msg)
+// storeErr wraps an error of the box store about box ref: not found
+// becomes ErrBoxNotFound, anything else keeps its cause.
+func (r *Runtime) storeErr(ref string, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %q in %s", ErrBoxNotFound, ref, r.opts.Home)
 	}
+	return fmt.Errorf("box %s: read its record: %w", ref, err)
 }
 
-// reconcile marks boxes whose QEMU has gone as stopped.
+// observe marks rec stopped when it says running but its machine is gone,
+// and returns the record as it now is.
+func (r *Runtime) observe(ctx context.Context, rec *store.Box) (*store.Box, error) {
+	if rec.State != store.StateRunning || running(rec) {
+		return rec, nil
+	}
+	// What the gone boot held (its cgroup) is released.
+	r.drv.Attach(vmm.Spec{ID: rec.ID, Dir: filepath.Join(r.opts.Home, "boxes", rec.ID)}, handleOf(rec)).Release()
+	if err := r.db.SetStoppedIfPID(ctx, rec.ID, rec.PID); err != nil {
+		return nil, fmt.Errorf("box %s: record it stopped: %w", rec.ID, err)
+	}
+	up := *rec
+	up.State, up.PID, up.PIDStart = store.StateStopped, 0, 0
+	return &up, nil
+}
+
+// reconcile marks boxes whose machine has gone as stopped, and removes
+// AutoRemove boxes whose creator has gone.
 func (r *Runtime) reconcile(ctx context.Context) error {
 	recs, err := r.db.List(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("list boxes: %w", err)
 	}
 	for _, rec := range recs {
-		var cfg boxConfig
-		json.Unmarshal(rec.Config, &cfg)
-		if cfg.Options.AutoRemove && cfg.OwnerPID != 0 && cfg.OwnerPID != os.Getpid() && !qemu.Alive(cfg.OwnerPID, cfg.OwnerStart) {
+		cfg, err := decodeConfig(rec)
+		o := vmm.Handle{PID: cfg.OwnerPID, Start: cfg.OwnerStart}
+		if err == nil && cfg.Options.AutoRemove && o.PID != 0 && o.PID != os.Getpid() && !o.Alive() {
 			// Its creator died without removing it.
-			r.handle(rec).remove(ctx, true)
+			r.handle(rec, cfg).remove(ctx, true)
 			continue
 		}
-		if rec.State == store.StateRunning && !qemu.Alive(rec.PID, rec.PIDStart) {
-			if err := r.db.SetStopped(ctx, rec.ID); err != nil {
-				return err
-			}
+		// A box whose configuration cannot be read is still reconciled;
+		// Get and Start say what is wrong with it.
+		if _, err := r.observe(ctx, rec); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -201,91 +204,6 @@ func (r *Runtime) Close() error {
 	return r.db.Close()
 }
 
-// bootAssets resolves accelerator, kernel and initramfs or agent disk once
-// per Runtime.
-func (r *Runtime) bootAssets() (*bootAssets, error) {
-	r.mu.Lock()
-	if r.boot != nil {
-		defer r.mu.Unlock()
-		return r.boot, nil
-	}
-	r.mu.Unlock()
-	accel, err := qemu.ProbeAccel(r.opts.Accel)
-	if err != nil {
-		return nil, err
-	}
-	var k assets.Kernel
-	var note string
-	if r.opts.Kernel != "" {
-		k = assets.KernelAt(r.opts.Kernel)
-	} else if k, note, err = assets.FindKernel(r.opts.CacheDir); err != nil {
-		return nil, err
-	}
-	agent := r.opts.AgentPath
-	if agent == "" {
-		if agent, err = assets.FindAgent(); err != nil {
-			return nil, err
-		}
-	}
-	if err := assets.CheckAgent(agent); err != nil {
-		return nil, err
-	}
-	thp, err := thpMode(accel.Accel, k.Kind)
-	if err != nil {
-		return nil, err
-	}
-	var initrd, agentDisk string
-	if k.Kind == assets.KernelAirlock {
-		agentDisk, err = assets.AgentDisk(context.Background(), r.opts.CacheDir, agent)
-	} else {
-		initrd, err = assets.Initrd(r.opts.CacheDir, agent, k)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if accel.Accel == qemu.AccelTCG {
-		r.warn(qemu.TCGWarning + " (" + accel.Reason + ")")
-	}
-	r.warn(note)
-	b := &bootAssets{accel: accel, kernel: k, initrd: initrd, agentDisk: agentDisk, agent: agent, thp: thp}
-	if thp == qemu.THPCode {
-		b.kernelSpan = qemu.KernelSpan(k.Path)
-	}
-	if fi, err := os.Stat(agentDisk); err == nil && agentDisk != "" {
-		b.agentDiskIO = readaheadFor(fi.Size())
-	}
-	r.mu.Lock()
-	r.boot = b
-	r.mu.Unlock()
-	return b, nil
-}
-
-// thpMode says where QEMU may use transparent huge pages (see
-// qemu.THPMode): $AIRLOCK_THP=on|code|off decides. By default, "code" for
-// the airlock kernel under TCG: its boxes touch little of their RAM, so
-// huge pages for all of it would cost ~25 MiB of host memory per box, while
-// huge pages for TCG's code buffer and for the parts of RAM the guest fills
-// whole (kernel image, top of RAM) save ~17k page faults for free; "on" for
-// other kernels, which touch more of their memory and boot much slower
-// without them, and under KVM, where they also speed up the guest.
-func thpMode(accel, kernelKind string) (qemu.THPMode, error) {
-	switch v := os.Getenv("AIRLOCK_THP"); v {
-	case "on":
-		return qemu.THPAll, nil
-	case "code":
-		return qemu.THPCode, nil
-	case "off":
-		return qemu.THPNone, nil
-	case "":
-		if accel == qemu.AccelTCG && kernelKind == assets.KernelAirlock {
-			return qemu.THPCode, nil
-		}
-		return qemu.THPAll, nil
-	default:
-		return 0, fmt.Errorf("AIRLOCK_THP=%q: want on, code or off (or unset for the default)", v)
-	}
-}
-
 // BootInfo describes what boxes of this runtime boot with.
 type BootInfo struct {
 	Accel       string // "kvm" or "tcg"
@@ -307,30 +225,22 @@ type BootInfo struct {
 // BootInfo resolves and reports the accelerator, kernel and initramfs or
 // agent disk.
 func (r *Runtime) BootInfo() (BootInfo, error) {
-	b, err := r.bootAssets()
+	br, ok := r.drv.(vmm.BootReporter)
+	if !ok {
+		return BootInfo{}, fmt.Errorf("boot info: %w", vmm.ErrNotSupported)
+	}
+	b, err := br.BootInfo()
 	if err != nil {
 		return BootInfo{}, err
 	}
-	return BootInfo{Accel: b.accel.Accel, AccelReason: b.accel.Reason, Kernel: b.kernel.Path,
-		KernelKind: b.kernel.Kind, KernelVer: b.kernel.Version, ConfigHash: b.kernel.ConfigHash, Initrd: b.initrd, AgentDisk: b.agentDisk, THP: b.thp.String()}, nil
+	return BootInfo{Accel: b.Accel, AccelReason: b.AccelReason, Kernel: b.Kernel, KernelKind: b.KernelKind,
+		KernelVer: b.KernelVer, ConfigHash: b.KernelConfigHash, Initrd: b.Initrd, AgentDisk: b.AgentDisk, THP: b.THP}, nil
 }
 
 func newID() string {
 	var b [6]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// boxConfig is what is stored for a box: its options and the image config
-// resolved at creation.
-type boxConfig struct {
-	Options BoxOptions        `json:"options"`
-	Image   image.ImageConfig `json:"image"`
-	// Owner identifies the process that created an AutoRemove box: when it
-	// is gone, the next Open removes the box, so that a crashed or killed
-	// program leaves no VM behind.
-	OwnerPID   int    `json:"owner_pid,omitempty"`
-	OwnerStart uint64 `json:"owner_start,omitempty"`
 }
 
 // resolveImage finds ref locally, or pulls it.
@@ -342,10 +252,17 @@ func (r *Runtime) resolveImage(ctx context.Context, ref string) (*image.Image, e
 	if !errors.Is(err, image.ErrNotFound) {
 		return nil, err
 	}
-	if r.opts.Pull != nil {
-		img, err = r.opts.Pull(ctx, r.images, ref)
-	} else {
-		img, err = r.images.Pull(ctx, ref, image.PullOptions{})
+	ev := r.opts.Pull
+	if ev.Start != nil {
+		ev.Start(ref)
+	}
+	img, err = r.images.Pull(ctx, ref, image.PullOptions{Progress: ev.Progress})
+	if ev.Done != nil {
+		if err != nil {
+			ev.Done(ref, "", err)
+		} else {
+			ev.Done(img.Ref, img.Digest, nil)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrImageNotFound, err)
@@ -409,10 +326,7 @@ func (r *Runtime) newBox(ctx context.Context, opts BoxOptions) (*Box, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkMemoryCap(opts.MemoryMiB); err != nil {
-		return nil, err
-	}
-	if _, err := r.bootAssets(); err != nil {
+	if err := r.checkMemoryCap(opts.MemoryMiB); err != nil {
 		return nil, err
 	}
 	img, err := r.resolveImage(ctx, opts.Image)
@@ -422,18 +336,17 @@ func (r *Runtime) newBox(ctx context.Context, opts BoxOptions) (*Box, error) {
 	bc := boxConfig{Options: opts, Image: img.Config}
 	if opts.AutoRemove {
 		bc.OwnerPID = os.Getpid()
-		bc.OwnerStart = qemu.StartTime(bc.OwnerPID)
+		bc.OwnerStart = vmm.StartTime(bc.OwnerPID)
 	}
-	cfg, _ := json.Marshal(bc)
 	rec := &store.Box{ID: newID(), Name: opts.Name, Image: opts.Image, ImageDigest: img.Digest,
-		Config: cfg, State: store.StateCreated, Created: time.Now()}
+		Config: encodeConfig(bc), State: store.StateCreated, Created: time.Now()}
 	if err := r.db.Insert(ctx, rec); err != nil {
 		if errors.Is(err, store.ErrNameInUse) {
 			return nil, fmt.Errorf("%w: %q (remove it, or pick another name)", ErrNameInUse, opts.Name)
 		}
-		return nil, err
+		return nil, fmt.Errorf("record box: %w", err)
 	}
-	b := r.handle(rec)
+	b := r.handle(rec, bc)
 	if err := b.create(ctx, img); err != nil {
 		b.remove(context.WithoutCancel(ctx), true)
 		return nil, err
@@ -442,13 +355,13 @@ func (r *Runtime) newBox(ctx context.Context, opts BoxOptions) (*Box, error) {
 }
 
 // handle returns the live handle for a record, making one if needed.
-func (r *Runtime) handle(rec *store.Box) *Box {
+func (r *Runtime) handle(rec *store.Box, cfg boxConfig) *Box {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if b, ok := r.boxes[rec.ID]; ok {
 		return b
 	}
-	b := newBox(r, rec)
+	b := newBox(r, rec, cfg)
 	r.boxes[rec.ID] = b
 	return b
 }
@@ -460,20 +373,23 @@ func (r *Runtime) forget(id string) {
 }
 
 // Get returns the box with that id, unique id prefix, or name.
+// Errors: ErrBoxNotFound; a store error, wrapped with the reference.
 func (r *Runtime) Get(ctx context.Context, idOrName string) (*Box, error) {
 	rec, err := r.db.Get(ctx, idOrName)
 	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, fmt.Errorf("%w: %q (see 'airlock ls' for the boxes of %s)", ErrBoxNotFound, idOrName, r.opts.Home)
-		}
+		return nil, r.storeErr(idOrName, err)
+	}
+	if rec, err = r.observe(ctx, rec); err != nil {
 		return nil, err
 	}
-	if rec.State == store.StateRunning && !qemu.Alive(rec.PID, rec.PIDStart) {
-		r.db.SetStopped(ctx, rec.ID)
-		rec.State = store.StateStopped
+	cfg, err := decodeConfig(rec)
+	if err != nil {
+		return nil, err
 	}
-	b := r.handle(rec)
-	b.refresh(rec)
+	b := r.handle(rec, cfg)
+	if err := b.refresh(rec); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -497,82 +413,47 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 	}
 	recs, err := r.db.List(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list boxes: %w", err)
 	}
 	out := make([]BoxInfo, 0, len(recs))
 	for _, rec := range recs {
-		out = append(out, infoOf(rec))
+		// A box whose configuration cannot be read is listed with zero
+		// Options (Get and Start say why; Remove still works).
+		cfg, _ := decodeConfig(rec)
+		out = append(out, infoOf(rec, cfg))
 	}
 	return out, nil
 }
 
-func infoOf(rec *store.Box) BoxInfo {
-	var cfg boxConfig
-	json.Unmarshal(rec.Config, &cfg)
+func infoOf(rec *store.Box, cfg boxConfig) BoxInfo {
 	return BoxInfo{ID: rec.ID, Name: rec.Name, Image: rec.Image, ImageDigest: rec.ImageDigest, State: rec.State,
 		PID: rec.PID, Created: rec.Created, Started: rec.Started, Options: cfg.Options}
 }
 
 // Remove deletes a box: its VM, writable layer and record. A running box
 // is refused with ErrBoxRunning unless force is set, which kills its VM.
+// A box whose record cannot be read can still be removed.
 func (r *Runtime) Remove(ctx context.Context, idOrName string, force bool) error {
 	b, err := r.Get(ctx, idOrName)
+	if errors.Is(err, errBadRecord) {
+		rec, gerr := r.db.Get(ctx, idOrName)
+		if gerr != nil {
+			return r.storeErr(idOrName, gerr)
+		}
+		return r.handle(rec, boxConfig{}).remove(ctx, force)
+	}
 	if err != nil {
 		return err
 	}
 	return b.remove(ctx, force)
 }
 
-// ImageInUse returns the ids of boxes that use the image digest.
+// ImageInUse returns the ids of boxes that use the image with that
+// manifest digest ("sha256:...").
 func (r *Runtime) ImageInUse(ctx context.Context, digest string) ([]string, error) {
-	return r.db.ImageInUse(ctx, digest)
-}
-
-// consoleTail returns the last n lines of a console log.
-func consoleTail(path string, n int) string {
-	f, err := os.Open(path)
+	ids, err := r.db.ImageInUse(ctx, digest)
 	if err != nil {
-		return ""
+		return nil, fmt.Errorf("boxes using image %s: %w", digest, err)
 	}
-	defer f.Close()
-	st, _ := f.Stat()
-	off := int64(0)
-	if st != nil && st.Size() > 16<<10 {
-		off = st.Size() - 16<<10
-	}
-	f.Seek(off, io.SeekStart)
-	b, _ := io.ReadAll(f)
-	lines := splitLines(EscapeConsole(string(b)))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	out := ""
-	for _, l := range lines {
-		out += l + "\n"
-	}
-	return out
-}
-
-func splitLines(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\n' {
-			if l := trimCR(s[start:i]); l != "" {
-				out = append(out, l)
-			}
-			start = i + 1
-		}
-	}
-	if l := trimCR(s[start:]); l != "" {
-		out = append(out, l)
-	}
-	return out
-}
-
-func trimCR(s string) string {
-	for len(s) > 0 && (s[len(s)-1] == '\r' || s[len(s)-1] == ' ') {
-		s = s[:len(s)-1]
-	}
-	return s
+	return ids, nil
 }

@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
@@ -107,7 +107,7 @@ func TestTHPModes(t *testing.T) {
 // its modules from an initramfs instead of the agent disk.
 func TestDebianKernelBootsFromInitramfs(t *testing.T) {
 	vmtest.Require(t)
-	deb, err := filepath.EvalSymlinks(filepath.Join(assets.CacheDir(), "kernel", "debian", "vmlinux"))
+	deb, err := filepath.EvalSymlinks(filepath.Join(defaults.Cache(), "kernel", "debian", "vmlinux"))
 	if err != nil {
 		if os.Getenv("AIRLOCK_REQUIRE_VM") == "1" {
 			t.Fatalf("Debian's kernel is not in the cache (hack/fetch-debian-kernel.sh): %v", err)
@@ -138,7 +138,7 @@ func TestAgentDiskRemovedUnderRuntimeIsRebuilt(t *testing.T) {
 	cache := t.TempDir()
 	// A private cache holding links to the shared kernels, so the agent
 	// disk built here can be removed without disturbing other tests.
-	shared := assets.CacheDir()
+	shared := defaults.Cache()
 	for _, d := range []string{"kernel", "rootfs"} {
 		if err := os.Symlink(filepath.Join(shared, d), filepath.Join(cache, d)); err != nil {
 			t.Fatal(err)

@@ -2,54 +2,24 @@ package airlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/gofrs/flock"
-	"github.com/mdlayher/vsock"
 
 	"github.com/airlock-run/airlock/internal/agent/client"
-	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/image"
-	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/store"
-	"github.com/airlock-run/airlock/internal/vmm/qemu"
+	"github.com/airlock-run/airlock/internal/vmm"
 )
-
-// Files in a box directory (Home/boxes/<id>/).
-const (
-	fileRW      = "rw.ext4"     // writable layer (ext4), survives Stop/Start
-	fileConsole = "console.log" // serial console of the current boot
-	filePID     = "qemu.pid"
-	fileLock    = "lock"
-	fileQMP     = "qmp.sock"
-	fileCID     = "vsock.cid" // guest CID when the box has a vsock device
-)
-
-// vsockPort is the AF_VSOCK port the agent listens on in the guest.
-const vsockPort = 1024
-
-// agentPorts is how many virtio-serial ports the agent serves. Each takes
-// one host connection at a time (held under the flock agent-N.lock), so up
-// to this many processes can talk to one box at once.
-const agentPorts = 4
-
-func agentSock(i int) string { return fmt.Sprintf("agent-%d.sock", i) }
-func agentLock(i int) string { return fmt.Sprintf("agent-%d.lock", i) }
 
 // bootTimeout bounds how long Start waits for the agent after launching
-// QEMU. TCG boots take seconds, more when many boxes boot at once.
+// the machine. TCG boots take seconds, more when many boxes boot at once.
 const bootTimeout = 120 * time.Second
 
 // Box is a handle on one box. Handles are cheap; several processes may hold
@@ -57,58 +27,90 @@ const bootTimeout = 120 * time.Second
 // Execs may run at once.
 type Box struct {
 	r   *Runtime
-	id  string
-	dir string
+	id  string // immutable
+	dir string // immutable
 
-	mu       sync.Mutex
-	rec      *store.Box
-	cfg      boxConfig
-	conn     *client.Client
-	vmExit   <-chan struct{} // closed when QEMU exits (while watched)
-	watchPID int             // the pid vmExit watches
+	// mu guards the fields below. rec and cfg are replaced whole, never
+	// changed in place: a copy taken under mu stays valid after unlocking.
+	mu  sync.Mutex
+	rec *store.Box // the record as last read or written by this handle
+	cfg boxConfig  // rec's decoded configuration
+	// conn is this handle's agent connection (nil: none yet, or dropped).
+	conn *client.Client
+	// m is the boot being watched (nil: none); vmExit is closed when it
+	// ends, and died then says why, unless stopping was set first (Stop
+	// or Remove ended it on purpose).
+	m        vmm.Machine
+	vmExit   <-chan struct{}
 	died     *DiedError
 	stopping bool
 }
 
-func newBox(r *Runtime, rec *store.Box) *Box {
-	b := &Box{r: r, id: rec.ID, dir: filepath.Join(r.opts.Home, "boxes", rec.ID)}
-	b.refresh(rec)
-	return b
+// newBox returns a handle for rec, whose configuration was decoded as cfg.
+func newBox(r *Runtime, rec *store.Box, cfg boxConfig) *Box {
+	return &Box{r: r, id: rec.ID, dir: filepath.Join(r.opts.Home, "boxes", rec.ID), rec: rec, cfg: cfg}
 }
 
-func (b *Box) refresh(rec *store.Box) {
+// refresh makes rec the handle's record.
+func (b *Box) refresh(rec *store.Box) error {
+	cfg, err := decodeConfig(rec)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.rec, b.cfg = rec, cfg
+	b.mu.Unlock()
+	return nil
+}
+
+// snapshot returns the handle's record and configuration.
+func (b *Box) snapshot() (*store.Box, boxConfig) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.rec = rec
-	json.Unmarshal(rec.Config, &b.cfg)
+	return b.rec, b.cfg
+}
+
+// load reads the box's record from the store, marks it stopped if its
+// machine is gone, and makes it the handle's record.
+func (b *Box) load(ctx context.Context) (*store.Box, error) {
+	rec, err := b.r.db.Get(ctx, b.id)
+	if err != nil {
+		return nil, b.r.storeErr(b.id, err)
+	}
+	if rec, err = b.r.observe(ctx, rec); err != nil {
+		return nil, err
+	}
+	if err := b.refresh(rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
 }
 
 // ID returns the box id (12 hex digits).
 func (b *Box) ID() string { return b.id }
 
 // Name returns the box name, "" if unnamed.
-func (b *Box) Name() string { return b.rec.Name }
+func (b *Box) Name() string {
+	rec, _ := b.snapshot()
+	return rec.Name
+}
 
 // Info returns the box's current record.
 func (b *Box) Info(ctx context.Context) (BoxInfo, error) {
-	rec, err := b.r.db.Get(ctx, b.id)
+	rec, err := b.load(ctx)
 	if err != nil {
-		return BoxInfo{}, fmt.Errorf("%w: %s", ErrBoxNotFound, b.id)
+		return BoxInfo{}, err
 	}
-	if rec.State == store.StateRunning && !qemu.Alive(rec.PID, rec.PIDStart) {
-		b.r.db.SetStopped(ctx, rec.ID)
-		rec.State = store.StateStopped
-	}
-	b.refresh(rec)
-	return infoOf(rec), nil
+	_, cfg := b.snapshot()
+	return infoOf(rec, cfg), nil
 }
 
 // ConsoleLog returns the path of the box's serial console log (kernel and
 // agent messages of the current or last boot).
-func (b *Box) ConsoleLog() string { return filepath.Join(b.dir, fileConsole) }
+func (b *Box) ConsoleLog() string { return filepath.Join(b.dir, boxdir.Console) }
 
 func (b *Box) lock(ctx context.Context) (func(), error) {
-	fl := flock.New(filepath.Join(b.dir, fileLock))
+	fl := flock.New(filepath.Join(b.dir, boxdir.Lock))
 	ok, err := fl.TryLockContext(ctx, 20*time.Millisecond)
 	if err != nil {
 		return nil, fmt.Errorf("lock box %s: %w", b.id, err)
@@ -119,37 +121,48 @@ func (b *Box) lock(ctx context.Context) (func(), error) {
 	return func() { fl.Unlock() }, nil
 }
 
-// sockPath returns where a box's unix socket lives: in the box directory,
-// or, when that path is too long for a unix socket, in a short directory
-// under the system temp dir.
-func (b *Box) sockPath(name string) string {
-	p := filepath.Join(b.dir, name)
-	if len(p) < 100 {
-		return p
-	}
-	d := filepath.Join(os.TempDir(), "airlock-"+b.id)
-	os.MkdirAll(d, 0o700)
-	return filepath.Join(d, name)
+// vmSpec is what the driver makes the box's machine from (without the
+// image, which only Create and Start need).
+func (b *Box) vmSpec(rec *store.Box, cfg boxConfig) vmm.Spec {
+	o := cfg.Options
+	return vmm.Spec{ID: b.id, Dir: b.dir, CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskSizeMiB: o.DiskSizeMiB,
+		Network: o.Network != NetworkDisabled, Hostname: hostname(rec)}
+}
+
+// machine is the recorded boot of rec (it may have ended).
+func (b *Box) machine(rec *store.Box, cfg boxConfig) vmm.Machine {
+	return b.r.drv.Attach(b.vmSpec(rec, cfg), handleOf(rec))
+}
+
+func handleOf(rec *store.Box) vmm.Handle { return vmm.Handle{PID: rec.PID, Start: rec.PIDStart} }
+
+// running reports whether rec says the box runs and its machine process
+// does: the one test of "recorded running but gone".
+func running(rec *store.Box) bool {
+	return rec.State == store.StateRunning && handleOf(rec).Alive()
 }
 
 // create prepares the box directory and its writable layer.
 func (b *Box) create(ctx context.Context, img *image.Image) error {
 	if err := os.MkdirAll(b.dir, 0o700); err != nil {
-		return err
+		return fmt.Errorf("box %s: %w", b.id, err)
 	}
-	if _, err := rootfs.Base(ctx, b.r.images, img, b.r.opts.CacheDir); err != nil {
-		return fmt.Errorf("root filesystem for %s: %w", img.Ref, err)
+	rec, cfg := b.snapshot()
+	spec := b.vmSpec(rec, cfg)
+	spec.Images, spec.Image = b.r.images, img
+	if err := b.r.drv.Create(ctx, spec); err != nil {
+		return fmt.Errorf("box %s: %w", b.id, err)
 	}
-	return rootfs.NewDisk(filepath.Join(b.dir, fileRW), b.cfg.Options.DiskSizeMiB, b.r.opts.CacheDir)
+	return nil
 }
 
-func (b *Box) image() (*image.Image, error) {
-	img, err := b.r.images.Resolve(b.rec.ImageDigest)
+func (b *Box) image(rec *store.Box) (*image.Image, error) {
+	img, err := b.r.images.Resolve(rec.ImageDigest)
 	if err != nil {
-		img, err = b.r.images.Resolve(b.rec.Image)
+		img, err = b.r.images.Resolve(rec.Image)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("image %s of box %s: %w", b.rec.Image, b.id, err)
+		return nil, fmt.Errorf("image %s of box %s: %w", rec.Image, b.id, err)
 	}
 	return img, nil
 }
@@ -162,167 +175,61 @@ func (b *Box) Start(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	rec, err := b.r.db.Get(ctx, b.id)
+	rec, err := b.load(ctx)
 	if err != nil {
-		return fmt.Errorf("%w: %s", ErrBoxNotFound, b.id)
+		return err
 	}
-	b.refresh(rec)
-	if rec.State == store.StateRunning && qemu.Alive(rec.PID, rec.PIDStart) {
+	if running(rec) {
 		_, err := b.client(ctx)
 		return err
 	}
-	boot, err := b.r.bootAssets()
+	_, cfg := b.snapshot()
+	img, err := b.image(rec)
 	if err != nil {
 		return err
 	}
-	// Another process may have pruned the agent disk or initramfs since
-	// this runtime looked: build it again (same content, same path).
-	if boot.agentDisk != "" {
-		if _, err := os.Stat(boot.agentDisk); err != nil {
-			if _, err := assets.AgentDisk(ctx, b.r.opts.CacheDir, boot.agent); err != nil {
-				return err
-			}
-		}
-	}
-	if boot.initrd != "" {
-		if _, err := os.Stat(boot.initrd); err != nil {
-			if _, err := assets.Initrd(b.r.opts.CacheDir, boot.agent, boot.kernel); err != nil {
-				return err
-			}
-		}
-	}
-	img, err := b.image()
-	if err != nil {
+	if err := b.r.checkCapacity(b.id, cfg.Options.MemoryMiB); err != nil {
 		return err
 	}
-	base, err := rootfs.Base(ctx, b.r.images, img, b.r.opts.CacheDir)
+	spec := b.vmSpec(rec, cfg)
+	spec.Images, spec.Image = b.r.images, img
+	m, err := b.r.drv.Start(ctx, spec)
 	if err != nil {
-		return fmt.Errorf("root filesystem for %s: %w", img.Ref, err)
-	}
-	var cid uint32
-	if qemu.VsockAvailable() {
-		cid = randomCID()
-	}
-	if n := runtime.NumCPU(); boot.accel.Accel == qemu.AccelTCG && b.cfg.Options.CPUs > n {
-		b.r.warn(fmt.Sprintf("airlock: warning: box %s has %d vCPUs but this host has %d CPUs: under TCG each vCPU is a host thread, so more vCPUs than host CPUs make the box slower, not faster", b.id, b.cfg.Options.CPUs, n))
-	}
-	if err := checkCapacity(b.id, b.cfg.Options.MemoryMiB); err != nil {
-		return err
-	}
-	qc := b.vmConfig(boot, base, cid)
-	if err := b.confine(&qc); err != nil {
 		return fmt.Errorf("box %s: %w", b.id, err)
 	}
-	for _, f := range append(qc.AgentSockets, qc.QMPSocket, qc.PIDFile, filepath.Join(b.dir, fileCID)) {
-		os.Remove(f)
+	h := m.Handle()
+	if err := b.r.db.SetRunning(ctx, b.id, h.PID, h.Start, time.Now()); err != nil {
+		m.Kill()
+		return fmt.Errorf("box %s: record it running: %w", b.id, err)
 	}
-	os.WriteFile(b.ConsoleLog(), nil, 0o600)
-	pid, err := qemu.Launch(ctx, qc)
-	for try := 0; try < 5 && qemu.IsCIDInUse(err); try++ {
-		qc = b.vmConfig(boot, base, randomCID())
-		if err = b.confine(&qc); err == nil {
-			pid, err = qemu.Launch(ctx, qc)
-		}
-	}
-	if err != nil {
-		b.vmGone()
-		return fmt.Errorf("box %s: %w", b.id, err)
-	}
-	if qc.VsockCID != 0 {
-		os.WriteFile(filepath.Join(b.dir, fileCID), []byte(strconv.FormatUint(uint64(qc.VsockCID), 10)), 0o600)
-	}
-	start := qemu.StartTime(pid)
-	if err := b.r.db.SetRunning(ctx, b.id, pid, start, time.Now()); err != nil {
-		qemu.Kill(pid, start)
-		return err
-	}
-	rec.State, rec.PID, rec.PIDStart = store.StateRunning, pid, start
+	up := *rec
+	up.State, up.PID, up.PIDStart = store.StateRunning, h.PID, h.Start
 	b.mu.Lock()
-	b.rec = rec
+	b.rec = &up
 	b.died = nil
 	b.stopping = false
 	b.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, bootTimeout)
 	defer cancel()
 	if _, err := b.client(cctx); err != nil {
-		qemu.Kill(pid, start)
-		b.vmGone()
+		m.Kill()
 		b.r.db.SetStopped(context.WithoutCancel(ctx), b.id)
 		var de *DiedError
 		if errors.As(err, &de) {
 			return err
 		}
-		return fmt.Errorf("box %s did not come up: %w\n--- console (last lines) ---\n%s", b.id, err, consoleTail(b.ConsoleLog(), 20))
+		return fmt.Errorf("box %s did not come up: %w\n--- console (last lines) ---\n%s", b.id, err, m.Console(20))
 	}
 	return nil
 }
 
-// vmConfig is the QEMU configuration of this box for one boot.
-// cid, when non-zero, adds a vhost-vsock device with that guest CID.
-func (b *Box) vmConfig(boot *bootAssets, base string, cid uint32, extraCmdline ...string) qemu.Config {
-	var agentSocks []string
-	for i := 0; i < agentPorts; i++ {
-		agentSocks = append(agentSocks, b.sockPath(agentSock(i)))
-	}
-	o := b.cfg.Options
-	disks := []qemu.Disk{{Path: base, ReadOnly: true}, {Path: filepath.Join(b.dir, fileRW)}}
-	extra := []string{"airlock.rw=/dev/vdb"}
-	if boot.agentDisk != "" {
-		// No initramfs: the kernel mounts the agent disk as its root and
-		// runs /init from it; the box disks come after it.
-		// Readahead over the whole disk: the first page fault in /init then
-		// reads the agent in a few large requests instead of ~60 of 128 KiB
-		// (its start ~60 ms sooner under TCG here, same QEMU memory).
-		disks = append([]qemu.Disk{{Path: boot.agentDisk, ReadOnly: true, OptIOSize: boot.agentDiskIO}}, disks...)
-		extra = []string{"root=/dev/vda", "rootfstype=erofs", "ro", "init=/init", "airlock.root=/dev/vdb", "airlock.rw=/dev/vdc"}
-	}
-	extra = append(extra, "airlock.hostname="+b.hostname(), "airlock.ports="+strconv.Itoa(agentPorts))
-	if os.Getenv("AIRLOCK_DEBUG") != "" {
-		extra = append(extra, "airlock.debug=1")
-	}
-	if o.Network != NetworkDisabled {
-		extra = append(extra, "airlock.net=user")
-		if boot.kernel.IPConfig {
-			extra = append(extra, qemu.UserNetIPParam)
-		}
-	}
-	if cid != 0 {
-		extra = append(extra, "airlock.vsock="+strconv.Itoa(vsockPort))
-	}
-	// One vCPU under TCG: the PIT instead of a local APIC timer that the
-	// kernel would first calibrate for 100 ms (see qemu.Config.NoACPI).
-	// With more vCPUs each keeps its own APIC timer: with the PIT alone
-	// the others get only periodic 4 ms ticks (no high-resolution timers).
-	noACPI := boot.accel.Accel == qemu.AccelTCG && boot.kernel.BootsWithoutACPI && o.CPUs <= 1
-	if noACPI {
-		extra = append(extra, "noapictimer")
-	}
-	return qemu.Config{
-		NoACPI:       noACPI,
-		VsockCID:     cid,
-		Name:         "airlock-" + b.id,
-		Accel:        boot.accel.Accel,
-		CPUs:         o.CPUs,
-		MemoryMiB:    o.MemoryMiB,
-		Kernel:       boot.kernel.Path,
-		Initrd:       boot.initrd,
-		Cmdline:      qemu.KernelCmdline(boot.accel.Accel, append(extra, extraCmdline...)...),
-		Disks:        disks,
-		AgentSockets: agentSocks,
-		QMPSocket:    b.sockPath(fileQMP),
-		ConsoleLog:   b.ConsoleLog(),
-		PIDFile:      filepath.Join(b.dir, filePID),
-		Network:      o.Network != NetworkDisabled,
-		THP:          boot.thp,
-		KernelSpan:   boot.kernelSpan,
-	}
-}
-
-func (b *Box) hostname() string {
-	if n := b.rec.Name; n != "" && validHostname(n) {
+// hostname is the box's hostname: its name when that is a valid
+// hostname, else its id.
+func hostname(rec *store.Box) string {
+	if n := rec.Name; n != "" && validHostname(n) {
 		return n
 	}
-	return b.id
+	return rec.ID
 }
 
 func validHostname(s string) bool {
@@ -337,66 +244,37 @@ func validHostname(s string) bool {
 	return true
 }
 
-// watchVM starts watching the QEMU process pid, once per boot.
+// watchVM starts watching machine m, once per boot.
 // Preconditions: b.mu is held.
-func (b *Box) watchVM(pid int) {
-	if b.vmExit != nil && b.watchPID == pid {
+func (b *Box) watchVM(m vmm.Machine) {
+	if b.m != nil && b.m.Handle() == m.Handle() {
 		return
 	}
-	ch, err := qemu.Watch(pid)
-	if err != nil {
-		// No pidfd (old kernel, seccomp): poll instead of declaring a
-		// running VM dead.
-		c := make(chan struct{})
-		start := qemu.StartTime(pid)
-		go func() {
-			for qemu.Alive(pid, start) {
-				time.Sleep(200 * time.Millisecond)
-			}
-			close(c)
-		}()
-		ch = c
-	}
-	b.vmExit, b.watchPID = ch, pid
+	ch := m.Exited()
+	b.m, b.vmExit = m, ch
 	go func() {
 		<-ch
 		b.mu.Lock()
-		if b.watchPID != pid {
+		if b.m != m {
 			// A newer boot is being watched.
 			b.mu.Unlock()
 			return
 		}
 		if !b.stopping {
-			b.died = b.diedError(pid)
+			b.died = b.diedError(m)
 		}
 		b.dropConnLocked()
-		b.vmExit, b.watchPID = nil, 0
+		b.m, b.vmExit = nil, nil
 		b.mu.Unlock()
-		b.vmGone()
-		b.r.db.SetStoppedIfPID(context.Background(), b.id, pid)
+		m.Release()
+		b.r.db.SetStoppedIfPID(context.Background(), b.id, m.Handle().PID)
 	}()
 }
 
-// diedError reads the console to say why the VM ended.
-func (b *Box) diedError(pid int) *DiedError {
-	tail := consoleTail(b.ConsoleLog(), 25)
-	long := consoleTail(b.ConsoleLog(), 400)
-	cause := fmt.Sprintf("its QEMU process (pid %d) exited unexpectedly", pid)
-	switch {
-	case strings.Contains(long, "Kernel panic"):
-		cause = "guest kernel panic"
-		for _, l := range splitLines(long) {
-			if i := strings.Index(l, "Kernel panic"); i >= 0 {
-				cause += " (" + strings.TrimSpace(l[i:]) + ")"
-				break
-			}
-		}
-	case strings.Contains(long, "Out of memory"):
-		cause = "the guest ran out of memory"
-	case strings.Contains(long, "airlock-agent: fatal"):
-		cause = "the guest agent failed to set up the box"
-	}
-	return &DiedError{BoxID: b.id, Cause: cause, ConsoleTail: tail}
+// diedError says why machine m ended.
+func (b *Box) diedError(m vmm.Machine) *DiedError {
+	d := m.Death()
+	return &DiedError{BoxID: b.id, Cause: d.Cause, ConsoleTail: d.ConsoleTail}
 }
 
 // deadErr returns the DiedError if the VM is known to have died, waiting up
@@ -405,12 +283,13 @@ func (b *Box) deadErr(wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
 		b.mu.Lock()
-		d, rec := b.died, b.rec
+		d, rec, cfg := b.died, b.rec, b.cfg
 		b.mu.Unlock()
 		if d != nil {
 			return d
 		}
-		if !qemu.Alive(rec.PID, rec.PIDStart) {
+		m := b.machine(rec, cfg)
+		if !m.Alive() {
 			b.mu.Lock()
 			stopping := b.stopping
 			b.mu.Unlock()
@@ -424,7 +303,7 @@ func (b *Box) deadErr(wait time.Duration) error {
 			if d != nil {
 				return d
 			}
-			return b.diedError(rec.PID)
+			return b.diedError(m)
 		}
 		if time.Now().After(deadline) {
 			return nil
@@ -446,24 +325,25 @@ func (b *Box) client(ctx context.Context) (*client.Client, error) {
 			return c, nil
 		}
 	}
-	rec := b.rec
+	rec, cfg := b.rec, b.cfg
 	if d := b.died; d != nil {
 		b.mu.Unlock()
 		return nil, d
 	}
 	b.mu.Unlock()
-	if rec.State != store.StateRunning || !qemu.Alive(rec.PID, rec.PIDStart) {
+	if !running(rec) {
 		if rec.State == store.StateRunning {
 			if err := b.deadErr(0); err != nil {
 				return nil, err
 			}
 		}
-		return nil, fmt.Errorf("%w: %s (start it first: airlock start %s, or Box.Start)", ErrBoxNotRunning, b.id, b.id)
+		return nil, fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
 	}
+	m := b.machine(rec, cfg)
 	b.mu.Lock()
-	b.watchVM(rec.PID)
+	b.watchVM(m)
 	b.mu.Unlock()
-	c, err := b.dialAgent(ctx)
+	c, err := m.DialAgent(ctx)
 	if err != nil {
 		if de := b.deadErr(time.Second); de != nil {
 			return nil, de
@@ -487,81 +367,24 @@ func (b *Box) client(ctx context.Context) (*client.Client, error) {
 	return c, nil
 }
 
-// randomCID returns a vsock guest CID (3 and up; 0-2 are reserved).
-func randomCID() uint32 {
-	var b [4]byte
-	rand.Read(b[:])
-	return 3 + binary.LittleEndian.Uint32(b[:])%(1<<31)
-}
-
-// dialVsock connects to the agent over vsock when the box has a vsock
-// device; ok is false when it has none or the connection failed (the caller
-// then uses a virtio-serial port).
-func (b *Box) dialVsock(ctx context.Context) (c *client.Client, ok bool) {
-	raw, err := os.ReadFile(filepath.Join(b.dir, fileCID))
-	if err != nil {
-		return nil, false
-	}
-	cid, err := strconv.ParseUint(strings.TrimSpace(string(raw)), 10, 32)
-	if err != nil || cid == 0 {
-		return nil, false
-	}
-	c, err = client.DialAuth(ctx, b.boxSecret(), func(ctx context.Context) (net.Conn, error) {
-		return vsock.Dial(uint32(cid), vsockPort, nil)
-	})
-	return c, err == nil
-}
-
-// dialAgent connects over vsock where the box has it, else takes a free
-// agent port (the first whose flock it gets, waiting
-// while all are in use by other processes) and connects through it. The
-// flock is held until the connection ends.
-func (b *Box) dialAgent(ctx context.Context) (*client.Client, error) {
-	if c, ok := b.dialVsock(ctx); ok {
-		return c, nil
-	}
-	var fl *flock.Flock
-	var port int
-	for fl == nil {
-		for i := 0; i < agentPorts; i++ {
-			l := flock.New(filepath.Join(b.dir, agentLock(i)))
-			if ok, err := l.TryLock(); err == nil && ok {
-				fl, port = l, i
-				break
-			}
-		}
-		if fl != nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("all %d agent ports are in use by other processes: %w", agentPorts, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	sock := b.sockPath(agentSock(port))
-	c, err := client.DialAuth(ctx, b.boxSecret(), func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	})
-	if err != nil {
-		fl.Unlock()
-		return nil, err
-	}
-	go func() {
-		<-c.Done()
-		fl.Unlock()
-	}()
-	return c, nil
+// GuestInfo describes the guest a box runs.
+type GuestInfo struct {
+	AgentVersion string        // guest agent version
+	Kernel       string        // guest kernel release
+	Uptime       time.Duration // time since the guest booted
 }
 
 // GuestInfo reports the agent version, guest kernel release and uptime.
-func (b *Box) GuestInfo(ctx context.Context) (client.Info, error) {
+func (b *Box) GuestInfo(ctx context.Context) (GuestInfo, error) {
 	c, err := b.client(ctx)
 	if err != nil {
-		return client.Info{}, err
+		return GuestInfo{}, err
 	}
-	return c.Hello(ctx)
+	i, err := c.Hello(ctx)
+	if err != nil {
+		return GuestInfo{}, b.callErr(err)
+	}
+	return GuestInfo{AgentVersion: i.Version, Kernel: i.Kernel, Uptime: i.Uptime}, nil
 }
 
 // Stop shuts the box down: the agent stops all processes, syncs and
@@ -578,26 +401,26 @@ func (b *Box) Stop(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if b.cfg.Options.AutoRemove {
+	if _, cfg := b.snapshot(); cfg.Options.AutoRemove {
 		return b.remove(ctx, true)
 	}
 	return nil
 }
 
 func (b *Box) stopLocked(ctx context.Context) error {
-	rec, err := b.r.db.Get(ctx, b.id)
+	rec, err := b.load(ctx)
 	if err != nil {
-		return fmt.Errorf("%w: %s", ErrBoxNotFound, b.id)
+		return err
 	}
-	b.refresh(rec)
+	_, cfg := b.snapshot()
 	b.mu.Lock()
 	b.stopping = true
 	b.mu.Unlock()
-	pid, start := rec.PID, rec.PIDStart
-	if rec.State == store.StateRunning && qemu.Alive(pid, start) {
+	if running(rec) {
+		m := b.machine(rec, cfg)
 		gone := func(d time.Duration) bool {
 			deadline := time.Now().Add(d)
-			for qemu.Alive(pid, start) {
+			for m.Alive() {
 				if time.Now().After(deadline) {
 					return false
 				}
@@ -612,21 +435,21 @@ func (b *Box) stopLocked(ctx context.Context) error {
 		cancel()
 		if !gone(10 * time.Second) {
 			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			if q, err := qemu.DialQMP(qctx, b.sockPath(fileQMP)); err == nil {
-				q.Execute("quit", nil)
-				q.Close()
-			}
+			m.Quit(qctx)
 			cancel()
 			if !gone(3 * time.Second) {
-				if err := qemu.Kill(pid, start); err != nil {
-					return err
+				if err := m.Kill(); err != nil {
+					return fmt.Errorf("box %s: %w", b.id, err)
 				}
 			}
 		}
+		m.Release()
 	}
 	b.dropConn()
-	b.vmGone()
-	return b.r.db.SetStopped(ctx, b.id)
+	if err := b.r.db.SetStopped(ctx, b.id); err != nil {
+		return fmt.Errorf("box %s: record it stopped: %w", b.id, err)
+	}
+	return nil
 }
 
 // dropConn closes the handle's agent connection, if any.
@@ -647,7 +470,7 @@ func (b *Box) dropConnLocked() {
 // Close releases this handle's connection; the box keeps running. An
 // AutoRemove box is stopped and removed.
 func (b *Box) Close() error {
-	if b.cfg.Options.AutoRemove {
+	if _, cfg := b.snapshot(); cfg.Options.AutoRemove {
 		return b.remove(context.Background(), true)
 	}
 	b.dropConn()
@@ -668,26 +491,26 @@ func (b *Box) remove(ctx context.Context, force bool) error {
 	}
 	rec, err := b.r.db.Get(ctx, b.id)
 	if err != nil {
-		return fmt.Errorf("%w: %s", ErrBoxNotFound, b.id)
+		return b.r.storeErr(b.id, err)
 	}
-	if rec.State == store.StateRunning && qemu.Alive(rec.PID, rec.PIDStart) {
+	if running(rec) {
 		if !force {
-			return fmt.Errorf("%w: %s: stop it first, or force removal (airlock rm -f)", ErrBoxRunning, b.id)
+			return fmt.Errorf("%w: %s: stop it first, or remove it with force to kill its VM", ErrBoxRunning, b.id)
 		}
 		b.mu.Lock()
 		b.stopping = true
 		b.dropConnLocked()
+		cfg := b.cfg
 		b.mu.Unlock()
-		if err := qemu.Kill(rec.PID, rec.PIDStart); err != nil {
-			return err
+		if err := b.machine(rec, cfg).Kill(); err != nil {
+			return fmt.Errorf("box %s: %w", b.id, err)
 		}
 	}
-	b.vmGone()
 	b.dropConn()
 	if err := b.r.db.Delete(ctx, b.id); err != nil {
-		return err
+		return fmt.Errorf("box %s: delete its record: %w", b.id, err)
 	}
-	os.RemoveAll(filepath.Join(os.TempDir(), "airlock-"+b.id))
+	os.RemoveAll(boxdir.ShortDir(b.id))
 	b.r.forget(b.id)
 	return os.RemoveAll(b.dir)
 }

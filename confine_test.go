@@ -81,9 +81,12 @@ func TestConfinedQEMU(t *testing.T) {
 	if os.Getenv("AIRLOCK_CONFINE") == "off" {
 		t.Skip("AIRLOCK_CONFINE=off")
 	}
-	r := openRuntime(t, "")
+	r, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}, ConsoleMaxBytes: 65536})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
 	ctx := context.Background()
-	t.Setenv("AIRLOCK_CONSOLE_MAX", "65536")
 	a, err := r.Create(ctx, airlock.BoxOptions{Network: airlock.NetworkDisabled, MemoryMiB: 256})
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +229,7 @@ func TestConfinedQEMU(t *testing.T) {
 	})
 
 	t.Run("console flood stays under its cap", func(t *testing.T) {
-		// Box A was started with AIRLOCK_CONSOLE_MAX=64 KiB; ~300 KB of
+		// Box A was started with ConsoleMaxBytes 64 KiB; ~300 KB of
 		// console output with terminal escapes leave a log under the cap
 		// that ends with the last line, escaped when shown.
 		res := exec(t, a, airlock.ExecOptions{}, "sh", "-c",

@@ -251,7 +251,7 @@ func (b *Box) callErr(err error) error {
 		}
 	}
 	b.mu.Unlock()
-	return fmt.Errorf("box %s: lost the connection to its agent (%v); the box may be overloaded or stopping — see `airlock logs %s`", b.id, err, b.id)
+	return fmt.Errorf("box %s: lost the connection to its agent (%v); the box may be overloaded or stopping — its console log %s may say why", b.id, err, b.ConsoleLog())
 }
 
 func (p *Process) copyStdin(r io.Reader) {

@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/unpack"
 	"github.com/airlock-run/airlock/internal/rootfs"
@@ -154,8 +154,8 @@ func boxStarts(b *testing.B, s *image.Store, img *image.Image) (first, second ti
 		b.Fatal(err)
 	}
 	defer r.Close()
-	basePath := rootfs.BasePath(assets.CacheDir(), vimg.Digest)
-	defer rootfs.RemoveBase(ctx, assets.CacheDir(), vimg.Digest)
+	basePath := rootfs.BasePath(defaults.Cache(), vimg.Digest)
+	defer rootfs.RemoveBase(ctx, defaults.Cache(), vimg.Digest)
 	create := func() time.Duration {
 		t0 := time.Now()
 		bx, err := r.Create(ctx, airlock.BoxOptions{Image: "bench/variant:1"})

@@ -18,8 +18,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/assets"
 	"github.com/airlock-run/airlock/internal/cli"
+	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/imagetest"
 	"github.com/airlock-run/airlock/internal/image/unpack"
@@ -137,7 +137,11 @@ func TestBoxFromRegistryImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	if _, err := r.Images().Resolve(ref); !errors.Is(err, image.ErrNotFound) {
+	store, err := image.Open(filepath.Join(home, "images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Resolve(ref); !errors.Is(err, image.ErrNotFound) {
 		t.Fatalf("store not empty: %v", err)
 	}
 
@@ -147,9 +151,9 @@ func TestBoxFromRegistryImage(t *testing.T) {
 	}
 	info, _ := b.Info(ctx)
 	// The base built for this image lives in the shared cache: drop it.
-	t.Cleanup(func() { rootfs.RemoveBase(context.Background(), assets.CacheDir(), info.ImageDigest) })
+	t.Cleanup(func() { rootfs.RemoveBase(context.Background(), defaults.Cache(), info.ImageDigest) })
 	t.Cleanup(func() { r.Remove(context.Background(), b.ID(), true) })
-	img, err := r.Images().Resolve(ref)
+	img, err := store.Resolve(ref)
 	if err != nil || !strings.HasPrefix(img.Source, "pulled from ") {
 		t.Fatalf("image not pulled into the box's store: %v %+v", err, img)
 	}
@@ -203,13 +207,13 @@ func TestBoxFromRegistryImage(t *testing.T) {
 		if err == nil || !strings.Contains(errs, "used by box(es) "+b.ID()) {
 			t.Fatalf("rmi of an image in use: %v %q", err, errs)
 		}
-		if _, err := r.Images().Resolve(ref); err != nil {
+		if _, err := store.Resolve(ref); err != nil {
 			t.Fatalf("refused rmi removed the image: %v", err)
 		}
 		if err := r.Remove(ctx, b.ID(), true); err != nil {
 			t.Fatal(err)
 		}
-		base := rootfs.BasePath(assets.CacheDir(), img.Digest)
+		base := rootfs.BasePath(defaults.Cache(), img.Digest)
 		if _, err := os.Stat(base); err != nil {
 			t.Fatalf("no rootfs base: %v", err)
 		}

@@ -5,9 +5,10 @@
 // the initramfs for kernels that load modules), assembles the box root, and
 // serves the agent protocol to the host over a virtio-serial port.
 //
-// Outside a VM, `airlock-agent -listen unix:PATH [-root DIR]` serves the
-// same protocol on a unix socket; the tests use it to exercise exec
-// semantics without booting a guest.
+// Outside a VM, `airlock-agent -listen unix:PATH [-root DIR]` (or
+// AIRLOCK_AGENT_LISTEN=unix:PATH) serves the same protocol on a unix socket
+// in host mode; the tests and the fake VM driver use it to exercise exec
+// semantics and the box lifecycle without booting a guest.
 package main
 
 import (
@@ -26,12 +27,17 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-run/airlock/internal/agent"
+	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/guestinit"
 	"github.com/airlock-run/airlock/internal/transport"
 )
 
 func main() {
-	if os.Getpid() == 1 && os.Getenv("AIRLOCK_BARE") == "1" {
+	if l := os.Getenv(guestabi.HostListenEnv); l != "" {
+		serveHost(l, "/")
+		return
+	}
+	if os.Getpid() == 1 && os.Getenv("AIRLOCK_BARE") == "1" { // guestabi.BareParam
 		bareInit()
 		return
 	}
@@ -42,7 +48,15 @@ func main() {
 	listen := flag.String("listen", "", "serve on unix:PATH instead of the virtio-serial port (for tests)")
 	root := flag.String("root", "/", "root directory processes run in")
 	flag.Parse()
-	path, ok := strings.CutPrefix(*listen, "unix:")
+	serveHost(*listen, *root)
+}
+
+// serveHost serves the agent on a unix socket (listen is unix:PATH) in
+// host mode: it mounts nothing, makes no cgroups and touches no /etc, and
+// a Shutdown call ends the agent. As PID 1 (of a PID namespace) it reaps
+// every child, and its exit ends every process it started.
+func serveHost(listen, root string) {
+	path, ok := strings.CutPrefix(listen, "unix:")
 	if !ok {
 		fmt.Fprintln(os.Stderr, "airlock-agent: not PID 1; use -listen unix:PATH to serve on a socket")
 		os.Exit(2)
@@ -53,7 +67,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "airlock-agent:", err)
 		os.Exit(1)
 	}
-	g := agent.NewServer(agent.Config{Root: *root}).Handle
+	g := agent.NewServer(agent.Config{Root: root, ReapAll: os.Getpid() == 1, Shutdown: func() { os.Exit(0) }}).Handle
+	fmt.Fprintf(os.Stderr, "%sready on %s (host mode)\n", guestabi.LogPrefix, path)
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -109,14 +124,14 @@ func bareInit() {
 	} else {
 		fmt.Fprintln(os.Stderr, "bare init: run true:", err)
 	}
-	fmt.Fprintln(os.Stderr, "AIRLOCK-BARE-MARKER")
+	fmt.Fprintln(os.Stderr, guestabi.BareMarker)
 	for {
 		time.Sleep(time.Hour)
 	}
 }
 
 func fatal(err error) {
-	guestinit.Logf("fatal: %v", err)
+	fmt.Fprintf(os.Stderr, "%s%v\n", guestabi.FatalPrefix, err)
 	time.Sleep(100 * time.Millisecond)
 	guestinit.PowerOff()
 }

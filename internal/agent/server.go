@@ -54,17 +54,17 @@ func NewServer(cfg Config) *Server {
 // transport.Handler that transport.Serve runs for each stream.
 func (s *Server) Handle(method string, st *transport.Stream) error {
 	switch method {
-	case "Hello":
+	case agentpb.MethodHello:
 		if err := st.Recv(new(agentpb.HelloRequest)); err != nil {
 			return err
 		}
 		return st.Send(s.Hello())
-	case "Shutdown":
+	case agentpb.MethodShutdown:
 		if err := st.Recv(new(agentpb.ShutdownRequest)); err != nil {
 			return err
 		}
 		return st.Send(s.Shutdown())
-	case "Exec":
+	case agentpb.MethodExec:
 		return s.Exec(protoStream{st})
 	}
 	return fmt.Errorf("unknown call %q (the host speaks a newer protocol than agent %s)", method, Version)

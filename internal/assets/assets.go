@@ -18,26 +18,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-)
 
-// CacheDir returns airlock's cache directory: $AIRLOCK_CACHE, else
-// $XDG_CACHE_HOME/airlock, else ~/.cache/airlock. It holds kernels
-// (kernel/), initramfs images and agent disks (initrd/) and root filesystem
-// bases (rootfs/);
-// everything in it can be rebuilt.
-func CacheDir() string {
-	if d := os.Getenv("AIRLOCK_CACHE"); d != "" {
-		return d
-	}
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "airlock")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		home = os.TempDir()
-	}
-	return filepath.Join(home, ".cache", "airlock")
-}
+	"github.com/airlock-run/airlock/internal/defaults"
+)
 
 // Kernel kinds.
 const (
@@ -124,18 +107,18 @@ func KernelAt(path string) Kernel {
 var ErrNoKernel = errors.New("no guest kernel found: run hack/setup.sh (it builds one into the airlock cache), or set AIRLOCK_KERNEL to a vmlinux")
 
 // FindKernel returns the kernel boxes boot: $AIRLOCK_KERNEL if set; else
-// the airlock kernel in cacheDir ("" means CacheDir()); else Debian's kernel
+// the airlock kernel in cacheDir ("" means defaults.Cache()); else Debian's kernel
 // there. note is a one-line remark for the user when falling back (empty
 // otherwise).
 func FindKernel(cacheDir string) (k Kernel, note string, err error) {
-	if p := os.Getenv("AIRLOCK_KERNEL"); p != "" {
+	if p := defaults.Kernel(); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return Kernel{}, "", fmt.Errorf("AIRLOCK_KERNEL=%s: %w", p, err)
 		}
 		return KernelAt(p), "", nil
 	}
 	if cacheDir == "" {
-		cacheDir = CacheDir()
+		cacheDir = defaults.Cache()
 	}
 	dir := filepath.Join(cacheDir, "kernel")
 	if p, err := filepath.EvalSymlinks(filepath.Join(dir, "vmlinux-airlock")); err == nil {
@@ -161,7 +144,7 @@ var ErrNoAgent = errors.New("guest agent binary airlock-agent not found: run hac
 // $AIRLOCK_AGENT, else airlock-agent beside the running executable, else
 // airlock-agent on PATH.
 func FindAgent() (string, error) {
-	if p := os.Getenv("AIRLOCK_AGENT"); p != "" {
+	if p := defaults.Agent(); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("AIRLOCK_AGENT=%s: %w", p, err)
 		}

@@ -65,7 +65,7 @@ func eachBox(cmd *cobra.Command, names []string, f func(ctx context.Context, r *
 			err = f(cmd.Context(), r, b)
 		}
 		if err != nil {
-			fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
+			report(cmd.ErrOrStderr(), err, n)
 			failed = true
 			continue
 		}

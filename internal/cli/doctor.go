@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
 )
@@ -70,7 +71,7 @@ func newDoctorCmd() *cobra.Command {
 					ok(tool, "found")
 				}
 			}
-			for _, p := range qemu.Protections(airlock.ConfinementOff()) {
+			for _, p := range qemu.Protections(qemu.JailOptions{Off: defaults.Unconfined(), UIDRange: defaults.UIDRange()}) {
 				switch {
 				case p.On:
 					ok(p.Name, p.Detail)
@@ -81,7 +82,7 @@ func newDoctorCmd() *cobra.Command {
 				}
 			}
 			home := airlock.DefaultHome()
-			dir, _ := image.DefaultDir()
+			dir := defaults.Images()
 			if s, err := image.Open(dir); err != nil {
 				bad("images", err.Error(), "check permissions of "+dir)
 			} else if imgs, err := s.List(); err != nil {
@@ -99,7 +100,7 @@ func newDoctorCmd() *cobra.Command {
 				}
 			}
 			note("home", home)
-			note("cache", assets.CacheDir())
+			note("cache", defaults.Cache())
 			if problems > 0 {
 				fmt.Fprintf(out, "%d problem(s) found\n", problems)
 				return &ExitError{1}

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/imagebuild"
 	"github.com/airlock-run/airlock/internal/rootfs"
@@ -29,21 +29,27 @@ func init() {
 // openImages opens the image store the runtime uses by default:
 // $AIRLOCK_IMAGES, else AIRLOCK_HOME/images.
 func openImages() (*image.Store, error) {
-	return image.Open("")
+	return image.Open(defaults.Images())
 }
 
 // pullWithProgress returns an airlock.Options.Pull hook that pulls a missing
 // image while showing per-layer progress on w (bars on a terminal, one line
 // per layer otherwise). openRuntime uses it so that 'run' and 'create'
 // show what they download.
-func pullWithProgress(w io.Writer) func(ctx context.Context, s *image.Store, ref string) (*image.Image, error) {
-	return func(ctx context.Context, s *image.Store, ref string) (*image.Image, error) {
-		fmt.Fprintf(w, "Unable to find image '%s' locally; pulling it\n", ref)
-		img, err := pull(ctx, s, ref, image.PullOptions{}, w)
-		if err == nil {
-			fmt.Fprintf(w, "Pulled %s (%s)\n", img.Ref, shortDigest(img.Digest))
-		}
-		return img, err
+func pullWithProgress(ctx context.Context, w io.Writer) airlock.PullEvents {
+	var p *progress
+	return airlock.PullEvents{
+		Start: func(ref string) {
+			fmt.Fprintf(w, "Unable to find image '%s' locally; pulling it\n", ref)
+			p = newProgress(ctx, w, "downloaded")
+		},
+		Progress: func(layer string, done, total int64) { p.update(layer, done, total) },
+		Done: func(ref, digest string, err error) {
+			p.finish(err == nil)
+			if err == nil {
+				fmt.Fprintf(w, "Pulled %s (%s)\n", ref, shortDigest(digest))
+			}
+		},
 	}
 }
 
@@ -226,7 +232,7 @@ started again until the image is pulled or imported again.`,
 			failed := false
 			for _, a := range args {
 				if err := removeImage(cmd, r, a, force); err != nil {
-					fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
+					report(cmd.ErrOrStderr(), err, "")
 					failed = true
 				}
 			}
@@ -241,65 +247,26 @@ started again until the image is pulled or imported again.`,
 }
 
 // removeImage removes one name (or, for a digest, every name of that
-// image), refusing when the image content would go while boxes use it.
+// image) with Runtime.RemoveImage and reports what went.
 func removeImage(cmd *cobra.Command, r *airlock.Runtime, ref string, force bool) error {
-	ctx := cmd.Context()
-	s := r.Images()
-	img, err := s.Resolve(ref)
+	res, err := r.RemoveImage(cmd.Context(), ref, force)
 	if err != nil {
-		if errors.Is(err, image.ErrNotFound) {
-			return fmt.Errorf("no such image %q (see 'airlock images')", ref)
-		}
-		return err
-	}
-	all, _ := s.List()
-	var names []string
-	byName := false
-	norm, nerr := image.Normalize(ref)
-	for _, o := range all {
-		if o.Digest != img.Digest {
-			continue
-		}
-		names = append(names, o.Ref)
-		if nerr == nil && o.Ref == norm {
-			byName = true
-		}
-	}
-	untag := names
-	if byName {
-		untag = []string{norm}
-	}
-	// The content goes when no name is left for it.
-	deletes := len(untag) >= len(names)
-	var users []string
-	if deletes {
-		users, err = r.ImageInUse(ctx, img.Digest)
-		if err != nil {
-			return err
-		}
-		if len(users) > 0 && !force {
-			return fmt.Errorf("image %s (%s) is used by box(es) %s: remove them first ('airlock rm -f %s'), or use 'airlock rmi -f'",
-				ref, shortDigest(img.Digest), strings.Join(users, ", "), strings.Join(users, " "))
-		}
-	}
-	if err := s.Remove(ref); err != nil {
 		return err
 	}
 	out := cmd.OutOrStdout()
-	for _, n := range untag {
+	for _, n := range res.Untagged {
 		fmt.Fprintln(out, "Untagged:", n)
 	}
-	if _, err := s.Resolve(img.Digest); !errors.Is(err, image.ErrNotFound) {
+	if res.Deleted == "" {
 		return nil // another name still holds it
 	}
-	fmt.Fprintln(out, "Deleted:", img.Digest)
-	if len(users) > 0 {
+	fmt.Fprintln(out, "Deleted:", res.Deleted)
+	if len(res.UsedBy) > 0 {
 		fmt.Fprintf(cmd.ErrOrStderr(), "airlock: warning: box(es) %s still use %s; they keep running but cannot start again until it is pulled or imported again\n",
-			strings.Join(users, ", "), shortDigest(img.Digest))
-		return nil
+			strings.Join(res.UsedBy, ", "), shortDigest(res.Deleted))
 	}
-	if err := rootfs.RemoveBase(ctx, assets.CacheDir(), img.Digest); err != nil {
-		fmt.Fprintln(cmd.ErrOrStderr(), "airlock: warning: root filesystem base not removed:", err)
+	if res.BaseErr != nil {
+		fmt.Fprintln(cmd.ErrOrStderr(), "airlock: warning: root filesystem base not removed:", res.BaseErr)
 	}
 	return nil
 }
@@ -445,7 +412,7 @@ Example:
 			if noBase {
 				return nil
 			}
-			p, err := rootfs.BaseWith(cmd.Context(), s, img, assets.CacheDir(), rootfs.BaseOptions{Note: func(m string) { fmt.Fprintln(errw, m) }})
+			p, err := rootfs.BaseWith(cmd.Context(), s, img, defaults.Cache(), rootfs.BaseOptions{Note: func(m string) { fmt.Fprintln(errw, m) }})
 			if err != nil {
 				return fmt.Errorf("the image was stored, but its root filesystem base could not be built (boxes will retry): %w", err)
 			}

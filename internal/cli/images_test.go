@@ -136,7 +136,7 @@ func TestImageVerbs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := store.Open(filepath.Join(home, "state.db"))
+	db, err := store.Open(filepath.Join(home, "state.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,7 +81,7 @@ func Main(args []string) int {
 	if errors.As(err, &ee) {
 		return ee.Code
 	}
-	fmt.Fprintln(s.Err, "airlock:", err)
+	report(s.Err, err, "")
 	return 1
 }
 
@@ -89,5 +89,5 @@ func Main(args []string) int {
 // stderr.
 func openRuntime(cmd *cobra.Command) (*airlock.Runtime, error) {
 	errw := cmd.ErrOrStderr()
-	return airlock.Open(airlock.Options{Warn: func(msg string) { fmt.Fprintln(errw, msg) }, Pull: pullWithProgress(errw)})
+	return airlock.Open(airlock.Options{Warn: func(msg string) { fmt.Fprintln(errw, msg) }, Pull: pullWithProgress(cmd.Context(), errw)})
 }

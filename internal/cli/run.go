@@ -115,7 +115,7 @@ func runInBox(cmd *cobra.Command, b *airlock.Box, argv []string, opts airlock.Ex
 // exitWith reports err (if any) on stderr and ends the command with code.
 func exitWith(cmd *cobra.Command, code int, err error) error {
 	if err != nil {
-		fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
+		report(cmd.ErrOrStderr(), err, "")
 	}
 	if code != 0 {
 		return &ExitError{code}

@@ -15,11 +15,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-run/airlock/internal/guestabi"
 )
 
 // NewRoot is where the box root is assembled; processes are chrooted here.
@@ -29,22 +30,9 @@ const NewRoot = "/newroot"
 // dependency order) in the initramfs.
 const ModulesDir = "/lib/modules/airlock"
 
-// Params are the airlock.* kernel command line parameters.
-type Params struct {
-	Root       string // airlock.root: image base device, default /dev/vda (/dev/vdb after the agent disk)
-	RootFSType string // airlock.rootfstype: default erofs
-	RW         string // airlock.rw: writable layer device ("" = tmpfs)
-	Port       string // airlock.port: prefix of the virtio-serial port names, default airlock.agent.
-	Hostname   string // airlock.hostname
-	Net        string // airlock.net: "user" = QEMU user networking, "" = none
-	VsockPort  uint32 // airlock.vsock: also serve on this AF_VSOCK port (0 = not)
-	Ports      int    // airlock.ports: how many agent ports to expect (0 = any)
-	Debug      bool   // airlock.debug: log boot phases with their uptime
-	// KernelIP is set when the command line has ip=: the kernel (with
-	// CONFIG_IP_PNP) has already brought lo and eth0 up with their address
-	// and default route.
-	KernelIP bool
-}
+// Params are the airlock.* kernel command line parameters (see
+// guestabi.Boot, which the host encodes them with).
+type Params = guestabi.Boot
 
 // Uptime returns the time since the guest booted (CLOCK_BOOTTIME).
 func Uptime() time.Duration {
@@ -54,37 +42,7 @@ func Uptime() time.Duration {
 }
 
 // ParseCmdline reads the airlock.* parameters from a kernel command line.
-func ParseCmdline(cmdline string) Params {
-	p := Params{Root: "/dev/vda", RootFSType: "erofs", Port: "airlock.agent.", Hostname: "airlock"}
-	for _, f := range strings.Fields(cmdline) {
-		k, v, _ := strings.Cut(f, "=")
-		switch k {
-		case "airlock.root":
-			p.Root = v
-		case "airlock.rootfstype":
-			p.RootFSType = v
-		case "airlock.rw":
-			p.RW = v
-		case "airlock.port":
-			p.Port = v
-		case "airlock.hostname":
-			p.Hostname = v
-		case "airlock.net":
-			p.Net = v
-		case "airlock.ports":
-			p.Ports, _ = strconv.Atoi(v)
-		case "ip":
-			p.KernelIP = v != "" && v != "off" && v != "none"
-		case "airlock.debug":
-			p.Debug = v != "0"
-		case "airlock.vsock":
-			if n, err := strconv.ParseUint(v, 10, 32); err == nil {
-				p.VsockPort = uint32(n)
-			}
-		}
-	}
-	return p
-}
+func ParseCmdline(cmdline string) Params { return guestabi.ParseCmdline(cmdline) }
 
 func mount(src, dst, fstype string, flags uintptr, data string) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
@@ -98,7 +56,7 @@ func mount(src, dst, fstype string, flags uintptr, data string) error {
 
 // Logf writes a line to the console (the serial log on the host).
 func Logf(format string, a ...any) {
-	fmt.Fprintf(os.Stderr, "airlock-agent: "+format+"\n", a...)
+	fmt.Fprintf(os.Stderr, guestabi.LogPrefix+format+"\n", a...)
 }
 
 // Early mounts /dev, /proc and /sys in the initial root (the initramfs or
@@ -271,8 +229,12 @@ func PowerOff() {
 	unix.Kill(-1, unix.SIGKILL)
 	unix.Sync()
 	// Unmount the overlay and its layers so the ext4 layer is clean.
-	for _, m := range []string{"/etc/hosts", "/etc/hostname", "/etc/resolv.conf",
-		"/sys/fs/cgroup", "/dev/pts", "/dev/shm", "/dev", "/proc", "/sys", "/run"} {
+	var mounts []string
+	for _, f := range guestabi.EtcFiles {
+		mounts = append(mounts, "/etc/"+f)
+	}
+	mounts = append(mounts, "/sys/fs/cgroup", "/dev/pts", "/dev/shm", "/dev", "/proc", "/sys", "/run")
+	for _, m := range mounts {
 		unix.Unmount(filepath.Join(NewRoot, m), unix.MNT_DETACH)
 	}
 	unix.Unmount(NewRoot, 0)

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// QEMU user-mode networking (slirp) addresses (also in qemu.UserNetIPParam).
+// QEMU user-mode networking (slirp) addresses (also in guestabi.UserNetIPParam).
 const (
 	userNetAddr = "10.0.2.15/24"
 	userNetGW   = "10.0.2.2"

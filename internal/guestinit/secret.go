@@ -10,21 +10,19 @@ import (
 	"os"
 	"strings"
 	"time"
-)
 
-// SecretPort is the virtio-serial port the host gives the box's per-boot
-// secret on (qemu.SecretPort).
-const SecretPort = "airlock.secret"
+	"github.com/airlock-run/airlock/internal/guestabi"
+)
 
 // maxSecret bounds what ReadSecret accepts, in bytes.
 const maxSecret = 256
 
-// ReadSecret reads the box secret from the SecretPort port: the line the
+// ReadSecret reads the box secret from the guestabi.SecretPort port: the line the
 // host sent (up to maxSecret bytes), trimmed of white space. It waits up to
 // d for the port; a guest without it (a host that sends no secret) gets
 // an error, and then serves hosts without proof.
 func ReadSecret(d time.Duration) ([]byte, error) {
-	devs, err := FindPorts(SecretPort, 1, d)
+	devs, err := FindPorts(guestabi.SecretPort, 1, d)
 	if err != nil {
 		return nil, err
 	}

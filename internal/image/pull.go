@@ -169,19 +169,6 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image,
 	return s.describe(norm, nd)
 }
 
-// Ensure returns the local image ref, pulling it first if it is not in the
-// store. Errors are those of Resolve and Pull.
-func (s *Store) Ensure(ctx context.Context, ref string, opts PullOptions) (*Image, error) {
-	img, err := s.Resolve(ref)
-	if err == nil {
-		return img, nil
-	}
-	if !errors.Is(err, ErrNotFound) {
-		return nil, err
-	}
-	return s.Pull(ctx, ref, opts)
-}
-
 // pullError turns a go-containerregistry error into one that says what to do.
 func (s *Store) pullError(ref, norm, reg string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

@@ -78,32 +78,11 @@ type ImageConfig struct {
 	Labels map[string]string
 }
 
-// DefaultDir returns the default store directory: $AIRLOCK_IMAGES if set,
-// else $AIRLOCK_HOME/images, where AIRLOCK_HOME defaults to ~/.airlock.
-func DefaultDir() (string, error) {
-	if d := os.Getenv("AIRLOCK_IMAGES"); d != "" {
-		return d, nil
-	}
-	home := os.Getenv("AIRLOCK_HOME")
-	if home == "" {
-		h, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("cannot find the home directory (set AIRLOCK_HOME): %w", err)
-		}
-		home = filepath.Join(h, ".airlock")
-	}
-	return filepath.Join(home, "images"), nil
-}
-
 // Open opens the store in dir, creating the directory and an empty OCI
-// layout if needed. dir "" means DefaultDir().
+// layout if needed. The default directory is defaults.Images().
 func Open(dir string) (*Store, error) {
 	if dir == "" {
-		d, err := DefaultDir()
-		if err != nil {
-			return nil, err
-		}
-		dir = d
+		return nil, errors.New("image store: no directory given")
 	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {

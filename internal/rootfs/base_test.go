@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/imagetest"
 	"github.com/airlock-run/airlock/internal/image/unpack"
@@ -133,7 +134,7 @@ func TestErofsDefaultImage(t *testing.T) {
 	if os.Getenv("AIRLOCK_TEST_EROFS_FULL") != "1" {
 		t.Skip("set AIRLOCK_TEST_EROFS_FULL=1 to compare the default image")
 	}
-	s, err := image.Open("")
+	s, err := image.Open(defaults.Images())
 	if err != nil {
 		t.Fatal(err)
 	}

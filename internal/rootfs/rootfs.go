@@ -4,7 +4,7 @@
 // overlayfs.
 //
 // Bases live in CACHE/rootfs/<manifest digest hex>.erofs, where CACHE is
-// DefaultCacheDir() unless the caller says otherwise.
+// the cache directory the caller gives (defaults.Cache() for the CLI).
 package rootfs
 
 import (
@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -24,25 +25,10 @@ import (
 	"github.com/gofrs/flock"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/unpack"
 )
-
-// DefaultCacheDir returns airlock's cache directory: $AIRLOCK_CACHE, else
-// ${XDG_CACHE_HOME:-~/.cache}/airlock.
-func DefaultCacheDir() (string, error) {
-	if d := os.Getenv("AIRLOCK_CACHE"); d != "" {
-		return d, nil
-	}
-	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "airlock"), nil
-	}
-	h, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("cannot find the home directory (set AIRLOCK_CACHE): %w", err)
-	}
-	return filepath.Join(h, ".cache", "airlock"), nil
-}
 
 // BaseOptions tunes BaseWith. The zero value is ready to use.
 type BaseOptions struct {
@@ -67,8 +53,8 @@ type BaseOptions struct {
 // mtimes and user.*/security.* xattrs come from the layers. The image is
 // written beside its final name and renamed into place; the folder is
 // removed. Concurrent callers, in this or other processes, build each
-// digest once (flock on <digest hex>.lock). cacheDir "" means
-// DefaultCacheDir(). Cancelling ctx stops the build and leaves no partial
+// digest once (flock on <digest hex>.lock). cacheDir must be given.
+// Cancelling ctx stops the build and leaves no partial
 // base.
 //
 // erofs-utils 1.5 (Debian bookworm) cannot read tar streams; with
@@ -81,11 +67,7 @@ func Base(ctx context.Context, store *image.Store, img *image.Image, cacheDir st
 // BaseWith is Base with options.
 func BaseWith(ctx context.Context, store *image.Store, img *image.Image, cacheDir string, opts BaseOptions) (string, error) {
 	if cacheDir == "" {
-		d, err := DefaultCacheDir()
-		if err != nil {
-			return "", err
-		}
-		cacheDir = d
+		return "", errors.New("rootfs: no cache directory given")
 	}
 	hexd, ok := strings.CutPrefix(img.Digest, "sha256:")
 	if !ok || len(hexd) != 64 {
@@ -147,7 +129,7 @@ const baseRecipe = "r2"
 func baseName(hexd string) string { return hexd + "-" + baseRecipe + ".erofs" }
 
 // BasePath returns where Base keeps the base of the image with manifest
-// digest ("sha256:...") in cacheDir (not "": use DefaultCacheDir()).
+// digest ("sha256:...") in cacheDir (not "").
 func BasePath(cacheDir, digest string) string {
 	return filepath.Join(cacheDir, "rootfs", baseName(strings.TrimPrefix(digest, "sha256:")))
 }
@@ -188,7 +170,7 @@ func InitLayer(root string) error {
 		return err
 	}
 	defer os.Chtimes(etc, mtime, mtime)
-	for _, name := range []string{"hosts", "hostname", "resolv.conf"} {
+	for _, name := range guestabi.EtcFiles {
 		p := filepath.Join(etc, name)
 		fi, err := os.Lstat(p)
 		if err == nil && (fi.Mode().IsRegular() || fi.IsDir()) {
@@ -271,16 +253,12 @@ func mkfsBase(ctx context.Context, store *image.Store, img *image.Image, tree, o
 }
 
 // RemoveBase deletes the cached base of the image with manifest digest
-// ("sha256:...") from cacheDir ("" means DefaultCacheDir()), after any build
+// ("sha256:...") from cacheDir , after any build
 // of it in progress. It is not an error if there is none. Running boxes keep
 // the copy they have open.
 func RemoveBase(ctx context.Context, cacheDir, digest string) error {
 	if cacheDir == "" {
-		d, err := DefaultCacheDir()
-		if err != nil {
-			return err
-		}
-		cacheDir = d
+		return errors.New("rootfs: no cache directory given")
 	}
 	hexd, ok := strings.CutPrefix(digest, "sha256:")
 	if !ok || len(hexd) != 64 || strings.ContainsAny(hexd, "/.") {
@@ -410,6 +388,7 @@ func sparseCopy(src, dst string) (err error) {
 		}
 	}()
 	size := fi.Size()
+	kernelCopy := true
 	if err := out.Truncate(size); err != nil {
 		return fmt.Errorf("create disk: %w", err)
 	}
@@ -425,16 +404,52 @@ func sparseCopy(src, dst string) (err error) {
 		if err != nil {
 			return fmt.Errorf("copy disk: %w", err)
 		}
-		for r, w := data, data; r < hole; {
-			n, err := unix.CopyFileRange(int(in.Fd()), &r, int(out.Fd()), &w, int(hole-r), 0)
-			if err != nil {
-				return fmt.Errorf("copy disk: %w", err)
+		if err := copyRange(in, out, data, hole, &kernelCopy); err != nil {
+			if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+				return fmt.Errorf("copy disk: the filesystem of %s is full (%w): free some space there, or put the airlock home elsewhere", filepath.Dir(dst), err)
 			}
-			if n == 0 {
-				return fmt.Errorf("copy disk: %s shrank while copying", src)
-			}
+			return fmt.Errorf("copy disk: %w", err)
 		}
 		off = hole
+	}
+	return nil
+}
+
+// copyRange copies bytes [from, to) of in to the same offsets of out:
+// with copy_file_range while *kernel, else (other filesystems, which
+// copy_file_range refuses with EXDEV, or a kernel without it) with
+// reads and writes, setting *kernel to false.
+func copyRange(in, out *os.File, from, to int64, kernel *bool) error {
+	for r, w := from, from; *kernel && r < to; {
+		n, err := unix.CopyFileRange(int(in.Fd()), &r, int(out.Fd()), &w, int(to-r), 0)
+		switch {
+		case errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL):
+			*kernel = false
+			from = r
+		case err != nil:
+			return err
+		case n == 0:
+			return fmt.Errorf("%s shrank while copying", in.Name())
+		}
+	}
+	if *kernel {
+		return nil
+	}
+	buf := make([]byte, 1<<20)
+	for off := from; off < to; {
+		n, err := in.ReadAt(buf[:min(int64(len(buf)), to-off)], off)
+		if n > 0 {
+			if _, werr := out.WriteAt(buf[:n], off); werr != nil {
+				return werr
+			}
+			off += int64(n)
+		}
+		if err != nil && off < to {
+			if err == io.EOF {
+				return fmt.Errorf("%s shrank while copying", in.Name())
+			}
+			return err
+		}
 	}
 	return nil
 }

@@ -204,3 +204,48 @@ func TestInitLayer(t *testing.T) {
 		t.Errorf("etc/hosts in an image without /etc: %v", err)
 	}
 }
+
+// mountTmpfs mounts a tmpfs of sizeKiB on a new directory (root only).
+func mountTmpfs(t *testing.T, sizeKiB int) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%dk", sizeKiB)); err != nil {
+		t.Skipf("cannot mount a tmpfs (needs root): %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	return dir
+}
+
+// A box's disk on another filesystem than the cache (AIRLOCK_HOME on a
+// tmpfs): copy_file_range refuses with EXDEV, the copy falls back to reads
+// and writes.
+func TestNewDiskOnAnotherFilesystem(t *testing.T) {
+	requireTool(t, "mkfs.ext4", "e2fsprogs")
+	requireTool(t, "e2fsck", "e2fsprogs")
+	cache := t.TempDir()
+	other := mountTmpfs(t, 64<<10)
+	for i := 0; i < 2; i++ { // the first makes the template, the second only copies
+		p := filepath.Join(other, fmt.Sprintf("rw%d.ext4", i))
+		if err := rootfs.NewDisk(p, 64, cache); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("e2fsck", "-fn", p).CombinedOutput(); err != nil {
+			t.Fatalf("copied disk is not a clean ext4: %v\n%s", err, out)
+		}
+	}
+}
+
+// A full filesystem gives an error that says so, and no partial disk.
+func TestNewDiskOnFullFilesystem(t *testing.T) {
+	requireTool(t, "mkfs.ext4", "e2fsprogs")
+	cache := t.TempDir()
+	full := mountTmpfs(t, 64)
+	p := filepath.Join(full, "rw.ext4")
+	err := rootfs.NewDisk(p, 64, cache)
+	if err == nil || !strings.Contains(err.Error(), "is full") || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("disk on a full filesystem: %v", err)
+	}
+	if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("partial disk left: %v", err)
+	}
+}

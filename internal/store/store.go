@@ -46,29 +46,131 @@ type Box struct {
 // DB is the box database.
 type DB struct{ db *sql.DB }
 
-// Open opens (creating if needed) the database at path.
-func Open(path string) (*DB, error) {
+// SchemaVersion is the database schema this package writes, kept in
+// PRAGMA user_version. Versions:
+//
+//	0  boxes table, configs in the caller's first format (no user_version)
+//	1  configs rewritten by the caller's Upgrade (versioned box records)
+const SchemaVersion = 1
+
+// Upgrade rewrites one stored box configuration in the caller's current
+// format; Open runs it over every record when it migrates to version 1.
+type Upgrade func(config []byte) ([]byte, error)
+
+// Open opens (creating if needed) the database at path and migrates it to
+// SchemaVersion, one transaction per step, so that a crash leaves it at a
+// version it had. A database newer than this package is refused.
+func Open(path string, upgrade Upgrade) (*DB, error) {
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)")
 	if err != nil {
 		return nil, err
 	}
-	_, err = db.Exec(`CREATE TABLE IF NOT EXISTS boxes (
-		id TEXT PRIMARY KEY,
-		name TEXT UNIQUE,
-		image TEXT NOT NULL,
-		image_digest TEXT NOT NULL,
-		config TEXT NOT NULL,
-		state TEXT NOT NULL,
-		pid INTEGER NOT NULL DEFAULT 0,
-		pid_start INTEGER NOT NULL DEFAULT 0,
-		created INTEGER NOT NULL,
-		started INTEGER NOT NULL DEFAULT 0
-	)`)
-	if err != nil {
+	if err := migrate(db, upgrade); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open box database %s: %w", path, err)
 	}
 	return &DB{db: db}, nil
+}
+
+// migrations[i] takes the schema from version i to i+1.
+var migrations = []func(ctx context.Context, tx *sql.Conn, upgrade Upgrade) error{
+	0: func(ctx context.Context, c *sql.Conn, upgrade Upgrade) error {
+		if _, err := c.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS boxes (
+			id TEXT PRIMARY KEY,
+			name TEXT UNIQUE,
+			image TEXT NOT NULL,
+			image_digest TEXT NOT NULL,
+			config TEXT NOT NULL,
+			state TEXT NOT NULL,
+			pid INTEGER NOT NULL DEFAULT 0,
+			pid_start INTEGER NOT NULL DEFAULT 0,
+			created INTEGER NOT NULL,
+			started INTEGER NOT NULL DEFAULT 0
+		)`); err != nil {
+			return err
+		}
+		if upgrade == nil {
+			return nil
+		}
+		rows, err := c.QueryContext(ctx, `SELECT id, config FROM boxes`)
+		if err != nil {
+			return err
+		}
+		type row struct{ id, cfg string }
+		var all []row
+		for rows.Next() {
+			var r row
+			if err := rows.Scan(&r.id, &r.cfg); err != nil {
+				rows.Close()
+				return err
+			}
+			all = append(all, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, r := range all {
+			up, err := upgrade([]byte(r.cfg))
+			if err != nil {
+				return fmt.Errorf("box %s: upgrade its record: %w", r.id, err)
+			}
+			if _, err := c.ExecContext(ctx, `UPDATE boxes SET config = ? WHERE id = ?`, string(up), r.id); err != nil {
+				return err
+			}
+		}
+		return nil
+	},
+}
+
+func userVersion(ctx context.Context, c *sql.Conn) (int, error) {
+	var v int
+	err := c.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v)
+	return v, err
+}
+
+// migrate runs the missing migrations, each in an IMMEDIATE transaction
+// (taking the write lock first, so two processes opening an old database
+// at once run each step once).
+func migrate(db *sql.DB, upgrade Upgrade) error {
+	ctx := context.Background()
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for {
+		v, err := userVersion(ctx, c)
+		if err != nil {
+			return err
+		}
+		if v > SchemaVersion {
+			return fmt.Errorf("schema version %d is newer than this airlock's (%d): upgrade airlock", v, SchemaVersion)
+		}
+		if v == SchemaVersion {
+			return nil
+		}
+		if _, err := c.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+			return err
+		}
+		step := func() error {
+			if now, err := userVersion(ctx, c); err != nil || now != v {
+				return err // another process migrated meanwhile: look again
+			}
+			if err := migrations[v](ctx, c, upgrade); err != nil {
+				return fmt.Errorf("migrate to schema version %d: %w", v+1, err)
+			}
+			_, err := c.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, v+1))
+			return err
+		}
+		if err := step(); err != nil {
+			c.ExecContext(ctx, `ROLLBACK`)
+			return err
+		}
+		if _, err := c.ExecContext(ctx, `COMMIT`); err != nil {
+			return err
+		}
+	}
 }
 
 // Close closes the database.
@@ -87,6 +189,15 @@ func (d *DB) Insert(ctx context.Context, b *Box) error {
 		b.ID, nullName(b.Name), b.Image, b.ImageDigest, string(b.Config), b.State, b.Created.UnixNano())
 	if err != nil && b.Name != "" && isUnique(err) {
 		return fmt.Errorf("%w: %q", ErrNameInUse, b.Name)
+	}
+	return writeErr(err)
+}
+
+// writeErr says what a failed write means where SQLite cannot tell it
+// better: a full filesystem.
+func writeErr(err error) error {
+	if err != nil && strings.Contains(err.Error(), "disk is full") {
+		return fmt.Errorf("the filesystem of the box database is full: free some space there (%w)", err)
 	}
 	return err
 }
@@ -170,26 +281,26 @@ func (d *DB) List(ctx context.Context) ([]*Box, error) {
 func (d *DB) SetRunning(ctx context.Context, id string, pid int, pidStart uint64, started time.Time) error {
 	_, err := d.db.ExecContext(ctx, `UPDATE boxes SET state = ?, pid = ?, pid_start = ?, started = ? WHERE id = ?`,
 		StateRunning, pid, pidStart, started.UnixNano(), id)
-	return err
+	return writeErr(err)
 }
 
 // SetStopped records that the VM is gone.
 func (d *DB) SetStopped(ctx context.Context, id string) error {
 	_, err := d.db.ExecContext(ctx, `UPDATE boxes SET state = ?, pid = 0, pid_start = 0 WHERE id = ?`, StateStopped, id)
-	return err
+	return writeErr(err)
 }
 
 // SetStoppedIfPID records that the VM is gone, unless the record has moved
 // on to another VM (pid) meanwhile.
 func (d *DB) SetStoppedIfPID(ctx context.Context, id string, pid int) error {
 	_, err := d.db.ExecContext(ctx, `UPDATE boxes SET state = ?, pid = 0, pid_start = 0 WHERE id = ? AND pid = ?`, StateStopped, id, pid)
-	return err
+	return writeErr(err)
 }
 
 // Delete removes a record.
 func (d *DB) Delete(ctx context.Context, id string) error {
 	_, err := d.db.ExecContext(ctx, `DELETE FROM boxes WHERE id = ?`, id)
-	return err
+	return writeErr(err)
 }
 
 // ImageInUse reports the ids of boxes created from an image digest.

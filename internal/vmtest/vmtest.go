@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/image"
 )
 
@@ -65,10 +66,7 @@ func Missing() string {
 	if _, err := exec.LookPath("mkfs.erofs"); err != nil {
 		return "mkfs.erofs not installed (run hack/setup.sh)"
 	}
-	dir, err := image.DefaultDir()
-	if err != nil {
-		return err.Error()
-	}
+	dir := defaults.Images()
 	s, err := image.Open(dir)
 	if err != nil {
 		return err.Error()
@@ -96,6 +94,5 @@ func Require(t testing.TB) {
 
 // ImagesDir is the shared image store the VM tests read (the default one).
 func ImagesDir() string {
-	d, _ := image.DefaultDir()
-	return d
+	return defaults.Images()
 }

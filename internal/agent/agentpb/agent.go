@@ -258,6 +258,12 @@ func (m *ExecStart) AppendWire(b []byte) []byte {
 // UnmarshalWire replaces m with the message encoded in b.
 func (m *ExecStart) UnmarshalWire(b []byte) error {
 	*m = ExecStart{}
+	return m.mergeWire(b)
+}
+
+// mergeWire merges the message encoded in b into m, as protobuf merges a
+// message field that appears more than once.
+func (m *ExecStart) mergeWire(b []byte) error {
 	return eachField(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.isBytes():
@@ -306,9 +312,12 @@ func (m *ExecRequest) UnmarshalWire(b []byte) error {
 	return eachField(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.isBytes():
-			s := &ExecStart{}
-			m.Msg = &ExecRequest_Start{Start: s}
-			return s.UnmarshalWire(f.p)
+			x, ok := m.Msg.(*ExecRequest_Start)
+			if !ok || x.Start == nil {
+				x = &ExecRequest_Start{Start: &ExecStart{}}
+				m.Msg = x
+			}
+			return x.Start.mergeWire(f.p)
 		case f.num == 2 && f.isBytes():
 			m.Msg = &ExecRequest_Stdin{Stdin: f.p}
 		case f.num == 3 && f.isVarint():
@@ -331,6 +340,12 @@ func (m *ExecStarted) AppendWire(b []byte) []byte {
 // UnmarshalWire replaces m with the message encoded in b.
 func (m *ExecStarted) UnmarshalWire(b []byte) error {
 	*m = ExecStarted{}
+	return m.mergeWire(b)
+}
+
+// mergeWire merges the message encoded in b into m, as protobuf merges a
+// message field that appears more than once.
+func (m *ExecStarted) mergeWire(b []byte) error {
 	return eachField(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.isVarint():
@@ -354,6 +369,12 @@ func (m *ExecExit) AppendWire(b []byte) []byte {
 // UnmarshalWire replaces m with the message encoded in b.
 func (m *ExecExit) UnmarshalWire(b []byte) error {
 	*m = ExecExit{}
+	return m.mergeWire(b)
+}
+
+// mergeWire merges the message encoded in b into m, as protobuf merges a
+// message field that appears more than once.
+func (m *ExecExit) mergeWire(b []byte) error {
 	return eachField(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.isVarint():
@@ -400,17 +421,23 @@ func (m *ExecEvent) UnmarshalWire(b []byte) error {
 	return eachField(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.isBytes():
-			s := &ExecStarted{}
-			m.Msg = &ExecEvent_Started{Started: s}
-			return s.UnmarshalWire(f.p)
+			x, ok := m.Msg.(*ExecEvent_Started)
+			if !ok || x.Started == nil {
+				x = &ExecEvent_Started{Started: &ExecStarted{}}
+				m.Msg = x
+			}
+			return x.Started.mergeWire(f.p)
 		case f.num == 2 && f.isBytes():
 			m.Msg = &ExecEvent_Stdout{Stdout: f.p}
 		case f.num == 3 && f.isBytes():
 			m.Msg = &ExecEvent_Stderr{Stderr: f.p}
 		case f.num == 4 && f.isBytes():
-			e := &ExecExit{}
-			m.Msg = &ExecEvent_Exit{Exit: e}
-			return e.UnmarshalWire(f.p)
+			x, ok := m.Msg.(*ExecEvent_Exit)
+			if !ok || x.Exit == nil {
+				x = &ExecEvent_Exit{Exit: &ExecExit{}}
+				m.Msg = x
+			}
+			return x.Exit.mergeWire(f.p)
 		}
 		return nil
 	})

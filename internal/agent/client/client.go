@@ -53,7 +53,7 @@ func DialAuth(ctx context.Context, secret []byte, dial func(ctx context.Context)
 	// another protocol version must be restarted to talk to this host.
 	if t.AgentVersion != agentpb.Version {
 		t.Close()
-		return nil, fmt.Errorf("the box runs guest agent %s, this airlock needs %s: restart the box (airlock stop, then start) to boot the current agent", t.AgentVersion, agentpb.Version)
+		return nil, fmt.Errorf("the box runs guest agent %s, this airlock needs %s: stop the box and start it again to boot the current agent", t.AgentVersion, agentpb.Version)
 	}
 	return &Client{t: t}, nil
 }
@@ -77,7 +77,7 @@ type Info struct {
 // Hello checks the agent answers and returns what it reports.
 func (c *Client) Hello(ctx context.Context) (Info, error) {
 	r := new(agentpb.HelloResponse)
-	if err := c.t.Unary(ctx, "Hello", &agentpb.HelloRequest{}, r); err != nil {
+	if err := c.t.Unary(ctx, agentpb.MethodHello, &agentpb.HelloRequest{}, r); err != nil {
 		return Info{}, err
 	}
 	return Info{Version: r.Version, Kernel: r.Kernel, Uptime: time.Duration(r.UptimeNs)}, nil
@@ -85,7 +85,7 @@ func (c *Client) Hello(ctx context.Context) (Info, error) {
 
 // Shutdown asks the agent to stop all processes, sync and power off.
 func (c *Client) Shutdown(ctx context.Context) error {
-	return c.t.Unary(ctx, "Shutdown", &agentpb.ShutdownRequest{}, new(agentpb.ShutdownResponse))
+	return c.t.Unary(ctx, agentpb.MethodShutdown, &agentpb.ShutdownRequest{}, new(agentpb.ShutdownResponse))
 }
 
 // Spec describes one process to run in the guest.
@@ -124,7 +124,7 @@ type Proc struct {
 // reading its pipes until the writer takes the data (bounded memory).
 // Cancelling ctx kills the process tree in the guest.
 func (c *Client) Exec(ctx context.Context, spec Spec, stdout, stderr io.Writer) (*Proc, error) {
-	stream, err := c.t.Call(ctx, "Exec")
+	stream, err := c.t.Call(ctx, agentpb.MethodExec)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/vmm"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
 )
 
@@ -103,7 +104,7 @@ func TestLaunchUnprivilegedHelper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer qemu.Kill(pid, qemu.StartTime(pid))
+	defer vmm.Kill(vmm.Handle{PID: pid, Start: vmm.StartTime(pid)})
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		t.Fatal(err)

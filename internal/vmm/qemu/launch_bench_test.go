@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/vmm"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
 )
 
@@ -45,7 +46,7 @@ func BenchmarkLaunch(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				qemu.Kill(pid, qemu.StartTime(pid))
+				vmm.Kill(vmm.Handle{PID: pid, Start: vmm.StartTime(pid)})
 				b.StartTimer()
 			}
 		})

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-run/airlock/internal/boxdir"
 )
 
 // startTimeout bounds how long a confined QEMU may take to come up (its
@@ -26,7 +28,7 @@ const startTimeout = 60 * time.Second
 // jailRoot is the empty directory, beside the pid file, the launcher stage
 // mounts the jail's root on (in its own mount namespace: the host sees an
 // empty directory).
-func jailRoot(c Config) string { return filepath.Join(filepath.Dir(c.PIDFile), "jail") }
+func jailRoot(c Config) string { return filepath.Join(filepath.Dir(c.PIDFile), boxdir.Jail) }
 
 // jailedArgs returns QEMU's arguments for a confined start and the stage
 // spec (without Args, Env and QEMU) that makes them true.
@@ -43,7 +45,7 @@ func (c Config) jailedArgs(pivot bool) ([]string, stageSpec) {
 		return fd - 1
 	}
 	refs := argRefs{kernel: c.Kernel, initrd: c.Initrd}
-	noMig := filepath.Join(filepath.Dir(c.PIDFile), "nomigrate.qcow")
+	noMig := filepath.Join(filepath.Dir(c.PIDFile), boxdir.NoMigrate)
 	if pivot {
 		noMig = jailNoMig
 		refs.kernel = jailKernel
@@ -311,7 +313,7 @@ func worldReadable(file string) error {
 // ExitFile is where Launch records how a confined QEMU it started ended,
 // when not with status 0 ("signal: bad system call" is a seccomp kill).
 // It is only written while the starting process lives.
-func ExitFile(c Config) string { return filepath.Join(filepath.Dir(c.PIDFile), "qemu.exit") }
+func ExitFile(c Config) string { return filepath.Join(filepath.Dir(c.PIDFile), boxdir.QEMUExit) }
 
 // waitReady waits until QEMU's QMP socket answers a command (QEMU has
 // finished setting up the machine, as when -daemonize returns).

@@ -23,9 +23,9 @@ type Protection struct {
 }
 
 // Protections reports which confinement layers boxes started by this
-// process get (off is AIRLOCK_CONFINE=off).
-func Protections(off bool) []Protection {
-	if off {
+// process with confinement o get.
+func Protections(o JailOptions) []Protection {
+	if o.Off {
 		return []Protection{{Name: "confinement", Detail: "off (AIRLOCK_CONFINE=off): QEMU runs unconfined, as " + who()}}
 	}
 	root := os.Geteuid() == 0
@@ -49,7 +49,7 @@ func Protections(off bool) []Protection {
 		ps = append(ps, Protection{Name: "network ns", Detail: "not in effect (no user namespaces)"})
 	}
 	if root {
-		if r, err := BoxUIDRange(); err != nil {
+		if r, err := BoxUIDRange(o.UIDRange); err != nil {
 			ps = append(ps, Protection{Name: "box uid", Detail: err.Error(), Problem: true})
 		} else {
 			ps = append(ps, Protection{Name: "box uid", On: true, Detail: fmt.Sprintf("each box's QEMU runs as its own uid from %d-%d (%s)", r.Start, r.Start+r.Count-1, r.Source)})

@@ -3,7 +3,6 @@ package qemu
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,9 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/airlock-run/airlock/internal/guestabi"
+	"github.com/airlock-run/airlock/internal/vmm"
 )
 
 // Disk is a raw disk image attached as a virtio-blk device. Disks appear in
@@ -41,7 +40,7 @@ type Config struct {
 	Cmdline   string // kernel command line
 	Disks     []Disk
 	// AgentSockets are the host unix sockets of the agent's virtio-serial
-	// ports (QEMU listens on them); port i is named PortName(i). A socket
+	// ports (QEMU listens on them); port i is named guestabi.PortName(i). A socket
 	// takes one host connection at a time, so several ports let several
 	// host processes talk to the agent at once.
 	AgentSockets []string
@@ -79,19 +78,13 @@ type Config struct {
 	// boot with ACPI.
 	NoACPI bool
 	// Secret, when set, is given to the guest on the virtio-serial port
-	// SecretPort (through a socket pair QEMU inherits: it appears in no
+	// guestabi.SecretPort (through a socket pair QEMU inherits: it appears in no
 	// command line and no file another user can read). The agent then
 	// serves only hosts that prove they know it (transport handshake).
 	Secret []byte
 	// Jail says how QEMU is confined (see Jail); the zero value confines.
 	Jail Jail
 }
-
-// PortPrefix starts the names of the agent's virtio-serial ports.
-const PortPrefix = "airlock.agent."
-
-// PortName returns the name of the agent's i-th virtio-serial port.
-func PortName(i int) string { return PortPrefix + strconv.Itoa(i) }
 
 // Args returns QEMU's arguments for c (without the binary) when QEMU is
 // not confined (Jail.Off): host paths, -daemonize.
@@ -119,10 +112,6 @@ type argRefs struct {
 	qmp            []string // the QMP monitor's arguments
 	tail           []string // appended last
 }
-
-// SecretPort is the name of the virtio-serial port on which the guest
-// agent reads the box's per-boot secret (Config.Secret).
-const SecretPort = "airlock.secret"
 
 func (c Config) args(refs argRefs) []string {
 	cpus, mem := c.CPUs, c.MemoryMiB
@@ -189,14 +178,14 @@ func (c Config) args(refs argRefs) []string {
 		id := "agent" + strconv.Itoa(i)
 		a = append(a,
 			"-chardev", "socket,id="+id+","+refs.agents[i],
-			"-device", "virtserialport,chardev="+id+",name="+PortName(i))
+			"-device", "virtserialport,chardev="+id+",name="+guestabi.PortName(i))
 	}
 	if c.Secret != nil {
 		// One end of a socket pair that holds the secret and then EOF:
 		// QEMU hands the bytes to the guest when the agent opens the port.
 		a = append(a,
 			"-chardev", "socket,id=secret,fd="+strconv.Itoa(fdSecret),
-			"-device", "virtserialport,chardev=secret,name="+SecretPort)
+			"-device", "virtserialport,chardev=secret,name="+guestabi.SecretPort)
 	}
 	a = append(a,
 		"-object", "rng-random,id=rng0,filename=/dev/urandom",
@@ -264,28 +253,21 @@ func (m THPMode) String() string {
 	return "on"
 }
 
-// UserNetIPParam is the kernel's ip= parameter (CONFIG_IP_PNP) that gives
-// eth0 the address and default route of QEMU user networking (slirp's
-// defaults: guest 10.0.2.15/24, gateway 10.0.2.2, DNS 10.0.2.3), so that
-// the kernel configures the network before /init. The guest agent has the
-// same addresses for kernels without IP_PNP.
-const UserNetIPParam = "ip=10.0.2.15::10.0.2.2:255.255.255.0::eth0:off"
-
 // escapeComma doubles commas, QEMU's option-value escape.
 func escapeComma(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 
 // KernelCmdline returns the kernel command line for a box: a quiet console
-// on ttyS0 (verbose when AIRLOCK_DEBUG is set), no timer check, no reboot
+// on ttyS0 (verbose with debug), no timer check, no reboot
 // loop (panic=-1 with QEMU's -no-reboot ends the VM on panic), plus the
 // TCG-only clock hints and norandmaps when accel is TCG, followed by extra.
-func KernelCmdline(accel string, extra ...string) string {
+func KernelCmdline(accel string, debug bool, extra ...string) string {
 	p := []string{
 		"console=ttyS0", "reboot=t", "panic=-1",
 		"no_timer_check", "i8042.noaux", "i8042.nopnp", "i8042.dumbkbd",
 		"random.trust_cpu=on", "audit=0", "nokaslr", "mitigations=off", "pty.legacy_count=0",
 		"8250.nr_uarts=1", // one UART: ttyS0; probing the default four costs ~60 ms under TCG
 	}
-	if os.Getenv("AIRLOCK_DEBUG") == "" {
+	if !debug {
 		p = append(p, "quiet", "loglevel=1")
 	}
 	if accel == AccelTCG {
@@ -421,7 +403,7 @@ func Launch(ctx context.Context, c Config) (int, error) {
 		// is up: do not leave that VM behind.
 		if b, rerr := os.ReadFile(c.PIDFile); rerr == nil {
 			if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && isVM(pid, c.Name) {
-				Kill(pid, StartTime(pid))
+				vmm.Kill(vmm.Handle{PID: pid, Start: vmm.StartTime(pid)})
 			}
 		}
 		msg := strings.TrimSpace(stderr.String())
@@ -445,76 +427,4 @@ func Launch(ctx context.Context, c Config) (int, error) {
 func isVM(pid int, name string) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	return err == nil && strings.Contains(string(b), "\x00-name\x00"+name+"\x00")
-}
-
-// StartTime returns the start time of pid (clock ticks since boot, field 22
-// of /proc/PID/stat); together with the pid it identifies a process across
-// pid reuse. It returns 0 if the process does not exist.
-func StartTime(pid int) uint64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0
-	}
-	// f[0] is field 3 (state); field 22 is f[19].
-	if f[0] == "Z" {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
-}
-
-// Alive reports whether the process pid started at start still runs.
-func Alive(pid int, start uint64) bool {
-	return pid > 0 && start != 0 && StartTime(pid) == start
-}
-
-// Watch returns a channel closed when process pid exits. It uses a pidfd, so
-// it works for processes that are not children of the caller.
-func Watch(pid int) (<-chan struct{}, error) {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return nil, err
-	}
-	ch := make(chan struct{})
-	go func() {
-		defer close(ch)
-		defer unix.Close(fd)
-		for {
-			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			_, err := unix.Poll(pfd, -1)
-			if err == unix.EINTR {
-				continue
-			}
-			return
-		}
-	}()
-	return ch, nil
-}
-
-// Kill sends SIGKILL to pid if it is still the process started at start,
-// and waits up to 5 s for it to disappear.
-func Kill(pid int, start uint64) error {
-	if !Alive(pid, start) {
-		return nil
-	}
-	if err := unix.Kill(pid, unix.SIGKILL); err != nil && !errors.Is(err, unix.ESRCH) {
-		return err
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for Alive(pid, start) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("qemu pid %d did not exit after SIGKILL", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return nil
 }

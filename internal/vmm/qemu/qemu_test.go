@@ -55,14 +55,14 @@ func TestArgsDescribeTheBox(t *testing.T) {
 
 func TestKernelCmdlineTCGHintOnlyUnderTCG(t *testing.T) {
 	for _, hint := range []string{"tsc_early_khz=", "tsc=reliable", "norandmaps"} {
-		if !strings.Contains(KernelCmdline(AccelTCG), hint) {
+		if !strings.Contains(KernelCmdline(AccelTCG, false), hint) {
 			t.Errorf("TCG command line lacks %s", hint)
 		}
-		if strings.Contains(KernelCmdline(AccelKVM), hint) {
+		if strings.Contains(KernelCmdline(AccelKVM, false), hint) {
 			t.Errorf("KVM command line has the TCG-only %s", hint)
 		}
 	}
-	if !strings.Contains(KernelCmdline(AccelKVM, "airlock.rw=/dev/vdb"), " airlock.rw=/dev/vdb") {
+	if !strings.Contains(KernelCmdline(AccelKVM, false, "airlock.rw=/dev/vdb"), " airlock.rw=/dev/vdb") {
 		t.Error("extra parameters missing")
 	}
 }
@@ -183,5 +183,22 @@ func TestKernelSpanReadsELFLoadSegments(t *testing.T) {
 	os.WriteFile(notELF, []byte("MZ not an ELF file"), 0o644)
 	if r := KernelSpan(notELF); r != (PhysRange{}) {
 		t.Errorf("KernelSpan(not ELF) = %+v, want zero", r)
+	}
+}
+
+func TestReadaheadCoversTheDisk(t *testing.T) {
+	for _, c := range []struct {
+		size int64
+		want int
+	}{
+		{1, 1 << 20},
+		{2 << 20, 1 << 20},
+		{7774208, 4 << 20}, // an agent disk: 7.4 MiB, readahead 8 MiB
+		{9 << 20, 5 << 20},
+	} {
+		got := readaheadFor(c.size)
+		if got != c.want || int64(2*got) < c.size {
+			t.Errorf("readaheadFor(%d) = %d, want %d", c.size, got, c.want)
+		}
 	}
 }

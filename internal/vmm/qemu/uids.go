@@ -28,13 +28,15 @@ type UIDRange struct {
 	Source string
 }
 
-// BoxUIDRange returns the range box QEMUs take their uids from, or an error
-// saying how to reserve one.
-func BoxUIDRange() (UIDRange, error) {
-	if v := os.Getenv("AIRLOCK_UID_RANGE"); v != "" {
+// BoxUIDRange returns the range box QEMUs take their uids from: v
+// ("START:COUNT", from JailOptions.UIDRange or AIRLOCK_UID_RANGE) when set,
+// else the UIDRangeOwner entry of /etc/subuid; or an error saying how to
+// reserve one.
+func BoxUIDRange(v string) (UIDRange, error) {
+	if v != "" {
 		r, err := parseRange(v)
 		if err != nil {
-			return UIDRange{}, fmt.Errorf("AIRLOCK_UID_RANGE=%q: %w (want START:COUNT)", v, err)
+			return UIDRange{}, fmt.Errorf("uid range %q (Options.UIDRange, or AIRLOCK_UID_RANGE): %w (want START:COUNT)", v, err)
 		}
 		r.Source = "AIRLOCK_UID_RANGE"
 		return r, nil

@@ -1,0 +1,117 @@
+package airlock_test
+
+import (
+	"encoding/json"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestPackageRules checks the import rules of docs/architecture.md: each
+// package may import only the module packages listed for it (prefix
+// match, "" for none), so a seam cannot be crossed by accident.
+func TestPackageRules(t *testing.T) {
+	const mod = "github.com/airlock-run/airlock"
+	may := map[string][]string{
+		// Contracts and leaves: nothing of the module, or only other contracts.
+		"internal/guestabi":      {},
+		"internal/boxdir":        {},
+		"internal/defaults":      {},
+		"internal/store":         {},
+		"internal/transport":     {},
+		"internal/agent/agentpb": {},
+		"internal/image":         {},
+		"internal/image/unpack":  {"internal/image"},
+		"internal/rootfs":        {"internal/image", "internal/guestabi"},
+		"internal/assets":        {"internal/defaults"},
+		"internal/agent/client":  {"internal/agent/agentpb", "internal/transport"},
+		// Guest side: never a host package.
+		"internal/agent":     {"internal/agent/agentpb", "internal/transport"},
+		"internal/guestinit": {"internal/guestabi"},
+		"cmd/airlock-agent":  {"internal/agent", "internal/guestinit", "internal/guestabi", "internal/transport"},
+		// The driver seam: drivers know the seam and the parts a machine
+		// is made of, never the lifecycle code or the box store.
+		"internal/vmm":      {"internal/agent/client", "internal/guestabi", "internal/image"},
+		"internal/vmm/fake": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi"},
+		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/rootfs", "internal/image"},
+		// The public API: lifecycle over the seam; no CLI, no bench.
+		"":        {"internal/vmm", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client"},
+		"codebox": {""},
+		"interp":  {"codebox"},
+	}
+	out, err := osexec.Command("go", "list", "-json=ImportPath,Imports", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	seen := 0
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, mod), "/")
+		allowed, ok := may[rel]
+		if !ok {
+			continue
+		}
+		seen++
+		for _, imp := range p.Imports {
+			if imp != mod && !strings.HasPrefix(imp, mod+"/") {
+				continue
+			}
+			dep := strings.TrimPrefix(strings.TrimPrefix(imp, mod), "/")
+			okDep := false
+			for _, a := range allowed {
+				if dep == a || (a != "" && strings.HasPrefix(dep, a+"/")) {
+					okDep = true
+				}
+			}
+			if !okDep {
+				t.Errorf("%s imports %s, which docs/architecture.md does not allow", p.ImportPath, imp)
+			}
+		}
+	}
+	if seen != len(may) {
+		t.Errorf("go list listed %d of the %d packages with rules", seen, len(may))
+	}
+}
+
+// TestOnlyDefaultsReadsTheEnvironment: library packages get their
+// configuration passed in; internal/defaults is the one place that reads
+// the environment (interp.ConfigFromEnv is documented as doing so).
+func TestOnlyDefaultsReadsTheEnvironment(t *testing.T) {
+	allowed := map[string]bool{"internal/defaults": true, "interp": true}
+	skip := func(dir string) bool {
+		return strings.HasPrefix(dir, "internal/cli") || strings.HasPrefix(dir, "cmd") || strings.HasPrefix(dir, "examples") ||
+			strings.HasSuffix(dir, "test") || strings.Contains(dir, "testdata") // test helpers: vmtest, imagetest, interptest
+	}
+	filepath.Walk(".", func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return err
+		}
+		dir := filepath.Dir(p)
+		if dir == "." {
+			dir = ""
+		}
+		if allowed[dir] || skip(dir) || strings.HasPrefix(p, ".git") {
+			return nil
+		}
+		b, _ := os.ReadFile(p)
+		// Not a setting: the QEMU driver marks its re-executions of this
+		// program (launcher stage, console drainer) with a variable it
+		// sets itself.
+		src := strings.ReplaceAll(string(b), "os.Getenv(stageEnv)", "")
+		for _, f := range []string{"os.Getenv(", "os.LookupEnv("} {
+			if strings.Contains(src, f) {
+				t.Errorf("%s calls %s: take the setting from Options (defaults in internal/defaults)", p, f)
+			}
+		}
+		return nil
+	})
+}

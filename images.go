@@ -1,0 +1,127 @@
+package airlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/rootfs"
+)
+
+// ErrImageInUse: the image's content would be removed while boxes use it.
+var ErrImageInUse = errors.New("image is used by boxes")
+
+// PullEvents hear about an image pull that Create starts because the image
+// is missing from the store. Any of them may be nil.
+type PullEvents struct {
+	// Start is called before the pull of ref begins.
+	Start func(ref string)
+	// Progress reports bytes of one layer (by digest) downloaded so far.
+	Progress func(layer string, done, total int64)
+	// Done is called when the pull has ended: with the stored name and
+	// manifest digest, or with the error.
+	Done func(ref, digest string, err error)
+}
+
+// ImageRemoval is what RemoveImage did.
+type ImageRemoval struct {
+	// Untagged are the names removed.
+	Untagged []string
+	// Deleted is the manifest digest whose content was removed, "" when
+	// another name still holds it.
+	Deleted string
+	// UsedBy are the boxes that still use the deleted image (force): they
+	// keep running but cannot start again until the image is back.
+	UsedBy []string
+	// BaseErr, when not nil, says why the image's cached root filesystem
+	// base could not be removed (the image itself is gone).
+	BaseErr error
+}
+
+// RemoveImage removes one image name or, for a digest, every name of that
+// image, and the image's content and cached root filesystem base when no
+// name is left for it. It refuses with ErrImageInUse (naming the boxes)
+// when the content would go while boxes use it, unless force is set.
+// Errors: ErrImageNotFound when no image has that name or digest.
+func (r *Runtime) RemoveImage(ctx context.Context, ref string, force bool) (*ImageRemoval, error) {
+	s := r.images
+	img, err := s.Resolve(ref)
+	if err != nil {
+		if errors.Is(err, image.ErrNotFound) {
+			return nil, fmt.Errorf("no such image %q in the local store: %w", ref, ErrImageNotFound)
+		}
+		return nil, err
+	}
+	all, err := s.List()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	byName := false
+	norm, nerr := image.Normalize(ref)
+	for _, o := range all {
+		if o.Digest != img.Digest {
+			continue
+		}
+		names = append(names, o.Ref)
+		if nerr == nil && o.Ref == norm {
+			byName = true
+		}
+	}
+	res := &ImageRemoval{Untagged: names}
+	if byName {
+		res.Untagged = []string{norm}
+	}
+	// The content goes when no name is left for it.
+	if len(res.Untagged) >= len(names) {
+		users, err := r.db.ImageInUse(ctx, img.Digest)
+		if err != nil {
+			return nil, fmt.Errorf("boxes using image %s: %w", ref, err)
+		}
+		if len(users) > 0 && !force {
+			return nil, &ImageInUseError{Ref: ref, Digest: img.Digest, Boxes: users}
+		}
+		res.UsedBy = users
+	}
+	if err := s.Remove(ref); err != nil {
+		return nil, err
+	}
+	if _, err := s.Resolve(img.Digest); !errors.Is(err, image.ErrNotFound) {
+		res.UsedBy = nil
+		return res, nil // another name still holds it
+	}
+	res.Deleted = img.Digest
+	if len(res.UsedBy) == 0 {
+		res.BaseErr = rootfs.RemoveBase(ctx, r.opts.CacheDir, img.Digest)
+	}
+	return res, nil
+}
+
+// ImageInUseError is RemoveImage's refusal; it matches ErrImageInUse.
+type ImageInUseError struct {
+	Ref, Digest string
+	Boxes       []string // ids of the boxes that use it
+}
+
+func (e *ImageInUseError) Error() string {
+	d := e.Digest
+	if len(d) > 19 {
+		d = d[:19]
+	}
+	return fmt.Sprintf("image %s (%s) is used by box(es) %s: remove them first, or force the removal", e.Ref, d, joinIDs(e.Boxes))
+}
+
+// Is makes errors.Is(err, ErrImageInUse) true.
+func (e *ImageInUseError) Is(target error) bool { return target == ErrImageInUse }
+
+func joinIDs(ids []string) string {
+	s := ""
+	for i, id := range ids {
+		if i > 0 {
+			s += ", "
+		}
+		s += id
+	}
+	return s
+}

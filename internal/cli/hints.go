@@ -1,0 +1,47 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/airlock-run/airlock"
+)
+
+// report prints err, then what the user can do about it, as airlock
+// commands: the library's errors say what happened, not which verb to run.
+// box names the box the error is about ("" when unknown).
+func report(w io.Writer, err error, box string) {
+	fmt.Fprintln(w, "airlock:", err)
+	if h := hint(err, box); h != "" {
+		fmt.Fprintln(w, "airlock: hint:", h)
+	}
+}
+
+func hint(err error, box string) string {
+	if box == "" {
+		box = "BOX"
+	}
+	var iu *airlock.ImageInUseError
+	var ce *airlock.CapacityError
+	switch {
+	case errors.As(err, &ce) && ce.Cap == "AIRLOCK_MAX_BOXES":
+		return "stop a box ('airlock ls' lists them), or raise the cap: AIRLOCK_MAX_BOXES=N"
+	case errors.As(err, &ce):
+		return "ask for less memory (--memory), stop a box, or raise the cap: AIRLOCK_MAX_MEMORY=MiB"
+	case errors.As(err, &iu):
+		return fmt.Sprintf("remove them first ('airlock rm -f %s'), or use 'airlock rmi -f'", strings.Join(iu.Boxes, " "))
+	case errors.Is(err, airlock.ErrBoxRunning):
+		return fmt.Sprintf("stop it first (airlock stop %s), or force removal (airlock rm -f %s)", box, box)
+	case errors.Is(err, airlock.ErrBoxNotRunning):
+		return fmt.Sprintf("start it first: airlock start %s", box)
+	case errors.Is(err, airlock.ErrBoxNotFound):
+		return "see 'airlock ls' for the boxes of " + airlock.DefaultHome()
+	case errors.Is(err, airlock.ErrImageNotFound):
+		return "see 'airlock images' for the local images"
+	case errors.Is(err, airlock.ErrBoxDied):
+		return fmt.Sprintf("start it again with airlock start %s; airlock logs %s shows its console", box, box)
+	}
+	return ""
+}

@@ -1,0 +1,35 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/airlock-run/airlock"
+)
+
+func TestReportAddsTheCommandToRun(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("%w: 0123: stop it first, or remove it with force to kill its VM", airlock.ErrBoxRunning), "airlock rm -f keep"},
+		{fmt.Errorf("%w: 0123", airlock.ErrBoxNotRunning), "airlock start keep"},
+		{fmt.Errorf("%w: %q", airlock.ErrBoxNotFound, "keep"), "airlock ls"},
+		{&airlock.CapacityError{Cap: "AIRLOCK_MAX_BOXES", Limit: 1, InUse: 1, Wanted: 1}, "AIRLOCK_MAX_BOXES=N"},
+		{fmt.Errorf("box x: %w", &airlock.CapacityError{Cap: "AIRLOCK_MAX_MEMORY", Limit: 64, Wanted: 128}), "--memory"},
+	} {
+		var w bytes.Buffer
+		report(&w, c.err, "keep")
+		if !strings.HasPrefix(w.String(), "airlock: "+c.err.Error()+"\n") || !strings.Contains(w.String(), c.want) {
+			t.Errorf("%v: printed %q, want it to mention %q", c.err, w.String(), c.want)
+		}
+	}
+	var w bytes.Buffer
+	report(&w, errors.New("disk full"), "keep")
+	if w.String() != "airlock: disk full\n" {
+		t.Errorf("no hint expected: %q", w.String())
+	}
+}

@@ -1,0 +1,147 @@
+// Package defaults is the one place airlock's library code reads the
+// environment: the default directories and settings that Options fields
+// left empty take. Every other library package gets its configuration
+// passed in. (The CLI and the tests read their own variables.)
+//
+//	AIRLOCK_HOME    box records and directories   default ~/.airlock
+//	AIRLOCK_IMAGES  local image store             default $AIRLOCK_HOME/images
+//	AIRLOCK_CACHE   kernels, agent disks, bases   default ${XDG_CACHE_HOME:-~/.cache}/airlock
+//	AIRLOCK_ACCEL   kvm, tcg or auto              default auto
+//	AIRLOCK_KERNEL  guest kernel to boot          default: found in the cache
+//	AIRLOCK_AGENT   guest agent binary            default: beside the executable, or on PATH
+//	AIRLOCK_THP     on, code or off               default: per kernel and accelerator
+//	AIRLOCK_DEBUG   non-empty: verbose guest boot logs
+//
+// Confinement and host capacity (docs/confinement.md):
+//
+//	AIRLOCK_CONFINE      off (or 0, false): box QEMUs run unconfined    default on
+//	AIRLOCK_CONSOLE_MAX  cap of a confined box's console log, bytes     default 8 MiB
+//	AIRLOCK_CPU_LIMIT    host CPUs one box's QEMU may use (cgroup)      default no limit
+//	AIRLOCK_UID_RANGE    START:COUNT of uids for box QEMUs (as root)    default /etc/subuid's "airlock"
+//	AIRLOCK_MAX_BOXES    cap on boxes running on this host              default 128
+//	AIRLOCK_MAX_MEMORY   cap on their guest memory, MiB                 default host RAM minus a reserve
+package defaults
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Home returns $AIRLOCK_HOME, else ~/.airlock (under the temp dir when the
+// user has no home directory).
+func Home() string {
+	if h := os.Getenv("AIRLOCK_HOME"); h != "" {
+		return h
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "airlock")
+	}
+	return filepath.Join(home, ".airlock")
+}
+
+// Images returns $AIRLOCK_IMAGES, else Home()/images.
+func Images() string { return ImagesIn(Home()) }
+
+// ImagesIn returns $AIRLOCK_IMAGES, else home/images.
+func ImagesIn(home string) string {
+	if d := os.Getenv("AIRLOCK_IMAGES"); d != "" {
+		return d
+	}
+	return filepath.Join(home, "images")
+}
+
+// Cache returns $AIRLOCK_CACHE, else $XDG_CACHE_HOME/airlock, else
+// ~/.cache/airlock. Everything in it can be rebuilt.
+func Cache() string {
+	if d := os.Getenv("AIRLOCK_CACHE"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "airlock")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = os.TempDir()
+	}
+	return filepath.Join(home, ".cache", "airlock")
+}
+
+// Accel returns $AIRLOCK_ACCEL.
+func Accel() string { return os.Getenv("AIRLOCK_ACCEL") }
+
+// Kernel returns $AIRLOCK_KERNEL.
+func Kernel() string { return os.Getenv("AIRLOCK_KERNEL") }
+
+// Agent returns $AIRLOCK_AGENT.
+func Agent() string { return os.Getenv("AIRLOCK_AGENT") }
+
+// THP returns $AIRLOCK_THP.
+func THP() string { return os.Getenv("AIRLOCK_THP") }
+
+// Debug reports whether AIRLOCK_DEBUG is set.
+func Debug() bool { return os.Getenv("AIRLOCK_DEBUG") != "" }
+
+// Unconfined reports whether AIRLOCK_CONFINE is off, 0 or false.
+func Unconfined() bool {
+	v := strings.ToLower(os.Getenv("AIRLOCK_CONFINE"))
+	return v == "off" || v == "0" || v == "false"
+}
+
+// ConsoleMax returns $AIRLOCK_CONSOLE_MAX in bytes (0 when unset).
+func ConsoleMax() (int64, error) {
+	v := os.Getenv("AIRLOCK_CONSOLE_MAX")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 4096 {
+		return 0, fmt.Errorf("AIRLOCK_CONSOLE_MAX=%q: want the console log's cap in bytes, 4096 or more", v)
+	}
+	return n, nil
+}
+
+// CPULimit returns $AIRLOCK_CPU_LIMIT, host CPUs (0 when unset).
+func CPULimit() (float64, error) {
+	v := os.Getenv("AIRLOCK_CPU_LIMIT")
+	if v == "" {
+		return 0, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f <= 0 {
+		return 0, fmt.Errorf("AIRLOCK_CPU_LIMIT=%q: want a number of host CPUs, e.g. 1.5", v)
+	}
+	return f, nil
+}
+
+// UIDRange returns $AIRLOCK_UID_RANGE (START:COUNT, checked by its user).
+func UIDRange() string { return os.Getenv("AIRLOCK_UID_RANGE") }
+
+// MaxBoxes returns $AIRLOCK_MAX_BOXES (0 when unset).
+func MaxBoxes() (int, error) {
+	v := os.Getenv("AIRLOCK_MAX_BOXES")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("AIRLOCK_MAX_BOXES=%q: want a number of boxes, 1 or more", v)
+	}
+	return n, nil
+}
+
+// MaxMemory returns $AIRLOCK_MAX_MEMORY in MiB (0 when unset).
+func MaxMemory() (int, error) {
+	v := os.Getenv("AIRLOCK_MAX_MEMORY")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 64 {
+		return 0, fmt.Errorf("AIRLOCK_MAX_MEMORY=%q: want MiB, 64 or more", v)
+	}
+	return n, nil
+}

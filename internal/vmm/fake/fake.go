@@ -1,0 +1,193 @@
+// Package fake is a FAKE VM driver for tests: instead of booting a VM it
+// runs the real guest agent (cmd/airlock-agent) as a host process, in host
+// mode (AIRLOCK_AGENT_LISTEN), serving the agent protocol on a unix socket
+// in the box directory. Host mode mounts nothing, makes no cgroups and
+// touches no /etc; commands run in the host's root filesystem as the host
+// user would run them. Where it may (root), the agent starts as PID 1 of
+// a new PID namespace, so that its end — a crash or a kill — ends every
+// process it started, as a VM's end does.
+//
+// What it does not fake: disks (a box's files are the host's), network
+// modes, hostnames, guest kernels. It is for testing the lifecycle code in
+// package airlock (create, start, stop, remove, reconnect, a machine dying
+// under a pending exec, reconciling records after a crash) in milliseconds.
+package fake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-run/airlock/internal/agent/client"
+	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/guestabi"
+	"github.com/airlock-run/airlock/internal/vmm"
+)
+
+// Driver is the fake driver. Agent is the guest agent binary it runs.
+type Driver struct {
+	Agent string
+}
+
+var _ vmm.Driver = (*Driver)(nil)
+var _ vmm.UsageReporter = (*Driver)(nil)
+
+// argv0Prefix starts the argv[0] of a fake machine's agent process:
+// argv0Prefix + box id + ":" + memory MiB of its spec.
+const argv0Prefix = "airlock-fake-agent:"
+
+// Usage counts the fake machines running on this host (agent processes
+// named argv0Prefix..., of every home) other than box except's, and the
+// memory their specs asked for.
+func (d *Driver) Usage(except string) vmm.Usage {
+	var u vmm.Usage
+	ents, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range ents {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		arg0, _, _ := strings.Cut(string(b), "\x00")
+		rest, ok := strings.CutPrefix(arg0, argv0Prefix)
+		if !ok {
+			continue
+		}
+		id, mem, _ := strings.Cut(rest, ":")
+		if id == except {
+			continue
+		}
+		n, _ := strconv.Atoi(mem)
+		u.Machines++
+		u.MemoryMiB += n
+	}
+	return u
+}
+
+// New returns a fake driver running the agent binary at agent.
+func New(agent string) *Driver { return &Driver{Agent: agent} }
+
+// Name returns "fake".
+func (d *Driver) Name() string { return "fake" }
+
+// Create does nothing: the fake has no disks.
+func (d *Driver) Create(ctx context.Context, spec vmm.Spec) error {
+	if _, err := os.Stat(d.Agent); err != nil {
+		return fmt.Errorf("fake driver: agent binary: %w", err)
+	}
+	return nil
+}
+
+// Start runs the agent, detached (its own session), with its output in the
+// box's console log.
+func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
+	sock := boxdir.SockPath(spec.Dir, spec.ID, boxdir.FakeAgent)
+	os.Remove(sock)
+	console, err := os.OpenFile(filepath.Join(spec.Dir, boxdir.Console), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer console.Close()
+	start := func(flags uintptr) (*exec.Cmd, error) {
+		cmd := exec.Command(d.Agent)
+		// Its name in ps says which box it is and the memory the box
+		// asked for, so that Usage can count fake machines host-wide.
+		cmd.Args = []string{argv0Prefix + spec.ID + ":" + strconv.Itoa(spec.MemoryMiB)}
+		cmd.Env = append(os.Environ(), guestabi.HostListenEnv+"=unix:"+sock)
+		cmd.Stdout, cmd.Stderr = console, console
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: flags}
+		return cmd, cmd.Start()
+	}
+	cmd, err := start(unix.CLONE_NEWPID)
+	if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) {
+		cmd, err = start(0) // not root: processes may outlive the agent
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fake driver: start agent: %w", err)
+	}
+	pid := cmd.Process.Pid
+	go cmd.Wait() // reap it when it ends (a zombie would look alive to a pidfd)
+	h := vmm.Handle{PID: pid, Start: vmm.StartTime(pid)}
+	if h.Start == 0 {
+		return nil, fmt.Errorf("fake driver: agent exited at once; console:\n%s", vmm.ConsoleTail(console.Name(), 10))
+	}
+	return d.Attach(spec, h), nil
+}
+
+// Attach returns the machine h of spec's box.
+func (d *Driver) Attach(spec vmm.Spec, h vmm.Handle) vmm.Machine {
+	return &machine{dir: spec.Dir, sock: boxdir.SockPath(spec.Dir, spec.ID, boxdir.FakeAgent), h: h}
+}
+
+type machine struct {
+	dir, sock string
+	h         vmm.Handle
+
+	once sync.Once
+	exit <-chan struct{}
+}
+
+func (m *machine) Handle() vmm.Handle { return m.h }
+func (m *machine) Alive() bool        { return m.h.Alive() }
+
+func (m *machine) Exited() <-chan struct{} {
+	m.once.Do(func() { m.exit = vmm.Watch(m.h) })
+	return m.exit
+}
+
+func (m *machine) Death() vmm.Death {
+	return vmm.DeathFromConsole(filepath.Join(m.dir, boxdir.Console),
+		fmt.Sprintf("its agent process (pid %d, fake driver) exited unexpectedly", m.h.PID))
+}
+
+func (m *machine) Console(n int) string {
+	return vmm.ConsoleTail(filepath.Join(m.dir, boxdir.Console), n)
+}
+
+// Quit sends the agent SIGTERM.
+func (m *machine) Quit(ctx context.Context) error {
+	if !m.h.Alive() {
+		return nil
+	}
+	return unix.Kill(m.h.PID, unix.SIGTERM)
+}
+
+func (m *machine) Kill() error { return vmm.Kill(m.h) }
+
+// Release does nothing: the fake holds nothing outside its process.
+func (m *machine) Release() {}
+
+// DialAgent connects to the agent's socket, waiting (within ctx) for the
+// agent to create it.
+func (m *machine) DialAgent(ctx context.Context) (*client.Client, error) {
+	return client.Dial(ctx, func(ctx context.Context) (net.Conn, error) {
+		for {
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "unix", m.sock)
+			if err == nil {
+				return c, nil
+			}
+			if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ECONNREFUSED) {
+				return nil, err
+			}
+			if !m.h.Alive() {
+				return nil, fmt.Errorf("agent process %d is gone", m.h.PID)
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	})
+}

@@ -1,0 +1,147 @@
+// Package vmm is the seam between a box and the machine it runs in, in the
+// spirit of lima's pkg/driver: the lifecycle code in package airlock asks a
+// Driver to prepare a box directory and to start a Machine from a Spec; it
+// re-attaches to a machine another process started through the Handle kept
+// in the box record, dials the guest agent through it, and watches it die.
+//
+// Two drivers implement it: qemu (internal/vmm/qemu), which boots microVMs,
+// and fake (internal/vmm/fake), which runs the real guest agent as a host
+// process, for lifecycle tests that need no VM. Abilities that only some
+// drivers have are separate small interfaces (BootReporter; snapshots
+// later), tested for with a type assertion; a driver without one returns
+// ErrNotSupported where the caller needs it.
+//
+// A box's life, as the lifecycle code drives it:
+//
+//	d.Create(ctx, spec)         // once: the writable layer
+//	m, _ := d.Start(ctx, spec)  // each boot: the machine runs, agent not yet up
+//	c, _ := m.DialAgent(ctx)    // as often as needed, from any process
+//	<-m.Exited(); m.Death()     // unexpected end: why, with the console's tail
+//	m.Quit(ctx); m.Kill()       // the agent's Shutdown did not end it in time
+//	m.Release()                 // once it has ended: what the boot held (cgroup)
+package vmm
+
+import (
+	"context"
+	"errors"
+
+	"github.com/airlock-run/airlock/internal/agent/client"
+	"github.com/airlock-run/airlock/internal/image"
+)
+
+// ErrNotSupported is returned for an ability the driver lacks.
+var ErrNotSupported = errors.New("not supported by this VM driver")
+
+// Spec is what a machine is made from: the box's settings and its
+// directory. It is built anew for every call from the box record.
+type Spec struct {
+	ID  string // box id
+	Dir string // box directory; the driver keeps its files there (see boxdir)
+
+	CPUs        int // vCPUs
+	MemoryMiB   int // guest RAM
+	DiskSizeMiB int // writable layer size
+	// Network gives the guest outbound network access; false: no NIC.
+	Network  bool
+	Hostname string // the guest's hostname
+
+	// Images and Image are where the root filesystem comes from.
+	Images *image.Store
+	Image  *image.Image
+
+	// ExtraCmdline is added to the guest kernel's command line (the boot
+	// benchmark's AIRLOCK_BARE=1).
+	ExtraCmdline []string
+}
+
+// Handle identifies a running machine across processes: the pid of the
+// process that runs it (QEMU, the fake's agent) and that process's start
+// time, which tells it apart from a later process with the same pid. The
+// box record keeps it.
+type Handle struct {
+	PID   int
+	Start uint64
+}
+
+// Driver starts and finds machines. Methods are safe for concurrent use.
+type Driver interface {
+	// Name is the driver's name ("qemu", "fake").
+	Name() string
+	// Create prepares a new box's directory (spec.Dir exists): its
+	// writable layer and whatever else outlives one boot.
+	Create(ctx context.Context, spec Spec) error
+	// Start boots a machine for spec and returns once its process runs;
+	// the guest agent may not answer yet (DialAgent waits within ctx).
+	// Files a previous boot left in spec.Dir are replaced.
+	Start(ctx context.Context, spec Spec) (Machine, error)
+	// Attach returns the machine h recorded for spec's box; it may have
+	// ended since (see Machine.Alive).
+	Attach(spec Spec, h Handle) Machine
+}
+
+// Machine is one boot of a box. Several processes may hold a Machine for
+// the same boot (Attach). Methods are safe for concurrent use.
+type Machine interface {
+	Handle() Handle
+	// Alive reports whether the machine's process still runs.
+	Alive() bool
+	// Exited returns a channel closed when the machine's process has
+	// ended (watched from this process; any process may watch).
+	Exited() <-chan struct{}
+	// DialAgent connects to the guest agent and runs the handshake. Each
+	// call is a new connection; ctx bounds the wait for a free channel
+	// and the handshake.
+	DialAgent(ctx context.Context) (*client.Client, error)
+	// Death says why a machine that has ended did so, from what it left
+	// (its console); call it after Exited is closed or Alive is false.
+	Death() Death
+	// Quit asks the machine to end at once without the guest's
+	// cooperation (QEMU: QMP quit) and returns when that was sent or ctx
+	// ended; the caller then waits for Alive to turn false.
+	Quit(ctx context.Context) error
+	// Kill ends the machine's process (SIGKILL), waits for it to go and
+	// releases what the boot held (see Release).
+	Kill() error
+	// Release frees what the boot holds on the host outside its process
+	// (QEMU: its cgroup) once the process has ended; while it runs,
+	// Release does nothing. Safe to call more than once, from any process.
+	Release()
+	// Console returns the last n lines of the console of this boot.
+	Console(n int) string
+}
+
+// Death is why a machine ended, in words, with the end of its console.
+type Death struct {
+	Cause       string // "guest kernel panic (...)", "its QEMU process (pid 7) exited unexpectedly"
+	ConsoleTail string
+}
+
+// UsageReporter is a driver that can count the machines of its kind that
+// run on this host, of every airlock home and user (for host-wide
+// capacity caps).
+type UsageReporter interface {
+	// Usage counts the running machines other than box except's.
+	Usage(except string) Usage
+}
+
+// Usage is what the running machines of a driver take.
+type Usage struct {
+	Machines  int
+	MemoryMiB int // guest memory, in total
+}
+
+// BootReporter is a driver that can say what its machines boot with.
+type BootReporter interface {
+	BootInfo() (BootInfo, error)
+}
+
+// BootInfo describes what a driver's machines boot with (see airlock.BootInfo).
+type BootInfo struct {
+	Accel, AccelReason string // "kvm" or "tcg"; why not KVM
+	Kernel             string // path of the guest kernel
+	KernelKind         string // "airlock", "debian" or "custom"
+	KernelVer          string
+	KernelConfigHash   string
+	Initrd, AgentDisk  string // the one the kernel boots with
+	THP                string // "on", "code" or "off"
+}

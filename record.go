@@ -1,0 +1,208 @@
+package airlock
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/store"
+)
+
+// boxConfig is what a box is, as the lifecycle code uses it: its options
+// and the image config resolved at creation. It is stored as a boxRecord.
+type boxConfig struct {
+	Options BoxOptions
+	Image   image.ImageConfig
+	// Owner identifies the process that created an AutoRemove box: when it
+	// is gone, the next Open removes the box, so that a crashed or killed
+	// program leaves no VM behind.
+	OwnerPID   int
+	OwnerStart uint64
+}
+
+// recordVersion is the schema version of boxRecord. A change that an older
+// airlock would misread bumps it, with a case in decodeRecord for the old
+// form (and, if the store must rewrite records, a store migration calling
+// upgradeConfig).
+const recordVersion = 1
+
+// boxRecord is the stored form of a boxConfig (store.Box.Config). Its json
+// names are the storage format: renaming a Go field changes nothing on
+// disk. Version 0 was the public BoxOptions marshalled as is (see
+// recordV0).
+type boxRecord struct {
+	Version     int         `json:"v"`
+	Image       string      `json:"image"`
+	Name        string      `json:"name,omitempty"`
+	CPUs        int         `json:"cpus"`
+	MemoryMiB   int         `json:"memory_mib"`
+	DiskSizeMiB int         `json:"disk_mib"`
+	Env         []string    `json:"env,omitempty"`
+	WorkingDir  string      `json:"workdir,omitempty"`
+	User        string      `json:"user,omitempty"`
+	AutoRemove  bool        `json:"auto_remove,omitempty"`
+	Network     string      `json:"network"` // netPublic or netNone
+	ImageConfig imageRecord `json:"image_config"`
+	OwnerPID    int         `json:"owner_pid,omitempty"`
+	OwnerStart  uint64      `json:"owner_start,omitempty"`
+}
+
+type imageRecord struct {
+	Env        []string          `json:"env,omitempty"`
+	WorkingDir string            `json:"workdir,omitempty"`
+	User       string            `json:"user,omitempty"`
+	Entrypoint []string          `json:"entrypoint,omitempty"`
+	Cmd        []string          `json:"cmd,omitempty"`
+	Labels     map[string]string `json:"labels,omitempty"`
+}
+
+// Stored network modes. Records before version 1 said "enabled" and
+// "disabled".
+const (
+	netPublic = "public"
+	netNone   = "none"
+)
+
+// storedNetwork maps BoxOptions.Network to its stored name.
+func storedNetwork(opt string) string {
+	switch opt {
+	case NetworkDisabled, netNone:
+		return netNone
+	}
+	return netPublic
+}
+
+// optionNetwork maps a stored network mode (any version's) to
+// BoxOptions.Network.
+func optionNetwork(stored string) (string, error) {
+	switch stored {
+	case netPublic, "enabled", "":
+		return NetworkEnabled, nil
+	case netNone, "disabled":
+		return NetworkDisabled, nil
+	}
+	return "", fmt.Errorf("unknown network mode %q", stored)
+}
+
+func encodeConfig(c boxConfig) []byte {
+	o, ic := c.Options, c.Image
+	r := boxRecord{Version: recordVersion, Image: o.Image, Name: o.Name, CPUs: o.CPUs, MemoryMiB: o.MemoryMiB,
+		DiskSizeMiB: o.DiskSizeMiB, Env: o.Env, WorkingDir: o.WorkingDir, User: o.User, AutoRemove: o.AutoRemove,
+		Network: storedNetwork(o.Network),
+		ImageConfig: imageRecord{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
+			Cmd: ic.Cmd, Labels: ic.Labels},
+		OwnerPID: c.OwnerPID, OwnerStart: c.OwnerStart}
+	b, err := json.Marshal(r)
+	if err != nil {
+		panic(err) // strings, ints and bools only
+	}
+	return b
+}
+
+// recordV0 is the stored form before schema versions: boxConfig holding
+// the public BoxOptions and image.ImageConfig, marshalled without json tags.
+type recordV0 struct {
+	Options struct {
+		Image                        string
+		Name                         string
+		CPUs, MemoryMiB, DiskSizeMiB int
+		Env                          []string
+		WorkingDir, User             string
+		AutoRemove                   bool
+		Network                      string
+	} `json:"options"`
+	Image struct {
+		Env             []string
+		WorkingDir      string
+		User            string
+		Entrypoint, Cmd []string
+		Labels          map[string]string
+	} `json:"image"`
+	OwnerPID   int    `json:"owner_pid,omitempty"`
+	OwnerStart uint64 `json:"owner_start,omitempty"`
+}
+
+// decodeRecord reads a stored configuration of any version up to
+// recordVersion.
+func decodeRecord(raw []byte) (boxRecord, error) {
+	var v struct {
+		Version int `json:"v"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return boxRecord{}, err
+	}
+	switch v.Version {
+	case 0:
+		var o recordV0
+		if err := json.Unmarshal(raw, &o); err != nil {
+			return boxRecord{}, err
+		}
+		oo, oi := o.Options, o.Image
+		return boxRecord{Version: recordVersion, Image: oo.Image, Name: oo.Name, CPUs: oo.CPUs, MemoryMiB: oo.MemoryMiB,
+			DiskSizeMiB: oo.DiskSizeMiB, Env: oo.Env, WorkingDir: oo.WorkingDir, User: oo.User, AutoRemove: oo.AutoRemove,
+			Network: storedNetwork(mustNetwork(oo.Network)),
+			ImageConfig: imageRecord{Env: oi.Env, WorkingDir: oi.WorkingDir, User: oi.User, Entrypoint: oi.Entrypoint,
+				Cmd: oi.Cmd, Labels: oi.Labels},
+			OwnerPID: o.OwnerPID, OwnerStart: o.OwnerStart}, nil
+	case recordVersion:
+		var r boxRecord
+		err := json.Unmarshal(raw, &r)
+		return r, err
+	}
+	return boxRecord{}, fmt.Errorf("record version %d is newer than this airlock understands (%d): upgrade airlock", v.Version, recordVersion)
+}
+
+// mustNetwork maps an old stored mode, keeping an unknown one as public
+// (what version 0 did with any value but "disabled").
+func mustNetwork(stored string) string {
+	n, err := optionNetwork(stored)
+	if err != nil {
+		return NetworkEnabled
+	}
+	return n
+}
+
+// upgradeConfig rewrites a stored configuration of any version in the
+// current one; the store's migration runs it over every record.
+func upgradeConfig(raw []byte) ([]byte, error) {
+	r, err := decodeRecord(raw)
+	if err != nil {
+		return nil, err
+	}
+	c, err := r.config()
+	if err != nil {
+		return nil, err
+	}
+	return encodeConfig(c), nil
+}
+
+func (r boxRecord) config() (boxConfig, error) {
+	n, err := optionNetwork(r.Network)
+	if err != nil {
+		return boxConfig{}, err
+	}
+	ic := r.ImageConfig
+	return boxConfig{
+		Options: BoxOptions{Image: r.Image, Name: r.Name, CPUs: r.CPUs, MemoryMiB: r.MemoryMiB, DiskSizeMiB: r.DiskSizeMiB,
+			Env: r.Env, WorkingDir: r.WorkingDir, User: r.User, AutoRemove: r.AutoRemove, Network: n},
+		Image: image.ImageConfig{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
+			Cmd: ic.Cmd, Labels: ic.Labels},
+		OwnerPID: r.OwnerPID, OwnerStart: r.OwnerStart,
+	}, nil
+}
+
+// errBadRecord marks a box configuration that cannot be decoded.
+var errBadRecord = errors.New("unreadable box record")
+
+// decodeConfig decodes rec's configuration; its errors match errBadRecord.
+func decodeConfig(rec *store.Box) (boxConfig, error) {
+	r, err := decodeRecord(rec.Config)
+	if err == nil {
+		var c boxConfig
+		if c, err = r.config(); err == nil {
+			return c, nil
+		}
+	}
+	return boxConfig{}, fmt.Errorf("box %s: its record cannot be read (%v): remove the box and create it again: %w", rec.ID, err, errBadRecord)
+}
