@@ -134,8 +134,11 @@ func HostHandshakeAuth(conn net.Conn, deadline time.Time, secret []byte) (agentV
 		err                error
 	}
 	acks := make(chan ack, 2)
-	// Read with a deadline so the reader goroutine ends when we give up.
-	if err := conn.SetReadDeadline(deadline); err != nil {
+	// Read with a deadline so the reader goroutine ends when we give up,
+	// and write with one: a guest that never reads its port fills the
+	// socket with SYNC lines, and a blocked write must not outlast the
+	// deadline.
+	if err := conn.SetDeadline(deadline); err != nil {
 		return "", err
 	}
 	go func() {
@@ -197,7 +200,7 @@ func HostHandshakeAuth(conn net.Conn, deadline time.Time, secret []byte) (agentV
 	resend := time.NewTimer(interval)
 	defer resend.Stop()
 	if _, err := conn.Write(syncLine); err != nil {
-		return "", fmt.Errorf("write handshake: %w", err)
+		return fail(err)
 	}
 	version := ""
 	for {
@@ -207,7 +210,7 @@ func HostHandshakeAuth(conn net.Conn, deadline time.Time, secret []byte) (agentV
 				return fail(a.err)
 			}
 			if a.ok {
-				if err := conn.SetReadDeadline(time.Time{}); err != nil {
+				if err := conn.SetDeadline(time.Time{}); err != nil {
 					return "", err
 				}
 				return version, nil
@@ -222,7 +225,7 @@ func HostHandshakeAuth(conn net.Conn, deadline time.Time, secret []byte) (agentV
 				continue
 			}
 			if _, err := conn.Write(syncLine); err != nil {
-				return "", fmt.Errorf("write handshake: %w", err)
+				return fail(err)
 			}
 			if interval < 250*time.Millisecond {
 				interval *= 2

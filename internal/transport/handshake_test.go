@@ -145,3 +145,19 @@ func TestHandshakeProvesTheSecret(t *testing.T) {
 		})
 	}
 }
+
+// TestHandshakeTimesOutOnAPortNobodyReads: when the guest never reads, the
+// host's SYNC writes block; the deadline must still end the handshake.
+func TestHandshakeTimesOutOnAPortNobodyReads(t *testing.T) {
+	host, guest := net.Pipe() // unbuffered: every write blocks until read
+	defer host.Close()
+	defer guest.Close()
+	start := time.Now()
+	_, err := HostHandshake(host, time.Now().Add(300*time.Millisecond))
+	if !errors.Is(err, ErrHandshakeTimeout) {
+		t.Fatalf("got %v, want ErrHandshakeTimeout", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("took %s", d)
+	}
+}
