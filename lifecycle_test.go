@@ -149,7 +149,7 @@ func testLifecycle(t *testing.T, h driverHarness) {
 		// The running-box cap counts the driver's machines host-wide:
 		// other boxes may run here (other tests), and then the cap of 1
 		// is reached already; if none runs, the first box fits, a second
-		// does not, and after the first stops the second starts.
+		// does not, and the first, stopped, starts again.
 		r = h.openOpts(t, airlock.Options{MaxBoxes: 1})
 		b, err := r.Create(ctx, airlock.BoxOptions{Image: h.image, Network: airlock.NetworkDisabled})
 		if err == nil {
