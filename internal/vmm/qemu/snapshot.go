@@ -66,6 +66,9 @@ func idOf(path string) (fileID, error) {
 // (whether there is one stays).
 func layout(c Config) Config {
 	c.Name, c.QMPSocket, c.ConsoleLog, c.PIDFile, c.Incoming = "", "", "", "", false
+	if c.NetSocket != "" {
+		c.NetSocket = boxdir.NetSock // each box's network helper socket (whether there is one stays)
+	}
 	c.AgentSockets = make([]string, len(c.AgentSockets))
 	c.Disks = append([]Disk(nil), c.Disks...)
 	for i := range c.Disks {
@@ -396,6 +399,7 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 	defer f.Close()
 	live := d.config(spec, d.boot, "", 0) // this box's paths
 	qc.Name, qc.AgentSockets, qc.QMPSocket, qc.ConsoleLog, qc.PIDFile = live.Name, live.AgentSockets, live.QMPSocket, live.ConsoleLog, live.PIDFile
+	qc.NetSocket = live.NetSocket
 	for i := range qc.Disks {
 		if !qc.Disks[i].ReadOnly {
 			qc.Disks[i].Path = filepath.Join(spec.Dir, boxdir.RW)
