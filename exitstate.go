@@ -119,7 +119,9 @@ func (b *Box) RecordMainExit(ctx context.Context, res *ExecResult) {
 		return
 	}
 	e := ExitState{Reason: ExitExited, ExitCode: res.ExitCode}
-	if res.Signal == 9 && b.oomKilled(ctx) {
+	// The agent reports an OOM kill in the exec's cgroup; the guest-wide
+	// check covers an agent too old to say.
+	if res.OOMKilled || (res.Signal == 9 && b.oomKilled(ctx)) {
 		e.Reason = ExitOOMKilled
 	}
 	recordExit(b.r.opts.Home, b.id, info.Started, e)

@@ -132,9 +132,11 @@ func TestCLIBoxStates(t *testing.T) {
 	} else if out, _, _ = c.run("logs", "--console", "--tail", "1", "r3"); strings.Count(out, "\n") != 1 || !strings.HasSuffix(all, out) {
 		t.Fatalf("logs --console --tail 1: %q of %q", out, all)
 	}
-	// A main command the guest's OOM killer takes: "OOM killed".
+	// A main command the guest's OOM killer takes: "OOM killed". Large
+	// allocations: 1 MiB ones make the exec cgroup reclaim page cache for
+	// minutes under TCG before the OOM kill.
 	_, errs, code = c.run("run", "--quiet", "--name", "oom", "-m", "128m", "--network", "disabled", "python:slim",
-		"python3", "-c", "x = []\nwhile True: x.append(bytearray(1 << 20))")
+		"python3", "-c", "x = []\nwhile True: x.append(bytearray(32 << 20))")
 	if code != 137 {
 		t.Fatalf("run out of memory: exit %d stderr %q", code, errs)
 	}
