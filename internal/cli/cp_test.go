@@ -69,7 +69,7 @@ func TestCLICp(t *testing.T) {
 	if b, _ := os.ReadFile(back); string(b) != "b\n2\n" {
 		t.Fatalf("from the stopped box: %q", b)
 	}
-	if ls, _, _ := c.run("ls"); !strings.Contains(ls, "stopped") {
+	if ls, _, _ := c.run("ls", "-a"); !strings.Contains(ls, "Stopped") {
 		t.Errorf("box not stopped again: %s", ls)
 	}
 	c.run("start", id)

@@ -21,7 +21,7 @@ type BoxSpec struct {
 	Env         []string `json:"env,omitempty" doc:"KEY=value entries added to the image's environment." maxItems:"1024"`
 	WorkingDir  string   `json:"working_dir,omitempty" doc:"Working directory of every exec (default: the image's)." maxLength:"4096"`
 	User        string   `json:"user,omitempty" doc:"User of every exec: name, uid, name:group or uid:gid." maxLength:"256"`
-	Network     string   `json:"network,omitempty" doc:"enabled (default, outbound NAT) or disabled (no interface)." enum:"enabled,disabled"`
+	Network     string   `json:"network,omitempty" doc:"public (default: the internet; the host, private and link-local ranges denied) or none (no interface); enabled and disabled are their old names." enum:"public,none,enabled,disabled"`
 	AutoRemove  bool     `json:"auto_remove,omitempty" doc:"Remove the box when it stops."`
 	TTL         float64  `json:"ttl,omitempty" minimum:"0" doc:"Seconds: the server removes the box this long after creating it."`
 	IdleTimeout float64  `json:"idle_timeout,omitempty" minimum:"0" doc:"Seconds: the server removes the box after this long with no exec or code call on it."`

@@ -163,7 +163,7 @@ func TestServerVM(t *testing.T) {
 	if st := c.do("POST", "/v1/boxes", BoxSpec{Image: vmtest.DefaultImage, Network: "disabled"}, &box); st != 201 {
 		t.Fatalf("create: status %d %+v", st, box)
 	}
-	if box.State != "running" || box.ID == "" || box.Network != "disabled" {
+	if box.State != "running" || box.ID == "" || box.Network != "none" {
 		t.Fatalf("created box %+v", box)
 	}
 	id := box.ID

@@ -39,8 +39,8 @@ export interface BoxOptions {
   workingDir?: string;
   /** User of every exec: name, uid, name:group or uid:gid. */
   user?: string;
-  /** `"enabled"` (default, outbound NAT) or `"disabled"` (no interface). */
-  network?: "enabled" | "disabled";
+  /** `"public"` (default: the internet; host and private ranges denied) or `"none"` (no interface); `"enabled"`/`"disabled"` are old names. */
+  network?: "public" | "none" | "enabled" | "disabled";
   /** Writable layer size in MiB (server default 4096). */
   diskSizeMib?: number;
   /** Remove the box when it stops. */

@@ -434,10 +434,10 @@ export interface components {
             /** @description Optional unique name, usable wherever an id is. */
             name?: string;
             /**
-             * @description enabled (default, outbound NAT) or disabled (no interface).
+             * @description public (default: the internet; the host, private and link-local ranges denied) or none (no interface); enabled and disabled are their old names.
              * @enum {string}
              */
-            network?: "enabled" | "disabled";
+            network?: "public" | "none" | "enabled" | "disabled";
             /**
              * Format: double
              * @description Seconds: the server removes the box this long after creating it.

@@ -133,7 +133,7 @@ class SimpleBox:
         name: optional unique box name.
         env: environment for every exec (dict or ``KEY=value`` list).
         working_dir, user: defaults for every exec.
-        network: ``"enabled"`` (default) or ``"disabled"``.
+        network: ``"public"`` (default: the internet; host and private ranges denied) or ``"none"`` (no interface); ``"enabled"``/``"disabled"`` are old names.
         disk_size_mib: writable layer size.
         ttl: seconds after which the server removes the box, used or not.
         idle_timeout: seconds without an exec after which the server removes
