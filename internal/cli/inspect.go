@@ -60,7 +60,7 @@ type boxConfigView struct {
 }
 
 type networkView struct {
-	Mode string // enabled, disabled
+	Mode string // public, allowlist, none
 }
 
 type mountView struct {
@@ -209,8 +209,40 @@ func inspectBox(r *airlock.Runtime, b *airlock.Box, info airlock.BoxInfo) boxIns
 		Config: boxConfigView{Image: o.Image, Cmd: cmdline, Env: append([]string{}, o.Env...), WorkingDir: o.WorkingDir, User: o.User,
 			Hostname: b.Hostname(), CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskSizeMiB: o.DiskSizeMiB, AutoRemove: o.AutoRemove},
 		NetworkSettings: networkView{Mode: o.Network},
-		Mounts:          []mountView{},
-		Ports:           []portView{},
+		Mounts:          mountsOf(o.Volumes),
+		Ports:           portsOf(info.Ports, o.Ports),
 		ConsoleLogPath:  b.ConsoleLog(),
 	}
+}
+
+// mountsOf is .Mounts: "bind" for a host directory, "volume" for a named
+// volume, as docker inspect says.
+func mountsOf(vols []airlock.Volume) []mountView {
+	out := []mountView{}
+	for _, v := range vols {
+		t := "volume"
+		if v.IsHostDir() {
+			t = "bind"
+		}
+		out = append(out, mountView{Type: t, Source: v.Source, Destination: v.Target, ReadOnly: v.ReadOnly})
+	}
+	return out
+}
+
+// portsOf is .Ports: the ports bound at this start when the box runs,
+// else the ones asked for (HostPort 0: picked at start).
+func portsOf(bound, asked []airlock.PortMapping) []portView {
+	ps := bound
+	if len(ps) == 0 {
+		ps = asked
+	}
+	out := []portView{}
+	for _, p := range ps {
+		proto := p.Protocol
+		if proto == "" {
+			proto = "tcp"
+		}
+		out = append(out, portView{HostIP: p.HostIP, HostPort: p.HostPort, BoxPort: p.GuestPort, Protocol: proto})
+	}
+	return out
 }
