@@ -105,6 +105,37 @@ func completeBoxesAndImages(cmd *cobra.Command, args []string, to string) ([]str
 	return filterPrefix(append(boxNames(cmd.Context(), nil), imageNames()...), to), cobra.ShellCompDirectiveNoFileComp
 }
 
+// volumeAndSnapshotNames lists the named volumes (volumes) or the
+// snapshots of the default home, for completion.
+func volumeAndSnapshotNames(ctx context.Context, volumes bool) []string {
+	r, err := airlock.Open(airlock.Options{Warn: func(string) {}})
+	if err != nil {
+		return nil
+	}
+	defer r.Close()
+	var out []string
+	if volumes {
+		vols, _ := r.Volumes(ctx)
+		for _, v := range vols {
+			out = append(out, v.Name)
+		}
+		return out
+	}
+	snaps, _ := r.Snapshots(ctx)
+	for _, s := range snaps {
+		out = append(out, s.Name+"\tof "+s.Box)
+	}
+	return out
+}
+
+func completeVolumes(cmd *cobra.Command, args []string, to string) ([]string, cobra.ShellCompDirective) {
+	return filterPrefix(volumeAndSnapshotNames(cmd.Context(), true), to), cobra.ShellCompDirectiveNoFileComp
+}
+
+func completeSnapshots(cmd *cobra.Command, args []string, to string) ([]string, cobra.ShellCompDirective) {
+	return filterPrefix(volumeAndSnapshotNames(cmd.Context(), false), to), cobra.ShellCompDirectiveNoFileComp
+}
+
 func running(b airlock.BoxInfo) bool    { return b.State == "running" }
 func notRunning(b airlock.BoxInfo) bool { return b.State != "running" }
 
@@ -117,10 +148,20 @@ func completions(root *cobra.Command) {
 		"logs": completeFirstBox(nil), "rename": completeFirstBox(nil), "top": completeFirstBox(running),
 		"stats": completeBoxes(running), "inspect": completeBoxesAndImages,
 		"rmi": completeImages, "save": completeFirstImage,
+		"fork": completeFirstBox(running), "pause": completeBoxes(running), "unpause": completeBoxes(running),
+	}
+	subs := map[string]map[string]func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective){
+		"volume":   {"rm": completeVolumes},
+		"snapshot": {"rm": completeSnapshots, "inspect": completeSnapshots, "create": completeFirstBox(running)},
 	}
 	for _, c := range root.Commands() {
 		if f, ok := byName[c.Name()]; ok && c.ValidArgsFunction == nil {
 			c.ValidArgsFunction = f
+		}
+		for _, sub := range c.Commands() {
+			if f, ok := subs[c.Name()][sub.Name()]; ok && sub.ValidArgsFunction == nil {
+				sub.ValidArgsFunction = f
+			}
 		}
 		if c.Name() == "image" {
 			for _, sub := range c.Commands() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -47,30 +46,7 @@ fresh kernel randomness, the host's time and its own hostname.`,
 			fmt.Fprintln(cmd.OutOrStdout(), info.Name)
 			return nil
 		},
-	}, &cobra.Command{
-		Use:     "ls",
-		Aliases: []string{"list"},
-		Short:   "List snapshots",
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := openRuntime(cmd)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			list, err := r.Snapshots(cmd.Context())
-			if err != nil {
-				return err
-			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
-			fmt.Fprintln(w, "NAME\tBOX\tIMAGE\tMEMORY\tSIZE\tCREATED")
-			for _, s := range list {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%d MiB\t%.1f MiB\t%s ago\n", s.Name, s.Box, s.Image, s.Options.MemoryMiB,
-					float64(s.StateBytes+s.DiskBytes)/(1<<20), time.Since(s.Created).Round(time.Second))
-			}
-			return w.Flush()
-		},
-	}, &cobra.Command{
+	}, snapshotLsCmd(), &cobra.Command{
 		Use:   "inspect NAME",
 		Short: "Show a snapshot as JSON",
 		Args:  cobra.ExactArgs(1),
@@ -174,4 +150,41 @@ func newUnpauseCmd() *cobra.Command {
 			})
 		},
 	}
+}
+
+// snapshotLsCmd is `airlock snapshot ls` (-q, --format as ls).
+func snapshotLsCmd() *cobra.Command {
+	var lf listFormat
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Aliases: []string{"list"},
+		Short:   "List snapshots",
+		Long: `List snapshots. --format json prints one JSON object per snapshot; a Go
+template one line each (fields: Name, Box, BoxName, Image, ImageDigest,
+Created, StateBytes, DiskBytes, Options.MemoryMiB, ...); -q the names.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			list, err := r.Snapshots(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return writeList(cmd.OutOrStdout(), lf, list, []column[airlock.SnapshotInfo]{
+				{"NAME", func(s airlock.SnapshotInfo) string { return s.Name }},
+				{"BOX", func(s airlock.SnapshotInfo) string { return s.Box }},
+				{"IMAGE", func(s airlock.SnapshotInfo) string { return s.Image }},
+				{"MEMORY", func(s airlock.SnapshotInfo) string { return fmt.Sprintf("%d MiB", s.Options.MemoryMiB) }},
+				{"SIZE", func(s airlock.SnapshotInfo) string {
+					return fmt.Sprintf("%.1f MiB", float64(s.StateBytes+s.DiskBytes)/(1<<20))
+				}},
+				{"CREATED", func(s airlock.SnapshotInfo) string { return humanDuration(time.Since(s.Created)) + " ago" }},
+			})
+		},
+	}
+	lf.add(cmd, "snapshot names")
+	return cmd
 }

@@ -3,10 +3,11 @@ package cli
 import (
 	"fmt"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/airlock-run/airlock"
 )
 
 func init() { extraCommands = append(extraCommands, newVolumeCmd) }
@@ -40,10 +41,13 @@ time, and kept when boxes are removed.`,
 		},
 	}
 	create.Flags().IntVar(&size, "size", 0, "size in MiB (default 1024)")
+	var volFormat listFormat
 	ls := &cobra.Command{
 		Use:   "ls",
 		Short: "List named volumes",
-		Args:  cobra.NoArgs,
+		Long: `List named volumes. --format json prints one JSON object per volume; a Go
+template one line each (fields: Name, SizeMiB, Created, UsedBy); -q the names.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := openRuntime(cmd)
 			if err != nil {
@@ -54,14 +58,15 @@ time, and kept when boxes are removed.`,
 			if err != nil {
 				return err
 			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 3, ' ', 0)
-			fmt.Fprintln(w, "NAME\tSIZE\tCREATED\tUSED BY")
-			for _, v := range vols {
-				fmt.Fprintf(w, "%s\t%d MiB\t%s ago\t%s\n", v.Name, v.SizeMiB, time.Since(v.Created).Round(time.Second), strings.Join(v.UsedBy, ","))
-			}
-			return w.Flush()
+			return writeList(cmd.OutOrStdout(), volFormat, vols, []column[airlock.VolumeInfo]{
+				{"NAME", func(v airlock.VolumeInfo) string { return v.Name }},
+				{"SIZE", func(v airlock.VolumeInfo) string { return fmt.Sprintf("%d MiB", v.SizeMiB) }},
+				{"CREATED", func(v airlock.VolumeInfo) string { return humanDuration(time.Since(v.Created)) + " ago" }},
+				{"USED BY", func(v airlock.VolumeInfo) string { return strings.Join(v.UsedBy, ",") }},
+			})
 		},
 	}
+	volFormat.add(ls, "volume names")
 	rm := &cobra.Command{
 		Use:   "rm NAME...",
 		Short: "Remove named volumes and their data (refused while a box attaches them)",
