@@ -57,7 +57,10 @@ def server_env(airlock_bin: Path) -> Iterator[dict]:
     tmp = Path(tempfile.mkdtemp(prefix="airlock-sdk-"))
     images = os.environ.get("AIRLOCK_IMAGES") or str(Path.home() / ".airlock" / "images")
     sock = tmp / "a.sock"
-    env = dict(os.environ, AIRLOCK_HOME=str(tmp / "home"), AIRLOCK_IMAGES=images, AIRLOCK_SOCKET=str(sock))
+    # TEST-ONLY: boxes reach 198.18.0.N as the host's 127.0.0.N, standing in
+    # for the internet (a box's network denies the host itself).
+    env = dict(os.environ, AIRLOCK_HOME=str(tmp / "home"), AIRLOCK_IMAGES=images, AIRLOCK_SOCKET=str(sock),
+               AIRLOCK_NET_TEST_INTERNET="198.18.0.0/24")
     env.pop("AIRLOCK_URL", None)
     log = open(tmp / "serve.log", "wb")
     proc = subprocess.Popen([str(airlock_bin), "serve", "--socket", str(sock), "--listen", "127.0.0.1:0",

@@ -91,7 +91,8 @@ def _wheel(name: str, version: str, module: str) -> bytes:
 
 async def test_install_package_from_local_index(server_env: dict) -> None:
     """install_package against a PEP 503 index on the host's loopback (the
-    guest reaches it as 10.0.2.2), then run code that imports it."""
+    guest reaches it as 198.18.0.1 through the network helper's test-only
+    internet mapping, see conftest), then run code that imports it."""
     whl_name = "airlock_demo_pkg-1.0-py3-none-any.whl"
     whl = _wheel("airlock_demo_pkg", "1.0", "airlock_demo_pkg")
 
@@ -116,7 +117,7 @@ async def test_install_package_from_local_index(server_env: dict) -> None:
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        url = f"http://10.0.2.2:{srv.server_address[1]}/simple/"
+        url = f"http://198.18.0.1:{srv.server_address[1]}/simple/"
         async with airlock.CodeBox(index_url=url) as cb:
             out = await cb.install_package("airlock-demo-pkg")
             assert "Successfully installed airlock-demo-pkg-1.0" in out or "Successfully installed airlock_demo_pkg-1.0" in out, out

@@ -268,8 +268,9 @@ describe("installPackage", () => {
     await new Promise<void>((r) => index.listen(0, "127.0.0.1", r));
     try {
       const port = (index.address() as { port: number }).port;
-      // The guest reaches the host's loopback as 10.0.2.2.
-      const cb = CodeBox.attach(box.id!, { indexUrl: `http://10.0.2.2:${port}/simple/` });
+      // The guest reaches the host's 127.0.0.1 as 198.18.0.1 (the server's
+      // test-only internet mapping, see server.ts).
+      const cb = CodeBox.attach(box.id!, { indexUrl: `http://198.18.0.1:${port}/simple/` });
       const out = await cb.installPackage("airlock-demo-pkg");
       assert.match(out, /Successfully installed airlock[-_]demo[-_]pkg-1\.0/);
       assert.equal(await cb.run("import airlock_demo_pkg; print(airlock_demo_pkg.VALUE)"), "42\n");

@@ -110,6 +110,9 @@ export async function startServer(): Promise<TestServer> {
   const images = process.env.AIRLOCK_IMAGES || path.join(os.homedir(), ".airlock", "images");
   const env: NodeJS.ProcessEnv = {
     ...process.env, AIRLOCK_HOME: path.join(tmp, "home"), AIRLOCK_IMAGES: images, AIRLOCK_SOCKET: socket, AIRLOCK_BIN: bin,
+    // TEST-ONLY: boxes reach 198.18.0.N as the host's 127.0.0.N, standing
+    // in for the internet (a box's network denies the host itself).
+    AIRLOCK_NET_TEST_INTERNET: "198.18.0.0/24",
   };
   delete env.AIRLOCK_URL;
   delete env.AIRLOCK_TOKEN;
