@@ -61,6 +61,21 @@ Memory, Created, Started, Ports.`,
 }
 
 // eachBox runs f on every named box, reporting errors per box like Docker.
+// openBox opens the runtime and gets the box idOrName; the caller closes
+// the runtime (on error it is closed here).
+func openBox(cmd *cobra.Command, idOrName string) (*airlock.Runtime, *airlock.Box, error) {
+	r, err := openRuntime(cmd)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := r.Get(cmd.Context(), idOrName)
+	if err != nil {
+		r.Close()
+		return nil, nil, err
+	}
+	return r, b, nil
+}
+
 func eachBox(cmd *cobra.Command, names []string, f func(ctx context.Context, r *airlock.Runtime, b *airlock.Box) error) error {
 	r, err := openRuntime(cmd)
 	if err != nil {

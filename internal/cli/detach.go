@@ -79,15 +79,11 @@ func newMainCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := openRuntime(cmd)
+			r, b, err := openBox(cmd, args[0])
 			if err != nil {
 				return err
 			}
 			defer r.Close()
-			b, err := r.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
 			m, ok := readMainSpec(b)
 			if !ok {
 				return fmt.Errorf("box %s has no main command", b.ID())

@@ -233,15 +233,11 @@ starts from the last N lines; --since 10m (or a time) skips older lines.`,
 			if err != nil {
 				return usagef(cmd, "logs: %v", err)
 			}
-			r, err := openRuntime(cmd)
+			r, b, err := openBox(cmd, args[0])
 			if err != nil {
 				return err
 			}
 			defer r.Close()
-			b, err := r.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
 			if console {
 				return consoleLogs(cmd, b, tail, follow)
 			}

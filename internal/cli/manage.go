@@ -34,15 +34,11 @@ func newRenameCmd() *cobra.Command {
 box keeps its host name until it is started again.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := openRuntime(cmd)
+			r, b, err := openBox(cmd, args[0])
 			if err != nil {
 				return err
 			}
 			defer r.Close()
-			b, err := r.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
 			return b.Rename(cmd.Context(), args[1])
 		},
 	}
@@ -425,15 +421,11 @@ func newTopCmd() *cobra.Command {
 The image needs a ps (procps or busybox).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := openRuntime(cmd)
+			r, b, err := openBox(cmd, args[0])
 			if err != nil {
 				return err
 			}
 			defer r.Close()
-			b, err := r.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
 			psArgs := args[1:]
 			if len(psArgs) == 0 {
 				psArgs = []string{"-ef"}

@@ -67,15 +67,11 @@ func newPortCmd() *cobra.Command {
 GUESTPORT/PROTO -> HOSTIP:HOSTPORT, one a line.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := openRuntime(cmd)
+			r, b, err := openBox(cmd, args[0])
 			if err != nil {
 				return err
 			}
 			defer r.Close()
-			b, err := r.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
 			ports, err := b.Ports(cmd.Context())
 			if err != nil {
 				return err
@@ -101,15 +97,11 @@ switches at once: its open connections to destinations the new policy
 denies are closed. Published ports (-p) are fixed at creation.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := openRuntime(cmd)
+			r, b, err := openBox(cmd, args[0])
 			if err != nil {
 				return err
 			}
 			defer r.Close()
-			b, err := r.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
 			info, err := b.Info(cmd.Context())
 			if err != nil {
 				return err

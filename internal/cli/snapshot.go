@@ -30,15 +30,11 @@ fresh kernel randomness, the host's time and its own hostname.`,
 		Short: "Snapshot a running box",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := openRuntime(cmd)
+			r, b, err := openBox(cmd, args[0])
 			if err != nil {
 				return err
 			}
 			defer r.Close()
-			b, err := r.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
 			info, err := b.Snapshot(cmd.Context(), args[1])
 			if err != nil {
 				return err
@@ -103,15 +99,11 @@ that snapshot, each with its own writable layer and the box's processes;
 print one id per line. The snapshot is removed afterwards.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := openRuntime(cmd)
+			r, b, err := openBox(cmd, args[0])
 			if err != nil {
 				return err
 			}
 			defer r.Close()
-			b, err := r.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
 			kids, err := b.Fork(cmd.Context(), n)
 			if err != nil {
 				return err
