@@ -227,6 +227,7 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 	}
 	if err := b.waitNet(ctx, nh); err != nil {
 		m.Kill()
+		b.stopNet()
 		return err
 	}
 	h, now := m.Handle(), time.Now()
@@ -490,6 +491,7 @@ func (b *Box) stopLocked(ctx context.Context, grace time.Duration) error {
 			cancel()
 			if !gone(3 * time.Second) {
 				if err := m.Kill(); err != nil {
+					b.stopNet()
 					return fmt.Errorf("box %s: %w", b.id, err)
 				}
 			}
@@ -555,6 +557,7 @@ func (b *Box) remove(ctx context.Context, force bool) error {
 		cfg := b.cfg
 		b.mu.Unlock()
 		if err := b.machine(rec, cfg).Kill(); err != nil {
+			b.stopNet()
 			return fmt.Errorf("box %s: %w", b.id, err)
 		}
 	}

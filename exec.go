@@ -240,7 +240,9 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 		case <-hostTimer:
 			hostTimedOut = true
 			unhealthy()
-			proc.Kill()
+			// In its own goroutine: a guest that stopped reading can leave the
+			// stream's send window full, and cancel (below) closes it.
+			go proc.Kill()
 		case <-ctx.Done():
 			if fromDeadline && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				// The agent's timer fires at the same moment.
@@ -252,7 +254,7 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 				}
 			} else {
 				p.ctxErr = ctx.Err()
-				proc.Kill()
+				go proc.Kill() // see the host timer above
 				select {
 				case <-proc.Done():
 				case <-time.After(5 * time.Second):

@@ -232,7 +232,11 @@ func (b *Box) startNet(cfg boxConfig) (h *netstack.Helper, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("box %s network: %w", b.id, err)
 	}
-	os.WriteFile(filepath.Join(b.dir, boxdir.NetPID), []byte(fmt.Sprintf("%d %d\n", h.Pid(), vmm.StartTime(h.Pid()))), 0o600)
+	if err := os.WriteFile(filepath.Join(b.dir, boxdir.NetPID), []byte(fmt.Sprintf("%d %d\n", h.Pid(), vmm.StartTime(h.Pid()))), 0o600); err != nil {
+		// Unrecorded, nothing could find it to stop it.
+		h.Kill()
+		return nil, fmt.Errorf("box %s network: record its helper: %w", b.id, err)
+	}
 	return h, nil
 }
 
