@@ -523,6 +523,14 @@ func TestNetHelperFollowsTheMachine(t *testing.T) {
 	}
 	hp = helper()
 	syscall.Kill(hp, syscall.SIGSTOP)
+	// The stop takes effect thread by thread: wait until the helper is
+	// stopped, or it may still see its machine go and end by itself.
+	for i := 0; i < 250; i++ {
+		if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", hp)); strings.Contains(string(st), ") T ") {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	info, _ = b.Info(ctx)
 	syscall.Kill(info.PID, syscall.SIGKILL)
 	pidGone := time.Now().Add(5 * time.Second)
@@ -530,7 +538,9 @@ func TestNetHelperFollowsTheMachine(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if !vmmAlive(hp) {
-		t.Fatal("the stopped helper went before any reconcile")
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", hp))
+		ne, _ := os.ReadFile(filepath.Join(home, "boxes", b.ID(), "net-helper.log"))
+		t.Fatalf("the stopped helper went before any reconcile: %q %q", st, ne)
 	}
 	h.open(t, home)
 	if !gone(hp) {
