@@ -11,24 +11,45 @@
 # api/openapi.json, it is built and its node --test tests run against a real
 # airlock serve (sdk/typescript/node_modules from setup.sh);
 # AIRLOCK_SKIP_TS=1 skips them.
-set -euo pipefail
+set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 [ -x /usr/local/go/bin/go ] && export PATH=$PATH:/usr/local/go/bin
 export AIRLOCK_REQUIRE_VM=${AIRLOCK_REQUIRE_VM:-1}
-go vet ./...
-go test -race -short -count=1 -timeout 30m "$@" ./...
-go test -count=1 -timeout 60m "$@" ./...
+# Every stage runs even when an earlier one fails (a Go failure must not
+# hide the SDKs' results); the script fails if any did, naming them.
+failed=()
+stage() {
+	local name=$1
+	shift
+	echo "== $name" >&2
+	if ! "$@"; then
+		failed+=("$name")
+		echo "== $name: FAILED" >&2
+	fi
+}
+stage "go vet" go vet ./...
+stage "go test -race -short" go test -race -short -count=1 -timeout 30m "$@" ./...
+stage "go test (with VMs)" go test -count=1 -timeout 60m "$@" ./...
 if [ "${AIRLOCK_SKIP_PYTHON:-0}" != 1 ]; then
 	if [ ! -x sdk/python/.venv/bin/python ]; then
 		echo "sdk/python/.venv missing: run hack/setup.sh (or AIRLOCK_SKIP_PYTHON=1)" >&2
-		exit 1
+		failed+=("python sdk (no venv)")
+	else
+		stage "python sdk (pytest)" sdk/python/.venv/bin/python -m pytest -q sdk/python/tests
 	fi
-	sdk/python/.venv/bin/python -m pytest -q sdk/python/tests
 fi
 if [ "${AIRLOCK_SKIP_TS:-0}" != 1 ]; then
 	if [ ! -d sdk/typescript/node_modules ]; then
 		echo "sdk/typescript/node_modules missing: run hack/setup.sh (or AIRLOCK_SKIP_TS=1)" >&2
-		exit 1
+		failed+=("typescript sdk (no node_modules)")
+	else
+		stage "typescript sdk" bash -c 'cd sdk/typescript && npm run -s check-gen && npm test'
 	fi
-	(cd sdk/typescript && npm run -s check-gen && npm test)
 fi
+if [ ${#failed[@]} -gt 0 ]; then
+	printf 'FAILED stages:' >&2
+	printf ' [%s]' "${failed[@]}" >&2
+	echo >&2
+	exit 1
+fi
+echo "all stages passed" >&2
