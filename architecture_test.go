@@ -25,6 +25,7 @@ func TestPackageRules(t *testing.T) {
 		"internal/image":         {},
 		"internal/tarfs":         {},
 		"internal/headtail":      {},
+		"internal/measure":       {},
 		"internal/image/unpack":  {"internal/image"},
 		"internal/rootfs":        {"internal/image", "internal/guestabi"},
 		"internal/assets":        {"internal/defaults"},

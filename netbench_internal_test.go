@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/measure"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
@@ -66,7 +65,7 @@ func BenchmarkNetwork(b *testing.B) {
 			f := res[k]
 			f.cold = append(f.cold, float64(time.Since(t0).Milliseconds()))
 			if pid, ok := netHelperPID(box.dir); ok {
-				f.idle = append(f.idle, float64(procStatus(pid, "VmRSS"))/1024)
+				f.idle = append(f.idle, float64(measure.ProcStatusKiB(pid, "VmRSS"))/1024)
 			}
 			if k != "none" {
 				// The host's loopback is 10.0.2.2 under slirp, and the
@@ -83,8 +82,8 @@ func BenchmarkNetwork(b *testing.B) {
 				f.up = append(f.up, <-srv.up)
 				f.down = append(f.down, <-srv.down)
 				if pid, ok := netHelperPID(box.dir); ok {
-					f.rss = append(f.rss, float64(procStatus(pid, "VmRSS"))/1024)
-					f.hwm = append(f.hwm, float64(procStatus(pid, "VmHWM"))/1024)
+					f.rss = append(f.rss, float64(measure.ProcStatusKiB(pid, "VmRSS"))/1024)
+					f.hwm = append(f.hwm, float64(measure.ProcStatusKiB(pid, "VmHWM"))/1024)
 				}
 			}
 			box.Remove(ctx, true)
@@ -99,7 +98,7 @@ func BenchmarkNetwork(b *testing.B) {
 		for i, x := range v {
 			iv[i] = int64(x * 1000)
 		}
-		return float64(medianInt(iv)) / 1000
+		return float64(measure.Median(iv)) / 1000
 	}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nnetwork benchmark, medians of %d runs, %d MiB each way\n", runs, mib)
@@ -219,34 +218,4 @@ func newBenchServer(b *testing.B, mib int) *benchServer {
 		}
 	}()
 	return s
-}
-
-func medianInt(v []int64) int64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := append([]int64(nil), v...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	n := len(s)
-	if n%2 == 0 {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-	return s[n/2]
-}
-
-// procStatus reads a "VmXXX:  N kB" field of /proc/PID/status, in KiB.
-func procStatus(pid int, field string) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, field+":") {
-			if f := strings.Fields(l); len(f) >= 2 {
-				v, _ := strconv.ParseInt(f[1], 10, 64)
-				return v
-			}
-		}
-	}
-	return 0
 }

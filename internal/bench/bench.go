@@ -7,11 +7,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/airlock-run/airlock/internal/measure"
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -67,45 +66,6 @@ type Report struct {
 
 // median returns the middle value, or the mean of the two middle values
 // for an even count.
-func median(d []time.Duration) time.Duration {
-	v := make([]int64, len(d))
-	for i, x := range d {
-		v[i] = int64(x)
-	}
-	return time.Duration(medianInt(v))
-}
-
-func medianInt(v []int64) int64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := append([]int64(nil), v...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	n := len(s)
-	if n%2 == 0 {
-		return (s[n/2-1] + s[n/2]) / 2
-	}
-	return s[n/2]
-}
-
-// procStatus reads a "VmXXX:  N kB" field of /proc/PID/status, in KiB.
-func procStatus(pid int, field string) int64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, field+":") {
-			f := strings.Fields(l)
-			if len(f) >= 2 {
-				v, _ := strconv.ParseInt(f[1], 10, 64)
-				return v
-			}
-		}
-	}
-	return 0
-}
-
 // Run measures box boot and exec costs against the bare limit, for each
 // kernel, in one run: see Kernel for what is measured. It boots 3×Runs
 // VMs per kernel, alternating between the kernels run by run so that drift
@@ -257,8 +217,8 @@ func (k *kernelRuns) bareRun(ctx context.Context, i int) error {
 	k.bare = append(k.bare, time.Since(t0))
 	time.Sleep(time.Second)
 	pid := m.Handle().PID
-	k.bareRSS = append(k.bareRSS, procStatus(pid, "VmRSS"))
-	k.barePeak = append(k.barePeak, procStatus(pid, "VmHWM"))
+	k.bareRSS = append(k.bareRSS, measure.ProcStatusKiB(pid, "VmRSS"))
+	k.barePeak = append(k.barePeak, measure.ProcStatusKiB(pid, "VmHWM"))
 	return nil
 }
 
@@ -288,7 +248,7 @@ func (k *kernelRuns) run(ctx context.Context, i int) error {
 		return err
 	}
 	qpid := info.PID
-	k.idle = append(k.idle, procStatus(qpid, "VmRSS"))
+	k.idle = append(k.idle, measure.ProcStatusKiB(qpid, "VmRSS"))
 	for j := 0; j < 10; j++ {
 		res, err := b.Exec(ctx, "true", nil, airlock.ExecOptions{})
 		if err != nil {
@@ -298,7 +258,7 @@ func (k *kernelRuns) run(ctx context.Context, i int) error {
 		k.rt = append(k.rt, res.Duration)
 		k.guest = append(k.guest, res.GuestDuration)
 	}
-	k.peak = append(k.peak, procStatus(qpid, "VmHWM"))
+	k.peak = append(k.peak, measure.ProcStatusKiB(qpid, "VmHWM"))
 	b.Remove(ctx, true)
 
 	// First python3 -c output.
@@ -321,8 +281,8 @@ func (k *kernelRuns) run(ctx context.Context, i int) error {
 
 func (k *kernelRuns) summary() Kernel {
 	kb := k.kb
-	kb.Bare, kb.ColdStart, kb.FirstPython = median(k.bare), median(k.cold), median(k.py)
-	kb.ExecRoundTrip, kb.GuestExec = median(k.rt), median(k.guest)
-	kb.BareRSS, kb.BarePeakRSS, kb.IdleRSS, kb.PeakRSS = medianInt(k.bareRSS), medianInt(k.barePeak), medianInt(k.idle), medianInt(k.peak)
+	kb.Bare, kb.ColdStart, kb.FirstPython = measure.Median(k.bare), measure.Median(k.cold), measure.Median(k.py)
+	kb.ExecRoundTrip, kb.GuestExec = measure.Median(k.rt), measure.Median(k.guest)
+	kb.BareRSS, kb.BarePeakRSS, kb.IdleRSS, kb.PeakRSS = measure.Median(k.bareRSS), measure.Median(k.barePeak), measure.Median(k.idle), measure.Median(k.peak)
 	return kb
 }
