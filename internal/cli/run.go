@@ -168,18 +168,9 @@ is removed) when it ends. 'airlock ls -a' then shows "Exited (N)".
 With --from SNAPSHOT the box is restored from a memory snapshot ('airlock
 snapshot create') instead: no IMAGE argument, and it runs on from where the
 snapshot's box was, its processes included.`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if bf.from == "" && len(args) == 0 {
-				return fmt.Errorf("give an IMAGE (or --from SNAPSHOT)")
-			}
-			return nil
-		},
+		Args: bf.imageOrFrom,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			img, rest := "", args
-			if bf.from == "" {
-				img, rest = args[0], args[1:]
-			}
-			opts, err := bf.options(cmd, img)
+			opts, rest, err := bf.imageOptions(cmd, args)
 			if err != nil {
 				return usagef(cmd, "run: %v", err)
 			}
@@ -240,6 +231,26 @@ snapshot's box was, its processes included.`,
 	return cmd
 }
 
+// imageOrFrom checks the arguments of run and create: an IMAGE, or none
+// with --from SNAPSHOT.
+func (bf *boxFlags) imageOrFrom(cmd *cobra.Command, args []string) error {
+	if bf.from == "" && len(args) == 0 {
+		return fmt.Errorf("give an IMAGE (or --from SNAPSHOT)")
+	}
+	return nil
+}
+
+// imageOptions splits run's and create's arguments into the image (none
+// with --from) and the command, and returns the box options.
+func (bf *boxFlags) imageOptions(cmd *cobra.Command, args []string) (airlock.BoxOptions, []string, error) {
+	img, rest := "", args
+	if bf.from == "" {
+		img, rest = args[0], args[1:]
+	}
+	opts, err := bf.options(cmd, img)
+	return opts, rest, err
+}
+
 // mainArgv is the box's main command: entrypoint (when given) followed by
 // args; else args; else the image's default command.
 func mainArgv(b *airlock.Box, args []string, entrypoint string) []string {
@@ -268,18 +279,9 @@ background, as 'run -d' does: its output is kept for 'airlock logs', and the
 box stops when it ends.
 
 --memory (-m) and --disk-size take 512m, 2g, ...; a bare number is MiB.`,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if bf.from == "" && len(args) == 0 {
-				return fmt.Errorf("give an IMAGE (or --from SNAPSHOT)")
-			}
-			return nil
-		},
+		Args: bf.imageOrFrom,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			img, rest := "", args
-			if bf.from == "" {
-				img, rest = args[0], args[1:]
-			}
-			opts, err := bf.options(cmd, img)
+			opts, rest, err := bf.imageOptions(cmd, args)
 			if err != nil {
 				return usagef(cmd, "create: %v", err)
 			}
