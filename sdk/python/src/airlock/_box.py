@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import json
 import threading
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._client import AirlockError, Client, Endpoint, decode_output
+from ._files import FilesMixin
 
 DEFAULT_IMAGE = "python:slim"
 
@@ -75,6 +77,26 @@ class CellResult:
     state_lost: bool = False
 
 
+VolumeArg = Union[str, Tuple[str, str], Tuple[str, str, str], Mapping[str, Any]]
+
+
+def _volume(v: VolumeArg) -> Dict[str, Any]:
+    """A volume as the API takes it, from ``"SRC:DST[:ro]"``, ``(src, dst[,
+    "ro"])`` or ``{"source", "target", "read_only"}``."""
+    if isinstance(v, Mapping):
+        d = dict(v)
+    else:
+        parts = v.split(":") if isinstance(v, str) else list(v)
+        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+            raise ValueError(f"volume {v!r}: want SOURCE:TARGET[:ro|rw] (SOURCE a host directory or a volume name)")
+        d = {"source": parts[0], "target": parts[1], "read_only": len(parts) == 3 and parts[2] == "ro"}
+    src = str(d["source"])
+    if src.startswith(".") or src.startswith("~"):
+        src = os.path.abspath(os.path.expanduser(src))
+    d["source"] = src
+    return d
+
+
 def _env_list(env: Union[Mapping[str, str], Sequence[str], None]) -> Optional[List[str]]:
     if env is None:
         return None
@@ -117,7 +139,7 @@ class _LeaseRenewer:
         self._stop.set()
 
 
-class SimpleBox:
+class SimpleBox(FilesMixin):
     """A box (a microVM made from an OCI image) on an airlock server.
 
     The box is created and booted on first use (or by :meth:`start`, or on
@@ -133,7 +155,15 @@ class SimpleBox:
         name: optional unique box name.
         env: environment for every exec (dict or ``KEY=value`` list).
         working_dir, user: defaults for every exec.
-        network: ``"public"`` (default: the internet; host and private ranges denied) or ``"none"`` (no interface); ``"enabled"``/``"disabled"`` are old names.
+        network: ``"public"`` (default: the internet; host and private ranges denied), ``"allowlist"`` (only
+            ``allow_net``) or ``"none"`` (no interface); ``"enabled"``/``"disabled"`` are old names.
+        allow_net: destinations of an allowlist network (names, ``*.example.com``, IPs, CIDRs, each with an
+            optional ``:PORT``); implies ``network="allowlist"``.
+        allow_host_ports: ports of the host's 127.0.0.1 the box may reach as ``host.airlock.internal:PORT``
+            (the server must grant each: ``airlock serve --allow-host-port``).
+        volumes: host directories and named volumes: ``["/host/dir:/data:ro", ("cache", "/root/.cache")]``.
+            Host directories must be under one the server grants (``airlock serve --allow-volume DIR``);
+            others are refused with AirlockError ``policy_denied`` (403).
         disk_size_mib: writable layer size.
         ttl: seconds after which the server removes the box, used or not.
         idle_timeout: seconds without an exec after which the server removes
@@ -152,12 +182,17 @@ class SimpleBox:
                  working_dir: Optional[str] = None, user: Optional[str] = None, network: Optional[str] = None,
                  disk_size_mib: Optional[int] = None, ttl: Optional[float] = None,
                  idle_timeout: Optional[float] = None, lease: float = DEFAULT_LEASE,
+                 volumes: Optional[Sequence[VolumeArg]] = None, allow_net: Optional[Sequence[str]] = None,
+                 allow_host_ports: Optional[Sequence[int]] = None,
                  client: Optional[Client] = None, **kwargs: Any) -> None:
         spec: Dict[str, Any] = {"image": image}
         for k, v in (("memory_mib", memory_mib), ("cpus", cpus), ("name", name), ("env", _env_list(env)),
                      ("working_dir", working_dir), ("user", user), ("network", network),
                      ("disk_size_mib", disk_size_mib), ("ttl", ttl), ("idle_timeout", idle_timeout),
-                     ("lease", float(lease) if lease else None)):
+                     ("lease", float(lease) if lease else None),
+                     ("volumes", [_volume(v) for v in volumes] if volumes else None),
+                     ("allow_net", list(allow_net) if allow_net else None),
+                     ("allow_host_ports", list(allow_host_ports) if allow_host_ports else None)):
             if v is not None:
                 spec[k] = v
         if kwargs.pop("auto_remove", None):
@@ -258,26 +293,6 @@ class SimpleBox:
         return ExecResult(exit_code=r["exit_code"], stdout=out.decode("utf-8", "replace"),
                           stderr=err.decode("utf-8", "replace"), error_message=msg, timed_out=r["timed_out"],
                           stdout_bytes=out, stderr_bytes=err)
-
-    async def write_file(self, path: str, data: Union[str, bytes], mode: Optional[int] = None) -> None:
-        """Writes ``data`` to ``path`` in the box, creating parent directories.
-        (Through an exec until the server has a files API; ``data`` travels in
-        one request, so it is bounded by the server's body limit, 16 MiB by
-        default.) Raises AirlockError when the box refuses (permissions)."""
-        script = 'mkdir -p "$(dirname "$1")" && cat > "$1"'
-        if mode is not None:
-            script += f' && chmod {mode:o} "$1"'
-        r = await self.exec("sh", "-c", script, "sh", path, stdin=data)
-        if r.exit_code != 0:
-            raise AirlockError(0, "file_error", f"write {path}: {r.stderr.strip() or r.exit_code}")
-
-    async def read_file(self, path: str) -> bytes:
-        """Returns the bytes of ``path`` in the box (the whole file is held in
-        memory). Raises AirlockError when it cannot be read."""
-        r = await self.exec("cat", "--", path)
-        if r.exit_code != 0:
-            raise AirlockError(0, "file_error", f"read {path}: {r.stderr.strip() or r.exit_code}")
-        return r.stdout_bytes
 
     def stream(self, cmd: str, *args: str, env: Union[Mapping[str, str], Sequence[str], None] = None,
                user: Optional[str] = None, timeout: Optional[float] = None, cwd: Optional[str] = None) -> "ExecStream":
