@@ -74,6 +74,20 @@ async def test_stream(box: airlock.CodeBox) -> None:
     assert (out, err, p.exit_code) == (b"streamed\n", b"err\n", 5)
 
 
+async def test_stream_tty_resize(box: airlock.CodeBox) -> None:
+    out = b""
+    async with box.stream("sh", "-c", "stty size; read x; stty size", tty=True, rows=30, cols=100) as p:
+        resized = False
+        async for fd, data in p:
+            assert fd == 1
+            out += data
+            if not resized and b"30 100" in out:
+                resized = True
+                await p.resize(50, 132)
+                await p.write(b"\n")
+    assert b"30 100\r\n" in out and b"50 132\r\n" in out and p.exit_code == 0, out
+
+
 def _wheel(name: str, version: str, module: str) -> bytes:
     dist = f"{name}-{version}.dist-info"
     files = {

@@ -78,6 +78,14 @@ export interface ExecOptions {
   cwd?: string;
   /** Standard input (buffered exec only); the process reads EOF after it. */
   stdin?: string | Uint8Array;
+  /**
+   * Run on a terminal (PTY) in the box: all output comes as stdout, with CRLF line ends, and a 0x03 byte
+   * on stdin is Ctrl-C. Resize a streaming one with {@link ExecStream.resize}.
+   */
+  tty?: boolean;
+  /** Terminal rows and columns of a tty exec (default 24 x 80). */
+  rows?: number;
+  cols?: number;
 }
 
 /** Options of {@link CodeBox.run} and {@link Context.run}. */
@@ -207,6 +215,9 @@ function execRequest(cmd: string, args: string[], o: ExecOptions): ExecRequest {
   if (o.user) req.user = o.user;
   if (o.cwd) req.working_dir = o.cwd;
   if (o.timeout) req.timeout = o.timeout;
+  if (o.tty) req.tty = true;
+  if (o.rows) req.rows = o.rows;
+  if (o.cols) req.cols = o.cols;
   return req;
 }
 
@@ -639,6 +650,11 @@ export class ExecStream implements AsyncIterable<OutputChunk>, AsyncDisposable {
   /** Closes stdin (the process reads EOF). */
   async closeStdin(): Promise<void> {
     await this.send(JSON.stringify({ type: "close_stdin" }));
+  }
+
+  /** Sets a tty exec's terminal size (the process gets SIGWINCH); ignored for a pipe exec. */
+  async resize(rows: number, cols: number): Promise<void> {
+    await this.send(JSON.stringify({ type: "resize", rows, cols }));
   }
 
   /** Sends a signal (`"SIGINT"`, `"TERM"`, 9) to the process. */

@@ -126,6 +126,23 @@ describe("streaming exec", () => {
     assert.equal(p.exitCode, 5);
   });
 
+  it("runs on a terminal that a resize frame resizes", async () => {
+    const p = box.stream("sh", "-c", "stty size; read x; stty size", { tty: true, rows: 30, cols: 100 });
+    let out = "";
+    let resized = false;
+    for await (const c of p) {
+      assert.equal(c.stream, "stdout");
+      out += c.data.toString();
+      if (!resized && out.includes("30 100")) {
+        resized = true;
+        await p.resize(50, 132);
+        await p.write("\n");
+      }
+    }
+    assert.match(out, /30 100\r\n[\s\S]*50 132\r\n/);
+    assert.equal(p.exitCode, 0);
+  });
+
   it("loses nothing of a burst of output", async () => {
     const p = box.stream("seq", "1", "50000");
     const out: Buffer[] = [];

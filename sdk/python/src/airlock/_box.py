@@ -295,7 +295,8 @@ class SimpleBox(FilesMixin):
                           stdout_bytes=out, stderr_bytes=err)
 
     def stream(self, cmd: str, *args: str, env: Union[Mapping[str, str], Sequence[str], None] = None,
-               user: Optional[str] = None, timeout: Optional[float] = None, cwd: Optional[str] = None) -> "ExecStream":
+               user: Optional[str] = None, timeout: Optional[float] = None, cwd: Optional[str] = None,
+               tty: bool = False, rows: Optional[int] = None, cols: Optional[int] = None) -> "ExecStream":
         """Starts ``cmd`` over the server's WebSocket and streams its output::
 
             async with box.stream("sh", "-c", "cat; echo done >&2") as p:
@@ -304,6 +305,10 @@ class SimpleBox(FilesMixin):
                 async for fd, data in p:   # fd 1 = stdout, 2 = stderr
                     ...
             print(p.exit_code)
+
+        With ``tty=True`` the command runs on a terminal of ``rows`` x ``cols``
+        (default 24 x 80; :meth:`ExecStream.resize` changes it): all output
+        comes as fd 1, with CRLF line ends, and ``b"\\x03"`` on stdin is Ctrl-C.
         """
         req: Dict[str, Any] = {"cmd": [cmd, *args]}
         if env is not None:
@@ -314,6 +319,12 @@ class SimpleBox(FilesMixin):
             req["working_dir"] = cwd
         if timeout:
             req["timeout"] = float(timeout)
+        if tty:
+            req["tty"] = True
+            if rows:
+                req["rows"] = rows
+            if cols:
+                req["cols"] = cols
         return ExecStream(self, req)
 
 
@@ -357,6 +368,10 @@ class ExecStream:
     async def close_stdin(self) -> None:
         """Closes stdin (the process reads EOF)."""
         await self._ws.send(json.dumps({"type": "close_stdin"}))
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Sets a tty exec's terminal size (the process gets SIGWINCH)."""
+        await self._ws.send(json.dumps({"type": "resize", "rows": rows, "cols": cols}))
 
     async def send_signal(self, sig: Union[str, int]) -> None:
         """Sends a signal ("SIGINT", "TERM", 9) to the process."""
