@@ -170,6 +170,9 @@ async def test_files(box: airlock.CodeBox) -> None:
         await box.read_file("/tmp/sdk")
     assert ei.value.code == "is_a_directory"
     with pytest.raises(airlock.AirlockError) as ei:
+        await box.read_file("/tmp/sdk/dir/blob.bin", max_bytes=100)
+    assert ei.value.code == "too_large"
+    with pytest.raises(airlock.AirlockError) as ei:
         await box.write_file("/tmp/nodir/x", "x", parents=False)
     assert ei.value.code == "file_not_found"
     await box.mkdir("/tmp/sdk/a/b")
@@ -211,6 +214,11 @@ async def test_copy_in_out(box: airlock.CodeBox, tmp_path: Path) -> None:
     with pytest.raises(Exception):
         await box.copy_out("/tmp/evil", dest)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "out", "src"]
+    r = await box.exec("stat", "-c", "%u:%g", "/tmp/cp/data.csv")
+    assert r.stdout.strip() == "0:0", "copied-in files belong to root, as with docker cp"
+    with pytest.raises(airlock.AirlockError) as ei:
+        await box.copy_out("/tmp/cp/tree", tmp_path / "bounded", max_bytes=1 << 20)
+    assert ei.value.code == "too_large"
     with pytest.raises(airlock.AirlockError) as ei:
         await box.copy_out("/nonexistent", out)
     assert ei.value.code == "file_not_found"

@@ -409,9 +409,12 @@ export class SimpleBox implements AsyncDisposable {
     return this.files.writeFile(path, data, options);
   }
 
-  /** The bytes of the regular file `path` in the box (`file_not_found`, `is_a_directory`, ...). */
-  async readFile(path: string): Promise<Buffer> {
-    return this.files.readFile(path);
+  /**
+   * The bytes of the regular file `path` in the box, at most `maxBytes` (default 1 GiB; the box chooses what
+   * it sends): `file_not_found`, `is_a_directory`, `too_large`, ...
+   */
+  async readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer> {
+    return this.files.readFile(path, options.maxBytes);
   }
 
   /** Information on `path` in the box (symlinks followed inside the box); `file_not_found` when missing. */
@@ -447,9 +450,10 @@ export class SimpleBox implements AsyncDisposable {
    * Copies a file or directory tree of the box to the host, as `docker cp`: into `hostPath` when it is an
    * existing directory, else to `hostPath` itself. Nothing is written outside the destination: absolute and
    * `..` names, symlinks leading out, hard links and devices are refused; no symlink is followed.
+   * `maxBytes` bounds the archive (default: no bound).
    */
-  async copyOut(boxPath: string, hostPath: string): Promise<void> {
-    return this.files.copyOut(boxPath, hostPath);
+  async copyOut(boxPath: string, hostPath: string, options: { maxBytes?: number } = {}): Promise<void> {
+    return this.files.copyOut(boxPath, hostPath, options.maxBytes);
   }
 
   /**

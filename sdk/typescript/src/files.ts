@@ -254,9 +254,9 @@ export class Files {
     res.resume();
   }
 
-  async readFile(p: string): Promise<Buffer> {
+  async readFile(p: string, maxBytes = MAX_READ_FILE): Promise<Buffer> {
     const res = await this.client.transfer("GET", await this.url("files", p));
-    return readAll(res);
+    return readAll(res, maxBytes);
   }
 
   async stat(p: string): Promise<FileInfo> {
@@ -291,23 +291,51 @@ export class Files {
     res.resume();
   }
 
-  async copyOut(boxPath: string, hostPath: string): Promise<void> {
+  async copyOut(boxPath: string, hostPath: string, maxBytes?: number): Promise<void> {
     const st = await fsp.stat(hostPath).catch(() => undefined);
     const [dir, rename] = st?.isDirectory() ? [hostPath, undefined] : [path.dirname(hostPath), path.basename(hostPath)];
     const res = await this.client.transfer("GET", await this.url("archive", boxPath));
     try {
-      await untar(res as AsyncIterable<Buffer>, dir, rename);
+      await untar(bounded(res as AsyncIterable<Buffer>, maxBytes), dir, rename);
     } finally {
       res.destroy();
     }
   }
 }
 
-async function readAll(res: http.IncomingMessage): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  for await (const c of res) chunks.push(c as Buffer);
-  const body = Buffer.concat(chunks);
+/** Default bound of readFile (1 GiB, the Go library's MaxReadFile): the box chooses what it sends. */
+export const MAX_READ_FILE = 1 << 30;
+
+function tooLarge(what: string, max: number): AirlockError {
+  return new AirlockError(0, "too_large", `${what}: larger than the limit of ${max} bytes (pass a larger maxBytes, or use copyOut)`);
+}
+
+async function* bounded(src: AsyncIterable<Buffer>, maxBytes?: number): AsyncGenerator<Buffer> {
+  let n = 0;
+  for await (const c of src) {
+    n += c.length;
+    if (maxBytes !== undefined && n > maxBytes) throw tooLarge("copyOut: the archive", maxBytes);
+    yield c;
+  }
+}
+
+async function readAll(res: http.IncomingMessage, maxBytes: number): Promise<Buffer> {
   const want = Number(res.headers["content-length"]);
+  if (Number.isFinite(want) && want > maxBytes) {
+    res.destroy();
+    throw tooLarge(`readFile: ${want} bytes`, maxBytes);
+  }
+  const chunks: Buffer[] = [];
+  let n = 0;
+  for await (const c of res) {
+    n += (c as Buffer).length;
+    if (n > maxBytes) {
+      res.destroy();
+      throw tooLarge("readFile", maxBytes);
+    }
+    chunks.push(c as Buffer);
+  }
+  const body = Buffer.concat(chunks);
   if (!res.complete || (Number.isFinite(want) && body.length !== want)) {
     throw new AirlockError(0, "transfer_cut", `download cut by the server after ${body.length} bytes`);
   }

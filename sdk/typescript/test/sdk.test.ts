@@ -317,6 +317,7 @@ describe("files", () => {
       [() => box.readFile("/nonexistent"), "file_not_found"],
       [() => box.readFile("/tmp/ts"), "is_a_directory"],
       [() => box.writeFile("/tmp/nodir/x", "x", { parents: false }), "file_not_found"],
+      [() => box.readFile("/tmp/ts/dir/blob.bin", { maxBytes: 100 }), "too_large"],
     ] as [() => Promise<unknown>, string][]) {
       const err = await call().then(() => assert.fail("resolved"), (e: unknown) => e);
       assert.ok(err instanceof AirlockError && err.code === code, `${err}, want ${code}`);
@@ -354,6 +355,8 @@ describe("files", () => {
       mkdirSync(dest);
       await assert.rejects(box.copyOut("/tmp/tsevil", dest), /refusing symlink/);
       assert.deepEqual(readdirSync(tmp).sort(), ["dest", "out", "src"]);
+      const big2 = await box.copyOut("/tmp/tscp/tree", path.join(tmp, "bounded"), { maxBytes: 1 << 20 }).then(() => assert.fail("copied"), (e: unknown) => e);
+      assert.ok(big2 instanceof AirlockError && big2.code === "too_large", `${big2}`);
     } finally {
       rmSync(tmp, { recursive: true, force: true });
     }

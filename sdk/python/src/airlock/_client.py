@@ -187,17 +187,31 @@ class Client:
         return r.json()
 
     async def request_raw(self, method: str, path: str, params: Optional[Dict[str, Any]] = None,
-                          content: Optional[bytes] = None) -> httpx.Response:
+                          content: Optional[bytes] = None, max_bytes: Optional[int] = None) -> bytes:
         """Sends a request with a raw body (file uploads) and returns the
-        response, its body read (file downloads). Raises AirlockError for a
-        problem response, and for a transfer the server cut."""
+        response body (file downloads), at most ``max_bytes`` of it (a box
+        chooses what it sends). Raises AirlockError for a problem response,
+        a transfer the server cut, or a body over ``max_bytes``."""
         http = await self._ensure()
         try:
-            r = await http.request(method, path, params=params, content=content)
+            async with http.stream(method, path, params=params, content=content) as r:
+                if r.status_code >= 400:
+                    await r.aread()
+                    _raise_for_problem(r)
+                size = r.headers.get("content-length")
+                if max_bytes is not None and size is not None and int(size) > max_bytes:
+                    raise AirlockError(0, "too_large", f"{method} {path}: {size} bytes, over the limit of {max_bytes} "
+                                                       "(pass a larger max_bytes, or use copy_out)")
+                chunks = []
+                n = 0
+                async for c in r.aiter_bytes():
+                    n += len(c)
+                    if max_bytes is not None and n > max_bytes:
+                        raise AirlockError(0, "too_large", f"{method} {path}: more than {max_bytes} bytes")
+                    chunks.append(c)
+                return b"".join(chunks)
         except httpx.RemoteProtocolError as e:
             raise AirlockError(0, "transfer_cut", f"{method} {path}: the server cut the transfer ({e})") from e
-        _raise_for_problem(r)
-        return r
 
     async def sync_http(self) -> httpx.Client:
         """A blocking client for the same server (for transfers run in a

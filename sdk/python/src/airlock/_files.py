@@ -19,6 +19,10 @@ from ._client import AirlockError, Client, _raise_for_problem
 #: Chunk size of tar streams.
 _CHUNK = 256 << 10
 
+#: Default bound of :meth:`SimpleBox.read_file` (1 GiB, the Go library's
+#: MaxReadFile): the box chooses what it sends.
+MAX_READ_FILE = 1 << 30
+
 
 @dataclass
 class FileInfo:
@@ -81,21 +85,34 @@ class _Pipe:
 class _RawStream:
     """A file-like reader over a streamed response, for tarfile's 'r|'."""
 
-    def __init__(self, resp: httpx.Response) -> None:
+    def __init__(self, resp: httpx.Response, max_bytes: Optional[int]) -> None:
         self._it = resp.iter_bytes(_CHUNK)
         self._buf = b""
+        self._n = 0
+        self._max = max_bytes
 
     def read(self, n: int = -1) -> bytes:
         while n < 0 or len(self._buf) < n:
             try:
-                self._buf += next(self._it)
+                c = next(self._it)
             except StopIteration:
                 break
+            self._n += len(c)
+            if self._max is not None and self._n > self._max:
+                raise AirlockError(0, "too_large", f"copy_out: the archive is larger than max_bytes={self._max}")
+            self._buf += c
         if n < 0:
             out, self._buf = self._buf, b""
         else:
             out, self._buf = self._buf[:n], self._buf[n:]
         return out
+
+
+def _root_owned(ti: tarfile.TarInfo) -> tarfile.TarInfo:
+    # As docker cp: files copied in belong to root in the box.
+    ti.uid = ti.gid = 0
+    ti.uname = ti.gname = ""
+    return ti
 
 
 def _copy_in(http: httpx.Client, box: str, host_path: Path, box_dir: str, arcname: str) -> None:
@@ -105,7 +122,7 @@ def _copy_in(http: httpx.Client, box: str, host_path: Path, box_dir: str, arcnam
     def produce() -> None:
         try:
             with pipe.writer() as w, tarfile.open(fileobj=w, mode="w|", format=tarfile.PAX_FORMAT) as tf:
-                tf.add(str(host_path), arcname=arcname)
+                tf.add(str(host_path), arcname=arcname, filter=_root_owned)
         except BaseException as e:  # the upload then ends short: the server abandons it
             err.append(e)
 
@@ -123,7 +140,8 @@ def _copy_in(http: httpx.Client, box: str, host_path: Path, box_dir: str, arcnam
         raise err[0]
 
 
-def _copy_out(http: httpx.Client, box: str, box_path: str, dest_dir: Path, rename: Optional[str]) -> None:
+def _copy_out(http: httpx.Client, box: str, box_path: str, dest_dir: Path, rename: Optional[str],
+              max_bytes: Optional[int]) -> None:
     top: List[str] = []
 
     def filt(m: tarfile.TarInfo, dest: str) -> Optional[tarfile.TarInfo]:
@@ -143,7 +161,7 @@ def _copy_out(http: httpx.Client, box: str, box_path: str, dest_dir: Path, renam
             if r.status_code >= 400:
                 r.read()
                 _raise_for_problem(r)
-            with tarfile.open(fileobj=_RawStream(r), mode="r|") as tf:  # type: ignore[call-overload]
+            with tarfile.open(fileobj=_RawStream(r, max_bytes), mode="r|") as tf:  # type: ignore[call-overload]
                 tf.extractall(str(dest_dir), filter=filt)
     except httpx.RemoteProtocolError as e:
         raise AirlockError(0, "transfer_cut", f"copy out {box_path}: the server cut the transfer ({e})") from e
@@ -172,13 +190,14 @@ class FilesMixin:
             params["parents"] = "true"
         await self._client.request_raw("PUT", f"/v1/boxes/{box}/files", params=params, content=data)
 
-    async def read_file(self, path: str) -> bytes:
+    async def read_file(self, path: str, max_bytes: int = MAX_READ_FILE) -> bytes:
         """Returns the bytes of the regular file ``path`` in the box (held in
-        memory; use :meth:`copy_out` for large files). Raises AirlockError
-        (``file_not_found``, ``is_a_directory``, ...)."""
+        memory, at most ``max_bytes``; use :meth:`copy_out` for large files).
+        Raises AirlockError (``file_not_found``, ``is_a_directory``,
+        ``too_large``, ...)."""
         box = await self._box()
-        r = await self._client.request_raw("GET", f"/v1/boxes/{box}/files", params={"path": path})
-        return r.content
+        return await self._client.request_raw("GET", f"/v1/boxes/{box}/files", params={"path": path},
+                                              max_bytes=max_bytes)
 
     async def stat(self, path: str) -> FileInfo:
         """Information on ``path`` in the box (symlinks followed, inside the
@@ -234,7 +253,7 @@ class FilesMixin:
                 raise
             into_dir = False
         if into_dir:
-            box_dir, arcname = clean, src.resolve().name if str(host_path) in (".", "./") else src.name
+            box_dir, arcname = clean, src.name or src.resolve().name
         else:
             box_dir, arcname = posixpath.dirname(clean) or "/", posixpath.basename(clean)
         http = await self._client.sync_http()
@@ -243,12 +262,13 @@ class FilesMixin:
         finally:
             http.close()
 
-    async def copy_out(self, box_path: str, host_path: Union[str, Path]) -> None:
+    async def copy_out(self, box_path: str, host_path: Union[str, Path], max_bytes: Optional[int] = None) -> None:
         """Copies a file or directory tree of the box to the host, as ``docker
         cp``: into ``host_path`` when it is an existing directory, else to
         ``host_path`` itself. Nothing is written outside the destination:
         absolute and ``..`` names, links leading out, and device files are
-        refused, setuid bits cleared (tarfile's ``data`` filter)."""
+        refused, setuid bits cleared (tarfile's ``data`` filter). ``max_bytes``
+        bounds the archive (the box chooses its size; default: no bound)."""
         box = await self._box()
         dst = Path(host_path)
         if dst.is_dir():
@@ -259,7 +279,7 @@ class FilesMixin:
                 raise FileNotFoundError(f"copy_out: {dest_dir}: no such directory")
         http = await self._client.sync_http()
         try:
-            await asyncio.to_thread(_copy_out, http, box, box_path, dest_dir, rename)
+            await asyncio.to_thread(_copy_out, http, box, box_path, dest_dir, rename, max_bytes)
         finally:
             http.close()
 

@@ -68,9 +68,9 @@ class SyncSimpleBox:
         """See :meth:`airlock.SimpleBox.write_file`."""
         self._loop.run(self._box.write_file(path, data, mode=mode, parents=parents))
 
-    def read_file(self, path: str) -> bytes:
+    def read_file(self, path: str, max_bytes: int = 1 << 30) -> bytes:
         """See :meth:`airlock.SimpleBox.read_file`."""
-        return self._loop.run(self._box.read_file(path))  # type: ignore[no-any-return]
+        return self._loop.run(self._box.read_file(path, max_bytes=max_bytes))  # type: ignore[no-any-return]
 
     def stat(self, path: str) -> FileInfo:
         """See :meth:`airlock.SimpleBox.stat`."""
@@ -96,9 +96,9 @@ class SyncSimpleBox:
         """See :meth:`airlock.SimpleBox.copy_in`."""
         self._loop.run(self._box.copy_in(host_path, box_path))
 
-    def copy_out(self, box_path: str, host_path: Union[str, Path]) -> None:
+    def copy_out(self, box_path: str, host_path: Union[str, Path], max_bytes: Optional[int] = None) -> None:
         """See :meth:`airlock.SimpleBox.copy_out`."""
-        self._loop.run(self._box.copy_out(box_path, host_path))
+        self._loop.run(self._box.copy_out(box_path, host_path, max_bytes=max_bytes))
 
 
 class SyncContext:
