@@ -420,6 +420,15 @@ describe("TCP with a bearer token", () => {
     let out = "";
     for await (const c of p) out += c.data.toString();
     assert.equal(out, "ws over tcp\n");
+    await cb.writeFile("/tmp/tcp/f.txt", "files over tcp");
+    assert.equal((await cb.readFile("/tmp/tcp/f.txt")).toString(), "files over tcp");
+    const tmp = mkdtempSync(path.join(os.tmpdir(), "airlock-ts-tcp-"));
+    try {
+      await cb.copyOut("/tmp/tcp", tmp);
+      assert.equal(readFileSync(path.join(tmp, "tcp", "f.txt"), "utf8"), "files over tcp");
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
     client.close();
     const bad = new Client({ endpoint: { url: srv.url, token: "wrong" } });
     await assert.rejects(CodeBox.attach(box.id!, { client: bad }).run("print(1)"),

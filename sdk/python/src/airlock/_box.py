@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ._client import AirlockError, Client, Endpoint, decode_output
+from ._client import AirlockError, Client, Endpoint, decode_output, sync_client
 from ._files import FilesMixin
 
 DEFAULT_IMAGE = "python:slim"
@@ -120,13 +120,7 @@ class _LeaseRenewer:
     def _run(self, endpoint: Endpoint, box_id: str, lease: float) -> None:
         import httpx
 
-        if endpoint.url:
-            headers = {"Authorization": f"Bearer {endpoint.token}"} if endpoint.token else {}
-            c = httpx.Client(base_url=endpoint.url, headers=headers, timeout=10.0)
-        else:
-            c = httpx.Client(base_url="http://airlock", transport=httpx.HTTPTransport(uds=str(endpoint.socket)),
-                             timeout=10.0)
-        with c:
+        with sync_client(endpoint) as c:
             while not self._stop.wait(lease / 3):
                 try:
                     r = c.post(f"/v1/boxes/{box_id}/lease")
