@@ -121,6 +121,8 @@ with no request and no running box (the SDKs start it so).`,
 					log.Info("listening", "tcp", tl.Addr().String())
 				}
 			}
+			log.Info("grants", "allow_volume", policy.AllowVolumeDirs, "allow_named_volumes", allowNamedVolumes,
+				"allow_host_port", policy.AllowHostPorts, "allow_private_net", policy.AllowPrivateNet)
 			return server.New(cfg).Serve(cmd.Context(), ls...)
 		},
 	}

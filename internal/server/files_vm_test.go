@@ -34,6 +34,8 @@ func TestServerFilesVM(t *testing.T) {
 	root := t.TempDir()
 	granted := filepath.Join(root, "granted")
 	os.MkdirAll(filepath.Join(granted, "share"), 0o755)
+	os.MkdirAll(filepath.Join(granted, "ro"), 0o755)
+	os.WriteFile(filepath.Join(granted, "ro", "keep.txt"), []byte("host"), 0o644)
 	os.Symlink(granted, filepath.Join(root, "link"))
 	s := New(Config{Runtime: rt, Policy: Policy{AllowVolumeDirs: []string{granted}}})
 	ts := httptest.NewServer(s.Handler(false))
@@ -42,13 +44,14 @@ func TestServerFilesVM(t *testing.T) {
 
 	var box Box
 	spec := BoxSpec{Image: vmtest.DefaultImage, Network: "none",
-		Volumes: []VolumeSpec{{Source: filepath.Join(root, "link", "share"), Target: "/data"}}}
+		Volumes: []VolumeSpec{{Source: filepath.Join(root, "link", "share"), Target: "/data"},
+			{Source: filepath.Join(granted, "ro"), Target: "/ro", ReadOnly: true}, {Source: "apivol", Target: "/named"}}}
 	if st := c.do("POST", "/v1/boxes", spec, &box); st != 201 {
 		t.Fatalf("create: status %d %+v", st, box)
 	}
 	id := box.ID
 	defer rt.Remove(context.Background(), id, true)
-	if len(box.Volumes) != 1 || box.Volumes[0].Source != filepath.Join(granted, "share") {
+	if len(box.Volumes) != 3 || box.Volumes[0].Source != filepath.Join(granted, "share") {
 		t.Errorf("volumes %+v: want the resolved source %s", box.Volumes, filepath.Join(granted, "share"))
 	}
 	files := ts.URL + "/v1/boxes/" + id
@@ -204,6 +207,21 @@ func TestServerFilesVM(t *testing.T) {
 		}
 		if b, err := os.ReadFile(filepath.Join(granted, "share", "from-box.txt")); err != nil || string(b) != "via api" {
 			t.Errorf("host side of the volume: %q %v", b, err)
+		}
+		// A read-only volume refuses the write (EROFS from QEMU) and keeps its file.
+		resp, body := send("PUT", files+"/files?path=/ro/keep.txt", strings.NewReader("box"))
+		wantProblem(resp, body, 409, CodeReadOnlyFS)
+		if b, _ := os.ReadFile(filepath.Join(granted, "ro", "keep.txt")); string(b) != "host" {
+			t.Errorf("read-only volume's file: %q", b)
+		}
+		// A write under a named volume lands in it (mount-aware), and the list shows it.
+		if resp, body := send("PUT", files+"/files?path=/named/n.txt", strings.NewReader("named")); resp.StatusCode != 204 {
+			t.Fatalf("write into the named volume: %d %s", resp.StatusCode, body)
+		}
+		var r ExecResult
+		c.do("POST", "/v1/boxes/"+id+"/exec", ExecRequest{Cmd: []string{"sh", "-c", "grep -c ' /named ' /proc/mounts; cat /named/n.txt"}}, &r)
+		if r.Stdout != "1\nnamed" {
+			t.Errorf("named volume in the box: %q %q", r.Stdout, r.Stderr)
 		}
 	})
 
