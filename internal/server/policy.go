@@ -15,8 +15,10 @@ import (
 )
 
 // Policy is what the operator grants API clients (airlock serve flags).
-// Zero fields mean no limit beyond the library's own. A request past a
-// limit gets 403 policy_denied with the reason.
+// Zero caps (MaxBoxes, MaxCPUs, MaxMemoryMiB) mean no limit beyond the
+// library's own; empty grants (AllowVolumeDirs, AllowHostPorts) grant
+// nothing. A request past a cap or outside the grants gets 403
+// policy_denied with the reason. It applies to every listener.
 type Policy struct {
 	// MaxBoxes bounds the boxes of the home that are not stopped
 	// (created or running).
