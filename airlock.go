@@ -336,6 +336,9 @@ func withDefaults(opts BoxOptions) (BoxOptions, error) {
 func (r *Runtime) newBox(ctx context.Context, opts BoxOptions) (*Box, error) {
 	opts, err := withDefaults(opts)
 	if err != nil {
+		if !errors.Is(err, ErrInvalidArgument) {
+			err = fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
 		return nil, err
 	}
 	img, err := r.resolveImage(ctx, opts.Image)

@@ -22,7 +22,8 @@ func newServeCmd() *cobra.Command {
 		socket, listen, token, logFormat string
 		idleExit                         time.Duration
 		maxExecs                         int
-		maxBody                          int64
+		maxBody, maxUpload               int64
+		allowNamedVolumes                bool
 		printSpec                        bool
 		policy                           server.Policy
 		auditPath                        string
@@ -59,6 +60,12 @@ with no request and no running box (the SDKs start it so).`,
 				h = slog.NewJSONHandler(errw, nil)
 			}
 			log := slog.New(h)
+			dirs, err := server.ResolveVolumeDirs(policy.AllowVolumeDirs)
+			if err != nil {
+				return err
+			}
+			policy.AllowVolumeDirs = dirs
+			policy.DenyNamedVolumes = !allowNamedVolumes
 			metrics := server.NewMetrics(server.Version())
 			events := server.NewEvents()
 			rt, err := airlock.Open(airlock.Options{
@@ -94,7 +101,7 @@ with no request and no running box (the SDKs start it so).`,
 			}
 			ms := mcpserver.New(rt, mcpserver.Options{Version: server.Version()})
 			defer ms.Close()
-			cfg := server.Config{Runtime: rt, Audit: audit, MCP: ms.HTTPHandler(), Logger: log, MaxExecsPerClient: maxExecs, MaxBodyBytes: maxBody,
+			cfg := server.Config{Runtime: rt, Audit: audit, MCP: ms.HTTPHandler(), Logger: log, MaxExecsPerClient: maxExecs, MaxBodyBytes: maxBody, MaxUploadBytes: maxUpload,
 				IdleExit: idleExit, Metrics: metrics, Events: events, Policy: policy}
 			if listen != "" {
 				tok, where, err := server.LoadToken(rt.Home(), token)
@@ -114,6 +121,8 @@ with no request and no running box (the SDKs start it so).`,
 					log.Info("listening", "tcp", tl.Addr().String())
 				}
 			}
+			log.Info("grants", "allow_volume", policy.AllowVolumeDirs, "allow_named_volumes", allowNamedVolumes,
+				"allow_host_port", policy.AllowHostPorts, "allow_private_net", policy.AllowPrivateNet)
 			return server.New(cfg).Serve(cmd.Context(), ls...)
 		},
 	}
@@ -124,10 +133,15 @@ with no request and no running box (the SDKs start it so).`,
 	f.DurationVar(&idleExit, "idle-exit", 0, "exit after this long with no request and no running box (0: never)")
 	f.IntVar(&maxExecs, "max-execs", server.DefaultMaxExecsPerClient, "concurrent execs per client (token, or the unix socket)")
 	f.Int64Var(&maxBody, "max-body", server.DefaultMaxBodyBytes, "largest request body in bytes")
+	f.Int64Var(&maxUpload, "max-upload", server.DefaultMaxUploadBytes, "largest file or tar upload in bytes (streamed, never held in memory)")
 	f.StringVar(&logFormat, "log-format", "text", "access log format: text or json")
 	f.IntVar(&policy.MaxBoxes, "max-boxes", 0, "most boxes not stopped at once (0: no limit); more are refused with 403")
 	f.IntVar(&policy.MaxCPUs, "max-cpus", 0, "most vCPUs per box (0: no limit)")
 	f.IntVar(&policy.MaxMemoryMiB, "max-memory", 0, "most MiB of RAM per box (0: no limit)")
+	f.StringArrayVar(&policy.AllowVolumeDirs, "allow-volume", nil, "let clients attach host directories under DIR as volumes (symlinks resolved); repeatable; none by default")
+	f.BoolVar(&allowNamedVolumes, "allow-named-volumes", true, "let clients create and attach named volumes")
+	f.IntSliceVar(&policy.AllowHostPorts, "allow-host-port", nil, "let a box's network open this host port (allow_host_ports); repeatable; none by default")
+	f.BoolVar(&policy.AllowPrivateNet, "allow-private-net", false, "let allow_net list IPs/CIDRs in private ranges (RFC 1918, CGNAT, ULA)")
 	f.StringVar(&auditPath, "audit-log", "", `exec audit log, JSON lines (default audit.log in the home; "off": none)`)
 	f.Int64Var(&auditMax, "audit-max", server.DefaultAuditMaxBytes, "audit log size at which it is rotated to .1 (at most twice this is kept)")
 	f.BoolVar(&printSpec, "print-openapi", false, "print the OpenAPI document and exit (regenerates api/openapi.json)")

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -204,18 +205,27 @@ type CommandArgs struct {
 
 // WriteArgs are write_file's arguments.
 type WriteArgs struct {
-	Path    string `json:"path" jsonschema:"absolute path in the box; parent directories are created"`
+	Path    string `json:"path" jsonschema:"absolute path in the box (a relative one is taken from /); parent directories are created; an existing file is replaced atomically"`
 	Content string `json:"content" jsonschema:"text to write"`
 }
 
 // ReadArgs are read_file's arguments.
 type ReadArgs struct {
-	Path string `json:"path" jsonschema:"path in the box"`
+	Path string `json:"path" jsonschema:"absolute path in the box (a relative one is taken from /)"`
 }
 
 // InstallArgs are install_packages' arguments.
 type InstallArgs struct {
 	Packages []string `json:"packages" jsonschema:"pip requirements, e.g. requests or numpy==1.26.4"`
+}
+
+// boxPath makes a tool's path absolute: a relative one is taken from the
+// box's root.
+func boxPath(p string) string {
+	if strings.HasPrefix(p, "/") {
+		return p
+	}
+	return "/" + p
 }
 
 // sessionOf finds the state of the session a request came on.
@@ -297,13 +307,8 @@ func newServer(state sessionOf, version string) *mcp.Server {
 			if err != nil {
 				return errResult(err), nil, nil
 			}
-			r, err := cb.Exec(ctx, "sh", []string{"-c", `mkdir -p "$(dirname "$1")" && cat > "$1"`, "sh", in.Path},
-				airlock.ExecOptions{Stdin: strings.NewReader(in.Content), Timeout: time.Minute})
-			if err != nil {
+			if err := cb.WriteFile(ctx, boxPath(in.Path), []byte(in.Content), 0); err != nil {
 				return errResult(err), nil, nil
-			}
-			if r.ExitCode != 0 {
-				return errResult(fmt.Errorf("write %s: %s", in.Path, strings.TrimSpace(string(r.Stderr)))), nil, nil
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{text("wrote %d bytes to %s", len(in.Content), in.Path)}}, nil, nil
 		})
@@ -315,14 +320,15 @@ func newServer(state sessionOf, version string) *mcp.Server {
 			if err != nil {
 				return errResult(err), nil, nil
 			}
-			r, err := cb.Exec(ctx, "head", []string{"-c", fmt.Sprint(MaxReadBytes + 1), "--", in.Path}, airlock.ExecOptions{Timeout: time.Minute})
+			rc, _, err := cb.Box().OpenFile(ctx, boxPath(in.Path))
 			if err != nil {
 				return errResult(err), nil, nil
 			}
-			if r.ExitCode != 0 {
-				return errResult(fmt.Errorf("read %s: %s", in.Path, strings.TrimSpace(string(r.Stderr)))), nil, nil
+			data, err := io.ReadAll(io.LimitReader(rc, MaxReadBytes+1))
+			rc.Close()
+			if err != nil {
+				return errResult(err), nil, nil
 			}
-			data := r.Stdout
 			note := ""
 			if len(data) > MaxReadBytes {
 				data = data[:MaxReadBytes]

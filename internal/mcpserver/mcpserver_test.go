@@ -139,6 +139,15 @@ func TestMCPStdio(t *testing.T) {
 	if !r.IsError {
 		t.Errorf("read_file of a missing file: %q", textOf(r))
 	}
+	// Over MaxReadBytes: cut and said so; a directory is an error.
+	call("execute_command", map[string]any{"command": "head -c 1200000 /dev/zero | tr '\\0' a > /tmp/d/big.txt"})
+	r = call("read_file", map[string]any{"path": "/tmp/d/big.txt"})
+	if got := textOf(r); r.IsError || len(got) != mcpserver.MaxReadBytes+len("\n[cut at 1048576 bytes]") || !strings.HasSuffix(got, "[cut at 1048576 bytes]") {
+		t.Errorf("read_file of a big file: %v, %d bytes, ends %q", r.IsError, len(got), got[max(0, len(got)-40):])
+	}
+	if r = call("read_file", map[string]any{"path": "/tmp/d"}); !r.IsError {
+		t.Errorf("read_file of a directory: %q", textOf(r))
+	}
 	if haveData {
 		r = call("execute_python", map[string]any{"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])"})
 		found := false

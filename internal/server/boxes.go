@@ -13,41 +13,59 @@ import (
 // BoxSpec is the body of POST /v1/boxes: the airlock.BoxOptions fields a
 // client may set.
 type BoxSpec struct {
-	Image       string   `json:"image,omitempty" doc:"Image reference (Docker syntax); pulled if not in the local store." default:"python:slim" maxLength:"512"`
-	Name        string   `json:"name,omitempty" doc:"Optional unique name, usable wherever an id is." maxLength:"128"`
-	CPUs        int      `json:"cpus,omitempty" doc:"vCPUs (default 1)." minimum:"0" maximum:"64"`
-	MemoryMiB   int      `json:"memory_mib,omitempty" doc:"Guest RAM in MiB (default 512)." minimum:"0" maximum:"262144"`
-	DiskSizeMiB int      `json:"disk_size_mib,omitempty" doc:"Writable layer size in MiB (default 4096)." minimum:"0" maximum:"1048576"`
-	Env         []string `json:"env,omitempty" doc:"KEY=value entries added to the image's environment." maxItems:"1024"`
-	WorkingDir  string   `json:"working_dir,omitempty" doc:"Working directory of every exec (default: the image's)." maxLength:"4096"`
-	User        string   `json:"user,omitempty" doc:"User of every exec: name, uid, name:group or uid:gid." maxLength:"256"`
-	Network     string   `json:"network,omitempty" doc:"public (default: the internet; the host, private and link-local ranges denied) or none (no interface); enabled and disabled are their old names." enum:"public,none,enabled,disabled"`
-	AutoRemove  bool     `json:"auto_remove,omitempty" doc:"Remove the box when it stops."`
-	TTL         float64  `json:"ttl,omitempty" minimum:"0" doc:"Seconds: the server removes the box this long after creating it."`
-	IdleTimeout float64  `json:"idle_timeout,omitempty" minimum:"0" doc:"Seconds: the server removes the box after this long with no exec or code call on it."`
-	Lease       float64  `json:"lease,omitempty" minimum:"0" doc:"Seconds: the server removes the box unless POST /v1/boxes/{id}/lease renews it within this time (the SDKs do, while their process lives)."`
+	Image          string       `json:"image,omitempty" doc:"Image reference (Docker syntax); pulled if not in the local store." default:"python:slim" maxLength:"512"`
+	Name           string       `json:"name,omitempty" doc:"Optional unique name, usable wherever an id is." maxLength:"128"`
+	CPUs           int          `json:"cpus,omitempty" doc:"vCPUs (default 1)." minimum:"0" maximum:"64"`
+	MemoryMiB      int          `json:"memory_mib,omitempty" doc:"Guest RAM in MiB (default 512)." minimum:"0" maximum:"262144"`
+	DiskSizeMiB    int          `json:"disk_size_mib,omitempty" doc:"Writable layer size in MiB (default 4096)." minimum:"0" maximum:"1048576"`
+	Env            []string     `json:"env,omitempty" doc:"KEY=value entries added to the image's environment." maxItems:"1024"`
+	WorkingDir     string       `json:"working_dir,omitempty" doc:"Working directory of every exec (default: the image's)." maxLength:"4096"`
+	User           string       `json:"user,omitempty" doc:"User of every exec: name, uid, name:group or uid:gid." maxLength:"256"`
+	Network        string       `json:"network,omitempty" doc:"public (default: the internet; the host, private and link-local ranges denied), allowlist (only allow_net; the default when allow_net is given) or none (no interface); enabled and disabled are old names of public and none." enum:"public,allowlist,none,enabled,disabled"`
+	AllowNet       []string     `json:"allow_net,omitempty" maxItems:"256" doc:"Destinations of an allowlist network: names (api.example.com, *.example.com), IPs or CIDRs, each with an optional :PORT. IPs and CIDRs inside private ranges need airlock serve --allow-private-net."`
+	AllowHostPorts []int        `json:"allow_host_ports,omitempty" maxItems:"64" doc:"Ports of the host's 127.0.0.1 the box may reach as host.airlock.internal:PORT; each must be granted by airlock serve --allow-host-port."`
+	Volumes        []VolumeSpec `json:"volumes,omitempty" maxItems:"32" doc:"Host directories (under a directory granted by airlock serve --allow-volume) and named volumes attached to the box."`
+	AutoRemove     bool         `json:"auto_remove,omitempty" doc:"Remove the box when it stops."`
+	TTL            float64      `json:"ttl,omitempty" minimum:"0" doc:"Seconds: the server removes the box this long after creating it."`
+	IdleTimeout    float64      `json:"idle_timeout,omitempty" minimum:"0" doc:"Seconds: the server removes the box after this long with no exec or code call on it."`
+	Lease          float64      `json:"lease,omitempty" minimum:"0" doc:"Seconds: the server removes the box unless POST /v1/boxes/{id}/lease renews it within this time (the SDKs do, while their process lives)."`
+}
+
+// VolumeSpec attaches storage to a box (airlock.Volume).
+type VolumeSpec struct {
+	Source   string `json:"source" minLength:"1" maxLength:"4096" doc:"An absolute host directory (shared over 9p; it must be under a directory the server grants with --allow-volume, symlinks resolved) or a named volume (letters, digits, _ . -; created with 1 GiB when missing)."`
+	Target   string `json:"target" minLength:"2" maxLength:"4096" doc:"Absolute mount point in the box (not /)."`
+	ReadOnly bool   `json:"read_only,omitempty" doc:"Read-only, enforced on the host: not even root in the box can write."`
 }
 
 // Box is a box as the API shows it.
 type Box struct {
-	ID          string    `json:"id" doc:"Box id (12 hex digits)."`
-	Name        string    `json:"name,omitempty"`
-	Image       string    `json:"image"`
-	ImageDigest string    `json:"image_digest,omitempty"`
-	State       string    `json:"state" enum:"created,running,stopped"`
-	CPUs        int       `json:"cpus"`
-	MemoryMiB   int       `json:"memory_mib"`
-	DiskSizeMiB int       `json:"disk_size_mib"`
-	Network     string    `json:"network"`
-	AutoRemove  bool      `json:"auto_remove"`
-	Created     time.Time `json:"created"`
-	Started     time.Time `json:"started,omitzero"`
+	ID             string       `json:"id" doc:"Box id (12 hex digits)."`
+	Name           string       `json:"name,omitempty"`
+	Image          string       `json:"image"`
+	ImageDigest    string       `json:"image_digest,omitempty"`
+	State          string       `json:"state" enum:"created,running,stopped"`
+	CPUs           int          `json:"cpus"`
+	MemoryMiB      int          `json:"memory_mib"`
+	DiskSizeMiB    int          `json:"disk_size_mib"`
+	Network        string       `json:"network"`
+	AutoRemove     bool         `json:"auto_remove"`
+	AllowNet       []string     `json:"allow_net,omitempty"`
+	AllowHostPorts []int        `json:"allow_host_ports,omitempty"`
+	Volumes        []VolumeSpec `json:"volumes,omitempty"`
+	Created        time.Time    `json:"created"`
+	Started        time.Time    `json:"started,omitzero"`
 }
 
 func boxOf(i airlock.BoxInfo) Box {
-	return Box{ID: i.ID, Name: i.Name, Image: i.Image, ImageDigest: i.ImageDigest, State: i.State,
+	b := Box{ID: i.ID, Name: i.Name, Image: i.Image, ImageDigest: i.ImageDigest, State: i.State,
 		CPUs: i.Options.CPUs, MemoryMiB: i.Options.MemoryMiB, DiskSizeMiB: i.Options.DiskSizeMiB,
-		Network: i.Options.Network, AutoRemove: i.Options.AutoRemove, Created: i.Created, Started: i.Started}
+		Network: i.Options.Network, AutoRemove: i.Options.AutoRemove, Created: i.Created, Started: i.Started,
+		AllowNet: i.Options.AllowNet, AllowHostPorts: i.Options.AllowHostPorts}
+	for _, v := range i.Options.Volumes {
+		b.Volumes = append(b.Volumes, VolumeSpec{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
+	}
+	return b
 }
 
 // BoxList is the body of GET /v1/boxes.
@@ -86,13 +104,16 @@ func (s *Server) registerBoxes() {
 		OperationID: "create-box", Method: http.MethodPost, Path: "/v1/boxes", Tags: []string{"boxes"},
 		Summary:       "Create a box",
 		Description:   "Creates a box from an image (pulled if absent) and boots it: when the call returns, execs can run.",
-		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusBadGateway},
+		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusBadGateway},
 	}, func(ctx context.Context, in *struct{ Body BoxSpec }) (*boxOutput, error) {
 		sp := in.Body
 		opts := airlock.BoxOptions{Image: sp.Image, Name: sp.Name, CPUs: sp.CPUs, MemoryMiB: sp.MemoryMiB,
 			DiskSizeMiB: sp.DiskSizeMiB, Env: sp.Env, WorkingDir: sp.WorkingDir, User: sp.User,
-			AutoRemove: sp.AutoRemove, Network: sp.Network}
-		if err := s.checkCreate(ctx, opts); err != nil {
+			AutoRemove: sp.AutoRemove, Network: sp.Network, AllowNet: sp.AllowNet, AllowHostPorts: sp.AllowHostPorts}
+		for _, v := range sp.Volumes {
+			opts.Volumes = append(opts.Volumes, airlock.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
+		}
+		if err := s.checkCreate(ctx, &opts); err != nil {
 			return nil, err
 		}
 		b, err := s.rt.Create(ctx, opts)

@@ -30,6 +30,9 @@ type ExecRequest struct {
 	Timeout       float64  `json:"timeout,omitempty" minimum:"0" doc:"Seconds; the process tree is killed past it and timed_out is set. 0: none."`
 	Stdin         string   `json:"stdin,omitempty" doc:"Standard input (buffered exec only); the process reads EOF after it."`
 	StdinEncoding string   `json:"stdin_encoding,omitempty" enum:"utf-8,base64" doc:"Encoding of stdin (default utf-8)."`
+	TTY           bool     `json:"tty,omitempty" doc:"Run on a terminal (PTY) in the box: all output arrives as stdout, with CRLF line ends; a 0x03 byte on stdin is Ctrl-C (SIGINT). Resize it with a resize frame on the WebSocket."`
+	Rows          int      `json:"rows,omitempty" minimum:"0" maximum:"10000" doc:"Terminal rows of a tty exec (default 24)."`
+	Cols          int      `json:"cols,omitempty" minimum:"0" maximum:"10000" doc:"Terminal columns of a tty exec (default 80)."`
 }
 
 // ExecResult is the result of a buffered exec. A non-zero exit code is a
@@ -79,7 +82,7 @@ func resultOf(r *airlock.ExecResult) ExecResult {
 
 func (req *ExecRequest) options() airlock.ExecOptions {
 	return airlock.ExecOptions{Env: req.Env, User: req.User, WorkingDir: req.WorkingDir,
-		Timeout: time.Duration(req.Timeout * float64(time.Second))}
+		Timeout: time.Duration(req.Timeout * float64(time.Second)), TTY: req.TTY, Rows: req.Rows, Cols: req.Cols}
 }
 
 func (s *Server) registerExec() {
@@ -156,7 +159,7 @@ func wsOperation() *huma.Operation {
 			"(JSON; stdin fields ignored). Then: binary frames from the server are output, first byte %d = stdout, %d = stderr, "+
 			"the rest the bytes; binary frames from the client are stdin, first byte %d, the rest the bytes. Text frames are "+
 			"JSON control messages: client→server {\"type\":\"close_stdin\"}, {\"type\":\"signal\",\"signal\":\"SIGINT\"}, "+
-			"{\"type\":\"kill\"}, {\"type\":\"resize\",\"rows\":R,\"cols\":C} (reserved for TTY execs); server→client "+
+			"{\"type\":\"kill\"}, {\"type\":\"resize\",\"rows\":R,\"cols\":C} (tty execs: the terminal's new size; the process gets SIGWINCH); server→client "+
 			"{\"type\":\"started\",\"exec_id\":ID}, then at the end {\"type\":\"exit\",\"exit_code\":N,\"signal\":S,\"timed_out\":B,"+
 			"\"error_message\":M,\"duration_ms\":D} or {\"type\":\"error\",\"problem\":{...}}, after which the server closes "+
 			"the socket normally. Closing the socket early kills the process tree. See docs/server.md.",

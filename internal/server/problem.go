@@ -42,7 +42,7 @@ type Problem struct {
 	Status   int                 `json:"status,omitempty" doc:"HTTP status code."`
 	Detail   string              `json:"detail,omitempty" doc:"What happened in this occurrence, and what to do."`
 	Instance string              `json:"instance,omitempty" doc:"The request id of this occurrence."`
-	Code     string              `json:"code" enum:"box_not_found,image_not_found,context_not_found,box_not_running,box_running,name_in_use,box_died,timeout,canceled,too_many_execs,unauthorized,body_too_large,invalid_request,not_found,internal,policy_denied,no_lease,exec_not_found" doc:"Stable machine-readable code."`
+	Code     string              `json:"code" enum:"box_not_found,image_not_found,context_not_found,box_not_running,box_running,name_in_use,box_died,timeout,canceled,too_many_execs,unauthorized,body_too_large,invalid_request,not_found,internal,policy_denied,no_lease,exec_not_found,file_not_found,not_a_directory,is_a_directory,file_exists,permission_denied,read_only_filesystem,no_space,invalid_path,not_a_regular_file" doc:"Stable machine-readable code."`
 	Cause    string              `json:"cause,omitempty" doc:"For box_died: why the VM ended (guest kernel panic, QEMU process exited, ...)."`
 	Errors   []*huma.ErrorDetail `json:"errors,omitempty" doc:"Individual validation errors."`
 }
@@ -125,6 +125,8 @@ func problem(err error) error {
 		return mk(http.StatusConflict, CodeBoxRunning)
 	case errors.Is(err, airlock.ErrNameInUse):
 		return mk(http.StatusConflict, CodeNameInUse)
+	case errors.Is(err, airlock.ErrInvalidArgument):
+		return mk(http.StatusBadRequest, CodeInvalid)
 	case errors.Is(err, context.DeadlineExceeded):
 		return mk(http.StatusGatewayTimeout, CodeTimeout)
 	case errors.Is(err, context.Canceled):

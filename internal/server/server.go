@@ -66,6 +66,10 @@ type Config struct {
 	// MaxBodyBytes bounds request bodies (default 16 MiB); larger ones get
 	// 413.
 	MaxBodyBytes int64
+	// MaxUploadBytes bounds the streamed body of a file or tar upload
+	// (PUT /v1/boxes/{id}/files and /archive; default 1 GiB); past it the
+	// upload is abandoned (nothing is written) and the client gets 413.
+	MaxUploadBytes int64
 	// MaxExecsPerClient bounds the execs (buffered, streaming, code runs,
 	// context cells, installs) one client runs at once (default 32); one
 	// more gets 429. A client is one bearer token, or the unix socket.
@@ -108,6 +112,8 @@ type Server struct {
 	events   *Events
 	shutdown chan struct{} // closed when Serve starts shutting down
 
+	volumeDirs []string // Policy.AllowVolumeDirs, resolved
+
 	mu        sync.Mutex
 	lifetimes map[string]*lifetime  // by box id
 	busy      map[string]int        // execs in flight by box id
@@ -122,6 +128,9 @@ func New(cfg Config) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = DefaultMaxUploadBytes
+	}
 	if cfg.MaxExecsPerClient <= 0 {
 		cfg.MaxExecsPerClient = DefaultMaxExecsPerClient
 	}
@@ -135,6 +144,17 @@ func New(cfg Config) *Server {
 		events: cfg.Events, shutdown: make(chan struct{}), lifetimes: map[string]*lifetime{}, busy: map[string]int{},
 		codeboxes: map[string]*codeState{}, execs: map[string]*execEntry{}, slots: map[string]chan struct{}{}, wsConns: map[*wsConn]struct{}{}}
 	s.lastBusy.Store(time.Now().UnixNano())
+	if dirs, err := ResolveVolumeDirs(cfg.Policy.AllowVolumeDirs); err == nil {
+		s.volumeDirs = dirs
+	} else {
+		// Grant only what resolves; the CLI checks the flags before.
+		s.log.Warn("ignoring --allow-volume", "err", err)
+		for _, d := range cfg.Policy.AllowVolumeDirs {
+			if r, err := ResolveVolumeDirs([]string{d}); err == nil {
+				s.volumeDirs = append(s.volumeDirs, r...)
+			}
+		}
+	}
 	hc := huma.DefaultConfig("airlock", APIVersion)
 	hc.Info.Description = "Run untrusted code in QEMU microVMs (boxes). Errors are RFC 9457 problem details with a stable `code`."
 	hc.DocsPath = ""
@@ -154,6 +174,7 @@ func New(cfg Config) *Server {
 	s.registerLease()
 	s.registerExecs()
 	s.registerEvents()
+	s.registerFiles()
 	s.mux.HandleFunc("GET /v1/boxes/{id}/exec/ws", s.handleExecWS)
 	if cfg.Metrics != nil {
 		s.mux.Handle("GET /metrics", cfg.Metrics.Handler())
@@ -324,12 +345,16 @@ func (s *Server) auth(next http.Handler) http.Handler {
 
 func (s *Server) limits(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > s.cfg.MaxBodyBytes {
+		limit, flag := s.cfg.MaxBodyBytes, "--max-body"
+		if isUpload(r) {
+			limit, flag = s.cfg.MaxUploadBytes, "--max-upload"
+		}
+		if r.ContentLength > limit {
 			writeProblem(w, &Problem{Status: http.StatusRequestEntityTooLarge, Title: "Request Entity Too Large", Code: CodeBodyTooLarge,
-				Detail: fmt.Sprintf("request body of %d bytes is over the server's limit of %d", r.ContentLength, s.cfg.MaxBodyBytes)})
+				Detail: fmt.Sprintf("request body of %d bytes is over the server's limit of %d (airlock serve %s)", r.ContentLength, limit, flag)})
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		next.ServeHTTP(w, r)
 	})
 }

@@ -68,13 +68,21 @@ func TestOpenAPIValid(t *testing.T) {
 		t.Errorf("openapi = %q, want 3.1.x", doc.OpenAPI)
 	}
 	for _, p := range []string{"/v1/boxes", "/v1/boxes/{id}", "/v1/boxes/{id}/exec", "/v1/boxes/{id}/exec/ws",
-		"/v1/boxes/{id}/code/run", "/v1/boxes/{id}/contexts/{ctx}/run", "/v1/images", "/v1/health", "/v1/version"} {
+		"/v1/boxes/{id}/code/run", "/v1/boxes/{id}/contexts/{ctx}/run", "/v1/images", "/v1/health", "/v1/version",
+		"/v1/boxes/{id}/files", "/v1/boxes/{id}/archive", "/v1/boxes/{id}/files/stat", "/v1/boxes/{id}/files/list", "/v1/boxes/{id}/files/mkdir"} {
 		if doc.Paths.Find(p) == nil {
 			t.Errorf("path %s missing from the document", p)
 		}
 	}
 	if doc.Components.Schemas["Problem"] == nil {
 		t.Error("Problem schema missing")
+	}
+	if f := doc.Paths.Find("/v1/boxes/{id}/files"); f == nil || f.Get == nil || f.Put == nil || f.Delete == nil {
+		t.Error("files: GET (download), PUT (upload) and DELETE (remove) must all be documented")
+	}
+	if a := doc.Paths.Find("/v1/boxes/{id}/archive"); a == nil || a.Get == nil || a.Put == nil ||
+		a.Put.RequestBody.Value.Content.Get("application/x-tar") == nil {
+		t.Error("archive: GET and PUT (application/x-tar) must be documented")
 	}
 }
 

@@ -220,8 +220,11 @@ func (s *Server) handleExecWS(w http.ResponseWriter, r *http.Request) {
 					p.Signal(sig)
 				}
 			case "resize":
-				// Reserved for TTY execs, which the library does not
-				// offer yet; ignored.
+				// Only for tty execs; a bad size or a pipe exec is
+				// ignored (the stream carries no replies).
+				if req.TTY && ctl.Rows > 0 && ctl.Cols > 0 && ctl.Rows <= 10000 && ctl.Cols <= 10000 {
+					p.Resize(ctl.Rows, ctl.Cols)
+				}
 			}
 		}
 	}()

@@ -38,6 +38,8 @@ def _build(tmp: Path) -> Path:
     env["CGO_ENABLED"] = "0"
     subprocess.run([go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(tmp / "airlock-agent"), "./cmd/airlock-agent"],
                    cwd=REPO, check=True, env=env)
+    # The network helper, beside airlock (where it looks first).
+    subprocess.run([go, "build", "-o", str(tmp / "airlock-net"), "./cmd/airlock-net"], cwd=REPO, check=True, env=env)
     return tmp / "airlock"
 
 
@@ -63,8 +65,11 @@ def server_env(airlock_bin: Path) -> Iterator[dict]:
                AIRLOCK_NET_TEST_INTERNET="198.18.0.0/24")
     env.pop("AIRLOCK_URL", None)
     log = open(tmp / "serve.log", "wb")
+    # Host volumes only under tmp/volumes (the tests check both sides).
+    (tmp / "volumes").mkdir()
+    env["AIRLOCK_TEST_VOLUMES"] = str(tmp / "volumes")
     proc = subprocess.Popen([str(airlock_bin), "serve", "--socket", str(sock), "--listen", "127.0.0.1:0",
-                             "--token", TOKEN], env=env, stdout=log, stderr=log)
+                             "--token", TOKEN, "--allow-volume", str(tmp / "volumes")], env=env, stdout=log, stderr=log)
     deadline = time.monotonic() + 30
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://airlock") as c:
         while True:

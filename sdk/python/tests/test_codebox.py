@@ -74,6 +74,20 @@ async def test_stream(box: airlock.CodeBox) -> None:
     assert (out, err, p.exit_code) == (b"streamed\n", b"err\n", 5)
 
 
+async def test_stream_tty_resize(box: airlock.CodeBox) -> None:
+    out = b""
+    async with box.stream("sh", "-c", "stty size; read x; stty size", tty=True, rows=30, cols=100) as p:
+        resized = False
+        async for fd, data in p:
+            assert fd == 1
+            out += data
+            if not resized and b"30 100" in out:
+                resized = True
+                await p.resize(50, 132)
+                await p.write(b"\n")
+    assert b"30 100\r\n" in out and b"50 132\r\n" in out and p.exit_code == 0, out
+
+
 def _wheel(name: str, version: str, module: str) -> bytes:
     dist = f"{name}-{version}.dist-info"
     files = {
@@ -144,7 +158,81 @@ async def test_files(box: airlock.CodeBox) -> None:
     assert await box.read_file("/tmp/sdk/dir/blob.bin") == data
     r = await box.exec("stat", "-c", "%a %s", "/tmp/sdk/dir/blob.bin")
     assert r.stdout.strip() == f"600 {len(data)}"
+    st = await box.stat("/tmp/sdk/dir/blob.bin")
+    assert (st.type, st.size, st.mode, st.name) == ("file", len(data), 0o600, "blob.bin")
     await box.write_file("/tmp/sdk/hello.py", "print('from a file')\n")
     assert await box.run("exec(open('/tmp/sdk/hello.py').read())") == "from a file\n"
-    with pytest.raises(airlock.AirlockError):
+    assert [(e.name, e.type) for e in await box.list_dir("/tmp/sdk")] == [("dir", "dir"), ("hello.py", "file")]
+    with pytest.raises(airlock.AirlockError) as ei:
         await box.read_file("/nonexistent")
+    assert (ei.value.status, ei.value.code) == (404, "file_not_found")
+    with pytest.raises(airlock.AirlockError) as ei:
+        await box.read_file("/tmp/sdk")
+    assert ei.value.code == "is_a_directory"
+    with pytest.raises(airlock.AirlockError) as ei:
+        await box.read_file("/tmp/sdk/dir/blob.bin", max_bytes=100)
+    assert ei.value.code == "too_large"
+    with pytest.raises(airlock.AirlockError) as ei:
+        await box.write_file("/tmp/nodir/x", "x", parents=False)
+    assert ei.value.code == "file_not_found"
+    await box.mkdir("/tmp/sdk/a/b")
+    assert (await box.stat("/tmp/sdk/a/b")).is_dir
+    await box.remove("/tmp/sdk/a")
+    assert not await box.exists("/tmp/sdk/a")
+
+
+async def test_copy_in_out(box: airlock.CodeBox, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "data.csv").write_text("a,b\n1,2\n")
+    (src / "sub" / "big.bin").write_bytes(os.urandom(3 << 20))
+    os.chmod(src / "data.csv", 0o640)
+    (src / "link").symlink_to("data.csv")
+    # The destination's parent must exist.
+    with pytest.raises(airlock.AirlockError) as ei:
+        await box.copy_in(src, "/tmp/cp/tree")
+    assert ei.value.code == "file_not_found"
+    # A directory to a missing path is created there; a file into an existing directory keeps its name.
+    await box.mkdir("/tmp/cp")
+    await box.copy_in(src, "/tmp/cp/tree")
+    await box.copy_in(src / "data.csv", "/tmp/cp")
+    r = await box.exec("sh", "-c", "cd /tmp/cp && stat -c '%n %a' tree/data.csv data.csv && readlink tree/link && sha256sum tree/sub/big.bin")
+    assert r.stdout.splitlines()[:3] == ["tree/data.csv 640", "data.csv 640", "data.csv"], r.stdout + r.stderr
+    out = tmp_path / "out"
+    out.mkdir()
+    await box.copy_out("/tmp/cp/tree", out)
+    assert (out / "tree" / "data.csv").read_text() == "a,b\n1,2\n"
+    assert (out / "tree" / "sub" / "big.bin").read_bytes() == (src / "sub" / "big.bin").read_bytes()
+    assert os.readlink(out / "tree" / "link") == "data.csv"
+    # To a missing host path: renamed, as docker cp does.
+    await box.copy_out("/tmp/cp/data.csv", out / "renamed.csv")
+    assert (out / "renamed.csv").read_text() == "a,b\n1,2\n"
+    # A hostile tree in the box stays inside the destination.
+    await box.exec("sh", "-c", "mkdir -p /tmp/evil && ln -sf /etc /tmp/evil/etc && ln -sf ../../.. /tmp/evil/up")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(Exception):
+        await box.copy_out("/tmp/evil", dest)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dest", "out", "src"]
+    r = await box.exec("stat", "-c", "%u:%g", "/tmp/cp/data.csv")
+    assert r.stdout.strip() == "0:0", "copied-in files belong to root, as with docker cp"
+    with pytest.raises(airlock.AirlockError) as ei:
+        await box.copy_out("/tmp/cp/tree", tmp_path / "bounded", max_bytes=1 << 20)
+    assert ei.value.code == "too_large"
+    with pytest.raises(airlock.AirlockError) as ei:
+        await box.copy_out("/nonexistent", out)
+    assert ei.value.code == "file_not_found"
+
+
+async def test_host_volume_policy(server_env: dict, tmp_path: Path) -> None:
+    shared = Path(server_env["AIRLOCK_TEST_VOLUMES"]) / "share"
+    shared.mkdir()
+    (shared / "in.txt").write_text("from the host")
+    async with airlock.SimpleBox(network="none", volumes=[f"{shared}:/data"]) as b:
+        assert (await b.read_file("/data/in.txt")) == b"from the host"
+        await b.write_file("/data/out.txt", "from the box")
+    assert (shared / "out.txt").read_text() == "from the box"
+    # Outside the granted directory: 403, no box.
+    with pytest.raises(airlock.AirlockError) as ei:
+        await airlock.SimpleBox(network="none", volumes=[(str(tmp_path), "/data", "ro")]).start()
+    assert (ei.value.status, ei.value.code) == (403, "policy_denied") and "--allow-volume" in ei.value.detail

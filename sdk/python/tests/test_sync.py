@@ -22,6 +22,9 @@ def test_sync_codebox(server_env: dict) -> None:
         ctx = cb.create_context()
         ctx.run("y = 2")
         assert ctx.run("y * 21").value == "42"
+        cb.write_file("/tmp/s/x.txt", "sync")
+        assert cb.read_file("/tmp/s/x.txt") == b"sync" and cb.stat("/tmp/s/x.txt").size == 4
+        assert [e.name for e in cb.list_dir("/tmp/s")] == ["x.txt"]
         box_id = cb.id
     with httpx.Client(transport=httpx.HTTPTransport(uds=os.environ["AIRLOCK_SOCKET"]), base_url="http://airlock") as c:
         assert c.get(f"/v1/boxes/{box_id}").status_code == 404, "box not removed on exit"

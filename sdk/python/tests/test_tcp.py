@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import airlock
@@ -11,7 +13,7 @@ from .conftest import TOKEN
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
-async def test_tcp_with_token(box: airlock.CodeBox, server_env: dict) -> None:
+async def test_tcp_with_token(box: airlock.CodeBox, server_env: dict, tmp_path: Path) -> None:
     url = server_env["AIRLOCK_TEST_URL"]
     client = airlock.Client(airlock.Endpoint(url=url, token=TOKEN))
     try:
@@ -23,6 +25,13 @@ async def test_tcp_with_token(box: airlock.CodeBox, server_env: dict) -> None:
             await p.close_stdin()
             chunks = [data async for _, data in p]
         assert (b"".join(chunks), p.exit_code) == (b"over websocket\n", 0)
+        # Files (httpx async) and tar streams (a blocking client in a thread) carry the token too.
+        await other.write_file("/tmp/tcp/f.txt", "over tcp")
+        assert await other.read_file("/tmp/tcp/f.txt") == b"over tcp"
+        await other.copy_out("/tmp/tcp", tmp_path)
+        assert (tmp_path / "tcp" / "f.txt").read_text() == "over tcp"
+        await other.copy_in(tmp_path / "tcp" / "f.txt", "/tmp/tcp/g.txt")
+        assert await other.read_file("/tmp/tcp/g.txt") == b"over tcp"
     finally:
         await client.aclose()
 

@@ -1,9 +1,11 @@
 // SimpleBox and CodeBox: boxes on an airlock server, with BoxLite's Node API.
 
 import { readFile } from "node:fs/promises";
+import path from "node:path";
 import type WebSocket from "ws";
 
 import { AirlockError, Client, problemError } from "./client.js";
+import { Files, type FileInfo } from "./files.js";
 import type { components } from "./openapi.js";
 
 type Schemas = components["schemas"];
@@ -39,8 +41,17 @@ export interface BoxOptions {
   workingDir?: string;
   /** User of every exec: name, uid, name:group or uid:gid. */
   user?: string;
-  /** `"public"` (default: the internet; host and private ranges denied) or `"none"` (no interface); `"enabled"`/`"disabled"` are old names. */
-  network?: "public" | "none" | "enabled" | "disabled";
+  /** `"public"` (default: the internet; host and private ranges denied), `"allowlist"` (only `allowNet`) or `"none"` (no interface); `"enabled"`/`"disabled"` are old names. */
+  network?: "public" | "allowlist" | "none" | "enabled" | "disabled";
+  /** Destinations of an allowlist network: names (`*.example.com`), IPs, CIDRs, each with an optional `:PORT`. */
+  allowNet?: string[];
+  /** Host ports (of the host's 127.0.0.1) the box may reach as `host.airlock.internal:PORT`; each must be granted by `airlock serve --allow-host-port`. */
+  allowHostPorts?: number[];
+  /**
+   * Volumes: `"SRC:DST[:ro]"` strings or `{ source, target, readOnly }`. A host directory must be under one
+   * the server grants (`airlock serve --allow-volume DIR`), else the start rejects with `policy_denied` (403).
+   */
+  volumes?: (string | { source: string; target: string; readOnly?: boolean })[];
   /** Writable layer size in MiB (server default 4096). */
   diskSizeMib?: number;
   /** Remove the box when it stops. */
@@ -67,6 +78,14 @@ export interface ExecOptions {
   cwd?: string;
   /** Standard input (buffered exec only); the process reads EOF after it. */
   stdin?: string | Uint8Array;
+  /**
+   * Run on a terminal (PTY) in the box: all output comes as stdout, with CRLF line ends, and a 0x03 byte
+   * on stdin is Ctrl-C. Resize a streaming one with {@link ExecStream.resize}.
+   */
+  tty?: boolean;
+  /** Terminal rows and columns of a tty exec (default 24 x 80). */
+  rows?: number;
+  cols?: number;
 }
 
 /** Options of {@link CodeBox.run} and {@link Context.run}. */
@@ -157,6 +176,16 @@ export interface OutputChunk {
   data: Buffer;
 }
 
+function volumeSpec(v: string | { source: string; target: string; readOnly?: boolean }): Schemas["VolumeSpec"] {
+  if (typeof v !== "string") return { source: v.source, target: v.target, read_only: v.readOnly ?? false };
+  const parts = v.split(":");
+  if ((parts.length !== 2 && parts.length !== 3) || (parts.length === 3 && parts[2] !== "ro" && parts[2] !== "rw")) {
+    throw new TypeError(`volume ${JSON.stringify(v)}: want SOURCE:TARGET[:ro|rw] (SOURCE a host directory or a volume name)`);
+  }
+  const source = parts[0].startsWith(".") ? path.resolve(parts[0]) : parts[0];
+  return { source, target: parts[1], read_only: parts[2] === "ro" };
+}
+
 function envList(env: Env | undefined): string[] | undefined {
   if (env === undefined) return undefined;
   return Array.isArray(env) ? [...env] : Object.entries(env).map(([k, v]) => `${k}=${v}`);
@@ -186,11 +215,15 @@ function execRequest(cmd: string, args: string[], o: ExecOptions): ExecRequest {
   if (o.user) req.user = o.user;
   if (o.cwd) req.working_dir = o.cwd;
   if (o.timeout) req.timeout = o.timeout;
+  if (o.tty) req.tty = true;
+  if (o.rows) req.rows = o.rows;
+  if (o.cols) req.cols = o.cols;
   return req;
 }
 
 const KNOWN_OPTIONS = new Set([
   "image", "memoryMib", "cpus", "name", "env", "workingDir", "user", "network", "diskSizeMib", "autoRemove",
+  "allowNet", "allowHostPorts", "volumes",
   "client", "indexUrl",
   "runtime", // BoxLite's runtime handle: the server is the runtime here
 ]);
@@ -217,6 +250,7 @@ function startHint(code: string): string {
  */
 export class SimpleBox implements AsyncDisposable {
   protected readonly client: Client;
+  private readonly files: Files;
   private readonly spec: BoxSpec;
   private readonly unsupported: string[];
   private boxId?: string;
@@ -235,7 +269,11 @@ export class SimpleBox implements AsyncDisposable {
     if (options.network !== undefined) spec.network = options.network;
     if (options.diskSizeMib !== undefined) spec.disk_size_mib = options.diskSizeMib;
     if (options.autoRemove) spec.auto_remove = true;
+    if (options.allowNet?.length) spec.allow_net = [...options.allowNet];
+    if (options.allowHostPorts?.length) spec.allow_host_ports = [...options.allowHostPorts];
+    if (options.volumes?.length) spec.volumes = options.volumes.map(volumeSpec);
     this.spec = spec;
+    this.files = new Files(this.client, () => this.box());
     this.unsupported = Object.keys(options).filter((k) => !KNOWN_OPTIONS.has(k)).sort();
   }
 
@@ -360,6 +398,62 @@ export class SimpleBox implements AsyncDisposable {
       exitCode: r.exit_code, stdout: out.toString("utf8"), stderr: err.toString("utf8"), errorMessage: msg,
       timedOut: r.timed_out, signal: r.signal ?? 0, stdoutBytes: out, stderrBytes: err,
     };
+  }
+
+  /**
+   * Writes `data` to `path` in the box, atomically (readers see the old file or the new one), creating
+   * missing parent directories unless `parents: false`; `mode` defaults to 0o644. Rejects with
+   * {@link AirlockError} (`file_not_found`, `permission_denied`, `no_space`, `body_too_large`, ...).
+   */
+  async writeFile(path: string, data: string | Uint8Array, options: { mode?: number; parents?: boolean } = {}): Promise<void> {
+    return this.files.writeFile(path, data, options);
+  }
+
+  /**
+   * The bytes of the regular file `path` in the box, at most `maxBytes` (default 1 GiB; the box chooses what
+   * it sends): `file_not_found`, `is_a_directory`, `too_large`, ...
+   */
+  async readFile(path: string, options: { maxBytes?: number } = {}): Promise<Buffer> {
+    return this.files.readFile(path, options.maxBytes);
+  }
+
+  /** Information on `path` in the box (symlinks followed inside the box); `file_not_found` when missing. */
+  async stat(path: string): Promise<FileInfo> {
+    return this.files.stat(path);
+  }
+
+  /** The entries of directory `path`, sorted by name (symlinks not followed). */
+  async listDir(path: string): Promise<FileInfo[]> {
+    return this.files.listDir(path);
+  }
+
+  /** Creates directory `path` with its missing parents (an existing one is fine). */
+  async mkdir(path: string, mode = 0o755): Promise<void> {
+    return this.files.mkdir(path, mode);
+  }
+
+  /** Removes `path` in the box; a directory goes with everything in it. */
+  async remove(path: string): Promise<void> {
+    return this.files.remove(path);
+  }
+
+  /**
+   * Copies a host file or directory tree into the box, as `docker cp`: into `boxPath` when it is an
+   * existing directory, else to `boxPath` itself (its parent must exist). Streamed as tar (modes, times,
+   * symlinks kept); each file lands atomically.
+   */
+  async copyIn(hostPath: string, boxPath: string): Promise<void> {
+    return this.files.copyIn(hostPath, boxPath);
+  }
+
+  /**
+   * Copies a file or directory tree of the box to the host, as `docker cp`: into `hostPath` when it is an
+   * existing directory, else to `hostPath` itself. Nothing is written outside the destination: absolute and
+   * `..` names, symlinks leading out, hard links and devices are refused; no symlink is followed.
+   * `maxBytes` bounds the archive (default: no bound).
+   */
+  async copyOut(boxPath: string, hostPath: string, options: { maxBytes?: number } = {}): Promise<void> {
+    return this.files.copyOut(boxPath, hostPath, options.maxBytes);
   }
 
   /**
@@ -560,6 +654,11 @@ export class ExecStream implements AsyncIterable<OutputChunk>, AsyncDisposable {
   /** Closes stdin (the process reads EOF). */
   async closeStdin(): Promise<void> {
     await this.send(JSON.stringify({ type: "close_stdin" }));
+  }
+
+  /** Sets a tty exec's terminal size (the process gets SIGWINCH); ignored for a pipe exec. */
+  async resize(rows: number, cols: number): Promise<void> {
+    await this.send(JSON.stringify({ type: "resize", rows, cols }));
   }
 
   /** Sends a signal (`"SIGINT"`, `"TERM"`, 9) to the process. */

@@ -7,6 +7,7 @@ import http from "node:http";
 import https from "node:https";
 import os from "node:os";
 import path from "node:path";
+import type { Readable } from "node:stream";
 import WebSocket from "ws";
 
 import type { components } from "./openapi.js";
@@ -328,6 +329,66 @@ export class Client {
     }
     if (r.status >= 400) throw problemError(r);
     return r.body as T;
+  }
+
+  /**
+   * Sends a request with a raw body (a Buffer, or a stream piped with
+   * backpressure) and resolves to the response as a stream, for the files
+   * API's uploads and downloads. Rejects with {@link AirlockError} for a
+   * problem response (its body read and decoded) or an unreachable server.
+   */
+  async transfer(method: string, urlPath: string, body?: Buffer | Readable, contentType = "application/octet-stream"): Promise<http.IncomingMessage> {
+    await this.ensure();
+    const headers: Record<string, string | number> = {};
+    if (body !== undefined) {
+      headers["Content-Type"] = contentType;
+      if (Buffer.isBuffer(body)) headers["Content-Length"] = body.length;
+    }
+    let opts: http.RequestOptions;
+    let mod: typeof http | typeof https = http;
+    if (this.endpoint.url) {
+      const u = new URL(this.endpoint.url + urlPath);
+      if (u.protocol === "https:") mod = https;
+      if (this.endpoint.token) headers.Authorization = `Bearer ${this.endpoint.token}`;
+      opts = { method, hostname: u.hostname, port: u.port, path: u.pathname + u.search, headers, agent: this.agent };
+    } else {
+      opts = { method, socketPath: this.endpoint.socket, path: urlPath, headers: { ...headers, Host: "airlock" }, agent: this.agent };
+    }
+    let req: http.ClientRequest | undefined;
+    const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
+      req = mod.request(opts, resolve);
+      req.on("error", (e) => reject(e instanceof AirlockError ? e :
+        new AirlockError(0, "no_server", `airlock server at ${this.where()}: ${method} ${urlPath}: ${e.message}`, undefined, { cause: e })));
+      const r = req;
+      if (body === undefined || Buffer.isBuffer(body)) {
+        r.end(body);
+      } else {
+        body.on("error", (e) => r.destroy(e));
+        body.pipe(r);
+      }
+    });
+    if ((res.statusCode ?? 0) >= 400) {
+      const chunks: Buffer[] = [];
+      let n = 0;
+      for await (const c of res) {
+        n += (c as Buffer).length;
+        if (n <= 1 << 20) chunks.push(c as Buffer);
+      }
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+      } catch {
+        parsed = { detail: res.statusMessage };
+      }
+      if (body !== undefined && !Buffer.isBuffer(body)) {
+        // The server answered before reading the whole upload: stop it.
+        body.unpipe(req);
+        body.destroy();
+        req?.destroy();
+      }
+      throw problemError({ status: res.statusCode ?? 0, body: parsed });
+    }
+    return res;
   }
 
   /** Opens the WebSocket at urlPath (after making sure a server is up). */

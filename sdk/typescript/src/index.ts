@@ -30,4 +30,5 @@ export {
   AirlockError, Client, DEFAULT_IDLE_EXIT, SERVER_START_TIMEOUT_MS, defaultHome, defaultSocket, endpointFromEnv,
   type ClientOptions, type Endpoint, type Problem,
 } from "./client.js";
+export { type FileInfo } from "./files.js";
 export type { components, paths, operations } from "./openapi.js";

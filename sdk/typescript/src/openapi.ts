@@ -49,6 +49,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/boxes/{id}/archive": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download a file or directory tree as tar
+         * @description A tar stream of the path (entries named after its base name, as docker cp BOX:PATH - does): modes, times, symlinks and hard links kept. A trailing / follows a symlinked path. A transfer that fails midway is cut (the chunked body never ends properly).
+         */
+        get: operations["copy-out"];
+        /**
+         * Upload a tar stream into a directory
+         * @description Unpacks the tar body into an existing directory of the box (as docker cp - BOX:DIR): modes, times, symlinks, hard links and owners kept; every path resolved inside the box; each file lands atomically. Bounded by airlock serve --max-upload.
+         */
+        put: operations["copy-in"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/boxes/{id}/code/install": {
         parameters: {
             query?: never;
@@ -169,7 +193,7 @@ export interface paths {
         };
         /**
          * Run a command over a WebSocket (streaming)
-         * @description Upgrade to a WebSocket. The client's first message is a text frame with an ExecRequest (JSON; stdin fields ignored). Then: binary frames from the server are output, first byte 1 = stdout, 2 = stderr, the rest the bytes; binary frames from the client are stdin, first byte 0, the rest the bytes. Text frames are JSON control messages: client→server {"type":"close_stdin"}, {"type":"signal","signal":"SIGINT"}, {"type":"kill"}, {"type":"resize","rows":R,"cols":C} (reserved for TTY execs); server→client {"type":"started","exec_id":ID}, then at the end {"type":"exit","exit_code":N,"signal":S,"timed_out":B,"error_message":M,"duration_ms":D} or {"type":"error","problem":{...}}, after which the server closes the socket normally. Closing the socket early kills the process tree. See docs/server.md.
+         * @description Upgrade to a WebSocket. The client's first message is a text frame with an ExecRequest (JSON; stdin fields ignored). Then: binary frames from the server are output, first byte 1 = stdout, 2 = stderr, the rest the bytes; binary frames from the client are stdin, first byte 0, the rest the bytes. Text frames are JSON control messages: client→server {"type":"close_stdin"}, {"type":"signal","signal":"SIGINT"}, {"type":"kill"}, {"type":"resize","rows":R,"cols":C} (tty execs: the terminal's new size; the process gets SIGWINCH); server→client {"type":"started","exec_id":ID}, then at the end {"type":"exit","exit_code":N,"signal":S,"timed_out":B,"error_message":M,"duration_ms":D} or {"type":"error","problem":{...}}, after which the server closes the socket normally. Closing the socket early kills the process tree. See docs/server.md.
          */
         get: operations["exec-stream"];
         put?: never;
@@ -212,6 +236,94 @@ export interface paths {
          * @description Kills the exec's process tree (SIGTERM, then SIGKILL after a grace); its caller gets the result (exit status 128 + the signal).
          */
         delete: operations["kill-exec"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/boxes/{id}/files": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download a file
+         * @description The bytes of a regular file of the box, streamed (Content-Length is the size; X-Airlock-Mode the permission bits). Symlinks are followed inside the box. A transfer that fails midway is cut, never completed short. 409 is_a_directory for a directory: use /archive.
+         */
+        get: operations["read-file"];
+        /**
+         * Upload a file
+         * @description Writes the request body to a file of the box, streamed, atomically: readers see the old file or the new one, and a failed or cut upload leaves the old one. Bounded by airlock serve --max-upload.
+         */
+        put: operations["write-file"];
+        post?: never;
+        /**
+         * Remove a file or directory tree
+         * @description A directory goes with everything in it; a symlink is removed, not followed.
+         */
+        delete: operations["remove-file"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/boxes/{id}/files/list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a directory
+         * @description The entries of a directory in the box, sorted by name (409 not_a_directory for a file).
+         */
+        get: operations["list-files"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/boxes/{id}/files/mkdir": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Make a directory
+         * @description Creates a directory and its missing parents; an existing directory is not an error.
+         */
+        post: operations["mkdir"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/boxes/{id}/files/stat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Stat a file
+         * @description Information on a path in the box; symlinks are followed (inside the box). 404 file_not_found when missing.
+         */
+        get: operations["stat-file"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -373,6 +485,8 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         Box: {
+            allow_host_ports?: number[] | null;
+            allow_net?: string[] | null;
             auto_remove: boolean;
             /** Format: int64 */
             cpus: number;
@@ -392,11 +506,16 @@ export interface components {
             started?: string;
             /** @enum {string} */
             state: "created" | "running" | "stopped";
+            volumes?: components["schemas"]["VolumeSpec"][] | null;
         };
         BoxList: {
             boxes: components["schemas"]["Box"][] | null;
         };
         BoxSpec: {
+            /** @description Ports of the host's 127.0.0.1 the box may reach as host.airlock.internal:PORT; each must be granted by airlock serve --allow-host-port. */
+            allow_host_ports?: number[] | null;
+            /** @description Destinations of an allowlist network: names (api.example.com, *.example.com), IPs or CIDRs, each with an optional :PORT. IPs and CIDRs inside private ranges need airlock serve --allow-private-net. */
+            allow_net?: string[] | null;
             /** @description Remove the box when it stops. */
             auto_remove?: boolean;
             /**
@@ -434,10 +553,10 @@ export interface components {
             /** @description Optional unique name, usable wherever an id is. */
             name?: string;
             /**
-             * @description public (default: the internet; the host, private and link-local ranges denied) or none (no interface); enabled and disabled are their old names.
+             * @description public (default: the internet; the host, private and link-local ranges denied), allowlist (only allow_net; the default when allow_net is given) or none (no interface); enabled and disabled are old names of public and none.
              * @enum {string}
              */
-            network?: "public" | "none" | "enabled" | "disabled";
+            network?: "public" | "allowlist" | "none" | "enabled" | "disabled";
             /**
              * Format: double
              * @description Seconds: the server removes the box this long after creating it.
@@ -445,6 +564,8 @@ export interface components {
             ttl?: number;
             /** @description User of every exec: name, uid, name:group or uid:gid. */
             user?: string;
+            /** @description Host directories (under a directory granted by airlock serve --allow-volume) and named volumes attached to the box. */
+            volumes?: components["schemas"]["VolumeSpec"][] | null;
             /** @description Working directory of every exec (default: the image's). */
             working_dir?: string;
         };
@@ -478,6 +599,11 @@ export interface components {
         ContextInfo: {
             /** @description Context id. */
             id: string;
+        };
+        DirList: {
+            /** @description Sorted by name; symlinks are not followed. */
+            entries: components["schemas"]["FileInfo"][] | null;
+            path: string;
         };
         ErrorDetail: {
             /** @description Where the error occurred, e.g. 'body.items[3].tags' or 'path.thing-id' */
@@ -529,8 +655,18 @@ export interface components {
         ExecRequest: {
             /** @description argv; cmd[0] is looked up in the box's PATH. */
             cmd: string[] | null;
+            /**
+             * Format: int64
+             * @description Terminal columns of a tty exec (default 80).
+             */
+            cols?: number;
             /** @description KEY=value entries for this exec only. */
             env?: string[] | null;
+            /**
+             * Format: int64
+             * @description Terminal rows of a tty exec (default 24).
+             */
+            rows?: number;
             /** @description Standard input (buffered exec only); the process reads EOF after it. */
             stdin?: string;
             /**
@@ -543,6 +679,8 @@ export interface components {
              * @description Seconds; the process tree is killed past it and timed_out is set. 0: none.
              */
             timeout?: number;
+            /** @description Run on a terminal (PTY) in the box: all output arrives as stdout, with CRLF line ends; a 0x03 byte on stdin is Ctrl-C (SIGINT). Resize it with a resize frame on the WebSocket. */
+            tty?: boolean;
             user?: string;
             working_dir?: string;
         };
@@ -575,6 +713,33 @@ export interface components {
             stdout_encoding: "utf-8" | "base64";
             timed_out: boolean;
         };
+        FileInfo: {
+            /** Format: int64 */
+            gid: number;
+            /** @description A symlink's target. */
+            link?: string;
+            /** Format: date-time */
+            mod_time: string;
+            /**
+             * Format: int64
+             * @description Unix permission bits with setuid (0o4000), setgid (0o2000) and sticky (0o1000), e.g. 420 for 0644.
+             */
+            mode: number;
+            /** @description Base name. */
+            name: string;
+            /**
+             * Format: int64
+             * @description Bytes.
+             */
+            size: number;
+            /**
+             * @description file (regular), dir, symlink (list only: stat follows links) or other (device, FIFO, socket).
+             * @enum {string}
+             */
+            type: "file" | "dir" | "symlink" | "other";
+            /** Format: int64 */
+            uid: number;
+        };
         Health: {
             /** @enum {string} */
             status: "ok";
@@ -606,6 +771,15 @@ export interface components {
             /** @description pip's stdout followed by its stderr. */
             output: string;
         };
+        MkdirRequest: {
+            /**
+             * Format: int64
+             * @description Permission bits (default 0o755 = 493).
+             */
+            mode?: number;
+            /** @description Absolute path; missing parents are created too. */
+            path: string;
+        };
         Problem: {
             /** @description For box_died: why the VM ended (guest kernel panic, QEMU process exited, ...). */
             cause?: string;
@@ -613,7 +787,7 @@ export interface components {
              * @description Stable machine-readable code.
              * @enum {string}
              */
-            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found";
+            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file";
             /** @description What happened in this occurrence, and what to do. */
             detail?: string;
             /** @description Individual validation errors. */
@@ -674,6 +848,14 @@ export interface components {
             /** @description airlock build version. */
             version: string;
         };
+        VolumeSpec: {
+            /** @description Read-only, enforced on the host: not even root in the box can write. */
+            read_only?: boolean;
+            /** @description An absolute host directory (shared over 9p; it must be under a directory the server grants with --allow-volume, symlinks resolved) or a named volume (letters, digits, _ . -; created with 1 GiB when missing). */
+            source: string;
+            /** @description Absolute mount point in the box (not /). */
+            target: string;
+        };
     };
     responses: never;
     parameters: never;
@@ -732,6 +914,15 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Box"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Forbidden */
@@ -890,6 +1081,168 @@ export interface operations {
             };
             /** @description Internal Server Error */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "copy-out": {
+        parameters: {
+            query: {
+                /** @description Absolute path in the box. */
+                path: string;
+            };
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tar stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-tar": string;
+                };
+            };
+            /** @description Bad path or parameter (invalid_path, invalid_request). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Permission denied in the box (permission_denied). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such box (box_not_found) or file (file_not_found). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Box not running, or a file of the wrong kind (not_a_directory, is_a_directory, read_only_filesystem). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The box's VM died (box_died). */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "copy-in": {
+        parameters: {
+            query: {
+                /** @description Absolute path of an existing directory in the box. */
+                path: string;
+            };
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-tar": string;
+            };
+        };
+        responses: {
+            /** @description Done. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Bad path or parameter (invalid_path, invalid_request). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Permission denied in the box (permission_denied). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such box (box_not_found) or file (file_not_found). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Box not running, or a file of the wrong kind (not_a_directory, is_a_directory, read_only_filesystem). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Upload over the server's limit (airlock serve --max-upload): nothing was written. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The box's VM died (box_died). */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No space left in the box (no_space). */
+            507: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1464,6 +1817,524 @@ export interface operations {
             };
             /** @description Internal Server Error */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "read-file": {
+        parameters: {
+            query: {
+                /** @description Absolute path in the box. */
+                path: string;
+            };
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file's bytes. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                };
+            };
+            /** @description Bad path or parameter (invalid_path, invalid_request). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Permission denied in the box (permission_denied). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such box (box_not_found) or file (file_not_found). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Box not running, or a file of the wrong kind (not_a_directory, is_a_directory, read_only_filesystem). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The box's VM died (box_died). */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "write-file": {
+        parameters: {
+            query: {
+                /** @description Absolute path in the box. */
+                path: string;
+                /** @description Octal permission bits (default 644). */
+                mode?: string;
+                /** @description true: create missing parent directories (0755). */
+                parents?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description Done. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Bad path or parameter (invalid_path, invalid_request). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Permission denied in the box (permission_denied). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such box (box_not_found) or file (file_not_found). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Box not running, or a file of the wrong kind (not_a_directory, is_a_directory, read_only_filesystem). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Upload over the server's limit (airlock serve --max-upload): nothing was written. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The box's VM died (box_died). */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No space left in the box (no_space). */
+            507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "remove-file": {
+        parameters: {
+            query: {
+                /** @description Absolute path in the box. */
+                path: string;
+            };
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Bad Gateway */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "list-files": {
+        parameters: {
+            query: {
+                /** @description Absolute path in the box. */
+                path: string;
+            };
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DirList"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Bad Gateway */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    mkdir: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MkdirRequest"];
+            };
+        };
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Bad Gateway */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "stat-file": {
+        parameters: {
+            query: {
+                /** @description Absolute path in the box. */
+                path: string;
+            };
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FileInfo"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Bad Gateway */
+            502: {
                 headers: {
                     [name: string]: unknown;
                 };

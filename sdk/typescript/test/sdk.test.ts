@@ -4,14 +4,14 @@
 
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { deflateSync } from "node:zlib";
 
-import { AirlockError, Client, CodeBox, ExecError } from "@airlock-run/sdk";
+import { AirlockError, Client, CodeBox, ExecError, SimpleBox } from "@airlock-run/sdk";
 
 import { PKG, accepting, startServer, waitFor, type TestServer } from "./server.js";
 
@@ -124,6 +124,23 @@ describe("streaming exec", () => {
     assert.equal(Buffer.concat(out).toString(), "streamed\n");
     assert.equal(Buffer.concat(err).toString(), "err\n");
     assert.equal(p.exitCode, 5);
+  });
+
+  it("runs on a terminal that a resize frame resizes", async () => {
+    const p = box.stream("sh", "-c", "stty size; read x; stty size", { tty: true, rows: 30, cols: 100 });
+    let out = "";
+    let resized = false;
+    for await (const c of p) {
+      assert.equal(c.stream, "stdout");
+      out += c.data.toString();
+      if (!resized && out.includes("30 100")) {
+        resized = true;
+        await p.resize(50, 132);
+        await p.write("\n");
+      }
+    }
+    assert.match(out, /30 100\r\n[\s\S]*50 132\r\n/);
+    assert.equal(p.exitCode, 0);
   });
 
   it("loses nothing of a burst of output", async () => {
@@ -281,6 +298,89 @@ describe("installPackage", () => {
   });
 });
 
+describe("files", () => {
+  it("writes, reads, stats, lists, makes and removes files", async () => {
+    const data = Buffer.alloc(18 * 1024 + 1);
+    for (let i = 0; i < data.length; i++) data[i] = (i * 7) & 0xff;
+    await box.writeFile("/tmp/ts/dir/blob.bin", data, { mode: 0o600 });
+    assert.deepEqual(await box.readFile("/tmp/ts/dir/blob.bin"), data);
+    const st = await box.stat("/tmp/ts/dir/blob.bin");
+    assert.deepEqual([st.type, st.size, st.mode, st.name], ["file", data.length, 0o600, "blob.bin"]);
+    await box.writeFile("/tmp/ts/hello.txt", "héllo\n");
+    assert.equal((await box.readFile("/tmp/ts/hello.txt")).toString(), "héllo\n");
+    assert.deepEqual((await box.listDir("/tmp/ts")).map((e) => [e.name, e.type]), [["dir", "dir"], ["hello.txt", "file"]]);
+    await box.mkdir("/tmp/ts/a/b");
+    assert.equal((await box.stat("/tmp/ts/a/b")).type, "dir");
+    await box.remove("/tmp/ts/a");
+    for (const [call, code] of [
+      [() => box.stat("/tmp/ts/a"), "file_not_found"],
+      [() => box.readFile("/nonexistent"), "file_not_found"],
+      [() => box.readFile("/tmp/ts"), "is_a_directory"],
+      [() => box.writeFile("/tmp/nodir/x", "x", { parents: false }), "file_not_found"],
+      [() => box.readFile("/tmp/ts/dir/blob.bin", { maxBytes: 100 }), "too_large"],
+    ] as [() => Promise<unknown>, string][]) {
+      const err = await call().then(() => assert.fail("resolved"), (e: unknown) => e);
+      assert.ok(err instanceof AirlockError && err.code === code, `${err}, want ${code}`);
+    }
+  });
+
+  it("copies trees in and out with docker cp rules, and keeps hostile trees inside the destination", async () => {
+    const tmp = mkdtempSync(path.join(os.tmpdir(), "airlock-ts-cp-"));
+    try {
+      const src = path.join(tmp, "src");
+      mkdirSync(path.join(src, "sub"), { recursive: true });
+      writeFileSync(path.join(src, "data.csv"), "a,b\n1,2\n", { mode: 0o640 });
+      const big = Buffer.alloc(3 << 20, 7);
+      writeFileSync(path.join(src, "sub", "big.bin"), big);
+      symlinkSync("data.csv", path.join(src, "link"));
+      writeFileSync(path.join(src, "sub", "x".repeat(120) + ".txt"), "long name");
+      const missing = await box.copyIn(src, "/tmp/tscp/tree").then(() => assert.fail("copied"), (e: unknown) => e);
+      assert.ok(missing instanceof AirlockError && missing.code === "file_not_found", `${missing}`);
+      await box.mkdir("/tmp/tscp");
+      await box.copyIn(src, "/tmp/tscp/tree");
+      await box.copyIn(path.join(src, "data.csv"), "/tmp/tscp");
+      const r = await box.exec("sh", "-c", "cd /tmp/tscp && stat -c '%n %a' tree/data.csv data.csv && readlink tree/link && ls tree/sub | wc -l");
+      assert.equal(r.stdout, "tree/data.csv 640\ndata.csv 640\ndata.csv\n2\n", r.stderr);
+      const out = path.join(tmp, "out");
+      mkdirSync(out);
+      await box.copyOut("/tmp/tscp/tree", out);
+      assert.equal(readFileSync(path.join(out, "tree", "data.csv"), "utf8"), "a,b\n1,2\n");
+      assert.deepEqual(readFileSync(path.join(out, "tree", "sub", "big.bin")), big);
+      assert.equal(readFileSync(path.join(out, "tree", "sub", "x".repeat(120) + ".txt"), "utf8"), "long name");
+      assert.equal(readlinkSync(path.join(out, "tree", "link")), "data.csv");
+      await box.copyOut("/tmp/tscp/data.csv", path.join(out, "renamed.csv"));
+      assert.equal(readFileSync(path.join(out, "renamed.csv"), "utf8"), "a,b\n1,2\n");
+      await box.exec("sh", "-c", "mkdir -p /tmp/tsevil && ln -sf /etc /tmp/tsevil/etc && ln -sf ../../.. /tmp/tsevil/up");
+      const dest = path.join(tmp, "dest");
+      mkdirSync(dest);
+      await assert.rejects(box.copyOut("/tmp/tsevil", dest), /refusing symlink/);
+      assert.deepEqual(readdirSync(tmp).sort(), ["dest", "out", "src"]);
+      const big2 = await box.copyOut("/tmp/tscp/tree", path.join(tmp, "bounded"), { maxBytes: 1 << 20 }).then(() => assert.fail("copied"), (e: unknown) => e);
+      assert.ok(big2 instanceof AirlockError && big2.code === "too_large", `${big2}`);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
+  });
+
+  it("attaches host volumes only under the server's --allow-volume directory", async () => {
+    const shared = path.join(srv.volumes, "share");
+    mkdirSync(shared);
+    writeFileSync(path.join(shared, "in.txt"), "from the host");
+    const b = new SimpleBox({ network: "none", volumes: [`${shared}:/data`] });
+    try {
+      assert.equal((await b.readFile("/data/in.txt")).toString(), "from the host");
+      await b.writeFile("/data/out.txt", "from the box");
+    } finally {
+      await b.stop();
+    }
+    assert.equal(readFileSync(path.join(shared, "out.txt"), "utf8"), "from the box");
+    const denied = new SimpleBox({ network: "none", volumes: [{ source: os.tmpdir(), target: "/data", readOnly: true }] });
+    const err = await denied.start().then(() => assert.fail("started"), (e: unknown) => e);
+    assert.ok(err instanceof AirlockError && err.status === 403 && err.code === "policy_denied", `${err}`);
+    assert.match(err.message, /--allow-volume/);
+  });
+});
+
 describe("errors", () => {
   it("a start failure rejects with a plain Error that says what to do", async () => {
     const cb = new CodeBox({ image: "localhost:1/no-such-image:latest" });
@@ -301,8 +401,8 @@ describe("errors", () => {
   });
 
   it("unknown box options are refused", async () => {
-    const cb = new CodeBox({ volumes: ["/x:/y"] } as never);
-    await assert.rejects(cb.run("print(1)"), (e: unknown) => e instanceof TypeError && /unsupported box options: volumes/.test(e.message));
+    const cb = new CodeBox({ ports: [[8080, 80]] } as never);
+    await assert.rejects(cb.run("print(1)"), (e: unknown) => e instanceof TypeError && /unsupported box options: ports/.test(e.message));
   });
 
   it("a box removed behind the SDK's back is reported by code", async () => {
@@ -320,6 +420,15 @@ describe("TCP with a bearer token", () => {
     let out = "";
     for await (const c of p) out += c.data.toString();
     assert.equal(out, "ws over tcp\n");
+    await cb.writeFile("/tmp/tcp/f.txt", "files over tcp");
+    assert.equal((await cb.readFile("/tmp/tcp/f.txt")).toString(), "files over tcp");
+    const tmp = mkdtempSync(path.join(os.tmpdir(), "airlock-ts-tcp-"));
+    try {
+      await cb.copyOut("/tmp/tcp", tmp);
+      assert.equal(readFileSync(path.join(tmp, "tcp", "f.txt"), "utf8"), "files over tcp");
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
     client.close();
     const bad = new Client({ endpoint: { url: srv.url, token: "wrong" } });
     await assert.rejects(CodeBox.attach(box.id!, { client: bad }).run("print(1)"),

@@ -8,7 +8,7 @@
 
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
 import http from "node:http";
 import net from "node:net";
 import os from "node:os";
@@ -32,13 +32,15 @@ function goBinary(): string {
   throw new Error("go not found: set AIRLOCK_BIN to an airlock binary, or install Go");
 }
 
-/** $AIRLOCK_BIN, else airlock and airlock-agent built into dir. */
+/** $AIRLOCK_BIN, else airlock, airlock-agent and airlock-net built into dir. */
 export function airlockBin(dir: string): string {
   if (process.env.AIRLOCK_BIN) return process.env.AIRLOCK_BIN;
   const go = goBinary();
   execFileSync(go, ["build", "-o", path.join(dir, "airlock"), "./cmd/airlock"], { cwd: REPO, stdio: "inherit" });
   execFileSync(go, ["build", "-trimpath", "-ldflags=-s -w", "-o", path.join(dir, "airlock-agent"), "./cmd/airlock-agent"],
     { cwd: REPO, stdio: "inherit", env: { ...process.env, CGO_ENABLED: "0" } });
+  // The network helper, beside airlock (where it looks first).
+  execFileSync(go, ["build", "-o", path.join(dir, "airlock-net"), "./cmd/airlock-net"], { cwd: REPO, stdio: "inherit" });
   return path.join(dir, "airlock");
 }
 
@@ -94,6 +96,8 @@ export interface TestServer {
   socket: string;
   url: string;
   token: string;
+  /** The directory the server grants host volumes under (--allow-volume). */
+  volumes: string;
   /** Environment for the SDK and example subprocesses (AIRLOCK_SOCKET, ...). */
   env: NodeJS.ProcessEnv;
   proc: ChildProcess;
@@ -118,7 +122,10 @@ export async function startServer(): Promise<TestServer> {
   delete env.AIRLOCK_TOKEN;
   const logPath = path.join(tmp, "serve.log");
   const log = openSync(logPath, "a");
-  const proc = spawn(bin, ["serve", "--socket", socket, "--listen", `127.0.0.1:${port}`, "--token", token],
+  // Host volumes only under tmp/volumes (TestServer.volumes).
+  const volumes = path.join(tmp, "volumes");
+  mkdirSync(volumes);
+  const proc = spawn(bin, ["serve", "--socket", socket, "--listen", `127.0.0.1:${port}`, "--token", token, "--allow-volume", volumes],
     { env, stdio: ["ignore", log, log] });
   const up = await waitFor(async () => proc.exitCode === null && (await healthy(socket)), 30_000);
   if (!up) {
@@ -145,5 +152,5 @@ export async function startServer(): Promise<TestServer> {
     }
     if (existsSync(tmp)) rmSync(tmp, { recursive: true, force: true });
   };
-  return { bin, tmp, socket, url: `http://127.0.0.1:${port}`, token, env, proc, stop };
+  return { bin, tmp, socket, url: `http://127.0.0.1:${port}`, token, volumes, env, proc, stop };
 }

@@ -19,6 +19,7 @@ request and no running box.
 """
 
 from ._box import DEFAULT_IMAGE, DEFAULT_LEASE, CellError, CellResult, CodeBox, Context, ExecResult, ExecStream, SimpleBox
+from ._files import FileInfo
 from ._client import AirlockError, Client, Endpoint, default_socket
 from ._sync import SyncCodeBox, SyncContext, SyncSimpleBox
 
@@ -34,6 +35,7 @@ __all__ = [
     "Endpoint",
     "ExecResult",
     "ExecStream",
+    "FileInfo",
     "SimpleBox",
     "SyncCodeBox",
     "SyncContext",

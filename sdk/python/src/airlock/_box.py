@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ._client import AirlockError, Client, Endpoint, decode_output
+from ._client import AirlockError, Client, Endpoint, decode_output, sync_client
+from ._files import FilesMixin
 
 DEFAULT_IMAGE = "python:slim"
 
@@ -75,6 +77,26 @@ class CellResult:
     state_lost: bool = False
 
 
+VolumeArg = Union[str, Tuple[str, str], Tuple[str, str, str], Mapping[str, Any]]
+
+
+def _volume(v: VolumeArg) -> Dict[str, Any]:
+    """A volume as the API takes it, from ``"SRC:DST[:ro]"``, ``(src, dst[,
+    "ro"])`` or ``{"source", "target", "read_only"}``."""
+    if isinstance(v, Mapping):
+        d = dict(v)
+    else:
+        parts = v.split(":") if isinstance(v, str) else list(v)
+        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+            raise ValueError(f"volume {v!r}: want SOURCE:TARGET[:ro|rw] (SOURCE a host directory or a volume name)")
+        d = {"source": parts[0], "target": parts[1], "read_only": len(parts) == 3 and parts[2] == "ro"}
+    src = str(d["source"])
+    if src.startswith(".") or src.startswith("~"):
+        src = os.path.abspath(os.path.expanduser(src))
+    d["source"] = src
+    return d
+
+
 def _env_list(env: Union[Mapping[str, str], Sequence[str], None]) -> Optional[List[str]]:
     if env is None:
         return None
@@ -98,13 +120,7 @@ class _LeaseRenewer:
     def _run(self, endpoint: Endpoint, box_id: str, lease: float) -> None:
         import httpx
 
-        if endpoint.url:
-            headers = {"Authorization": f"Bearer {endpoint.token}"} if endpoint.token else {}
-            c = httpx.Client(base_url=endpoint.url, headers=headers, timeout=10.0)
-        else:
-            c = httpx.Client(base_url="http://airlock", transport=httpx.HTTPTransport(uds=str(endpoint.socket)),
-                             timeout=10.0)
-        with c:
+        with sync_client(endpoint) as c:
             while not self._stop.wait(lease / 3):
                 try:
                     r = c.post(f"/v1/boxes/{box_id}/lease")
@@ -117,7 +133,7 @@ class _LeaseRenewer:
         self._stop.set()
 
 
-class SimpleBox:
+class SimpleBox(FilesMixin):
     """A box (a microVM made from an OCI image) on an airlock server.
 
     The box is created and booted on first use (or by :meth:`start`, or on
@@ -133,7 +149,15 @@ class SimpleBox:
         name: optional unique box name.
         env: environment for every exec (dict or ``KEY=value`` list).
         working_dir, user: defaults for every exec.
-        network: ``"public"`` (default: the internet; host and private ranges denied) or ``"none"`` (no interface); ``"enabled"``/``"disabled"`` are old names.
+        network: ``"public"`` (default: the internet; host and private ranges denied), ``"allowlist"`` (only
+            ``allow_net``) or ``"none"`` (no interface); ``"enabled"``/``"disabled"`` are old names.
+        allow_net: destinations of an allowlist network (names, ``*.example.com``, IPs, CIDRs, each with an
+            optional ``:PORT``); implies ``network="allowlist"``.
+        allow_host_ports: ports of the host's 127.0.0.1 the box may reach as ``host.airlock.internal:PORT``
+            (the server must grant each: ``airlock serve --allow-host-port``).
+        volumes: host directories and named volumes: ``["/host/dir:/data:ro", ("cache", "/root/.cache")]``.
+            Host directories must be under one the server grants (``airlock serve --allow-volume DIR``);
+            others are refused with AirlockError ``policy_denied`` (403).
         disk_size_mib: writable layer size.
         ttl: seconds after which the server removes the box, used or not.
         idle_timeout: seconds without an exec after which the server removes
@@ -152,12 +176,17 @@ class SimpleBox:
                  working_dir: Optional[str] = None, user: Optional[str] = None, network: Optional[str] = None,
                  disk_size_mib: Optional[int] = None, ttl: Optional[float] = None,
                  idle_timeout: Optional[float] = None, lease: float = DEFAULT_LEASE,
+                 volumes: Optional[Sequence[VolumeArg]] = None, allow_net: Optional[Sequence[str]] = None,
+                 allow_host_ports: Optional[Sequence[int]] = None,
                  client: Optional[Client] = None, **kwargs: Any) -> None:
         spec: Dict[str, Any] = {"image": image}
         for k, v in (("memory_mib", memory_mib), ("cpus", cpus), ("name", name), ("env", _env_list(env)),
                      ("working_dir", working_dir), ("user", user), ("network", network),
                      ("disk_size_mib", disk_size_mib), ("ttl", ttl), ("idle_timeout", idle_timeout),
-                     ("lease", float(lease) if lease else None)):
+                     ("lease", float(lease) if lease else None),
+                     ("volumes", [_volume(v) for v in volumes] if volumes else None),
+                     ("allow_net", list(allow_net) if allow_net else None),
+                     ("allow_host_ports", list(allow_host_ports) if allow_host_ports else None)):
             if v is not None:
                 spec[k] = v
         if kwargs.pop("auto_remove", None):
@@ -259,28 +288,9 @@ class SimpleBox:
                           stderr=err.decode("utf-8", "replace"), error_message=msg, timed_out=r["timed_out"],
                           stdout_bytes=out, stderr_bytes=err)
 
-    async def write_file(self, path: str, data: Union[str, bytes], mode: Optional[int] = None) -> None:
-        """Writes ``data`` to ``path`` in the box, creating parent directories.
-        (Through an exec until the server has a files API; ``data`` travels in
-        one request, so it is bounded by the server's body limit, 16 MiB by
-        default.) Raises AirlockError when the box refuses (permissions)."""
-        script = 'mkdir -p "$(dirname "$1")" && cat > "$1"'
-        if mode is not None:
-            script += f' && chmod {mode:o} "$1"'
-        r = await self.exec("sh", "-c", script, "sh", path, stdin=data)
-        if r.exit_code != 0:
-            raise AirlockError(0, "file_error", f"write {path}: {r.stderr.strip() or r.exit_code}")
-
-    async def read_file(self, path: str) -> bytes:
-        """Returns the bytes of ``path`` in the box (the whole file is held in
-        memory). Raises AirlockError when it cannot be read."""
-        r = await self.exec("cat", "--", path)
-        if r.exit_code != 0:
-            raise AirlockError(0, "file_error", f"read {path}: {r.stderr.strip() or r.exit_code}")
-        return r.stdout_bytes
-
     def stream(self, cmd: str, *args: str, env: Union[Mapping[str, str], Sequence[str], None] = None,
-               user: Optional[str] = None, timeout: Optional[float] = None, cwd: Optional[str] = None) -> "ExecStream":
+               user: Optional[str] = None, timeout: Optional[float] = None, cwd: Optional[str] = None,
+               tty: bool = False, rows: Optional[int] = None, cols: Optional[int] = None) -> "ExecStream":
         """Starts ``cmd`` over the server's WebSocket and streams its output::
 
             async with box.stream("sh", "-c", "cat; echo done >&2") as p:
@@ -289,6 +299,10 @@ class SimpleBox:
                 async for fd, data in p:   # fd 1 = stdout, 2 = stderr
                     ...
             print(p.exit_code)
+
+        With ``tty=True`` the command runs on a terminal of ``rows`` x ``cols``
+        (default 24 x 80; :meth:`ExecStream.resize` changes it): all output
+        comes as fd 1, with CRLF line ends, and ``b"\\x03"`` on stdin is Ctrl-C.
         """
         req: Dict[str, Any] = {"cmd": [cmd, *args]}
         if env is not None:
@@ -299,6 +313,12 @@ class SimpleBox:
             req["working_dir"] = cwd
         if timeout:
             req["timeout"] = float(timeout)
+        if tty:
+            req["tty"] = True
+            if rows:
+                req["rows"] = rows
+            if cols:
+                req["cols"] = cols
         return ExecStream(self, req)
 
 
@@ -342,6 +362,10 @@ class ExecStream:
     async def close_stdin(self) -> None:
         """Closes stdin (the process reads EOF)."""
         await self._ws.send(json.dumps({"type": "close_stdin"}))
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Sets a tty exec's terminal size (the process gets SIGWINCH)."""
+        await self._ws.send(json.dumps({"type": "resize", "rows": rows, "cols": cols}))
 
     async def send_signal(self, sig: Union[str, int]) -> None:
         """Sends a signal ("SIGINT", "TERM", 9) to the process."""

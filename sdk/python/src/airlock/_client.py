@@ -73,6 +73,15 @@ class Endpoint:
         return cls(socket=default_socket())
 
 
+def sync_client(endpoint: Endpoint, timeout: Any = 10.0) -> httpx.Client:
+    """A blocking httpx client for endpoint."""
+    if endpoint.url:
+        headers = {"Authorization": f"Bearer {endpoint.token}"} if endpoint.token else {}
+        return httpx.Client(base_url=endpoint.url, headers=headers, timeout=timeout)
+    return httpx.Client(base_url="http://airlock", transport=httpx.HTTPTransport(uds=str(endpoint.socket)),
+                        timeout=timeout)
+
+
 def _raise_for_problem(resp: httpx.Response) -> None:
     if resp.status_code < 400:
         return
@@ -176,6 +185,39 @@ class Client:
         if r.status_code == 204 or not r.content:
             return None
         return r.json()
+
+    async def request_raw(self, method: str, path: str, params: Optional[Dict[str, Any]] = None,
+                          content: Optional[bytes] = None, max_bytes: Optional[int] = None) -> bytes:
+        """Sends a request with a raw body (file uploads) and returns the
+        response body (file downloads), at most ``max_bytes`` of it (a box
+        chooses what it sends). Raises AirlockError for a problem response,
+        a transfer the server cut, or a body over ``max_bytes``."""
+        http = await self._ensure()
+        try:
+            async with http.stream(method, path, params=params, content=content) as r:
+                if r.status_code >= 400:
+                    await r.aread()
+                    _raise_for_problem(r)
+                size = r.headers.get("content-length")
+                if max_bytes is not None and size is not None and int(size) > max_bytes:
+                    raise AirlockError(0, "too_large", f"{method} {path}: {size} bytes, over the limit of {max_bytes} "
+                                                       "(pass a larger max_bytes, or use copy_out)")
+                chunks = []
+                n = 0
+                async for c in r.aiter_bytes():
+                    n += len(c)
+                    if max_bytes is not None and n > max_bytes:
+                        raise AirlockError(0, "too_large", f"{method} {path}: more than {max_bytes} bytes")
+                    chunks.append(c)
+                return b"".join(chunks)
+        except httpx.RemoteProtocolError as e:
+            raise AirlockError(0, "transfer_cut", f"{method} {path}: the server cut the transfer ({e})") from e
+
+    async def sync_http(self) -> httpx.Client:
+        """A blocking client for the same server (for transfers run in a
+        worker thread: tar streams). Close it when done."""
+        await self._ensure()
+        return sync_client(self.endpoint, timeout=httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None))
 
     def ws_connect(self, path: str) -> Any:
         """A websockets connect() for path (awaitable / async context)."""

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, Coroutine, Optional, TypeVar, Union
+from typing import Any, Coroutine, List, Optional, TypeVar, Union
 
 from ._box import CellResult, CodeBox, Context, ExecResult, SimpleBox
+from ._files import FileInfo
 
 T = TypeVar("T")
 
@@ -63,13 +64,41 @@ class SyncSimpleBox:
         """See :meth:`airlock.SimpleBox.exec`."""
         return self._loop.run(self._box.exec(cmd, *args, **kwargs))  # type: ignore[no-any-return]
 
-    def write_file(self, path: str, data: Union[str, bytes], mode: Optional[int] = None) -> None:
+    def write_file(self, path: str, data: Union[str, bytes], mode: Optional[int] = None, parents: bool = True) -> None:
         """See :meth:`airlock.SimpleBox.write_file`."""
-        self._loop.run(self._box.write_file(path, data, mode=mode))
+        self._loop.run(self._box.write_file(path, data, mode=mode, parents=parents))
 
-    def read_file(self, path: str) -> bytes:
+    def read_file(self, path: str, max_bytes: int = 1 << 30) -> bytes:
         """See :meth:`airlock.SimpleBox.read_file`."""
-        return self._loop.run(self._box.read_file(path))  # type: ignore[no-any-return]
+        return self._loop.run(self._box.read_file(path, max_bytes=max_bytes))  # type: ignore[no-any-return]
+
+    def stat(self, path: str) -> FileInfo:
+        """See :meth:`airlock.SimpleBox.stat`."""
+        return self._loop.run(self._box.stat(path))  # type: ignore[no-any-return]
+
+    def exists(self, path: str) -> bool:
+        """See :meth:`airlock.SimpleBox.exists`."""
+        return self._loop.run(self._box.exists(path))  # type: ignore[no-any-return]
+
+    def list_dir(self, path: str) -> List[FileInfo]:
+        """See :meth:`airlock.SimpleBox.list_dir`."""
+        return self._loop.run(self._box.list_dir(path))  # type: ignore[no-any-return]
+
+    def mkdir(self, path: str, mode: int = 0o755) -> None:
+        """See :meth:`airlock.SimpleBox.mkdir`."""
+        self._loop.run(self._box.mkdir(path, mode=mode))
+
+    def remove(self, path: str) -> None:
+        """See :meth:`airlock.SimpleBox.remove`."""
+        self._loop.run(self._box.remove(path))
+
+    def copy_in(self, host_path: Union[str, Path], box_path: str) -> None:
+        """See :meth:`airlock.SimpleBox.copy_in`."""
+        self._loop.run(self._box.copy_in(host_path, box_path))
+
+    def copy_out(self, box_path: str, host_path: Union[str, Path], max_bytes: Optional[int] = None) -> None:
+        """See :meth:`airlock.SimpleBox.copy_out`."""
+        self._loop.run(self._box.copy_out(box_path, host_path, max_bytes=max_bytes))
 
 
 class SyncContext:
