@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -95,7 +97,10 @@ type Image struct {
 // box share no state (each is its own process). Run calls on one Context
 // are serialized; Close ends the interpreter.
 type Context struct {
-	start   func(context.Context) (kernelProc, error)
+	id       string         // Context.ID; kept by the children of a fork
+	co       ContextOptions // as made
+	forkable bool           // co.Forkable: the interpreter is a daemon (fork.go)
+	start    func(context.Context) (kernelProc, error)
 	timeout time.Duration
 	grace   time.Duration
 	onClose func()
@@ -151,10 +156,28 @@ func (c *CodeBox) NewContext(ctx context.Context, opts ...ContextOptions) (*Cont
 		return nil, errors.New("codebox: closed")
 	}
 	c.mu.Unlock()
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	k := c.newContextValue(hex.EncodeToString(rnd[:]), co)
+	if err := k.init(ctx); err != nil {
+		return nil, fmt.Errorf("codebox: start context: %w", err)
+	}
+	c.mu.Lock()
+	c.contexts[k] = struct{}{}
+	c.mu.Unlock()
+	return k, nil
+}
+
+// newContextValue returns a Context of c whose interpreter is not
+// started yet.
+func (c *CodeBox) newContextValue(id string, co ContextOptions) *Context {
 	k := &Context{
-		closing: make(chan struct{}),
-		timeout: c.opts.Timeout,
-		grace:   c.opts.InterruptGrace,
+		id:       id,
+		co:       co,
+		forkable: co.Forkable,
+		closing:  make(chan struct{}),
+		timeout:  c.opts.Timeout,
+		grace:    c.opts.InterruptGrace,
 		start: func(ctx context.Context) (kernelProc, error) {
 			if err := c.writeFile(ctx, KernelPath, kernelSource); err != nil {
 				return nil, err
@@ -169,18 +192,15 @@ func (c *CodeBox) NewContext(ctx context.Context, opts ...ContextOptions) (*Cont
 			return boxProc{p}, nil
 		},
 	}
+	if co.Forkable {
+		k.start = c.forkableStart(co)
+	}
 	k.onClose = func() {
 		c.mu.Lock()
 		delete(c.contexts, k)
 		c.mu.Unlock()
 	}
-	if err := k.init(ctx); err != nil {
-		return nil, fmt.Errorf("codebox: start context: %w", err)
-	}
-	c.mu.Lock()
-	c.contexts[k] = struct{}{}
-	c.mu.Unlock()
-	return k, nil
+	return k
 }
 
 func (x *Context) init(ctx context.Context) error {
