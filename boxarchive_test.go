@@ -215,7 +215,7 @@ func TestImportRefusesHostileArchives(t *testing.T) {
 	meta := func(mut func(m map[string]any)) map[string]any {
 		m := map[string]any{"v": 1, "kind": "box", "box": "b1", "image": "docker.io/library/python:slim",
 			"image_digest": "sha256:" + strings.Repeat("0", 64), "config": cfg,
-			"disk": map[string]any{"size": 16 << 20, "extents": [][2]int64{{4096, 4}}},
+			"disk":  map[string]any{"size": 16 << 20, "extents": [][2]int64{{4096, 4}}},
 			"files": []map[string]any{{"name": "rw.ext4.data", "size": 4, "sha256": sum("data")}}}
 		if mut != nil {
 			mut(m)

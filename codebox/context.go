@@ -5,8 +5,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,13 +97,14 @@ type Image struct {
 // box share no state (each is its own process). Run calls on one Context
 // are serialized; Close ends the interpreter.
 type Context struct {
-	id       string         // Context.ID; kept by the children of a fork
-	co       ContextOptions // as made
-	forkable bool           // co.Forkable: the interpreter is a daemon (fork.go)
-	start    func(context.Context) (kernelProc, error)
+	start   func(context.Context) (kernelProc, error)
 	timeout time.Duration
 	grace   time.Duration
 	onClose func()
+
+	id       string         // Context.ID; kept by the children of a fork
+	co       ContextOptions // as made
+	forkable bool           // co.Forkable: the interpreter is a daemon (fork.go)
 
 	closing   chan struct{} // closed by Close, to end a running cell
 	closeOnce sync.Once
@@ -172,12 +173,9 @@ func (c *CodeBox) NewContext(ctx context.Context, opts ...ContextOptions) (*Cont
 // started yet.
 func (c *CodeBox) newContextValue(id string, co ContextOptions) *Context {
 	k := &Context{
-		id:       id,
-		co:       co,
-		forkable: co.Forkable,
-		closing:  make(chan struct{}),
-		timeout:  c.opts.Timeout,
-		grace:    c.opts.InterruptGrace,
+		closing: make(chan struct{}),
+		timeout: c.opts.Timeout,
+		grace:   c.opts.InterruptGrace,
 		start: func(ctx context.Context) (kernelProc, error) {
 			if err := c.writeFile(ctx, KernelPath, kernelSource); err != nil {
 				return nil, err
@@ -192,6 +190,7 @@ func (c *CodeBox) newContextValue(id string, co ContextOptions) *Context {
 			return boxProc{p}, nil
 		},
 	}
+	k.id, k.co, k.forkable = id, co, co.Forkable
 	if co.Forkable {
 		k.start = c.forkableStart(co)
 	}
