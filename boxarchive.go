@@ -511,11 +511,16 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 	if err != nil {
 		return res, fmt.Errorf("import snapshot %s: %w", name, err)
 	}
-	res.Snapshot = name
 	b, err := r.Create(ctx, BoxOptions{FromSnapshot: name, Name: opts.Name})
 	if err != nil {
-		return res, err
+		// A snapshot this host cannot restore is of no use here.
+		r.RemoveSnapshot(context.WithoutCancel(ctx), name)
+		if errors.Is(err, ErrNameInUse) {
+			return res, err
+		}
+		return res, fmt.Errorf("import: %w (memory archives restore only where the kernel, agent, root filesystem base and QEMU are those of the exporting host; export the box without memory to move it)", err)
 	}
+	res.Snapshot = name
 	res.Box = b
 	return res, nil
 }

@@ -181,6 +181,76 @@ cat /opt/app/sub/f; [ -e /etc/issue ] && echo issue-still-there; [ -e /usr/share
 	if _, err := r2.ImportBox(ctx, bytes.NewReader(buf.Bytes()), airlock.ImportOptions{}); !errors.Is(err, airlock.ErrSnapshotExists) {
 		t.Errorf("second import: %v, want ErrSnapshotExists", err)
 	}
+	// As on another host, whose kernel file is not this one: refused
+	// clearly, and no snapshot is left.
+	other := rewriteArchive(t, buf.Bytes(), "machine.json", func(b []byte) []byte {
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		f := m["files"].([]any)[0].(map[string]any)
+		f["inode"] = f["inode"].(float64) + 1
+		out, _ := json.Marshal(m)
+		return out
+	})
+	r3 := open()
+	_, err = r3.ImportBox(ctx, bytes.NewReader(other), airlock.ImportOptions{})
+	if err == nil || !strings.Contains(err.Error(), "built again") || !strings.Contains(err.Error(), "without memory") {
+		t.Errorf("import of a memory archive from another host: %v", err)
+	} else {
+		t.Logf("memory archive from another host: %v", err)
+	}
+	if snaps, _ := r3.Snapshots(ctx); len(snaps) != 0 {
+		t.Errorf("a refused import left snapshots: %+v", snaps)
+	}
+}
+
+// rewriteArchive returns arc with entry name's content replaced by
+// edit's, and its size and checksum in airlock-box.json updated.
+func rewriteArchive(t *testing.T, arc []byte, name string, edit func([]byte) []byte) []byte {
+	t.Helper()
+	type ent struct {
+		name string
+		data []byte
+	}
+	var ents []ent
+	tr := tar.NewReader(bytes.NewReader(arc))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		if h.Name == name {
+			b = edit(b)
+		}
+		ents = append(ents, ent{h.Name, b})
+	}
+	var meta map[string]any
+	if err := json.Unmarshal(ents[0].data, &meta); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range meta["files"].([]any) {
+		f := f.(map[string]any)
+		for _, e := range ents {
+			if e.name == f["name"] {
+				sum := sha256.Sum256(e.data)
+				f["size"], f["sha256"] = len(e.data), hex.EncodeToString(sum[:])
+			}
+		}
+	}
+	ents[0].data, _ = json.Marshal(meta)
+	var out bytes.Buffer
+	tw := tar.NewWriter(&out)
+	for _, e := range ents {
+		tw.WriteHeader(&tar.Header{Name: e.name, Size: int64(len(e.data)), Mode: 0o600, Typeflag: tar.TypeReg})
+		tw.Write(e.data)
+	}
+	tw.Close()
+	return out.Bytes()
 }
 
 func randBytes(n int) []byte {
