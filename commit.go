@@ -51,8 +51,9 @@ var ErrLimit = unpack.ErrLimit
 // configuration (environment, entrypoint, user). Volumes are not part of
 // it. The box may be stopped or running: a running box first flushes its
 // filesystems (it runs `sync`, which the image must have), then is paused
-// while its disk is copied (milliseconds) and runs on. Extended
-// attributes are not carried. Errors: ErrImageNotFound when the box's
+// while its disk is copied (milliseconds) and runs on. Of extended
+// attributes, user.* and security.* (file capabilities) are carried.
+// Errors: ErrImageNotFound when the box's
 // image is gone, ErrLimit, vmm.ErrNotSupported for a driver that cannot
 // pause a running box.
 func (b *Box) Commit(ctx context.Context, ref string, opts CommitOptions) (CommitResult, error) {

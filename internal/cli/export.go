@@ -156,8 +156,9 @@ func newCommitCmd() *cobra.Command {
 		Long: `Store BOX's writable layer (files it added, changed and deleted) as a new
 OCI layer on top of its image, named IMAGE[:TAG]: 'airlock run IMAGE:TAG'
 starts from it and 'airlock images' lists it. A running box is flushed
-(sync) and paused while its disk is copied. Volumes and extended attributes
-are not included; device nodes, fifos and sockets are left out.`,
+(sync) and paused while its disk is copied. Volumes are not included, nor
+extended attributes but user.* and security.*; device nodes, fifos and
+sockets are left out.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, b, err := openBox(cmd, args[0])

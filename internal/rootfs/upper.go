@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -44,8 +45,9 @@ const maxDepth = 256
 // links with their modes, owners and mtimes; a whiteout (character device
 // 0:0) becomes an empty ".wh.NAME" file and an opaque directory
 // (trusted.overlay.opaque=y) gets a ".wh..wh..opq" entry, as the OCI image
-// spec's changesets have it. Device nodes, fifos and sockets are left out
-// (LayerStats.Skipped); extended attributes are not carried.
+// spec's changesets have it. user.* and security.* extended attributes
+// (file capabilities) are carried as PAX SCHILY.xattr records; device
+// nodes, fifos and sockets are left out (LayerStats.Skipped).
 //
 // It needs no root and mounts nothing: it copies the disk to a scratch
 // directory next to scratchDir, replays its journal there (e2fsck -E
@@ -154,6 +156,11 @@ func UpperLayer(ctx context.Context, disk, scratchDir string, w io.Writer, lim u
 		for i, e := range ents {
 			si := parseStat(stats[i])
 			ents[i].st = si
+			if _, linked := links[e.ino]; !linked && e.mode&0o170000 != 0o020000 {
+				for j, name := range si.xattrs {
+					dump = append(dump, fmt.Sprintf(`ea_get -f "%s" <%d> %s`, d.xattrFile(e.ino, j), e.ino, name))
+				}
+			}
 			switch e.mode & 0o170000 {
 			case 0o100000:
 				if _, ok := links[e.ino]; ok {
@@ -213,6 +220,19 @@ type lsEntry struct {
 
 func writeEntry(tw *tar.Writer, d *debugfsRunner, e lsEntry, links map[uint64]string, dumped bool, st *LayerStats) error {
 	hdr := &tar.Header{Name: e.path, Mode: e.mode & 0o7777, Uid: e.uid, Gid: e.gid, ModTime: e.st.mtime, Format: tar.FormatPAX}
+	for j, name := range e.st.xattrs {
+		if e.mode&0o170000 == 0o100000 && !dumped {
+			break // a hard link: the first name carries them
+		}
+		v, err := os.ReadFile(d.xattrFile(e.ino, j))
+		if err != nil || len(v) > 64<<10 {
+			continue // debugfs could not read it (or it is no xattr)
+		}
+		if hdr.PAXRecords == nil {
+			hdr.PAXRecords = map[string]string{}
+		}
+		hdr.PAXRecords["SCHILY.xattr."+name] = string(v)
+	}
 	if strings.HasPrefix(e.name, ".wh.") {
 		return fmt.Errorf("%s in the writable layer has a name OCI image layers reserve for whiteouts (.wh.*): rename it to commit", e.path)
 	}
@@ -335,7 +355,18 @@ type statInfo struct {
 	fastLink         bool
 	linkDest         string
 	opaque, redirect bool
+	// xattrs are the names of the user.* and security.* attributes
+	// (carried into the layer).
+	xattrs []string
 }
+
+// carriedXattr matches the extended attribute names a layer carries:
+// user.* and security.* (file capabilities, SELinux labels), with names
+// debugfs takes as one argument.
+var carriedXattr = regexp.MustCompile(`^(user|security)\.[A-Za-z0-9._@+-]{1,200}$`)
+
+// maxXattrs bounds the extended attributes carried per file.
+const maxXattrs = 32
 
 func parseStat(out string) statInfo {
 	var si statInfo
@@ -350,6 +381,10 @@ func parseStat(out string) statInfo {
 					si.opaque = val == `"y"`
 				case "trusted.overlay.redirect":
 					si.redirect = true
+				default:
+					if carriedXattr.MatchString(name) && len(si.xattrs) < maxXattrs {
+						si.xattrs = append(si.xattrs, name)
+					}
 				}
 				continue
 			}
@@ -384,6 +419,10 @@ func parseStat(out string) statInfo {
 // debugfsRunner runs batches of debugfs commands on one image.
 type debugfsRunner struct {
 	bin, img, dir string
+}
+
+func (d *debugfsRunner) xattrFile(ino uint64, i int) string {
+	return filepath.Join(d.dir, fmt.Sprintf("x%d-%d", ino, i))
 }
 
 func (d *debugfsRunner) file(ino uint64) string {

@@ -52,6 +52,9 @@ func upperDisk(t *testing.T) string {
 	must(unix.Setxattr(filepath.Join(up, "opq"), "trusted.overlay.opaque", []byte("y"), 0))
 	must(os.WriteFile(filepath.Join(up, "opq/new"), []byte("n"), 0o644))
 	must(unix.Mkfifo(filepath.Join(up, "fifo"), 0o644))
+	must(unix.Setxattr(filepath.Join(up, "dir/a.txt"), "user.note", []byte("kept"), 0))
+	must(unix.Setxattr(filepath.Join(up, "opq/new"), "security.capability", capNetRaw, 0))
+	must(unix.Setxattr(filepath.Join(up, "opq/new"), "trusted.secret", []byte("x"), 0))
 	disk := filepath.Join(t.TempDir(), "rw.ext4")
 	must(os.WriteFile(disk, nil, 0o600))
 	must(os.Truncate(disk, 32<<20))
@@ -60,6 +63,10 @@ func upperDisk(t *testing.T) string {
 	}
 	return disk
 }
+
+// capNetRaw is a VFS_CAP_REVISION_2 security.capability value granting
+// CAP_NET_RAW (bit 13), as setcap cap_net_raw+ep writes it.
+var capNetRaw = []byte{0, 0, 0, 2, 0, 0x20, 0, 0, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 func TestUpperLayer(t *testing.T) {
 	disk := upperDisk(t)
@@ -106,6 +113,16 @@ func TestUpperLayer(t *testing.T) {
 	}
 	if hard.Typeflag != tar.TypeLink || hard.Linkname != a.Name {
 		t.Errorf("hard link: %+v", hard)
+	}
+	if v := a.PAXRecords["SCHILY.xattr.user.note"]; v != "kept" {
+		t.Errorf("user.note of %s = %q", a.Name, v)
+	}
+	n := got["opq/new"]
+	if v := n.PAXRecords["SCHILY.xattr.security.capability"]; v != string(capNetRaw) {
+		t.Errorf("security.capability = %q", v)
+	}
+	if _, ok := n.PAXRecords["SCHILY.xattr.trusted.secret"]; ok {
+		t.Error("a trusted.* attribute was carried")
 	}
 	if got["dir/lnk"].Linkname != "a.txt" || len(got["longlnk"].Linkname) != 100 {
 		t.Errorf("symlinks: %q %q", got["dir/lnk"].Linkname, got["longlnk"].Linkname)
