@@ -174,7 +174,9 @@ func (c *CodeBox) Context(id string) *Context {
 // variables, imports and functions included, running on independently.
 // Every context must have been made with ContextOptions.Forkable; Fork
 // waits for cells that are running. The children are not attached: Close
-// removes each child's box. On error no child is left.
+// removes each child's box, and, as for New, the next airlock.Open removes
+// it once this program is gone (unless c was made by Attach). On error no
+// child is left.
 func (c *CodeBox) Fork(ctx context.Context, n int) ([]*CodeBox, error) {
 	c.mu.Lock()
 	if c.closed {
@@ -211,7 +213,9 @@ func (c *CodeBox) Fork(ctx context.Context, n int) ([]*CodeBox, error) {
 		}
 		states = append(states, s)
 	}
-	kids, err := c.box.Fork(ctx, n)
+	// Like New's boxes, the children go with this program (unless the
+	// CodeBox was attached to a box someone else manages).
+	kids, err := c.box.ForkWith(ctx, n, airlock.ForkOptions{AutoRemove: !c.attached})
 	if err != nil {
 		return nil, fmt.Errorf("codebox: %w", err)
 	}
