@@ -51,7 +51,8 @@ const maxDepth = 256
 //
 // It needs no root and mounts nothing: it copies the disk to a scratch
 // directory next to scratchDir, replays its journal there (e2fsck -E
-// journal_only) and reads it with debugfs (e2fsprogs), by inode number, so
+// journal_only) and reads it with debugfs (e2fsprogs), by inode number
+// (file contents stream from "cat <inode>" straight into the tar), so
 // that no name from the disk becomes a host path. The disk is guest
 // controlled: names with '/' or NUL, directory cycles, deeper than 256
 // levels, and more than lim allows (entries, bytes, one file's size) are
@@ -91,7 +92,9 @@ func UpperLayer(ctx context.Context, disk, scratchDir string, w io.Writer, lim u
 	}
 	// A box that was killed, or a copy of a running one's disk, has a
 	// journal to replay; exit status 1 means it was.
-	fsck := exec.CommandContext(ctx, e2fsck, "-p", "-E", "journal_only", img)
+	fctx, cancel := context.WithTimeout(ctx, fsckTimeout)
+	defer cancel()
+	fsck := exec.CommandContext(fctx, e2fsck, "-p", "-E", "journal_only", img)
 	if out, err := fsck.CombinedOutput(); err != nil {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() > 1 {
@@ -119,92 +122,143 @@ func UpperLayer(ctx context.Context, disk, scratchDir string, w io.Writer, lim u
 		if depth > maxDepth {
 			return st, fmt.Errorf("the writable layer is deeper than %d directories: %w", maxDepth, unpack.ErrLimit)
 		}
-		cmds := make([]string, len(level))
-		for i, dir := range level {
-			cmds[i] = fmt.Sprintf("ls -p <%d>", dir.ino)
-		}
-		lists, err := d.run(ctx, cmds)
-		if err != nil {
-			return st, err
-		}
-		// One batch for this level: stat every entry, dump new files.
-		var ents []lsEntry
-		for i, dir := range level {
-			es, err := parseLs(lists[i])
-			if err != nil {
-				return st, fmt.Errorf("directory %q of the writable layer: %w", "/"+dir.path, err)
-			}
-			for _, e := range es {
-				e.path = path.Join(dir.path, e.name)
-				ents = append(ents, e)
-			}
-		}
-		if int64(st.Entries+len(ents)) > lim.MaxEntries {
-			return st, fmt.Errorf("the writable layer has more than %d entries: %w", lim.MaxEntries, unpack.ErrLimit)
-		}
-		var batch []string
-		for _, e := range ents {
-			batch = append(batch, fmt.Sprintf("stat <%d>", e.ino))
-		}
-		stats, err := d.run(ctx, batch)
-		if err != nil {
-			return st, err
-		}
 		var next []dirAt
-		var dump []string
-		dumpFor := map[int]bool{}
-		for i, e := range ents {
-			si := parseStat(stats[i])
-			ents[i].st = si
-			if _, linked := links[e.ino]; !linked && e.mode&0o170000 != 0o020000 {
-				for j, name := range si.xattrs {
-					dump = append(dump, fmt.Sprintf(`ea_get -f "%s" <%d> %s`, d.xattrFile(e.ino, j), e.ino, name))
-				}
+		// Directories and entries go in chunks, so that what debugfs
+		// prints, and the files it dumps, stay small at any one time.
+		for len(level) > 0 {
+			dirs := level[:min(len(level), dirChunk)]
+			level = level[len(dirs):]
+			cmds := make([]string, len(dirs))
+			for i, dir := range dirs {
+				cmds[i] = fmt.Sprintf("ls -p <%d>", dir.ino)
 			}
-			switch e.mode & 0o170000 {
-			case 0o100000:
-				if _, ok := links[e.ino]; ok {
-					continue
-				}
-				if e.size > lim.MaxFileSize {
-					return st, fmt.Errorf("%s in the writable layer is %d bytes, over the limit of %d: %w", e.path, e.size, lim.MaxFileSize, unpack.ErrLimit)
-				}
-				if st.Bytes+e.size > lim.MaxBytes {
-					return st, fmt.Errorf("the writable layer's files add up to more than %d bytes: %w", lim.MaxBytes, unpack.ErrLimit)
-				}
-				st.Bytes += e.size
-				links[e.ino] = e.path
-				dumpFor[i] = true
-				dump = append(dump, fmt.Sprintf(`dump <%d> "%s"`, e.ino, d.file(e.ino)))
-			case 0o120000:
-				if !si.fastLink {
-					if e.size > 4096 {
-						return st, fmt.Errorf("symlink %s in the writable layer is longer than 4096 bytes: %w", e.path, unpack.ErrLimit)
-					}
-					dump = append(dump, fmt.Sprintf(`dump <%d> "%s"`, e.ino, d.file(e.ino)))
-				}
-			case 0o040000:
-				if seenDir[e.ino] {
-					return st, fmt.Errorf("directory %s of the writable layer is linked twice (a damaged filesystem)", e.path)
-				}
-				seenDir[e.ino] = true
-				next = append(next, dirAt{e.ino, e.path})
-			}
-		}
-		if _, err := d.run(ctx, dump); err != nil {
-			return st, err
-		}
-		for i, e := range ents {
-			if err := ctx.Err(); err != nil {
+			lists, err := d.run(ctx, cmds)
+			if err != nil {
 				return st, err
 			}
-			if err := writeEntry(tw, d, e, links, dumpFor[i], &st); err != nil {
-				return st, err
+			var ents []lsEntry
+			for i, dir := range dirs {
+				es, err := parseLs(lists[i])
+				if err != nil {
+					return st, fmt.Errorf("directory %q of the writable layer: %w", "/"+dir.path, err)
+				}
+				if int64(st.Entries+len(ents)+len(es)) > lim.MaxEntries {
+					return st, fmt.Errorf("the writable layer has more than %d entries: %w", lim.MaxEntries, unpack.ErrLimit)
+				}
+				for _, e := range es {
+					e.path = path.Join(dir.path, e.name)
+					ents = append(ents, e)
+				}
+			}
+			lists = nil
+			for len(ents) > 0 {
+				chunk := ents[:min(len(ents), entryChunk)]
+				ents = ents[len(chunk):]
+				sub, err := upperChunk(ctx, tw, d, chunk, links, seenDir, lim, &st)
+				if err != nil {
+					return st, err
+				}
+				for _, e := range sub {
+					next = append(next, dirAt{e.ino, e.path})
+				}
 			}
 		}
 		level = next
 	}
 	return st, tw.Close()
+}
+
+// Chunk sizes of UpperLayer's debugfs batches: directories listed, and
+// entries stat'ed and dumped, per debugfs run.
+const (
+	dirChunk   = 256
+	entryChunk = 2048
+)
+
+// upperChunk stats the entries ents, dumps their contents and extended
+// attributes, writes them to tw and removes the dumped files again; it
+// returns the directories among them.
+func upperChunk(ctx context.Context, tw *tar.Writer, d *debugfsRunner, ents []lsEntry, links map[uint64]string,
+	seenDir map[uint64]bool, lim unpack.Limits, st *LayerStats) ([]lsEntry, error) {
+	batch := make([]string, len(ents))
+	for i, e := range ents {
+		batch[i] = fmt.Sprintf("stat <%d>", e.ino)
+	}
+	stats, err := d.run(ctx, batch)
+	if err != nil {
+		return nil, err
+	}
+	defer d.clean()
+	var dirs []lsEntry
+	var dump, cats []string
+	dumpFor := map[int]bool{}
+	cat := map[int]int{} // entry -> its cat command
+	for i, e := range ents {
+		si := parseStat(stats[i])
+		ents[i].st = si
+		if _, linked := links[e.ino]; !linked && e.mode&0o170000 != 0o020000 {
+			for j, name := range si.xattrs {
+				dump = append(dump, fmt.Sprintf(`ea_get -f "%s" <%d> %s`, d.xattrFile(e.ino, j), e.ino, name))
+			}
+		}
+		switch e.mode & 0o170000 {
+		case 0o100000:
+			if _, ok := links[e.ino]; ok {
+				continue
+			}
+			if e.size > lim.MaxFileSize {
+				return nil, fmt.Errorf("%s in the writable layer is %d bytes, over the limit of %d: %w", e.path, e.size, lim.MaxFileSize, unpack.ErrLimit)
+			}
+			if st.Bytes+e.size > lim.MaxBytes {
+				return nil, fmt.Errorf("the writable layer's files add up to more than %d bytes: %w", lim.MaxBytes, unpack.ErrLimit)
+			}
+			st.Bytes += e.size
+			links[e.ino] = e.path
+			dumpFor[i] = true
+			cat[i] = len(cats)
+			cats = append(cats, fmt.Sprintf("cat <%d>", e.ino))
+		case 0o120000:
+			if !si.fastLink {
+				if e.size > 4096 {
+					return nil, fmt.Errorf("symlink %s in the writable layer is longer than 4096 bytes: %w", e.path, unpack.ErrLimit)
+				}
+				cat[i] = len(cats)
+				cats = append(cats, fmt.Sprintf("cat <%d>", e.ino))
+			}
+		case 0o040000:
+			if seenDir[e.ino] {
+				return nil, fmt.Errorf("directory %s of the writable layer is linked twice (a damaged filesystem)", e.path)
+			}
+			seenDir[e.ino] = true
+			dirs = append(dirs, e)
+		}
+	}
+	if _, err := d.run(ctx, dump); err != nil {
+		return nil, err
+	}
+	// Contents stream from one debugfs: each cat's output follows its
+	// echoed command, exactly the file's size long.
+	err = d.stream(ctx, cats, func(next func(int) (io.Reader, error)) error {
+		for i, e := range ents {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			var content io.Reader
+			if c, ok := cat[i]; ok {
+				if content, err = next(c); err != nil {
+					return fmt.Errorf("read %s from the writable layer: %w", e.path, err)
+				}
+			}
+			if err := writeEntry(tw, d, e, links, dumpFor[i], content, st); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return dirs, nil
 }
 
 // lsEntry is one line of debugfs "ls -p" with what stat added.
@@ -218,7 +272,10 @@ type lsEntry struct {
 	st       statInfo
 }
 
-func writeEntry(tw *tar.Writer, d *debugfsRunner, e lsEntry, links map[uint64]string, dumped bool, st *LayerStats) error {
+// writeEntry writes e to tw; content is the stream positioned at e's
+// content (debugfs cat) when e has one: a regular file's first name, a
+// slow symlink.
+func writeEntry(tw *tar.Writer, d *debugfsRunner, e lsEntry, links map[uint64]string, dumped bool, content io.Reader, st *LayerStats) error {
 	hdr := &tar.Header{Name: e.path, Mode: e.mode & 0o7777, Uid: e.uid, Gid: e.gid, ModTime: e.st.mtime, Format: tar.FormatPAX}
 	for j, name := range e.st.xattrs {
 		if e.mode&0o170000 == 0o100000 && !dumped {
@@ -242,25 +299,15 @@ func writeEntry(tw *tar.Writer, d *debugfsRunner, e lsEntry, links map[uint64]st
 			hdr.Typeflag, hdr.Linkname = tar.TypeLink, first
 			break
 		}
-		f, err := os.Open(d.file(e.ino))
-		if err != nil {
-			return fmt.Errorf("read %s from the writable layer: %w", e.path, err)
-		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return err
-		}
-		if fi.Size() != e.size {
-			return fmt.Errorf("read %s from the writable layer: got %d bytes of %d", e.path, fi.Size(), e.size)
-		}
 		hdr.Typeflag, hdr.Size = tar.TypeReg, e.size
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
 		}
 		st.Entries++
-		_, err = io.Copy(tw, f)
-		return err
+		if n, err := io.CopyN(tw, content, e.size); err != nil {
+			return fmt.Errorf("read %s from the writable layer: got %d bytes of %d: %w", e.path, n, e.size, err)
+		}
+		return nil
 	case 0o040000:
 		if e.st.redirect {
 			return fmt.Errorf("directory %s of the writable layer was renamed (overlay redirect): commit cannot express that; copy it instead of renaming", e.path)
@@ -281,8 +328,8 @@ func writeEntry(tw *tar.Writer, d *debugfsRunner, e lsEntry, links map[uint64]st
 		if e.st.fastLink {
 			hdr.Linkname = e.st.linkDest
 		} else {
-			b, err := os.ReadFile(d.file(e.ino))
-			if err != nil {
+			b := make([]byte, e.size)
+			if _, err := io.ReadFull(content, b); err != nil {
 				return fmt.Errorf("read symlink %s from the writable layer: %w", e.path, err)
 			}
 			hdr.Linkname = string(b)
@@ -421,12 +468,77 @@ type debugfsRunner struct {
 	bin, img, dir string
 }
 
-func (d *debugfsRunner) xattrFile(ino uint64, i int) string {
-	return filepath.Join(d.dir, fmt.Sprintf("x%d-%d", ino, i))
+// stream runs cmds (cat commands) in one debugfs and calls fn with next:
+// next(i) checks that command i is the next one echoed and returns the
+// stream positioned at its output, which the caller reads exactly (a
+// file's size). Afterwards the output must be at its end.
+func (d *debugfsRunner) stream(ctx context.Context, cmds []string, fn func(next func(int) (io.Reader, error)) error) error {
+	if len(cmds) == 0 {
+		return fn(func(int) (io.Reader, error) { return nil, errors.New("no content expected") })
+	}
+	script := filepath.Join(d.dir, "cmds")
+	if err := os.WriteFile(script, []byte(strings.Join(cmds, "\n")+"\n"), 0o600); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, debugfsTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, d.bin, "-c", "-f", script, d.img)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	r := bufio.NewReaderSize(pipe, 1<<20)
+	want := 0
+	next := func(i int) (io.Reader, error) {
+		if i != want {
+			return nil, fmt.Errorf("contents out of order (%d, want %d)", i, want)
+		}
+		want++
+		line, err := r.ReadString('\n')
+		if line != "debugfs: "+cmds[i]+"\n" {
+			return nil, fmt.Errorf("debugfs printed %.80q where %q was expected (%v): %s", line, cmds[i], err, strings.TrimSpace(stderr.String()))
+		}
+		return r, nil
+	}
+	ferr := fn(next)
+	if ferr == nil && want != len(cmds) {
+		ferr = fmt.Errorf("read %d of %d contents", want, len(cmds))
+	}
+	if ferr == nil {
+		if n, _ := io.Copy(io.Discard, io.LimitReader(r, 1)); n != 0 {
+			ferr = fmt.Errorf("debugfs printed more than the files' sizes (a file shorter than its size?): %s", strings.TrimSpace(stderr.String()))
+		}
+	}
+	if ferr != nil {
+		cmd.Process.Kill()
+	}
+	werr := cmd.Wait()
+	if ferr != nil {
+		return ferr
+	}
+	if werr != nil {
+		return fmt.Errorf("debugfs on the writable layer: %w: %s", werr, strings.TrimSpace(stderr.String()))
+	}
+	return nil
 }
 
-func (d *debugfsRunner) file(ino uint64) string {
-	return filepath.Join(d.dir, "f"+strconv.FormatUint(ino, 10))
+// clean removes the files dumped so far.
+func (d *debugfsRunner) clean() {
+	ents, _ := os.ReadDir(d.dir)
+	for _, e := range ents {
+		if n := e.Name(); n != "disk.ext4" && n != "cmds" {
+			os.Remove(filepath.Join(d.dir, n))
+		}
+	}
+}
+
+func (d *debugfsRunner) xattrFile(ino uint64, i int) string {
+	return filepath.Join(d.dir, fmt.Sprintf("x%d-%d", ino, i))
 }
 
 // rootInode returns the inode of UpperDir, 0 if there is none.
@@ -450,9 +562,15 @@ func (d *debugfsRunner) rootInode(ctx context.Context) (uint64, error) {
 	return 0, nil
 }
 
-// maxDebugfsOutput bounds what one batch may print (ls and stat output of
-// up to MaxEntries entries is far less per entry).
-const maxDebugfsOutput = 1 << 30
+// maxDebugfsOutput bounds what one batch may print (stat prints about 1 KiB
+// an entry; a listing about 30 bytes an entry).
+const maxDebugfsOutput = 256 << 20
+
+// Deadlines for the e2fsprogs runs on a (possibly crafted) filesystem.
+const (
+	fsckTimeout    = 5 * time.Minute
+	debugfsTimeout = 10 * time.Minute
+)
 
 // run runs cmds in one debugfs (read-only, catastrophic mode: bitmaps are
 // not read) and returns each command's output. debugfs echoes each
@@ -466,6 +584,8 @@ func (d *debugfsRunner) run(ctx context.Context, cmds []string) ([]string, error
 	if err := os.WriteFile(script, []byte(strings.Join(cmds, "\n")+"\n"), 0o600); err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, debugfsTimeout)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, d.bin, "-c", "-f", script, d.img)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
