@@ -41,6 +41,9 @@ that has the same image. -o - writes to standard output.`,
 			}
 			var w io.Writer = cmd.OutOrStdout()
 			var f *os.File
+			if out == "-" && isTerminal(w) {
+				return fmt.Errorf("refusing to write an archive to a terminal: give a file with -o FILE, or redirect the output")
+			}
 			if out != "-" {
 				var err error
 				if f, err = os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".tmp-"); err != nil {
@@ -91,6 +94,8 @@ that has the same image. -o - writes to standard output.`,
 	cmd.Flags().StringVarP(&out, "output", "o", "", "archive to write (- for standard output)")
 	cmd.Flags().BoolVar(&memory, "with-memory", false, "include a memory snapshot of the running box")
 	cmd.Flags().StringVar(&snapshot, "snapshot", "", "export this snapshot (with memory) instead of a box")
+	cmd.ValidArgsFunction = completeFirstBox(nil)
+	cmd.RegisterFlagCompletionFunc("snapshot", completeSnapshots)
 	return cmd
 }
 
@@ -181,5 +186,6 @@ sockets are left out.`,
 		},
 	}
 	cmd.Flags().StringVarP(&comment, "message", "m", "", "comment for the new layer's history")
+	cmd.ValidArgsFunction = completeFirstBox(nil)
 	return cmd
 }
