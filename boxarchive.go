@@ -13,7 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-
+	"regexp"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -429,6 +429,9 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 		}
 		return res, err
 	}
+	if img.Digest != m.ImageDigest {
+		return res, fmt.Errorf("the archive's image %s resolved to %s here: %w", m.ImageDigest, img.Digest, ErrImageNotFound)
+	}
 	readDisk := func(dst string) error {
 		if err := next(archiveDiskName, m.Files[0].Size); err != nil {
 			return err
@@ -525,12 +528,14 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 	return res, nil
 }
 
+var imageDigest = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
 // checkArchive checks m's declared layout against the box's options o.
 func checkArchive(m archiveMeta, o BoxOptions) error {
 	if m.Kind != "box" && m.Kind != "snapshot" {
 		return fmt.Errorf("archive kind %q is not one this airlock reads (box, snapshot)", m.Kind)
 	}
-	if _, err := image.Normalize(m.Image); err != nil || len(m.ImageDigest) != len("sha256:")+64 {
+	if _, err := image.Normalize(m.Image); err != nil || !imageDigest.MatchString(m.ImageDigest) {
 		return fmt.Errorf("the archive names image %q (%q): not an image reference and digest", m.Image, m.ImageDigest)
 	}
 	want := []string{archiveDiskName}
