@@ -51,6 +51,10 @@ func TestForkContextsQEMU(t *testing.T) {
 		t.Cleanup(func() { k.Close() })
 	}
 	for i, k := range kids {
+		// Like New's box, a child goes with this program.
+		if info, err := k.Box().Info(ctx); err != nil || !info.Options.AutoRemove {
+			t.Errorf("child %d: AutoRemove %v (%v), want true", i, info.Options.AutoRemove, err)
+		}
 		kx := k.Context(x.ID())
 		if kx == nil {
 			t.Fatalf("child %d has no context %s", i, x.ID())
