@@ -3,7 +3,6 @@ package airlock
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -383,38 +381,9 @@ const MaxForks = 64
 // processes (a background process keeps its pid; files written before
 // are there), unnamed, with the box's options. The snapshot is removed
 // afterwards. On error no child is left. Errors: those of Snapshot and
-// Create.
+// Create. ForkWith takes options.
 func (b *Box) Fork(ctx context.Context, n int) ([]*Box, error) {
-	if n < 1 || n > MaxForks {
-		return nil, fmt.Errorf("fork into %d boxes: want 1..%d", n, MaxForks)
-	}
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	name := "fork-" + b.id + "-" + hex.EncodeToString(rnd[:])
-	if _, err := b.Snapshot(ctx, name); err != nil {
-		return nil, err
-	}
-	defer b.r.RemoveSnapshot(context.WithoutCancel(ctx), name)
-	kids := make([]*Box, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range kids {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			kids[i], errs[i] = b.r.Create(ctx, BoxOptions{FromSnapshot: name})
-		}(i)
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, k := range kids {
-			if k != nil {
-				k.remove(context.WithoutCancel(ctx), true)
-			}
-		}
-		return nil, fmt.Errorf("fork box %s: %w", b.id, err)
-	}
-	return kids, nil
+	return b.ForkWith(ctx, n, ForkOptions{})
 }
 
 func (b *Box) pauser() (vmm.Pauser, vmm.Spec, vmm.Handle, error) {

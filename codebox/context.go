@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -100,6 +102,10 @@ type Context struct {
 	grace   time.Duration
 	onClose func()
 
+	id       string         // Context.ID; kept by the children of a fork
+	co       ContextOptions // as made
+	forkable bool           // co.Forkable: the interpreter is a daemon (fork.go)
+
 	closing   chan struct{} // closed by Close, to end a running cell
 	closeOnce sync.Once
 
@@ -151,6 +157,21 @@ func (c *CodeBox) NewContext(ctx context.Context, opts ...ContextOptions) (*Cont
 		return nil, errors.New("codebox: closed")
 	}
 	c.mu.Unlock()
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	k := c.newContextValue(hex.EncodeToString(rnd[:]), co)
+	if err := k.init(ctx); err != nil {
+		return nil, fmt.Errorf("codebox: start context: %w", err)
+	}
+	c.mu.Lock()
+	c.contexts[k] = struct{}{}
+	c.mu.Unlock()
+	return k, nil
+}
+
+// newContextValue returns a Context of c whose interpreter is not
+// started yet.
+func (c *CodeBox) newContextValue(id string, co ContextOptions) *Context {
 	k := &Context{
 		closing: make(chan struct{}),
 		timeout: c.opts.Timeout,
@@ -169,18 +190,16 @@ func (c *CodeBox) NewContext(ctx context.Context, opts ...ContextOptions) (*Cont
 			return boxProc{p}, nil
 		},
 	}
+	k.id, k.co, k.forkable = id, co, co.Forkable
+	if co.Forkable {
+		k.start = c.forkableStart(co)
+	}
 	k.onClose = func() {
 		c.mu.Lock()
 		delete(c.contexts, k)
 		c.mu.Unlock()
 	}
-	if err := k.init(ctx); err != nil {
-		return nil, fmt.Errorf("codebox: start context: %w", err)
-	}
-	c.mu.Lock()
-	c.contexts[k] = struct{}{}
-	c.mu.Unlock()
-	return k, nil
+	return k
 }
 
 func (x *Context) init(ctx context.Context) error {

@@ -278,6 +278,7 @@ func removeImage(cmd *cobra.Command, r *airlock.Runtime, ref string, force bool)
 
 func newImportCmd() *cobra.Command {
 	var tag string
+	var bi boxImport
 	cmd := &cobra.Command{
 		Use:   "import PATH [--tag IMAGE]",
 		Short: "Add images from an OCI layout folder, an OCI archive or a 'docker save' tarball",
@@ -285,9 +286,12 @@ func newImportCmd() *cobra.Command {
 a tar archive of one (an "OCI archive", e.g. from 'docker buildx build
 --output type=oci') or a 'docker save' / 'airlock save' tarball. Names come
 from the file; --tag names the image instead (required when the file
-records no name). Multi-platform images import their linux/amd64 variant.`,
+records no name). Multi-platform images import their linux/amd64 variant.` + boxImportHelp,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if ok, err := importBoxArchive(cmd, args[0], bi); ok {
+				return err
+			}
 			s, err := openImages()
 			if err != nil {
 				return err
@@ -305,6 +309,7 @@ records no name). Multi-platform images import their linux/amd64 variant.`,
 		},
 	}
 	cmd.Flags().StringVarP(&tag, "tag", "t", "", "name for the imported image")
+	bi.register(cmd)
 	return cmd
 }
 

@@ -1,0 +1,390 @@
+package airlock_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/vmtest"
+)
+
+// privateImages gives the test an image store of its own holding the
+// default image (hard links to the shared store's blobs, or copies), so
+// that committed images never reach the shared store.
+func privateImages(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "images")
+	if out, err := osexec.Command("cp", "-al", vmtest.ImagesDir(), dir).CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		if out, err := osexec.Command("cp", "-a", vmtest.ImagesDir(), dir).CombinedOutput(); err != nil {
+			t.Fatalf("copy the image store: %v: %s", err, out)
+		}
+	} else if len(out) > 0 {
+		t.Log(string(out))
+	}
+	// index.json is rewritten by rename; the hard-linked copy must not be
+	// written through.
+	idx := filepath.Join(dir, "index.json")
+	b, err := os.ReadFile(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(idx)
+	if err := os.WriteFile(idx, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestExportImportCommitQEMU: a box's writable layer becomes an image
+// layer (new, changed, deleted files, a replaced directory, links) that a
+// new box runs from; a box exported without memory is imported into
+// another home, stopped, and boots with its files; one exported with
+// memory is imported running, its processes included.
+func TestExportImportCommitQEMU(t *testing.T) {
+	vmtest.Require(t)
+	ctx := context.Background()
+	images := privateImages(t)
+	open := func() *airlock.Runtime {
+		r, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: images, Warn: func(string) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	r := open()
+	b, err := r.Create(ctx, airlock.BoxOptions{Image: vmtest.DefaultImage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Remove(context.Background(), true) })
+	shIn(t, b, `echo kept > /root/new && ln /root/new /root/hard && ln -s new /root/lnk &&
+rm /etc/issue && rm -rf /usr/share/doc && mkdir /usr/share/doc && echo only > /usr/share/doc/only &&
+echo changed >> /etc/debian_version && mkdir -p /opt/app/sub && echo deep > /opt/app/sub/f`)
+	check := func(b *airlock.Box, what string) {
+		t.Helper()
+		got := shIn(t, b, `cat /root/new /root/hard; readlink /root/lnk; ls /usr/share/doc; tail -n1 /etc/debian_version
+cat /opt/app/sub/f; [ -e /etc/issue ] && echo issue-still-there; [ -e /usr/share/doc/debian ] && echo doc-still-there; true`)
+		if want := "kept\nkept\nnew\nonly\nchanged\ndeep"; got != want {
+			t.Errorf("%s: got\n%s\nwant\n%s", what, got, want)
+		}
+	}
+
+	// Commit, running.
+	t0 := time.Now()
+	ref := "airlock-test/commit-" + hex.EncodeToString(randBytes(4)) + ":v1"
+	cr, err := b.Commit(ctx, ref, airlock.CommitOptions{Comment: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("commit of a running box: %s (paused %s), %d entries, %d whiteouts, %d bytes", time.Since(t0).Round(time.Millisecond),
+		cr.Paused.Round(time.Microsecond), cr.Entries, cr.Whiteouts, cr.Bytes)
+	// Removing the image also removes its root filesystem base from the
+	// (shared) cache.
+	t.Cleanup(func() { r.RemoveImage(context.Background(), ref, true) })
+	if cr.Whiteouts != 2 || cr.Image.Digest == "" {
+		t.Errorf("commit: %+v (want 2 whiteouts: /etc/issue and the opaque /usr/share/doc)", cr)
+	}
+	imgs, err := r.ListImages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := false
+	for _, im := range imgs {
+		listed = listed || (im.Digest == cr.Image.Digest && strings.HasSuffix(im.Ref, strings.TrimPrefix(ref, "airlock-test/")))
+	}
+	if !listed {
+		t.Errorf("ListImages does not show %s: %+v", ref, imgs)
+	}
+	t0 = time.Now()
+	c, err := r.Create(ctx, airlock.BoxOptions{Image: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("first box of the committed image (root filesystem base built): %s", time.Since(t0).Round(time.Millisecond))
+	check(c, "box of the committed image")
+	c.Remove(ctx, true)
+
+	// Export without memory, import in another home: stopped, boots with
+	// the files.
+	var buf bytes.Buffer
+	t0 = time.Now()
+	st, err := b.Export(ctx, &buf, airlock.ExportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("export without memory: %d bytes (disk data %d) in %s, paused %s", st.Bytes, st.DiskBytes, time.Since(t0).Round(time.Millisecond), st.Paused)
+	if int64(buf.Len()) != st.Bytes || st.Bytes > 64<<20 {
+		t.Errorf("archive of %d bytes, stats say %d (a 4 GiB disk's holes must stay out)", buf.Len(), st.Bytes)
+	}
+	if !airlock.IsBoxArchive(bytes.NewReader(buf.Bytes())) {
+		t.Error("IsBoxArchive is false for an export")
+	}
+	r2 := open()
+	res, err := r2.ImportBox(ctx, bytes.NewReader(buf.Bytes()), airlock.ImportOptions{Name: "imported"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := res.Box.Info(ctx)
+	if info.State != "created" && info.State != "stopped" {
+		t.Errorf("imported box is %q, want it not running", info.State)
+	}
+	if err := res.Box.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check(res.Box, "imported box")
+	res.Box.Remove(ctx, true)
+
+	// Export with memory: the import runs on with the box's process.
+	drawn := shIn(t, b, holder)
+	buf.Reset()
+	t0 = time.Now()
+	st, err = b.Export(ctx, &buf, airlock.ExportOptions{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("export with memory: %d bytes (disk %d, state %d) in %s, paused %s", st.Bytes, st.DiskBytes, st.StateBytes,
+		time.Since(t0).Round(time.Millisecond), st.Paused.Round(time.Millisecond))
+	if snaps, _ := r.Snapshots(ctx); len(snaps) != 0 {
+		t.Errorf("export left snapshots behind: %+v", snaps)
+	}
+	t0 = time.Now()
+	res, err = r2.ImportBox(ctx, bytes.NewReader(buf.Bytes()), airlock.ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("import with memory (restore): %s", time.Since(t0).Round(time.Millisecond))
+	t.Cleanup(func() { res.Box.Remove(context.Background(), true) })
+	if res.Snapshot != "import-"+b.ID() && res.Snapshot != b.ID() {
+		t.Errorf("snapshot name %q", res.Snapshot)
+	}
+	if got := askHolder(t, res.Box); got != drawn {
+		t.Errorf("imported box's process holds %q, want %q (the exported one's memory)", got, drawn)
+	}
+	check(res.Box, "box imported with memory")
+	// The same archive again: its snapshot name is taken.
+	if _, err := r2.ImportBox(ctx, bytes.NewReader(buf.Bytes()), airlock.ImportOptions{}); !errors.Is(err, airlock.ErrSnapshotExists) {
+		t.Errorf("second import: %v, want ErrSnapshotExists", err)
+	}
+	// As on another host, whose kernel file is not this one: refused
+	// clearly, and no snapshot is left.
+	other := rewriteArchive(t, buf.Bytes(), "machine.json", func(b []byte) []byte {
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		f := m["files"].([]any)[0].(map[string]any)
+		f["inode"] = f["inode"].(float64) + 1
+		out, _ := json.Marshal(m)
+		return out
+	})
+	r3 := open()
+	_, err = r3.ImportBox(ctx, bytes.NewReader(other), airlock.ImportOptions{})
+	if err == nil || !strings.Contains(err.Error(), "built again") || !strings.Contains(err.Error(), "without memory") {
+		t.Errorf("import of a memory archive from another host: %v", err)
+	} else {
+		t.Logf("memory archive from another host: %v", err)
+	}
+	if snaps, _ := r3.Snapshots(ctx); len(snaps) != 0 {
+		t.Errorf("a refused import left snapshots: %+v", snaps)
+	}
+}
+
+// rewriteArchive returns arc with entry name's content replaced by
+// edit's, and its size and checksum in airlock-box.json updated.
+func rewriteArchive(t *testing.T, arc []byte, name string, edit func([]byte) []byte) []byte {
+	t.Helper()
+	type ent struct {
+		name string
+		data []byte
+	}
+	var ents []ent
+	tr := tar.NewReader(bytes.NewReader(arc))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		if h.Name == name {
+			b = edit(b)
+		}
+		ents = append(ents, ent{h.Name, b})
+	}
+	var meta map[string]any
+	if err := json.Unmarshal(ents[0].data, &meta); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range meta["files"].([]any) {
+		f := f.(map[string]any)
+		for _, e := range ents {
+			if e.name == f["name"] {
+				sum := sha256.Sum256(e.data)
+				f["size"], f["sha256"] = len(e.data), hex.EncodeToString(sum[:])
+			}
+		}
+	}
+	ents[0].data, _ = json.Marshal(meta)
+	var out bytes.Buffer
+	tw := tar.NewWriter(&out)
+	for _, e := range ents {
+		tw.WriteHeader(&tar.Header{Name: e.name, Size: int64(len(e.data)), Mode: 0o600, Typeflag: tar.TypeReg})
+		tw.Write(e.data)
+	}
+	tw.Close()
+	return out.Bytes()
+}
+
+func randBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
+// archive builds a box archive from meta (marshalled) and entries.
+func archive(t *testing.T, meta any, entries ...[2]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	raw, _ := json.Marshal(meta)
+	all := append([][2]string{{"airlock-box.json", string(raw)}}, entries...)
+	for _, e := range all {
+		tw.WriteHeader(&tar.Header{Name: e[0], Size: int64(len(e[1])), Mode: 0o600, Typeflag: tar.TypeReg})
+		io.WriteString(tw, e[1])
+	}
+	tw.Close()
+	return buf.Bytes()
+}
+
+// TestImportRefusesHostileArchives: entries out of place, links, sizes
+// past the box's, data outside the disk, a wrong checksum and an unknown
+// image are refused, and leave no box.
+func TestImportRefusesHostileArchives(t *testing.T) {
+	ctx := context.Background()
+	r := openRuntime(t, "")
+	sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+	cfg := json.RawMessage(`{"v":1,"image":"python:slim","cpus":1,"memory_mib":512,"disk_mib":16,"network":"none","volumes":[{"source":"/","target":"/host"}]}`)
+	meta := func(mut func(m map[string]any)) map[string]any {
+		m := map[string]any{"v": 1, "kind": "box", "box": "b1", "image": "docker.io/library/python:slim",
+			"image_digest": "sha256:" + strings.Repeat("0", 64), "config": cfg,
+			"disk":  map[string]any{"size": 16 << 20, "extents": [][2]int64{{4096, 4}}},
+			"files": []map[string]any{{"name": "rw.ext4.data", "size": 4, "sha256": sum("data")}}}
+		if mut != nil {
+			mut(m)
+		}
+		return m
+	}
+	cases := []struct {
+		name string
+		arc  []byte
+		want string
+	}{
+		{"not an archive", []byte("hello"), "read archive"},
+		{"other first entry", archive(t, nil)[:0], "ends before"},
+		{"unknown image", archive(t, meta(nil), [2]string{"rw.ext4.data", "data"}), "not in the image store"},
+		{"newer format", archive(t, meta(func(m map[string]any) { m["v"] = 2 })), "format version 2"},
+		{"extent outside the disk", archive(t, meta(func(m map[string]any) {
+			m["disk"] = map[string]any{"size": 16 << 20, "extents": [][2]int64{{16 << 20, 4}}}
+		})), "outside"},
+		{"disk bigger than the box's", archive(t, meta(func(m map[string]any) {
+			m["disk"] = map[string]any{"size": 1 << 40, "extents": [][2]int64{}}
+		})), "not the 16 MiB"},
+		{"state past the memory size", archive(t, meta(func(m map[string]any) {
+			m["kind"] = "snapshot"
+			m["files"] = []map[string]any{{"name": "rw.ext4.data", "size": 4, "sha256": sum("data")},
+				{"name": "snapshot.json", "size": 2, "sha256": sum("{}")}, {"name": "machine.json", "size": 2, "sha256": sum("{}")},
+				{"name": "state", "size": int64(8) << 30, "sha256": sum("")}}
+		})), "over what its box allows"},
+		{"a path instead of an entry name", archive(t, meta(func(m map[string]any) {
+			m["files"] = []map[string]any{{"name": "../../etc/passwd", "size": 4, "sha256": sum("data")}}
+		})), "where rw.ext4.data belongs"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := r.ImportBox(ctx, bytes.NewReader(c.arc), airlock.ImportOptions{})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v, want an error with %q", err, c.want)
+			}
+		})
+	}
+
+	// With the real image: a symlink entry, a wrong checksum and data
+	// past the declared size are refused after the box is recorded, and
+	// the box is gone again.
+	s, err := image.Open(vmtest.ImagesDir())
+	if err != nil {
+		t.Skip(err)
+	}
+	img, err := s.Resolve(vmtest.DefaultImage)
+	if err != nil {
+		t.Skipf("the rest needs %s: %v", vmtest.DefaultImage, err)
+	}
+	real := func(mut func(m map[string]any)) map[string]any {
+		return meta(func(m map[string]any) {
+			m["image_digest"] = img.Digest
+			if mut != nil {
+				mut(m)
+			}
+		})
+	}
+	var link bytes.Buffer
+	tw := tar.NewWriter(&link)
+	raw, _ := json.Marshal(real(nil))
+	tw.WriteHeader(&tar.Header{Name: "airlock-box.json", Size: int64(len(raw)), Typeflag: tar.TypeReg})
+	tw.Write(raw)
+	tw.WriteHeader(&tar.Header{Name: "rw.ext4.data", Typeflag: tar.TypeSymlink, Linkname: "/etc/shadow"})
+	tw.Close()
+	for name, arc := range map[string][]byte{
+		"symlink entry":  link.Bytes(),
+		"wrong checksum": archive(t, real(nil), [2]string{"rw.ext4.data", "DATA"}),
+		"short data":     archive(t, real(nil), [2]string{"rw.ext4.data", "da"}),
+	} {
+		if _, err := r.ImportBox(ctx, bytes.NewReader(arc), airlock.ImportOptions{}); err == nil {
+			t.Errorf("%s: imported", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	if boxes, _ := r.List(ctx); len(boxes) != 0 {
+		t.Errorf("refused imports left boxes: %+v", boxes)
+	}
+
+	// A well-formed archive is imported, stopped, its data where the map
+	// says, without the host bind mount its configuration asked for.
+	res, err := r.ImportBox(ctx, bytes.NewReader(archive(t, real(nil), [2]string{"rw.ext4.data", "data"})), airlock.ImportOptions{Name: "ok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := res.Box.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State == "running" || len(info.Options.Volumes) != 0 || info.Name != "ok" || info.Options.DiskSizeMiB != 16 {
+		t.Errorf("imported box: %+v", info)
+	}
+	disk, err := os.ReadFile(filepath.Join(r.Home(), "boxes", res.Box.ID(), "rw.ext4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(disk) != 16<<20 || string(disk[4096:4100]) != "data" || disk[4100] != 0 {
+		t.Errorf("imported disk: %d bytes, %q at 4096", len(disk), disk[4096:4104])
+	}
+}

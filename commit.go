@@ -1,0 +1,170 @@
+package airlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/image/unpack"
+	"github.com/airlock-run/airlock/internal/rootfs"
+	"github.com/airlock-run/airlock/internal/vmm"
+)
+
+// CommitOptions tune Box.Commit. The zero value is ready to use.
+type CommitOptions struct {
+	// Comment goes into the new layer's history entry.
+	Comment string
+	// Limits bound what the layer may hold (entries, bytes, one file);
+	// zero fields default from the free space of the airlock home.
+	// Past one, Commit fails with an error wrapping ErrLimit.
+	Limits unpack.Limits
+}
+
+// CommitResult describes the image Box.Commit made.
+type CommitResult struct {
+	Image ImageInfo
+	// Entries, Whiteouts and Bytes describe the new layer (tar entries,
+	// deletions and opaque directories among them, file content bytes).
+	Entries, Whiteouts int
+	Bytes              int64
+	// Skipped lists what the layer leaves out (device nodes, fifos,
+	// sockets).
+	Skipped []string
+	// Paused is how long a running box was paused to copy its disk.
+	Paused time.Duration
+}
+
+// ErrLimit is wrapped by errors for content past a size or count limit
+// (CommitOptions.Limits, an archive given to ImportBox).
+var ErrLimit = unpack.ErrLimit
+
+// Commit turns the box's writable layer into a new image ref ("name",
+// "name:tag"): the box's image with one more OCI layer holding what the
+// box added, changed and deleted (deletions as whiteouts), stored in the
+// image store, so that Create with Image ref (`airlock run ref`) starts
+// from it and ListImages shows it. The new image keeps the base image's
+// configuration (environment, entrypoint, user). Volumes are not part of
+// it. The box may be stopped or running: a running box first flushes its
+// filesystems (it runs `sync`, which the image must have), then is paused
+// while its disk is copied (milliseconds) and runs on. Of extended
+// attributes, user.* and security.* (file capabilities) are carried.
+// Errors: ErrImageNotFound when the box's
+// image is gone, ErrLimit, vmm.ErrNotSupported for a driver that cannot
+// pause a running box.
+func (b *Box) Commit(ctx context.Context, ref string, opts CommitOptions) (CommitResult, error) {
+	var res CommitResult
+	if _, err := image.Normalize(ref); err != nil {
+		return res, fmt.Errorf("%w: image name %q: %w", ErrInvalidArgument, ref, err)
+	}
+	rec, err := b.load(ctx)
+	if err != nil {
+		return res, err
+	}
+	base, err := b.image(rec)
+	if err != nil {
+		return res, fmt.Errorf("%w: %w", ErrImageNotFound, err)
+	}
+	scratch := filepath.Join(b.r.opts.Home, "tmp")
+	if err := os.MkdirAll(scratch, 0o700); err != nil {
+		return res, err
+	}
+	disk, paused, cleanup, err := b.stableDisk(ctx, scratch)
+	if err != nil {
+		return res, err
+	}
+	defer cleanup()
+	res.Paused = paused
+	layer, err := os.CreateTemp(scratch, ".commit-*.tar")
+	if err != nil {
+		return res, err
+	}
+	defer os.Remove(layer.Name())
+	defer layer.Close()
+	st, err := rootfs.UpperLayer(ctx, disk, scratch, layer, opts.Limits)
+	if err != nil {
+		return res, fmt.Errorf("commit box %s: %w", b.id, err)
+	}
+	if err := layer.Close(); err != nil {
+		return res, err
+	}
+	createdBy := "airlock commit " + b.id
+	if rec.Name != "" {
+		createdBy += " (" + rec.Name + ")"
+	}
+	img, err := b.r.images.AppendLayer(ctx, base, ref, layer.Name(), image.CommitOptions{
+		Comment: opts.Comment, CreatedBy: createdBy,
+		Source: fmt.Sprintf("committed from box %s (image %s)", b.id, base.Ref)})
+	if err != nil {
+		return res, fmt.Errorf("commit box %s: store the image: %w", b.id, err)
+	}
+	res.Image = imageInfo(img)
+	res.Entries, res.Whiteouts, res.Bytes, res.Skipped = st.Entries, st.Whiteouts, st.Bytes, st.Skipped
+	return res, nil
+}
+
+// stableDisk returns a path to the box's writable layer that nothing
+// writes while the caller reads it: the disk itself for a stopped box
+// (held by the box lock until cleanup), else a copy made while the box
+// was paused, after a sync in the guest.
+func (b *Box) stableDisk(ctx context.Context, scratch string) (disk string, paused time.Duration, cleanup func(), err error) {
+	unlock, err := b.lock(ctx)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	rec, err := b.load(ctx)
+	if err != nil {
+		unlock()
+		return "", 0, nil, err
+	}
+	rw := filepath.Join(b.dir, boxdir.RW)
+	if !running(rec) {
+		if _, err := os.Stat(rw); err != nil {
+			unlock()
+			return "", 0, nil, fmt.Errorf("box %s has no writable layer: %w", b.id, err)
+		}
+		return rw, 0, unlock, nil
+	}
+	defer unlock()
+	p, ok := b.r.drv.(vmm.Pauser)
+	if !ok {
+		return "", 0, nil, fmt.Errorf("read the disk of running box %s: %w (driver %s): stop the box first", b.id, vmm.ErrNotSupported, b.r.drv.Name())
+	}
+	// Dirty pages in the guest's page cache are not on the disk yet.
+	r, err := b.Exec(ctx, "sync", nil, ExecOptions{Timeout: time.Minute})
+	if err == nil && r.ExitCode != 0 {
+		err = fmt.Errorf("exit status %d: %s", r.ExitCode, r.Stderr)
+	}
+	if err != nil {
+		return "", 0, nil, fmt.Errorf("box %s: flush its filesystem (sync): %w; stop the box and try again", b.id, err)
+	}
+	_, cfg := b.snapshot()
+	spec, h := b.vmSpec(rec, cfg), handleOf(rec)
+	was, err := p.Paused(ctx, spec, h)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	copyPath := filepath.Join(scratch, fmt.Sprintf(".disk-%s-%d.ext4", b.id, time.Now().UnixNano()))
+	t0 := time.Now()
+	if !was {
+		if err := p.Pause(ctx, spec, h); err != nil {
+			return "", 0, nil, fmt.Errorf("pause box %s: %w", b.id, err)
+		}
+	}
+	cerr := rootfs.CopyDisk(rw, copyPath)
+	if !was {
+		if err := p.Resume(context.WithoutCancel(ctx), spec, h); err != nil {
+			cerr = errors.Join(cerr, fmt.Errorf("resume box %s: %w", b.id, err))
+		}
+	}
+	paused = time.Since(t0)
+	if cerr != nil {
+		os.Remove(copyPath)
+		return "", 0, nil, fmt.Errorf("copy the writable layer of box %s: %w", b.id, cerr)
+	}
+	return copyPath, paused, func() { os.Remove(copyPath) }, nil
+}

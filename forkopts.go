@@ -1,0 +1,52 @@
+package airlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// ForkOptions tune Box.ForkWith. The zero value forks as Box.Fork.
+type ForkOptions struct {
+	// AutoRemove makes each child an AutoRemove box
+	// (BoxOptions.AutoRemove): removed by the next Open once the process
+	// that forked it is gone (codebox.CodeBox.Fork sets it).
+	AutoRemove bool
+}
+
+// ForkWith is Fork with options.
+func (b *Box) ForkWith(ctx context.Context, n int, opts ForkOptions) ([]*Box, error) {
+	if n < 1 || n > MaxForks {
+		return nil, fmt.Errorf("fork into %d boxes: want 1..%d", n, MaxForks)
+	}
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	name := "fork-" + b.id + "-" + hex.EncodeToString(rnd[:])
+	if _, err := b.Snapshot(ctx, name); err != nil {
+		return nil, err
+	}
+	defer b.r.RemoveSnapshot(context.WithoutCancel(ctx), name)
+	kids := make([]*Box, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range kids {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			kids[i], errs[i] = b.r.Create(ctx, BoxOptions{FromSnapshot: name, AutoRemove: opts.AutoRemove})
+		}(i)
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, k := range kids {
+			if k != nil {
+				k.remove(context.WithoutCancel(ctx), true)
+			}
+		}
+		return nil, fmt.Errorf("fork box %s: %w", b.id, err)
+	}
+	return kids, nil
+}
