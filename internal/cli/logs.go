@@ -319,11 +319,23 @@ func consoleLogs(cmd *cobra.Command, b *airlock.Box, tail int, follow bool) erro
 	if err != nil {
 		return err
 	}
-	io.WriteString(cmd.OutOrStdout(), tailLines(string(raw), tail))
+	// Escaped: the guest writes this log, and a terminal must not obey its
+	// control sequences.
+	io.WriteString(cmd.OutOrStdout(), airlock.EscapeConsole(tailLines(string(raw), tail)))
 	for follow {
 		info, err := b.Info(cmd.Context())
-		if _, cerr := io.Copy(cmd.OutOrStdout(), f); cerr != nil || err != nil || info.State != "running" {
+		if cerr := airlock.CopyConsole(cmd.OutOrStdout(), f); cerr != nil || err != nil || info.State != "running" {
 			return nil
+		}
+		// A confined box's log is a ring: its newest half is renamed over
+		// it when it reaches its cap; follow the new file from its start.
+		if fi, serr := os.Stat(b.ConsoleLog()); serr == nil {
+			if cur, ferr := f.Stat(); ferr == nil && !os.SameFile(fi, cur) {
+				if nf, oerr := os.Open(b.ConsoleLog()); oerr == nil {
+					f.Close()
+					f = nf
+				}
+			}
 		}
 		select {
 		case <-cmd.Context().Done():
