@@ -228,6 +228,40 @@ func TestConfinedQEMU(t *testing.T) {
 		}
 	})
 
+	t.Run("restore rotates the secret", func(t *testing.T) {
+		// The snapshot's memory holds box A's secret; the restored box gets
+		// a fresh one, confined like any other, and refuses A's.
+		if _, err := a.Snapshot(ctx, "rotate"); err != nil {
+			t.Fatal(err)
+		}
+		c, err := r.Create(ctx, airlock.BoxOptions{FromSnapshot: "rotate"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Remove(context.Background(), c.ID(), true) })
+		if res := exec(t, c, airlock.ExecOptions{}, "true"); res.ExitCode != 0 {
+			t.Fatalf("restored box: %+v", res)
+		}
+		old, _ := os.ReadFile(filepath.Join(boxDir(r, a), "secret"))
+		now, _ := os.ReadFile(filepath.Join(boxDir(r, c), "secret"))
+		if len(old) == 0 || string(old) == string(now) {
+			t.Fatalf("restored box's secret %q, snapshot's %q: want a fresh one", now, old)
+		}
+		dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_, err = client.DialAuth(dctx, old, func(ctx context.Context) (net.Conn, error) {
+			return net.Dial("unix", filepath.Join(boxDir(r, c), "agent-3.sock"))
+		})
+		if !errors.Is(err, transport.ErrDenied) {
+			t.Fatalf("the snapshot's secret on the restored box: %v, want ErrDenied", err)
+		}
+		ic, _ := c.Info(ctx)
+		st := procStatus(t, ic.PID)
+		if u := strings.Fields(st["Uid"] + " 0")[0]; u == "0" || u == strconv.Itoa(uidA) || st["Seccomp"] != "2" || st["NoNewPrivs"] != "1" {
+			t.Errorf("restored QEMU: Uid %q (box A: %d), Seccomp %q, NoNewPrivs %q", st["Uid"], uidA, st["Seccomp"], st["NoNewPrivs"])
+		}
+	})
+
 	t.Run("console flood stays under its cap", func(t *testing.T) {
 		// Box A was started with ConsoleMaxBytes 64 KiB; ~300 KB of
 		// console output with terminal escapes leave a log under the cap

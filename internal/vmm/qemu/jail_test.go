@@ -55,10 +55,16 @@ func TestLaunchUnprivileged(t *testing.T) {
 	copyFile(t, self, bin)
 	os.Chmod(bin, 0o755)
 	cmd := exec.Command(bin, "-test.run=^TestLaunchUnprivilegedHelper$", "-test.v")
-	cmd.Env = append(os.Environ(), helperEnv+"="+dir)
 	if os.Geteuid() == 0 {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		// As a user logging in would: runuser (util-linux) where it is
+		// installed, else a plain credential change.
+		if ru, err := exec.LookPath("runuser"); err == nil {
+			cmd = exec.Command(ru, "-u", "nobody", "--", bin, "-test.run=^TestLaunchUnprivilegedHelper$", "-test.v")
+		} else {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		}
 	}
+	cmd.Env = append(os.Environ(), helperEnv+"="+dir)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("helper: %v\n%s", err, out)
