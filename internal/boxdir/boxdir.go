@@ -38,6 +38,7 @@ const (
 	NetPorts   = "ports.json"       // published ports as bound at this start
 	NetSock    = "net.sock"         // the machine's NIC listens here, the helper connects
 	NetControl = "net-control.sock" // policy changes, counters
+	NetCgroup  = "net.cgroup"       // its cgroup directories (root), one a line
 
 	// Confinement of a QEMU box (see docs/confinement.md).
 	Secret    = "secret"         // the agent secret of the current boot (0600, hex)

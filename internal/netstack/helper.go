@@ -33,6 +33,13 @@ type HelperConfig struct {
 	// Log is the file of denied attempts (kept under 1 MiB, plus one old
 	// generation as Log.1).
 	Log string `json:"log"`
+	// UID and GID, when UID is non-zero (airlock runs as root and confines
+	// its boxes), are what the helper runs as once it has bound its ports
+	// and sockets, opened its log and connected to QEMU: no other box's
+	// process runs as them, and it keeps only CAP_NET_RAW (see
+	// dropPrivileges).
+	UID int `json:"uid,omitempty"`
+	GID int `json:"gid,omitempty"`
 }
 
 // connectTimeout bounds how long the helper waits for QEMU's socket.
@@ -114,6 +121,11 @@ func Main(args []string) int {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+	if hc.UID != 0 {
+		if err := dropPrivileges(hc.UID, hc.GID); err != nil {
+			return fail(fmt.Errorf("confine the network helper: %w", err))
+		}
+	}
 	go serveControl(cl, n)
 	report(readyMsg{Published: n.Published()})
 	go func() {
@@ -132,7 +144,7 @@ func Main(args []string) int {
 const HelperEnv = defaults.NetHelperEnv
 
 // ErrNoHelper means the helper binary was not found.
-var ErrNoHelper = errors.New("network helper airlock-net not found: build it (go build -o bin/airlock-net ./cmd/airlock-net, or hack/setup.sh) and put it beside airlock or on PATH, or set " + HelperEnv + ", or use network mode none")
+var ErrNoHelper = errors.New("network helper airlock-net not found: build it (CGO_ENABLED=0 go build -o bin/airlock-net ./cmd/airlock-net, or hack/setup.sh) and put it beside airlock or on PATH, or set " + HelperEnv + ", or use network mode none")
 
 // FindHelper returns the helper binary's path.
 func FindHelper() (string, error) {
