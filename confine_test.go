@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -335,4 +336,73 @@ func qmp(t *testing.T, sock string, cmds ...map[string]any) []string {
 		out = append(out, send(m))
 	}
 	return out
+}
+
+// TestConfinedNetworkAndVolumes checks, on one box started by root with a
+// network and 9p volumes: its QEMU is in a network namespace of its own
+// (the network helper's socket is a descriptor), the helper runs as a uid
+// of its own with no_new_privs and only CAP_NET_RAW, in its own cgroup;
+// the volumes are in the jail, what the box writes on the host belongs to
+// the directory's owner, and a read-only volume stays read-only.
+func TestConfinedNetworkAndVolumes(t *testing.T) {
+	vmtest.Require(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if os.Getenv("AIRLOCK_CONFINE") == "off" {
+		t.Skip("AIRLOCK_CONFINE=off")
+	}
+	r := openRuntime(t, "")
+	ctx := context.Background()
+	rw, ro := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(ro, "in.txt"), []byte("host"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.Create(ctx, airlock.BoxOptions{Volumes: []airlock.Volume{{Source: rw, Target: "/rw"}, {Source: ro, Target: "/ro", ReadOnly: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Remove(context.Background(), true) })
+	info, _ := b.Info(ctx)
+	q := procStatus(t, info.PID)
+	self, _ := os.Readlink("/proc/self/ns/net")
+	if ns, _ := os.Readlink("/proc/" + strconv.Itoa(info.PID) + "/ns/net"); ns == "" || ns == self {
+		t.Errorf("QEMU of a box with network is in the host network namespace (%s)", ns)
+	}
+	raw, err := os.ReadFile(filepath.Join(boxDir(r, b), "net.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp, _ := strconv.Atoi(strings.Fields(string(raw))[0])
+	h := procStatus(t, hp)
+	hu := strings.Fields(h["Uid"] + " 0")[0]
+	if hu == "0" || hu == strings.Fields(q["Uid"] + " 0")[0] || h["NoNewPrivs"] != "1" || h["CapEff"] != "0000000000002000" {
+		t.Errorf("network helper: Uid %q (QEMU %q), NoNewPrivs %q, CapEff %q; want its own non-root uid, 1, CAP_NET_RAW only", h["Uid"], q["Uid"], h["NoNewPrivs"], h["CapEff"])
+	}
+	if cg, err := os.ReadFile(filepath.Join(boxDir(r, b), "net.cgroup")); err == nil {
+		for _, d := range strings.Fields(string(cg)) {
+			procs, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+			if !strings.Contains(" "+strings.Join(strings.Fields(string(procs)), " ")+" ", " "+strconv.Itoa(hp)+" ") {
+				t.Errorf("network helper %d not in %s", hp, d)
+			}
+		}
+	} else if _, err := os.Stat(filepath.Join(boxDir(r, b), "cgroup")); err == nil {
+		t.Error("QEMU has a cgroup and the network helper none")
+	}
+	res := exec(t, b, airlock.ExecOptions{}, "sh", "-c", "cat /ro/in.txt && echo boxed > /rw/out.txt && mkdir /rw/d && ! touch /ro/x 2>/dev/null")
+	if res.ExitCode != 0 || string(res.Stdout) != "host" {
+		t.Fatalf("volumes in the jail: %+v", res)
+	}
+	for _, p := range []string{filepath.Join(rw, "out.txt"), filepath.Join(rw, "d")} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 || st.Gid != 0 {
+			t.Errorf("%s written by the box belongs to %d:%d on the host, want the directory's owner 0:0", p, st.Uid, st.Gid)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ro, "x")); err == nil {
+		t.Error("the box wrote into its read-only volume")
+	}
 }

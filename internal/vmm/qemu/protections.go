@@ -37,14 +37,14 @@ func Protections(o JailOptions) []Protection {
 	ps = append(ps, seccomp)
 	switch {
 	case root:
-		ps = append(ps, Protection{Name: "jail", On: true, Detail: "own mount, pid, IPC, UTS namespaces; read-only root with only system libraries, kernel and device nodes; disks and sockets passed as descriptors"})
+		ps = append(ps, Protection{Name: "jail", On: true, Detail: "own mount, pid, IPC, UTS namespaces; read-only root with only system libraries, kernel and device nodes (and a box's 9p volumes, idmapped to its uid); disks and sockets passed as descriptors"})
 	case UserNSAllowed() == nil:
 		ps = append(ps, Protection{Name: "jail", On: true, Detail: "in a user namespace: own mount, pid, IPC, UTS namespaces; read-only root with only system libraries, kernel and device nodes"})
 	default:
 		ps = append(ps, Protection{Name: "jail", Detail: "not in effect: " + UserNSAllowed().Error() + "; QEMU sees the host's file system as " + who()})
 	}
 	if root || UserNSAllowed() == nil {
-		ps = append(ps, Protection{Name: "network ns", On: true, Detail: "boxes without network: QEMU in an empty network namespace; with network: the host's (QEMU user networking)"})
+		ps = append(ps, Protection{Name: "network ns", On: true, Detail: "QEMU in an empty network namespace; a box's network is the network helper's, reached through a socket passed as a descriptor"})
 	} else {
 		ps = append(ps, Protection{Name: "network ns", Detail: "not in effect (no user namespaces)"})
 	}
@@ -83,6 +83,11 @@ func Protections(o JailOptions) []Protection {
 			d += "; missing: " + strings.Join(missing, ", ")
 		}
 		ps = append(ps, Protection{Name: "cgroup", On: true, Detail: d})
+	}
+	if root {
+		ps = append(ps, Protection{Name: "net helper", On: true, Detail: "each box's network helper gives up root once set up: its own uid from the box range, only CAP_NET_RAW, no_new_privs, its own cgroup (memory, pids); no seccomp filter or jail (it is the box's gateway to the host network)"})
+	} else {
+		ps = append(ps, Protection{Name: "net helper", Detail: "not in effect: the network helper runs as " + who() + " (its own uid and cgroup need root)"})
 	}
 	ps = append(ps, Protection{Name: "agent auth", On: true, Detail: "per-boot secret (box dir, 0600) given to the guest on a virtio-serial port; every connection proves it"})
 	return ps
