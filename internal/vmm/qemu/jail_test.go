@@ -43,6 +43,10 @@ func TestLaunchUnprivileged(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	os.Chmod(dir, 0o777)
+	if err := os.Mkdir(filepath.Join(dir, "share"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Join(dir, "share"), 0o777)
 	kernel := filepath.Join(dir, "vmlinux")
 	copyFile(t, k.Path, kernel)
 	// The go tool's build directory is private: run a copy of the test
@@ -105,6 +109,9 @@ func TestLaunchUnprivilegedHelper(t *testing.T) {
 		AgentSockets: []string{filepath.Join(dir, "a.sock")}, QMPSocket: filepath.Join(dir, "q.sock"),
 		ConsoleLog: filepath.Join(dir, "console.log"), PIDFile: filepath.Join(dir, "qemu.pid"),
 		Secret: []byte("s"), THP: qemu.THPNone,
+		// A 9p share: bound into the jail (with the jail's /proc, which
+		// QEMU's 9p server needs); QEMU fails to start without it.
+		Shares: []qemu.Share{{ID: "vol0", Tag: "airlock.vol0", HostDir: filepath.Join(dir, "share")}},
 	}
 	pid, err := qemu.Launch(context.Background(), c)
 	if err != nil {
