@@ -119,6 +119,20 @@ func TestConfinedQEMU(t *testing.T) {
 		if procStatus(t, ia.PID)["Uid"] == procStatus(t, ib.PID)["Uid"] {
 			t.Errorf("two boxes share QEMU uid %s", procStatus(t, ia.PID)["Uid"])
 		}
+		// The console drainer gave up root for the box's uid.
+		drainer := 0
+		procs, _ := os.ReadDir("/proc")
+		for _, p := range procs {
+			cmd, _ := os.ReadFile("/proc/" + p.Name() + "/cmdline")
+			if strings.HasPrefix(string(cmd), "airlock-console-drain\x00"+a.ConsoleLog()+"\x00") {
+				drainer, _ = strconv.Atoi(p.Name())
+			}
+		}
+		if drainer == 0 {
+			t.Error("no console drainer for box A")
+		} else if du, qu := procStatus(t, drainer)["Uid"], procStatus(t, ia.PID)["Uid"]; du != qu {
+			t.Errorf("console drainer runs as %q, box A's QEMU as %q", du, qu)
+		}
 		self, _ := os.Readlink("/proc/self/ns/net")
 		netns, _ := os.Readlink("/proc/" + strconv.Itoa(ia.PID) + "/ns/net")
 		if netns == "" || netns == self {

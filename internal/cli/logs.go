@@ -327,14 +327,11 @@ func consoleLogs(cmd *cobra.Command, b *airlock.Box, tail int, follow bool) erro
 		if cerr := airlock.CopyConsole(cmd.OutOrStdout(), f); cerr != nil || err != nil || info.State != "running" {
 			return nil
 		}
-		// A confined box's log is a ring: its newest half is renamed over
-		// it when it reaches its cap; follow the new file from its start.
-		if fi, serr := os.Stat(b.ConsoleLog()); serr == nil {
-			if cur, ferr := f.Stat(); ferr == nil && !os.SameFile(fi, cur) {
-				if nf, oerr := os.Open(b.ConsoleLog()); oerr == nil {
-					f.Close()
-					f = nf
-				}
+		// A confined box's log is a ring: at its cap its newest half moves
+		// to its start; follow it from there.
+		if fi, serr := f.Stat(); serr == nil {
+			if pos, perr := f.Seek(0, io.SeekCurrent); perr == nil && fi.Size() < pos {
+				f.Seek(0, io.SeekStart)
 			}
 		}
 		select {

@@ -16,9 +16,10 @@ const DefaultConsoleMax = 8 << 20
 const drainArg0 = "airlock-console-drain"
 
 func init() {
-	if len(os.Args) == 3 && os.Args[0] == drainArg0 && os.Getenv(stageEnv) == "1" {
+	if len(os.Args) == 4 && os.Args[0] == drainArg0 && os.Getenv(stageEnv) == "1" {
 		max, _ := strconv.ParseInt(os.Args[2], 10, 64)
-		drainConsole(os.NewFile(3, "console"), os.Args[1], max)
+		uid, _ := strconv.Atoi(os.Args[3])
+		drainConsoleAs(os.NewFile(3, "console"), os.Args[1], max, uid)
 		os.Exit(0)
 	}
 }
@@ -27,8 +28,9 @@ func init() {
 // its own (in a session of its own, so that it outlives the caller as QEMU
 // does) that copies what QEMU writes on the returned pipe into path,
 // keeping at most max bytes (the newest; see drainConsole). It ends when
-// QEMU has exited and the pipe is drained.
-func startDrainer(path string, max int64, g *Cgroup) (w *os.File, err error) {
+// QEMU has exited and the pipe is drained. With uid non-zero (the box's
+// QEMU uid, as root) it runs as uid once it has opened the log.
+func startDrainer(path string, max int64, g *Cgroup, uid int) (w *os.File, err error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -36,7 +38,7 @@ func startDrainer(path string, max int64, g *Cgroup) (w *os.File, err error) {
 	defer r.Close()
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
-		Args:        []string{drainArg0, path, strconv.FormatInt(max, 10)},
+		Args:        []string{drainArg0, path, strconv.FormatInt(max, 10), strconv.Itoa(uid)},
 		Env:         []string{stageEnv + "=1"},
 		ExtraFiles:  []*os.File{r},
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
@@ -53,20 +55,36 @@ func startDrainer(path string, max int64, g *Cgroup) (w *os.File, err error) {
 }
 
 // drainConsole copies r to the file path until EOF, as a ring of about
-// max bytes: when the file grows past max, its newest max/2 bytes replace
-// it (renamed into place, so readers see either the old or the new file).
-func drainConsole(r io.Reader, path string, max int64) {
+// max bytes: when the file grows past max, its newest max/2 bytes move to
+// its start and the rest is cut off (in place, through the one open
+// descriptor: the drainer needs no access to the box directory). A reader
+// that follows the file sees it shrink then (see airlock logs -f).
+func drainConsole(r io.Reader, path string, max int64) { drainConsoleAs(r, path, max, 0) }
+
+// drainConsoleAs is drainConsole that, with uid non-zero and as root,
+// gives up root for uid (no groups, no capabilities) once the log is open.
+func drainConsoleAs(r io.Reader, path string, max int64, uid int) {
 	if max <= 0 {
 		max = DefaultConsoleMax
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	// Not O_APPEND (rotate writes at offsets): the drainer is the file's
+	// only writer and keeps its offset at the end.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		io.Copy(io.Discard, r)
 		return
 	}
-	size := int64(0)
-	if fi, err := f.Stat(); err == nil {
-		size = fi.Size()
+	if uid != 0 && os.Geteuid() == 0 {
+		// All threads (Go's set*id); a uid change from root clears every
+		// capability. The drainer never execs.
+		if syscall.Setgroups([]int{}) != nil || syscall.Setresgid(uid, uid, uid) != nil || syscall.Setresuid(uid, uid, uid) != nil {
+			io.Copy(io.Discard, r)
+			return
+		}
+	}
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		size = 0
 	}
 	buf := make([]byte, 64<<10)
 	for {
@@ -75,9 +93,7 @@ func drainConsole(r io.Reader, path string, max int64) {
 			f.Write(buf[:n])
 			size += int64(n)
 			if size > max {
-				if nf, ns := rotate(f, path, max/2); nf != nil {
-					f, size = nf, ns
-				}
+				size = rotate(f, size, max/2)
 			}
 		}
 		if err != nil {
@@ -87,43 +103,32 @@ func drainConsole(r io.Reader, path string, max int64) {
 	}
 }
 
-// rotate replaces path by its last keep bytes and returns the new file
-// open for appending.
-func rotate(f *os.File, path string, keep int64) (*os.File, int64) {
-	src, err := os.Open(path)
-	if err != nil {
-		return nil, 0
+// rotate moves the last keep bytes of f (size bytes long) to its start,
+// cuts it there and returns its new size.
+func rotate(f *os.File, size, keep int64) int64 {
+	off := size - keep
+	if off <= 0 {
+		return size
 	}
-	defer src.Close()
-	fi, err := src.Stat()
-	if err != nil {
-		return nil, 0
+	buf := make([]byte, 64<<10)
+	var at int64
+	for at < keep {
+		n, err := f.ReadAt(buf[:min(int64(len(buf)), keep-at)], off+at)
+		if n > 0 {
+			if _, werr := f.WriteAt(buf[:n], at); werr != nil {
+				break
+			}
+			at += int64(n)
+		}
+		if err != nil {
+			break
+		}
 	}
-	off := fi.Size() - keep
-	if off < 0 {
-		off = 0
+	if f.Truncate(at) != nil {
+		return size
 	}
-	tmp := path + ".ring"
-	dst, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return nil, 0
+	if _, err := f.Seek(at, io.SeekStart); err != nil {
+		return size
 	}
-	n, err := io.Copy(dst, io.NewSectionReader(src, off, fi.Size()-off))
-	if err != nil {
-		dst.Close()
-		os.Remove(tmp)
-		return nil, 0
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		dst.Close()
-		os.Remove(tmp)
-		return nil, 0
-	}
-	f.Close()
-	dst.Close()
-	nf, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, 0
-	}
-	return nf, n
+	return at
 }

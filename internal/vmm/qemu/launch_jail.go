@@ -219,7 +219,7 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 		defer peer.Close()
 		fd4, fd5 = sp, peer
 	}
-	console, err := startDrainer(c.ConsoleLog, c.ConsoleMax, c.Jail.Cgroup)
+	console, err := startDrainer(c.ConsoleLog, c.ConsoleMax, c.Jail.Cgroup, c.Jail.UID)
 	if err != nil {
 		logW.Close()
 		return 0, fmt.Errorf("console drainer: %w", err)
