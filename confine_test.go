@@ -393,6 +393,9 @@ func TestConfinedNetworkAndVolumes(t *testing.T) {
 	if hu == "0" || hu == strings.Fields(q["Uid"] + " 0")[0] || h["NoNewPrivs"] != "1" || h["CapEff"] != "0000000000002000" {
 		t.Errorf("network helper: Uid %q (QEMU %q), NoNewPrivs %q, CapEff %q; want its own non-root uid, 1, CAP_NET_RAW only", h["Uid"], q["Uid"], h["NoNewPrivs"], h["CapEff"])
 	}
+	if root, _ := os.Readlink("/proc/" + strconv.Itoa(hp) + "/root"); root != filepath.Join(boxDir(r, b), "net-root") {
+		t.Errorf("network helper's root is %q, want its empty net-root", root)
+	}
 	if cg, err := os.ReadFile(filepath.Join(boxDir(r, b), "net.cgroup")); err == nil {
 		for _, d := range strings.Fields(string(cg)) {
 			procs, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))

@@ -231,6 +231,12 @@ func (b *Box) startNet(cfg boxConfig) (h *netstack.Helper, err error) {
 		return nil, fmt.Errorf("box %s network: %w", b.id, err)
 	}
 	hc.GID = hc.UID
+	if hc.UID != 0 {
+		hc.Root = filepath.Join(b.dir, boxdir.NetRoot)
+		if err := os.MkdirAll(hc.Root, 0o700); err != nil {
+			return nil, fmt.Errorf("box %s network: %w", b.id, err)
+		}
+	}
 	os.Remove(hc.NetSocket)
 	h, err = netstack.LaunchHelper(bin, filepath.Join(b.dir, boxdir.NetConfig), filepath.Join(b.dir, boxdir.NetStderr), hc)
 	if err != nil {

@@ -39,6 +39,7 @@ const (
 	NetSock    = "net.sock"         // the machine's NIC listens here, the helper connects
 	NetControl = "net-control.sock" // policy changes, counters
 	NetCgroup  = "net.cgroup"       // its cgroup directories (root), one a line
+	NetRoot    = "net-root"         // the empty directory it chroots into (root)
 
 	// Confinement of a QEMU box (see docs/confinement.md).
 	Secret    = "secret"         // the agent secret of the current boot (0600, hex)

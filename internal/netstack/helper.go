@@ -40,6 +40,10 @@ type HelperConfig struct {
 	// dropPrivileges).
 	UID int `json:"uid,omitempty"`
 	GID int `json:"gid,omitempty"`
+	// Root, when set, is an empty directory the helper chroots into once
+	// set up (before it gives up root): it needs no file by path then, and
+	// code that took it over sees none of the host's.
+	Root string `json:"root,omitempty"`
 }
 
 // connectTimeout bounds how long the helper waits for QEMU's socket.
@@ -119,6 +123,14 @@ func Main(args []string) int {
 		case <-sig:
 			return 0
 		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	if hc.Root != "" {
+		if err := syscall.Chroot(hc.Root); err != nil {
+			return fail(fmt.Errorf("confine the network helper: chroot %s: %w", hc.Root, err))
+		}
+		if err := syscall.Chdir("/"); err != nil {
+			return fail(fmt.Errorf("confine the network helper: %w", err))
 		}
 	}
 	if hc.UID != 0 {

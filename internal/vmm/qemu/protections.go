@@ -85,7 +85,7 @@ func Protections(o JailOptions) []Protection {
 		ps = append(ps, Protection{Name: "cgroup", On: true, Detail: d})
 	}
 	if root {
-		ps = append(ps, Protection{Name: "net helper", On: true, Detail: "each box's network helper gives up root once set up: its own uid from the box range, only CAP_NET_RAW, no_new_privs, its own cgroup (memory, pids); no seccomp filter or jail (it is the box's gateway to the host network)"})
+		ps = append(ps, Protection{Name: "net helper", On: true, Detail: "each box's network helper gives up root once set up: chroot into an empty directory, its own uid from the box range, only CAP_NET_RAW, no_new_privs, its own cgroup (memory, pids); no seccomp filter, and the host's network namespace (it is the box's gateway)"})
 	} else {
 		ps = append(ps, Protection{Name: "net helper", Detail: "not in effect: the network helper runs as " + who() + " (its own uid and cgroup need root)"})
 	}
