@@ -262,6 +262,9 @@ func (b *Box) waitNet(ctx context.Context, h *netstack.Helper) error {
 		b.stopNet()
 		return fmt.Errorf("box %s network: %w", b.id, err)
 	}
+	if h.Unconfined != "" {
+		b.r.warn(h.Unconfined)
+	}
 	var ports []PortMapping
 	for _, p := range pub {
 		ports = append(ports, PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Proto})

@@ -56,6 +56,9 @@ const readyFD = 3
 type readyMsg struct {
 	Error     string    `json:"error,omitempty"`
 	Published []Publish `json:"published,omitempty"`
+	// Confined says the helper gave up root as HelperConfig.UID asked (an
+	// older helper ignores UID and leaves it false).
+	Confined bool `json:"confined,omitempty"`
 }
 
 // Main is the helper process: airlock-net CONFIG.json. It binds the
@@ -139,7 +142,7 @@ func Main(args []string) int {
 		}
 	}
 	go serveControl(cl, n)
-	report(readyMsg{Published: n.Published()})
+	report(readyMsg{Published: n.Published(), Confined: hc.UID != 0})
 	go func() {
 		<-sig
 		n.Close()
@@ -180,6 +183,11 @@ func FindHelper() (string, error) {
 
 // Helper is a started helper process.
 type Helper struct {
+	// Unconfined, after Wait, says why a helper asked to give up root
+	// (HelperConfig.UID) did not ("" when it did, or was not asked).
+	Unconfined string
+
+	wantUID    bool
 	cmd        *exec.Cmd
 	stderrPath string
 	ready      chan readyResult
@@ -229,7 +237,7 @@ func LaunchHelper(bin, configPath, stderrPath string, hc HelperConfig) (*Helper,
 	// Reap it when it exits while this process lives; it outlives us
 	// otherwise (re-parented to init).
 	go cmd.Wait()
-	h := &Helper{cmd: cmd, stderrPath: stderrPath, ready: make(chan readyResult, 1)}
+	h := &Helper{cmd: cmd, stderrPath: stderrPath, ready: make(chan readyResult, 1), wantUID: hc.UID != 0}
 	go func() {
 		defer pr.Close()
 		var m readyMsg
@@ -261,6 +269,9 @@ func (h *Helper) Wait(ctx context.Context) ([]Publish, error) {
 	if res.m.Error != "" {
 		h.Kill()
 		return nil, errors.New(res.m.Error)
+	}
+	if h.wantUID && !res.m.Confined {
+		h.Unconfined = fmt.Sprintf("the network helper %s did not give up root (an older build?): rebuild it (hack/setup.sh, or CGO_ENABLED=0 go build ./cmd/airlock-net)", h.cmd.Path)
 	}
 	return res.m.Published, nil
 }
