@@ -67,6 +67,30 @@ type Options struct {
 	// Observer, when set, receives box starts, execs, VM deaths and image
 	// pulls (see Observer).
 	Observer Observer
+
+	// Unconfined starts box QEMUs without confinement (no jail, own uid,
+	// seccomp filter or cgroup; benchmarks, debugging); the agent secret
+	// stays. Default: $AIRLOCK_CONFINE is off, 0 or false. See
+	// docs/confinement.md.
+	Unconfined bool
+	// ConsoleMaxBytes caps a confined box's console log (its newest part
+	// is kept). Default $AIRLOCK_CONSOLE_MAX, else 8 MiB; at least 4096.
+	ConsoleMaxBytes int64
+	// CPULimit is how many host CPUs one box's QEMU may use (its cgroup,
+	// as root). Default $AIRLOCK_CPU_LIMIT, else no limit.
+	CPULimit float64
+	// UIDRange is "START:COUNT", the host uids box QEMUs run as when
+	// airlock runs as root. Default $AIRLOCK_UID_RANGE, else the
+	// "airlock" entry of /etc/subuid and /etc/subgid (hack/setup.sh).
+	UIDRange string
+	// MaxBoxes caps the boxes running on this host (of every home and
+	// user), checked when a box starts. Default $AIRLOCK_MAX_BOXES, else
+	// DefaultMaxBoxes.
+	MaxBoxes int
+	// MaxMemoryMiB caps the guest memory of the boxes running on this
+	// host, checked at create and start. Default $AIRLOCK_MAX_MEMORY, else
+	// host RAM minus the larger of 2 GiB and a tenth.
+	MaxMemoryMiB int
 }
 
 // Runtime creates and manages boxes under one home directory. It is safe
@@ -89,14 +113,19 @@ type Runtime struct {
 // records with reality: a box recorded as running whose VM is gone is
 // marked stopped. Box records written by older versions are migrated.
 func Open(opts Options) (*Runtime, error) {
-	opts = opts.withDefaults()
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	return openWith(opts, qemu.New(qemuOptions(opts)))
 }
 
 // qemuOptions are the QEMU driver's options for opts (with its defaults).
 func qemuOptions(opts Options) qemu.Options {
 	return qemu.Options{Accel: opts.Accel, Kernel: opts.Kernel, AgentPath: opts.AgentPath,
-		CacheDir: opts.CacheDir, THP: opts.THP, Debug: opts.Debug, Warn: opts.Warn}
+		CacheDir: opts.CacheDir, THP: opts.THP, Debug: opts.Debug, Warn: opts.Warn,
+		Jail: qemu.JailOptions{Off: opts.Unconfined, ConsoleMax: opts.ConsoleMaxBytes,
+			CPULimit: opts.CPULimit, UIDRange: opts.UIDRange}}
 }
 
 // openWith opens a runtime whose boxes run on drv (opts has its defaults).
@@ -152,6 +181,8 @@ func (r *Runtime) observe(ctx context.Context, rec *store.Box) (*store.Box, erro
 	if rec.State != store.StateRunning || running(rec) {
 		return rec, nil
 	}
+	// What the gone boot held (its cgroup) is released.
+	r.drv.Attach(vmm.Spec{ID: rec.ID, Dir: filepath.Join(r.opts.Home, "boxes", rec.ID)}, handleOf(rec)).Release()
 	if err := r.db.SetStoppedIfPID(ctx, rec.ID, rec.PID); err != nil {
 		return nil, fmt.Errorf("box %s: record it stopped: %w", rec.ID, err)
 	}
@@ -339,6 +370,9 @@ func (r *Runtime) newBox(ctx context.Context, opts BoxOptions) (*Box, error) {
 		if !errors.Is(err, ErrInvalidArgument) {
 			err = fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
+		return nil, err
+	}
+	if err := r.checkMemoryCap(opts.MemoryMiB); err != nil {
 		return nil, err
 	}
 	img, err := r.resolveImage(ctx, opts.Image)

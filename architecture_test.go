@@ -110,8 +110,12 @@ func TestOnlyDefaultsReadsTheEnvironment(t *testing.T) {
 			return nil
 		}
 		b, _ := os.ReadFile(p)
+		// Not a setting: the QEMU driver marks its re-executions of this
+		// program (launcher stage, console drainer) with a variable it
+		// sets itself.
+		src := strings.ReplaceAll(string(b), "os.Getenv(stageEnv)", "")
 		for _, f := range []string{"os.Getenv(", "os.LookupEnv("} {
-			if strings.Contains(string(b), f) {
+			if strings.Contains(src, f) {
 				t.Errorf("%s calls %s: take the setting from Options (defaults in internal/defaults)", p, f)
 			}
 		}

@@ -212,6 +212,9 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 	if err := b.r.prepareVolumes(ctx, cfg.Options.Volumes); err != nil {
 		return fmt.Errorf("box %s: %w", b.id, err)
 	}
+	if err := b.r.checkCapacity(b.id, cfg.Options.MemoryMiB); err != nil {
+		return err
+	}
 	spec := b.vmSpec(rec, cfg)
 	spec.Images, spec.Image = b.r.images, img
 	// The network helper starts while the machine does: it binds the
@@ -309,6 +312,7 @@ func (b *Box) watchVM(m vmm.Machine) {
 		b.dropConnLocked()
 		b.m, b.vmExit = nil, nil
 		b.mu.Unlock()
+		m.Release()
 		b.r.db.SetStoppedIfPID(context.Background(), b.id, m.Handle().PID)
 	}()
 }
@@ -496,6 +500,7 @@ func (b *Box) stopLocked(ctx context.Context, grace time.Duration) error {
 				}
 			}
 		}
+		m.Release()
 	}
 	b.dropConn()
 	b.stopNet()

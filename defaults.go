@@ -14,7 +14,7 @@ func DefaultHome() string { return defaults.Home() }
 // withDefaults fills the Options fields left zero, from the environment
 // where the field's doc says so (internal/defaults is the one place that
 // reads it).
-func (o Options) withDefaults() Options {
+func (o Options) withDefaults() (Options, error) {
 	if o.Home == "" {
 		o.Home = defaults.Home()
 	}
@@ -42,5 +42,32 @@ func (o Options) withDefaults() Options {
 	if o.Warn == nil {
 		o.Warn = func(msg string) { fmt.Fprintln(os.Stderr, "airlock: warning: "+msg) }
 	}
-	return o
+	var err error
+	if !o.Unconfined {
+		o.Unconfined = defaults.Unconfined()
+	}
+	if o.ConsoleMaxBytes == 0 {
+		if o.ConsoleMaxBytes, err = defaults.ConsoleMax(); err != nil {
+			return o, err
+		}
+	}
+	if o.CPULimit == 0 {
+		if o.CPULimit, err = defaults.CPULimit(); err != nil {
+			return o, err
+		}
+	}
+	if o.UIDRange == "" {
+		o.UIDRange = defaults.UIDRange()
+	}
+	if o.MaxBoxes == 0 {
+		if o.MaxBoxes, err = defaults.MaxBoxes(); err != nil {
+			return o, err
+		}
+	}
+	if o.MaxMemoryMiB == 0 {
+		if o.MaxMemoryMiB, err = defaults.MaxMemory(); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
 }

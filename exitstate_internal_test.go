@@ -57,7 +57,10 @@ func TestExecEmptyCommandIsInvalidArgument(t *testing.T) {
 // cause its console gives as the exit state.
 func TestOpenRecordsWhyAnUnwatchedBoxStopped(t *testing.T) {
 	home := t.TempDir()
-	opts := Options{Home: home, ImagesDir: t.TempDir(), CacheDir: t.TempDir(), Warn: func(string) {}}.withDefaults()
+	opts, err := Options{Home: home, ImagesDir: t.TempDir(), CacheDir: t.TempDir(), Warn: func(string) {}}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
 	r, err := openWith(opts, fake.New("/nonexistent/agent"))
 	if err != nil {
 		t.Fatal(err)

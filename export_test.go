@@ -8,13 +8,20 @@ import (
 // OpenWithDriver opens a runtime whose boxes run on drv (tests only: the
 // fake driver).
 func OpenWithDriver(opts Options, drv vmm.Driver) (*Runtime, error) {
-	return openWith(opts.withDefaults(), drv)
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return openWith(opts, drv)
 }
 
 // OpenWedgedQEMU opens a runtime on the QEMU driver whose guest agents
 // never report the end of an exec (tests only: qemu.Options.TestWedgeExec).
 func OpenWedgedQEMU(opts Options) (*Runtime, error) {
-	opts = opts.withDefaults()
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	qo := qemuOptions(opts)
 	qo.TestWedgeExec = true
 	return openWith(opts, qemu.New(qo))

@@ -26,8 +26,10 @@ import (
 type driverHarness struct {
 	// open opens a runtime on home ("" for a fresh one); several runtimes
 	// on one home stand for several processes.
-	open  func(t *testing.T, home string) *airlock.Runtime
-	image string
+	open func(t *testing.T, home string) *airlock.Runtime
+	// openOpts opens a runtime on a fresh home with o's other settings.
+	openOpts func(t *testing.T, o airlock.Options) *airlock.Runtime
+	image    string
 	// died is a word the cause of a killed machine names ("QEMU").
 	died string
 }
@@ -49,26 +51,41 @@ func fakeHarnessOn(t *testing.T, drv *fake.Driver) driverHarness {
 	if _, err := s.WriteImage(context.Background(), ref, imagetest.Image(t, []string{"sh"}), "test image", nil); err != nil {
 		t.Fatal(err)
 	}
+	openOpts := func(t *testing.T, o airlock.Options) *airlock.Runtime {
+		t.Helper()
+		if o.Home == "" {
+			o.Home = t.TempDir()
+		}
+		o.ImagesDir, o.CacheDir, o.Warn = images, t.TempDir(), func(string) {}
+		r, err := airlock.OpenWithDriver(o, drv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
 	return driverHarness{
 		open: func(t *testing.T, home string) *airlock.Runtime {
-			t.Helper()
-			if home == "" {
-				home = t.TempDir()
-			}
-			r, err := airlock.OpenWithDriver(airlock.Options{Home: home, ImagesDir: images, CacheDir: t.TempDir(), Warn: func(string) {}}, drv)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { r.Close() })
-			return r
+			return openOpts(t, airlock.Options{Home: home})
 		},
-		image: ref,
-		died:  "agent process",
+		openOpts: openOpts,
+		image:    ref,
+		died:     "agent process",
 	}
 }
 
 func qemuHarness(t *testing.T) driverHarness {
-	return driverHarness{open: openRuntime, image: vmtest.DefaultImage, died: "QEMU"}
+	openOpts := func(t *testing.T, o airlock.Options) *airlock.Runtime {
+		t.Helper()
+		o.Home, o.ImagesDir, o.Warn = t.TempDir(), vmtest.ImagesDir(), func(string) {}
+		r, err := airlock.Open(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	return driverHarness{open: openRuntime, openOpts: openOpts, image: vmtest.DefaultImage, died: "QEMU"}
 }
 
 // TestLifecycleFake runs the lifecycle suite without VMs, always.
@@ -120,6 +137,48 @@ func testLifecycle(t *testing.T, h driverHarness) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+
+	t.Run("host capacity caps", func(t *testing.T) {
+		// A box whose memory alone passes the memory cap is refused at
+		// creation and leaves no record.
+		r := h.openOpts(t, airlock.Options{MaxMemoryMiB: 1024})
+		_, err := r.Create(ctx, airlock.BoxOptions{Image: h.image, MemoryMiB: 2048})
+		var ce *airlock.CapacityError
+		if !errors.As(err, &ce) || ce.Cap != "AIRLOCK_MAX_MEMORY" || ce.Limit != 1024 || !strings.Contains(err.Error(), "MaxMemoryMiB") {
+			t.Fatalf("memory above the cap: %v", err)
+		}
+		if boxes, _ := r.List(ctx); len(boxes) != 0 {
+			t.Fatalf("refused box left a record: %+v", boxes)
+		}
+		// The running-box cap counts the driver's machines host-wide:
+		// other boxes may run here (other tests), and then the cap of 1
+		// is reached already; if none runs, the first box fits, a second
+		// does not, and the first, stopped, starts again.
+		r = h.openOpts(t, airlock.Options{MaxBoxes: 1})
+		b, err := r.Create(ctx, airlock.BoxOptions{Image: h.image, Network: airlock.NetworkDisabled})
+		if err == nil {
+			t.Cleanup(func() { r.Remove(context.Background(), b.ID(), true) })
+			var c *airlock.Box
+			c, err = r.Create(ctx, airlock.BoxOptions{Image: h.image, Network: airlock.NetworkDisabled})
+			if err == nil {
+				c.Remove(ctx, true)
+			}
+		}
+		if !errors.As(err, &ce) || ce.Cap != "AIRLOCK_MAX_BOXES" || ce.Limit != 1 || !strings.Contains(err.Error(), "MaxBoxes") {
+			t.Fatalf("box over the running-box cap: %v", err)
+		}
+		if b != nil {
+			if err := b.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Start(ctx); err != nil {
+				var ce *airlock.CapacityError
+				if !errors.As(err, &ce) { // another test's box may have started meanwhile
+					t.Fatalf("restart under the cap: %v", err)
+				}
+			}
+		}
+	})
 
 	t.Run("create exec stop start remove", func(t *testing.T) {
 		r := h.open(t, "")

@@ -227,6 +227,16 @@ func (b *Box) startNet(cfg boxConfig) (h *netstack.Helper, err error) {
 	for _, p := range o.Ports {
 		hc.Publish = append(hc.Publish, netstack.Publish{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Proto: p.Protocol})
 	}
+	if hc.UID, err = b.netHelperUID(); err != nil {
+		return nil, fmt.Errorf("box %s network: %w", b.id, err)
+	}
+	hc.GID = hc.UID
+	if hc.UID != 0 {
+		hc.Root = filepath.Join(b.dir, boxdir.NetRoot)
+		if err := os.MkdirAll(hc.Root, 0o700); err != nil {
+			return nil, fmt.Errorf("box %s network: %w", b.id, err)
+		}
+	}
 	os.Remove(hc.NetSocket)
 	h, err = netstack.LaunchHelper(bin, filepath.Join(b.dir, boxdir.NetConfig), filepath.Join(b.dir, boxdir.NetStderr), hc)
 	if err != nil {
@@ -237,6 +247,7 @@ func (b *Box) startNet(cfg boxConfig) (h *netstack.Helper, err error) {
 		h.Kill()
 		return nil, fmt.Errorf("box %s network: record its helper: %w", b.id, err)
 	}
+	b.netCgroup(h.Pid())
 	return h, nil
 }
 
@@ -250,6 +261,9 @@ func (b *Box) waitNet(ctx context.Context, h *netstack.Helper) error {
 	if err != nil {
 		b.stopNet()
 		return fmt.Errorf("box %s network: %w", b.id, err)
+	}
+	if h.Unconfined != "" {
+		b.r.warn(h.Unconfined)
 	}
 	var ports []PortMapping
 	for _, p := range pub {
@@ -275,6 +289,7 @@ func stopNetIn(dir string) {
 		}
 		vmm.Kill(h)
 	}
+	removeNetCgroup(dir)
 	os.Remove(filepath.Join(dir, boxdir.NetPID))
 }
 

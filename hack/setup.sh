@@ -41,6 +41,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+log "uid range for box QEMUs (/etc/subuid, /etc/subgid)"
+as_root hack/reserve-uids.sh
+
 if ! command -v go >/dev/null; then
 	[ -x /usr/local/go/bin/go ] && export PATH=$PATH:/usr/local/go/bin
 fi

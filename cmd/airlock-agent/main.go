@@ -12,6 +12,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -76,14 +77,20 @@ func serveHost(listen, root string) {
 			fmt.Fprintln(os.Stderr, "airlock-agent:", err)
 			os.Exit(1)
 		}
-		go serveConn(c, g)
+		go serveConn(c, noKey{}, g)
 	}
 }
 
+// noKey is the box secret of an agent whose host sent none: any host is
+// served.
+type noKey struct{}
+
+func (noKey) Current() ([]byte, <-chan struct{}) { return nil, nil }
+
 // serveConn runs the handshake on one stream connection (unix socket,
 // vsock) and then serves its session.
-func serveConn(c net.Conn, g transport.Handler) {
-	if err := transport.GuestHandshake(c, agent.Version); err != nil {
+func serveConn(c net.Conn, key transport.GuestKey, g transport.Handler) {
+	if err := transport.GuestHandshakeKey(c, agent.Version, key); err != nil {
 		c.Close()
 		return
 	}
@@ -189,21 +196,31 @@ func runInit() {
 		fatal(err)
 		return
 	}
+	// The box secret authenticates every host connection (see
+	// transport.GuestHandshakeAuth). Without a secret port the host sent
+	// none, and any host on the ports is served.
+	var secret transport.GuestKey = noKey{}
+	if s, err := guestinit.WatchSecret(time.Second); err != nil {
+		guestinit.Logf("no box secret (%v): host connections are not authenticated", err)
+	} else {
+		secret = s
+	}
+	stamp("secret read")
 	if p.VsockPort != 0 {
-		go serveVsock(p.VsockPort, g)
+		go serveVsock(p.VsockPort, secret, g)
 	}
 	hub := guestinit.NewSIGIOHub(len(devs))
 	guestinit.Logf("ready (uptime %s)", guestinit.Uptime())
 	for i, dev := range devs[1:] {
-		go servePort(dev, hub.Sub(i+1), g)
+		go servePort(dev, hub.Sub(i+1), secret, g)
 	}
-	servePort(devs[0], hub.Sub(0), g)
+	servePort(devs[0], hub.Sub(0), secret, g)
 }
 
 // serveVsock serves the agent on an AF_VSOCK port, for hosts with
 // vhost-vsock: every connection is independent, so any number of host
 // processes can connect. The same handshake runs first, for one code path.
-func serveVsock(port uint32, g transport.Handler) {
+func serveVsock(port uint32, secret transport.GuestKey, g transport.Handler) {
 	l, err := vsock.Listen(port, nil)
 	if err != nil {
 		guestinit.Logf("vsock port %d: %v (serving on virtio-serial only)", port, err)
@@ -216,13 +233,13 @@ func serveVsock(port uint32, g transport.Handler) {
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		go serveConn(c, g)
+		go serveConn(c, secret, g)
 	}
 }
 
 // servePort serves one virtio-serial port forever: wait for a host, run the
 // handshake, serve a session, and start over when the host goes away.
-func servePort(dev string, sigio <-chan os.Signal, g transport.Handler) {
+func servePort(dev string, sigio <-chan os.Signal, secret transport.GuestKey, g transport.Handler) {
 	for {
 		f, err := guestinit.OpenPort(dev, sigio)
 		if err != nil {
@@ -230,8 +247,12 @@ func servePort(dev string, sigio <-chan os.Signal, g transport.Handler) {
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		if err := transport.GuestHandshake(f, agent.Version); err != nil {
+		if err := transport.GuestHandshakeKey(f, agent.Version, secret); err != nil {
 			f.Close()
+			if errors.Is(err, transport.ErrDenied) {
+				// Give the refused host time to read DENY and hang up.
+				time.Sleep(100 * time.Millisecond)
+			}
 			continue
 		}
 		transport.Serve(f, g)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,13 +59,32 @@ func (c cli) run(args ...string) (stdout, stderr string, code int) {
 }
 
 // qemuOf lists QEMU processes whose command line mentions the home.
+var (
+	seenBoxesMu sync.Mutex
+	seenBoxes   = map[string][]string{}
+)
+
 func qemuOf(home string) []string {
 	out, _ := exec.Command("pgrep", "-f", "qemu-system-x86_64 -name airlock-").Output()
+	// A confined QEMU's command line names no host path: match the -name
+	// of the home's boxes, including those seen by earlier calls (a
+	// removed box's QEMU may have survived).
+	ents, _ := os.ReadDir(filepath.Join(home, "boxes"))
+	seenBoxesMu.Lock()
+	for _, e := range ents {
+		seenBoxes[home] = append(seenBoxes[home], e.Name())
+	}
+	ids := append([]string(nil), seenBoxes[home]...)
+	seenBoxesMu.Unlock()
 	var pids []string
 	for _, p := range strings.Fields(string(out)) {
 		b, _ := os.ReadFile("/proc/" + p + "/cmdline")
 		st, _ := os.ReadFile("/proc/" + p + "/stat")
-		if strings.Contains(string(b), home) && !strings.Contains(string(st), ") Z ") {
+		mine := strings.Contains(string(b), home)
+		for _, id := range ids {
+			mine = mine || strings.Contains(string(b), "\x00-name\x00airlock-"+id+"\x00")
+		}
+		if mine && !strings.Contains(string(st), ") Z ") {
 			pids = append(pids, p)
 		}
 	}

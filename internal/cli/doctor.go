@@ -83,6 +83,16 @@ func newDoctorCmd() *cobra.Command {
 					ok(tool, "found")
 				}
 			}
+			for _, p := range qemu.Protections(qemu.JailOptions{Off: defaults.Unconfined(), UIDRange: defaults.UIDRange()}) {
+				switch {
+				case p.On:
+					ok(p.Name, p.Detail)
+				case p.Problem:
+					bad(p.Name, p.Detail, "see docs/confinement.md")
+				default:
+					note(p.Name, p.Detail)
+				}
+			}
 			home := airlock.DefaultHome()
 			dir := defaults.Images()
 			if s, err := image.Open(dir); err != nil {

@@ -24,7 +24,12 @@ func hint(err error, box string) string {
 		box = "BOX"
 	}
 	var iu *airlock.ImageInUseError
+	var ce *airlock.CapacityError
 	switch {
+	case errors.As(err, &ce) && ce.Cap == "AIRLOCK_MAX_BOXES":
+		return "stop a box ('airlock ls' lists them), or raise the cap: AIRLOCK_MAX_BOXES=N"
+	case errors.As(err, &ce):
+		return "ask for less memory (--memory), stop a box, or raise the cap: AIRLOCK_MAX_MEMORY=MiB"
 	case errors.As(err, &iu):
 		return fmt.Sprintf("remove them first ('airlock rm -f %s'), or use 'airlock rmi -f'", strings.Join(iu.Boxes, " "))
 	case errors.Is(err, airlock.ErrBoxRunning):

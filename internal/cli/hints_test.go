@@ -19,6 +19,8 @@ func TestReportAddsTheCommandToRun(t *testing.T) {
 		{fmt.Errorf("%w: 0123", airlock.ErrBoxNotRunning), "airlock start keep"},
 		{fmt.Errorf("%w: %q", airlock.ErrBoxNotFound, "keep"), "airlock ls -a"},
 		{&airlock.DiedError{BoxID: "0123", Cause: "guest kernel panic"}, "airlock logs --console keep"},
+		{&airlock.CapacityError{Cap: "AIRLOCK_MAX_BOXES", Limit: 1, InUse: 1, Wanted: 1}, "AIRLOCK_MAX_BOXES=N"},
+		{fmt.Errorf("box x: %w", &airlock.CapacityError{Cap: "AIRLOCK_MAX_MEMORY", Limit: 64, Wanted: 128}), "--memory"},
 	} {
 		var w bytes.Buffer
 		report(&w, c.err, "keep")

@@ -319,11 +319,20 @@ func consoleLogs(cmd *cobra.Command, b *airlock.Box, tail int, follow bool) erro
 	if err != nil {
 		return err
 	}
-	io.WriteString(cmd.OutOrStdout(), tailLines(string(raw), tail))
+	// Escaped: the guest writes this log, and a terminal must not obey its
+	// control sequences.
+	io.WriteString(cmd.OutOrStdout(), airlock.EscapeConsole(tailLines(string(raw), tail)))
 	for follow {
 		info, err := b.Info(cmd.Context())
-		if _, cerr := io.Copy(cmd.OutOrStdout(), f); cerr != nil || err != nil || info.State != "running" {
+		if cerr := airlock.CopyConsole(cmd.OutOrStdout(), f); cerr != nil || err != nil || info.State != "running" {
 			return nil
+		}
+		// A confined box's log is a ring: at its cap its newest half moves
+		// to its start; follow it from there.
+		if fi, serr := f.Stat(); serr == nil {
+			if pos, perr := f.Seek(0, io.SeekCurrent); perr == nil && fi.Size() < pos {
+				f.Seek(0, io.SeekStart)
+			}
 		}
 		select {
 		case <-cmd.Context().Done():

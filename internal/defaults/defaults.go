@@ -18,11 +18,23 @@
 //	AIRLOCK_NET_HELPER    network helper binary  default: airlock-net beside the executable, or on PATH
 //	AIRLOCK_DNS_UPSTREAM  boxes' DNS resolver    default: the host's first nameserver (/etc/resolv.conf)
 //	AIRLOCK_NET_TEST_INTERNET  tests only: a /24 the network helper reaches on 127.0.0.0/24
+//
+// Confinement and host capacity (docs/confinement.md):
+//
+//	AIRLOCK_CONFINE      off (or 0, false): box QEMUs run unconfined    default on
+//	AIRLOCK_CONSOLE_MAX  cap of a confined box's console log, bytes     default 8 MiB
+//	AIRLOCK_CPU_LIMIT    host CPUs one box's QEMU may use (cgroup)      default no limit
+//	AIRLOCK_UID_RANGE    START:COUNT of uids for box QEMUs (as root)    default /etc/subuid's "airlock"
+//	AIRLOCK_MAX_BOXES    cap on boxes running on this host              default 128
+//	AIRLOCK_MAX_MEMORY   cap on their guest memory, MiB                 default host RAM minus a reserve
 package defaults
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 )
 
 // Home returns $AIRLOCK_HOME, else ~/.airlock; "" when neither AIRLOCK_HOME
@@ -110,3 +122,64 @@ func DNSUpstream() string { return os.Getenv(DNSUpstreamEnv) }
 // NetTestInternet returns $AIRLOCK_NET_TEST_INTERNET, a test-only setting
 // (see netstack.TestInternetEnv).
 func NetTestInternet() string { return os.Getenv(NetTestInternetEnv) }
+
+// Unconfined reports whether AIRLOCK_CONFINE is off, 0 or false.
+func Unconfined() bool {
+	v := strings.ToLower(os.Getenv("AIRLOCK_CONFINE"))
+	return v == "off" || v == "0" || v == "false"
+}
+
+// ConsoleMax returns $AIRLOCK_CONSOLE_MAX in bytes (0 when unset).
+func ConsoleMax() (int64, error) {
+	v := os.Getenv("AIRLOCK_CONSOLE_MAX")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 4096 {
+		return 0, fmt.Errorf("AIRLOCK_CONSOLE_MAX=%q: want the console log's cap in bytes, 4096 or more", v)
+	}
+	return n, nil
+}
+
+// CPULimit returns $AIRLOCK_CPU_LIMIT, host CPUs (0 when unset).
+func CPULimit() (float64, error) {
+	v := os.Getenv("AIRLOCK_CPU_LIMIT")
+	if v == "" {
+		return 0, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f <= 0 {
+		return 0, fmt.Errorf("AIRLOCK_CPU_LIMIT=%q: want a number of host CPUs, e.g. 1.5", v)
+	}
+	return f, nil
+}
+
+// UIDRange returns $AIRLOCK_UID_RANGE (START:COUNT, checked by its user).
+func UIDRange() string { return os.Getenv("AIRLOCK_UID_RANGE") }
+
+// MaxBoxes returns $AIRLOCK_MAX_BOXES (0 when unset).
+func MaxBoxes() (int, error) {
+	v := os.Getenv("AIRLOCK_MAX_BOXES")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("AIRLOCK_MAX_BOXES=%q: want a number of boxes, 1 or more", v)
+	}
+	return n, nil
+}
+
+// MaxMemory returns $AIRLOCK_MAX_MEMORY in MiB (0 when unset).
+func MaxMemory() (int, error) {
+	v := os.Getenv("AIRLOCK_MAX_MEMORY")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 64 {
+		return 0, fmt.Errorf("AIRLOCK_MAX_MEMORY=%q: want MiB, 64 or more", v)
+	}
+	return n, nil
+}

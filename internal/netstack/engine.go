@@ -269,24 +269,32 @@ func (e *Engine) track(f *flow) func() {
 }
 
 // LogFile is an io.Writer appending to a file that it keeps under max
-// bytes by renaming it to path.1 when full (one old generation kept).
+// bytes by moving its content to path.1 when full (one old generation
+// kept). Both files are opened once, by OpenLog: rotating needs no access
+// to their directory, so the helper keeps its log after it gives up its
+// privileges (see HelperConfig.UID).
 type LogFile struct {
-	path string
-	max  int64
+	max int64
 
-	mu   sync.Mutex
-	f    *os.File
-	size int64
+	mu     sync.Mutex
+	f, old *os.File
+	size   int64
 }
 
-// OpenLog opens (creating) the log file at path, kept under max bytes.
+// OpenLog opens (creating) the log file at path and its old generation
+// path.1, kept under max bytes.
 func OpenLog(path string, max int64) (*LogFile, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
 	}
+	old, err := os.OpenFile(path+".1", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
 	st, _ := f.Stat()
-	l := &LogFile{path: path, max: max, f: f}
+	l := &LogFile{max: max, f: f, old: old}
 	if st != nil {
 		l.size = st.Size()
 	}
@@ -298,23 +306,40 @@ func (l *LogFile) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.size+int64(len(p)) > l.max && l.size > 0 {
-		l.f.Close()
-		os.Rename(l.path, l.path+".1")
-		f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_TRUNC, 0o600)
-		if err != nil {
+		// The current content becomes the old generation (copied: the
+		// descriptors stay), and the file starts again.
+		l.old.Truncate(0)
+		if _, err := l.f.Seek(0, io.SeekStart); err == nil {
+			io.Copy(&offsetWriter{f: l.old}, io.LimitReader(l.f, l.max))
+		}
+		if err := l.f.Truncate(0); err != nil {
 			return 0, err
 		}
-		l.f, l.size = f, 0
+		l.size = 0
 	}
 	n, err := l.f.Write(p)
 	l.size += int64(n)
 	return n, err
 }
 
-// Close closes the file.
+// offsetWriter writes to f from its start, with WriteAt (f's own offset
+// is not used).
+type offsetWriter struct {
+	f   *os.File
+	off int64
+}
+
+func (w *offsetWriter) Write(p []byte) (int, error) {
+	n, err := w.f.WriteAt(p, w.off)
+	w.off += int64(n)
+	return n, err
+}
+
+// Close closes the files.
 func (l *LogFile) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.old.Close()
 	return l.f.Close()
 }
 

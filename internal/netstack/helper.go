@@ -33,6 +33,17 @@ type HelperConfig struct {
 	// Log is the file of denied attempts (kept under 1 MiB, plus one old
 	// generation as Log.1).
 	Log string `json:"log"`
+	// UID and GID, when UID is non-zero (airlock runs as root and confines
+	// its boxes), are what the helper runs as once it has bound its ports
+	// and sockets, opened its log and connected to QEMU: no other box's
+	// process runs as them, and it keeps only CAP_NET_RAW (see
+	// dropPrivileges).
+	UID int `json:"uid,omitempty"`
+	GID int `json:"gid,omitempty"`
+	// Root, when set, is an empty directory the helper chroots into once
+	// set up (before it gives up root): it needs no file by path then, and
+	// code that took it over sees none of the host's.
+	Root string `json:"root,omitempty"`
 }
 
 // connectTimeout bounds how long the helper waits for QEMU's socket.
@@ -45,6 +56,9 @@ const readyFD = 3
 type readyMsg struct {
 	Error     string    `json:"error,omitempty"`
 	Published []Publish `json:"published,omitempty"`
+	// Confined says the helper gave up root as HelperConfig.UID asked (an
+	// older helper ignores UID and leaves it false).
+	Confined bool `json:"confined,omitempty"`
 }
 
 // Main is the helper process: airlock-net CONFIG.json. It binds the
@@ -114,8 +128,21 @@ func Main(args []string) int {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+	if hc.Root != "" {
+		if err := syscall.Chroot(hc.Root); err != nil {
+			return fail(fmt.Errorf("confine the network helper: chroot %s: %w", hc.Root, err))
+		}
+		if err := syscall.Chdir("/"); err != nil {
+			return fail(fmt.Errorf("confine the network helper: %w", err))
+		}
+	}
+	if hc.UID != 0 {
+		if err := dropPrivileges(hc.UID, hc.GID); err != nil {
+			return fail(fmt.Errorf("confine the network helper: %w", err))
+		}
+	}
 	go serveControl(cl, n)
-	report(readyMsg{Published: n.Published()})
+	report(readyMsg{Published: n.Published(), Confined: hc.UID != 0})
 	go func() {
 		<-sig
 		n.Close()
@@ -132,7 +159,7 @@ func Main(args []string) int {
 const HelperEnv = defaults.NetHelperEnv
 
 // ErrNoHelper means the helper binary was not found.
-var ErrNoHelper = errors.New("network helper airlock-net not found: build it (go build -o bin/airlock-net ./cmd/airlock-net, or hack/setup.sh) and put it beside airlock or on PATH, or set " + HelperEnv + ", or use network mode none")
+var ErrNoHelper = errors.New("network helper airlock-net not found: build it (CGO_ENABLED=0 go build -o bin/airlock-net ./cmd/airlock-net, or hack/setup.sh) and put it beside airlock or on PATH, or set " + HelperEnv + ", or use network mode none")
 
 // FindHelper returns the helper binary's path.
 func FindHelper() (string, error) {
@@ -156,6 +183,11 @@ func FindHelper() (string, error) {
 
 // Helper is a started helper process.
 type Helper struct {
+	// Unconfined, after Wait, says why a helper asked to give up root
+	// (HelperConfig.UID) did not ("" when it did, or was not asked).
+	Unconfined string
+
+	wantUID    bool
 	cmd        *exec.Cmd
 	stderrPath string
 	ready      chan readyResult
@@ -205,7 +237,7 @@ func LaunchHelper(bin, configPath, stderrPath string, hc HelperConfig) (*Helper,
 	// Reap it when it exits while this process lives; it outlives us
 	// otherwise (re-parented to init).
 	go cmd.Wait()
-	h := &Helper{cmd: cmd, stderrPath: stderrPath, ready: make(chan readyResult, 1)}
+	h := &Helper{cmd: cmd, stderrPath: stderrPath, ready: make(chan readyResult, 1), wantUID: hc.UID != 0}
 	go func() {
 		defer pr.Close()
 		var m readyMsg
@@ -237,6 +269,9 @@ func (h *Helper) Wait(ctx context.Context) ([]Publish, error) {
 	if res.m.Error != "" {
 		h.Kill()
 		return nil, errors.New(res.m.Error)
+	}
+	if h.wantUID && !res.m.Confined {
+		h.Unconfined = fmt.Sprintf("the network helper %s did not give up root (an older build?): rebuild it (hack/setup.sh, or CGO_ENABLED=0 go build ./cmd/airlock-net)", h.cmd.Path)
 	}
 	return res.m.Published, nil
 }

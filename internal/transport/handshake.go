@@ -9,11 +9,16 @@
 // what makes reconnecting safe:
 //
 //	host  -> guest: "AIRLOCK-SYNC <nonce>\n"   (repeated until acknowledged)
-//	guest -> host : "AIRLOCK-ACK <nonce> <agent version>\n"
-//	host  -> guest: "AIRLOCK-GO <nonce>\n"
+//	guest -> host : "AIRLOCK-ACK <nonce> <agent version> <challenge>\n"
+//	host  -> guest: "AIRLOCK-GO <nonce> <proof>\n"
+//	guest -> host : "AIRLOCK-OK <nonce>\n"      (or "AIRLOCK-DENY <nonce>\n")
 //
 // Each side discards every byte that is not the line it waits for, so stale
-// data from an earlier connection is dropped. After GO both sides start
+// data from an earlier connection is dropped. The proof authenticates the
+// host: HMAC-SHA256 of the challenge and nonce under the box's per-boot
+// secret (see Proof), which only the box's owner can read; an agent that
+// has a secret answers DENY to a wrong proof and serves nothing on that
+// connection. After OK both sides start
 // yamux (host = client, guest = server), and each call is one yamux stream
 // of length-prefixed frames carrying protobuf messages (Client.Call, Serve).
 // See docs/agent-protocol.md.
@@ -22,6 +27,8 @@ package transport
 import (
 	"bufio"
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -37,6 +44,8 @@ const (
 	syncPrefix = "AIRLOCK-SYNC "
 	ackPrefix  = "AIRLOCK-ACK "
 	goPrefix   = "AIRLOCK-GO "
+	okPrefix   = "AIRLOCK-OK "
+	denyPrefix = "AIRLOCK-DENY "
 	// maxLine bounds how much garbage one handshake line may hold before it
 	// is discarded.
 	maxLine = 256
@@ -50,6 +59,23 @@ var ErrHandshakeTimeout = errors.New("agent handshake timed out")
 // ErrAgentUnresponsive is the cause of a session the host ended because the
 // agent stopped answering keepalive pings (Client.Err).
 var ErrAgentUnresponsive = errors.New("the guest agent stopped answering")
+
+// ErrDenied is returned when the agent refused the host's proof of the
+// box secret (the host read a wrong or stale secret file), or, in the
+// guest, when a host sent a wrong proof.
+var ErrDenied = errors.New("agent refused the connection: wrong box secret (restart the box if its secret file was replaced)")
+
+// Proof returns the host's answer to the agent's challenge: hex
+// HMAC-SHA256(secret, "airlock-agent-auth\x00" challenge "\x00" nonce), or
+// "-" without a secret.
+func Proof(secret []byte, challenge, nonce string) string {
+	if len(secret) == 0 {
+		return "-"
+	}
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("airlock-agent-auth\x00" + challenge + "\x00" + nonce))
+	return hex.EncodeToString(m.Sum(nil))
+}
 
 // newNonce returns a fresh 16-hex-digit nonce. It only has to differ from
 // the nonces of earlier connections (stale lines are told apart by it), so
@@ -91,31 +117,55 @@ func afterPrefix(line, prefix string) (string, bool) {
 	return line[i+len(prefix):], true
 }
 
-// HostHandshake runs the host side of the handshake on conn and returns the
-// agent's version. It resends SYNC every resend interval until an ACK with
-// the same nonce arrives or the deadline passes. conn's read deadline is
-// used and cleared again before returning.
+// HostHandshake runs the host side of the handshake on conn without a
+// secret (for agents that have none) and returns the agent's version; see
+// HostHandshakeAuth.
 func HostHandshake(conn net.Conn, deadline time.Time) (agentVersion string, err error) {
+	return HostHandshakeAuth(conn, deadline, nil)
+}
+
+// HostHandshakeAuth runs the host side of the handshake on conn, proving
+// knowledge of secret, and returns the agent's version. It resends SYNC
+// every resend interval until an ACK with the same nonce arrives or the
+// deadline passes. conn's read deadline is used and cleared again before
+// returning. A refused proof is ErrDenied.
+func HostHandshakeAuth(conn net.Conn, deadline time.Time, secret []byte) (agentVersion string, err error) {
 	nonce := newNonce()
 	syncLine := []byte("\n" + syncPrefix + nonce + "\n")
 	type ack struct {
-		version string
-		err     error
+		version, challenge string
+		ok                 bool // the OK/DENY line: ok true = OK
+		err                error
 	}
-	acks := make(chan ack, 1)
-	// Read with a deadline so the reader goroutine ends when we give up.
-	if err := conn.SetReadDeadline(deadline); err != nil {
+	acks := make(chan ack, 2)
+	// Read with a deadline so the reader goroutine ends when we give up,
+	// and write with one: a guest that never reads its port fills the
+	// socket with SYNC lines, and a blocked write must not outlast the
+	// deadline.
+	if err := conn.SetDeadline(deadline); err != nil {
 		return "", err
 	}
 	go func() {
-		// Byte-at-a-time reads: nothing after the ACK line may be consumed,
+		// Byte-at-a-time reads: nothing after the OK line may be consumed,
 		// since yamux follows.
 		r := bufio.NewReaderSize(byteReader{conn}, 16)
+		acked := false
 		for {
 			line, err := readLine(r)
 			if err != nil {
 				acks <- ack{err: err}
 				return
+			}
+			if acked {
+				if rest, ok := afterPrefix(line, okPrefix); ok && strings.TrimSpace(rest) == nonce {
+					acks <- ack{ok: true}
+					return
+				}
+				if rest, ok := afterPrefix(line, denyPrefix); ok && strings.TrimSpace(rest) == nonce {
+					acks <- ack{err: ErrDenied}
+					return
+				}
+				continue
 			}
 			rest, ok := afterPrefix(line, ackPrefix)
 			if !ok {
@@ -123,46 +173,63 @@ func HostHandshake(conn net.Conn, deadline time.Time) (agentVersion string, err 
 			}
 			f := strings.Fields(rest)
 			if len(f) >= 1 && f[0] == nonce {
-				v := ""
+				a := ack{}
 				if len(f) > 1 {
-					v = f[1]
+					a.version = f[1]
 				}
-				acks <- ack{version: v}
-				return
+				if len(f) > 2 {
+					a.challenge = f[2]
+				}
+				acked = true
+				acks <- a
 			}
 		}
 	}()
+	fail := func(err error) (string, error) {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return "", ErrHandshakeTimeout
+		}
+		if errors.Is(err, ErrDenied) {
+			return "", err
+		}
+		if errors.Is(err, io.EOF) {
+			return "", fmt.Errorf("agent connection closed during handshake: %w", err)
+		}
+		return "", fmt.Errorf("agent handshake: %w", err)
+	}
 	// Resend quickly at first: after a reconnect the guest may still be
 	// running the previous session, which the first SYNC ends.
 	interval := 20 * time.Millisecond
 	resend := time.NewTimer(interval)
 	defer resend.Stop()
 	if _, err := conn.Write(syncLine); err != nil {
-		return "", fmt.Errorf("write handshake: %w", err)
+		return fail(err)
 	}
+	version := ""
 	for {
 		select {
 		case a := <-acks:
 			if a.err != nil {
-				var ne net.Error
-				if errors.As(a.err, &ne) && ne.Timeout() {
-					return "", ErrHandshakeTimeout
-				}
-				if errors.Is(a.err, io.EOF) {
-					return "", fmt.Errorf("agent connection closed during handshake: %w", a.err)
-				}
-				return "", fmt.Errorf("agent handshake: %w", a.err)
+				return fail(a.err)
 			}
-			if err := conn.SetReadDeadline(time.Time{}); err != nil {
-				return "", err
+			if a.ok {
+				if err := conn.SetDeadline(time.Time{}); err != nil {
+					return "", err
+				}
+				return version, nil
 			}
-			if _, err := conn.Write([]byte(goPrefix + nonce + "\n")); err != nil {
+			version = a.version
+			resend.Stop()
+			if _, err := conn.Write([]byte(goPrefix + nonce + " " + Proof(secret, a.challenge, nonce) + "\n")); err != nil {
 				return "", fmt.Errorf("write handshake: %w", err)
 			}
-			return a.version, nil
 		case <-resend.C:
+			if version != "" {
+				continue
+			}
 			if _, err := conn.Write(syncLine); err != nil {
-				return "", fmt.Errorf("write handshake: %w", err)
+				return fail(err)
 			}
 			if interval < 250*time.Millisecond {
 				interval *= 2
@@ -172,13 +239,47 @@ func HostHandshake(conn net.Conn, deadline time.Time) (agentVersion string, err 
 	}
 }
 
-// GuestHandshake runs the guest side on rw: it waits for a SYNC line,
-// answers ACK with version, and returns once the matching GO line arrived.
-// Bytes before SYNC and repeated SYNC lines are discarded. rw must not be
-// read by anyone else meanwhile; nothing after the GO line is consumed.
+// GuestHandshake runs the guest side on rw without a secret: any host
+// is served. See GuestHandshakeAuth.
 func GuestHandshake(rw io.ReadWriter, version string) error {
+	return GuestHandshakeAuth(rw, version, nil)
+}
+
+// GuestKey is where the guest side of the handshake takes the box secret
+// from: Current returns it (empty: any host is served) and a channel that
+// is closed when it is replaced (the host rotates it when it restores a
+// box from a snapshot).
+type GuestKey interface {
+	Current() (secret []byte, changed <-chan struct{})
+}
+
+type staticKey []byte
+
+func (k staticKey) Current() ([]byte, <-chan struct{}) { return k, nil }
+
+// RotateGrace is how long the guest waits for a new secret when a proof
+// fails against the current one: a host that restored a box from a
+// snapshot connects with the new secret while the guest may still be
+// reading it from its secret port.
+const RotateGrace = 3 * time.Second
+
+// GuestHandshakeAuth is GuestHandshakeKey with a fixed secret.
+func GuestHandshakeAuth(rw io.ReadWriter, version string, secret []byte) error {
+	return GuestHandshakeKey(rw, version, staticKey(secret))
+}
+
+// GuestHandshakeKey runs the guest side on rw: it waits for a SYNC line,
+// answers ACK with version and a fresh challenge, and returns once the
+// matching GO line arrived with a valid proof of secret (any proof when
+// secret is empty; a proof that fails is checked again against a secret
+// that replaces the current one within RotateGrace), after answering OK.
+// A wrong proof is answered DENY and
+// returns ErrDenied: the caller must serve nothing on rw. Bytes before
+// SYNC and repeated SYNC lines are discarded. rw must not be read by
+// anyone else meanwhile; nothing after the GO line is consumed.
+func GuestHandshakeKey(rw io.ReadWriter, version string, key GuestKey) error {
 	r := bufio.NewReaderSize(byteReader{rw}, 16)
-	nonce := ""
+	nonce, challenge := "", ""
 	for {
 		line, err := readLine(r)
 		if err != nil {
@@ -194,14 +295,49 @@ func GuestHandshake(rw io.ReadWriter, version string) error {
 				// nonce once, or the extra ACKs would land in its yamux stream.
 				continue
 			}
-			nonce = f[0]
-			if _, err := io.WriteString(rw, "\n"+ackPrefix+nonce+" "+version+"\n"); err != nil {
+			nonce, challenge = f[0], newNonce()+newNonce()
+			if _, err := io.WriteString(rw, "\n"+ackPrefix+nonce+" "+version+" "+challenge+"\n"); err != nil {
 				return err
 			}
 			continue
 		}
-		if rest, ok := afterPrefix(line, goPrefix); ok && nonce != "" && strings.TrimSpace(rest) == nonce {
-			return nil
+		if rest, ok := afterPrefix(line, goPrefix); ok && nonce != "" {
+			f := strings.Fields(rest)
+			if len(f) == 0 || f[0] != nonce {
+				continue
+			}
+			proof := ""
+			if len(f) > 1 {
+				proof = f[1]
+			}
+			if !proven(key, proof, challenge, nonce) {
+				io.WriteString(rw, "\n"+denyPrefix+nonce+"\n")
+				return ErrDenied
+			}
+			_, err := io.WriteString(rw, "\n"+okPrefix+nonce+"\n")
+			return err
+		}
+	}
+}
+
+// proven reports whether proof answers challenge and nonce under key's
+// secret (always, for an empty secret), waiting up to RotateGrace for a
+// new secret when it does not.
+func proven(key GuestKey, proof, challenge, nonce string) bool {
+	deadline := time.NewTimer(RotateGrace)
+	defer deadline.Stop()
+	for {
+		secret, changed := key.Current()
+		if len(secret) == 0 || hmac.Equal([]byte(proof), []byte(Proof(secret, challenge, nonce))) {
+			return true
+		}
+		if changed == nil {
+			return false
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return false
 		}
 	}
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -112,5 +113,51 @@ func TestNewClientOverHandshake(t *testing.T) {
 	defer c.Close()
 	if c.AgentVersion != "v" {
 		t.Fatalf("version %q", c.AgentVersion)
+	}
+}
+
+func TestHandshakeProvesTheSecret(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	t.Run("right secret", func(t *testing.T) {
+		host, guest := serialPipe(t)
+		errc := make(chan error, 1)
+		go func() { errc <- GuestHandshakeAuth(guest, "v", secret) }()
+		if _, err := HostHandshakeAuth(host, time.Now().Add(5*time.Second), secret); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		echoOverYamux(t, host, guest)
+	})
+	for name, hostSecret := range map[string][]byte{"no secret": nil, "wrong secret": []byte("not the secret")} {
+		t.Run(name, func(t *testing.T) {
+			host, guest := serialPipe(t)
+			errc := make(chan error, 1)
+			go func() { errc <- GuestHandshakeAuth(guest, "v", secret) }()
+			_, err := HostHandshakeAuth(host, time.Now().Add(5*time.Second), hostSecret)
+			if !errors.Is(err, ErrDenied) {
+				t.Fatalf("host: got %v, want ErrDenied", err)
+			}
+			if err := <-errc; !errors.Is(err, ErrDenied) {
+				t.Fatalf("guest: got %v, want ErrDenied", err)
+			}
+		})
+	}
+}
+
+// TestHandshakeTimesOutOnAPortNobodyReads: when the guest never reads, the
+// host's SYNC writes block; the deadline must still end the handshake.
+func TestHandshakeTimesOutOnAPortNobodyReads(t *testing.T) {
+	host, guest := net.Pipe() // unbuffered: every write blocks until read
+	defer host.Close()
+	defer guest.Close()
+	start := time.Now()
+	_, err := HostHandshake(host, time.Now().Add(300*time.Millisecond))
+	if !errors.Is(err, ErrHandshakeTimeout) {
+		t.Fatalf("got %v, want ErrHandshakeTimeout", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("took %s", d)
 	}
 }

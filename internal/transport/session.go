@@ -35,7 +35,13 @@ type Client struct {
 // refused (reset) at once: the host serves nothing to the guest, and a
 // guest must not be able to park buffers in host memory.
 func NewClient(conn net.Conn, deadline time.Time) (*Client, error) {
-	ver, err := HostHandshake(conn, deadline)
+	return NewClientAuth(conn, deadline, nil)
+}
+
+// NewClientAuth is NewClient proving knowledge of the box secret in the
+// handshake (see HostHandshakeAuth).
+func NewClientAuth(conn net.Conn, deadline time.Time, secret []byte) (*Client, error) {
+	ver, err := HostHandshakeAuth(conn, deadline, secret)
 	if err != nil {
 		conn.Close()
 		return nil, err

@@ -4,13 +4,15 @@ import (
 	"io"
 	"os"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/airlock-run/airlock/internal/guestabi"
 )
 
 // ConsoleTail returns the last n non-empty lines of a console log (read
-// from at most its last 16 KiB), trailing spaces and CRs trimmed, each
-// ending in a newline. A missing file gives "".
+// from at most its last 16 KiB), trailing spaces and CRs trimmed, control
+// bytes escaped (EscapeConsole), each ending in a newline. A missing file
+// gives "".
 func ConsoleTail(path string, n int) string {
 	f, err := os.Open(path)
 	if err != nil {
@@ -23,7 +25,7 @@ func ConsoleTail(path string, n int) string {
 	}
 	b, _ := io.ReadAll(io.LimitReader(f, window))
 	var lines []string
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.Split(EscapeConsole(string(b)), "\n") {
 		if l = strings.TrimRight(l, "\r "); l != "" {
 			lines = append(lines, l)
 		}
@@ -64,4 +66,39 @@ func DeathFromConsole(path, fallback string) Death {
 		cause = fallback
 	}
 	return Death{Cause: cause, ConsoleTail: ConsoleTail(path, 25)}
+}
+
+// EscapeConsole makes guest console text safe to show on a terminal: it
+// keeps printable text, newlines and tabs, drops the carriage return of a
+// CRLF, and writes every other control byte (C0, DEL, C1) and every byte
+// that is not UTF-8 as \xNN, so that a guest cannot move the cursor,
+// rewrite the screen or send terminal escape sequences through its log.
+func EscapeConsole(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			writeHex(&b, s[i])
+		case r == '\n' || r == '\t':
+			b.WriteRune(r)
+		case r == '\r' && i+1 < len(s) && s[i+1] == '\n':
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
+			for j := 0; j < n; j++ {
+				writeHex(&b, s[i+j])
+			}
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+func writeHex(b *strings.Builder, c byte) {
+	const hex = "0123456789abcdef"
+	b.WriteString(`\x`)
+	b.WriteByte(hex[c>>4])
+	b.WriteByte(hex[c&15])
 }

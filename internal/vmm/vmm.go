@@ -18,6 +18,7 @@
 //	c, _ := m.DialAgent(ctx)    // as often as needed, from any process
 //	<-m.Exited(); m.Death()     // unexpected end: why, with the console's tail
 //	m.Quit(ctx); m.Kill()       // the agent's Shutdown did not end it in time
+//	m.Release()                 // once it has ended: what the boot held (cgroup)
 package vmm
 
 import (
@@ -134,8 +135,13 @@ type Machine interface {
 	// cooperation (QEMU: QMP quit) and returns when that was sent or ctx
 	// ended; the caller then waits for Alive to turn false.
 	Quit(ctx context.Context) error
-	// Kill ends the machine's process (SIGKILL) and waits for it to go.
+	// Kill ends the machine's process (SIGKILL), waits for it to go and
+	// releases what the boot held (see Release).
 	Kill() error
+	// Release frees what the boot holds on the host outside its process
+	// (QEMU: its cgroup) once the process has ended; while it runs,
+	// Release does nothing. Safe to call more than once, from any process.
+	Release()
 	// Console returns the last n lines of the console of this boot.
 	Console(n int) string
 }
@@ -144,6 +150,20 @@ type Machine interface {
 type Death struct {
 	Cause       string // "guest kernel panic (...)", "its QEMU process (pid 7) exited unexpectedly"
 	ConsoleTail string
+}
+
+// UsageReporter is a driver that can count the machines of its kind that
+// run on this host, of every airlock home and user (for host-wide
+// capacity caps).
+type UsageReporter interface {
+	// Usage counts the running machines other than box except's.
+	Usage(except string) Usage
+}
+
+// Usage is what the running machines of a driver take.
+type Usage struct {
+	Machines  int
+	MemoryMiB int // guest memory, in total
 }
 
 // BootReporter is a driver that can say what its machines boot with.

@@ -25,6 +25,12 @@ type Client struct {
 // Dial opens a byte stream with dial, performs the handshake (bounded by
 // ctx's deadline, or 30 s) and returns a client.
 func Dial(ctx context.Context, dial func(ctx context.Context) (net.Conn, error)) (*Client, error) {
+	return DialAuth(ctx, nil, dial)
+}
+
+// DialAuth is Dial proving knowledge of the box's secret in the handshake
+// (an agent that has a secret serves nobody else).
+func DialAuth(ctx context.Context, secret []byte, dial func(ctx context.Context) (net.Conn, error)) (*Client, error) {
 	conn, err := dial(ctx)
 	if err != nil {
 		return nil, err
@@ -34,7 +40,7 @@ func Dial(ctx context.Context, dial func(ctx context.Context) (net.Conn, error))
 		deadline = time.Now().Add(30 * time.Second)
 	}
 	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
-	t, err := transport.NewClient(conn, deadline)
+	t, err := transport.NewClientAuth(conn, deadline, secret)
 	if !stop() && err == nil {
 		// ctx ended meanwhile and put a past read deadline on conn.
 		t.Close()

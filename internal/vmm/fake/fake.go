@@ -25,6 +25,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -47,6 +49,38 @@ type Driver struct {
 }
 
 var _ vmm.Driver = (*Driver)(nil)
+var _ vmm.UsageReporter = (*Driver)(nil)
+
+// argv0Prefix starts the argv[0] of a fake machine's agent process:
+// argv0Prefix + box id + ":" + memory MiB of its spec.
+const argv0Prefix = "airlock-fake-agent:"
+
+// Usage counts the fake machines running on this host (agent processes
+// named argv0Prefix..., of every home) other than box except's, and the
+// memory their specs asked for.
+func (d *Driver) Usage(except string) vmm.Usage {
+	var u vmm.Usage
+	ents, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range ents {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		arg0, _, _ := strings.Cut(string(b), "\x00")
+		rest, ok := strings.CutPrefix(arg0, argv0Prefix)
+		if !ok {
+			continue
+		}
+		id, mem, _ := strings.Cut(rest, ":")
+		if id == except {
+			continue
+		}
+		n, _ := strconv.Atoi(mem)
+		u.Machines++
+		u.MemoryMiB += n
+	}
+	return u
+}
 
 // New returns a fake driver running the agent binary at agent.
 func New(agent string) *Driver { return &Driver{Agent: agent} }
@@ -106,6 +140,9 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 	}
 	start := func(flags uintptr) (*exec.Cmd, error) {
 		cmd := exec.Command(d.Agent)
+		// Its name in ps says which box it is and the memory the box
+		// asked for, so that Usage can count fake machines host-wide.
+		cmd.Args = []string{argv0Prefix + spec.ID + ":" + strconv.Itoa(spec.MemoryMiB)}
 		cmd.Env = append(os.Environ(), guestabi.HostListenEnv+"=unix:"+sock)
 		if d.TestWedgeExec {
 			cmd.Env = append(cmd.Env, guestabi.HostTestWedgeExecEnv+"=1")
@@ -172,6 +209,9 @@ func (m *machine) Quit(ctx context.Context) error {
 }
 
 func (m *machine) Kill() error { return vmm.Kill(m.h) }
+
+// Release does nothing: the fake holds nothing outside its process.
+func (m *machine) Release() {}
 
 // DialAgent connects to the agent's socket, waiting (within ctx) for the
 // agent to create it.

@@ -52,6 +52,8 @@ type Options struct {
 	// end of an exec. No airlock.Options field leads here; only tests of
 	// the host's own exec timer set it.
 	TestWedgeExec bool
+	// Jail says how box QEMUs are confined (docs/confinement.md).
+	Jail JailOptions
 }
 
 // Driver boots boxes as QEMU microVMs. The accelerator, kernel and
@@ -267,6 +269,9 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 		return nil, err
 	}
 	qc := d.config(spec, boot, base, cid)
+	if err := d.confine(spec, &qc); err != nil {
+		return nil, err
+	}
 	for _, f := range append(qc.AgentSockets, qc.QMPSocket, qc.PIDFile, filepath.Join(spec.Dir, boxdir.CID)) {
 		os.Remove(f)
 	}
@@ -277,9 +282,12 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 	pid, err := Launch(ctx, qc)
 	for try := 0; try < 5 && IsCIDInUse(err); try++ {
 		qc = d.config(spec, boot, base, randomCID())
-		pid, err = Launch(ctx, qc)
+		if err = d.confine(spec, &qc); err == nil {
+			pid, err = Launch(ctx, qc)
+		}
 	}
 	if err != nil {
+		release(spec.Dir)
 		return nil, err
 	}
 	if qc.VsockCID != 0 {
@@ -327,7 +335,7 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 	if noACPI {
 		extra = append(extra, "noapictimer")
 	}
-	volDisks, volArgs, volParams := volumeDevices(spec.Volumes, len(disks))
+	volDisks, shares, volParams := volumeDevices(spec.Volumes, len(disks))
 	disks = append(disks, volDisks...)
 	extra = append(extra, volParams...)
 	var tsc uint64
@@ -335,7 +343,7 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 		tsc = TSCkHz(d.o.CacheDir)
 	}
 	return Config{
-		ExtraArgs:    volArgs,
+		Shares:       shares,
 		NoACPI:       noACPI,
 		VsockCID:     cid,
 		Name:         "airlock-" + spec.ID,
@@ -411,7 +419,21 @@ func (m *machine) Console(n int) string {
 	return vmm.ConsoleTail(filepath.Join(m.dir, boxdir.Console), n)
 }
 
-func (m *machine) Kill() error { return vmm.Kill(m.h) }
+// Kill ends QEMU and releases its cgroup.
+func (m *machine) Kill() error {
+	if err := vmm.Kill(m.h); err != nil {
+		return err
+	}
+	m.Release()
+	return nil
+}
+
+// Release removes the boot's cgroup once QEMU has ended.
+func (m *machine) Release() {
+	if !m.h.Alive() {
+		release(m.dir)
+	}
+}
 
 // Quit sends QMP "quit".
 func (m *machine) Quit(ctx context.Context) error {
@@ -436,7 +458,7 @@ func (m *machine) dialVsock(ctx context.Context) (c *client.Client, ok bool) {
 	if err != nil || cid == 0 {
 		return nil, false
 	}
-	c, err = client.Dial(ctx, func(ctx context.Context) (net.Conn, error) {
+	c, err = client.DialAuth(ctx, boxSecret(m.dir), func(ctx context.Context) (net.Conn, error) {
 		return vsock.Dial(uint32(cid), vsockPort, nil)
 	})
 	return c, err == nil
@@ -471,7 +493,7 @@ func (m *machine) DialAgent(ctx context.Context) (*client.Client, error) {
 		}
 	}
 	sock := boxdir.SockPath(m.dir, m.id, boxdir.AgentSock(port))
-	c, err := client.Dial(ctx, func(ctx context.Context) (net.Conn, error) {
+	c, err := client.DialAuth(ctx, boxSecret(m.dir), func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", sock)
 	})

@@ -29,6 +29,15 @@ type Disk struct {
 	OptIOSize int
 }
 
+// Share is a host directory shared over virtio-9p: fsdev ID, mount tag Tag.
+// Files are shared with security_model=mapped-xattr: the guest's owners and
+// modes live in extended attributes, so a box cannot make a setuid file on
+// the host; a read-only share has readonly=on, which QEMU enforces.
+type Share struct {
+	ID, Tag, HostDir string
+	ReadOnly         bool
+}
+
 // Config describes one VM.
 type Config struct {
 	Binary    string // default "qemu-system-x86_64"
@@ -47,7 +56,11 @@ type Config struct {
 	AgentSockets []string
 	QMPSocket    string
 	ConsoleLog   string // serial console output
-	PIDFile      string
+	// ConsoleMax caps a confined box's console log in bytes (default
+	// DefaultConsoleMax): a drainer process keeps its newest part. An
+	// unconfined QEMU (Jail.Off) writes the log itself, without a cap.
+	ConsoleMax int64
+	PIDFile    string
 	// VsockCID, when non-zero, attaches a vhost-vsock device with this
 	// guest CID (needs /dev/vhost-vsock on the host; see VsockAvailable).
 	VsockCID uint32
@@ -84,17 +97,55 @@ type Config struct {
 	// host core instead of 2.7%). Kernels without those options (Debian's)
 	// boot with ACPI.
 	NoACPI bool
-	// ExtraArgs are appended to QEMU's arguments (e.g. -fsdev and -device
-	// for 9p shares).
-	ExtraArgs []string
+	// Shares are host directories shared with the guest over virtio-9p
+	// (volumes). A confined QEMU sees each at its host path, bind-mounted
+	// into its jail (read-only for a read-only share).
+	Shares []Share
 	// Incoming starts QEMU waiting for a migration stream (-incoming
 	// defer) instead of booting: QMP migrate-incoming then loads a
 	// snapshot.
 	Incoming bool
+	// Secret, when set, is given to the guest on the virtio-serial port
+	// guestabi.SecretPort (through a socket pair QEMU inherits: it appears in no
+	// command line and no file another user can read). The agent then
+	// serves only hosts that prove they know it (transport handshake).
+	Secret []byte
+	// Jail says how QEMU is confined (see Jail); the zero value confines.
+	Jail Jail
 }
 
-// Args returns QEMU's arguments for c (without the binary).
+// Args returns QEMU's arguments for c (without the binary) when QEMU is
+// not confined (Jail.Off): host paths, -daemonize.
 func (c Config) Args() []string {
+	refs := argRefs{kernel: c.Kernel, initrd: c.Initrd,
+		console: "path=" + escapeComma(c.ConsoleLog),
+		qmp:     []string{"-qmp", "unix:" + c.QMPSocket + ",server=on,wait=off"},
+		net:     "addr.type=unix,addr.path=" + escapeComma(c.NetSocket),
+		tail:    []string{"-pidfile", c.PIDFile, "-daemonize"}}
+	for _, d := range c.Disks {
+		refs.disks = append(refs.disks, escapeComma(d.Path))
+	}
+	for _, sock := range c.AgentSockets {
+		refs.agents = append(refs.agents, "path="+escapeComma(sock)+",server=on,wait=off")
+	}
+	return c.args(refs)
+}
+
+// argRefs says how QEMU's arguments name the files and sockets of a box:
+// host paths, or jail paths and inherited descriptors.
+type argRefs struct {
+	kernel, initrd string
+	disks          []string // -drive file= values
+	diskOpts       string   // more -drive options for every disk
+	console        string   // the console chardev's file options
+	agents         []string // each agent socket chardev's options
+	qmp            []string // the QMP monitor's arguments
+	net            string   // the stream netdev's address options
+	shares         []string // each share's directory as QEMU sees it ("": its host path)
+	tail           []string // appended last
+}
+
+func (c Config) args(refs argRefs) []string {
 	cpus, mem := c.CPUs, c.MemoryMiB
 	if cpus <= 0 {
 		cpus = 1
@@ -127,16 +178,14 @@ func (c Config) Args() []string {
 		a = append(a, "-accel", "tcg", "-cpu", "max,-erms,-fsrm")
 	}
 	a = append(a,
-		"-kernel", c.Kernel,
+		"-kernel", refs.kernel,
 		"-append", c.Cmdline,
-		"-chardev", "file,id=console,path="+escapeComma(c.ConsoleLog),
+		"-chardev", "file,id=console,"+refs.console,
 		"-serial", "chardev:console",
-		"-qmp", "unix:"+c.QMPSocket+",server=on,wait=off",
-		"-pidfile", c.PIDFile,
-		"-daemonize",
 	)
-	if c.Initrd != "" {
-		a = append(a, "-initrd", c.Initrd)
+	a = append(a, refs.qmp...)
+	if refs.initrd != "" {
+		a = append(a, "-initrd", refs.initrd)
 	}
 	if c.Incoming {
 		a = append(a, "-incoming", "defer")
@@ -152,15 +201,26 @@ func (c Config) Args() []string {
 			dev += ",opt_io_size=" + strconv.Itoa(d.OptIOSize)
 		}
 		a = append(a,
-			"-drive", fmt.Sprintf("id=%s,file=%s,format=raw,if=none,readonly=%s,cache=unsafe,discard=unmap", id, escapeComma(d.Path), ro),
+			"-drive", fmt.Sprintf("id=%s,file=%s,format=raw,if=none,readonly=%s,cache=unsafe,discard=unmap%s", id, refs.disks[i], ro, refs.diskOpts),
 			"-device", dev)
 	}
-	a = append(a, "-device", fmt.Sprintf("virtio-serial-device,max_ports=%d", len(c.AgentSockets)+1))
-	for i, sock := range c.AgentSockets {
+	ports := len(c.AgentSockets) + 1
+	if c.Secret != nil {
+		ports++
+	}
+	a = append(a, "-device", fmt.Sprintf("virtio-serial-device,max_ports=%d", ports))
+	for i := range c.AgentSockets {
 		id := "agent" + strconv.Itoa(i)
 		a = append(a,
-			"-chardev", "socket,id="+id+",path="+escapeComma(sock)+",server=on,wait=off",
+			"-chardev", "socket,id="+id+","+refs.agents[i],
 			"-device", "virtserialport,chardev="+id+",name="+guestabi.PortName(i))
+	}
+	if c.Secret != nil {
+		// One end of a socket pair that holds the secret and then EOF:
+		// QEMU hands the bytes to the guest when the agent opens the port.
+		a = append(a,
+			"-chardev", "socket,id=secret,fd="+strconv.Itoa(fdSecret),
+			"-device", "virtserialport,chardev=secret,name="+guestabi.SecretPort)
 	}
 	a = append(a,
 		"-object", "rng-random,id=rng0,filename=/dev/urandom",
@@ -171,15 +231,25 @@ func (c Config) Args() []string {
 		if c.NetMTU > 0 {
 			dev += ",host_mtu=" + strconv.Itoa(c.NetMTU)
 		}
-		a = append(a, "-netdev", "stream,id=net0,server=on,addr.type=unix,addr.path="+escapeComma(c.NetSocket),
-			"-device", dev)
+		a = append(a, "-netdev", "stream,id=net0,server=on,"+refs.net, "-device", dev)
 	} else if c.Network {
 		a = append(a, "-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0")
 	}
 	if c.VsockCID != 0 {
 		a = append(a, "-device", fmt.Sprintf("vhost-vsock-device,guest-cid=%d", c.VsockCID))
 	}
-	return append(a, c.ExtraArgs...)
+	for i, sh := range c.Shares {
+		p := sh.HostDir
+		if i < len(refs.shares) {
+			p = refs.shares[i]
+		}
+		fsdev := "local,id=" + sh.ID + ",path=" + escapeComma(p) + ",security_model=mapped-xattr"
+		if sh.ReadOnly {
+			fsdev += ",readonly=on"
+		}
+		a = append(a, "-fsdev", fsdev, "-device", "virtio-9p-device,fsdev="+sh.ID+",mount_tag="+sh.Tag)
+	}
+	return append(a, refs.tail...)
 }
 
 // VsockAvailable reports whether the host can give guests a vsock device
@@ -380,9 +450,11 @@ func mallocHugePagesEnv(env []string) []string {
 	return out
 }
 
-// Launch starts QEMU for c detached from the caller (QEMU daemonizes after
-// it has created its sockets) and returns its pid. Startup errors carry
-// QEMU's own message.
+// Launch starts QEMU for c detached from the caller (in a session of its
+// own; it outlives the caller) once its sockets exist, and returns its
+// pid. Unless c.Jail.Off, QEMU is confined (see Jail) and is a child of
+// the caller, which reaps it when it exits; otherwise QEMU daemonizes.
+// Startup errors carry QEMU's own message.
 func Launch(ctx context.Context, c Config) (int, error) {
 	bin := c.Binary
 	if bin == "" {
@@ -395,10 +467,27 @@ func Launch(ctx context.Context, c Config) (int, error) {
 	if c.THP == THPCode && c.KernelSpan == (PhysRange{}) {
 		c.KernelSpan = KernelSpan(c.Kernel)
 	}
+	if !c.Jail.Off {
+		return launchJailed(ctx, path, c)
+	}
 	cmd := exec.CommandContext(ctx, path, c.Args()...)
 	var stderr bytes.Buffer
 	cmd.Stdout = &stderr
 	cmd.Stderr = &stderr
+	if c.Secret != nil {
+		sp, peer, err := secretPair(c.Secret)
+		if err != nil {
+			return 0, err
+		}
+		defer sp.Close()
+		defer peer.Close()
+		null, err := os.Open(os.DevNull)
+		if err != nil {
+			return 0, err
+		}
+		defer null.Close()
+		cmd.ExtraFiles = []*os.File{null, sp, peer} // fd 3, fdSecret, fdSecretPeer
+	}
 	start := cmd.Start
 	if c.THP == THPNone {
 		start = func() error { return startWithoutTHP(cmd) }

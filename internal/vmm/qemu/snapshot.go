@@ -66,6 +66,9 @@ func idOf(path string) (fileID, error) {
 // (whether there is one stays).
 func layout(c Config) Config {
 	c.Name, c.QMPSocket, c.ConsoleLog, c.PIDFile, c.Incoming = "", "", "", "", false
+	// The per-boot agent secret is never kept: a restore gets a fresh one
+	// (see confine). Confinement is the restoring host's.
+	c.Secret, c.Jail, c.ConsoleMax = nil, Jail{}, 0
 	if c.NetSocket != "" {
 		c.NetSocket = boxdir.NetSock // each box's network helper socket (whether there is one stays)
 	}
@@ -235,6 +238,14 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 			q.Execute("cont", nil)
 		}
 	}()
+	// A confined QEMU holds a migration blocker (see noMigrateQcow) that
+	// keeps `migrate exec:` from running anything; it goes for the time of
+	// this migrate fd:, which spawns nothing, and comes back afterwards.
+	if restore, err := liftMigrationBlocker(q); err != nil {
+		return st, err
+	} else {
+		defer restore()
+	}
 	const fdName = "airlock-snapshot"
 	if _, err := q.executeWithFile("getfd", map[string]any{"fdname": fdName}, f); err != nil {
 		return st, err
@@ -261,6 +272,37 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	st.StateBytes = allocated(filepath.Join(dir, snapState))
 	st.DiskBytes = allocated(filepath.Join(dir, snapDisk))
 	return st, nil
+}
+
+// liftMigrationBlocker deletes the migration blocker node of a confined
+// QEMU (none: nothing to do) and returns what adds it again.
+func liftMigrationBlocker(q *QMP) (restore func(), err error) {
+	raw, err := q.Execute("query-named-block-nodes", map[string]any{"flat": true})
+	if err != nil {
+		return nil, err
+	}
+	var nodes []struct {
+		Node string `json:"node-name"`
+		File string `json:"file"`
+		Drv  string `json:"drv"`
+	}
+	json.Unmarshal(raw, &nodes)
+	file := ""
+	for _, n := range nodes {
+		if n.Node == NoMigrateNode {
+			file = n.File
+		}
+	}
+	if file == "" {
+		return func() {}, nil
+	}
+	if _, err := q.Execute("blockdev-del", map[string]any{"node-name": NoMigrateNode}); err != nil {
+		return nil, fmt.Errorf("lift the migration blocker: %w", err)
+	}
+	return func() {
+		q.Execute("blockdev-add", map[string]any{"driver": "qcow", "node-name": NoMigrateNode, "read-only": true,
+			"file": map[string]any{"driver": "file", "filename": file}})
+	}, nil
 }
 
 // allocated returns the bytes a file takes on disk.
@@ -406,12 +448,18 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 		}
 	}
 	qc.Incoming = true
+	// A fresh agent secret (the guest takes it from its secret port once
+	// it runs again), and this host's confinement.
+	if err := d.confine(spec, &qc); err != nil {
+		return nil, err
+	}
 	for _, p := range append(qc.AgentSockets, qc.QMPSocket, qc.PIDFile, filepath.Join(spec.Dir, boxdir.CID)) {
 		os.Remove(p)
 	}
 	os.WriteFile(qc.ConsoleLog, nil, 0o600)
 	pid, err := Launch(ctx, qc)
 	if err != nil {
+		release(spec.Dir)
 		return nil, err
 	}
 	if qc.VsockCID != 0 {

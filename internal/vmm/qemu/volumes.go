@@ -32,22 +32,18 @@ func checkVolumes(vols []vmm.Volume, kernel assets.Kernel) error {
 	return nil
 }
 
-// volumeDevices returns the disks, QEMU arguments and kernel parameters
+// volumeDevices returns the disks, 9p shares (see Share) and kernel parameters
 // that attach vols; firstDisk is the index the first extra virtio-blk
 // disk gets (vda = 0). Host directories are shared over virtio-9p with
 // security_model=mapped-xattr (the guest's owners and modes live in
 // extended attributes, so a box cannot make a setuid file on the host) and,
 // for read-only ones, readonly=on, which QEMU enforces on the host.
-func volumeDevices(vols []vmm.Volume, firstDisk int) (disks []Disk, args []string, params []string) {
+func volumeDevices(vols []vmm.Volume, firstDisk int) (disks []Disk, shares []Share, params []string) {
 	for i, v := range vols {
 		if v.HostDir != "" {
 			id := "vol" + strconv.Itoa(i)
 			tag := "airlock." + id
-			fsdev := "local,id=" + id + ",path=" + escapeComma(v.HostDir) + ",security_model=mapped-xattr"
-			if v.ReadOnly {
-				fsdev += ",readonly=on"
-			}
-			args = append(args, "-fsdev", fsdev, "-device", "virtio-9p-device,fsdev="+id+",mount_tag="+tag)
+			shares = append(shares, Share{ID: id, Tag: tag, HostDir: v.HostDir, ReadOnly: v.ReadOnly})
 			params = append(params, guestabi.Volume{Kind: guestabi.VolumeKind9p, Source: tag, Target: v.Target, ReadOnly: v.ReadOnly}.Arg())
 			continue
 		}
@@ -55,5 +51,5 @@ func volumeDevices(vols []vmm.Volume, firstDisk int) (disks []Disk, args []strin
 		disks = append(disks, Disk{Path: v.Disk, ReadOnly: v.ReadOnly})
 		params = append(params, guestabi.Volume{Kind: guestabi.VolumeKindDisk, Source: dev, Target: v.Target, ReadOnly: v.ReadOnly}.Arg())
 	}
-	return disks, args, params
+	return disks, shares, params
 }

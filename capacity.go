@@ -1,0 +1,109 @@
+package airlock
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/airlock-run/airlock/internal/vmm"
+)
+
+// Host-wide capacity: caps on the boxes running on this host (of every
+// airlock home and user, as the VM driver counts them) and on their total
+// guest memory, checked when a box is created and when it starts.
+const (
+	// DefaultMaxBoxes is the default cap on running boxes
+	// (Options.MaxBoxes).
+	DefaultMaxBoxes = 128
+	// memoryReserveMiB is host RAM kept out of the default memory cap:
+	// the larger of this and a tenth of RAM.
+	memoryReserveMiB = 2048
+)
+
+// CapacityError is returned when starting a box would exceed a host-wide
+// cap; it names the cap.
+type CapacityError struct {
+	Cap    string // "AIRLOCK_MAX_BOXES" (Options.MaxBoxes) or "AIRLOCK_MAX_MEMORY" (Options.MaxMemoryMiB)
+	Limit  int    // boxes, or MiB
+	InUse  int    // boxes, or MiB of guest memory of running boxes
+	Wanted int    // MiB this box wants (memory cap), 1 for boxes
+}
+
+func (e *CapacityError) Error() string {
+	if e.Cap == "AIRLOCK_MAX_BOXES" {
+		return fmt.Sprintf("host capacity: %d boxes already run on this host, the cap is %d (Options.MaxBoxes, or AIRLOCK_MAX_BOXES=N)", e.InUse, e.Limit)
+	}
+	if e.InUse == 0 {
+		return fmt.Sprintf("host capacity: the box wants %d MiB of memory, more than the host cap of %d MiB (Options.MaxMemoryMiB, or AIRLOCK_MAX_MEMORY=MiB; default host RAM minus a reserve)", e.Wanted, e.Limit)
+	}
+	return fmt.Sprintf("host capacity: running boxes use %d MiB of guest memory, %d MiB more would pass the cap of %d MiB (Options.MaxMemoryMiB, or AIRLOCK_MAX_MEMORY=MiB)", e.InUse, e.Wanted, e.Limit)
+}
+
+// capacityLimits returns the caps: Options.MaxBoxes (default
+// DefaultMaxBoxes) and Options.MaxMemoryMiB (default host RAM minus the
+// larger of 2 GiB and 10%).
+func (r *Runtime) capacityLimits() (boxes, memMiB int) {
+	boxes, memMiB = r.opts.MaxBoxes, r.opts.MaxMemoryMiB
+	if boxes <= 0 {
+		boxes = DefaultMaxBoxes
+	}
+	if memMiB <= 0 {
+		total := hostMemMiB()
+		if total == 0 {
+			memMiB = 1 << 30
+		} else {
+			memMiB = total - max(memoryReserveMiB, total/10)
+		}
+	}
+	return boxes, memMiB
+}
+
+// hostMemMiB returns MemTotal from /proc/meminfo in MiB (0 if unknown).
+func hostMemMiB() int {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// checkCapacity returns a CapacityError if starting box id with memMiB of
+// guest memory would pass a host-wide cap. A driver that cannot count its
+// machines (no vmm.UsageReporter) is held to the memory cap of one box.
+func (r *Runtime) checkCapacity(id string, memMiB int) error {
+	maxBoxes, maxMem := r.capacityLimits()
+	if memMiB > maxMem {
+		return &CapacityError{Cap: "AIRLOCK_MAX_MEMORY", Limit: maxMem, Wanted: memMiB}
+	}
+	ur, ok := r.drv.(vmm.UsageReporter)
+	if !ok {
+		return nil
+	}
+	u := ur.Usage(id)
+	if u.Machines+1 > maxBoxes {
+		return &CapacityError{Cap: "AIRLOCK_MAX_BOXES", Limit: maxBoxes, InUse: u.Machines, Wanted: 1}
+	}
+	if u.MemoryMiB+memMiB > maxMem {
+		return &CapacityError{Cap: "AIRLOCK_MAX_MEMORY", Limit: maxMem, InUse: u.MemoryMiB, Wanted: memMiB}
+	}
+	return nil
+}
+
+// checkMemoryCap refuses, at creation, a box whose memory alone passes the
+// host memory cap.
+func (r *Runtime) checkMemoryCap(memMiB int) error {
+	if _, maxMem := r.capacityLimits(); memMiB > maxMem {
+		return &CapacityError{Cap: "AIRLOCK_MAX_MEMORY", Limit: maxMem, Wanted: memMiB}
+	}
+	return nil
+}

@@ -1,0 +1,106 @@
+package qemu
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/vmm"
+)
+
+// JailOptions configure how the driver confines box QEMUs (see Jail and
+// docs/confinement.md). The zero value confines as far as this process's
+// privileges allow, with the defaults.
+type JailOptions struct {
+	// Off starts QEMU unconfined (Jail.Off); the agent secret stays.
+	Off bool
+	// ConsoleMax caps a confined box's console log in bytes (0:
+	// DefaultConsoleMax).
+	ConsoleMax int64
+	// CPULimit is how many host CPUs one box's QEMU may use (cgroup, as
+	// root; 0: no limit).
+	CPULimit float64
+	// UIDRange is "START:COUNT" of the uids box QEMUs run as when this
+	// process is root ("": the UIDRangeOwner entry of /etc/subuid).
+	UIDRange string
+}
+
+// secretLen is the agent secret's length in random bytes (hex in the file).
+const secretLen = 32
+
+// confine fills in qc's confinement for one boot of spec's box (see Jail
+// and docs/confinement.md): a fresh agent secret, and unless confinement
+// is off, the jail, a uid of its own when this process is root, and a
+// cgroup with the box's limits where the host allows one.
+func (d *Driver) confine(spec vmm.Spec, qc *Config) error {
+	secret := make([]byte, secretLen)
+	rand.Read(secret)
+	hexSecret := []byte(hex.EncodeToString(secret))
+	if err := os.WriteFile(filepath.Join(spec.Dir, boxdir.Secret), hexSecret, 0o600); err != nil {
+		return fmt.Errorf("box secret: %w", err)
+	}
+	qc.Secret = hexSecret
+	os.Remove(filepath.Join(spec.Dir, boxdir.UID))
+	o := d.o.Jail
+	if o.Off {
+		qc.Jail.Off = true
+		return nil
+	}
+	// Only QEMU's own user-mode networking (slirp, benchmarks) needs the
+	// host's network namespace; the network helper's stream netdev is a
+	// descriptor, which works from the box's own empty one.
+	qc.Jail.HostNetwork = qc.Network && qc.NetSocket == ""
+	qc.ConsoleMax = o.ConsoleMax
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	r, err := BoxUIDRange(o.UIDRange)
+	if err != nil {
+		return err
+	}
+	uid, err := AllocUID(r)
+	if err != nil {
+		return err
+	}
+	qc.Jail.UID, qc.Jail.GID = uid, uid
+	if qc.Accel == AccelKVM {
+		if g := KVMGroup(); g > 0 {
+			qc.Jail.Groups = []int{g}
+		}
+	}
+	os.WriteFile(filepath.Join(spec.Dir, boxdir.UID), []byte(strconv.Itoa(uid)+"\n"), 0o600)
+	release(spec.Dir)
+	lim := Limits{
+		MemoryBytes: int64(spec.MemoryMiB+MemoryOverheadMiB(qc.Accel)) << 20,
+		Pids:        PidsLimit(spec.CPUs),
+		CPUs:        o.CPULimit,
+	}
+	g, err := NewCgroup("box-"+spec.ID, lim)
+	if err != nil {
+		d.warn("airlock: warning: boxes run without a cgroup: " + err.Error())
+		return nil
+	}
+	qc.Jail.Cgroup = g
+	SaveCgroup(filepath.Join(spec.Dir, boxdir.Cgroup), g)
+	return nil
+}
+
+// boxSecret returns the agent secret of the current boot of the box in dir
+// (nil when it has none: booted by an airlock without agent
+// authentication).
+func boxSecret(dir string) []byte {
+	s, err := os.ReadFile(filepath.Join(dir, boxdir.Secret))
+	if err != nil {
+		return nil
+	}
+	return []byte(strings.TrimSpace(string(s)))
+}
+
+// release frees what a boot of the box in dir held on the host once its
+// QEMU has exited: its cgroup.
+func release(dir string) { RemoveSavedCgroup(filepath.Join(dir, boxdir.Cgroup)) }
