@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/imagetest"
 	"github.com/airlock-run/airlock/internal/vmm/fake"
+	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
 // boxDirs lists the box directories under home (pool boxes included).
@@ -187,6 +189,131 @@ func TestPoolFake(t *testing.T) {
 	for id := range users {
 		if err := other.Remove(ctx, id, true); err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// qemuWithHome lists the pids of processes whose command line names home
+// (the QEMUs and network helpers of its boxes).
+func procsWithHome(t *testing.T, home string) []string {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), home) {
+			out = append(out, e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	return out
+}
+
+// TestPoolQEMU: a pool of real VMs restored from its template snapshot:
+// two concurrent claims get two working boxes, each with its own id,
+// hostname and RNG output; a claimed box has nothing another pool box's
+// user wrote; a claim takes the caller's name as hostname; the pool
+// refills; Close leaves no QEMU running and removes the template.
+func TestPoolQEMU(t *testing.T) {
+	vmtest.Require(t)
+	ctx := context.Background()
+	home := t.TempDir()
+	opts := airlock.BoxOptions{Image: vmtest.DefaultImage, AutoRemove: true}
+	r, err := airlock.Open(airlock.Options{Home: home, ImagesDir: vmtest.ImagesDir(), Warn: func(m string) { t.Log("warn: ", m) },
+		Pool: []airlock.PoolOptions{{BoxOptions: opts, Size: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	if err := r.WaitPools(wctx); err != nil {
+		t.Fatalf("%v: %+v", err, r.Pools())
+	}
+	p := r.Pools()[0]
+	t.Logf("pool of 2 filled in %s: %+v", time.Since(t0), p)
+	if p.Template == "" || p.Booted {
+		t.Fatalf("pool %+v: want boxes restored from a template snapshot", p)
+	}
+	var boxes [2]*airlock.Box
+	var errs [2]error
+	var claimT [2]time.Duration
+	var wg sync.WaitGroup
+	for i := range boxes {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			t0 := time.Now()
+			boxes[i], errs[i] = r.Create(ctx, opts)
+			claimT[i] = time.Since(t0)
+		}(i)
+	}
+	wg.Wait()
+	for i, b := range boxes {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if !b.FromPool() {
+			t.Fatalf("box %d did not come from the pool", i)
+		}
+	}
+	t.Logf("claims took %s and %s", claimT[0], claimT[1])
+	a, b := boxes[0], boxes[1]
+	if a.ID() == b.ID() {
+		t.Fatal("one pool box claimed twice")
+	}
+	ra := shIn(t, a, "hostname; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; ls -A /root /tmp | tr '\\n' ' '")
+	rb := shIn(t, b, "hostname; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'")
+	la, lb := strings.Split(ra, "\n"), strings.Split(rb, "\n")
+	if la[0] != a.ID() || lb[0] != b.ID() {
+		t.Errorf("hostnames %q and %q, want the boxes' ids %s and %s", la[0], lb[0], a.ID(), b.ID())
+	}
+	if la[1] == lb[1] {
+		t.Errorf("two claimed boxes read the same /dev/urandom bytes %s", la[1])
+	}
+	t.Logf("a claimed box's /root and /tmp: %q", la[2])
+	shIn(t, a, "echo mine > /root/mark")
+	a.Remove(ctx, true)
+	// Refill, then a named claim: none of a's files, its own hostname.
+	if err := r.WaitPools(wctx); err != nil {
+		t.Fatalf("refill: %v: %+v", err, r.Pools())
+	}
+	if p := r.Pools()[0]; p.Claimed != 2 || p.Ready != 2 {
+		t.Errorf("after refill: %+v, want 2 claimed, 2 ready", p)
+	}
+	o := opts
+	o.Name = "pooled-named"
+	c, err := r.Create(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.FromPool() {
+		t.Fatal("named box did not come from the pool")
+	}
+	if got := shIn(t, c, "hostname; [ -e /root/mark ] && echo LEAK || echo clean"); got != "pooled-named\nclean" {
+		t.Errorf("named claimed box: %q, want its name as hostname and no file of another box", got)
+	}
+	if l, _ := r.List(ctx); len(l) != 2 {
+		t.Errorf("List: %d boxes, want the 2 claimed ones left (pool boxes hidden)", len(l))
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left := procsWithHome(t, home); len(left) > 0 {
+		t.Errorf("processes left after Close: %v", left)
+	}
+	if snaps, _ := os.ReadDir(filepath.Join(home, "snapshots")); len(snaps) > 0 {
+		var names []string
+		for _, s := range snaps {
+			if !strings.HasPrefix(s.Name(), ".") {
+				names = append(names, s.Name())
+			}
+		}
+		if len(names) > 0 {
+			t.Errorf("snapshots left after Close: %v", names)
 		}
 	}
 }
