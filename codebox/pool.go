@@ -80,7 +80,7 @@ func Pool(opts Options, size int) airlock.PoolOptions {
 		BoxOptions: bo,
 		Size:       size,
 		Prepare:    func(ctx context.Context, b *airlock.Box) error { return park(ctx, b, python) },
-		Warm:       func(ctx context.Context, b *airlock.Box) (any, error) { return attachParked(ctx, b) },
+		Warm:       func(ctx context.Context, b *airlock.Box) (any, error) { return attachParked(ctx, b, python) },
 	}
 }
 
@@ -107,20 +107,21 @@ const reseedCell = `__import__("random").seed()`
 // started by attachParked; it is a kernelProc for the first context of
 // the CodeBox that claims the box.
 type parkedKernel struct {
-	box   *airlock.Box
-	relay *airlock.Process
-	pid   int
-	out   io.Reader // the ready line, then the relay's stdout
+	box    *airlock.Box
+	python string // the interpreter it runs (Options.Python)
+	relay  *airlock.Process
+	pid    int
+	out    io.Reader // the ready line, then the relay's stdout
 }
 
 // attachParked starts the relay to b's parked kernel and reseeds its
 // random module; ctx bounds only that.
-func attachParked(ctx context.Context, b *airlock.Box) (*parkedKernel, error) {
+func attachParked(ctx context.Context, b *airlock.Box, python string) (*parkedKernel, error) {
 	p, err := b.ExecStream(context.WithoutCancel(ctx), "sh", []string{"-c", relayScript}, airlock.ExecOptions{})
 	if err != nil {
 		return nil, err
 	}
-	pk := &parkedKernel{box: b, relay: p}
+	pk := &parkedKernel{box: b, python: python, relay: p}
 	type line struct {
 		b   []byte
 		err error
@@ -227,13 +228,17 @@ func (k *parkedKernel) Wait() (int, error) {
 }
 
 // takeParked returns, once, the kernel parked in a box taken from a
-// codebox pool, for a context with default options co; nil otherwise.
+// codebox pool, for a context with default options co and the same
+// interpreter; nil otherwise (a kernel not taken stays idle in the box).
 func (c *CodeBox) takeParked(co ContextOptions) kernelProc {
 	if co.WorkingDir != "" || len(co.Env) > 0 {
 		return nil
 	}
 	if pk, ok := c.box.TakeWarm().(*parkedKernel); ok {
-		return pk
+		if pk.python == c.opts.Python {
+			return pk
+		}
+		pk.Kill()
 	}
 	return nil
 }
