@@ -17,6 +17,32 @@ import (
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
+// idObserver records the box ids of the events it gets.
+type idObserver struct {
+	mu  sync.Mutex
+	ids map[string]int
+}
+
+func (o *idObserver) add(id string) {
+	o.mu.Lock()
+	if o.ids == nil {
+		o.ids = map[string]int{}
+	}
+	o.ids[id]++
+	o.mu.Unlock()
+}
+
+func (o *idObserver) seen(id string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.ids[id] > 0
+}
+
+func (o *idObserver) BoxStarted(e airlock.BoxStartEvent) { o.add(e.BoxID) }
+func (o *idObserver) ExecEnded(e airlock.ExecEvent)      { o.add(e.BoxID) }
+func (o *idObserver) BoxDied(e airlock.BoxDiedEvent)     { o.add(e.BoxID) }
+func (o *idObserver) ImagePulled(airlock.ImagePullEvent) {}
+
 // boxDirs lists the box directories under home (pool boxes included).
 func boxDirs(t *testing.T, home string) []string {
 	t.Helper()
@@ -50,9 +76,10 @@ func TestPoolFake(t *testing.T) {
 	}
 	drv := fake.New(os.Getenv("AIRLOCK_AGENT"))
 	home := t.TempDir()
+	obs := &idObserver{}
 	open := func(pools []airlock.PoolOptions) *airlock.Runtime {
 		r, err := airlock.OpenWithDriver(airlock.Options{Home: home, ImagesDir: images, CacheDir: t.TempDir(),
-			Warn: func(m string) { t.Log("warn: ", m) }, Pool: pools}, drv)
+			Warn: func(m string) { t.Log("warn: ", m) }, Pool: pools, Observer: obs}, drv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,6 +90,10 @@ func TestPoolFake(t *testing.T) {
 	var warmed sync.Map
 	r := open([]airlock.PoolOptions{{BoxOptions: opts, Size: 3, Warm: func(ctx context.Context, b *airlock.Box) (any, error) {
 		warmed.Store(b.ID(), true)
+		// An exec while pooled: not an event.
+		if _, err := b.Exec(ctx, "true", nil, airlock.ExecOptions{}); err != nil {
+			return nil, err
+		}
 		return "warm-" + b.ID(), nil
 	}}})
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -82,6 +113,9 @@ func TestPoolFake(t *testing.T) {
 		t.Fatalf("box dirs %v, want the 3 pool boxes", pooled)
 	}
 	for _, id := range pooled {
+		if obs.seen(id) {
+			t.Errorf("the observer heard of pool box %s before it was claimed", id)
+		}
 		for _, rt := range []*airlock.Runtime{r, other} {
 			if _, err := rt.Get(ctx, id); !errors.Is(err, airlock.ErrBoxNotFound) {
 				t.Fatalf("Get(pool box %s) = %v, want ErrBoxNotFound", id, err)
