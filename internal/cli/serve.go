@@ -84,6 +84,7 @@ first context runs at once. They are not listed and are removed on exit
 			defer rt.Close()
 			go logPools(cmd.Context(), rt, log)
 			metrics.SetRuntime(rt)
+			metrics.SetPools(rt)
 			if socket == "" {
 				socket = server.DefaultSocket(rt.Home())
 			}

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -81,6 +82,15 @@ func TestServePool(t *testing.T) {
 	do("GET", "/v1/boxes", "", &list)
 	if len(list.Boxes) != 1 || list.Boxes[0].ID != box.ID {
 		t.Errorf("list: %+v, want only %s", list, box.ID)
+	}
+	resp, err := uc.Get("http://airlock/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !regexp.MustCompile(`(?m)^airlock_pool_claims_total\{image="`+regexp.QuoteMeta(vmtest.DefaultImage)+`",key="[0-9a-f]+"\} 1$`).Match(mb) {
+		t.Errorf("metrics do not count the claim:\n%s", mb)
 	}
 	do("DELETE", "/v1/boxes/"+box.ID+"?force=true", "", nil)
 	srv.Process.Signal(syscall.SIGTERM)
