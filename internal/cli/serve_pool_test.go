@@ -89,7 +89,7 @@ func TestServePool(t *testing.T) {
 	}
 	mb, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !regexp.MustCompile(`(?m)^airlock_pool_claims_total\{image="`+regexp.QuoteMeta(vmtest.DefaultImage)+`",key="[0-9a-f]+"\} 1$`).Match(mb) {
+	if !regexp.MustCompile(`(?m)^airlock_pool_claims_total\{image="` + regexp.QuoteMeta(vmtest.DefaultImage) + `",key="[0-9a-f]+"\} 1$`).Match(mb) {
 		t.Errorf("metrics do not count the claim:\n%s", mb)
 	}
 	do("DELETE", "/v1/boxes/"+box.ID+"?force=true", "", nil)
