@@ -342,12 +342,14 @@ func (p *pool) make(ctx context.Context) (pooledBox, error) {
 		if err != nil {
 			// A template removed or made stale (a new kernel, agent or
 			// QEMU) is made again on the next fill.
-			p.mu.Lock()
-			if p.template == tmpl {
-				p.template = ""
+			if ctx.Err() == nil {
+				p.mu.Lock()
+				if p.template == tmpl {
+					p.template = ""
+				}
+				p.mu.Unlock()
+				p.s.r.RemoveSnapshot(context.WithoutCancel(ctx), tmpl)
 			}
-			p.mu.Unlock()
-			p.s.r.RemoveSnapshot(context.WithoutCancel(ctx), tmpl)
 			return pooledBox{}, err
 		}
 	} else {
@@ -450,6 +452,7 @@ func (s *poolSet) claim(ctx context.Context, opts BoxOptions) (*Box, error) {
 		}
 		err := s.personalise(ctx, pb, opts)
 		if err == nil {
+			s.prune()
 			s.mu.Lock()
 			s.from[pb.b.id] = true
 			if pb.warm != nil {
@@ -464,6 +467,31 @@ func (s *poolSet) claim(ctx context.Context, opts BoxOptions) (*Box, error) {
 		}
 		// A pool box that died or broke while it waited: try the next.
 	}
+}
+
+// prune forgets the claimed boxes whose handles the runtime dropped
+// (removed or closed), once there are many.
+func (s *poolSet) prune() {
+	s.mu.Lock()
+	n := len(s.from)
+	s.mu.Unlock()
+	if n < 256 {
+		return
+	}
+	s.r.mu.Lock()
+	live := make(map[string]bool, len(s.r.boxes))
+	for id := range s.r.boxes {
+		live[id] = true
+	}
+	s.r.mu.Unlock()
+	s.mu.Lock()
+	for id := range s.from {
+		if !live[id] {
+			delete(s.from, id)
+			delete(s.warm, id)
+		}
+	}
+	s.mu.Unlock()
 }
 
 // personalise makes pool box pb the caller's box of opts: its name,
