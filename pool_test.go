@@ -308,7 +308,11 @@ func TestPoolQEMU(t *testing.T) {
 	if la[1] == lb[1] {
 		t.Errorf("two claimed boxes read the same /dev/urandom bytes %s", la[1])
 	}
-	t.Logf("a claimed box's /root and /tmp: %q", la[2])
+	// The template was booted and snapshotted, nothing else: /root has
+	// the image's files only, /tmp nothing.
+	if la[2] != "/root: .bashrc .profile  /tmp:" {
+		t.Errorf("a claimed box's /root and /tmp: %q, want the image's files only", la[2])
+	}
 	shIn(t, a, "echo mine > /root/mark")
 	a.Remove(ctx, true)
 	// Refill, then a named claim: none of a's files, its own hostname.
