@@ -3,7 +3,11 @@ package codebox_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +15,39 @@ import (
 	"github.com/airlock-run/airlock/codebox"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
+
+// idleCPU is the share of a host CPU that the QEMUs of home use, per
+// QEMU, over 3 s.
+func idleCPU(b *testing.B, home string) float64 {
+	ticks := func() (int64, int) {
+		var sum int64
+		n := 0
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			c, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+			if err != nil || !strings.Contains(string(c), home) || !strings.Contains(string(c), "qemu-system") {
+				continue
+			}
+			st, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+			if err != nil {
+				continue
+			}
+			f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+2:]))
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			s, _ := strconv.ParseInt(f[12], 10, 64)
+			sum += u + s
+			n++
+		}
+		return sum, n
+	}
+	t0, n := ticks()
+	if n == 0 {
+		b.Fatal("no QEMU of the pool found")
+	}
+	time.Sleep(3 * time.Second)
+	t1, _ := ticks()
+	return float64(t1-t0) / 100 / 3 / float64(n) // USER_HZ 100
+}
 
 // BenchmarkPool measures, in one run (use -benchtime=1x), medians of
 // seven: a CodeBox cold (codebox.New booting a box → NewContext → the
@@ -89,6 +126,11 @@ func BenchmarkPool(b *testing.B) {
 			a, c = first(warm, true)
 			wCtx, wRun = append(wCtx, a), append(wRun, c)
 		}
+		if err := warm.WaitPools(ctx); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(time.Second) // the last fill's exec settles
+		idle := idleCPU(b, warm.Home())
 		cold.Close()
 		warm.Close()
 		mc, mw := median(cCtx), median(wCtx)
@@ -97,6 +139,7 @@ func BenchmarkPool(b *testing.B) {
 			mc.Round(time.Millisecond), mw.Round(100*time.Microsecond), float64(mw)/float64(mc))
 		fmt.Printf("codebox cold: New → first Run(\"print(1)\") (python -c) %s; from the pool %s: %.3f×\n",
 			rc.Round(time.Millisecond), rw.Round(time.Millisecond), float64(rw)/float64(rc))
+		fmt.Printf("an idle pool box's QEMU uses %.1f%% of a host CPU\n", idle*100)
 		b.ReportMetric(float64(mc.Microseconds())/1000, "cold-ms")
 		b.ReportMetric(float64(mw.Microseconds())/1000, "pool-ms")
 		b.ReportMetric(float64(mw)/float64(mc), "pool/cold")
