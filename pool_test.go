@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -312,6 +313,12 @@ func TestPoolQEMU(t *testing.T) {
 	// the image's files only, /tmp nothing.
 	if la[2] != "/root: .bashrc .profile  /tmp:" {
 		t.Errorf("a claimed box's /root and /tmp: %q, want the image's files only", la[2])
+	}
+	// The clock was stepped to the host's at the claim.
+	if g, err := strconv.ParseFloat(shIn(t, b, "date +%s.%N"), 64); err != nil {
+		t.Error(err)
+	} else if d := float64(time.Now().UnixNano())/1e9 - g; d > 1 || d < -1 {
+		t.Errorf("a claimed box's clock is %.3f s off the host's", d)
 	}
 	shIn(t, a, "echo mine > /root/mark")
 	a.Remove(ctx, true)

@@ -24,8 +24,10 @@ const parkedDir = "/tmp/.airlock-codebox/parked"
 // own session; stdin and stdout are FIFOs opened read-write, so neither
 // open blocks and the kernel outlives every reader and writer), waits for
 // its ready line and keeps it in $d/ready. $1 is the interpreter, $2 the
-// kernel script's path; the script comes on stdin.
+// kernel script's path; the script comes on stdin. Exit status 98: the
+// image has no such interpreter.
 const parkScript = `set -e
+command -v "$1" >/dev/null 2>&1 || exit 98
 d=` + parkedDir + `
 mkdir -p "$d"
 cat > "$2"
@@ -66,7 +68,8 @@ exit 1`
 // snapshot; each restored box reseeds its random module.
 //
 // The pool serves airlock.Runtime.Create as well: boxes with the same
-// options come from it, each with that idle interpreter running.
+// options come from it, each with that idle interpreter running. An image
+// without the interpreter gives a pool of plain boxes.
 func Pool(opts Options, size int) airlock.PoolOptions {
 	bo := opts.BoxOptions
 	if bo.Image == "" {
@@ -80,7 +83,13 @@ func Pool(opts Options, size int) airlock.PoolOptions {
 		BoxOptions: bo,
 		Size:       size,
 		Prepare:    func(ctx context.Context, b *airlock.Box) error { return park(ctx, b, python) },
-		Warm:       func(ctx context.Context, b *airlock.Box) (any, error) { return attachParked(ctx, b, python) },
+		Warm: func(ctx context.Context, b *airlock.Box) (any, error) {
+			pk, err := attachParked(ctx, b, python)
+			if pk == nil {
+				return nil, err // not a typed nil
+			}
+			return pk, nil
+		},
 	}
 }
 
@@ -91,6 +100,9 @@ func park(ctx context.Context, b *airlock.Box, python string) error {
 			Env: []string{"MPLBACKEND=Agg", "PYTHONIOENCODING=utf-8"}})
 	if err != nil {
 		return fmt.Errorf("park a Python kernel: %w", err)
+	}
+	if res.ExitCode == 98 {
+		return nil // no Python in the image: the pool's boxes are plain boxes
 	}
 	if res.ExitCode != 0 {
 		return fmt.Errorf("park a Python kernel: exit status %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
@@ -115,7 +127,8 @@ type parkedKernel struct {
 }
 
 // attachParked starts the relay to b's parked kernel and reseeds its
-// random module; ctx bounds only that.
+// random module; ctx bounds only that. It returns nil, nil when no kernel
+// is parked in b (its image has no such interpreter).
 func attachParked(ctx context.Context, b *airlock.Box, python string) (*parkedKernel, error) {
 	p, err := b.ExecStream(context.WithoutCancel(ctx), "sh", []string{"-c", relayScript}, airlock.ExecOptions{})
 	if err != nil {
@@ -150,7 +163,7 @@ func attachParked(ctx context.Context, b *airlock.Box, python string) (*parkedKe
 	fail := func(err error) (*parkedKernel, error) {
 		pk.Kill()
 		if res, werr := p.Wait(); werr == nil && res.ExitCode == 99 {
-			return nil, errors.New("no Python kernel is parked in the box")
+			return nil, nil // none parked (no Python in the image): a plain box
 		}
 		return nil, fmt.Errorf("attach the parked Python kernel: %w", err)
 	}

@@ -44,7 +44,9 @@ func TestPoolQEMU(t *testing.T) {
 	ctx := context.Background()
 	home := t.TempDir()
 	rt, err := airlock.Open(airlock.Options{Home: home, ImagesDir: vmtest.ImagesDir(), AgentPath: agentPath,
-		Warn: func(m string) { t.Log("warn: ", m) }, Pool: []airlock.PoolOptions{codebox.Pool(codebox.Options{}, 2)}})
+		Warn: func(m string) { t.Log("warn: ", m) }, Pool: []airlock.PoolOptions{codebox.Pool(codebox.Options{}, 2),
+			// An image without the pool's interpreter: a pool of plain boxes.
+			codebox.Pool(codebox.Options{BoxOptions: airlock.BoxOptions{MemoryMiB: 256}, Python: "no-such-python"}, 1)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +56,15 @@ func TestPoolQEMU(t *testing.T) {
 	if err := rt.WaitPools(wctx); err != nil {
 		t.Fatalf("%v: %+v", err, rt.Pools())
 	}
-	t.Logf("pool: %+v", rt.Pools()[0])
+	t.Logf("pools: %+v", rt.Pools())
+	plain, err := rt.Create(ctx, airlock.BoxOptions{MemoryMiB: 256, AutoRemove: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !plain.FromPool() || plain.TakeWarm() != nil {
+		t.Fatalf("box of the pool without Python: from pool %v, want a plain pool box", plain.FromPool())
+	}
+	plain.Remove(ctx, true)
 
 	t0 := time.Now()
 	cb, err := codebox.New(ctx, rt, codebox.Options{})
