@@ -91,6 +91,13 @@ type Options struct {
 	// host, checked at create and start. Default $AIRLOCK_MAX_MEMORY, else
 	// host RAM minus the larger of 2 GiB and a tenth.
 	MaxMemoryMiB int
+	// Pool lists warm pools (see PoolOptions and docs/pool.md): boxes kept
+	// ready, which Create with the same options takes instead of booting.
+	// Default none: every Create boots (or restores) a box.
+	Pool []PoolOptions
+	// PoolFills bounds how many pool boxes are made at once, across pools
+	// (default DefaultPoolFills, 2).
+	PoolFills int
 }
 
 // Runtime creates and manages boxes under one home directory. It is safe
@@ -107,6 +114,8 @@ type Runtime struct {
 	boxes  map[string]*Box // live handles, by id
 	warned map[string]bool // warnings sent (each goes out once)
 	closed bool
+
+	pool *poolSet // warm pools (nil: none); immutable after Open
 }
 
 // Open opens (creating if needed) the runtime home and reconciles box
@@ -160,6 +169,11 @@ func openWith(opts Options, drv vmm.Driver) (*Runtime, error) {
 		db.Close()
 		return nil, err
 	}
+	if r.pool, err = newPools(r, opts); err != nil {
+		db.Close()
+		return nil, err
+	}
+	r.pool.start()
 	return r, nil
 }
 
@@ -227,6 +241,9 @@ func (r *Runtime) Close() error {
 		return nil
 	}
 	r.closed = true
+	r.mu.Unlock()
+	r.pool.stop() // no fill left running, no unclaimed box left
+	r.mu.Lock()
 	boxes := make([]*Box, 0, len(r.boxes))
 	for _, b := range r.boxes {
 		boxes = append(boxes, b)
@@ -310,13 +327,23 @@ func (r *Runtime) resolveImage(ctx context.Context, ref string) (*image.Image, e
 
 // Create creates a box from opts and starts it: when Create returns, the
 // box's VM has booted and its agent answers, so Exec can be called at once.
-// The box keeps running after this process exits, until Stop or Remove.
+// With a warm pool of the same options (Options.Pool) that has a box
+// ready, Create takes that box instead (Box.FromPool). The box keeps
+// running after this process exits, until Stop or Remove.
 // Errors: ErrNameInUse, ErrImageNotFound, boot failures (with the console
 // log's tail); on error nothing is left behind.
 func (r *Runtime) Create(ctx context.Context, opts BoxOptions) (*Box, error) {
 	if opts.FromSnapshot != "" {
 		return r.restore(ctx, opts)
 	}
+	if b, err := r.pool.claim(ctx, opts); b != nil || err != nil {
+		return b, err
+	}
+	return r.create(ctx, opts)
+}
+
+// create is Create booting a new box.
+func (r *Runtime) create(ctx context.Context, opts BoxOptions) (*Box, error) {
 	b, err := r.newBox(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -385,7 +412,7 @@ func (r *Runtime) newBox(ctx context.Context, opts BoxOptions) (*Box, error) {
 // recordBox records a box of img and prepares its directory: with the
 // driver's Create, or with prepare when it is set (a restore).
 func (r *Runtime) recordBox(ctx context.Context, opts BoxOptions, img *image.Image, prepare func(context.Context, vmm.Spec) error) (*Box, error) {
-	bc := boxConfig{Options: opts, Image: img.Config}
+	bc := boxConfig{Options: opts, Image: img.Config, Pool: poolMark(ctx)}
 	if opts.AutoRemove {
 		bc.OwnerPID = os.Getpid()
 		bc.OwnerStart = vmm.StartTime(bc.OwnerPID)
@@ -438,6 +465,10 @@ func (r *Runtime) Get(ctx context.Context, idOrName string) (*Box, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Pool != "" {
+		// A warm pool's box is nobody's until Create takes it.
+		return nil, r.storeErr(idOrName, store.ErrNotFound)
+	}
 	b := r.handle(rec, cfg)
 	if err := b.refresh(rec); err != nil {
 		return nil, err
@@ -475,6 +506,9 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 		// A box whose configuration cannot be read is listed with zero
 		// Options (Get and Start say why; Remove still works).
 		cfg, _ := decodeConfig(rec)
+		if cfg.Pool != "" {
+			continue // a warm pool's box, nobody's yet
+		}
 		info := infoOf(rec, cfg)
 		if info.State == store.StateRunning {
 			info.Ports = readPorts(filepath.Join(r.opts.Home, "boxes", rec.ID))

@@ -200,7 +200,9 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 		_, err := b.client(ctx)
 		return err
 	}
-	if o := b.r.opts.Observer; o != nil {
+	if _, cfg := b.snapshot(); cfg.Pool != "" {
+		// A warm pool's box is nobody's yet: not an event (pool.go).
+	} else if o := b.r.opts.Observer; o != nil {
 		t0 := time.Now()
 		defer func() { o.BoxStarted(BoxStartEvent{BoxID: b.id, Duration: time.Since(t0), Err: err}) }()
 	}

@@ -85,6 +85,9 @@ func (r *Runtime) execEnded(p *Process) {
 	if o == nil {
 		return
 	}
+	if _, cfg := p.b.snapshot(); cfg.Pool != "" {
+		return // a warm pool's box: nobody's exec (pool.go)
+	}
 	e := ExecEvent{BoxID: p.b.id, Duration: time.Since(p.t0), OutputBytes: p.outBytes.Load(), Err: p.err}
 	if p.res != nil {
 		e.ExitCode, e.TimedOut = p.res.ExitCode, p.res.TimedOut

@@ -19,6 +19,9 @@ type boxConfig struct {
 	// program leaves no VM behind.
 	OwnerPID   int
 	OwnerStart uint64
+	// Pool is the key of the warm pool holding the box, "" once claimed
+	// (or never pooled): such a box is not listed and Get does not find it.
+	Pool string
 }
 
 // recordVersion is the schema version of boxRecord. A change that an older
@@ -59,6 +62,8 @@ type boxRecord struct {
 	// FromSnapshot is the snapshot the box was restored from (its first
 	// start; later starts boot).
 	FromSnapshot string `json:"from_snapshot,omitempty"`
+	// Pool: the warm pool holding the box (boxConfig.Pool); optional.
+	Pool string `json:"pool,omitempty"`
 }
 
 // volumeRecord is the stored form of a Volume.
@@ -142,7 +147,7 @@ func encodeConfig(c boxConfig) []byte {
 		Network: storedNetwork(o.Network), AllowNet: o.AllowNet, AllowHostPorts: o.AllowHostPorts, Ports: portRecords(o.Ports), Hostname: o.Hostname,
 		ImageConfig: imageRecord{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
-		OwnerPID: c.OwnerPID, OwnerStart: c.OwnerStart, FromSnapshot: o.FromSnapshot}
+		OwnerPID: c.OwnerPID, OwnerStart: c.OwnerStart, FromSnapshot: o.FromSnapshot, Pool: c.Pool}
 	for _, v := range o.Volumes {
 		r.Volumes = append(r.Volumes, volumeRecord{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}
@@ -252,7 +257,7 @@ func (r boxRecord) config() (boxConfig, error) {
 			FromSnapshot: r.FromSnapshot},
 		Image: image.ImageConfig{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
-		OwnerPID: r.OwnerPID, OwnerStart: r.OwnerStart,
+		OwnerPID: r.OwnerPID, OwnerStart: r.OwnerStart, Pool: r.Pool,
 	}, nil
 }
 

@@ -177,6 +177,9 @@ func (c *CodeBox) newContextValue(id string, co ContextOptions) *Context {
 		timeout: c.opts.Timeout,
 		grace:   c.opts.InterruptGrace,
 		start: func(ctx context.Context) (kernelProc, error) {
+			if p := c.takeParked(co); p != nil {
+				return p, nil // a warm pool's kernel, already running (pool.go)
+			}
 			if err := c.writeFile(ctx, KernelPath, kernelSource); err != nil {
 				return nil, err
 			}

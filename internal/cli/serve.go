@@ -28,6 +28,7 @@ func newServeCmd() *cobra.Command {
 		policy                           server.Policy
 		auditPath                        string
 		auditMax                         int64
+		pools                            []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -43,7 +44,13 @@ the token is --token, else AIRLOCK_TOKEN, else the one stored in
 
 On SIGINT or SIGTERM it stops accepting, drains in-flight requests (30 s) and
 exits; boxes keep running. With --idle-exit it exits by itself after that long
-with no request and no running box (the SDKs start it so).`,
+with no request and no running box (the SDKs start it so).
+
+--pool IMAGE[=N] (repeatable) keeps N boxes of IMAGE (default 2) ready, each
+with a Python context kernel already started: a create with the image and
+default options takes one (tens of milliseconds instead of a boot), and its
+first context runs at once. They are not listed and are removed on exit
+(docs/pool.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if printSpec {
@@ -68,16 +75,23 @@ with no request and no running box (the SDKs start it so).`,
 			policy.DenyNamedVolumes = !allowNamedVolumes
 			metrics := server.NewMetrics(server.Version())
 			events := server.NewEvents()
+			po, err := parsePools(pools)
+			if err != nil {
+				return err
+			}
 			rt, err := airlock.Open(airlock.Options{
 				Warn:     func(msg string) { log.Warn(msg) },
 				Pull:     pullWithProgress(cmd.Context(), errw),
 				Observer: server.Observers{metrics, events},
+				Pool:     po,
 			})
 			if err != nil {
 				return err
 			}
 			defer rt.Close()
+			go logPools(cmd.Context(), rt, log)
 			metrics.SetRuntime(rt)
+			metrics.SetPools(rt)
 			if socket == "" {
 				socket = server.DefaultSocket(rt.Home())
 			}
@@ -144,6 +158,7 @@ with no request and no running box (the SDKs start it so).`,
 	f.BoolVar(&policy.AllowPrivateNet, "allow-private-net", false, "let allow_net list IPs/CIDRs in private ranges (RFC 1918, CGNAT, ULA)")
 	f.StringVar(&auditPath, "audit-log", "", `exec audit log, JSON lines (default audit.log in the home; "off": none)`)
 	f.Int64Var(&auditMax, "audit-max", server.DefaultAuditMaxBytes, "audit log size at which it is rotated to .1 (at most twice this is kept)")
+	f.StringArrayVar(&pools, "pool", nil, "keep boxes of IMAGE ready, with Python started: IMAGE[=N] (N default 2; repeatable)")
 	f.BoolVar(&printSpec, "print-openapi", false, "print the OpenAPI document and exit (regenerates api/openapi.json)")
 	return cmd
 }
