@@ -39,8 +39,10 @@ export function airlockBin(dir: string): string {
   execFileSync(go, ["build", "-o", path.join(dir, "airlock"), "./cmd/airlock"], { cwd: REPO, stdio: "inherit" });
   execFileSync(go, ["build", "-trimpath", "-ldflags=-s -w", "-o", path.join(dir, "airlock-agent"), "./cmd/airlock-agent"],
     { cwd: REPO, stdio: "inherit", env: { ...process.env, CGO_ENABLED: "0" } });
-  // The network helper, beside airlock (where it looks first).
-  execFileSync(go, ["build", "-o", path.join(dir, "airlock-net"), "./cmd/airlock-net"], { cwd: REPO, stdio: "inherit" });
+  // The network helper, beside airlock (where it looks first); static, as
+  // it must be to give up root (confinement).
+  execFileSync(go, ["build", "-o", path.join(dir, "airlock-net"), "./cmd/airlock-net"],
+    { cwd: REPO, stdio: "inherit", env: { ...process.env, CGO_ENABLED: "0" } });
   return path.join(dir, "airlock");
 }
 
