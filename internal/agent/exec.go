@@ -270,8 +270,19 @@ func (p *process) removeCgroup() {
 	}
 }
 
+// floodAfter is how much of a stream pump reads before it treats the
+// stream as a flood and lets the data of short reads pile up (see pump).
+const floodAfter = 1 << 20
+
 // pump copies one pipe to send until EOF. After drain is closed it stops
 // waiting for more data: it reads what is already in the pipe and returns.
+//
+// Once floodAfter bytes went through, a short read is followed by a pause
+// of a millisecond: the agent runs at a higher priority than the command,
+// so otherwise each small write of a flooding command wakes the agent for
+// one small read (and one small frame to the host), and the agent, not the
+// command, is the bottleneck (docs/performance.md). Output that trickles is
+// delayed by at most that millisecond.
 func pump(f *os.File, drain <-chan struct{}, bufSize int, send func([]byte) error) {
 	defer f.Close()
 	rc, err := f.SyscallConn()
@@ -289,6 +300,7 @@ func pump(f *os.File, drain <-chan struct{}, bufSize int, send func([]byte) erro
 	}()
 	buf := make([]byte, bufSize)
 	draining := false
+	total := 0
 	for {
 		var n int
 		var rerr error
@@ -315,6 +327,10 @@ func pump(f *os.File, drain <-chan struct{}, bufSize int, send func([]byte) erro
 		}
 		if send(buf[:n]) != nil {
 			return
+		}
+		total += n
+		if !draining && total > floodAfter && n < bufSize/2 {
+			time.Sleep(time.Millisecond)
 		}
 	}
 }
