@@ -52,6 +52,12 @@ type Options struct {
 	// end of an exec. No airlock.Options field leads here; only tests of
 	// the host's own exec timer set it.
 	TestWedgeExec bool
+	// VolumeTransport is how host directories are shared: Transport9p
+	// (or "") or TransportVirtioFS.
+	VolumeTransport string
+	// Virtiofsd is the virtiofsd binary for virtio-fs volumes; "" looks
+	// in /usr/lib/qemu, /usr/libexec, then PATH.
+	Virtiofsd string
 }
 
 // Driver boots boxes as QEMU microVMs. The accelerator, kernel and
@@ -249,7 +255,11 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 	if err != nil {
 		return nil, fmt.Errorf("root filesystem for %s: %w", spec.Image.Ref, err)
 	}
-	if err := checkVolumes(spec.Volumes, boot.kernel); err != nil {
+	transport, err := CheckTransport(d.o.VolumeTransport)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkVolumes(spec.Volumes, boot.kernel, transport); err != nil {
 		return nil, err
 	}
 	var cid uint32
@@ -263,6 +273,7 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 	for i := 0; i < agentPorts; i++ {
 		socks = append(socks, boxdir.AgentSock(i))
 	}
+	socks = append(socks, shareSocks(spec, transport)...)
 	if err := boxdir.PrepareSockDir(spec.Dir, spec.ID, socks...); err != nil {
 		return nil, err
 	}
@@ -274,10 +285,23 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 	// The network stack (spec.Net) dials qc.NetSocket until QEMU listens
 	// on it. (A retry below after a vsock CID clash, one in 2^31, would
 	// leave a stack that connected to the failed QEMU without a peer.)
-	pid, err := Launch(ctx, qc)
+	// virtio-fs shares: their daemons listen before QEMU connects (and
+	// end when it does), so each try starts them anew.
+	shares := specShares(spec, transport)
+	launch := func(qc Config) (int, error) {
+		if err := startShares(ctx, d.o.Virtiofsd, shares); err != nil {
+			return 0, err
+		}
+		pid, err := Launch(ctx, qc)
+		if err != nil {
+			stopShares(shares)
+		}
+		return pid, err
+	}
+	pid, err := launch(qc)
 	for try := 0; try < 5 && IsCIDInUse(err); try++ {
 		qc = d.config(spec, boot, base, randomCID())
-		pid, err = Launch(ctx, qc)
+		pid, err = launch(qc)
 	}
 	if err != nil {
 		return nil, err
@@ -327,9 +351,17 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 	if noACPI {
 		extra = append(extra, "noapictimer")
 	}
-	volDisks, volArgs, volParams := volumeDevices(spec.Volumes, len(disks))
+	transport, _ := CheckTransport(d.o.VolumeTransport)
+	volDisks, volArgs, volParams, shares := volumeDevices(spec, transport, len(disks))
 	disks = append(disks, volDisks...)
 	extra = append(extra, volParams...)
+	thp := boot.thp
+	if len(shares) > 0 {
+		volArgs = append(volArgs, sharedRAMArgs(spec.MemoryMiB)...)
+		if thp == THPCode {
+			thp = THPAll // one shared memfd instead of THPCode's layout
+		}
+	}
 	var tsc uint64
 	if boot.accel.Accel == AccelTCG {
 		tsc = TSCkHz(d.o.CacheDir)
@@ -353,7 +385,7 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 		Network:      spec.Net != nil,
 		NetSocket:    netSocket(spec),
 		NetMTU:       netMTU(spec),
-		THP:          boot.thp,
+		THP:          thp,
 		KernelSpan:   boot.kernelSpan,
 	}
 }
