@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ type volumeCase struct {
 // metadata-heavy work on a tree of 2000 small files (50 directories of
 // 40): create it, stat every file (find -size, as `git status` lstats
 // its index), read every file (grep -r), remove it; plus how long Create
-// takes for a box with one such volume (median of 3). Guest caches are
+// takes for a box with one such volume. Each number is the best of 3. Guest caches are
 // dropped before each read; the host's page cache is warm for all.
 func benchVolumeTransports(b *testing.B, mib int) {
 	ctx := context.Background()
@@ -81,9 +82,10 @@ func benchVolumeTransports(b *testing.B, mib int) {
 				box.Remove(ctx, true)
 			}
 		}
-		starts[c.name] = median(ds)
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		starts[c.name] = ds[0]
 	}
-	b.Logf("Create with one host directory volume (median of 3): no volume %v, 9p %v, virtio-fs %v",
+	b.Logf("Create with one host directory volume (best of 3): no volume %v, 9p %v, virtio-fs %v",
 		starts["no volume"].Round(time.Millisecond), starts["9p"].Round(time.Millisecond), starts["virtio-fs"].Round(time.Millisecond))
 	b.ReportMetric(starts["9p"].Seconds(), "start-9p-s")
 	b.ReportMetric(starts["virtio-fs"].Seconds(), "start-virtiofs-s")
@@ -99,28 +101,45 @@ func benchVolumeTransports(b *testing.B, mib int) {
 		{"read 2000 files", "grep -r zzz D/t"},
 		{"remove 2000 files", "rm -rf D/t"},
 	}
+	// Best of reps, the cases interleaved: on a shared host the least
+	// disturbed run is the closest to the transport's own cost.
+	const reps = 3
+	best := make([][]float64, len(ops))
+	for i := range best {
+		best[i] = make([]float64, len(cases))
+	}
+	for rep := 0; rep < reps; rep++ {
+		for ci, c := range cases {
+			for oi, op := range ops {
+				script := strings.ReplaceAll(op.script, "D/", c.dir+"/")
+				// Time the operation alone, in the guest, after the drop.
+				res, err := c.box.Exec(ctx, "sh", []string{"-c", drop + "s0=$(date +%s%N); " + script + "; s1=$(date +%s%N); echo $((s1-s0))"}, airlock.ExecOptions{})
+				if err != nil {
+					b.Fatalf("%s on %s: %v", op.name, c.name, err)
+				}
+				var ns float64
+				if _, err := fmt.Sscan(strings.TrimSpace(string(res.Stdout)), &ns); err != nil {
+					b.Fatalf("%s on %s: %v %s", op.name, c.name, err, res.Stderr)
+				}
+				if sec := ns / 1e9; rep == 0 || sec < best[oi][ci] {
+					best[oi][ci] = sec
+				}
+				if strings.HasPrefix(op.name, "write") {
+					c.box.Exec(ctx, "rm", []string{"-f", c.dir + "/w"}, airlock.ExecOptions{})
+				}
+			}
+		}
+	}
 	var table strings.Builder
-	fmt.Fprintf(&table, "%-18s %10s %10s %10s\n", "in the box (s)", "9p", "virtio-fs", "box disk")
-	for _, op := range ops {
+	fmt.Fprintf(&table, "%-18s %10s %10s %10s   (best of %d, s)\n", "in the box", "9p", "virtio-fs", "box disk", reps)
+	for oi, op := range ops {
 		fmt.Fprintf(&table, "%-18s", op.name)
-		for _, c := range cases {
-			script := strings.ReplaceAll(op.script, "D/", c.dir+"/")
-			// Time the operation alone, in the guest, after the drop.
-			res, err := c.box.Exec(ctx, "sh", []string{"-c", drop + "s0=$(date +%s%N); " + script + "; s1=$(date +%s%N); echo $((s1-s0))"}, airlock.ExecOptions{})
-			if err != nil {
-				b.Fatalf("%s on %s: %v", op.name, c.name, err)
-			}
-			var ns float64
-			if _, err := fmt.Sscan(strings.TrimSpace(string(res.Stdout)), &ns); err != nil {
-				b.Fatalf("%s on %s: %v %s", op.name, c.name, err, res.Stderr)
-			}
-			fmt.Fprintf(&table, " %10.2f", ns/1e9)
-			b.ReportMetric(ns/1e9, strings.ReplaceAll(op.name+"/"+c.name, " ", "-")+"-s")
-			if strings.HasPrefix(op.name, "write") {
-				c.box.Exec(ctx, "rm", []string{"-f", c.dir + "/w"}, airlock.ExecOptions{})
-			}
+		for ci, c := range cases {
+			fmt.Fprintf(&table, " %10.2f", best[oi][ci])
+			b.ReportMetric(best[oi][ci], strings.ReplaceAll(op.name+"/"+c.name, " ", "-")+"-s")
 		}
 		table.WriteString("\n")
 	}
-	b.Logf("host directory over 9p vs virtio-fs vs the box's own disk:\n%s", table.String())
+	// On stdout: the testing package keeps only 10 lines of a benchmark's log.
+	fmt.Printf("host directory over 9p vs virtio-fs vs the box's own disk:\n%s", table.String())
 }
