@@ -119,6 +119,17 @@ func TestVolumesVirtioFS(t *testing.T) {
 		}
 	})
 
+	gone := func(t *testing.T, after string) {
+		t.Helper()
+		// Each daemon ends when QEMU closes its socket.
+		deadline := time.Now().Add(5 * time.Second)
+		for left := append(virtiofsds(roDir), virtiofsds(rwDir)...); len(left) > 0; left = append(virtiofsds(roDir), virtiofsds(rwDir)...) {
+			if time.Now().After(deadline) {
+				t.Fatalf("virtiofsd still running 5 s after %s: %v", after, left)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	t.Run("daemons end with the box", func(t *testing.T) {
 		// One daemon per share (with the child its sandbox forks).
 		if len(virtiofsds(roDir)) == 0 || len(virtiofsds(rwDir)) == 0 {
@@ -127,13 +138,18 @@ func TestVolumesVirtioFS(t *testing.T) {
 		if err := b.Stop(ctx); err != nil {
 			t.Fatal(err)
 		}
-		// Each daemon ends when QEMU closes its socket.
-		deadline := time.Now().Add(5 * time.Second)
-		for left := append(virtiofsds(roDir), virtiofsds(rwDir)...); len(left) > 0; left = append(virtiofsds(roDir), virtiofsds(rwDir)...) {
-			if time.Now().After(deadline) {
-				t.Fatalf("virtiofsd still running 5 s after Stop: %v", left)
-			}
-			time.Sleep(50 * time.Millisecond)
+		gone(t, "Stop")
+		// A restart gets fresh daemons; a forced removal (QEMU killed)
+		// ends them too.
+		if err := b.Start(ctx); err != nil {
+			t.Fatal(err)
 		}
+		if got := sh(t, b, "cat /rw/box.txt /ro/ro.txt"); got != "from box\nhost ro\n" {
+			t.Fatalf("after restart: %q", got)
+		}
+		if err := b.Remove(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+		gone(t, "Remove")
 	})
 }
