@@ -228,7 +228,7 @@ func startShare(ctx context.Context, path string, sh share, g *Cgroup) (vmm.Hand
 // this is for one that did not), and removes their cgroup.
 func releaseShares(dir string) {
 	if b, err := os.ReadFile(filepath.Join(dir, boxdir.PID)); err == nil {
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 && syscall.Kill(pid, 0) == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 && vmm.StartTime(pid) != 0 { // running, not a zombie
 			return
 		}
 	}
