@@ -66,6 +66,9 @@ func TestVolumesVirtioFS(t *testing.T) {
 		// QEMU runs as the box's uid in its jail and reaches the root-owned
 		// sockets through descriptors; the daemons stay root, outside it,
 		// each whole (with its sandbox's child) in the fs- cgroup.
+		if v := strings.ToLower(os.Getenv("AIRLOCK_CONFINE")); v == "off" || v == "0" || v == "false" {
+			t.Skip("AIRLOCK_CONFINE=" + v)
+		}
 		info, err := b.Info(ctx)
 		if err != nil {
 			t.Fatal(err)
