@@ -50,6 +50,16 @@ type Options struct {
 	// "off", or "" for $AIRLOCK_THP, else the default for the kernel and
 	// accelerator (see BootInfo.THP).
 	THP string
+	// VolumeTransport is how host directory volumes are shared: "9p"
+	// (virtio-9p, served by QEMU) or "virtiofs" (virtio-fs, one sandboxed
+	// virtiofsd per shared directory, started with the box; needs root and
+	// a kernel with CONFIG_VIRTIO_FS). Default $AIRLOCK_VOLUME_TRANSPORT,
+	// else "9p" (docs/files.md says why).
+	VolumeTransport string
+	// Virtiofsd is the virtiofsd binary for virtio-fs volumes. Default
+	// $AIRLOCK_VIRTIOFSD, else /usr/lib/qemu/virtiofsd (Debian's QEMU),
+	// /usr/libexec/virtiofsd, or virtiofsd on PATH.
+	Virtiofsd string
 	// Debug makes guest boots log verbosely to the console log. Default:
 	// $AIRLOCK_DEBUG is set.
 	Debug bool
@@ -126,6 +136,9 @@ func Open(opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, err := qemu.CheckTransport(opts.VolumeTransport); err != nil {
+		return nil, err
+	}
 	return openWith(opts, qemu.New(qemuOptions(opts)))
 }
 
@@ -134,7 +147,8 @@ func qemuOptions(opts Options) qemu.Options {
 	return qemu.Options{Accel: opts.Accel, Kernel: opts.Kernel, AgentPath: opts.AgentPath,
 		CacheDir: opts.CacheDir, THP: opts.THP, Debug: opts.Debug, Warn: opts.Warn,
 		Jail: qemu.JailOptions{Off: opts.Unconfined, ConsoleMax: opts.ConsoleMaxBytes,
-			CPULimit: opts.CPULimit, UIDRange: opts.UIDRange}}
+			CPULimit: opts.CPULimit, UIDRange: opts.UIDRange},
+		VolumeTransport: opts.VolumeTransport, Virtiofsd: opts.Virtiofsd}
 }
 
 // openWith opens a runtime whose boxes run on drv (opts has its defaults).

@@ -30,6 +30,12 @@ func (o Options) withDefaults() (Options, error) {
 	if o.THP == "" {
 		o.THP = defaults.THP()
 	}
+	if o.VolumeTransport == "" {
+		o.VolumeTransport = defaults.VolumeTransport()
+	}
+	if o.Virtiofsd == "" {
+		o.Virtiofsd = defaults.Virtiofsd()
+	}
 	if o.NetHelper == "" {
 		o.NetHelper = defaults.NetHelper()
 	}

@@ -34,7 +34,9 @@ func guestSeconds(b *testing.B, box *airlock.Box, script string) float64 {
 // BenchmarkFiles (run with -benchtime=1x): CopyIn/CopyOut of 256 MiB
 // (AIRLOCK_BENCH_COPY_MIB to change it, e.g. 1024) against piping the same
 // bytes through `exec cat`, reading them from a host volume (9p) against
-// the box's own disk, and a Stat round trip against an exec round trip.
+// the box's own disk, a Stat round trip against an exec round trip, and
+// host directories over 9p against virtio-fs against the box's disk
+// (benchVolumeTransports).
 func BenchmarkFiles(b *testing.B) {
 	vmtest.Require(b)
 	mib := 256
@@ -115,5 +117,6 @@ func BenchmarkFiles(b *testing.B) {
 		b.ReportMetric(float64(median(stat).Microseconds()), "stat-us")
 		b.ReportMetric(float64(median(ex).Microseconds()), "exec-us")
 		box.Exec(ctx, "rm", []string{"/tmp/in", "/tmp/cat"}, airlock.ExecOptions{})
+		benchVolumeTransports(b, mib)
 	}
 }

@@ -30,6 +30,14 @@ import (
 // create a setuid file on the host. Host directory volumes need the airlock
 // guest kernel (Debian's cloud kernel has no 9p).
 //
+// With Options.VolumeTransport "virtiofs" host directories are shared over
+// virtio-fs instead: one virtiofsd per directory, started with the box and
+// ending with it, sandboxed in the directory (its own mount, pid and net
+// namespaces, seccomp); ReadOnly is a read-only bind mount on the host, so
+// writes fail with EROFS there too. Owners and modes pass through: files
+// the box creates get the box's uid, gid and mode on the host (see
+// docs/files.md for when to choose which).
+//
 // Any other Source names a named volume (see Runtime.CreateVolume; one is
 // created with DefaultVolumeSizeMiB when missing): an ext4 image attached as
 // a virtio-blk disk, kept when boxes are removed, with its size as a hard

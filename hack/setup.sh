@@ -28,6 +28,8 @@ as_root() {
 	else echo "need root for: $*" >&2; exit 1; fi
 }
 
+# qemu-system-x86 pulls in qemu-system-common, which ships /usr/lib/qemu/virtiofsd
+# (the C one) for virtio-fs volumes (AIRLOCK_VOLUME_TRANSPORT=virtiofs).
 PKGS=(qemu-system-x86 qemu-utils erofs-utils e2fsprogs mmdebstrap ca-certificates procps
 	linux-source-6.1 build-essential bc flex bison libelf-dev libssl-dev xz-utils lz4 kmod cpio busybox-static
 	python3 python3-venv)

@@ -47,6 +47,9 @@ type Kernel struct {
 	// IPConfig is true when the kernel's config has CONFIG_IP_PNP: it can
 	// configure the box's network itself from ip= on its command line.
 	IPConfig bool
+	// VirtioFS is true when the kernel's config has CONFIG_VIRTIO_FS: it
+	// can mount host directories shared over virtio-fs.
+	VirtioFS bool
 }
 
 // readConfig sets the fields that come from the kernel config at path (a
@@ -64,6 +67,7 @@ func (k *Kernel) readConfig(path string) {
 	}
 	k.BootsWithoutACPI = on["CONFIG_X86_MPPARSE"] && on["CONFIG_VIRTIO_MMIO_CMDLINE_DEVICES"]
 	k.IPConfig = on["CONFIG_IP_PNP"]
+	k.VirtioFS = on["CONFIG_VIRTIO_FS"]
 }
 
 func readInfo(path string) map[string]string {

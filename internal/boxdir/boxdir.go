@@ -42,12 +42,13 @@ const (
 	NetRoot    = "net-root"         // the empty directory it chroots into (root)
 
 	// Confinement of a QEMU box (see docs/confinement.md).
-	Secret    = "secret"         // the agent secret of the current boot (0600, hex)
-	UID       = "qemu.uid"       // the uid the box's QEMU runs as (root only)
-	Cgroup    = "cgroup"         // the box QEMU's cgroup directories, one a line
-	Jail      = "jail"           // empty mount point of QEMU's jail root
-	QEMUExit  = "qemu.exit"      // how a confined QEMU ended, when not with status 0
-	NoMigrate = "nomigrate.qcow" // migration blocker image (unprivileged launch)
+	Secret    = "secret"           // the agent secret of the current boot (0600, hex)
+	UID       = "qemu.uid"         // the uid the box's QEMU runs as (root only)
+	Cgroup    = "cgroup"           // the box QEMU's cgroup directories, one a line
+	Jail      = "jail"             // empty mount point of QEMU's jail root
+	QEMUExit  = "qemu.exit"        // how a confined QEMU ended, when not with status 0
+	NoMigrate = "nomigrate.qcow"   // migration blocker image (unprivileged launch)
+	FSCgroup  = "virtiofsd.cgroup" // the virtio-fs daemons' cgroup directories (root), one a line
 )
 
 // AgentSock is the unix socket of the agent's i-th virtio-serial port.

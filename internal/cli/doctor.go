@@ -61,6 +61,9 @@ func newDoctorCmd() *cobra.Command {
 				if kn != "" {
 					note("kernel", kn)
 				}
+				if k.Kind == assets.KernelAirlock && !k.VirtioFS && os.Getenv("AIRLOCK_VOLUME_TRANSPORT") == "virtiofs" {
+					bad("kernel", "AIRLOCK_VOLUME_TRANSPORT=virtiofs, but this kernel has no virtio-fs (CONFIG_VIRTIO_FS)", "rebuild it: hack/build-kernel.sh (or unset AIRLOCK_VOLUME_TRANSPORT for 9p)")
+				}
 			}
 			if p, err := assets.FindAgent(); err != nil && os.Getenv("AIRLOCK_AGENT") != "" {
 				bad("agent", err.Error(), "AIRLOCK_AGENT is wrong: unset it to use the agent next to airlock, or point it at a static airlock-agent binary")

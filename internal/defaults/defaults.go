@@ -11,6 +11,8 @@
 //	AIRLOCK_AGENT   guest agent binary            default: beside the executable, or on PATH
 //	AIRLOCK_THP     on, code or off               default: per kernel and accelerator
 //	AIRLOCK_DEBUG   non-empty: verbose guest boot logs
+//	AIRLOCK_VOLUME_TRANSPORT  9p or virtiofs  default 9p
+//	AIRLOCK_VIRTIOFSD  virtiofsd binary      default /usr/lib/qemu/virtiofsd, /usr/libexec, PATH
 //
 // Without $HOME (and without the AIRLOCK_* variable) Home and Cache are ""
 // rather than a directory under /tmp; airlock.Open then says what to set.
@@ -94,6 +96,12 @@ func Agent() string { return os.Getenv("AIRLOCK_AGENT") }
 
 // THP returns $AIRLOCK_THP.
 func THP() string { return os.Getenv("AIRLOCK_THP") }
+
+// VolumeTransport returns $AIRLOCK_VOLUME_TRANSPORT.
+func VolumeTransport() string { return os.Getenv("AIRLOCK_VOLUME_TRANSPORT") }
+
+// Virtiofsd returns $AIRLOCK_VIRTIOFSD.
+func Virtiofsd() string { return os.Getenv("AIRLOCK_VIRTIOFSD") }
 
 // Debug reports whether AIRLOCK_DEBUG is set.
 func Debug() bool { return os.Getenv("AIRLOCK_DEBUG") != "" }

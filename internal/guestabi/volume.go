@@ -11,6 +11,8 @@ import (
 const (
 	VolumeKind9p   = "9p"  // a host directory shared over virtio-9p; Source is the mount tag
 	VolumeKindDisk = "blk" // a named volume: an ext4 virtio-blk disk; Source is its device name (vdd)
+	// VolumeKindVirtioFS is a host directory shared over virtio-fs; Source is the tag.
+	VolumeKindVirtioFS = "virtiofs"
 )
 
 // Volume is one volume the host attached to a box, passed to the guest as
@@ -40,7 +42,7 @@ func ParseVolumes(cmdline string) ([]Volume, error) {
 			continue
 		}
 		p := strings.Split(v, ":")
-		if len(p) != 4 || (p[0] != VolumeKind9p && p[0] != VolumeKindDisk) || (p[3] != "ro" && p[3] != "rw") {
+		if len(p) != 4 || (p[0] != VolumeKind9p && p[0] != VolumeKindDisk && p[0] != VolumeKindVirtioFS) || (p[3] != "ro" && p[3] != "rw") {
 			return nil, fmt.Errorf("bad volume parameter %q", f)
 		}
 		t, err := hex.DecodeString(p[2])

@@ -9,10 +9,11 @@ func TestVolumeRoundTrip(t *testing.T) {
 	in := []Volume{
 		{Kind: VolumeKind9p, Source: "airlock.vol0", Target: "/src/a b ", ReadOnly: true},
 		{Kind: VolumeKindDisk, Source: "vdd", Target: "/data"},
+		{Kind: VolumeKindVirtioFS, Source: "airlock.vol2", Target: "/src"},
 	}
-	cmdline := "ro root=/dev/vda " + in[0].Arg() + " " + in[1].Arg() + " quiet"
+	cmdline := "ro root=/dev/vda " + in[0].Arg() + " " + in[1].Arg() + " " + in[2].Arg() + " quiet"
 	out, err := ParseVolumes(cmdline)
-	if err != nil || len(out) != 2 {
+	if err != nil || len(out) != len(in) {
 		t.Fatalf("%+v %v", out, err)
 	}
 	for i := range in {

@@ -47,6 +47,11 @@ func MountVolumes() error {
 			if err == unix.ENODEV {
 				err = fmt.Errorf("%w (this guest kernel has no 9p: use the airlock kernel)", err)
 			}
+		case guestabi.VolumeKindVirtioFS:
+			err = unix.Mount(v.Source, target, "virtiofs", flags, "")
+			if err == unix.ENODEV {
+				err = fmt.Errorf("%w (this guest kernel has no virtio-fs: rebuild the airlock kernel with hack/build-kernel.sh)", err)
+			}
 		case guestabi.VolumeKindDisk:
 			dev := "/dev/" + v.Source
 			if err = waitFor(dev, 10*time.Second); err == nil {

@@ -61,8 +61,9 @@ type Spec struct {
 // Volume is storage attached to a machine and mounted by the guest agent
 // at Target. Exactly one of HostDir and Disk is set.
 type Volume struct {
-	// HostDir is a host directory shared with the guest (QEMU: virtio-9p);
-	// ReadOnly is enforced on the host side.
+	// HostDir is a host directory shared with the guest (QEMU: virtio-9p,
+	// or virtio-fs with its VolumeTransport option); ReadOnly is enforced
+	// on the host side.
 	HostDir string
 	// Disk is a disk image with an ext4 filesystem (a named volume).
 	Disk     string

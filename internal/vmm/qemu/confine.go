@@ -102,5 +102,9 @@ func boxSecret(dir string) []byte {
 }
 
 // release frees what a boot of the box in dir held on the host once its
-// QEMU has exited: its cgroup.
-func release(dir string) { RemoveSavedCgroup(filepath.Join(dir, boxdir.Cgroup)) }
+// QEMU has exited: its cgroup, and its virtio-fs daemons (which end by
+// themselves when QEMU closes their sockets) and their cgroup.
+func release(dir string) {
+	releaseShares(dir)
+	RemoveSavedCgroup(filepath.Join(dir, boxdir.Cgroup))
+}

@@ -54,6 +54,12 @@ type Options struct {
 	TestWedgeExec bool
 	// Jail says how box QEMUs are confined (docs/confinement.md).
 	Jail JailOptions
+	// VolumeTransport is how host directories are shared: Transport9p
+	// (or "") or TransportVirtioFS.
+	VolumeTransport string
+	// Virtiofsd is the virtiofsd binary for virtio-fs volumes; "" looks
+	// in /usr/lib/qemu, /usr/libexec, then PATH.
+	Virtiofsd string
 }
 
 // Driver boots boxes as QEMU microVMs. The accelerator, kernel and
@@ -251,7 +257,11 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 	if err != nil {
 		return nil, fmt.Errorf("root filesystem for %s: %w", spec.Image.Ref, err)
 	}
-	if err := checkVolumes(spec.Volumes, boot.kernel); err != nil {
+	transport, err := CheckTransport(d.o.VolumeTransport)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkVolumes(spec.Volumes, boot.kernel, transport); err != nil {
 		return nil, err
 	}
 	var cid uint32
@@ -265,6 +275,7 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 	for i := 0; i < agentPorts; i++ {
 		socks = append(socks, boxdir.AgentSock(i))
 	}
+	socks = append(socks, shareSocks(spec, transport)...)
 	if err := boxdir.PrepareSockDir(spec.Dir, spec.ID, socks...); err != nil {
 		return nil, err
 	}
@@ -279,11 +290,27 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 	// The network stack (spec.Net) dials qc.NetSocket until QEMU listens
 	// on it. (A retry below after a vsock CID clash, one in 2^31, would
 	// leave a stack that connected to the failed QEMU without a peer.)
-	pid, err := Launch(ctx, qc)
+	// virtio-fs shares: their daemons listen before QEMU connects (and
+	// end when it does), so each try starts them anew, in a cgroup of
+	// their own when QEMU gets one.
+	shares := specShares(spec, transport)
+	launch := func(qc Config) (int, error) {
+		g := d.shareCgroup(spec, qc, len(shares))
+		if err := startShares(ctx, d.o.Virtiofsd, shares, g); err != nil {
+			releaseShares(spec.Dir)
+			return 0, err
+		}
+		pid, err := Launch(ctx, qc)
+		if err != nil {
+			releaseShares(spec.Dir)
+		}
+		return pid, err
+	}
+	pid, err := launch(qc)
 	for try := 0; try < 5 && IsCIDInUse(err); try++ {
 		qc = d.config(spec, boot, base, randomCID())
 		if err = d.confine(spec, &qc); err == nil {
-			pid, err = Launch(ctx, qc)
+			pid, err = launch(qc)
 		}
 	}
 	if err != nil {
@@ -335,15 +362,21 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 	if noACPI {
 		extra = append(extra, "noapictimer")
 	}
-	volDisks, shares, volParams := volumeDevices(spec.Volumes, len(disks))
+	transport, _ := CheckTransport(d.o.VolumeTransport)
+	volDisks, shares, fsShares, volParams := volumeDevices(spec, transport, len(disks))
 	disks = append(disks, volDisks...)
 	extra = append(extra, volParams...)
+	thp := boot.thp
+	if len(fsShares) > 0 && thp == THPCode {
+		thp = THPAll // one shared memfd instead of THPCode's layout
+	}
 	var tsc uint64
 	if boot.accel.Accel == AccelTCG {
 		tsc = TSCkHz(d.o.CacheDir)
 	}
 	return Config{
 		Shares:       shares,
+		FSShares:     fsShares,
 		NoACPI:       noACPI,
 		VsockCID:     cid,
 		Name:         "airlock-" + spec.ID,
@@ -361,7 +394,7 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 		Network:      spec.Net != nil,
 		NetSocket:    netSocket(spec),
 		NetMTU:       netMTU(spec),
-		THP:          boot.thp,
+		THP:          thp,
 		KernelSpan:   boot.kernelSpan,
 	}
 }

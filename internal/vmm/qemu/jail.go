@@ -120,7 +120,10 @@ type stageSpec struct {
 	// 0600, as descriptors fdBase, fdBase+1, ...; Open are files it opens
 	// (as descriptors after those).
 	Listen []string
-	Open   []openFile
+	// Connect are unix socket paths the stage connects to (as the
+	// caller), as the descriptors after Listen's: the virtio-fs daemons'.
+	Connect []string
+	Open    []openFile
 	// Shares are the 9p share directories, mounted at Dst in the jail
 	// (idmapped when Userns is set).
 	Shares []shareMount
@@ -213,6 +216,17 @@ func stage() error {
 	next := fdBase
 	for _, p := range s.Listen {
 		fd, err := listenUnix(p)
+		if err != nil {
+			return err
+		}
+		if err := moveFD(fd, next); err != nil {
+			return err
+		}
+		keep = append(keep, next)
+		next++
+	}
+	for _, p := range s.Connect {
+		fd, err := connectUnix(p)
 		if err != nil {
 			return err
 		}
@@ -329,6 +343,25 @@ func listenUnix(path string) (int, error) {
 	if err := unix.Listen(fd, 16); err != nil {
 		unix.Close(fd)
 		return -1, fmt.Errorf("listen %s: %w", path, err)
+	}
+	return fd, nil
+}
+
+// connectUnix connects to the unix socket at path.
+func connectUnix(path string) (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	for {
+		err = unix.Connect(fd, &unix.SockaddrUnix{Name: path})
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("connect %s: %w", path, err)
 	}
 	return fd, nil
 }

@@ -65,6 +65,15 @@ func (c Config) jailedArgs(pivot bool) ([]string, stageSpec) {
 		// listens on the inherited descriptor.
 		refs.net = "addr.type=fd,addr.str=" + strconv.Itoa(listen(c.NetSocket))
 	}
+	// virtio-fs daemons' sockets are root's (mode 0700) and not in the
+	// jail: the stage connects to each before it drops root, and QEMU's
+	// vhost-user chardev is that connected descriptor (after the
+	// listening ones, before the opened files: the stage's order).
+	for _, sh := range c.FSShares {
+		s.Connect = append(s.Connect, sh.Socket)
+		refs.fsShares = append(refs.fsShares, "fd="+strconv.Itoa(fd))
+		fd++
+	}
 	for _, sh := range c.Shares {
 		p := sh.HostDir
 		if pivot {

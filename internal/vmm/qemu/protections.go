@@ -37,7 +37,7 @@ func Protections(o JailOptions) []Protection {
 	ps = append(ps, seccomp)
 	switch {
 	case root:
-		ps = append(ps, Protection{Name: "jail", On: true, Detail: "own mount, pid, IPC, UTS namespaces; read-only root with only system libraries, kernel and device nodes (and a box's 9p volumes, idmapped to its uid); disks and sockets passed as descriptors"})
+		ps = append(ps, Protection{Name: "jail", On: true, Detail: "own mount, pid, IPC, UTS namespaces; read-only root with only system libraries, kernel and device nodes (and a box's 9p volumes, idmapped to its uid); disks and sockets passed as descriptors, virtio-fs daemons' sockets too (the daemons stay root outside the jail, sandboxed by themselves, in a cgroup of their own)"})
 	case UserNSAllowed() == nil:
 		ps = append(ps, Protection{Name: "jail", On: true, Detail: "in a user namespace: own mount, pid, IPC, UTS namespaces; read-only root with only system libraries, kernel and device nodes"})
 	default:

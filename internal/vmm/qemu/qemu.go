@@ -38,6 +38,16 @@ type Share struct {
 	ReadOnly         bool
 }
 
+// FSShare is a host directory shared over virtio-fs: a vhost-user-fs
+// device with chardev ID and mount tag Tag whose backend, a virtiofsd
+// (see virtiofsd.go), listens on the unix socket Socket. QEMU connects to
+// it: an unconfined QEMU by path, a confined one through a descriptor the
+// launcher stage connected before it dropped root (the socket is root's,
+// mode 0700, and not in the jail).
+type FSShare struct {
+	ID, Tag, Socket string
+}
+
 // Config describes one VM.
 type Config struct {
 	Binary    string // default "qemu-system-x86_64"
@@ -101,6 +111,10 @@ type Config struct {
 	// (volumes). A confined QEMU sees each at its host path, bind-mounted
 	// into its jail (read-only for a read-only share).
 	Shares []Share
+	// FSShares are host directories shared over virtio-fs (volumes with
+	// the virtio-fs transport). With any, guest RAM is one shared memfd
+	// (sharedRAMArgs) that the daemons map, instead of THPCode's layout.
+	FSShares []FSShare
 	// Incoming starts QEMU waiting for a migration stream (-incoming
 	// defer) instead of booting: QMP migrate-incoming then loads a
 	// snapshot.
@@ -142,6 +156,7 @@ type argRefs struct {
 	qmp            []string // the QMP monitor's arguments
 	net            string   // the stream netdev's address options
 	shares         []string // each share's directory as QEMU sees it ("": its host path)
+	fsShares       []string // each virtio-fs share's chardev address options ("": its socket's path)
 	tail           []string // appended last
 }
 
@@ -164,7 +179,9 @@ func (c Config) args(refs argRefs) []string {
 		"-m", strconv.Itoa(mem),
 		"-smp", strconv.Itoa(cpus),
 	}
-	if c.THP == THPCode {
+	if len(c.FSShares) > 0 {
+		a = append(a, sharedRAMArgs(mem)...)
+	} else if c.THP == THPCode {
 		a = append(a, ramArgs(ramLayout(mem, c.KernelSpan), c.Incoming)...)
 	}
 	if c.Accel == AccelKVM {
@@ -248,6 +265,14 @@ func (c Config) args(refs argRefs) []string {
 			fsdev += ",readonly=on"
 		}
 		a = append(a, "-fsdev", fsdev, "-device", "virtio-9p-device,fsdev="+sh.ID+",mount_tag="+sh.Tag)
+	}
+	for i, sh := range c.FSShares {
+		addr := "path=" + escapeComma(sh.Socket)
+		if i < len(refs.fsShares) {
+			addr = refs.fsShares[i]
+		}
+		a = append(a, "-chardev", "socket,id="+sh.ID+","+addr,
+			"-device", "vhost-user-fs-device,chardev="+sh.ID+",tag="+sh.Tag)
 	}
 	return append(a, refs.tail...)
 }
