@@ -392,8 +392,10 @@ func (b *Box) CopyIn(ctx context.Context, hostPath, boxPath string, opts ...Copy
 	return nil
 }
 
-// tarStream is the archive a CopyOut call sends.
-type tarStream struct {
+// callReader reads the data a file call sends (a CopyOut's archive, a
+// ReadFile's bytes) until the call's result; a failed call is the error of
+// the Read that reaches it.
+type callReader struct {
 	b    *Box
 	f    *client.FileCall
 	buf  []byte
@@ -401,7 +403,7 @@ type tarStream struct {
 	once sync.Once
 }
 
-func (t *tarStream) Read(p []byte) (int, error) {
+func (t *callReader) Read(p []byte) (int, error) {
 	for len(t.buf) == 0 {
 		if t.err != nil {
 			return 0, t.err
@@ -422,12 +424,12 @@ func (t *tarStream) Read(p []byte) (int, error) {
 }
 
 // Close ends the transfer (abandoning it if it is not over).
-func (t *tarStream) Close() error {
+func (t *callReader) Close() error {
 	t.once.Do(func() { t.f.Close() })
 	return nil
 }
 
-func (b *Box) copyOut(ctx context.Context, boxPath string) (*tarStream, FileInfo, error) {
+func (b *Box) copyOut(ctx context.Context, boxPath string) (*callReader, FileInfo, error) {
 	c, err := b.client(ctx)
 	if err != nil {
 		return nil, FileInfo{}, err
@@ -447,7 +449,7 @@ func (b *Box) copyOut(ctx context.Context, boxPath string) (*tarStream, FileInfo
 		f.Close()
 		return nil, FileInfo{}, fmt.Errorf("box %s: copy out %s: agent sent %d top entries", b.id, boxPath, len(infos))
 	}
-	return &tarStream{b: b, f: f}, fileInfo(infos[0]), nil
+	return &callReader{b: b, f: f}, fileInfo(infos[0]), nil
 }
 
 // CopyOutTar returns boxPath (a file or a directory tree) of the box as a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"io/fs"
-	"sync"
 
 	"github.com/airlock-run/airlock/internal/agent/client"
 )
@@ -47,39 +46,5 @@ func (b *Box) OpenFile(ctx context.Context, p string) (io.ReadCloser, FileInfo, 
 	if is := client.Infos(first); len(is) == 1 {
 		info = fileInfo(is[0])
 	}
-	return &fileStream{b: b, f: f}, info, nil
-}
-
-// fileStream is the data of a ReadFile call.
-type fileStream struct {
-	b    *Box
-	f    *client.FileCall
-	buf  []byte
-	err  error
-	once sync.Once
-}
-
-func (s *fileStream) Read(p []byte) (int, error) {
-	for len(s.buf) == 0 {
-		if s.err != nil {
-			return 0, s.err
-		}
-		d, r, err := s.f.Next()
-		switch {
-		case err != nil:
-			s.err = s.b.fileErr(err)
-		case r != nil:
-			s.err = io.EOF
-		default:
-			s.buf = d
-		}
-	}
-	n := copy(p, s.buf)
-	s.buf = s.buf[n:]
-	return n, nil
-}
-
-func (s *fileStream) Close() error {
-	s.once.Do(func() { s.f.Close() })
-	return nil
+	return &callReader{b: b, f: f}, info, nil
 }
