@@ -78,6 +78,8 @@ func TestDaemonScriptsHost(t *testing.T) {
 	script := filepath.Join(tmp, "k", "kernel.py")
 	launch := func(dir string) {
 		t.Helper()
+		// A failed test leaves no daemon on the host.
+		t.Cleanup(func() { exec.Command("sh", "-c", signalScript, "signal", dir, "KILL").Run() })
 		cmd := exec.Command("sh", "-c", launchScript, "launch", dir, py, script)
 		cmd.Stdin = strings.NewReader(string(kernelSource))
 		out, err := cmd.Output()
