@@ -15,8 +15,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/airlock-run/airlock"
 )
 
 //go:embed kernel.py
@@ -102,9 +100,8 @@ type Context struct {
 	grace   time.Duration
 	onClose func()
 
-	id       string         // Context.ID; kept by the children of a fork
-	co       ContextOptions // as made
-	forkable bool           // co.Forkable: the interpreter is a daemon (fork.go)
+	id string         // Context.ID; kept by the children of a fork
+	co ContextOptions // as made
 
 	closing   chan struct{} // closed by Close, to end a running cell
 	closeOnce sync.Once
@@ -115,8 +112,8 @@ type Context struct {
 	closed bool
 }
 
-// kernelProc is the interpreter process: an airlock.Process, or an os/exec
-// process in tests.
+// kernelProc is the interpreter process: a daemon of the box reached
+// through a relay exec (daemon.go), or an os/exec process in tests.
 type kernelProc interface {
 	Stdin() io.WriteCloser
 	Stdout() io.Reader
@@ -128,21 +125,15 @@ type kernelProc interface {
 	Wait() (int, error)
 }
 
-type boxProc struct{ *airlock.Process }
-
-// Wait returns the exit status of the box process.
-func (p boxProc) Wait() (int, error) {
-	res, err := p.Process.Wait()
-	if res == nil {
-		return -1, err
-	}
-	return res.ExitCode, err
-}
-
 // NewContext starts a new interpreter in the box. It writes the kernel
 // script (embedded in this package) to KernelPath and runs it with
-// MPLBACKEND=Agg; the interpreter outlives ctx, which bounds only the
-// start. Errors: the box is not running or died, or Python did not start.
+// MPLBACKEND=Agg, as a daemon of the box (daemon.go) that outlives ctx,
+// which bounds only the start, and lives on in the children of
+// CodeBox.Fork; Close kills it, and it dies with the box. In a box taken
+// from a Pool, the first context without options adopts the interpreter
+// already running there. Errors: the box is not running or died, it has
+// no such interpreter (or no sh, setsid, mkfifo), or Python did not
+// start.
 //
 // opts (at most one is used) set the interpreter's working directory and
 // environment.
@@ -160,8 +151,10 @@ func (c *CodeBox) NewContext(ctx context.Context, opts ...ContextOptions) (*Cont
 	var rnd [6]byte
 	rand.Read(rnd[:])
 	k := c.newContextValue(hex.EncodeToString(rnd[:]), co)
-	if err := k.init(ctx); err != nil {
-		return nil, fmt.Errorf("codebox: start context: %w", err)
+	if k.k = c.takeWarm(co); k.k == nil {
+		if err := k.init(ctx); err != nil {
+			return nil, fmt.Errorf("codebox: start context: %w", err)
+		}
 	}
 	c.mu.Lock()
 	c.contexts[k] = struct{}{}
@@ -176,26 +169,17 @@ func (c *CodeBox) newContextValue(id string, co ContextOptions) *Context {
 		closing: make(chan struct{}),
 		timeout: c.opts.Timeout,
 		grace:   c.opts.InterruptGrace,
+		id:      id,
+		co:      co,
 		start: func(ctx context.Context) (kernelProc, error) {
-			if p := c.takeParked(co); p != nil {
-				return p, nil // a warm pool's kernel, already running (pool.go)
-			}
-			if err := c.writeFile(ctx, KernelPath, kernelSource); err != nil {
+			var rnd [6]byte
+			rand.Read(rnd[:])
+			dir := kernelRunDir + "/" + hex.EncodeToString(rnd[:])
+			if err := launchKernel(ctx, c.box, c.opts.Python, dir, co); err != nil {
 				return nil, err
 			}
-			// The interpreter must outlive ctx: a deadline on an
-			// ExecStream's ctx would become the process's timeout.
-			p, err := c.box.ExecStream(context.WithoutCancel(ctx), c.opts.Python, []string{"-u", KernelPath},
-				airlock.ExecOptions{Env: append([]string{"MPLBACKEND=Agg", "PYTHONIOENCODING=utf-8"}, co.Env...), WorkingDir: co.WorkingDir})
-			if err != nil {
-				return nil, err
-			}
-			return boxProc{p}, nil
+			return relayKernel(ctx, c.box, dir)
 		},
-	}
-	k.id, k.co, k.forkable = id, co, co.Forkable
-	if co.Forkable {
-		k.start = c.forkableStart(co)
 	}
 	k.onClose = func() {
 		c.mu.Lock()

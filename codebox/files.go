@@ -12,10 +12,6 @@ type ContextOptions struct {
 	WorkingDir string
 	// Env is added to the interpreter's environment (KEY=VALUE).
 	Env []string
-	// Forkable runs the interpreter as a daemon of the box that survives
-	// CodeBox.Fork: each child gets the context, variables included
-	// (fork.go). It costs one more exec at start.
-	Forkable bool
 }
 
 // CopyIn copies a host file or directory tree into the box, with `docker

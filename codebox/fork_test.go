@@ -6,15 +6,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/codebox"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
-// TestForkContextsQEMU: a forkable context's variables are there in every
-// fork child, under the same context id, and the children (and the parent)
-// diverge independently; a forkable context behaves like a plain one
-// (interrupt keeps state, a crash is reported as StateLost); a CodeBox with
-// a plain context refuses to fork.
+// TestForkContextsQEMU: a context's variables are there in every fork
+// child, under the same context id, and the children (and the parent)
+// diverge independently, each with its random module reseeded; interrupt
+// keeps state and a crash is reported as StateLost in a child; Close kills
+// the context's interpreter daemon (and what it started).
 func TestForkContextsQEMU(t *testing.T) {
 	vmtest.Require(t)
 	ctx := context.Background()
@@ -31,12 +32,12 @@ func TestForkContextsQEMU(t *testing.T) {
 		return res
 	}
 	t0 := time.Now()
-	x, err := cb.NewContext(ctx, codebox.ContextOptions{Forkable: true})
+	x, err := cb.NewContext(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("forkable context started in %s", time.Since(t0).Round(time.Millisecond))
-	run(x, "x = 41\nimport os")
+	t.Logf("context started in %s", time.Since(t0).Round(time.Millisecond))
+	run(x, "x = 41\nimport os, random")
 	if got := run(x, "x + 1").Value; got != "42" {
 		t.Fatalf("x + 1 = %q", got)
 	}
@@ -63,6 +64,11 @@ func TestForkContextsQEMU(t *testing.T) {
 			t.Fatalf("child %d: x + 1 = %q, want 42 (the parent's variable)", i, got)
 		}
 		run(kx, "x = "+[]string{"100", "200"}[i])
+	}
+	// Like os.fork's children, each child's random module is reseeded.
+	r0, r1 := run(kids[0].Context(x.ID()), "random.random()").Value, run(kids[1].Context(x.ID()), "random.random()").Value
+	if r0 == r1 {
+		t.Errorf("two fork children drew the same random number %s", r0)
 	}
 	run(x, "x = 7")
 	for i, k := range kids {
@@ -101,11 +107,13 @@ func TestForkContextsQEMU(t *testing.T) {
 		t.Errorf("after the interrupt: %q", got)
 	}
 
-	// A plain context cannot be forked.
-	if _, err := cb.NewContext(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cb.Fork(ctx, 1); err == nil || !strings.Contains(err.Error(), "Forkable") {
-		t.Errorf("fork with a plain context: %v, want a Forkable error", err)
+	// Close kills the interpreter daemon and what it started, and removes
+	// its directory.
+	pid := run(x, "import subprocess; p = subprocess.Popen(['sleep', '600']); os.getpid()").Value
+	sub := run(x, "p.pid").Value
+	x.Close()
+	left, err := cb.Exec(ctx, "sh", []string{"-c", `kill -0 $1 2>/dev/null && echo kernel; kill -0 $2 2>/dev/null && echo sleep; ls /tmp/.airlock-codebox/run`, "sh", pid, sub}, airlock.ExecOptions{})
+	if err != nil || strings.TrimSpace(string(left.Stdout)) != "" {
+		t.Errorf("after Close, left in the box: %q %v", left.Stdout, err)
 	}
 }

@@ -7,6 +7,10 @@
 #            "images": [{"mime": "image/png", "data": "<base64>"}],
 #            "truncated": bool, "stdout_dropped": N, "stderr_dropped": N}
 # Ready:    {"ready": true, "python": "3.11.2", "pid": N} once at start.
+# Reseed:   {"id": N, "reseed": true} -> {"id": N}: fresh seeds for random and
+#           tempfile's names, sent by the host to an interpreter that lived
+#           through a snapshot (a fork child's, a warm pool box's); it runs as
+#           a cell that is not counted (the user's next cell keeps its number).
 #
 # Cells share one globals dict. Like a notebook, every statement but the last
 # is executed and the last one, when it is an expression, is evaluated and its
@@ -298,6 +302,18 @@ def _send(obj):
     _proto_out.flush()
 
 
+def _reseed(req):
+    # Like random's own os.register_at_fork hook: every copy of a
+    # snapshotted interpreter would otherwise draw the same numbers. It runs
+    # as a cell (so that a restored QEMU has translated the cell path before
+    # the user's first cell, under TCG ~40 ms) that is not counted.
+    global _count
+    reply = _handle({"id": req.get("id"), "code": "__import__('random').seed()\n__import__('tempfile')._candidate_names = None"})
+    linecache.cache.pop("<cell-%d>" % _count, None)
+    _count -= 1
+    return reply
+
+
 def main():
     # sys.stdout is the real fd 1 until the first cell; point it at /dev/null
     # so stray writes between cells cannot corrupt the protocol.
@@ -317,6 +333,9 @@ def main():
             req = json.loads(line)
         except ValueError as e:
             _send({"id": None, "error": {"name": "ProtocolError", "value": str(e), "traceback": ""}})
+            continue
+        if req.get("reseed"):
+            _send(_reseed(req))
             continue
         _send(_handle(req))
 

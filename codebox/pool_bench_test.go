@@ -42,7 +42,10 @@ func idleCPU(b *testing.B, home string) float64 {
 	}
 	t0, n := ticks()
 	if n == 0 {
-		b.Fatal("no QEMU of the pool found")
+		// A confined QEMU (internal/vmm/qemu jail) may not name the home
+		// in its command line.
+		b.Log("no QEMU of the pool found by its command line: idle CPU not measured")
+		return -1
 	}
 	time.Sleep(3 * time.Second)
 	t1, _ := ticks()
@@ -139,7 +142,9 @@ func BenchmarkPool(b *testing.B) {
 			mc.Round(time.Millisecond), mw.Round(100*time.Microsecond), float64(mw)/float64(mc))
 		fmt.Printf("codebox cold: New → first Run(\"print(1)\") (python -c) %s; from the pool %s: %.3f×\n",
 			rc.Round(time.Millisecond), rw.Round(time.Millisecond), float64(rw)/float64(rc))
-		fmt.Printf("an idle pool box's QEMU uses %.1f%% of a host CPU\n", idle*100)
+		if idle >= 0 {
+			fmt.Printf("an idle pool box's QEMU uses %.1f%% of a host CPU\n", idle*100)
+		}
 		b.ReportMetric(float64(mc.Microseconds())/1000, "cold-ms")
 		b.ReportMetric(float64(mw.Microseconds())/1000, "pool-ms")
 		b.ReportMetric(float64(mw)/float64(mc), "pool/cold")

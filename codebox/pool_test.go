@@ -83,7 +83,7 @@ func TestPoolQEMU(t *testing.T) {
 	if !cb.Box().FromPool() {
 		t.Fatal("the CodeBox did not come from the pool")
 	}
-	parked, err := cb.Exec(ctx, "cat", []string{"/tmp/.airlock-codebox/parked/pid"}, airlock.ExecOptions{})
+	parked, err := cb.Exec(ctx, "cat", []string{"/tmp/.airlock-codebox/run/warm/pid"}, airlock.ExecOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +92,9 @@ func TestPoolQEMU(t *testing.T) {
 	}
 	if v := value(t, x, "sorted(k for k in globals() if not k.startswith('__'))"); v != "['_', 'os', 'x']" {
 		t.Errorf("user namespace %s, want only this cell's names (the reseed leaves none)", v)
+	}
+	if res := runCell(t, x, "1/0"); res.Error == nil || !strings.Contains(res.Error.Traceback, "<cell-4>") {
+		t.Errorf("the fourth cell is not <cell-4> (the reseed counted as a cell?): %+v", res.Error)
 	}
 
 	// Attach on a box Create took from the pool (airlock serve's path).
@@ -111,7 +114,7 @@ func TestPoolQEMU(t *testing.T) {
 	if r1 == r2 {
 		t.Errorf("two pool boxes' kernels drew the same random number %s", r1)
 	}
-	p2, _ := b.Exec(ctx, "cat", []string{"/tmp/.airlock-codebox/parked/pid"}, airlock.ExecOptions{})
+	p2, _ := b.Exec(ctx, "cat", []string{"/tmp/.airlock-codebox/run/warm/pid"}, airlock.ExecOptions{})
 	if pid := value(t, y, "import os; os.getpid()"); pid != strings.TrimSpace(string(p2.Stdout)) {
 		t.Errorf("attached context pid %s, parked %q", pid, p2.Stdout)
 	}

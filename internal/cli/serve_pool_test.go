@@ -74,7 +74,7 @@ func TestServePool(t *testing.T) {
 	do("POST", "/v1/boxes/"+box.ID+"/contexts/"+cx.ID+"/run", `{"code":"import os; os.getpid()"}`, &cell)
 	t.Logf("create, context, first cell: %s", time.Since(t0))
 	var ex struct{ Stdout string }
-	do("POST", "/v1/boxes/"+box.ID+"/exec", `{"cmd":["cat","/tmp/.airlock-codebox/parked/pid"]}`, &ex)
+	do("POST", "/v1/boxes/"+box.ID+"/exec", `{"cmd":["cat","/tmp/.airlock-codebox/run/warm/pid"]}`, &ex)
 	if strings.TrimSpace(ex.Stdout) != cell.Value || cell.Value == "" {
 		t.Errorf("context pid %q, parked kernel %q: the box did not come from the pool", cell.Value, ex.Stdout)
 	}
