@@ -393,6 +393,9 @@ func TestConfinedNetworkAndVolumes(t *testing.T) {
 	if hu == "0" || hu == strings.Fields(q["Uid"] + " 0")[0] || h["NoNewPrivs"] != "1" || h["CapEff"] != "0000000000002000" {
 		t.Errorf("network helper: Uid %q (QEMU %q), NoNewPrivs %q, CapEff %q; want its own non-root uid, 1, CAP_NET_RAW only", h["Uid"], q["Uid"], h["NoNewPrivs"], h["CapEff"])
 	}
+	if runtime.GOARCH == "amd64" && h["Seccomp"] != "2" {
+		t.Errorf("network helper: Seccomp %q, want 2 (its seccomp allowlist)", h["Seccomp"])
+	}
 	if root, _ := os.Readlink("/proc/" + strconv.Itoa(hp) + "/root"); root != filepath.Join(boxDir(r, b), "net-root") {
 		t.Errorf("network helper's root is %q, want its empty net-root", root)
 	}

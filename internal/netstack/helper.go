@@ -112,6 +112,10 @@ func Main(args []string) int {
 		return fail(err)
 	}
 	defer cl.Close()
+	// No unlink on close: the seccomp filter denies it (and a chroot hides
+	// the path). The next helper removes a stale socket before it listens
+	// (above), and removing the box removes its directory.
+	cl.(*net.UnixListener).SetUnlinkOnClose(false)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	var conn net.Conn
@@ -140,6 +144,15 @@ func Main(args []string) int {
 		if err := dropPrivileges(hc.UID, hc.GID); err != nil {
 			return fail(fmt.Errorf("confine the network helper: %w", err))
 		}
+	}
+	// Last: the seccomp filter (after the chroot and setuid, which it
+	// denies). A confined helper fails without it; an unprivileged one
+	// (airlock not root) says so and runs on.
+	if err := installSeccomp(); err != nil {
+		if hc.UID != 0 {
+			return fail(fmt.Errorf("confine the network helper: %w", err))
+		}
+		fmt.Fprintln(os.Stderr, "airlock-net: running without a seccomp filter:", err)
 	}
 	go serveControl(cl, n)
 	report(readyMsg{Published: n.Published(), Confined: hc.UID != 0})

@@ -85,9 +85,9 @@ func Protections(o JailOptions) []Protection {
 		ps = append(ps, Protection{Name: "cgroup", On: true, Detail: d})
 	}
 	if root {
-		ps = append(ps, Protection{Name: "net helper", On: true, Detail: "each box's network helper gives up root once set up: chroot into an empty directory, its own uid from the box range, only CAP_NET_RAW, no_new_privs, its own cgroup (memory, pids); no seccomp filter, and the host's network namespace (it is the box's gateway)"})
+		ps = append(ps, Protection{Name: "net helper", On: true, Detail: "each box's network helper gives up root once set up: chroot into an empty directory, its own uid from the box range, only CAP_NET_RAW, no_new_privs, its own cgroup (memory, pids), then a seccomp allowlist (no open, exec, ptrace or mount; new sockets AF_INET/AF_INET6 only); it stays in the host's network namespace (it is the box's gateway)"})
 	} else {
-		ps = append(ps, Protection{Name: "net helper", Detail: "not in effect: the network helper runs as " + who() + " (its own uid and cgroup need root)"})
+		ps = append(ps, Protection{Name: "net helper", Detail: "partly: the network helper runs as " + who() + " (its own uid, chroot and cgroup need root); it still installs its seccomp allowlist (no open, exec, ptrace or mount)"})
 	}
 	ps = append(ps, Protection{Name: "agent auth", On: true, Detail: "per-boot secret (box dir, 0600) given to the guest on a virtio-serial port; every connection proves it"})
 	return ps

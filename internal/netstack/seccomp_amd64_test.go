@@ -1,0 +1,125 @@
+package netstack
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+const seccompChildEnv = "AIRLOCK_TEST_SECCOMP_CHILD"
+
+// TestSeccompFilter runs this test binary again as a child that installs
+// the helper's filter (installSeccomp, as airlock-net does) and then tries
+// what code that took the helper over would: open a file, make a unix
+// socket, exec a program. The parent checks the kernel's view of the
+// child (Seccomp: 2 in /proc/PID/status) and that the exec killed it.
+func TestSeccompFilter(t *testing.T) {
+	if os.Getenv(seccompChildEnv) == "1" {
+		seccompChild()
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSeccompFilter$", "-test.count=1")
+	cmd.Env = append(os.Environ(), seccompChildEnv+"=1")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(stdout)
+	got := map[string]string{}
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), "=")
+		got[k] = v
+		if k == "ready" {
+			break
+		}
+	}
+	if got["install"] != "ok" {
+		t.Fatalf("child: installSeccomp: %q (child said %v)", got["install"], got)
+	}
+	st, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(st), "\nSeccomp:\t2\n") || !strings.Contains(string(st), "\nNoNewPrivs:\t1\n") {
+		t.Errorf("child's /proc status has no Seccomp: 2 and NoNewPrivs: 1:\n%s", st)
+	}
+	for k, want := range map[string]string{
+		"open":      "operation not permitted",
+		"unix":      "operation not permitted",
+		"netlink":   "operation not permitted",
+		"inet":      "ok",
+		"inet6":     "ok",
+		"setuid":    "operation not permitted",
+		"pipewrite": "ok",
+	} {
+		if got[k] != want {
+			t.Errorf("child: %s: %q, want %q", k, got[k], want)
+		}
+	}
+	stdin.Write([]byte("exec\n"))
+	for sc.Scan() {
+		t.Logf("child after exec: %s", sc.Text())
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("child exited with %v after trying execve; want killed by SIGSYS", err)
+	}
+	if ws := ee.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGSYS {
+		t.Errorf("child ended with %v after trying execve; want killed by SIGSYS (seccomp)", err)
+	}
+}
+
+// seccompChild is the child of TestSeccompFilter; it reports on stdout.
+func seccompChild() {
+	res := func(err error) string {
+		if err != nil {
+			return err.Error()
+		}
+		return "ok"
+	}
+	sock := func(domain, typ int) error {
+		fd, err := unix.Socket(domain, typ|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		return err
+	}
+	if err := installSeccomp(); err != nil {
+		fmt.Printf("install=%v\nready=1\n", err)
+		os.Exit(1)
+	}
+	fmt.Println("install=ok")
+	_, err := os.Open("/etc/hostname")
+	fmt.Printf("open=%s\n", res(errors.Unwrap(err)))
+	fmt.Printf("unix=%s\n", res(sock(unix.AF_UNIX, unix.SOCK_STREAM)))
+	fmt.Printf("netlink=%s\n", res(sock(unix.AF_NETLINK, unix.SOCK_RAW)))
+	fmt.Printf("inet=%s\n", res(sock(unix.AF_INET, unix.SOCK_STREAM)))
+	fmt.Printf("inet6=%s\n", res(sock(unix.AF_INET6, unix.SOCK_DGRAM)))
+	_, _, e := syscall.RawSyscall(syscall.SYS_SETUID, 0, 0, 0)
+	fmt.Printf("setuid=%s\n", res(errnoErr(e)))
+	_, err = os.Stdout.Write(nil)
+	fmt.Printf("pipewrite=%s\nready=1\n", res(err))
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	err = syscall.Exec("/bin/true", []string{"true"}, nil)
+	fmt.Printf("exec=%v\n", err)
+	os.Exit(0)
+}
+
+func errnoErr(e syscall.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
