@@ -20,14 +20,28 @@ const seccompChildEnv = "AIRLOCK_TEST_SECCOMP_CHILD"
 // the helper's filter (installSeccomp, as airlock-net does) and then tries
 // what code that took the helper over would: open a file, make a unix
 // socket, exec a program. The parent checks the kernel's view of the
-// child (Seccomp: 2 in /proc/PID/status) and that the exec killed it.
+// child (Seccomp: 2 in /proc/PID/status) and that the exec killed it. The
+// child installs it as it is (root here, as a confined helper after
+// dropPrivileges keeps no_new_privs) and, when root, also after becoming
+// uid 65534 (an unprivileged airlock's helper: no capability, only
+// no_new_privs).
 func TestSeccompFilter(t *testing.T) {
-	if os.Getenv(seccompChildEnv) == "1" {
-		seccompChild()
+	if mode := os.Getenv(seccompChildEnv); mode != "" {
+		seccompChild(mode)
 		return
 	}
+	modes := []string{"as-is"}
+	if os.Geteuid() == 0 {
+		modes = append(modes, "unprivileged")
+	}
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) { testSeccompChild(t, mode) })
+	}
+}
+
+func testSeccompChild(t *testing.T, mode string) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSeccompFilter$", "-test.count=1")
-	cmd.Env = append(os.Environ(), seccompChildEnv+"=1")
+	cmd.Env = append(os.Environ(), seccompChildEnv+"="+mode)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -46,6 +60,9 @@ func TestSeccompFilter(t *testing.T) {
 	}
 	if got["install"] != "ok" {
 		t.Fatalf("child: installSeccomp: %q (child said %v)", got["install"], got)
+	}
+	if mode == "unprivileged" && got["uid"] != "65534" {
+		t.Fatalf("child runs as uid %q, want 65534", got["uid"])
 	}
 	st, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/status")
 	if err != nil {
@@ -82,7 +99,7 @@ func TestSeccompFilter(t *testing.T) {
 }
 
 // seccompChild is the child of TestSeccompFilter; it reports on stdout.
-func seccompChild() {
+func seccompChild(mode string) {
 	res := func(err error) string {
 		if err != nil {
 			return err.Error()
@@ -95,6 +112,15 @@ func seccompChild() {
 			unix.Close(fd)
 		}
 		return err
+	}
+	if mode == "unprivileged" {
+		// syscall's Set* change every thread (AllThreadsSyscall).
+		if err := syscall.Setgroups(nil); err == nil {
+			if err = syscall.Setresgid(65534, 65534, 65534); err == nil {
+				err = syscall.Setresuid(65534, 65534, 65534)
+			}
+		}
+		fmt.Printf("uid=%d\n", os.Geteuid())
 	}
 	if err := installSeccomp(); err != nil {
 		fmt.Printf("install=%v\nready=1\n", err)
