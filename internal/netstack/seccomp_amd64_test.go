@@ -64,6 +64,14 @@ func testSeccompChild(t *testing.T, mode string) {
 	if mode == "unprivileged" && got["uid"] != "65534" {
 		t.Fatalf("child runs as uid %q, want 65534", got["uid"])
 	}
+	if d := got["logdir"]; d != "" {
+		defer os.RemoveAll(d)
+		cur, _ := os.ReadFile(d + "/log")
+		old, _ := os.ReadFile(d + "/log.1")
+		if !strings.HasPrefix(string(cur), "second") || !strings.HasPrefix(string(old), "first") {
+			t.Errorf("deny log after a rotation under the filter: log %q, log.1 %q; want the second line, the first", cur, old)
+		}
+	}
 	st, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/status")
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +87,7 @@ func testSeccompChild(t *testing.T, mode string) {
 		"inet6":     "ok",
 		"setuid":    "operation not permitted",
 		"pipewrite": "ok",
+		"logwrite":  "ok",
 	} {
 		if got[k] != want {
 			t.Errorf("child: %s: %q, want %q", k, got[k], want)
@@ -122,12 +131,31 @@ func seccompChild(mode string) {
 		}
 		fmt.Printf("uid=%d\n", os.Geteuid())
 	}
+	// The deny log, opened before (as airlock-net does), rotates under
+	// the filter.
+	dir, err := os.MkdirTemp("", "seccomp-log")
+	if err != nil {
+		fmt.Printf("install=%v\nready=1\n", err)
+		os.Exit(1)
+	}
+	fmt.Printf("logdir=%s\n", dir)
+	lf, err := OpenLog(dir+"/log", 64)
+	if err != nil {
+		fmt.Printf("install=%v\nready=1\n", err)
+		os.Exit(1)
+	}
 	if err := installSeccomp(); err != nil {
 		fmt.Printf("install=%v\nready=1\n", err)
 		os.Exit(1)
 	}
 	fmt.Println("install=ok")
-	_, err := os.Open("/etc/hostname")
+	for _, line := range []string{"first line of forty bytes, rotated.....\n", "second line, kept after the rotation..\n"} {
+		if _, err = lf.Write([]byte(line)); err != nil {
+			break
+		}
+	}
+	fmt.Printf("logwrite=%s\n", res(err))
+	_, err = os.Open("/etc/hostname")
 	fmt.Printf("open=%s\n", res(errors.Unwrap(err)))
 	fmt.Printf("unix=%s\n", res(sock(unix.AF_UNIX, unix.SOCK_STREAM)))
 	fmt.Printf("netlink=%s\n", res(sock(unix.AF_NETLINK, unix.SOCK_RAW)))
