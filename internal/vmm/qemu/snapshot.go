@@ -139,7 +139,7 @@ func (d *Driver) sameFiles(was, now []fileID) error {
 			}
 		}
 		if sum != was[i].SHA256 {
-			return fmt.Errorf("the %s here (%s, %d bytes) is not the one the snapshot's guest booted from (%d bytes, sha256 %.12s): the snapshot cannot be restored on this host (its kernel, agent or image base differ); export the box without memory to move it", what, n.Path, n.Size, w.Size, was[i].SHA256)
+			return fmt.Errorf("the %s here (%s, %d bytes) is not the one the snapshot's guest booted from (%d bytes, sha256 %.12s): the snapshot cannot be restored on this host (its kernel, agent or image base differ)", what, n.Path, n.Size, w.Size, was[i].SHA256)
 		}
 	}
 	return nil
