@@ -269,13 +269,17 @@ func mkfsBase(ctx context.Context, store *image.Store, img *image.Image, tree, o
 	if err := unpack.Image(ctx, store, img, root, unpack.Options{Note: opts.Note, Limits: opts.Limits}); err != nil {
 		return fmt.Errorf("unpack %s: %w", img.Ref, err)
 	}
+	// The unpack left every directory with the times of the layers (the
+	// epoch where none set them: unpack.Image), the same on every host;
+	// InitLayer keeps /etc's, and the root's is put back after it.
+	rootInfo, err := os.Stat(root)
+	if err != nil {
+		return err
+	}
 	if err := InitLayer(root); err != nil {
 		return fmt.Errorf("init layer for %s: %w", img.Ref, err)
 	}
-	// The root directory's mtime would be the time of this unpack (layers
-	// set their entries', not the root's): the epoch, as /etc's without
-	// one, so that the same image gives the same base on every host.
-	if err := os.Chtimes(root, time.Unix(0, 0), time.Unix(0, 0)); err != nil {
+	if err := os.Chtimes(root, rootInfo.ModTime(), rootInfo.ModTime()); err != nil {
 		return err
 	}
 	args := []string{"--quiet", "-U" + UUIDFor(img.Digest)}
