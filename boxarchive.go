@@ -361,9 +361,12 @@ type ImportResult struct {
 // rd. Without memory the box is created stopped, with the archive's
 // options and writable layer: Start boots it with its files. With memory
 // the archive is stored as a snapshot and a box restored from it, running
-// (restore checks the kernel, agent, root filesystem base and QEMU
-// version as a local snapshot's restore does, and fails saying which
-// differs). The archive's image (its digest) must be in the image store.
+// (restore checks the kernel, agent disk or initramfs, root filesystem base,
+// QEMU version and machine layout as a local snapshot's restore does, and
+// fails saying which differs; on another host the boot files are compared
+// by content: the export records their SHA-256, and they are built
+// reproducibly, so a host with the same image, agent, kernel, erofs-utils
+// and QEMU restores it). The archive's image (its digest) must be in the image store.
 // Published ports, volumes and host ports the box may reach name host
 // resources and are not carried. The archive is hostile input: only its
 // fixed entries, in order, of the sizes and checksums it declares, within
