@@ -166,6 +166,13 @@ func (r *Runtime) exportSnapshot(ctx context.Context, name, label string, w io.W
 	}
 	defer lk.Unlock()
 	dir := filepath.Join(r.snapshotsDir(), name)
+	// The boot files' content digests, so that another host with the same
+	// files (the same image, agent and kernel) can restore it.
+	if s, ok := r.drv.(vmm.SnapshotSealer); ok {
+		if err := s.SealSnapshot(ctx, dir); err != nil {
+			return ExportStats{}, fmt.Errorf("export snapshot %s: %w", name, err)
+		}
+	}
 	m := archiveMeta{Version: archiveVersion, Kind: "snapshot", Box: sm.Box, BoxName: sm.BoxName, Snapshot: label,
 		Image: sm.Image, ImageDigest: sm.ImageDigest, Config: sm.Config, Exported: time.Now().UTC()}
 	st, err := writeArchive(ctx, w, m, filepath.Join(dir, snapDiskFile), dir)
@@ -354,9 +361,12 @@ type ImportResult struct {
 // rd. Without memory the box is created stopped, with the archive's
 // options and writable layer: Start boots it with its files. With memory
 // the archive is stored as a snapshot and a box restored from it, running
-// (restore checks the kernel, agent, root filesystem base and QEMU
-// version as a local snapshot's restore does, and fails saying which
-// differs). The archive's image (its digest) must be in the image store.
+// (restore checks the kernel, agent disk or initramfs, root filesystem base,
+// QEMU version and machine layout as a local snapshot's restore does, and
+// fails saying which differs; on another host the boot files are compared
+// by content: the export records their SHA-256, and they are built
+// reproducibly, so a host with the same image, agent, kernel, erofs-utils
+// and QEMU restores it). The archive's image (its digest) must be in the image store.
 // Published ports, volumes and host ports the box may reach name host
 // resources and are not carried. The archive is hostile input: only its
 // fixed entries, in order, of the sizes and checksums it declares, within
@@ -521,7 +531,7 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 		if errors.Is(err, ErrNameInUse) {
 			return res, err
 		}
-		return res, fmt.Errorf("import: %w (memory archives restore only where the kernel, agent, root filesystem base and QEMU are those of the exporting host; export the box without memory to move it)", err)
+		return res, fmt.Errorf("import: %w (memory archives restore only where the kernel, agent disk and root filesystem base have the content, and QEMU the version and machine layout, of the exporting host's; export the box without memory to move it)", err)
 	}
 	res.Snapshot = name
 	res.Box = b

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/assets"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
@@ -181,21 +182,25 @@ cat /opt/app/sub/f; [ -e /etc/issue ] && echo issue-still-there; [ -e /usr/share
 	if _, err := r2.ImportBox(ctx, bytes.NewReader(buf.Bytes()), airlock.ImportOptions{}); !errors.Is(err, airlock.ErrSnapshotExists) {
 		t.Errorf("second import: %v, want ErrSnapshotExists", err)
 	}
-	// As on another host, whose kernel file is not this one: refused
-	// clearly, and no snapshot is left.
+	// As on another host, whose kernel is another one (another file of
+	// other content): refused clearly, and no snapshot is left.
 	other := rewriteArchive(t, buf.Bytes(), "machine.json", func(b []byte) []byte {
 		var m map[string]any
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatal(err)
 		}
 		f := m["files"].([]any)[0].(map[string]any)
+		if f["sha256"] == nil {
+			t.Errorf("the exported machine.json has no content digest of the kernel: %v", f)
+		}
 		f["inode"] = f["inode"].(float64) + 1
+		f["sha256"] = strings.Repeat("0", 64)
 		out, _ := json.Marshal(m)
 		return out
 	})
 	r3 := open()
 	_, err = r3.ImportBox(ctx, bytes.NewReader(other), airlock.ImportOptions{})
-	if err == nil || !strings.Contains(err.Error(), "built again") || !strings.Contains(err.Error(), "without memory") {
+	if err == nil || !strings.Contains(err.Error(), "guest kernel here") || !strings.Contains(err.Error(), "without memory") {
 		t.Errorf("import of a memory archive from another host: %v", err)
 	} else {
 		t.Logf("memory archive from another host: %v", err)
@@ -386,5 +391,122 @@ func TestImportRefusesHostileArchives(t *testing.T) {
 	}
 	if len(disk) != 16<<20 || string(disk[4096:4100]) != "data" || disk[4100] != 0 {
 		t.Errorf("imported disk: %d bytes, %q at 4096", len(disk), disk[4096:4104])
+	}
+}
+
+// hostCache makes a cache directory as another host would have it: its own
+// copy of the guest kernel (the same kernel package: same bytes, another
+// file), and nothing else, so that the agent disk and the image's root
+// filesystem base are built anew there.
+func hostCache(t *testing.T) string {
+	t.Helper()
+	k, _, err := assets.FindKernel("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "cache")
+	kd := filepath.Join(dir, "kernel")
+	if err := os.MkdirAll(kd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Base(k.Path)
+	for _, suffix := range []string{"", ".info", ".config"} {
+		if b, err := os.ReadFile(k.Path + suffix); err == nil {
+			if err := os.WriteFile(filepath.Join(kd, name+suffix), b, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		} else if suffix == "" {
+			t.Fatal(err)
+		}
+	}
+	if k.Kind == assets.KernelAirlock {
+		os.Symlink(name, filepath.Join(kd, "vmlinux-airlock"))
+	} else {
+		t.Skipf("the kernel %s is not the airlock kernel (%s): this test builds the airlock kernel's agent disk", k.Path, k.Kind)
+	}
+	return dir
+}
+
+// TestMemoryArchiveOtherHostQEMU: a box exported with memory on one host
+// restores on another host with the same image, agent and kernel, whose
+// agent disk and root filesystem base were built there anew (a second home,
+// cache and image store): its background process and that process's
+// Python variable are alive; the boot disks built on the two hosts are the
+// same bytes.
+func TestMemoryArchiveOtherHostQEMU(t *testing.T) {
+	vmtest.Require(t)
+	ctx := context.Background()
+	type host struct {
+		r     *airlock.Runtime
+		cache string
+	}
+	open := func() host {
+		cache := hostCache(t)
+		r, err := airlock.Open(airlock.Options{Home: t.TempDir(), CacheDir: cache, ImagesDir: privateImages(t), Warn: func(string) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		return host{r, cache}
+	}
+	a := open()
+	t0 := time.Now()
+	b, err := a.r.Create(ctx, airlock.BoxOptions{Image: vmtest.DefaultImage, MemoryMiB: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Remove(context.Background(), true) })
+	t.Logf("host A: first box (agent disk and base built) %s", time.Since(t0).Round(time.Millisecond))
+	drawn := shIn(t, b, holder)
+	shIn(t, b, `echo from-a > /root/file`)
+	var buf bytes.Buffer
+	t0 = time.Now()
+	st, err := b.Export(ctx, &buf, airlock.ExportOptions{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("host A: export with memory %d bytes in %s (paused %s)", st.Bytes, time.Since(t0).Round(time.Millisecond), st.Paused.Round(time.Millisecond))
+	b.Remove(ctx, true)
+
+	h := open()
+	// Host B builds its boot disks when its first box needs them: here,
+	// in the import's restore check.
+	t0 = time.Now()
+	res, err := h.r.ImportBox(ctx, bytes.NewReader(buf.Bytes()), airlock.ImportOptions{Name: "moved"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { res.Box.Remove(context.Background(), true) })
+	t.Logf("host B: import with memory (agent disk and base built, hashed, restored) %s", time.Since(t0).Round(time.Millisecond))
+	if got := askHolder(t, res.Box); got != drawn {
+		t.Errorf("host B's box: the Python process holds %q, want %q (host A's memory)", got, drawn)
+	}
+	if got := shIn(t, res.Box, `cat /root/file; echo ok > /root/after; cat /root/after`); got != "from-a\nok" {
+		t.Errorf("host B's box: files %q", got)
+	}
+	// Again on host B, its disks built and their digests memoized: the
+	// cost of a restore.
+	t0 = time.Now()
+	res2, err := h.r.ImportBox(ctx, bytes.NewReader(buf.Bytes()), airlock.ImportOptions{Snapshot: "again"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("host B: second import with memory %s", time.Since(t0).Round(time.Millisecond))
+	if got := askHolder(t, res2.Box); got != drawn {
+		t.Errorf("host B's second box: the Python process holds %q, want %q", got, drawn)
+	}
+	res2.Box.Remove(ctx, true)
+	// The two hosts' boot disks: other files, the same bytes.
+	for _, glob := range []string{"initrd/agent-*.erofs", "rootfs/*.erofs"} {
+		pa, _ := filepath.Glob(filepath.Join(a.cache, glob))
+		pb, _ := filepath.Glob(filepath.Join(h.cache, glob))
+		if len(pa) != 1 || len(pb) != 1 {
+			t.Fatalf("%s: host A has %v, host B %v", glob, pa, pb)
+		}
+		ba, _ := os.ReadFile(pa[0])
+		bb, _ := os.ReadFile(pb[0])
+		if !bytes.Equal(ba, bb) || len(ba) == 0 {
+			t.Errorf("%s built on the two hosts differ (%d and %d bytes)", glob, len(ba), len(bb))
+		}
 	}
 }

@@ -142,6 +142,10 @@ if [ "$applied" != "$PATCH_SHA" ] && [ "$PATCH_SHA" != "$EMPTY_SHA" ]; then
 fi
 echo "$PATCH_SHA" >.airlock-patches
 # ARCH must be x86_64 here: with the default ARCH=x86, tinyconfig yields a 32-bit config.
+# No build time, user, host or build count in the kernel's version string: two hosts
+# building this config from the same Debian source with the same compiler should get
+# the same vmlinux, which a memory snapshot moved between them needs (docs/export.md).
+export KBUILD_BUILD_TIMESTAMP="Thu Jan  1 00:00:00 UTC 1970" KBUILD_BUILD_USER=airlock KBUILD_BUILD_HOST=airlock KBUILD_BUILD_VERSION=1
 MK=(make ARCH=x86_64)
 log "configuring: tinyconfig + $(basename "$FRAG") (${#ENABLE[@]} on, ${#DISABLE[@]} off), ${#PATCHES[@]} source patches, sha256 ${CONFIG_SHA:0:12}"
 "${MK[@]}" -s tinyconfig >/dev/null

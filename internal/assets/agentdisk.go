@@ -39,7 +39,9 @@ func AgentDisk(ctx context.Context, cacheDir, agentPath string) (string, error) 
 		return "", fmt.Errorf("read agent: %w", err)
 	}
 	h := sha256.New()
-	h.Write([]byte(strings.Join(AgentDiskDirs, ",")))
+	// "r2": built reproducibly (fixed UUID below, -T0 fixes the times), so
+	// the same agent gives the same disk on any host.
+	h.Write([]byte("r2\x00" + strings.Join(AgentDiskDirs, ",")))
 	h.Write([]byte(digest))
 	sum := hex.EncodeToString(h.Sum(nil))[:16]
 	out := filepath.Join(dir, "agent-"+sum+".erofs")
@@ -84,7 +86,13 @@ func AgentDisk(ctx context.Context, cacheDir, agentPath string) (string, error) 
 	}
 	tf.Close()
 	tmp := tf.Name()
-	cmd := exec.CommandContext(ctx, mkfs, "--quiet", "--all-root", "-T0", tmp, tree)
+	// A UUID of the disk's name (not mkfs.erofs's random one) and -T0:
+	// the same agent makes the same disk on every host, which a memory
+	// snapshot restored on another host needs.
+	u := sha256.Sum256([]byte("airlock agent disk uuid\x00" + sum))
+	x := hex.EncodeToString(u[:16])
+	uuid := x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
+	cmd := exec.CommandContext(ctx, mkfs, "--quiet", "--all-root", "-T0", "-U"+uuid, tmp, tree)
 	var b bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &b, &b
 	if err := cmd.Run(); err != nil {
@@ -99,6 +107,11 @@ func AgentDisk(ctx context.Context, cacheDir, agentPath string) (string, error) 
 	prune(dir, ".digest-*", "")
 	return out, nil
 }
+
+// PathDigest returns the hex SHA-256 of the file at path, memoized in
+// dir as fileDigest does (the file is hashed again once its device, inode,
+// size or modification time change).
+func PathDigest(dir, path string) (string, error) { return pathDigest(dir, path) }
 
 // pathDigest is fileDigest of the file at path.
 func pathDigest(dir, path string) (string, error) {
@@ -122,6 +135,11 @@ func fileDigest(dir string, f *os.File) (string, error) {
 	key := fmt.Sprintf("%d %d", fi.Size(), fi.ModTime().UnixNano())
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		key += fmt.Sprintf(" %d %d", st.Dev, st.Ino)
+	}
+	if dir == "" {
+		h := sha256.New()
+		_, err := io.Copy(h, f)
+		return hex.EncodeToString(h.Sum(nil)), err
 	}
 	abs, _ := filepath.Abs(f.Name())
 	name := sha256.Sum256([]byte(abs))

@@ -28,7 +28,8 @@ changed in its image; volumes are not included). With --with-memory the
 running box is snapshotted (paused briefly; it runs on) and its memory goes
 in too; --snapshot NAME exports an existing snapshot instead of a box.
 'airlock import FILE' makes a box of the archive here or on another host
-that has the same image. -o - writes to standard output.`,
+that has the same image (with memory: also the same guest kernel, agent and
+QEMU; the boot disks are compared by content). -o - writes to standard output.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if snapshot != "" {
 				return cobra.NoArgs(cmd, args)
@@ -115,7 +116,10 @@ standard input): import then makes a box of it and prints its id. The
 archive's image (same digest) must be in the image store. Without memory the
 box is created stopped ('airlock start' boots it with its files); with memory
 the archive is stored as a snapshot (kept; 'airlock snapshot rm' removes it)
-and the box restored from it, running. Published ports, volumes and allowed
+and the box restored from it, running: on another host too, when its guest
+kernel, agent disk and the image's root filesystem base have the same content
+(they are built reproducibly) and its QEMU the same version and machine
+layout; otherwise it refuses saying which differs. Published ports, volumes and allowed
 host ports are not carried. Import archives with memory only from hosts you
 trust: QEMU loads their device state.`
 

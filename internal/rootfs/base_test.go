@@ -335,3 +335,37 @@ func TestErofsCancel(t *testing.T) {
 		}
 	}
 }
+
+// TestErofsReproducible builds the base of one image in two cache
+// directories, a second apart: the same bytes (a memory snapshot restored
+// on another host needs its base to be the exporting host's).
+func TestErofsReproducible(t *testing.T) {
+	if _, err := exec.LookPath("mkfs.erofs"); err != nil {
+		t.Skip("mkfs.erofs not installed")
+	}
+	s, img := trickyImage(t)
+	var sums, paths []string
+	for i := 0; i < 2; i++ {
+		if i == 1 {
+			time.Sleep(1100 * time.Millisecond) // another build time, if it showed
+		}
+		p, err := rootfs.Base(context.Background(), s, img, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.Sum256(b)
+		sums = append(sums, hex.EncodeToString(h[:]))
+		paths = append(paths, p)
+	}
+	if sums[0] != sums[1] {
+		out, _ := exec.Command("cmp", "-l", paths[0], paths[1]).Output()
+		if len(out) > 2000 {
+			out = out[:2000]
+		}
+		t.Errorf("two builds of the same base differ: %s, %s; differing bytes (offset, octal values):\n%s", sums[0], sums[1], out)
+	}
+}

@@ -10,7 +10,9 @@ package rootfs
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -153,7 +155,10 @@ func BaseWith(ctx context.Context, store *image.Store, img *image.Image, cacheDi
 // baseRecipe names how bases are made (mkfsBase, InitLayer): change it with
 // them, so that bases cached by an older recipe are made again.
 // Recipe 1 (named <digest hex>.erofs) had no init layer.
-const baseRecipe = "r2"
+// Recipe 3 builds byte for byte the same base from the same image on any
+// host (fixed UUID and build time: reproducibleMkfs), which a memory
+// snapshot moved to another host needs.
+const baseRecipe = "r3"
 
 // baseName is the file name of the base of the image with digest hexd.
 func baseName(hexd string) string { return hexd + "-" + baseRecipe + ".erofs" }
@@ -264,16 +269,27 @@ func mkfsBase(ctx context.Context, store *image.Store, img *image.Image, tree, o
 	if err := unpack.Image(ctx, store, img, root, unpack.Options{Note: opts.Note, Limits: opts.Limits}); err != nil {
 		return fmt.Errorf("unpack %s: %w", img.Ref, err)
 	}
+	// The unpack left every directory with the times of the layers (the
+	// epoch where none set them: unpack.Image), the same on every host;
+	// InitLayer keeps /etc's, and the root's is put back after it.
+	rootInfo, err := os.Stat(root)
+	if err != nil {
+		return err
+	}
 	if err := InitLayer(root); err != nil {
 		return fmt.Errorf("init layer for %s: %w", img.Ref, err)
 	}
-	args := []string{"--quiet"}
+	if err := os.Chtimes(root, rootInfo.ModTime(), rootInfo.ModTime()); err != nil {
+		return err
+	}
+	args := []string{"--quiet", "-U" + UUIDFor(img.Digest)}
 	if os.Geteuid() != 0 {
 		// Without root the tree's owners are wrong anyway; make them root.
 		args = append(args, "--all-root")
 	}
 	args = append(args, out, root)
 	cmd := exec.CommandContext(ctx, mkfs, args...)
+	cmd.Env = ReproducibleEnv()
 	var b bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &b, &b
 	if err := cmd.Run(); err != nil {
@@ -482,4 +498,27 @@ func copyRange(in, out *os.File, from, to int64, kernel *bool) error {
 		}
 	}
 	return nil
+}
+
+// ReproducibleEpoch is the build time mkfs.erofs writes into a base's
+// superblock (2100-01-01 UTC, as SOURCE_DATE_EPOCH): fixed, so that the
+// same tree makes the same image, and later than any file's mtime, because
+// erofs-utils clamps mtimes after it (files keep their own mtimes).
+const ReproducibleEpoch = 4102444800
+
+// ReproducibleEnv is the environment for mkfs.erofs runs that must give the
+// same image for the same tree on any host: this process's, with
+// SOURCE_DATE_EPOCH set to ReproducibleEpoch.
+func ReproducibleEnv() []string {
+	return append(os.Environ(), "SOURCE_DATE_EPOCH="+strconv.Itoa(ReproducibleEpoch))
+}
+
+// UUIDFor returns a filesystem UUID derived from s (for mkfs.erofs -U): the
+// same on every host, unlike mkfs.erofs's random default.
+func UUIDFor(s string) string {
+	h := sha256.Sum256([]byte("airlock erofs uuid\x00" + s))
+	h[6] = h[6]&0x0f | 0x50 // version 5 style (name based)
+	h[8] = h[8]&0x3f | 0x80
+	x := hex.EncodeToString(h[:16])
+	return x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
 }

@@ -25,6 +25,15 @@ type Snapshotter interface {
 	StartFromSnapshot(ctx context.Context, spec Spec, dir string) (Machine, error)
 }
 
+// SnapshotSealer is a Snapshotter whose snapshots can be made restorable on
+// another host: SealSnapshot records in the snapshot in dir the content of
+// what its restore must match (the boot files' digests), where the driver
+// otherwise checks only that they are the same local files. Export calls
+// it before a snapshot leaves the host.
+type SnapshotSealer interface {
+	SealSnapshot(ctx context.Context, dir string) error
+}
+
 // SnapshotStats describe a saved snapshot.
 type SnapshotStats struct {
 	StateBytes int64 // the memory and device state file, bytes on disk

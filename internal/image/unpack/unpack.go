@@ -79,12 +79,13 @@ func Image(ctx context.Context, store *image.Store, img *image.Image, root strin
 		return err
 	}
 	b := newBudget(opts.Limits, root)
+	times := map[string]dirTime{}
 	for i, l := range layers {
 		rc, err := l.Open()
 		if err != nil {
 			return fmt.Errorf("layer %d/%d %s: %w", i+1, len(layers), l.Digest, err)
 		}
-		err = apply(ctx, root, rc, opts, b)
+		err = apply(ctx, root, rc, opts, b, times)
 		if cerr := rc.Close(); err == nil {
 			err = cerr
 		}
@@ -92,7 +93,44 @@ func Image(ctx context.Context, store *image.Store, img *image.Image, root strin
 			return fmt.Errorf("layer %d/%d %s: %w", i+1, len(layers), l.Digest, err)
 		}
 	}
-	return nil
+	return settleDirTimes(ctx, root, times)
+}
+
+// settleDirTimes gives every directory under root (root included) the
+// times the last layer that listed it gave it, or the epoch for one no
+// layer listed (made for a parent, or the root): a later layer that adds
+// or deletes entries in a directory it does not list would otherwise leave
+// the directory with the time of this unpack, and the same image would
+// unpack differently each time (a root filesystem base must not: see
+// rootfs.Base).
+func settleDirTimes(ctx context.Context, root string, times map[string]dirTime) error {
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return err
+	}
+	if rr, err := filepath.EvalSymlinks(root); err == nil {
+		root = rr
+	}
+	epoch := time.Unix(0, 0)
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t, ok := times[p]
+		if !ok {
+			t = dirTime{p, epoch, epoch}
+		}
+		if err := lutimes(p, t.atime, t.mtime); err != nil {
+			return fmt.Errorf("set times on %s: %w", p, err)
+		}
+		return nil
+	})
 }
 
 type dirTime struct {
@@ -105,10 +143,12 @@ type dirTime struct {
 // one past opts.Limits (ErrLimit) stops the layer with an error; root may
 // then hold part of the layer.
 func Apply(ctx context.Context, root string, r io.Reader, opts Options) error {
-	return apply(ctx, root, r, opts, newBudget(opts.Limits, root))
+	return apply(ctx, root, r, opts, newBudget(opts.Limits, root), nil)
 }
 
-func apply(ctx context.Context, root string, r io.Reader, opts Options, b *budget) error {
+// apply applies one layer; times, when not nil, gets the times of each
+// directory the layer lists (by path), over those of earlier layers.
+func apply(ctx context.Context, root string, r io.Reader, opts Options, b *budget, times map[string]dirTime) error {
 	root, err := filepath.Abs(root)
 	if err != nil {
 		return err
@@ -153,6 +193,11 @@ func apply(ctx context.Context, root string, r io.Reader, opts Options, b *budge
 		d := a.dirs[i]
 		if err := lutimes(d.path, d.atime, d.mtime); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("set times on %s: %w", d.path, err)
+		}
+	}
+	if times != nil {
+		for _, d := range a.dirs { // in order: a later entry's times win
+			times[d.path] = d
 		}
 	}
 	return nil

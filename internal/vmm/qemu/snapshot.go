@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-run/airlock/internal/assets"
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -47,10 +48,127 @@ type machineMeta struct {
 // writes a file anew (new inode) whenever it builds it again, and touches
 // files it uses (so the modification time says nothing), and hashing a
 // root filesystem base at every restore would cost more than the restore.
+//
+// SHA256 (hex) is the content's digest, filled in when the snapshot is
+// exported (SealSnapshot): a restore where path, size and inode differ
+// (another host) then accepts a local file of that content.
 type fileID struct {
-	Path  string `json:"path"`
-	Size  int64  `json:"size"`
-	Inode uint64 `json:"inode"`
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	Inode  uint64 `json:"inode"`
+	SHA256 string `json:"sha256,omitempty"`
+}
+
+// digestDir is where content digests of boot files are memoized.
+func (d *Driver) digestDir() string { return filepath.Join(d.o.CacheDir, "digests") }
+
+// SealSnapshot adds the content digests of the files the snapshot's guest
+// booted from to its machine description, so that a host whose files have
+// other paths or inodes but the same content can restore it (ImportBox).
+// It fails when one of them changed since the snapshot was taken.
+func (d *Driver) SealSnapshot(ctx context.Context, dir string) error {
+	mm, err := readMeta(dir)
+	if err != nil {
+		return err
+	}
+	changed := false
+	for i, f := range mm.Files {
+		if f.SHA256 != "" {
+			continue
+		}
+		id, err := idOf(f.Path)
+		if err != nil {
+			return fmt.Errorf("a file the snapshot's guest booted from is gone: %w", err)
+		}
+		if id != f {
+			return fmt.Errorf("%s was built again since the snapshot was taken: take a new one", f.Path)
+		}
+		sum, err := assets.PathDigest(d.digestDir(), f.Path)
+		if err != nil {
+			return err
+		}
+		if id2, err := idOf(f.Path); err != nil || id2 != f {
+			return fmt.Errorf("%s changed while it was hashed: take a new snapshot", f.Path)
+		}
+		mm.Files[i].SHA256 = sum
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	meta, _ := json.MarshalIndent(mm, "", "  ")
+	tmp, err := os.CreateTemp(dir, ".machine-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(meta)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, snapMachine))
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// sameFiles checks the boot files a box gets here now against the
+// snapshot's: the same file (path, size, inode), or, for a sealed
+// snapshot (SealSnapshot), a file of the same content.
+func (d *Driver) sameFiles(was, now []fileID) error {
+	if len(was) != len(now) {
+		return fmt.Errorf("the files the snapshot's guest booted from changed since (kernel, agent or root filesystem base: %s): the snapshot cannot be restored; take a new one", diffFiles(was, now))
+	}
+	for i := range was {
+		w, n := was[i], now[i]
+		w.SHA256 = ""
+		if w == n {
+			continue
+		}
+		if was[i].SHA256 == "" {
+			return fmt.Errorf("the files the snapshot's guest booted from changed since (kernel, agent or root filesystem base: %s): the snapshot cannot be restored; take a new one", diffFiles(was, now))
+		}
+		what := bootFileKind(i, len(was))
+		sum := ""
+		if n.Size == w.Size {
+			var err error
+			if sum, err = assets.PathDigest(d.digestDir(), n.Path); err != nil {
+				return err
+			}
+		}
+		if sum != was[i].SHA256 {
+			return fmt.Errorf("the %s here (%s, %d bytes) is not the one the snapshot's guest booted from (%d bytes, sha256 %.12s): the snapshot cannot be restored on this host (its kernel, agent or image base differ)", what, n.Path, n.Size, w.Size, was[i].SHA256)
+		}
+	}
+	return nil
+}
+
+// bootFileKind names the i-th of n boot files (machineFor's order: kernel,
+// initramfs or agent disk, root filesystem base).
+func bootFileKind(i, n int) string {
+	switch {
+	case i == 0:
+		return "guest kernel"
+	case i == n-1:
+		return "root filesystem base"
+	}
+	return "agent disk (or initramfs)"
+}
+
+// withoutBootPaths blanks the host paths of c's boot files (kernel,
+// initramfs, read-only disks), which another host keeps elsewhere; their
+// content is compared by sameFiles.
+func withoutBootPaths(c Config) Config {
+	c.Kernel, c.Initrd = "", ""
+	c.Disks = append([]Disk(nil), c.Disks...)
+	for i := range c.Disks {
+		if c.Disks[i].ReadOnly {
+			c.Disks[i].Path = ""
+		}
+	}
+	return c
 }
 
 func idOf(path string) (fileID, error) {
@@ -385,10 +503,10 @@ func (d *Driver) checkSnapshot(ctx context.Context, spec vmm.Spec, dir string) (
 		}
 		return Config{}, mm, err
 	}
-	if !reflect.DeepEqual(files, mm.Files) {
-		return Config{}, mm, fmt.Errorf("the files the snapshot's guest booted from changed since (kernel, agent or root filesystem base: %s): the snapshot cannot be restored; take a new one", diffFiles(mm.Files, files))
+	if err := d.sameFiles(mm.Files, files); err != nil {
+		return Config{}, mm, err
 	}
-	now, was := layout(qc), mm.Config
+	now, was := withoutBootPaths(layout(qc)), withoutBootPaths(mm.Config)
 	now.Cmdline, was.Cmdline = "", ""
 	if !reflect.DeepEqual(now, was) {
 		nb, _ := json.Marshal(now)
