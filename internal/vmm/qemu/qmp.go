@@ -14,6 +14,7 @@ import (
 type QMP struct {
 	conn net.Conn
 	r    *bufio.Reader
+	seq  int // id of the last command sent
 }
 
 // DialQMP connects to the QMP socket and negotiates capabilities.
@@ -42,15 +43,24 @@ func DialQMP(ctx context.Context, path string) (*QMP, error) {
 
 // Execute runs one QMP command and returns its "return" value.
 func (q *QMP) Execute(cmd string, args any) (json.RawMessage, error) {
-	req := map[string]any{"execute": cmd}
+	b, id := q.request(cmd, args)
+	if _, err := q.conn.Write(b); err != nil {
+		return nil, err
+	}
+	return q.readReturn(cmd, id)
+}
+
+// request encodes cmd with args (nil: none) and a fresh id, which QEMU
+// echoes in its reply, so that readReturn never takes a late reply to an
+// earlier command for this one's.
+func (q *QMP) request(cmd string, args any) ([]byte, int) {
+	q.seq++
+	req := map[string]any{"execute": cmd, "id": q.seq}
 	if args != nil {
 		req["arguments"] = args
 	}
 	b, _ := json.Marshal(req)
-	if _, err := q.conn.Write(append(b, '\n')); err != nil {
-		return nil, err
-	}
-	return q.readReturn(cmd)
+	return append(b, '\n'), q.seq
 }
 
 // Close closes the connection.

@@ -236,15 +236,16 @@ func (q *QMP) executeWithFile(cmd string, args any, f *os.File) (json.RawMessage
 	if !ok {
 		return nil, errors.New("qmp: not a unix socket")
 	}
-	req, _ := json.Marshal(map[string]any{"execute": cmd, "arguments": args})
-	if _, _, err := uc.WriteMsgUnix(append(req, '\n'), unix.UnixRights(int(f.Fd())), nil); err != nil {
+	req, id := q.request(cmd, args)
+	if _, _, err := uc.WriteMsgUnix(req, unix.UnixRights(int(f.Fd())), nil); err != nil {
 		return nil, err
 	}
-	return q.readReturn(cmd)
+	return q.readReturn(cmd, id)
 }
 
-// readReturn reads replies until the one to cmd (events are skipped).
-func (q *QMP) readReturn(cmd string) (json.RawMessage, error) {
+// readReturn reads replies until the one to command cmd sent with id
+// (events and replies to other ids are skipped).
+func (q *QMP) readReturn(cmd string, id int) (json.RawMessage, error) {
 	for {
 		line, err := q.r.ReadBytes('\n')
 		if err != nil {
@@ -256,12 +257,13 @@ func (q *QMP) readReturn(cmd string) (json.RawMessage, error) {
 				Class string `json:"class"`
 				Desc  string `json:"desc"`
 			} `json:"error"`
-			Event string `json:"event"`
+			Event string          `json:"event"`
+			ID    json.RawMessage `json:"id"`
 		}
 		if err := json.Unmarshal(line, &resp); err != nil {
 			return nil, err
 		}
-		if resp.Event != "" {
+		if resp.Event != "" || string(resp.ID) != strconv.Itoa(id) {
 			continue
 		}
 		if resp.Error != nil {
