@@ -311,10 +311,15 @@ func (b *Box) watchVM(m vmm.Machine) {
 				o.BoxDied(BoxDiedEvent{BoxID: b.id, Cause: b.died.Cause})
 			}
 		}
+		// A stop releases the boot itself; releasing here too could race
+		// with the next Start and remove the cgroup it just made.
+		released := b.stopping
 		b.dropConnLocked()
 		b.m, b.vmExit = nil, nil
 		b.mu.Unlock()
-		m.Release()
+		if !released {
+			m.Release()
+		}
 		b.r.db.SetStoppedIfPID(context.Background(), b.id, m.Handle().PID)
 	}()
 }
