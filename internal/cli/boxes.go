@@ -77,6 +77,19 @@ func openBox(cmd *cobra.Command, idOrName string) (*airlock.Runtime, *airlock.Bo
 }
 
 func eachBox(cmd *cobra.Command, names []string, f func(ctx context.Context, r *airlock.Runtime, b *airlock.Box) error) error {
+	return eachName(cmd, names, func(ctx context.Context, r *airlock.Runtime, n string) error {
+		b, err := r.Get(ctx, n)
+		if err != nil {
+			return err
+		}
+		return f(ctx, r, b)
+	})
+}
+
+// eachName runs f for each name as `docker rm A B` does: a name that fails
+// is reported (with a hint) and the others go on; each that worked is
+// printed; the exit status is 1 if any failed.
+func eachName(cmd *cobra.Command, names []string, f func(ctx context.Context, r *airlock.Runtime, name string) error) error {
 	r, err := openRuntime(cmd)
 	if err != nil {
 		return err
@@ -84,11 +97,7 @@ func eachBox(cmd *cobra.Command, names []string, f func(ctx context.Context, r *
 	defer r.Close()
 	failed := false
 	for _, n := range names {
-		b, err := r.Get(cmd.Context(), n)
-		if err == nil {
-			err = f(cmd.Context(), r, b)
-		}
-		if err != nil {
+		if err := f(cmd.Context(), r, n); err != nil {
 			report(cmd.ErrOrStderr(), err, n)
 			failed = true
 			continue

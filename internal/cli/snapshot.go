@@ -66,24 +66,7 @@ fresh kernel randomness, the host's time and its own hostname.`,
 		Short:   "Remove snapshots (boxes restored from them keep working)",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := openRuntime(cmd)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			failed := false
-			for _, n := range args {
-				if err := r.RemoveSnapshot(cmd.Context(), n); err != nil {
-					report(cmd.ErrOrStderr(), err, "")
-					failed = true
-					continue
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), n)
-			}
-			if failed {
-				return &ExitError{1}
-			}
-			return nil
+			return eachName(cmd, args, func(ctx context.Context, r *airlock.Runtime, n string) error { return r.RemoveSnapshot(ctx, n) })
 		},
 	})
 	return cmd

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -72,24 +73,7 @@ template one line each (fields: Name, SizeMiB, Created, UsedBy); -q the names.`,
 		Short: "Remove named volumes and their data (refused while a box attaches them)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := openRuntime(cmd)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			failed := false
-			for _, n := range args {
-				if err := r.RemoveVolume(cmd.Context(), n); err != nil {
-					fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
-					failed = true
-					continue
-				}
-				fmt.Fprintln(cmd.OutOrStdout(), n)
-			}
-			if failed {
-				return &ExitError{1}
-			}
-			return nil
+			return eachName(cmd, args, func(ctx context.Context, r *airlock.Runtime, n string) error { return r.RemoveVolume(ctx, n) })
 		},
 	}
 	cmd.AddCommand(create, ls, rm)
