@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -174,6 +175,25 @@ func TestSnapshotQEMU(t *testing.T) {
 		if _, err := r.Create(ctx, airlock.BoxOptions{FromSnapshot: "s1", MemoryMiB: 1024}); err == nil || !strings.Contains(err.Error(), "MemoryMiB") {
 			t.Fatalf("restore with other memory: %v", err)
 		}
+	})
+	t.Run("a damaged snapshot says what QEMU refused", func(t *testing.T) {
+		if _, err := parent.Snapshot(ctx, "damaged"); err != nil {
+			t.Fatal(err)
+		}
+		defer r.RemoveSnapshot(ctx, "damaged")
+		state := filepath.Join(home, "snapshots", "damaged", "state")
+		fi, err := os.Stat(state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(state, fi.Size()/2); err != nil {
+			t.Fatal(err)
+		}
+		_, err = r.Create(ctx, airlock.BoxOptions{FromSnapshot: "damaged"})
+		if err == nil || !strings.Contains(err.Error(), "QEMU exited while loading the snapshot") || !strings.Contains(err.Error(), "qemu-system") {
+			t.Fatalf("restore of a truncated state: %v", err)
+		}
+		t.Logf("restore of a truncated state: %v", err)
 	})
 	t.Run("removing a snapshot leaves its boxes working", func(t *testing.T) {
 		if err := r.RemoveSnapshot(ctx, "s1"); err != nil {

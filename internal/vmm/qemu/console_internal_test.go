@@ -30,3 +30,18 @@ func TestDrainConsoleKeepsTheNewest(t *testing.T) {
 		t.Fatalf("newest line missing: ...%q", b[len(b)-60:])
 	}
 }
+
+func TestHeadTailKeepsBothEnds(t *testing.T) {
+	h := &headTail{max: 8}
+	for _, s := range []string{"0123", "4567", "89ab", "cdef", "ghij"} {
+		h.Write([]byte(s))
+	}
+	if got, want := h.String(), "01234567\n[... 4 bytes ...]\ncdefghij"; got != want {
+		t.Fatalf("kept %q, want %q", got, want)
+	}
+	small := &headTail{max: 8}
+	small.Write([]byte("abc"))
+	if got := small.String(); got != "abc" {
+		t.Fatalf("kept %q", got)
+	}
+}

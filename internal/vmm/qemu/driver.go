@@ -444,8 +444,34 @@ func (m *machine) Exited() <-chan struct{} {
 }
 
 func (m *machine) Death() vmm.Death {
-	return vmm.DeathFromConsole(filepath.Join(m.dir, boxdir.Console),
-		fmt.Sprintf("its QEMU process (pid %d) exited unexpectedly", m.h.PID))
+	fallback := fmt.Sprintf("its QEMU process (pid %d) exited unexpectedly", m.h.PID)
+	if rec := m.exitRecord(0); rec != "" {
+		fallback += ": " + rec
+	}
+	return vmm.DeathFromConsole(filepath.Join(m.dir, boxdir.Console), fallback)
+}
+
+// exitRecord returns how a confined QEMU ended and what it printed (the
+// launcher's exit file), waiting up to wait for the file (it is written
+// right after QEMU is reaped and its stderr read to the end, by the
+// process that started it). "" if there is none: QEMU ended with status 0,
+// runs unconfined, or its launcher is gone.
+func (m *machine) exitRecord(wait time.Duration) string {
+	p := filepath.Join(m.dir, boxdir.QEMUExit)
+	for deadline := time.Now().Add(wait); ; {
+		b, err := os.ReadFile(p)
+		if err == nil {
+			const max = 4 << 10
+			if len(b) > max {
+				b = append(b[:max:max], "..."...)
+			}
+			return vmm.EscapeConsole(strings.TrimSpace(string(b)))
+		}
+		if time.Now().After(deadline) {
+			return ""
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func (m *machine) Console(n int) string {

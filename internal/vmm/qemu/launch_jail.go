@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -216,7 +217,12 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer logR.Close()
+	logOwned := false // by the reader of QEMU's stderr once QEMU runs
+	defer func() {
+		if !logOwned {
+			logR.Close()
+		}
+	}()
 	fd4, fd5 := (*os.File)(nil), (*os.File)(nil)
 	if c.Secret != nil {
 		sp, peer, err := secretPair(c.Secret)
@@ -278,14 +284,34 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 		return 0, fmt.Errorf("start the QEMU launcher: %w (set AIRLOCK_CONFINE=off to start QEMU unconfined)", err)
 	}
 	pid := cmd.Process.Pid
+	logOwned = true
 	exited := make(chan struct{})
 	var waitErr error
+	// QEMU's and the stage's messages, for QEMU's whole life (a failed
+	// migration load, a device error): bounded, its first and last
+	// stderrKeep bytes.
+	qlog := &headTail{max: stderrKeep}
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		io.Copy(qlog, logR)
+		logR.Close()
+	}()
 	go func() {
 		// QEMU is this process's child: reap it whenever it exits, and
-		// keep how it ended (a seccomp kill is "bad system call").
+		// keep how it ended (a seccomp kill is "bad system call") with
+		// what it printed.
 		waitErr = cmd.Wait()
 		if waitErr != nil {
-			os.WriteFile(ExitFile(c), []byte(waitErr.Error()+"\n"), 0o600)
+			select {
+			case <-logDone:
+			case <-time.After(time.Second):
+			}
+			rec := waitErr.Error() + "\n"
+			if m := strings.TrimSpace(qlog.String()); m != "" {
+				rec += m + "\n"
+			}
+			os.WriteFile(ExitFile(c), []byte(rec), 0o600)
 		}
 		close(exited)
 	}()
@@ -304,34 +330,12 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	}
 	specW.Close()
 
-	// QEMU's and the stage's messages until QEMU is up (then QEMU's
-	// stderr is a closed pipe, as with -daemonize /dev/null).
-	var logMu sync.Mutex
-	var logBuf []byte
-	logDone := make(chan struct{})
-	go func() {
-		defer close(logDone)
-		b := make([]byte, 4096)
-		for {
-			n, err := logR.Read(b)
-			logMu.Lock()
-			if len(logBuf) < 64<<10 {
-				logBuf = append(logBuf, b[:n]...)
-			}
-			logMu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}()
 	msg := func() string {
 		select {
 		case <-logDone:
 		case <-time.After(200 * time.Millisecond):
 		}
-		logMu.Lock()
-		defer logMu.Unlock()
-		m := strings.TrimSpace(string(logBuf))
+		m := strings.TrimSpace(qlog.String())
 		if m == "" && waitErr != nil {
 			m = waitErr.Error()
 		}
@@ -400,7 +404,8 @@ func worldReadable(file string) error {
 }
 
 // ExitFile is where Launch records how a confined QEMU it started ended,
-// when not with status 0 ("signal: bad system call" is a seccomp kill).
+// when not with status 0 ("signal: bad system call" is a seccomp kill),
+// followed by what QEMU printed on stderr (its first and last 16 KiB).
 // It is only written while the starting process lives.
 func ExitFile(c Config) string { return filepath.Join(filepath.Dir(c.PIDFile), boxdir.QEMUExit) }
 
@@ -507,3 +512,42 @@ var (
 	userNSOnce sync.Once
 	userNSErr  error
 )
+
+// stderrKeep is how much of a confined QEMU's stderr is kept, at each end.
+const stderrKeep = 16 << 10
+
+// headTail is an io.Writer that keeps the first and the last max bytes
+// written to it.
+type headTail struct {
+	mu         sync.Mutex
+	max        int
+	head, tail []byte
+	dropped    int64
+}
+
+func (h *headTail) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := len(p)
+	if room := h.max - len(h.head); room > 0 {
+		k := min(room, len(p))
+		h.head = append(h.head, p[:k]...)
+		p = p[k:]
+	}
+	h.tail = append(h.tail, p...)
+	if over := len(h.tail) - h.max; over > 0 {
+		h.dropped += int64(over)
+		h.tail = append(h.tail[:0], h.tail[over:]...)
+	}
+	return n, nil
+}
+
+// String returns what was kept; a cut in the middle is marked.
+func (h *headTail) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.dropped > 0 {
+		return string(h.head) + fmt.Sprintf("\n[... %d bytes ...]\n", h.dropped) + string(h.tail)
+	}
+	return string(h.head) + string(h.tail)
+}

@@ -612,16 +612,27 @@ func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string) 
 	if _, err := q.executeWithFile("getfd", map[string]any{"fdname": fdName}, f); err != nil {
 		return err
 	}
+	// QEMU exits when the stream does not load (a device or RAM layout
+	// it does not accept): say what it said.
+	died := func(err error) error {
+		select {
+		case <-m.Exited():
+		case <-time.After(2 * time.Second):
+			return err
+		}
+		why := m.exitRecord(2 * time.Second)
+		if why == "" {
+			why = strings.TrimSpace(m.Console(5))
+		}
+		return fmt.Errorf("QEMU exited while loading the snapshot: %s", why)
+	}
 	if _, err := q.Execute("migrate-incoming", map[string]any{"uri": "fd:" + fdName}); err != nil {
-		return err
+		return died(err)
 	}
 	for {
 		s, err := q.status()
 		if err != nil {
-			if !m.Alive() {
-				return fmt.Errorf("QEMU exited while loading the snapshot: %s", strings.TrimSpace(m.Console(5)))
-			}
-			return err
+			return died(err)
 		}
 		if s == "running" {
 			return nil
