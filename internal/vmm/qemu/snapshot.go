@@ -586,7 +586,7 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 		os.WriteFile(filepath.Join(spec.Dir, boxdir.CID), []byte(strconv.FormatUint(uint64(qc.VsockCID), 10)), 0o600)
 	}
 	m := &machine{id: spec.ID, dir: spec.Dir, h: vmm.Handle{PID: pid, Start: vmm.StartTime(pid)}}
-	if err := loadState(ctx, m, f, mm.QEMUVersion); err != nil {
+	if err := loadState(ctx, m, f, mm.QEMUVersion, qc.Network && qc.NetSocket != ""); err != nil {
 		m.Kill()
 		return nil, err
 	}
@@ -595,7 +595,7 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 
 // loadState feeds the state file to the waiting QEMU of m and waits until
 // the guest runs.
-func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string) error {
+func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string, network bool) error {
 	q, err := m.qmp(ctx)
 	if err != nil {
 		return err
@@ -639,9 +639,17 @@ func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string) 
 		}
 		if s == "paused" {
 			// The snapshot was taken of a stopped machine: QEMU loads it
-			// as stopped.
+			// as stopped. Its network helper must be connected first:
+			// QEMU 7.2 flushes the packets it queued while stopped (its
+			// self-announcement after a migration) into a stream netdev
+			// still being set up, and crashes (a NULL channel).
+			if network {
+				if err := waitNetdev(ctx, q); err != nil {
+					return died(err)
+				}
+			}
 			if _, err := q.Execute("cont", nil); err != nil {
-				return err
+				return died(err)
 			}
 			continue
 		}
@@ -654,6 +662,62 @@ func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string) 
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// netdevTimeout bounds the wait for a restored box's network helper to
+// connect to QEMU (it was started before QEMU and dials every 2 ms).
+const netdevTimeout = 20 * time.Second
+
+// waitNetdev waits until QEMU's stream netdev net0 has accepted its
+// network helper's connection: "info network" then shows the socket's
+// address (QEMU 7.2 shows nothing before, later versions "initializing",
+// "listening" or "connecting").
+func waitNetdev(ctx context.Context, q *QMP) error {
+	deadline := time.Now().Add(netdevTimeout)
+	for {
+		raw, err := q.Execute("human-monitor-command", map[string]any{"command-line": "info network"})
+		if err != nil {
+			return err
+		}
+		var out string
+		json.Unmarshal(raw, &out)
+		state, ok := netdevState(out, "net0")
+		if !ok {
+			return fmt.Errorf("QEMU has no netdev net0: %q", out)
+		}
+		switch {
+		case strings.HasPrefix(state, "error:"):
+			return fmt.Errorf("QEMU's network socket: %s", state)
+		case state != "" && state != "initializing" && state != "listening" && state != "connecting":
+			return nil // the peer's address
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the box's network helper did not connect to QEMU within %s (netdev %s)", netdevTimeout, state)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// netdevState returns the state text of the netdev id in the output of
+// HMP "info network" (a line " \\ net0: index=0,type=stream,STATE").
+func netdevState(info, id string) (string, bool) {
+	for _, line := range strings.Split(info, "\n") {
+		_, rest, ok := strings.Cut(line, id+": index=")
+		if !ok {
+			continue
+		}
+		_, after, ok := strings.Cut(rest, ",type=")
+		if !ok {
+			continue
+		}
+		_, state, _ := strings.Cut(after, ",")
+		return strings.TrimSpace(state), true
+	}
+	return "", false
 }
 
 // Pause stops the machine's vCPUs (QMP stop): the guest uses no CPU until

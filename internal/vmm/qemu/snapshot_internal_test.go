@@ -67,3 +67,20 @@ func idJSON(f fileID) string {
 	b, _ := json.Marshal(f)
 	return string(b)
 }
+
+func TestNetdevState(t *testing.T) {
+	const nic = "virtio-net-device.0: index=0,type=nic,model=virtio-net-device,macaddr=52:54:00:12:34:56\r\n"
+	for _, c := range []struct{ info, want string }{
+		{nic + " \\ net0: index=0,type=stream,\r\n", ""},
+		{nic + " \\ net0: index=0,type=stream,unix:/b/net.sock\r\n", "unix:/b/net.sock"},
+		{nic + " \\ net0: index=0,type=stream,listening\r\n", "listening"},
+	} {
+		got, ok := netdevState(c.info, "net0")
+		if !ok || got != c.want {
+			t.Errorf("netdevState(%q) = %q, %v; want %q", c.info, got, ok, c.want)
+		}
+	}
+	if _, ok := netdevState(nic, "net0"); ok {
+		t.Error("found net0 in output without it")
+	}
+}
