@@ -172,7 +172,7 @@ the unix socket).`,
 	f.BoolVar(&allowNamedVolumes, "allow-named-volumes", true, "let clients create and attach named volumes")
 	f.IntSliceVar(&policy.AllowHostPorts, "allow-host-port", nil, "let a box's network open this host port (allow_host_ports); repeatable; none by default")
 	f.BoolVar(&policy.AllowPrivateNet, "allow-private-net", false, "let allow_net list IPs/CIDRs in private ranges (RFC 1918, CGNAT, ULA)")
-	f.StringArrayVar(&publish, "allow-publish", nil, "let clients publish box ports on these host ports: [ADDR:]LOW[-HIGH][/tcp|udp], ADDR 127.0.0.1 by default (another address must be named; 0.0.0.0 or :: covers every one); a range from 0 also grants host_port 0 (a free port); repeatable; none by default")
+	f.StringArrayVar(&publish, "allow-publish", nil, "let clients publish box ports on these host ports: [ADDR:]LOW[-HIGH][/tcp|udp], ADDR 127.0.0.1 by default (another address must be named; 0.0.0.0 or :: covers every address of its family); a range from 0 also grants host_port 0 (a free port); repeatable; none by default")
 	f.StringVar(&auditPath, "audit-log", "", `exec audit log, JSON lines (default audit.log in the home; "off": none)`)
 	f.Int64Var(&auditMax, "audit-max", server.DefaultAuditMaxBytes, "audit log size at which it is rotated to .1 (at most twice this is kept)")
 	f.StringArrayVar(&pools, "pool", nil, "keep boxes of IMAGE ready, with Python started: IMAGE[=N] (N default 2; repeatable)")

@@ -15,7 +15,7 @@ import (
 // the box.
 type PortSpec struct {
 	HostIP    string `json:"host_ip,omitempty" maxLength:"64" doc:"Host address to listen on (default 127.0.0.1; 0.0.0.0 or :: for every interface). Must be granted by airlock serve --allow-publish."`
-	HostPort  int    `json:"host_port" minimum:"0" maximum:"65535" doc:"Host port; 0 picks a free one at each start (the box's ports then show the one bound). Must be granted by airlock serve --allow-publish."`
+	HostPort  int    `json:"host_port" required:"false" minimum:"0" maximum:"65535" doc:"Host port; 0 picks a free one at each start (the box's ports then show the one bound). Must be granted by airlock serve --allow-publish."`
 	GuestPort int    `json:"guest_port" minimum:"1" maximum:"65535" doc:"Port in the box."`
 	Protocol  string `json:"protocol,omitempty" enum:"tcp,udp" default:"tcp" doc:"tcp (default) or udp."`
 }

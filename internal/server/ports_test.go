@@ -112,6 +112,15 @@ func TestPublishPolicy(t *testing.T) {
 			t.Errorf("%+v: %d %+v, want the library's 404 image_not_found", tc.ports, st, p)
 		}
 	}
+	// host_port may be left out (0, a free port), as may host_ip and protocol.
+	resp0, err := http.Post(wide.URL+"/v1/boxes", "application/json", strings.NewReader(`{"image":"nosuch.invalid/x:1","ports":[{"guest_port":80}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp0.Body.Close()
+	if resp0.StatusCode != 404 {
+		t.Errorf(`ports [{"guest_port":80}]: %d, want the library's 404`, resp0.StatusCode)
+	}
 	// Malformed mappings are the client's error.
 	for _, pt := range []PortSpec{
 		{HostPort: 8000, GuestPort: 0}, {HostPort: 70000, GuestPort: 80}, {HostPort: 8000, GuestPort: 80, Protocol: "sctp"},

@@ -417,7 +417,7 @@ export class SimpleBox implements AsyncDisposable {
   async ports(): Promise<PublishedPort[]> {
     const info = await this.info();
     return (info.ports ?? []).map((p) => ({
-      hostIp: p.host_ip || "127.0.0.1", hostPort: p.host_port, guestPort: p.guest_port, protocol: p.protocol ?? "tcp",
+      hostIp: p.host_ip || "127.0.0.1", hostPort: p.host_port ?? 0, guestPort: p.guest_port, protocol: p.protocol ?? "tcp",
     }));
   }
 

@@ -796,7 +796,7 @@ export interface components {
              * Format: int64
              * @description Host port; 0 picks a free one at each start (the box's ports then show the one bound). Must be granted by airlock serve --allow-publish.
              */
-            host_port: number;
+            host_port?: number;
             /**
              * @description tcp (default) or udp.
              * @default tcp

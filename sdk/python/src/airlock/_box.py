@@ -295,7 +295,7 @@ class SimpleBox(FilesMixin):
         """
         box = await self._box()
         r = await self._client.request("GET", f"/v1/boxes/{box}")
-        return [PortMapping(host_ip=p.get("host_ip") or "127.0.0.1", host_port=p["host_port"], guest_port=p["guest_port"],
+        return [PortMapping(host_ip=p.get("host_ip") or "127.0.0.1", host_port=p.get("host_port") or 0, guest_port=p["guest_port"],
                             protocol=p.get("protocol") or "tcp") for p in (r.get("ports") or [])]
 
     async def _box(self) -> str:
