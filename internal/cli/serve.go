@@ -29,6 +29,7 @@ func newServeCmd() *cobra.Command {
 		auditPath                        string
 		auditMax                         int64
 		pools                            []string
+		publish                          []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -50,7 +51,15 @@ with no request and no running box (the SDKs start it so).
 with a Python context kernel already started: a create with the image and
 default options takes one (tens of milliseconds instead of a boot), and its
 first context runs at once. They are not listed and are removed on exit
-(docs/pool.md).`,
+(docs/pool.md).
+
+Clients get no more of the host than the policy flags grant (403
+policy_denied otherwise): host volumes (--allow-volume), host ports
+(--allow-host-port), published ports (--allow-publish), private allow_net
+ranges (--allow-private-net), and the caps --max-boxes, --max-cpus,
+--max-memory. The grants and caps are server-wide: the server has one
+token, so they are not per token (--max-execs is per client: the token, or
+the unix socket).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if printSpec {
@@ -73,6 +82,13 @@ first context runs at once. They are not listed and are removed on exit
 			}
 			policy.AllowVolumeDirs = dirs
 			policy.DenyNamedVolumes = !allowNamedVolumes
+			for _, p := range publish {
+				g, err := server.ParsePublishGrant(p)
+				if err != nil {
+					return err
+				}
+				policy.AllowPublish = append(policy.AllowPublish, g)
+			}
 			metrics := server.NewMetrics(server.Version())
 			events := server.NewEvents()
 			po, err := parsePools(pools)
@@ -136,7 +152,7 @@ first context runs at once. They are not listed and are removed on exit
 				}
 			}
 			log.Info("grants", "allow_volume", policy.AllowVolumeDirs, "allow_named_volumes", allowNamedVolumes,
-				"allow_host_port", policy.AllowHostPorts, "allow_private_net", policy.AllowPrivateNet)
+				"allow_host_port", policy.AllowHostPorts, "allow_private_net", policy.AllowPrivateNet, "allow_publish", publish)
 			return server.New(cfg).Serve(cmd.Context(), ls...)
 		},
 	}
@@ -156,6 +172,7 @@ first context runs at once. They are not listed and are removed on exit
 	f.BoolVar(&allowNamedVolumes, "allow-named-volumes", true, "let clients create and attach named volumes")
 	f.IntSliceVar(&policy.AllowHostPorts, "allow-host-port", nil, "let a box's network open this host port (allow_host_ports); repeatable; none by default")
 	f.BoolVar(&policy.AllowPrivateNet, "allow-private-net", false, "let allow_net list IPs/CIDRs in private ranges (RFC 1918, CGNAT, ULA)")
+	f.StringArrayVar(&publish, "allow-publish", nil, "let clients publish box ports on these host ports: [ADDR:]LOW[-HIGH][/tcp|udp], ADDR 127.0.0.1 by default (another address must be named; 0.0.0.0 or :: covers every address of its family); a range from 0 also grants host_port 0 (a free port); repeatable; none by default")
 	f.StringVar(&auditPath, "audit-log", "", `exec audit log, JSON lines (default audit.log in the home; "off": none)`)
 	f.Int64Var(&auditMax, "audit-max", server.DefaultAuditMaxBytes, "audit log size at which it is rotated to .1 (at most twice this is kept)")
 	f.StringArrayVar(&pools, "pool", nil, "keep boxes of IMAGE ready, with Python started: IMAGE[=N] (N default 2; repeatable)")

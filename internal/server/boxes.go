@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -25,6 +26,7 @@ type BoxSpec struct {
 	AllowNet       []string     `json:"allow_net,omitempty" maxItems:"256" doc:"Destinations of an allowlist network: names (api.example.com, *.example.com), IPs or CIDRs, each with an optional :PORT. IPs and CIDRs inside private ranges need airlock serve --allow-private-net."`
 	AllowHostPorts []int        `json:"allow_host_ports,omitempty" maxItems:"64" doc:"Ports of the host's 127.0.0.1 the box may reach as host.airlock.internal:PORT; each must be granted by airlock serve --allow-host-port."`
 	Volumes        []VolumeSpec `json:"volumes,omitempty" maxItems:"32" doc:"Host directories (under a directory granted by airlock serve --allow-volume) and named volumes attached to the box."`
+	Ports          []PortSpec   `json:"ports,omitempty" maxItems:"64" doc:"Published ports (Docker's -p): host address and port forwarded to a port in the box; each must be granted by airlock serve --allow-publish. Needs a network (not none)."`
 	AutoRemove     bool         `json:"auto_remove,omitempty" doc:"Remove the box when it stops."`
 	TTL            float64      `json:"ttl,omitempty" minimum:"0" doc:"Seconds: the server removes the box this long after creating it."`
 	IdleTimeout    float64      `json:"idle_timeout,omitempty" minimum:"0" doc:"Seconds: the server removes the box after this long with no exec or code call on it."`
@@ -53,6 +55,7 @@ type Box struct {
 	AllowNet       []string     `json:"allow_net,omitempty"`
 	AllowHostPorts []int        `json:"allow_host_ports,omitempty"`
 	Volumes        []VolumeSpec `json:"volumes,omitempty"`
+	Ports          []PortSpec   `json:"ports,omitempty" doc:"Published ports: while the box runs, as bound by its current start (a host_port 0 replaced by the port picked); otherwise as asked."`
 	Created        time.Time    `json:"created"`
 	Started        time.Time    `json:"started,omitzero"`
 }
@@ -64,6 +67,13 @@ func boxOf(i airlock.BoxInfo) Box {
 		AllowNet: i.Options.AllowNet, AllowHostPorts: i.Options.AllowHostPorts}
 	for _, v := range i.Options.Volumes {
 		b.Volumes = append(b.Volumes, VolumeSpec{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
+	}
+	ports := i.Options.Ports
+	if i.Ports != nil {
+		ports = i.Ports // bound
+	}
+	for _, p := range ports {
+		b.Ports = append(b.Ports, portSpecOf(p))
 	}
 	return b
 }
@@ -113,11 +123,18 @@ func (s *Server) registerBoxes() {
 		for _, v := range sp.Volumes {
 			opts.Volumes = append(opts.Volumes, airlock.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 		}
+		for _, p := range sp.Ports {
+			opts.Ports = append(opts.Ports, airlock.PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Protocol})
+		}
 		if err := s.checkCreate(ctx, &opts); err != nil {
 			return nil, err
 		}
 		b, err := s.rt.Create(ctx, opts)
 		if err != nil {
+			if len(opts.Ports) > 0 && strings.Contains(err.Error(), "address already in use") {
+				return nil, &Problem{Status: http.StatusConflict, Title: http.StatusText(http.StatusConflict), Code: CodePortInUse,
+					Detail: err.Error() + ": pick another host_port, or 0 for a free one"}
+			}
 			return nil, problem(err)
 		}
 		s.track(b.ID(), sp)

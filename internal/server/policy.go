@@ -16,7 +16,7 @@ import (
 
 // Policy is what the operator grants API clients (airlock serve flags).
 // Zero caps (MaxBoxes, MaxCPUs, MaxMemoryMiB) mean no limit beyond the
-// library's own; empty grants (AllowVolumeDirs, AllowHostPorts) grant
+// library's own; empty grants (AllowVolumeDirs, AllowHostPorts, AllowPublish) grant
 // nothing. A request past a cap or outside the grants gets 403
 // policy_denied with the reason. It applies to every listener.
 type Policy struct {
@@ -46,6 +46,10 @@ type Policy struct {
 	// Names and public addresses need no grant: they reach no more than
 	// the default public network does.
 	AllowPrivateNet bool
+	// AllowPublish are the host addresses and port ranges a create
+	// request's ports may publish on (airlock serve --allow-publish; see
+	// PublishGrant). Empty: no published ports at all.
+	AllowPublish []PublishGrant
 }
 
 // privateNets are the ranges whose listing in allow_net needs
@@ -140,6 +144,9 @@ func (s *Server) checkGrants(opts *airlock.BoxOptions) error {
 				v.Source, detail, strings.Join(s.volumeDirs, ", "))
 		}
 		opts.Volumes[i].Source = real
+	}
+	if err := s.checkPorts(opts); err != nil {
+		return err
 	}
 	for _, port := range opts.AllowHostPorts {
 		if !slices.Contains(p.AllowHostPorts, port) {

@@ -68,8 +68,10 @@ def server_env(airlock_bin: Path) -> Iterator[dict]:
     # Host volumes only under tmp/volumes (the tests check both sides).
     (tmp / "volumes").mkdir()
     env["AIRLOCK_TEST_VOLUMES"] = str(tmp / "volumes")
+    # Published ports only on free ports of 127.0.0.1 (host_port 0).
     proc = subprocess.Popen([str(airlock_bin), "serve", "--socket", str(sock), "--listen", "127.0.0.1:0",
-                             "--token", TOKEN, "--allow-volume", str(tmp / "volumes")], env=env, stdout=log, stderr=log)
+                             "--token", TOKEN, "--allow-volume", str(tmp / "volumes"), "--allow-publish", "127.0.0.1:0"],
+                            env=env, stdout=log, stderr=log)
     deadline = time.monotonic() + 30
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://airlock") as c:
         while True:
@@ -112,6 +114,8 @@ def _ids(airlock_bin: Path, env: dict) -> list:
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def box(server_env: dict) -> AsyncIterator[airlock.CodeBox]:
-    """One CodeBox shared by the tests that need a box but not their own."""
-    async with airlock.CodeBox() as cb:
+    """One CodeBox shared by the tests that need a box but not their own. It
+    publishes its port 8000 on a free port of the host's 127.0.0.1
+    (test_ports)."""
+    async with airlock.CodeBox(ports=[8000]) as cb:
         yield cb

@@ -52,6 +52,14 @@ export interface BoxOptions {
    * the server grants (`airlock serve --allow-volume DIR`), else the start rejects with `policy_denied` (403).
    */
   volumes?: (string | { source: string; target: string; readOnly?: boolean })[];
+  /**
+   * Published ports (Docker's `-p`): a guest port (`8000`: a free host port), `"[HOSTIP:]HOSTPORT:GUESTPORT[/tcp|udp]"`
+   * (`"8080:80"`, `"127.0.0.1:5353:53/udp"`) or a {@link PortMapping}; the host address defaults to 127.0.0.1. The
+   * server must grant each (`airlock serve --allow-publish 127.0.0.1:8000-8099`, a range from 0 for free ports), else
+   * the start rejects with `policy_denied` (403); a host port in use is `port_in_use` (409). {@link SimpleBox.ports}
+   * returns them as bound.
+   */
+  ports?: (number | string | PortMapping)[];
   /** Writable layer size in MiB (server default 4096). */
   diskSizeMib?: number;
   /** Remove the box when it stops. */
@@ -59,6 +67,21 @@ export interface BoxOptions {
   /** The server connection (default: one per process, from the environment). */
   client?: Client;
 }
+
+/** A published port: connections to `hostIp:hostPort` on the server's host reach `guestPort` in the box. */
+export interface PortMapping {
+  /** Host address to listen on (default 127.0.0.1; `0.0.0.0` or `::` for every interface). */
+  hostIp?: string;
+  /** Host port; 0 (the default) picks a free one at each start. */
+  hostPort?: number;
+  /** Port in the box (1-65535). */
+  guestPort: number;
+  /** `"tcp"` (default) or `"udp"`. */
+  protocol?: "tcp" | "udp";
+}
+
+/** A published port as bound on the server's host ({@link SimpleBox.ports}): `hostPort` is the port picked when 0 was asked. */
+export type PublishedPort = Required<PortMapping>;
 
 /** Options of {@link CodeBox}. */
 export interface CodeBoxOptions extends BoxOptions {
@@ -186,6 +209,46 @@ function volumeSpec(v: string | { source: string; target: string; readOnly?: boo
   return { source, target: parts[1], read_only: parts[2] === "ro" };
 }
 
+function portSpec(p: number | string | PortMapping): Schemas["PortSpec"] {
+  const bad = (): TypeError =>
+    new TypeError(`port ${JSON.stringify(p)}: want a guest port, "[HOSTIP:]HOSTPORT:GUESTPORT[/tcp|udp]" or { guestPort, hostPort?, hostIp?, protocol? }`);
+  if (typeof p === "number") {
+    if (!Number.isInteger(p)) throw bad();
+    return { host_port: 0, guest_port: p, protocol: "tcp" };
+  }
+  if (typeof p === "object" && p !== null && !Array.isArray(p)) {
+    if (!Number.isInteger(p.guestPort)) throw bad();
+    const spec: Schemas["PortSpec"] = { host_port: p.hostPort ?? 0, guest_port: p.guestPort, protocol: p.protocol ?? "tcp" };
+    if (p.hostIp) spec.host_ip = p.hostIp;
+    return spec;
+  }
+  if (typeof p !== "string") throw bad();
+  let rest = p;
+  let protocol = "tcp";
+  const slash = rest.lastIndexOf("/");
+  if (slash >= 0) {
+    protocol = rest.slice(slash + 1);
+    rest = rest.slice(0, slash);
+  }
+  let hostIp = "";
+  let host = "0";
+  let guest = rest;
+  const c = rest.lastIndexOf(":");
+  if (c >= 0) {
+    guest = rest.slice(c + 1);
+    host = rest.slice(0, c);
+    const c2 = host.lastIndexOf(":");
+    if (c2 >= 0) {
+      hostIp = host.slice(0, c2).replace(/^\[|\]$/g, "");
+      host = host.slice(c2 + 1);
+    }
+  }
+  if (!/^\d+$/.test(host) || !/^\d+$/.test(guest) || (protocol !== "tcp" && protocol !== "udp")) throw bad();
+  const spec: Schemas["PortSpec"] = { host_port: Number(host), guest_port: Number(guest), protocol };
+  if (hostIp) spec.host_ip = hostIp;
+  return spec;
+}
+
 function envList(env: Env | undefined): string[] | undefined {
   if (env === undefined) return undefined;
   return Array.isArray(env) ? [...env] : Object.entries(env).map(([k, v]) => `${k}=${v}`);
@@ -223,7 +286,7 @@ function execRequest(cmd: string, args: string[], o: ExecOptions): ExecRequest {
 
 const KNOWN_OPTIONS = new Set([
   "image", "memoryMib", "cpus", "name", "env", "workingDir", "user", "network", "diskSizeMib", "autoRemove",
-  "allowNet", "allowHostPorts", "volumes",
+  "allowNet", "allowHostPorts", "volumes", "ports",
   "client", "indexUrl",
   "runtime", // BoxLite's runtime handle: the server is the runtime here
 ]);
@@ -272,6 +335,7 @@ export class SimpleBox implements AsyncDisposable {
     if (options.allowNet?.length) spec.allow_net = [...options.allowNet];
     if (options.allowHostPorts?.length) spec.allow_host_ports = [...options.allowHostPorts];
     if (options.volumes?.length) spec.volumes = options.volumes.map(volumeSpec);
+    if (options.ports?.length) spec.ports = options.ports.map(portSpec);
     this.spec = spec;
     this.files = new Files(this.client, () => this.box());
     this.unsupported = Object.keys(options).filter((k) => !KNOWN_OPTIONS.has(k)).sort();
@@ -341,6 +405,20 @@ export class SimpleBox implements AsyncDisposable {
   async info(): Promise<BoxInfo> {
     const id = await this.box();
     return this.client.request<BoxInfo>("GET", `/v1/boxes/${encodeURIComponent(id)}`);
+  }
+
+  /**
+   * The box's published ports as bound on the server's host (a `hostPort` of 0 replaced by the port picked),
+   * starting the box when needed:
+   *
+   *     const [p] = await box.ports();
+   *     await fetch(`http://${p.hostIp}:${p.hostPort}/`);
+   */
+  async ports(): Promise<PublishedPort[]> {
+    const info = await this.info();
+    return (info.ports ?? []).map((p) => ({
+      hostIp: p.host_ip || "127.0.0.1", hostPort: p.host_port ?? 0, guestPort: p.guest_port, protocol: p.protocol ?? "tcp",
+    }));
   }
 
   /**

@@ -502,6 +502,8 @@ export interface components {
             memory_mib: number;
             name?: string;
             network: string;
+            /** @description Published ports: while the box runs, as bound by its current start (a host_port 0 replaced by the port picked); otherwise as asked. */
+            ports?: components["schemas"]["PortSpec"][] | null;
             /** Format: date-time */
             started?: string;
             /** @enum {string} */
@@ -557,6 +559,8 @@ export interface components {
              * @enum {string}
              */
             network?: "public" | "allowlist" | "none" | "enabled" | "disabled";
+            /** @description Published ports (Docker's -p): host address and port forwarded to a port in the box; each must be granted by airlock serve --allow-publish. Needs a network (not none). */
+            ports?: components["schemas"]["PortSpec"][] | null;
             /**
              * Format: double
              * @description Seconds: the server removes the box this long after creating it.
@@ -780,6 +784,26 @@ export interface components {
             /** @description Absolute path; missing parents are created too. */
             path: string;
         };
+        PortSpec: {
+            /**
+             * Format: int64
+             * @description Port in the box.
+             */
+            guest_port: number;
+            /** @description Host address to listen on (default 127.0.0.1; 0.0.0.0 or :: for every interface). Must be granted by airlock serve --allow-publish. */
+            host_ip?: string;
+            /**
+             * Format: int64
+             * @description Host port; 0 picks a free one at each start (the box's ports then show the one bound). Must be granted by airlock serve --allow-publish.
+             */
+            host_port?: number;
+            /**
+             * @description tcp (default) or udp.
+             * @default tcp
+             * @enum {string}
+             */
+            protocol: "tcp" | "udp";
+        };
         Problem: {
             /** @description For box_died: why the VM ended (guest kernel panic, QEMU process exited, ...). */
             cause?: string;
@@ -787,7 +811,7 @@ export interface components {
              * @description Stable machine-readable code.
              * @enum {string}
              */
-            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file";
+            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use";
             /** @description What happened in this occurrence, and what to do. */
             detail?: string;
             /** @description Individual validation errors. */

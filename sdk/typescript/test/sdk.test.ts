@@ -33,7 +33,8 @@ async function boxIds(): Promise<string[]> {
 
 before(async () => {
   srv = await startServer();
-  box = new CodeBox({ network: "enabled" });
+  // Its port 8000 is published on a free port of the host's 127.0.0.1 ("published ports").
+  box = new CodeBox({ network: "enabled", ports: [8000] });
   await box.start();
 });
 
@@ -381,6 +382,46 @@ describe("files", () => {
   });
 });
 
+describe("published ports", () => {
+  it("reach a server in the box on the host port bound", async () => {
+    const ports = await box.ports();
+    assert.equal(ports.length, 1);
+    const [p] = ports;
+    assert.deepEqual([p.hostIp, p.guestPort, p.protocol], ["127.0.0.1", 8000, "tcp"]);
+    assert.ok(p.hostPort > 0, `host port ${p.hostPort}`);
+    const r = await box.exec("sh", "-c", "mkdir -p /srv/ts && echo hello from node over a published port > /srv/ts/index.html && " +
+      "cd /srv/ts && nohup python3 -m http.server 8000 >/dev/null 2>&1 &");
+    assert.equal(r.exitCode, 0, r.stderr);
+    let body = "";
+    const ok = await waitFor(async () => {
+      body = await new Promise<string>((resolve) => {
+        const req = http.get({ host: "127.0.0.1", port: p.hostPort, path: "/", agent: false }, (res) => {
+          let b = "";
+          res.setEncoding("utf8").on("data", (d: string) => (b += d)).on("end", () => resolve(b));
+        });
+        req.on("error", () => resolve(""));
+        req.setTimeout(5000, () => req.destroy());
+      });
+      return body !== "";
+    }, 30_000);
+    assert.ok(ok, "nothing answered on the published port");
+    assert.equal(body, "hello from node over a published port\n");
+  });
+
+  it("are refused with policy_denied beyond the server's --allow-publish grants", async () => {
+    // Refused before any box is made: no VM boots.
+    for (const ports of [["8999:80"], ["0.0.0.0:0:80"], [{ hostIp: "::1", guestPort: 53, protocol: "udp" as const }]]) {
+      const err = await new SimpleBox({ ports }).start().then(() => assert.fail("started"), (e: unknown) => e);
+      assert.ok(err instanceof AirlockError && err.status === 403 && err.code === "policy_denied", `${err}`);
+      assert.match(err.message, /--allow-publish/);
+    }
+  });
+
+  it("reject malformed mappings before any request", () => {
+    for (const bad of ["a:b", "1:2/sctp", 1.5, [8080, 80]]) assert.throws(() => new SimpleBox({ ports: [bad as never] }), TypeError);
+  });
+});
+
 describe("errors", () => {
   it("a start failure rejects with a plain Error that says what to do", async () => {
     const cb = new CodeBox({ image: "localhost:1/no-such-image:latest" });
@@ -401,8 +442,8 @@ describe("errors", () => {
   });
 
   it("unknown box options are refused", async () => {
-    const cb = new CodeBox({ ports: [[8080, 80]] } as never);
-    await assert.rejects(cb.run("print(1)"), (e: unknown) => e instanceof TypeError && /unsupported box options: ports/.test(e.message));
+    const cb = new CodeBox({ gpus: 1 } as never);
+    await assert.rejects(cb.run("print(1)"), (e: unknown) => e instanceof TypeError && /unsupported box options: gpus/.test(e.message));
   });
 
   it("a box removed behind the SDK's back is reported by code", async () => {

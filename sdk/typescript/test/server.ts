@@ -127,8 +127,9 @@ export async function startServer(): Promise<TestServer> {
   // Host volumes only under tmp/volumes (TestServer.volumes).
   const volumes = path.join(tmp, "volumes");
   mkdirSync(volumes);
-  const proc = spawn(bin, ["serve", "--socket", socket, "--listen", `127.0.0.1:${port}`, "--token", token, "--allow-volume", volumes],
-    { env, stdio: ["ignore", log, log] });
+  // Published ports only on free ports of 127.0.0.1 (host_port 0).
+  const proc = spawn(bin, ["serve", "--socket", socket, "--listen", `127.0.0.1:${port}`, "--token", token, "--allow-volume", volumes,
+    "--allow-publish", "127.0.0.1:0"], { env, stdio: ["ignore", log, log] });
   const up = await waitFor(async () => proc.exitCode === null && (await healthy(socket)), 30_000);
   if (!up) {
     proc.kill("SIGKILL");

@@ -18,7 +18,8 @@ default ``~/.airlock/airlock.sock``) or over TCP (``AIRLOCK_URL`` and
 request and no running box.
 """
 
-from ._box import DEFAULT_IMAGE, DEFAULT_LEASE, CellError, CellResult, CodeBox, Context, ExecResult, ExecStream, SimpleBox
+from ._box import (DEFAULT_IMAGE, DEFAULT_LEASE, CellError, CellResult, CodeBox, Context, ExecResult, ExecStream, PortMapping,
+                   SimpleBox)
 from ._files import FileInfo
 from ._client import AirlockError, Client, Endpoint, default_socket
 from ._sync import SyncCodeBox, SyncContext, SyncSimpleBox
@@ -36,6 +37,7 @@ __all__ = [
     "ExecResult",
     "ExecStream",
     "FileInfo",
+    "PortMapping",
     "SimpleBox",
     "SyncCodeBox",
     "SyncContext",

@@ -77,7 +77,61 @@ class CellResult:
     state_lost: bool = False
 
 
+@dataclass(frozen=True)
+class PortMapping:
+    """A published port: connections to ``host_ip:host_port`` on the
+    server's host reach ``guest_port`` in the box (``protocol`` ``"tcp"`` or
+    ``"udp"``). From :meth:`SimpleBox.ports`, ``host_port`` is the port bound
+    (the one picked when 0 was asked)."""
+
+    host_port: int
+    guest_port: int
+    host_ip: str = "127.0.0.1"
+    protocol: str = "tcp"
+
+
 VolumeArg = Union[str, Tuple[str, str], Tuple[str, str, str], Mapping[str, Any]]
+PortArg = Union[int, str, Tuple[int, int], PortMapping, Mapping[str, Any]]
+
+
+def _port(p: PortArg) -> Dict[str, Any]:
+    """A published port as the API takes it, from a guest port (``8000``:
+    a free host port), Docker's ``"[HOSTIP:]HOSTPORT:GUESTPORT[/tcp|udp]"``
+    (or ``"GUESTPORT[/proto]"``), ``(host_port, guest_port)``, a
+    :class:`PortMapping` or ``{"host_ip", "host_port", "guest_port",
+    "protocol"}``."""
+    if isinstance(p, PortMapping):
+        return {"host_ip": p.host_ip, "host_port": p.host_port, "guest_port": p.guest_port, "protocol": p.protocol}
+    if isinstance(p, Mapping):
+        return dict(p)
+    if isinstance(p, bool):
+        raise TypeError(f"port {p!r}: want a guest port, \"HOST:GUEST\", (host, guest) or a PortMapping")
+    if isinstance(p, int):
+        return {"host_port": 0, "guest_port": p}
+    if isinstance(p, tuple):
+        if len(p) != 2:
+            raise ValueError(f"port {p!r}: want (host_port, guest_port)")
+        return {"host_port": int(p[0]), "guest_port": int(p[1])}
+    if not isinstance(p, str):
+        raise TypeError(f"port {p!r}: want a guest port, \"HOST:GUEST\", (host, guest) or a PortMapping")
+    d: Dict[str, Any] = {}
+    rest = p
+    if "/" in rest:
+        rest, d["protocol"] = rest.rsplit("/", 1)
+    host_ip, host, guest = "", "0", rest
+    if ":" in rest:
+        head, guest = rest.rsplit(":", 1)
+        host = head
+        if ":" in head:
+            host_ip, host = head.rsplit(":", 1)
+            host_ip = host_ip.strip("[]")
+    try:
+        d["host_port"], d["guest_port"] = int(host), int(guest)
+    except ValueError:
+        raise ValueError(f"port {p!r}: want [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|udp] (Docker's -p)") from None
+    if host_ip:
+        d["host_ip"] = host_ip
+    return d
 
 
 def _volume(v: VolumeArg) -> Dict[str, Any]:
@@ -158,6 +212,11 @@ class SimpleBox(FilesMixin):
         volumes: host directories and named volumes: ``["/host/dir:/data:ro", ("cache", "/root/.cache")]``.
             Host directories must be under one the server grants (``airlock serve --allow-volume DIR``);
             others are refused with AirlockError ``policy_denied`` (403).
+        ports: published ports (Docker's ``-p``): ``[8000, "8080:80", "127.0.0.1:5353:53/udp", (9000, 90)]``
+            (a bare guest port gets a free host port; the host address defaults to 127.0.0.1); the server
+            must grant each (``airlock serve --allow-publish 127.0.0.1:8000-8099``, a range from 0 for free
+            ports), else AirlockError ``policy_denied`` (403); a host port in use is ``port_in_use`` (409).
+            :meth:`ports` returns them as bound.
         disk_size_mib: writable layer size.
         ttl: seconds after which the server removes the box, used or not.
         idle_timeout: seconds without an exec after which the server removes
@@ -177,7 +236,7 @@ class SimpleBox(FilesMixin):
                  disk_size_mib: Optional[int] = None, ttl: Optional[float] = None,
                  idle_timeout: Optional[float] = None, lease: float = DEFAULT_LEASE,
                  volumes: Optional[Sequence[VolumeArg]] = None, allow_net: Optional[Sequence[str]] = None,
-                 allow_host_ports: Optional[Sequence[int]] = None,
+                 allow_host_ports: Optional[Sequence[int]] = None, ports: Optional[Sequence[PortArg]] = None,
                  client: Optional[Client] = None, **kwargs: Any) -> None:
         spec: Dict[str, Any] = {"image": image}
         for k, v in (("memory_mib", memory_mib), ("cpus", cpus), ("name", name), ("env", _env_list(env)),
@@ -186,7 +245,8 @@ class SimpleBox(FilesMixin):
                      ("lease", float(lease) if lease else None),
                      ("volumes", [_volume(v) for v in volumes] if volumes else None),
                      ("allow_net", list(allow_net) if allow_net else None),
-                     ("allow_host_ports", list(allow_host_ports) if allow_host_ports else None)):
+                     ("allow_host_ports", list(allow_host_ports) if allow_host_ports else None),
+                     ("ports", [_port(p) for p in ports] if ports else None)):
             if v is not None:
                 spec[k] = v
         if kwargs.pop("auto_remove", None):
@@ -223,6 +283,20 @@ class SimpleBox(FilesMixin):
                 if self._spec.get("lease"):
                     self._renewer = _LeaseRenewer(self._client.endpoint, box["id"], self._spec["lease"])
         return self
+
+    async def ports(self) -> List[PortMapping]:
+        """The box's published ports as bound on the server's host (a
+        ``host_port`` of 0 replaced by the port picked), starting the box
+        when needed::
+
+            async with SimpleBox(ports=[8000]) as box:
+                p = (await box.ports())[0]
+                url = f"http://{p.host_ip}:{p.host_port}/"
+        """
+        box = await self._box()
+        r = await self._client.request("GET", f"/v1/boxes/{box}")
+        return [PortMapping(host_ip=p.get("host_ip") or "127.0.0.1", host_port=p.get("host_port") or 0, guest_port=p["guest_port"],
+                            protocol=p.get("protocol") or "tcp") for p in (r.get("ports") or [])]
 
     async def _box(self) -> str:
         if self._id is None:

@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any, Coroutine, List, Optional, TypeVar, Union
 
-from ._box import CellResult, CodeBox, Context, ExecResult, SimpleBox
+from ._box import CellResult, CodeBox, Context, ExecResult, PortMapping, SimpleBox
 from ._files import FileInfo
 
 T = TypeVar("T")
@@ -63,6 +63,10 @@ class SyncSimpleBox:
     def exec(self, cmd: str, *args: str, **kwargs: Any) -> ExecResult:
         """See :meth:`airlock.SimpleBox.exec`."""
         return self._loop.run(self._box.exec(cmd, *args, **kwargs))  # type: ignore[no-any-return]
+
+    def ports(self) -> List[PortMapping]:
+        """See :meth:`airlock.SimpleBox.ports`."""
+        return self._loop.run(self._box.ports())  # type: ignore[no-any-return]
 
     def write_file(self, path: str, data: Union[str, bytes], mode: Optional[int] = None, parents: bool = True) -> None:
         """See :meth:`airlock.SimpleBox.write_file`."""
