@@ -32,18 +32,7 @@ func TestPolicyGrants(t *testing.T) {
 	none := httptest.NewServer(New(Config{Runtime: rt}).Handler(false))
 	defer none.Close()
 
-	post := func(base string, spec BoxSpec) (int, Problem) {
-		t.Helper()
-		b, _ := json.Marshal(spec)
-		resp, err := http.Post(base+"/v1/boxes", "application/json", bytes.NewReader(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var p Problem
-		json.NewDecoder(resp.Body).Decode(&p)
-		return resp.StatusCode, p
-	}
+	post := func(base string, spec BoxSpec) (int, Problem) { t.Helper(); return postBox(t, base, spec) }
 	vol := func(src string) []VolumeSpec { return []VolumeSpec{{Source: src, Target: "/data"}} }
 	for _, tc := range []struct {
 		name string
@@ -105,4 +94,19 @@ func TestAllowNetPrefix(t *testing.T) {
 			t.Errorf("allowNetPrefix(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// postBox creates a box through the API at base and returns the status
+// and the problem details of the reply.
+func postBox(t *testing.T, base string, spec BoxSpec) (int, Problem) {
+	t.Helper()
+	b, _ := json.Marshal(spec)
+	resp, err := http.Post(base+"/v1/boxes", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p Problem
+	json.NewDecoder(resp.Body).Decode(&p)
+	return resp.StatusCode, p
 }

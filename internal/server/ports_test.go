@@ -59,15 +59,7 @@ func TestPublishPolicy(t *testing.T) {
 
 	post := func(base string, ports ...PortSpec) (int, Problem) {
 		t.Helper()
-		b, _ := json.Marshal(BoxSpec{Image: "nosuch.invalid/x:1", Ports: ports})
-		resp, err := http.Post(base+"/v1/boxes", "application/json", bytes.NewReader(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var p Problem
-		json.NewDecoder(resp.Body).Decode(&p)
-		return resp.StatusCode, p
+		return postBox(t, base, BoxSpec{Image: "nosuch.invalid/x:1", Ports: ports})
 	}
 	for _, tc := range []struct {
 		name string
