@@ -214,6 +214,10 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 	if err := b.r.prepareVolumes(ctx, cfg.Options.Volumes); err != nil {
 		return fmt.Errorf("box %s: %w", b.id, err)
 	}
+	if cfg.Pool == "" {
+		// Past a cap, ready warm-pool boxes make room (pool_caps.go).
+		defer b.r.pool.makeRoom(ctx, b.id, cfg.Options.MemoryMiB)()
+	}
 	if err := b.r.checkCapacity(b.id, cfg.Options.MemoryMiB); err != nil {
 		return err
 	}
