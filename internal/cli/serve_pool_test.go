@@ -132,6 +132,9 @@ func TestServePool(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^airlock_pool_claims_total\{image="` + regexp.QuoteMeta(vmtest.DefaultImage) + `",key="[0-9a-f]+"\} 2$`).Match(mb) {
 		t.Errorf("metrics do not count the claim:\n%s", mb)
 	}
+	if !regexp.MustCompile(`(?m)^airlock_pool_held_back\{image="` + regexp.QuoteMeta(vmtest.DefaultImage) + `",key="[0-9a-f]+"\} 1$`).Match(mb) {
+		t.Errorf("metrics do not say the pool is held back by --max-boxes:\n%s", mb)
+	}
 	do("DELETE", "/v1/boxes/"+box.ID+"?force=true", "", nil)
 	srv.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
