@@ -96,9 +96,10 @@ type poolSet struct {
 	mu   sync.Mutex
 	warm map[string]any // claimed box id -> its Warm value, until taken
 	from map[string]bool
-	// starting and startingMiB are the boxes (not pool boxes) of this
-	// runtime being started, and their memory: room the fills leave them.
-	starting, startingMiB int
+	// launching and launchingMiB are the machines of this runtime that
+	// passed the cap check and are being launched (the driver does not
+	// count them yet), and their memory (pool_caps.go).
+	launching, launchingMiB int
 }
 
 type pool struct {

@@ -2,8 +2,8 @@ package airlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -26,7 +26,11 @@ import (
 //     (PoolInfo.Evicted), one at a time, from the pool with the most ready,
 //     newest first, until it fits or none is left. Boxes being filled are
 //     not stopped: a start past a cap with no ready pool box fails as it
-//     would without pools (CapacityError).
+//     would without pools (CapacityError);
+//   - every start of this runtime (a user box's, a pool box's) checks the
+//     host caps and holds its place until its machine runs
+//     (reserveLaunch): concurrent starts of one runtime cannot pass a cap
+//     together. Other processes' starts are checked, not reserved.
 
 // reserve counts a fill of p in, if the caps leave room for one more box
 // of p; otherwise it records why not in p.heldBack and returns false.
@@ -52,7 +56,7 @@ func (s *poolSet) noRoom(ctx context.Context, memMiB int) string {
 	maxBoxes, maxMem := r.capacityLimits()
 	all, filling, fillingMiB := s.held()
 	s.mu.Lock()
-	starting, startingMiB := s.starting, s.startingMiB
+	starting, startingMiB := s.launching, s.launchingMiB
 	s.mu.Unlock()
 	if ur, ok := r.drv.(vmm.UsageReporter); ok {
 		// Fills and starts whose machine runs already are counted twice
@@ -117,36 +121,55 @@ func (s *poolSet) homeBoxes(ctx context.Context, except string) (int, error) {
 	return n, nil
 }
 
-// makeRoom is called before box id of memMiB (not a pool box) starts:
-// while starting it would pass a host cap or the home's budget for pools,
-// it removes a ready pool box. It counts the start in until done is
-// called (the fills leave it room).
-func (s *poolSet) makeRoom(ctx context.Context, id string, memMiB int) (done func()) {
+// reserveLaunch checks the host caps before box id of memMiB starts (as
+// checkCapacity does) and, with warm pools, holds its place until
+// launched is called (once its machine runs, or it failed): other starts
+// and fills of this runtime count it meanwhile, so that concurrent starts
+// cannot pass a cap together. A user box (not a pool box) that would pass
+// a host cap or the home's budget first removes ready pool boxes.
+func (r *Runtime) reserveLaunch(ctx context.Context, id string, memMiB int, user bool) (launched func(), err error) {
+	s := r.pool
 	if s == nil {
-		return func() {}
+		return func() {}, r.checkCapacity(id, memMiB)
 	}
 	s.roomMu.Lock()
 	defer s.roomMu.Unlock()
-	for s.overCap(ctx, id, memMiB) && s.evictOne(ctx) {
+	for user && s.overCap(ctx, id, memMiB) && s.evictOne(ctx) {
 	}
 	s.mu.Lock()
-	s.starting++
-	s.startingMiB += memMiB
+	n, mib := s.launching, s.launchingMiB
 	s.mu.Unlock()
-	return func() {
-		s.mu.Lock()
-		s.starting--
-		s.startingMiB -= memMiB
-		s.mu.Unlock()
+	if err := r.checkCapacityWith(id, memMiB, n, mib); err != nil {
+		return func() {}, err
 	}
+	s.mu.Lock()
+	s.launching++
+	s.launchingMiB += memMiB
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.launching--
+			s.launchingMiB -= memMiB
+			s.mu.Unlock()
+		})
+	}, nil
 }
 
 // overCap reports whether starting box id of memMiB passes a host cap
-// that removing a pool box could help with, or the home's budget.
+// that removing pool boxes could help with (counting the launches in
+// progress), or the home's budget. Preconditions: s.roomMu held.
 func (s *poolSet) overCap(ctx context.Context, id string, memMiB int) bool {
-	var ce *CapacityError
-	if err := s.r.checkCapacity(id, memMiB); errors.As(err, &ce) && (ce.Cap == "AIRLOCK_MAX_BOXES" || ce.InUse > 0) {
-		return true
+	maxBoxes, maxMem := s.r.capacityLimits()
+	if ur, ok := s.r.drv.(vmm.UsageReporter); ok && memMiB <= maxMem {
+		u := ur.Usage(id)
+		s.mu.Lock()
+		n, mib := s.launching, s.launchingMiB
+		s.mu.Unlock()
+		if u.Machines+n+1 > maxBoxes || u.MemoryMiB+mib+memMiB > maxMem {
+			return true
+		}
 	}
 	if s.homeLimit <= 0 {
 		return false

@@ -156,6 +156,57 @@ func TestPoolCaps(t *testing.T) {
 		}
 	})
 
+	t.Run("concurrent starts at the cap", func(t *testing.T) {
+		// Five boxes started at once against a full pool at a cap of 3:
+		// three take the pool boxes' room, two are refused, and no more
+		// than 3 machines ever run.
+		e := open(t, airlock.Options{MaxBoxes: 3, Pool: []airlock.PoolOptions{{BoxOptions: pooled, Size: 3}}})
+		wait(t, e.r)
+		stop := make(chan struct{})
+		peak := make(chan int)
+		go func() {
+			m := 0
+			for {
+				select {
+				case <-stop:
+					peak <- m
+					return
+				default:
+				}
+				m = max(m, machines(e))
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+		const n = 5
+		errs := make(chan error, n)
+		for range n {
+			go func() {
+				_, err := e.r.Create(ctx, other)
+				errs <- err
+			}()
+		}
+		ok, refused := 0, 0
+		for range n {
+			var ce *airlock.CapacityError
+			switch err := <-errs; {
+			case err == nil:
+				ok++
+			case errors.As(err, &ce):
+				refused++
+			default:
+				t.Error(err)
+			}
+		}
+		close(stop)
+		if m := <-peak; m > 3 || ok != 3 || refused != 2 {
+			t.Fatalf("5 concurrent starts at a cap of 3 with 3 pool boxes: %d started, %d refused, peak %d machines; want 3, 2, at most 3 (pools %+v)",
+				ok, refused, m, e.r.Pools())
+		}
+		if p := e.r.Pools()[0]; p.Evicted != 3 || p.Ready != 0 {
+			t.Fatalf("pool after: %+v, want all 3 evicted", p)
+		}
+	})
+
 	t.Run("MaxMemoryMiB", func(t *testing.T) {
 		big := pooled
 		big.MemoryMiB = 256
