@@ -108,6 +108,13 @@ type Options struct {
 	// PoolFills bounds how many pool boxes are made at once, across pools
 	// (default DefaultPoolFills, 2).
 	PoolFills int
+	// PoolMaxHomeBoxes, when positive, is the most boxes of this home
+	// that are not stopped (those List shows, and pool boxes) the warm
+	// pools fill up to: they do not fill past it, and a box started past
+	// it takes the room of a ready pool box (removed). It refuses no box
+	// itself. The host caps (MaxBoxes, MaxMemoryMiB) hold pools the same
+	// way. `airlock serve --max-boxes` sets it. Default 0: no such limit.
+	PoolMaxHomeBoxes int
 }
 
 // Runtime creates and manages boxes under one home directory. It is safe

@@ -214,9 +214,13 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 	if err := b.r.prepareVolumes(ctx, cfg.Options.Volumes); err != nil {
 		return fmt.Errorf("box %s: %w", b.id, err)
 	}
-	if err := b.r.checkCapacity(b.id, cfg.Options.MemoryMiB); err != nil {
+	// The host caps; with warm pools, ready pool boxes make room and the
+	// start holds its place until its machine runs (pool_caps.go).
+	launched, err := b.r.reserveLaunch(ctx, b.id, cfg.Options.MemoryMiB, cfg.Pool == "")
+	if err != nil {
 		return err
 	}
+	defer launched()
 	spec := b.vmSpec(rec, cfg)
 	spec.Images, spec.Image = b.r.images, img
 	// The network helper starts while the machine does: it binds the
@@ -226,6 +230,7 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 		return err
 	}
 	m, err := start(ctx, spec)
+	launched()
 	if err != nil {
 		b.stopNet()
 		return fmt.Errorf("box %s: %w", b.id, err)

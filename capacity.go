@@ -81,6 +81,12 @@ func hostMemMiB() int {
 // guest memory would pass a host-wide cap. A driver that cannot count its
 // machines (no vmm.UsageReporter) is held to the memory cap of one box.
 func (r *Runtime) checkCapacity(id string, memMiB int) error {
+	return r.checkCapacityWith(id, memMiB, 0, 0)
+}
+
+// checkCapacityWith is checkCapacity with pending more machines of
+// pendingMiB starting (not yet counted by the driver) besides.
+func (r *Runtime) checkCapacityWith(id string, memMiB, pending, pendingMiB int) error {
 	maxBoxes, maxMem := r.capacityLimits()
 	if memMiB > maxMem {
 		return &CapacityError{Cap: "AIRLOCK_MAX_MEMORY", Limit: maxMem, Wanted: memMiB}
@@ -90,6 +96,8 @@ func (r *Runtime) checkCapacity(id string, memMiB int) error {
 		return nil
 	}
 	u := ur.Usage(id)
+	u.Machines += pending
+	u.MemoryMiB += pendingMiB
 	if u.Machines+1 > maxBoxes {
 		return &CapacityError{Cap: "AIRLOCK_MAX_BOXES", Limit: maxBoxes, InUse: u.Machines, Wanted: 1}
 	}

@@ -80,7 +80,7 @@ func (r *Runtime) RemoveImage(ctx context.Context, ref string, force bool) (*Ima
 			return nil, fmt.Errorf("boxes using image %s: %w", ref, err)
 		}
 		if len(users) > 0 && !force {
-			return nil, &ImageInUseError{Ref: ref, Digest: img.Digest, Boxes: users}
+			return nil, &ImageInUseError{Ref: ref, Digest: img.Digest, Boxes: users, PoolBoxes: r.poolBoxIDs(ctx, users)}
 		}
 		res.UsedBy = users
 	}
@@ -102,12 +102,19 @@ func (r *Runtime) RemoveImage(ctx context.Context, ref string, force bool) (*Ima
 type ImageInUseError struct {
 	Ref, Digest string
 	Boxes       []string // ids of the boxes that use it
+	// PoolBoxes are those of Boxes that are warm-pool boxes (not listed;
+	// Runtime.PoolBoxes, airlock system df -v).
+	PoolBoxes []string
 }
 
 func (e *ImageInUseError) Error() string {
 	d := e.Digest
 	if len(d) > 19 {
 		d = d[:19]
+	}
+	if len(e.PoolBoxes) > 0 {
+		return fmt.Sprintf("image %s (%s) is used by box(es) %s, of which %s are warm-pool boxes (not listed: see airlock system df -v; they go when the process holding the pool, such as airlock serve --pool, exits): remove the others and stop that process first, or force the removal",
+			e.Ref, d, joinIDs(e.Boxes), joinIDs(e.PoolBoxes))
 	}
 	return fmt.Sprintf("image %s (%s) is used by box(es) %s: remove them first, or force the removal", e.Ref, d, joinIDs(e.Boxes))
 }

@@ -64,6 +64,17 @@ type PoolInfo struct {
 	// LastError is the last failure to fill the pool ("" when none, or the
 	// last fill succeeded).
 	LastError string
+	// HeldBack says why the pool is not being filled although it is below
+	// its size: a host cap (Options.MaxBoxes, Options.MaxMemoryMiB) or the
+	// home's budget (Options.PoolMaxHomeBoxes) is reached ("" when not).
+	// It is no failure: the pool fills again once there is room.
+	HeldBack string
+	// Evicted counts ready boxes removed to make room for a box started
+	// past a cap (see docs/pool.md, "Caps").
+	Evicted int
+	// Boxes are the ids of the ready boxes, oldest first (List does not
+	// show them).
+	Boxes []string
 }
 
 // poolSet is a runtime's warm pools.
@@ -76,9 +87,19 @@ type poolSet struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
+	// homeLimit is Options.PoolMaxHomeBoxes (0: none).
+	homeLimit int
+	// roomMu serializes the cap checks (pool_caps.go) with the fill or
+	// the start they allow.
+	roomMu sync.Mutex
+
 	mu   sync.Mutex
 	warm map[string]any // claimed box id -> its Warm value, until taken
 	from map[string]bool
+	// launching and launchingMiB are the machines of this runtime that
+	// passed the cap check and are being launched (the driver does not
+	// count them yet), and their memory (pool_caps.go).
+	launching, launchingMiB int
 }
 
 type pool struct {
@@ -93,7 +114,10 @@ type pool struct {
 	template string // snapshot name, "" when none
 	booted   bool
 	claimed  int
+	claiming int // popped from ready, not yet the claimer's
+	evicted  int
 	lastErr  string
+	heldBack string
 	fails    int
 	tmplMu   sync.Mutex // serializes template builds
 	tmplBad  bool       // the driver cannot snapshot these boxes: boot them
@@ -154,7 +178,8 @@ func newPools(r *Runtime, opts Options) (*poolSet, error) {
 	if fills <= 0 {
 		fills = DefaultPoolFills
 	}
-	s := &poolSet{r: r, pools: map[string]*pool{}, sem: make(chan struct{}, fills), warm: map[string]any{}, from: map[string]bool{}}
+	s := &poolSet{r: r, pools: map[string]*pool{}, sem: make(chan struct{}, fills), warm: map[string]any{}, from: map[string]bool{},
+		homeLimit: max(opts.PoolMaxHomeBoxes, 0)}
 	for i, po := range opts.Pool {
 		if len(po.Volumes) > 0 || len(po.Ports) > 0 {
 			return nil, fmt.Errorf("pool %d (%s): %w: pool boxes cannot have volumes or published ports; attach those to boxes created without a pool", i, po.Image, ErrInvalidArgument)
@@ -274,9 +299,11 @@ func (p *pool) run() {
 			case <-ctx.Done():
 				return
 			}
-			p.mu.Lock()
-			p.filling++
-			p.mu.Unlock()
+			if !p.reserve(ctx) {
+				// At a cap: no fill until there is room (pool_caps.go).
+				<-p.s.sem
+				break
+			}
 			if first {
 				// This fill makes the template: the others wait for it.
 				p.fillOne(ctx)
@@ -308,6 +335,14 @@ func (p *pool) fillOne(ctx context.Context) {
 	pb, err := p.make(ctx)
 	p.mu.Lock()
 	p.filling--
+	var ce *CapacityError
+	if errors.As(err, &ce) {
+		// Another process took the room between the check and the
+		// start: held back, not failed.
+		p.heldBack = err.Error()
+		p.mu.Unlock()
+		return
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			p.fails++
@@ -327,6 +362,22 @@ func (p *pool) fillOne(ctx context.Context) {
 	}
 	p.ready = append(p.ready, pb)
 	p.mu.Unlock()
+	p.s.recheck()
+}
+
+// recheck has every pool check the caps again now: a fill that ended
+// counts as a running machine only, no longer as one in progress too.
+// Until then a pool is not held back (WaitPools waits for the check).
+func (s *poolSet) recheck() {
+	for _, p := range s.order {
+		p.mu.Lock()
+		p.heldBack = ""
+		p.mu.Unlock()
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // make restores (or boots) one box of the pool and warms it.
@@ -445,12 +496,16 @@ func (s *poolSet) claim(ctx context.Context, opts BoxOptions) (*Box, error) {
 		pb := p.ready[0]
 		p.ready = p.ready[1:]
 		p.claimed++
+		p.claiming++
 		p.mu.Unlock()
 		select {
 		case p.kick <- struct{}{}:
 		default:
 		}
 		err := s.personalise(ctx, pb, opts)
+		p.mu.Lock()
+		p.claiming--
+		p.mu.Unlock()
 		if err == nil {
 			s.prune()
 			s.mu.Lock()
@@ -574,19 +629,26 @@ func (r *Runtime) Pools() []PoolInfo {
 	out := make([]PoolInfo, 0, len(s.order))
 	for _, p := range s.order {
 		p.mu.Lock()
+		ids := make([]string, len(p.ready))
+		for i, pb := range p.ready {
+			ids[i] = pb.b.id
+		}
 		out = append(out, PoolInfo{Image: p.opts.Image, Key: p.key, Size: p.opts.Size, Ready: len(p.ready), Filling: p.filling,
-			Template: p.template, Booted: p.booted, Claimed: p.claimed, LastError: p.lastErr})
+			Template: p.template, Booted: p.booted, Claimed: p.claimed, LastError: p.lastErr,
+			HeldBack: p.heldBack, Evicted: p.evicted, Boxes: ids})
 		p.mu.Unlock()
 	}
 	return out
 }
 
-// WaitPools waits until every warm pool is full (or ctx ends; its error).
+// WaitPools waits until every warm pool is full, or held back by a cap
+// with no fill in progress (PoolInfo.HeldBack says which), or ctx ends
+// (its error).
 func (r *Runtime) WaitPools(ctx context.Context) error {
 	for {
 		full := true
 		for _, p := range r.Pools() {
-			full = full && p.Ready >= p.Size
+			full = full && (p.Ready >= p.Size || p.HeldBack != "" && p.Filling == 0)
 		}
 		if full {
 			return nil

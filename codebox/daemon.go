@@ -25,12 +25,14 @@ import (
 //   - CodeBox.Fork: each child's guest runs the parent's interpreter, and
 //     the child's Context starts a new relay to the same FIFOs (the old
 //     relay's remains are killed first);
-//   - codebox.Pool: the interpreter is launched in the pool's template box
-//     before its snapshot, and each pool box gets a relay before it is
-//     claimed; the claimer's first context adopts it.
+//   - codebox.Pool: each pool box launches its own interpreter once it is
+//     restored (one launched in the template would give every pool box
+//     the same str hash seed) and gets a relay before it is claimed; the
+//     claimer's first context adopts it.
 //
-// Both reseed the interpreter's random module after the relay is attached
-// (attachKernel). The daemon dies with its box, and Context.Close (or a
+// Both send a reseed request after the relay is attached (attachKernel):
+// a fork child's interpreter must not draw what its siblings draw, and in
+// both it runs the cell path once before the user's first cell. The daemon dies with its box, and Context.Close (or a
 // kill after a timeout) kills its process group.
 
 // kernelRunDir holds one directory per interpreter.
@@ -194,9 +196,9 @@ func relayKernel(ctx context.Context, b *airlock.Box, dir string) (kernelProc, e
 	return &daemonProc{box: b, relay: p, dir: dir}, nil
 }
 
-// attachKernel reattaches to the running interpreter daemon in dir of b,
-// one that lived through a snapshot (a fork child's, a pool box's), and
-// reseeds its random module, as os.fork does: every box restored from the
+// attachKernel attaches to the running interpreter daemon in dir of b (a
+// fork child's, which lived through a snapshot, or a pool box's) and
+// reseeds its random module, as os.fork does: every box restored from a
 // snapshot would otherwise draw the same numbers. ctx bounds the call; on
 // error the daemon is killed.
 func attachKernel(ctx context.Context, b *airlock.Box, dir string) (*kernel, error) {

@@ -9,8 +9,12 @@ import (
 )
 
 // warmDir is the directory (under kernelRunDir) of the interpreter
-// daemon a Pool launches in its template box.
-const warmDir = kernelRunDir + "/warm"
+// daemon a Pool launches in each of its boxes; templateDir that of the
+// one it starts and stops in its template box.
+const (
+	warmDir     = kernelRunDir + "/warm"
+	templateDir = kernelRunDir + "/template"
+)
 
 // Pool returns the options of a warm pool (airlock.Options.Pool) of size
 // boxes for CodeBoxes of opts, as New makes them (opts.BoxOptions, the
@@ -19,10 +23,12 @@ const warmDir = kernelRunDir + "/warm"
 // NewContext of a CodeBox that New took from this pool (or of Attach on
 // such a box, in the same process) adopts it, so its first Run costs a
 // round trip to a running interpreter, not an interpreter start. The
-// interpreter is a context's daemon (as NewContext starts it) launched
-// once in the pool's template box, before the snapshot; while a restored
-// box waits in the pool it gets a relay to that daemon and reseeds its
-// random module, as a CodeBox.Fork child does.
+// interpreter is a context's daemon (as NewContext starts it) that each
+// pool box starts once it is restored, before it can be claimed: every
+// pool box has its own interpreter, with its own str hash seed
+// (PYTHONHASHSEED) and random state. The pool's template box starts one
+// and stops it before the snapshot, so that Python's files are in the
+// restored guests' page cache.
 //
 // The pool serves airlock.Runtime.Create as well: boxes with the same
 // options come from it, each with that idle interpreter running. An image
@@ -40,20 +46,30 @@ func Pool(opts Options, size int) airlock.PoolOptions {
 		BoxOptions: bo,
 		Size:       size,
 		Prepare: func(ctx context.Context, b *airlock.Box) error {
-			err := launchKernel(ctx, b, python, warmDir, ContextOptions{})
+			// An interpreter that every restored box shared would share
+			// its hash seed: this one only reads Python's files into the
+			// page cache the snapshot keeps, and goes.
+			err := launchKernel(ctx, b, python, templateDir, ContextOptions{})
 			if errors.Is(err, errNoPython) {
 				return nil // no Python in the image: the pool's boxes are plain boxes
 			}
 			if err != nil {
 				return fmt.Errorf("start a Python kernel: %w", err)
 			}
+			if res, err := b.Exec(ctx, "sh", []string{"-c", signalScript, "signal", templateDir, "KILL"}, airlock.ExecOptions{}); err != nil || res.ExitCode != 0 {
+				return fmt.Errorf("stop the template's Python kernel: %v %v", res, err)
+			}
 			return nil
 		},
 		Warm: func(ctx context.Context, b *airlock.Box) (any, error) {
-			if res, err := b.Exec(ctx, "sh", []string{"-c", `test -p "$1"`, "sh", warmDir + "/in"}, airlock.ExecOptions{}); err != nil {
-				return nil, err
-			} else if res.ExitCode != 0 {
-				return nil, nil // none launched (no Python in the image): a plain box
+			// The box's own interpreter, started while the box waits in
+			// the pool: a claim costs none of it.
+			err := launchKernel(ctx, b, python, warmDir, ContextOptions{})
+			if errors.Is(err, errNoPython) {
+				return nil, nil // no Python in the image: a plain box
+			}
+			if err != nil {
+				return nil, fmt.Errorf("start the pool box's Python kernel: %w", err)
 			}
 			k, err := attachKernel(ctx, b, warmDir)
 			if err != nil {
@@ -64,7 +80,7 @@ func Pool(opts Options, size int) airlock.PoolOptions {
 	}
 }
 
-// warmKernel is a pool box's interpreter, attached and reseeded (Warm),
+// warmKernel is a pool box's interpreter, started and attached (Warm),
 // for the first context of the CodeBox that claims the box.
 type warmKernel struct {
 	k      *kernel

@@ -75,8 +75,10 @@ func BenchmarkPool(b *testing.B) {
 		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 		return d[len(d)/2]
 	}
-	// first returns New → first context result, and New → first Run.
-	first := func(r *airlock.Runtime, pooled bool) (time.Duration, time.Duration) {
+	// first returns New → first context result, New → first Run, and
+	// (pooled) the claim → the pool full again (one box restored and
+	// warmed: its fill time).
+	first := func(r *airlock.Runtime, pooled bool) (time.Duration, time.Duration, time.Duration) {
 		if pooled {
 			wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 			defer cancel()
@@ -102,10 +104,12 @@ func BenchmarkPool(b *testing.B) {
 			b.Fatalf("%+v %v", res, err)
 		}
 		dctx := time.Since(t0)
+		var refill time.Duration
 		if pooled {
 			if err := r.WaitPools(ctx); err != nil {
 				b.Fatal(err)
 			}
+			refill = time.Since(t0)
 		}
 		t0 = time.Now()
 		cb2, err := codebox.New(ctx, r, codebox.Options{})
@@ -116,18 +120,18 @@ func BenchmarkPool(b *testing.B) {
 		if out, err := cb2.Run(ctx, "print(1)"); err != nil || out != "1\n" {
 			b.Fatalf("%q %v", out, err)
 		}
-		return dctx, time.Since(t0)
+		return dctx, time.Since(t0), refill
 	}
 	const runs = 7
 	for i := 0; i < b.N; i++ {
 		cold, warm := open(nil), open([]airlock.PoolOptions{codebox.Pool(codebox.Options{}, 1)})
-		var cCtx, cRun, wCtx, wRun []time.Duration
+		var cCtx, cRun, wCtx, wRun, fill []time.Duration
 		for j := 0; j < runs; j++ {
 			// Alternate, so that drift of this shared machine hits both.
-			a, c := first(cold, false)
+			a, c, _ := first(cold, false)
 			cCtx, cRun = append(cCtx, a), append(cRun, c)
-			a, c = first(warm, true)
-			wCtx, wRun = append(wCtx, a), append(wRun, c)
+			a, c, f := first(warm, true)
+			wCtx, wRun, fill = append(wCtx, a), append(wRun, c), append(fill, f)
 		}
 		if err := warm.WaitPools(ctx); err != nil {
 			b.Fatal(err)
@@ -142,11 +146,13 @@ func BenchmarkPool(b *testing.B) {
 			mc.Round(time.Millisecond), mw.Round(100*time.Microsecond), float64(mw)/float64(mc))
 		fmt.Printf("codebox cold: New → first Run(\"print(1)\") (python -c) %s; from the pool %s: %.3f×\n",
 			rc.Round(time.Millisecond), rw.Round(time.Millisecond), float64(rw)/float64(rc))
+		fmt.Printf("refill of one pool box (claim → pool full again): %s\n", median(fill).Round(time.Millisecond))
 		if idle >= 0 {
 			fmt.Printf("an idle pool box's QEMU uses %.1f%% of a host CPU\n", idle*100)
 		}
 		b.ReportMetric(float64(mc.Microseconds())/1000, "cold-ms")
 		b.ReportMetric(float64(mw.Microseconds())/1000, "pool-ms")
 		b.ReportMetric(float64(mw)/float64(mc), "pool/cold")
+		b.ReportMetric(float64(median(fill).Microseconds())/1000, "refill-ms")
 	}
 }

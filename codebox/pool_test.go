@@ -33,9 +33,10 @@ func value(t *testing.T, x *codebox.Context, code string) string {
 }
 
 // TestPoolQEMU: CodeBoxes from a codebox pool: the first context adopts
-// the interpreter started in the template (same pid as the parked one)
-// and runs code at once; two pool boxes draw different random numbers
-// (the reseed); the user's namespace is empty; a timed-out cell is
+// the interpreter the pool box started (same pid as the parked one) and
+// runs code at once; two pool boxes draw different random numbers and
+// hash a str differently (each its own interpreter, not the template's);
+// the user's namespace is empty; a timed-out cell is
 // interrupted with the kernel kept; a kernel that exits is replaced by a
 // fresh one; a second context starts as usual; Attach on a pool box made
 // by Create adopts it too; Close leaves no QEMU running.
@@ -113,6 +114,12 @@ func TestPoolQEMU(t *testing.T) {
 	r1, r2 := value(t, x, "import random; random.random()"), value(t, y, "import random; random.random()")
 	if r1 == r2 {
 		t.Errorf("two pool boxes' kernels drew the same random number %s", r1)
+	}
+	// Each pool box's interpreter has its own str hash seed
+	// (PYTHONHASHSEED is drawn at interpreter start).
+	h1, h2 := value(t, x, "hash('airlock')"), value(t, y, "hash('airlock')")
+	if h1 == h2 {
+		t.Errorf("two pool boxes' kernels hash a str alike (%s): one shared hash seed", h1)
 	}
 	p2, _ := b.Exec(ctx, "cat", []string{"/tmp/.airlock-codebox/run/warm/pid"}, airlock.ExecOptions{})
 	if pid := value(t, y, "import os; os.getpid()"); pid != strings.TrimSpace(string(p2.Stdout)) {

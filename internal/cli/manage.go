@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -220,26 +221,56 @@ func newSystemCmd() *cobra.Command {
 					br.Reclaimable += size
 				}
 			}
+			// Warm-pool boxes (airlock serve --pool) are not listed:
+			// they are nobody's until a create takes one.
+			pbs, err := r.PoolBoxes(ctx)
+			if err != nil {
+				return err
+			}
+			pr := row{Type: "Pool boxes"}
+			pbSize := make([]int64, len(pbs))
+			for i, pb := range pbs {
+				pbSize[i] = diskUsage(pb.Dir)
+				pr.Total++
+				pr.Size += pbSize[i]
+				if pb.State == "running" {
+					pr.Active++
+				}
+			}
 			cache := defaults.Cache()
 			cr := row{Type: "Cache (kernels, bases)", Size: diskUsage(cache)}
-			rows = append(rows, ir, br, cr)
-			return writeList(cmd.OutOrStdout(), listFmt, rows, []column[row]{
+			rows = append(rows, ir, br, pr, cr)
+			err = writeList(cmd.OutOrStdout(), listFmt, rows, []column[row]{
 				{"TYPE", func(r row) string { return r.Type }},
 				{"TOTAL", func(r row) string { return countOrDash(r.Total, r.Type) }},
 				{"ACTIVE", func(r row) string { return countOrDash(r.Active, r.Type) }},
 				{"SIZE", func(r row) string { return humanize.Bytes(uint64(r.Size)) }},
 				{"RECLAIMABLE", func(r row) string { return humanize.Bytes(uint64(r.Reclaimable)) }},
 			})
+			if err != nil || !dfVerbose || listFmt.format != "" || len(pbs) == 0 {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "POOL BOX\tIMAGE\tSTATE\tPOOL\tHELD BY PID\tSIZE")
+			for i, pb := range pbs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", pb.ID, pb.Image, pb.State, pb.Pool, pb.OwnerPID, humanize.Bytes(uint64(pbSize[i])))
+			}
+			return tw.Flush()
 		},
 	}
 	df.Flags().StringVar(&listFmt.format, "format", "", "json (one object per line) or a Go template such as '{{.Type}} {{.Size}}'")
+	df.Flags().BoolVarP(&dfVerbose, "verbose", "v", false, "also list the warm-pool boxes (airlock serve --pool), which ls does not show")
 	prune := newPruneCmd()
 	cmd.AddCommand(df, prune)
 	return cmd
 }
 
-// listFmt is system df's --format.
-var listFmt listFormat
+// listFmt is system df's --format; dfVerbose its -v.
+var (
+	listFmt   listFormat
+	dfVerbose bool
+)
 
 func countOrDash(n int, typ string) string {
 	if strings.HasPrefix(typ, "Cache") {

@@ -38,8 +38,8 @@ func parsePools(vals []string) ([]airlock.PoolOptions, error) {
 	return out, nil
 }
 
-// logPools logs once every pool is full (or says why not, after a
-// minute), until ctx ends.
+// logPools logs once every pool is full or held back by a cap (or says
+// why not, after a minute), until ctx ends.
 func logPools(ctx context.Context, rt *airlock.Runtime, log *slog.Logger) {
 	if len(rt.Pools()) == 0 {
 		return
@@ -49,7 +49,9 @@ func logPools(ctx context.Context, rt *airlock.Runtime, log *slog.Logger) {
 	defer cancel()
 	err := rt.WaitPools(wctx)
 	for _, p := range rt.Pools() {
-		if err == nil {
+		if err == nil && p.Ready < p.Size && p.HeldBack != "" {
+			log.Warn("warm pool held back", "image", p.Image, "size", p.Size, "ready", p.Ready, "why", p.HeldBack)
+		} else if err == nil {
 			log.Info("warm pool ready", "image", p.Image, "size", p.Size, "template", p.Template, "after", time.Since(t0).Round(time.Millisecond))
 		} else if ctx.Err() == nil {
 			log.Warn("warm pool not full", "image", p.Image, "size", p.Size, "ready", p.Ready, "error", p.LastError)

@@ -50,8 +50,10 @@ with no request and no running box (the SDKs start it so).
 --pool IMAGE[=N] (repeatable) keeps N boxes of IMAGE (default 2) ready, each
 with a Python context kernel already started: a create with the image and
 default options takes one (tens of milliseconds instead of a boot), and its
-first context runs at once. They are not listed and are removed on exit
-(docs/pool.md).
+first context runs at once. They are not listed (GET /v1/pools shows them,
+and airlock system df) and are removed on exit. Pool boxes count against
+--max-boxes and the host caps: a pool fills only up to them, and a client's
+box started at a cap takes the place of a ready pool box (docs/pool.md).
 
 Clients get no more of the host than the policy flags grant (403
 policy_denied otherwise): host volumes (--allow-volume), host ports
@@ -100,6 +102,9 @@ the unix socket).`,
 				Pull:     pullWithProgress(cmd.Context(), errw),
 				Observer: server.Observers{metrics, events},
 				Pool:     po,
+				// Pool boxes count against --max-boxes: the pools fill
+				// only up to it, and give way to clients' boxes.
+				PoolMaxHomeBoxes: policy.MaxBoxes,
 			})
 			if err != nil {
 				return err

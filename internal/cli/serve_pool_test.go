@@ -18,10 +18,13 @@ import (
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
-// TestServePool: `airlock serve --pool python:slim=1` fills its pool; a
-// box created through the API comes from it (its first context is the
-// kernel parked in the pool's template), the list shows only that box,
-// and after SIGTERM nothing of the home runs.
+// TestServePool: `airlock serve --pool python:slim=2 --max-boxes 2` fills
+// its pool; a box created through the API comes from it (its first
+// context is the kernel parked in the pool's template), the list shows
+// only that box, GET /v1/pools and `airlock system df -v` show the pool's
+// other box; the pool does not refill past --max-boxes (a claim counts
+// once: a second create is a claim too, a third is refused); after
+// SIGTERM nothing of the home runs.
 func TestServePool(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots a VM; skipped with -short")
@@ -36,8 +39,9 @@ func TestServePool(t *testing.T) {
 	dir, _ := os.MkdirTemp("", "airlock-serve-")
 	defer os.RemoveAll(dir)
 	sock := filepath.Join(dir, "a.sock")
-	srv := exec.Command(airlockBin, "serve", "--pool", vmtest.DefaultImage+"=1")
-	srv.Env = append(os.Environ(), "AIRLOCK_HOME="+home, "AIRLOCK_IMAGES="+vmtest.ImagesDir(), "AIRLOCK_SOCKET="+sock, "AIRLOCK_URL=")
+	srv := exec.Command(airlockBin, "serve", "--pool", vmtest.DefaultImage+"=2", "--max-boxes", "2")
+	env := append(os.Environ(), "AIRLOCK_HOME="+home, "AIRLOCK_IMAGES="+vmtest.ImagesDir(), "AIRLOCK_SOCKET="+sock, "AIRLOCK_URL=")
+	srv.Env = env
 	se, _ := srv.StderrPipe()
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -48,7 +52,7 @@ func TestServePool(t *testing.T) {
 	uc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}}}
-	do := func(method, path, body string, out any) {
+	status := func(method, path, body string, out any) int {
 		t.Helper()
 		req, _ := http.NewRequest(method, "http://airlock"+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -58,12 +62,19 @@ func TestServePool(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode >= 300 {
-			t.Fatalf("%s %s: %d", method, path, resp.StatusCode)
+			return resp.StatusCode
 		}
 		if out != nil {
 			if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 				t.Fatal(err)
 			}
+		}
+		return resp.StatusCode
+	}
+	do := func(method, path, body string, out any) {
+		t.Helper()
+		if code := status(method, path, body, out); code >= 300 {
+			t.Fatalf("%s %s: %d", method, path, code)
 		}
 	}
 	var box, cx struct{ ID string }
@@ -83,14 +94,46 @@ func TestServePool(t *testing.T) {
 	if len(list.Boxes) != 1 || list.Boxes[0].ID != box.ID {
 		t.Errorf("list: %+v, want only %s", list, box.ID)
 	}
+	var pools struct {
+		Pools []struct {
+			Size, Ready, Claimed int
+			Boxes                []string
+			HeldBack             string `json:"held_back"`
+		}
+	}
+	do("GET", "/v1/pools", "", &pools)
+	if len(pools.Pools) != 1 || pools.Pools[0].Ready != 1 || len(pools.Pools[0].Boxes) != 1 || pools.Pools[0].Claimed != 1 ||
+		!strings.Contains(pools.Pools[0].HeldBack, "--max-boxes") {
+		t.Fatalf("GET /v1/pools after a claim at --max-boxes 2: %+v, want 1 ready, held back", pools)
+	}
+	df := exec.Command(airlockBin, "system", "df", "-v")
+	df.Env = env
+	if out, err := df.CombinedOutput(); err != nil || !strings.Contains(string(out), pools.Pools[0].Boxes[0]) ||
+		!regexp.MustCompile(`(?m)^Pool boxes\s+1\s+1\s`).Match(out) {
+		t.Errorf("system df -v: %v\n%s\nwant the pool box %s", err, out, pools.Pools[0].Boxes[0])
+	}
+	// The second box is a claim (counted once), the third is refused.
+	var box2 struct{ ID string }
+	do("POST", "/v1/boxes", `{}`, &box2)
+	if code := status("POST", "/v1/boxes", `{}`, nil); code != 403 {
+		t.Errorf("a third box at --max-boxes 2: %d, want 403", code)
+	}
+	do("GET", "/v1/pools", "", &pools)
+	if p := pools.Pools[0]; p.Ready != 0 || p.Claimed != 2 {
+		t.Errorf("pool after the second claim: %+v, want 0 ready, 2 claimed", p)
+	}
+	do("DELETE", "/v1/boxes/"+box2.ID+"?force=true", "", nil)
 	resp, err := uc.Get("http://airlock/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	mb, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !regexp.MustCompile(`(?m)^airlock_pool_claims_total\{image="` + regexp.QuoteMeta(vmtest.DefaultImage) + `",key="[0-9a-f]+"\} 1$`).Match(mb) {
+	if !regexp.MustCompile(`(?m)^airlock_pool_claims_total\{image="` + regexp.QuoteMeta(vmtest.DefaultImage) + `",key="[0-9a-f]+"\} 2$`).Match(mb) {
 		t.Errorf("metrics do not count the claim:\n%s", mb)
+	}
+	if !regexp.MustCompile(`(?m)^airlock_pool_held_back\{image="` + regexp.QuoteMeta(vmtest.DefaultImage) + `",key="[0-9a-f]+"\} 1$`).Match(mb) {
+		t.Errorf("metrics do not say the pool is held back by --max-boxes:\n%s", mb)
 	}
 	do("DELETE", "/v1/boxes/"+box.ID+"?force=true", "", nil)
 	srv.Process.Signal(syscall.SIGTERM)

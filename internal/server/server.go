@@ -171,6 +171,7 @@ func New(cfg Config) *Server {
 	s.registerExec()
 	s.registerCode()
 	s.registerMisc()
+	s.registerPools()
 	s.registerLease()
 	s.registerExecs()
 	s.registerEvents()

@@ -46,20 +46,28 @@ type Driver struct {
 	// of an exec (guestabi.HostTestWedgeExecEnv), for tests of the host's
 	// own exec timer.
 	TestWedgeExec bool
+	// Scope is TEST-ONLY: when set, this driver's machines carry it and
+	// its Usage counts only the machines of drivers with the same Scope,
+	// so that a test of the host caps is not thrown by other tests' fake
+	// machines on the host. Empty: Usage counts every fake machine.
+	Scope string
 }
 
 var _ vmm.Driver = (*Driver)(nil)
 var _ vmm.UsageReporter = (*Driver)(nil)
 
 // argv0Prefix starts the argv[0] of a fake machine's agent process:
-// argv0Prefix + box id + ":" + memory MiB of its spec.
+// argv0Prefix + box id + ":" + memory MiB of its spec [+ ":" + Scope].
 const argv0Prefix = "airlock-fake-agent:"
 
 // Usage counts the fake machines running on this host (agent processes
-// named argv0Prefix..., of every home) other than box except's, and the
-// memory their specs asked for.
+// named argv0Prefix..., of every home; only those of d.Scope when it is
+// set) other than box except's, and the memory their specs asked for.
 func (d *Driver) Usage(except string) vmm.Usage {
 	var u vmm.Usage
+	// A machine counts once: a child the agent forks has its argv[0]
+	// until it execs.
+	seen := map[string]bool{}
 	ents, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range ents {
 		b, err := os.ReadFile(p)
@@ -72,9 +80,11 @@ func (d *Driver) Usage(except string) vmm.Usage {
 			continue
 		}
 		id, mem, _ := strings.Cut(rest, ":")
-		if id == except {
+		mem, scope, _ := strings.Cut(mem, ":")
+		if id == except || d.Scope != "" && scope != d.Scope || seen[id] {
 			continue
 		}
+		seen[id] = true
 		n, _ := strconv.Atoi(mem)
 		u.Machines++
 		u.MemoryMiB += n
@@ -142,7 +152,11 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 		cmd := exec.Command(d.Agent)
 		// Its name in ps says which box it is and the memory the box
 		// asked for, so that Usage can count fake machines host-wide.
-		cmd.Args = []string{argv0Prefix + spec.ID + ":" + strconv.Itoa(spec.MemoryMiB)}
+		arg0 := argv0Prefix + spec.ID + ":" + strconv.Itoa(spec.MemoryMiB)
+		if d.Scope != "" {
+			arg0 += ":" + d.Scope
+		}
+		cmd.Args = []string{arg0}
 		cmd.Env = append(os.Environ(), guestabi.HostListenEnv+"=unix:"+sock)
 		if d.TestWedgeExec {
 			cmd.Env = append(cmd.Env, guestabi.HostTestWedgeExecEnv+"=1")

@@ -17,6 +17,7 @@ var _ vmm.UsageReporter = (*Driver)(nil)
 // how many run and their guest memory (-m, MiB).
 func (d *Driver) Usage(except string) vmm.Usage {
 	var u vmm.Usage
+	seen := map[string]bool{} // a machine counts once (a forked child has its command line)
 	ents, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range ents {
 		b, err := os.ReadFile(p)
@@ -36,9 +37,10 @@ func (d *Driver) Usage(except string) vmm.Usage {
 				mem, _ = strconv.Atoi(args[i+1])
 			}
 		}
-		if name == "airlock-"+except {
+		if name == "airlock-"+except || seen[name] {
 			continue
 		}
+		seen[name] = true
 		u.Machines++
 		u.MemoryMiB += mem
 	}

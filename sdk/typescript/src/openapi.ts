@@ -463,6 +463,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/pools": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the warm pools
+         * @description The server's warm pools (airlock serve --pool; docs/pool.md): their boxes, which the box list does not show, and why a pool is not full. Empty without --pool.
+         */
+        get: operations["list-pools"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/version": {
         parameters: {
             query?: never;
@@ -783,6 +803,49 @@ export interface components {
             mode?: number;
             /** @description Absolute path; missing parents are created too. */
             path: string;
+        };
+        Pool: {
+            /** @description The VM driver cannot snapshot: pool boxes are booted. */
+            booted?: boolean;
+            /** @description Ids of the ready boxes, oldest first (GET /v1/boxes does not list them). */
+            boxes: string[] | null;
+            /**
+             * Format: int64
+             * @description Boxes taken from the pool since the server started.
+             */
+            claimed: number;
+            /** @description The last failure to fill the pool (retried with a backoff). */
+            error?: string;
+            /**
+             * Format: int64
+             * @description Ready boxes removed to make room for a box started past a cap.
+             */
+            evicted: number;
+            /**
+             * Format: int64
+             * @description Boxes being restored or booted.
+             */
+            filling: number;
+            /** @description Why the pool is below its size without failing: a host cap, or --max-boxes, is reached. */
+            held_back?: string;
+            image: string;
+            /** @description Identifies the pool's box options (a hash). */
+            key: string;
+            /**
+             * Format: int64
+             * @description Boxes ready to be taken by a create with the pool's options.
+             */
+            ready: number;
+            /**
+             * Format: int64
+             * @description Boxes the pool keeps ready (its target).
+             */
+            size: number;
+            /** @description The template snapshot the pool's boxes are restored from. */
+            template?: string;
+        };
+        PoolList: {
+            pools: components["schemas"]["Pool"][] | null;
         };
         PortSpec: {
             /**
@@ -2712,6 +2775,35 @@ export interface operations {
                         /** @description The retry time in milliseconds. */
                         retry?: number;
                     })[];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "list-pools": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PoolList"];
                 };
             };
             /** @description Error */
