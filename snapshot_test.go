@@ -222,6 +222,21 @@ func TestSnapshotQEMU(t *testing.T) {
 				t.Errorf("child %d: %q", i, got)
 			}
 		}
+		// The children map the snapshot's RAM image copy-on-write: the
+		// pages both have touched (the same guest code and page cache:
+		// the agent, sh, python3) are one host page mapped by both QEMUs.
+		for i, k := range kids {
+			shIn(t, k, "python3 -c 'import json, os; print(os.getpid())'")
+			info, err := k.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rss, shared := ramImageMapping(t, info.PID)
+			t.Logf("child %d: RAM image mapped: %d KiB resident, %d KiB of it shared with another QEMU", i, rss, shared)
+			if shared < 1024 {
+				t.Errorf("child %d: its QEMU shares %d KiB of the RAM image's pages with its sibling (resident %d KiB), want >= 1 MiB: no copy-on-write sharing", i, shared, rss)
+			}
+		}
 		if list, _ := r.Snapshots(ctx); len(list) != 0 {
 			t.Errorf("fork left snapshots behind: %+v", list)
 		}
@@ -333,4 +348,34 @@ func TestSnapshotFake(t *testing.T) {
 	if _, err := r.Create(context.Background(), airlock.BoxOptions{FromSnapshot: "s"}); !errors.Is(err, vmm.ErrNotSupported) {
 		t.Fatalf("restore on the fake driver: %v", err)
 	}
+}
+
+// ramImageMapping returns the resident and the shared (mapped by another
+// process too) KiB of QEMU process pid's mappings of a snapshot's RAM
+// image (internal/vmm/qemu ramimage.go: memfds named airlock-ram-image).
+func ramImageMapping(t testing.TB, pid int) (rss, shared int64) {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := false
+	for _, l := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
+			in = strings.Contains(l, "/memfd:airlock-ram-image")
+			continue
+		}
+		if !in || len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "Rss:":
+			rss += v
+		case "Shared_Clean:", "Shared_Dirty:":
+			shared += v
+		}
+	}
+	return rss, shared
 }

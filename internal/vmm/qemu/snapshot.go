@@ -42,6 +42,11 @@ type machineMeta struct {
 	// Files are the kernel, initramfs or agent disk and root filesystem
 	// base the guest booted from and still has pages of in its memory.
 	Files []fileID `json:"files"`
+	// RAMParts are the RAM parts (ramLayout indices) whose memory is in
+	// the RAM image (snapRAM, see ramimage.go) instead of the migration
+	// stream, which was saved with x-ignore-shared; none: all of RAM is in
+	// the stream.
+	RAMParts []int `json:"ram_parts,omitempty"`
 }
 
 // fileID identifies a file's content by path, size and inode: the cache
@@ -349,6 +354,25 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	if err != nil {
 		return st, err
 	}
+	// Guest RAM held in QEMU's memfds goes into the RAM image, the rest
+	// (and the device state) into the stream; when the memfds cannot be
+	// read, all of it into the stream.
+	parts, idx := imageParts(qc)
+	var memfds map[int]*os.File
+	if len(idx) > 0 {
+		memfds, _ = qemuMemfds(h.PID, parts, idx)
+	}
+	defer func() {
+		for _, f := range memfds {
+			f.Close()
+		}
+	}()
+	if memfds != nil {
+		if err := setIgnoreShared(q, true); err != nil {
+			return st, err
+		}
+		defer setIgnoreShared(q, false)
+	}
 	t0 := time.Now()
 	if _, err := q.Execute("stop", nil); err != nil {
 		return st, err
@@ -379,19 +403,51 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	if err := f.Sync(); err != nil {
 		return st, err
 	}
+	var ramParts []int
+	if memfds != nil {
+		if _, err := writeRAMImage(filepath.Join(dir, snapRAM), parts, memfds); err != nil {
+			return st, fmt.Errorf("write the RAM image: %w", err)
+		}
+		ramParts = idx
+	}
 	// QEMU flushed and let go of its disks when the migration completed;
 	// the copy matches the guest state just saved. cont takes them back.
 	if err := rootfs.CopyDisk(filepath.Join(spec.Dir, boxdir.RW), filepath.Join(dir, snapDisk)); err != nil {
 		return st, fmt.Errorf("copy the writable layer: %w", err)
 	}
 	st.PausedNs = int64(time.Since(t0))
-	meta, _ := json.MarshalIndent(machineMeta{QEMUVersion: ver, Config: layout(qc), Files: files}, "", "  ")
+	if ramParts != nil {
+		// After the box runs on: the image's pages were written while
+		// it was stopped.
+		if err := syncFile(filepath.Join(dir, snapRAM)); err != nil {
+			return st, err
+		}
+	}
+	meta, _ := json.MarshalIndent(machineMeta{QEMUVersion: ver, Config: layout(qc), Files: files, RAMParts: ramParts}, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, snapMachine), meta, 0o600); err != nil {
 		return st, err
 	}
-	st.StateBytes = allocated(filepath.Join(dir, snapState))
+	st.StateBytes = allocated(filepath.Join(dir, snapState)) + allocated(filepath.Join(dir, snapRAM))
 	st.DiskBytes = allocated(filepath.Join(dir, snapDisk))
 	return st, nil
+}
+
+// setIgnoreShared sets the migration capability x-ignore-shared: RAM
+// blocks in shared memory (memfds) are not migrated.
+func setIgnoreShared(q *QMP, on bool) error {
+	_, err := q.Execute("migrate-set-capabilities", map[string]any{
+		"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": on}}})
+	return err
+}
+
+// syncFile flushes the file at path to disk.
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // liftMigrationBlocker deletes the migration blocker node of a confined
@@ -486,7 +542,11 @@ func (d *Driver) checkSnapshot(ctx context.Context, spec vmm.Spec, dir string) (
 	if err != nil {
 		return Config{}, mm, err
 	}
-	for _, f := range []string{snapState, snapDisk} {
+	need := []string{snapState, snapDisk}
+	if len(mm.RAMParts) > 0 {
+		need = append(need, snapRAM)
+	}
+	for _, f := range need {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			return Config{}, mm, fmt.Errorf("snapshot %s is incomplete: %w", dir, err)
 		}
@@ -568,6 +628,18 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 		}
 	}
 	qc.Incoming = true
+	if len(mm.RAMParts) > 0 {
+		parts, idx := imageParts(qc)
+		if !reflect.DeepEqual(idx, mm.RAMParts) {
+			return nil, fmt.Errorf("the snapshot's RAM image holds parts %v of guest RAM, a box here now %v: the snapshot cannot be restored; take a new one", mm.RAMParts, idx)
+		}
+		images, done, err := ramImages.get(filepath.Join(dir, snapRAM), parts, idx)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+		qc.RAMImages = images
+	}
 	// A fresh agent secret (the guest takes it from its secret port once
 	// it runs again), and this host's confinement.
 	if err := d.confine(spec, &qc); err != nil {
@@ -586,7 +658,7 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 		os.WriteFile(filepath.Join(spec.Dir, boxdir.CID), []byte(strconv.FormatUint(uint64(qc.VsockCID), 10)), 0o600)
 	}
 	m := &machine{id: spec.ID, dir: spec.Dir, h: vmm.Handle{PID: pid, Start: vmm.StartTime(pid)}}
-	if err := loadState(ctx, m, f, mm.QEMUVersion); err != nil {
+	if err := loadState(ctx, m, f, mm.QEMUVersion, len(mm.RAMParts) > 0); err != nil {
 		m.Kill()
 		return nil, err
 	}
@@ -595,7 +667,11 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 
 // loadState feeds the state file to the waiting QEMU of m and waits until
 // the guest runs.
-func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string) error {
+//
+// ignoreShared says the stream was saved with x-ignore-shared (a RAM
+// image holds part of RAM), which changes its format: the incoming side
+// needs the capability too.
+func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string, ignoreShared bool) error {
 	q, err := m.qmp(ctx)
 	if err != nil {
 		return err
@@ -607,6 +683,11 @@ func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string) 
 	}
 	if ver != wantVersion {
 		return fmt.Errorf("the snapshot was taken with QEMU %s and this host runs QEMU %s: the snapshot cannot be restored; take a new one", wantVersion, ver)
+	}
+	if ignoreShared {
+		if err := setIgnoreShared(q, true); err != nil {
+			return err
+		}
 	}
 	const fdName = "airlock-snapshot"
 	if _, err := q.executeWithFile("getfd", map[string]any{"fdname": fdName}, f); err != nil {
