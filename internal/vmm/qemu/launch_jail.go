@@ -236,7 +236,14 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer logR.Close()
+	// An incoming QEMU's stderr is read for as long as it runs: a failed
+	// load of a snapshot is reported there, and then QEMU exits.
+	keepLog := false
+	defer func() {
+		if !keepLog {
+			logR.Close()
+		}
+	}()
 	fd4, fd5 := (*os.File)(nil), (*os.File)(nil)
 	if c.Secret != nil {
 		sp, peer, err := secretPair(c.Secret)
@@ -300,12 +307,23 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	pid := cmd.Process.Pid
 	exited := make(chan struct{})
 	var waitErr error
+	var logMu sync.Mutex
+	var logBuf []byte
+	logDone := make(chan struct{})
 	go func() {
 		// QEMU is this process's child: reap it whenever it exits, and
-		// keep how it ended (a seccomp kill is "bad system call").
+		// keep how it ended (a seccomp kill is "bad system call"), with
+		// the end of what it said on stderr.
 		waitErr = cmd.Wait()
 		if waitErr != nil {
-			os.WriteFile(ExitFile(c), []byte(waitErr.Error()+"\n"), 0o600)
+			select {
+			case <-logDone:
+			case <-time.After(500 * time.Millisecond):
+			}
+			logMu.Lock()
+			tail := logBuf[max(0, len(logBuf)-4096):]
+			logMu.Unlock()
+			os.WriteFile(ExitFile(c), append([]byte(waitErr.Error()+"\n"), tail...), 0o600)
 		}
 		close(exited)
 	}()
@@ -325,12 +343,11 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	specW.Close()
 
 	// QEMU's and the stage's messages until QEMU is up (then QEMU's
-	// stderr is a closed pipe, as with -daemonize /dev/null).
-	var logMu sync.Mutex
-	var logBuf []byte
-	logDone := make(chan struct{})
+	// stderr is a closed pipe, as with -daemonize /dev/null), or with
+	// c.Incoming until it exits.
 	go func() {
 		defer close(logDone)
+		defer logR.Close()
 		b := make([]byte, 4096)
 		for {
 			n, err := logR.Read(b)
@@ -370,6 +387,7 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 		return fail(fmt.Errorf("qemu did not come up: %w", err))
 	}
 	os.WriteFile(c.PIDFile, []byte(strconv.Itoa(pid)+"\n"), 0o600)
+	keepLog = c.Incoming
 	return pid, nil
 }
 

@@ -659,7 +659,18 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 	}
 	m := &machine{id: spec.ID, dir: spec.Dir, h: vmm.Handle{PID: pid, Start: vmm.StartTime(pid)}}
 	if err := loadState(ctx, m, f, mm.QEMUVersion, len(mm.RAMParts) > 0); err != nil {
+		// QEMU exits when a load fails; what it said is in its exit file
+		// (a confined QEMU's, written by this process).
+		for i := 0; i < 20; i++ {
+			if _, serr := os.Stat(ExitFile(qc)); serr == nil || (i >= 4 && m.Alive()) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 		m.Kill()
+		if b, rerr := os.ReadFile(ExitFile(qc)); rerr == nil && len(b) > 0 {
+			err = fmt.Errorf("%w; QEMU: %s", err, strings.TrimSpace(string(b)))
+		}
 		return nil, err
 	}
 	return m, nil
