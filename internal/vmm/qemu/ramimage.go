@@ -151,7 +151,7 @@ func writeRAMImage(path string, parts []ramPart, memfds map[int]*os.File) (n int
 		return 0, err
 	}
 	for i, f := range memfds {
-		m, err := copyData(out, f, partOffset(parts, i), 0, int64(parts[i].sizeMiB)<<20)
+		m, err := copyData(out, f, partOffset(parts, i), 0, int64(parts[i].sizeMiB)<<20, true)
 		n += m
 		if err != nil {
 			return n, err
@@ -160,11 +160,12 @@ func writeRAMImage(path string, parts []ramPart, memfds map[int]*os.File) (n int
 	return n, nil
 }
 
-// copyData copies the allocated, non-zero 4 KiB pages of src's range
-// [from, from+size) to dst at dstOff+(offset-from): holes are never read
-// (a read of a memfd's hole would allocate a page). It returns the bytes
-// written.
-func copyData(dst, src *os.File, dstOff, from, size int64) (int64, error) {
+// copyData copies the allocated pages of src's range [from, from+size)
+// to dst at dstOff+(offset-from): holes are never read (a read of a
+// memfd's hole would allocate a page). With skipZero, pages of zeros are
+// left out too (through this process); without, the kernel copies
+// (sendfile: twice as fast here). It returns the bytes written.
+func copyData(dst, src *os.File, dstOff, from, size int64, skipZero bool) (int64, error) {
 	const page = 4096
 	buf := make([]byte, 1<<20)
 	zero := make([]byte, page)
@@ -184,6 +185,23 @@ func copyData(dst, src *os.File, dstOff, from, size int64) (int64, error) {
 			return n, fmt.Errorf("seek hole: %w", err)
 		}
 		hole = min(hole, end)
+		if !skipZero {
+			if _, err := unix.Seek(int(dst.Fd()), dstOff+data-from, io.SeekStart); err != nil {
+				return n, err
+			}
+			for at := data; at < hole; {
+				m, err := unix.Sendfile(int(dst.Fd()), fd, &at, int(min(hole-at, 1<<30)))
+				if err != nil {
+					return n, fmt.Errorf("sendfile: %w", err)
+				}
+				if m == 0 {
+					return n, io.ErrUnexpectedEOF
+				}
+				n += int64(m)
+			}
+			off = hole
+			continue
+		}
 		for at := data; at < hole; {
 			chunk := buf[:min(int64(len(buf)), hole-at)]
 			m, err := src.ReadAt(chunk, at)
@@ -332,7 +350,7 @@ func fillRAMImage(f *os.File, parts []ramPart, idx []int) ([]*os.File, error) {
 		if err := m.Truncate(size); err != nil {
 			return fail(err)
 		}
-		if _, err := copyData(m, f, 0, partOffset(parts, i), size); err != nil {
+		if _, err := copyData(m, f, 0, partOffset(parts, i), size, false); err != nil {
 			return fail(err)
 		}
 		seals := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE | unix.F_SEAL_SEAL
