@@ -132,6 +132,10 @@ type Config struct {
 	// each privately (copy-on-write) through /proc/self/fd (see
 	// ramimage.go), so restores of one image share its untouched pages.
 	RAMImages []*os.File `json:"-"`
+	// RAMCopy says the RAM images are this box's own copies (unsealed
+	// memfds): QEMU maps them shared, as a booted box's memfds, and a
+	// snapshot of the box reads them as those.
+	RAMCopy bool `json:"-"`
 }
 
 // ramImageFDs returns the descriptor numbers QEMU gets c's RAM images at
@@ -225,7 +229,7 @@ func (c Config) args(refs argRefs) []string {
 	if len(c.FSShares) > 0 {
 		a = append(a, sharedRAMArgs(mem)...)
 	} else if c.THP == THPCode {
-		a = append(a, ramArgs(ramLayout(mem, c.KernelSpan), c.Incoming, refs.ram)...)
+		a = append(a, ramArgs(ramLayout(mem, c.KernelSpan), c.Incoming, refs.ram, c.RAMCopy)...)
 	}
 	if c.Accel == AccelKVM {
 		a = append(a, "-accel", "kvm", "-cpu", "host")

@@ -108,10 +108,11 @@ func ramLayout(memMiB int, kernel PhysRange) []ramPart {
 // allocates a page, while one of anonymous memory maps the zero page. The
 // parts keep their ids and sizes, which is what migration matches.
 //
-// images, when images[i] != "", maps part i from that file privately
+// images, when images[i] != "", maps part i from that file: privately
 // (memory-backend-file share=off: copy-on-write, untouched pages stay the
-// file's and are shared by every QEMU mapping it; see ramimage.go).
-func ramArgs(parts []ramPart, anon bool, images []string) []string {
+// file's and are shared by every QEMU mapping it; see ramimage.go), or
+// with shared (the box's own copy) as a booted box's memfd is mapped.
+func ramArgs(parts []ramPart, anon bool, images []string, shared bool) []string {
 	image := func(i int) string {
 		if i < len(images) {
 			return images[i]
@@ -120,6 +121,8 @@ func ramArgs(parts []ramPart, anon bool, images []string) []string {
 	}
 	backend := func(i int, p ramPart) string {
 		switch {
+		case image(i) != "" && shared:
+			return "memory-backend-file,mem-path=" + escapeComma(image(i)) + ",share=on,"
 		case image(i) != "":
 			return "memory-backend-file,mem-path=" + escapeComma(image(i)) + ",share=off,"
 		case p.huge || anon:

@@ -40,8 +40,14 @@ import (
 const snapRAM = "ram"
 
 // memfdName is how QEMU 7.2 names the memfds of its memory-backend-memfd
-// objects (/proc/PID/fd links read "/memfd:memory-backend-memfd (deleted)").
-const memfdName = "/memfd:memory-backend-memfd"
+// objects (/proc/PID/fd links read "/memfd:memory-backend-memfd (deleted)");
+// copyName is the name of a restored box's own copy of a RAM image
+// (ramCopy), sealedName that of a sealed image restores share.
+const (
+	memfdName  = "/memfd:memory-backend-memfd"
+	copyName   = "airlock-ram-copy"
+	sealedName = "airlock-ram-image"
+)
 
 // ramImageTTL is how long a RAM image memfd is kept after the last
 // restore that used it.
@@ -101,6 +107,7 @@ func qemuMemfds(pid int, parts []ramPart, idx []int) (map[int]*os.File, error) {
 		return nil, err
 	}
 	out := map[int]*os.File{}
+	inodes := map[uint64]bool{}
 	fail := func(err error) (map[int]*os.File, error) {
 		for _, f := range out {
 			f.Close()
@@ -109,22 +116,27 @@ func qemuMemfds(pid int, parts []ramPart, idx []int) (map[int]*os.File, error) {
 	}
 	for _, e := range ents {
 		link, err := os.Readlink(filepath.Join(dir, e.Name()))
-		if err != nil || !strings.HasPrefix(link, memfdName) {
+		if err != nil || !strings.HasPrefix(link, memfdName) && !strings.HasPrefix(link, "/memfd:"+copyName+" ") {
 			continue
 		}
 		f, err := os.Open(filepath.Join(dir, e.Name()))
 		if err != nil {
 			return fail(err)
 		}
-		fi, err := f.Stat()
-		if err != nil {
+		var st syscall.Stat_t
+		if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
 			f.Close()
 			return fail(err)
 		}
-		i, ok := bySize[fi.Size()]
+		if inodes[st.Ino] {
+			f.Close() // another descriptor of one already found
+			continue
+		}
+		inodes[st.Ino] = true
+		i, ok := bySize[st.Size]
 		if _, seen := out[i]; !ok || seen {
 			f.Close()
-			return fail(fmt.Errorf("QEMU has a memfd of %d bytes that is no RAM part of its box", fi.Size()))
+			return fail(fmt.Errorf("QEMU has a memfd of %d bytes that is no RAM part of its box", st.Size))
 		}
 		out[i] = f
 	}
@@ -260,18 +272,11 @@ type ramImage struct {
 // (by part index, len(parts)), filled and sealed once per image, and what
 // the caller calls once QEMU holds them.
 func (c *ramImageCache) get(path string, parts []ramPart, idx []int) ([]*os.File, func(), error) {
-	f, err := os.Open(path)
+	f, st, err := openImage(path, parts)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer f.Close()
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, nil, err
-	}
-	if want := partOffset(parts, len(parts)); st.Size != want {
-		return nil, nil, fmt.Errorf("the snapshot's RAM image is %d bytes, not the %d of its machine's RAM: the snapshot is damaged; take a new one", st.Size, want)
-	}
 	key := ramImageKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtim: st.Mtim.Nano()}
 	c.mu.Lock()
 	if c.m == nil {
@@ -295,7 +300,7 @@ func (c *ramImageCache) get(path string, parts []ramPart, idx []int) ([]*os.File
 		}
 	}
 	if fill {
-		im.files, im.err = fillRAMImage(f, parts, idx)
+		im.files, im.err = fillRAMImage(f, parts, idx, true)
 		close(im.ready)
 		if im.err != nil {
 			c.mu.Lock()
@@ -327,9 +332,44 @@ func (c *ramImageCache) expire(key ramImageKey, im *ramImage) {
 	}
 }
 
-// fillRAMImage makes one sealed memfd per part in idx holding that part's
-// range of the image f.
-func fillRAMImage(f *os.File, parts []ramPart, idx []int) ([]*os.File, error) {
+// openImage opens the RAM image at path, which must be of the size of
+// parts.
+func openImage(path string, parts []ramPart) (*os.File, syscall.Stat_t, error) {
+	var st syscall.Stat_t
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, st, err
+	}
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, st, err
+	}
+	if want := partOffset(parts, len(parts)); st.Size != want {
+		f.Close()
+		return nil, st, fmt.Errorf("the snapshot's RAM image is %d bytes, not the %d of its machine's RAM: the snapshot is damaged; take a new one", st.Size, want)
+	}
+	return f, st, nil
+}
+
+// ramCopy returns a restored box's own copy of the RAM image at path:
+// one memfd per part in idx (by part index, len(parts)), which its QEMU
+// maps shared (Config.RAMCopy) as a booted box's RAM. Writes to pages the
+// image does not hold allocate once, as in a booted box (a private
+// mapping of a memfd's hole allocates a page of the memfd and another for
+// the copy), and a snapshot of the box takes its RAM image from them.
+func ramCopy(path string, parts []ramPart, idx []int) ([]*os.File, error) {
+	f, _, err := openImage(path, parts)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return fillRAMImage(f, parts, idx, false)
+}
+
+// fillRAMImage makes one memfd per part in idx holding that part's range
+// of the image f, sealed (no write(2), no shared writable mapping) with
+// seal.
+func fillRAMImage(f *os.File, parts []ramPart, idx []int, seal bool) ([]*os.File, error) {
 	files := make([]*os.File, len(parts))
 	fail := func(err error) ([]*os.File, error) {
 		for _, m := range files {
@@ -340,11 +380,15 @@ func fillRAMImage(f *os.File, parts []ramPart, idx []int) ([]*os.File, error) {
 		return nil, fmt.Errorf("load the snapshot's RAM image: %w", err)
 	}
 	for _, i := range idx {
-		fd, err := unix.MemfdCreate("airlock-ram-image", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+		name, flags := copyName, unix.MFD_CLOEXEC
+		if seal {
+			name, flags = sealedName, flags|unix.MFD_ALLOW_SEALING
+		}
+		fd, err := unix.MemfdCreate(name, flags)
 		if err != nil {
 			return fail(err)
 		}
-		m := os.NewFile(uintptr(fd), "airlock-ram-image")
+		m := os.NewFile(uintptr(fd), name)
 		files[i] = m
 		size := int64(parts[i].sizeMiB) << 20
 		if err := m.Truncate(size); err != nil {
@@ -352,6 +396,9 @@ func fillRAMImage(f *os.File, parts []ramPart, idx []int) ([]*os.File, error) {
 		}
 		if _, err := copyData(m, f, 0, partOffset(parts, i), size, false); err != nil {
 			return fail(err)
+		}
+		if !seal {
+			continue
 		}
 		seals := unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE | unix.F_SEAL_SEAL
 		if _, err := unix.FcntlInt(m.Fd(), unix.F_ADD_SEALS, seals); err != nil {

@@ -633,12 +633,29 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 		if !reflect.DeepEqual(idx, mm.RAMParts) {
 			return nil, fmt.Errorf("the snapshot's RAM image holds parts %v of guest RAM, a box here now %v: the snapshot cannot be restored; take a new one", mm.RAMParts, idx)
 		}
-		images, done, err := ramImages.get(filepath.Join(dir, snapRAM), parts, idx)
-		if err != nil {
-			return nil, err
+		if vmm.SharedRAM(ctx) {
+			// Restores started together (Fork's children) share one
+			// sealed image, mapped copy-on-write.
+			images, done, err := ramImages.get(filepath.Join(dir, snapRAM), parts, idx)
+			if err != nil {
+				return nil, err
+			}
+			defer done()
+			qc.RAMImages = images
+		} else {
+			images, err := ramCopy(filepath.Join(dir, snapRAM), parts, idx)
+			if err != nil {
+				return nil, err
+			}
+			defer func() {
+				for _, f := range images {
+					if f != nil {
+						f.Close() // QEMU has its own
+					}
+				}
+			}()
+			qc.RAMImages, qc.RAMCopy = images, true
 		}
-		defer done()
-		qc.RAMImages = images
 	}
 	// A fresh agent secret (the guest takes it from its secret port once
 	// it runs again), and this host's confinement.
