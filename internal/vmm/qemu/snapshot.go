@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -362,11 +363,18 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	if len(idx) > 0 {
 		memfds, _ = qemuMemfds(h.PID, parts, idx)
 	}
-	defer func() {
+	closeMemfds := func() {
 		for _, f := range memfds {
 			f.Close()
 		}
-	}()
+		memfds = nil
+	}
+	defer closeMemfds()
+	if memfds != nil {
+		if _, err := serialQueues(q); err != nil {
+			closeMemfds() // no way to check the image against the devices
+		}
+	}
 	if memfds != nil {
 		if err := setIgnoreShared(q, true); err != nil {
 			return st, err
@@ -377,11 +385,14 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	if _, err := q.Execute("stop", nil); err != nil {
 		return st, err
 	}
-	defer func() {
-		if was != "paused" {
+	resumed := false
+	resume := func() {
+		if was != "paused" && !resumed {
 			q.Execute("cont", nil)
 		}
-	}()
+		resumed = true
+	}
+	defer resume()
 	// A confined QEMU holds a migration blocker (see noMigrateQcow) that
 	// keeps `migrate exec:` from running anything; it goes for the time of
 	// this migrate fd:, which spawns nothing, and comes back afterwards.
@@ -391,24 +402,69 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 		defer restore()
 	}
 	const fdName = "airlock-snapshot"
-	if _, err := q.executeWithFile("getfd", map[string]any{"fdname": fdName}, f); err != nil {
-		return st, err
-	}
-	if _, err := q.Execute("migrate", map[string]any{"uri": "fd:" + fdName}); err != nil {
-		return st, err
-	}
-	if err := waitMigration(ctx, q); err != nil {
-		return st, err
-	}
-	if err := f.Sync(); err != nil {
-		return st, err
+	migrate := func() error {
+		if _, err := q.executeWithFile("getfd", map[string]any{"fdname": fdName}, f); err != nil {
+			return err
+		}
+		if _, err := q.Execute("migrate", map[string]any{"uri": "fd:" + fdName}); err != nil {
+			return err
+		}
+		if err := waitMigration(ctx, q); err != nil {
+			return err
+		}
+		return f.Sync()
 	}
 	var ramParts []int
-	if memfds != nil {
+	for attempt := 1; ; attempt++ {
+		var before []queueState
+		if memfds != nil {
+			if before, err = serialQueues(q); err != nil {
+				return st, err
+			}
+		}
+		if err := migrate(); err != nil {
+			return st, err
+		}
+		if memfds == nil {
+			break
+		}
 		if _, err := writeRAMImage(filepath.Join(dir, snapRAM), parts, memfds); err != nil {
 			return st, fmt.Errorf("write the RAM image: %w", err)
 		}
-		ramParts = idx
+		after, err := serialQueues(q)
+		if err != nil {
+			return st, err
+		}
+		if reflect.DeepEqual(before, after) {
+			ramParts = idx
+			break
+		}
+		// A stopped QEMU still moves data between a host connection to
+		// an agent port and guest RAM (virtio-serial): it did after the
+		// devices were saved, so the image and the stream disagree (a
+		// restore of such a pair crashed QEMU). Again: QEMU migrates a
+		// machine once per stop, so the guest runs on for a moment;
+		// after three tries all of RAM goes into the stream, which QEMU
+		// saves at one instant with the devices.
+		os.Remove(filepath.Join(dir, snapRAM))
+		if err := f.Truncate(0); err != nil {
+			return st, err
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return st, err
+		}
+		if _, err := q.Execute("cont", nil); err != nil {
+			return st, err
+		}
+		if attempt >= 3 {
+			closeMemfds()
+			if err := setIgnoreShared(q, false); err != nil {
+				return st, err
+			}
+		}
+		if _, err := q.Execute("stop", nil); err != nil {
+			return st, err
+		}
 	}
 	// QEMU flushed and let go of its disks when the migration completed;
 	// the copy matches the guest state just saved. cont takes them back.
@@ -416,6 +472,7 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 		return st, fmt.Errorf("copy the writable layer: %w", err)
 	}
 	st.PausedNs = int64(time.Since(t0))
+	resume()
 	if ramParts != nil {
 		// After the box runs on: the image's pages were written while
 		// it was stopped.
@@ -430,6 +487,52 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	st.StateBytes = allocated(filepath.Join(dir, snapState)) + allocated(filepath.Join(dir, snapRAM))
 	st.DiskBytes = allocated(filepath.Join(dir, snapDisk))
 	return st, nil
+}
+
+// queueState is where a virtqueue's indices stand (x-query-virtio-queue-status).
+type queueState struct {
+	Path                          string
+	Queue, LastAvail, Used, InUse int
+}
+
+// serialQueues returns the state of every queue of the machine's
+// virtio-serial devices: a stopped QEMU still moves data between host
+// connections to their ports and guest RAM, and each such move changes
+// these indices.
+func serialQueues(q *QMP) ([]queueState, error) {
+	raw, err := q.Execute("x-query-virtio", nil)
+	if err != nil {
+		return nil, err
+	}
+	var devs []struct{ Name, Path string }
+	if err := json.Unmarshal(raw, &devs); err != nil {
+		return nil, err
+	}
+	var out []queueState
+	for _, d := range devs {
+		if d.Name != "virtio-serial" {
+			continue
+		}
+		for i := 0; i < 1024; i++ {
+			raw, err := q.Execute("x-query-virtio-queue-status", map[string]any{"path": d.Path, "queue": i})
+			if err != nil {
+				if i == 0 {
+					return nil, err
+				}
+				break // past the last queue
+			}
+			var s struct {
+				LastAvail int `json:"last-avail-idx"`
+				Used      int `json:"used-idx"`
+				InUse     int `json:"inuse"`
+			}
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return nil, err
+			}
+			out = append(out, queueState{Path: d.Path, Queue: i, LastAvail: s.LastAvail, Used: s.Used, InUse: s.InUse})
+		}
+	}
+	return out, nil
 }
 
 // setIgnoreShared sets the migration capability x-ignore-shared: RAM
