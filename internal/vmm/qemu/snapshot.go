@@ -495,10 +495,10 @@ type queueState struct {
 	Queue, LastAvail, Used, InUse int
 }
 
-// serialQueues returns the state of every queue of the machine's
-// virtio-serial devices: a stopped QEMU still moves data between host
-// connections to their ports and guest RAM, and each such move changes
-// these indices.
+// serialQueues returns the state of every queue of the machine's virtio
+// devices: a stopped QEMU still moves data between host connections to
+// the ports of its virtio-serial device and guest RAM (the others wait
+// for the guest to run), and each such move changes these indices.
 func serialQueues(q *QMP) ([]queueState, error) {
 	raw, err := q.Execute("x-query-virtio", nil)
 	if err != nil {
@@ -510,9 +510,6 @@ func serialQueues(q *QMP) ([]queueState, error) {
 	}
 	var out []queueState
 	for _, d := range devs {
-		if d.Name != "virtio-serial" {
-			continue
-		}
 		for i := 0; i < 1024; i++ {
 			raw, err := q.Execute("x-query-virtio-queue-status", map[string]any{"path": d.Path, "queue": i})
 			if err != nil {
@@ -731,8 +728,10 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 		}
 	}
 	qc.Incoming = true
+	var parts []ramPart
+	var idx []int
 	if len(mm.RAMParts) > 0 {
-		parts, idx := imageParts(qc)
+		parts, idx = imageParts(qc)
 		if !reflect.DeepEqual(idx, mm.RAMParts) {
 			return nil, fmt.Errorf("the snapshot's RAM image holds parts %v of guest RAM, a box here now %v: the snapshot cannot be restored; take a new one", mm.RAMParts, idx)
 		}
@@ -745,20 +744,38 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 			}
 			defer done()
 			qc.RAMImages = images
-		} else {
-			images, err := ramCopy(filepath.Join(dir, snapRAM), parts, idx)
-			if err != nil {
-				return nil, err
-			}
-			defer func() {
-				for _, f := range images {
-					if f != nil {
-						f.Close() // QEMU has its own
-					}
-				}
-			}()
-			qc.RAMImages, qc.RAMCopy = images, true
 		}
+	}
+	// A QEMU that crashes while it loads or resumes the state (seen
+	// rarely, under load, as a segmentation fault; the same snapshot
+	// restores on the next try) is started again, twice at most.
+	for attempt := 1; ; attempt++ {
+		m, err := d.startOnce(ctx, spec, qc, mm, f, dir, parts, idx)
+		if err == nil || attempt >= 3 || !strings.Contains(err.Error(), "QEMU: signal:") {
+			return m, err
+		}
+		if _, serr := f.Seek(0, io.SeekStart); serr != nil {
+			return nil, err
+		}
+	}
+}
+
+// startOnce is one launch of StartFromSnapshot.
+func (d *Driver) startOnce(ctx context.Context, spec vmm.Spec, qc Config, mm machineMeta, f *os.File, dir string, parts []ramPart, idx []int) (vmm.Machine, error) {
+	if len(mm.RAMParts) > 0 && qc.RAMImages == nil {
+		// The box's own copy (a crashed try may have written the last).
+		images, err := ramCopy(filepath.Join(dir, snapRAM), parts, idx)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			for _, f := range images {
+				if f != nil {
+					f.Close() // QEMU has its own
+				}
+			}
+		}()
+		qc.RAMImages, qc.RAMCopy = images, true
 	}
 	// A fresh agent secret (the guest takes it from its secret port once
 	// it runs again), and this host's confinement.
