@@ -757,6 +757,7 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 		if _, serr := f.Seek(0, io.SeekStart); serr != nil {
 			return nil, err
 		}
+		d.o.Warn(fmt.Sprintf("airlock: warning: box %s: QEMU died restoring its snapshot (%v); starting it again", spec.ID, err))
 	}
 }
 
