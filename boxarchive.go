@@ -36,6 +36,10 @@ import (
 //	snapshot.json      the snapshot's metadata (snapshotMeta)
 //	machine.json       the driver's machine description
 //	state              the memory and device state
+//	ram.data           only where the snapshot has a RAM image (guest RAM
+//	                   kept out of the state, see internal/vmm/qemu
+//	                   ramimage.go): its data ranges, back to back, placed
+//	                   by archiveMeta.RAM as rw.ext4.data by Disk
 //
 // No entry name becomes a path: ImportBox accepts exactly these names, in
 // this order, as regular files of the sizes airlock-box.json declares, and
@@ -62,6 +66,8 @@ type archiveMeta struct {
 	Config      json.RawMessage `json:"config"` // the box's boxRecord
 	Exported    time.Time       `json:"exported"`
 	Disk        diskMap         `json:"disk"`
+	// RAM places ram.data (a snapshot with a RAM image); nil: none.
+	RAM *diskMap `json:"ram,omitempty"`
 	// Files are the entries after this one, in order.
 	Files []archiveFile `json:"files"`
 }
@@ -188,6 +194,8 @@ const (
 	snapDiskFile    = "rw.ext4"
 	snapMachineFile = "machine.json"
 	snapStateFile   = "state"
+	snapRAMFile     = "ram"
+	archiveRAMName  = "ram.data"
 )
 
 // writeArchive writes m's archive: the disk's data, then (snapDir != "")
@@ -214,6 +222,7 @@ func writeArchive(ctx context.Context, w io.Writer, m archiveMeta, disk, snapDir
 		return st, err
 	}
 	m.Files = []archiveFile{{Name: archiveDiskName, Size: dataLen, SHA256: hex.EncodeToString(sum.Sum(nil))}}
+	var ram *os.File
 	if snapDir != "" {
 		for _, name := range []string{snapshotMetaFile, snapMachineFile, snapStateFile} {
 			af, err := hashFile(ctx, filepath.Join(snapDir, name))
@@ -222,6 +231,21 @@ func writeArchive(ctx context.Context, w io.Writer, m archiveMeta, disk, snapDir
 			}
 			af.Name = name
 			m.Files = append(m.Files, af)
+		}
+		if ram, err = os.Open(filepath.Join(snapDir, snapRAMFile)); err == nil {
+			defer ram.Close()
+			rm, err := dataExtents(ram)
+			if err != nil {
+				return st, fmt.Errorf("map the RAM image: %w", err)
+			}
+			m.RAM = &rm
+			sum := sha256.New()
+			if err := copyExtents(ctx, sum, ram, rm); err != nil {
+				return st, err
+			}
+			m.Files = append(m.Files, archiveFile{Name: archiveRAMName, Size: extentsLen(rm), SHA256: hex.EncodeToString(sum.Sum(nil))})
+		} else if !os.IsNotExist(err) {
+			return st, err
 		}
 	}
 	raw, _ := json.MarshalIndent(m, "", "  ")
@@ -247,6 +271,13 @@ func writeArchive(ctx context.Context, w io.Writer, m archiveMeta, disk, snapDir
 		if err := hdr(af.Name, af.Size); err != nil {
 			return st, err
 		}
+		if af.Name == archiveRAMName {
+			if err := copyExtents(ctx, tw, ram, *m.RAM); err != nil {
+				return st, err
+			}
+			st.StateBytes += af.Size
+			continue
+		}
 		g, err := os.Open(filepath.Join(snapDir, af.Name))
 		if err != nil {
 			return st, err
@@ -257,7 +288,7 @@ func writeArchive(ctx context.Context, w io.Writer, m archiveMeta, disk, snapDir
 			return st, fmt.Errorf("%s changed while it was exported: %w", af.Name, err)
 		}
 		if af.Name == snapStateFile {
-			st.StateBytes = af.Size
+			st.StateBytes += af.Size
 		}
 	}
 	if err := tw.Close(); err != nil {
@@ -302,6 +333,15 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// extentsLen is the bytes of data dm places.
+func extentsLen(dm diskMap) int64 {
+	var n int64
+	for _, e := range dm.Extents {
+		n += e[1]
+	}
+	return n
 }
 
 // dataExtents maps f's data (SEEK_DATA / SEEK_HOLE).
@@ -498,6 +538,12 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 			if err := next(af.Name, af.Size); err != nil {
 				return err
 			}
+			if af.Name == archiveRAMName {
+				if err := writeDisk(ctx, tr, filepath.Join(tmp, snapRAMFile), *m.RAM, af.SHA256); err != nil {
+					return err
+				}
+				continue
+			}
 			p := filepath.Join(tmp, af.Name)
 			if err := writeChecked(ctx, tr, p, af); err != nil {
 				return err
@@ -513,7 +559,7 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 		// not taken from the archive.
 		sm = snapshotMeta{Version: 1, Name: name, Box: m.Box, BoxName: m.BoxName, Created: sm.Created,
 			Image: m.Image, ImageDigest: m.ImageDigest, Config: encodeConfig(boxConfig{Options: o, Image: img.Config}),
-			AgentVersion: sm.AgentVersion, Driver: sm.Driver, StateBytes: allocatedBytes(filepath.Join(tmp, snapStateFile)),
+			AgentVersion: sm.AgentVersion, Driver: sm.Driver, StateBytes: allocatedBytes(filepath.Join(tmp, snapStateFile)) + allocatedBytes(filepath.Join(tmp, snapRAMFile)),
 			DiskBytes: allocatedBytes(filepath.Join(tmp, snapDiskFile)), PausedNs: sm.PausedNs}
 		b, _ := json.MarshalIndent(sm, "", "  ")
 		if err := os.WriteFile(filepath.Join(tmp, snapshotMetaFile), b, 0o600); err != nil {
@@ -551,6 +597,11 @@ func checkArchive(m archiveMeta, o BoxOptions) error {
 	want := []string{archiveDiskName}
 	if m.Kind == "snapshot" {
 		want = append(want, snapshotMetaFile, snapMachineFile, snapStateFile)
+		if m.RAM != nil {
+			want = append(want, archiveRAMName)
+		}
+	} else if m.RAM != nil {
+		return fmt.Errorf("the archive places a RAM image but is not of a snapshot")
 	}
 	if len(m.Files) != len(want) {
 		return fmt.Errorf("the archive lists %d entries, not the %d of a %s archive", len(m.Files), len(want), m.Kind)
@@ -559,23 +610,27 @@ func checkArchive(m archiveMeta, o BoxOptions) error {
 	if d.Size != int64(o.DiskSizeMiB)<<20 {
 		return fmt.Errorf("the archive's disk is %d bytes, not the %d MiB of its box's options", d.Size, o.DiskSizeMiB)
 	}
-	var data, end int64
-	for _, e := range d.Extents {
-		if e[0] < end || e[1] <= 0 || e[0]+e[1] > d.Size || e[0]+e[1] < e[0] {
-			return fmt.Errorf("the archive's disk map has a range [%d, +%d) out of order or outside its %d bytes", e[0], e[1], d.Size)
-		}
-		end = e[0] + e[1]
-		data += e[1]
+	data, err := checkExtents(d, "disk")
+	if err != nil {
+		return err
 	}
 	limits := map[string]int64{archiveDiskName: data, snapshotMetaFile: maxArchiveJSON, snapMachineFile: maxArchiveJSON,
 		// The migration stream holds at most the guest's RAM, plus
 		// device state.
 		snapStateFile: int64(o.MemoryMiB)<<20 + 256<<20}
+	if m.RAM != nil {
+		if m.RAM.Size != int64(o.MemoryMiB)<<20 {
+			return fmt.Errorf("the archive's RAM image is %d bytes, not the %d MiB of its box's options", m.RAM.Size, o.MemoryMiB)
+		}
+		if limits[archiveRAMName], err = checkExtents(*m.RAM, "RAM image"); err != nil {
+			return err
+		}
+	}
 	for i, af := range m.Files {
 		if af.Name != want[i] {
 			return fmt.Errorf("the archive lists entry %q where %s belongs", af.Name, want[i])
 		}
-		if af.Size < 0 || af.Size > limits[af.Name] || (af.Name == archiveDiskName && af.Size != data) {
+		if af.Size < 0 || af.Size > limits[af.Name] || (af.Name == archiveDiskName || af.Name == archiveRAMName) && af.Size != limits[af.Name] {
 			return fmt.Errorf("the archive's %s is %d bytes, over what its box allows (%d): %w", af.Name, af.Size, limits[af.Name], ErrLimit)
 		}
 		if b, err := hex.DecodeString(af.SHA256); err != nil || len(b) != sha256.Size {
@@ -583,6 +638,20 @@ func checkArchive(m archiveMeta, o BoxOptions) error {
 		}
 	}
 	return nil
+}
+
+// checkExtents checks that dm's ranges are in order within its size and
+// returns the bytes of data they place.
+func checkExtents(dm diskMap, what string) (int64, error) {
+	var data, end int64
+	for _, e := range dm.Extents {
+		if e[0] < end || e[1] <= 0 || e[0]+e[1] > dm.Size || e[0]+e[1] < e[0] {
+			return 0, fmt.Errorf("the archive's %s map has a range [%d, +%d) out of order or outside its %d bytes", what, e[0], e[1], dm.Size)
+		}
+		end = e[0] + e[1]
+		data += e[1]
+	}
+	return data, nil
 }
 
 // writeDisk makes dst a sparse file of dm.Size with the archive's data

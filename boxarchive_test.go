@@ -297,6 +297,13 @@ func TestImportRefusesHostileArchives(t *testing.T) {
 		}
 		return m
 	}
+	// withRAM lists the entries of a snapshot archive with a RAM image of
+	// ramData bytes.
+	withRAM := func(ramData int64) []map[string]any {
+		return []map[string]any{{"name": "rw.ext4.data", "size": 4, "sha256": sum("data")},
+			{"name": "snapshot.json", "size": 2, "sha256": sum("{}")}, {"name": "machine.json", "size": 2, "sha256": sum("{}")},
+			{"name": "state", "size": 2, "sha256": sum("{}")}, {"name": "ram.data", "size": ramData, "sha256": sum("")}}
+	}
 	cases := []struct {
 		name string
 		arc  []byte
@@ -318,6 +325,24 @@ func TestImportRefusesHostileArchives(t *testing.T) {
 				{"name": "snapshot.json", "size": 2, "sha256": sum("{}")}, {"name": "machine.json", "size": 2, "sha256": sum("{}")},
 				{"name": "state", "size": int64(8) << 30, "sha256": sum("")}}
 		})), "over what its box allows"},
+		{"RAM image bigger than the box's memory", archive(t, meta(func(m map[string]any) {
+			m["kind"] = "snapshot"
+			m["ram"] = map[string]any{"size": 1 << 40, "extents": [][2]int64{}}
+			m["files"] = withRAM(4096)
+		})), "not the 512 MiB"},
+		{"RAM image range outside its size", archive(t, meta(func(m map[string]any) {
+			m["kind"] = "snapshot"
+			m["ram"] = map[string]any{"size": 512 << 20, "extents": [][2]int64{{512 << 20, 4096}}}
+			m["files"] = withRAM(4096)
+		})), "RAM image map has a range"},
+		{"RAM image data longer than its map", archive(t, meta(func(m map[string]any) {
+			m["kind"] = "snapshot"
+			m["ram"] = map[string]any{"size": 512 << 20, "extents": [][2]int64{{0, 4096}}}
+			m["files"] = withRAM(1 << 30)
+		})), "over what its box allows"},
+		{"a RAM image in an archive without memory", archive(t, meta(func(m map[string]any) {
+			m["ram"] = map[string]any{"size": 512 << 20, "extents": [][2]int64{}}
+		})), "not of a snapshot"},
 		{"a path instead of an entry name", archive(t, meta(func(m map[string]any) {
 			m["files"] = []map[string]any{{"name": "../../etc/passwd", "size": 4, "sha256": sum("data")}}
 		})), "where rw.ext4.data belongs"},

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/airlock-run/airlock/internal/vmm"
 )
 
 // ForkOptions tune Box.ForkWith. The zero value forks as Box.Fork.
@@ -29,6 +31,8 @@ func (b *Box) ForkWith(ctx context.Context, n int, opts ForkOptions) ([]*Box, er
 		return nil, err
 	}
 	defer b.r.RemoveSnapshot(context.WithoutCancel(ctx), name)
+	// The children map the snapshot's RAM copy-on-write, shared.
+	kctx := vmm.WithSharedRAM(ctx)
 	kids := make([]*Box, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -36,7 +40,7 @@ func (b *Box) ForkWith(ctx context.Context, n int, opts ForkOptions) ([]*Box, er
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			kids[i], errs[i] = b.r.Create(ctx, BoxOptions{FromSnapshot: name, AutoRemove: opts.AutoRemove})
+			kids[i], errs[i] = b.r.Create(kctx, BoxOptions{FromSnapshot: name, AutoRemove: opts.AutoRemove})
 		}(i)
 	}
 	wg.Wait()

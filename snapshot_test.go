@@ -73,9 +73,15 @@ func TestSnapshotQEMU(t *testing.T) {
 	// apart.
 	shIn(t, parent, "head -c 1 /dev/urandom >/dev/null")
 
+	rssBefore := qemuRSS(t, parent)
 	snap, err := parent.Snapshot(ctx, "s1")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The snapshot reads the box's RAM without making it resident (it
+	// used to: QEMU read every page of its memfds, 96 -> 582 MiB).
+	if rssAfter := qemuRSS(t, parent); rssAfter-rssBefore > 128<<10 {
+		t.Errorf("the box's QEMU grew from %d to %d KiB resident with the snapshot", rssBefore, rssAfter)
 	}
 	t.Logf("snapshot: state %d bytes, disk %d bytes, paused %s", snap.StateBytes, snap.DiskBytes, snap.Paused)
 	if snap.StateBytes <= 0 || snap.DiskBytes <= 0 || snap.ImageDigest == "" || snap.AgentVersion == "" {
@@ -98,6 +104,15 @@ func TestSnapshotQEMU(t *testing.T) {
 	restore := func(t *testing.T) *airlock.Box {
 		t.Helper()
 		b, err := r.Create(ctx, airlock.BoxOptions{FromSnapshot: "s1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Remove(context.Background(), true) })
+		return b
+	}
+	restore2 := func(t *testing.T, name string) *airlock.Box {
+		t.Helper()
+		b, err := r.Create(ctx, airlock.BoxOptions{FromSnapshot: name})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,6 +210,19 @@ func TestSnapshotQEMU(t *testing.T) {
 		}
 		t.Logf("restore of a truncated state: %v", err)
 	})
+	t.Run("a restored box is snapshotted and restored again", func(t *testing.T) {
+		if _, err := c2.Snapshot(ctx, "s2"); err != nil {
+			t.Fatal(err)
+		}
+		defer r.RemoveSnapshot(ctx, "s2")
+		c3 := restore2(t, "s2")
+		if got := shIn(t, c3, "cat /root/f /root/c2"); got != "before\ntwo" {
+			t.Errorf("c3 files: %q", got)
+		}
+		if got := askHolder(t, c3); got != drawn {
+			t.Errorf("c3: the process answered %q, want %q", got, drawn)
+		}
+	})
 	t.Run("removing a snapshot leaves its boxes working", func(t *testing.T) {
 		if err := r.RemoveSnapshot(ctx, "s1"); err != nil {
 			t.Fatal(err)
@@ -240,6 +268,21 @@ func TestSnapshotQEMU(t *testing.T) {
 			other := "/root/kid" + strconv.Itoa(1-i)
 			if got := shIn(t, k, "cat /root/kid"+strconv.Itoa(i)+"; test ! -e "+other+" && echo alone"); got != strconv.Itoa(i)+"\nalone" {
 				t.Errorf("child %d: %q", i, got)
+			}
+		}
+		// The children map the snapshot's RAM image copy-on-write: the
+		// pages both have touched (the same guest code and page cache:
+		// the agent, sh, python3) are one host page mapped by both QEMUs.
+		for i, k := range kids {
+			shIn(t, k, "python3 -c 'import json, os; print(os.getpid())'")
+			info, err := k.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rss, shared := ramImageMapping(t, info.PID)
+			t.Logf("child %d: RAM image mapped: %d KiB resident, %d KiB of it shared with another QEMU", i, rss, shared)
+			if shared < 1024 {
+				t.Errorf("child %d: its QEMU shares %d KiB of the RAM image's pages with its sibling (resident %d KiB), want >= 1 MiB: no copy-on-write sharing", i, shared, rss)
 			}
 		}
 		if list, _ := r.Snapshots(ctx); len(list) != 0 {
@@ -353,4 +396,55 @@ func TestSnapshotFake(t *testing.T) {
 	if _, err := r.Create(context.Background(), airlock.BoxOptions{FromSnapshot: "s"}); !errors.Is(err, vmm.ErrNotSupported) {
 		t.Fatalf("restore on the fake driver: %v", err)
 	}
+}
+
+// ramImageMapping returns the resident and the shared (mapped by another
+// process too) KiB of QEMU process pid's mappings of a snapshot's RAM
+// image (internal/vmm/qemu ramimage.go: memfds named airlock-ram-image).
+func ramImageMapping(t testing.TB, pid int) (rss, shared int64) {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := false
+	for _, l := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 5 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
+			in = strings.Contains(l, "/memfd:airlock-ram-image")
+			continue
+		}
+		if !in || len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "Rss:":
+			rss += v
+		case "Shared_Clean:", "Shared_Dirty:":
+			shared += v
+		}
+	}
+	return rss, shared
+}
+
+// qemuRSS returns the resident KiB of b's QEMU process.
+func qemuRSS(t testing.TB, b *airlock.Box) int64 {
+	t.Helper()
+	info, err := b.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(info.PID) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			return v
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
 }

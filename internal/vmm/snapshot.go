@@ -51,3 +51,19 @@ type Pauser interface {
 	// Paused reports whether the machine is paused.
 	Paused(ctx context.Context, spec Spec, h Handle) (bool, error)
 }
+
+type sharedRAMKey struct{}
+
+// WithSharedRAM marks ctx for StartFromSnapshot calls that start several
+// machines from one snapshot at once (Fork's children): a driver that can
+// then maps the snapshot's memory copy-on-write, shared between them,
+// instead of giving each machine its own copy.
+func WithSharedRAM(ctx context.Context) context.Context {
+	return context.WithValue(ctx, sharedRAMKey{}, true)
+}
+
+// SharedRAM reports whether ctx was marked by WithSharedRAM.
+func SharedRAM(ctx context.Context) bool {
+	v, _ := ctx.Value(sharedRAMKey{}).(bool)
+	return v
+}

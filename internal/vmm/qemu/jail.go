@@ -124,6 +124,12 @@ type stageSpec struct {
 	// caller), as the descriptors after Listen's: the virtio-fs daemons'.
 	Connect []string
 	Open    []openFile
+	// Inherit are descriptors of the stage (inherited from the launcher)
+	// moved, in order, to the descriptors after Open's: the RAM images.
+	Inherit []int
+	// Proc mounts the jail's own /proc (QEMU opens its RAM images through
+	// /proc/self/fd).
+	Proc bool
 	// Shares are the 9p share directories, mounted at Dst in the jail
 	// (idmapped when Userns is set).
 	Shares []shareMount
@@ -241,6 +247,13 @@ func stage() error {
 		if err != nil {
 			return fmt.Errorf("open %s: %w", o.Path, err)
 		}
+		if err := moveFD(fd, next); err != nil {
+			return err
+		}
+		keep = append(keep, next)
+		next++
+	}
+	for _, fd := range s.Inherit {
 		if err := moveFD(fd, next); err != nil {
 			return err
 		}
@@ -403,16 +416,17 @@ func buildRoot(s *stageSpec) error {
 			return err
 		}
 	}
-	if len(s.Shares) > 0 {
+	if len(s.Shares) > 0 || s.Proc {
 		// QEMU's 9p server sets and reads the files' extended attributes
-		// through /proc/self/fd. This procfs is the jail's pid namespace's
+		// through /proc/self/fd, and QEMU opens a restore's RAM images
+		// there (see ramimage.go). This procfs is the jail's pid namespace's
 		// (QEMU alone) and holds only its process directories (subset=pid).
 		p := filepath.Join(r, "proc")
 		if err := os.MkdirAll(p, 0o555); err != nil {
 			return err
 		}
 		if err := unix.Mount("proc", p, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "subset=pid,hidepid=invisible"); err != nil {
-			return fmt.Errorf("mount /proc for the 9p volumes: %w", err)
+			return fmt.Errorf("mount /proc in the jail: %w", err)
 		}
 	}
 	if err := os.WriteFile(filepath.Join(r, jailNoMig), noMigrateQcow(), 0o444); err != nil {

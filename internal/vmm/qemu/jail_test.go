@@ -82,6 +82,10 @@ func TestLaunchUnprivileged(t *testing.T) {
 	if got["Seccomp"] != "2" || got["NoNewPrivs"] != "1" {
 		t.Errorf("unprivileged QEMU: Seccomp %q NoNewPrivs %q, want 2 and 1\n%s", got["Seccomp"], got["NoNewPrivs"], out)
 	}
+	t.Logf("helper: %v", got)
+	if got["ramparts"] == "" || got["ramparts"] == "0" || got["imagemaps"] != got["ramparts"] {
+		t.Errorf("unprivileged QEMU: RAM image of %q memfd parts, mapped %q times by the incoming QEMU; want the same, not 0\n%s", got["ramparts"], got["imagemaps"], out)
+	}
 	if got["CapEff"] != "0000000000000000" {
 		t.Errorf("unprivileged QEMU has capabilities %q (in its user namespace)", got["CapEff"])
 	}
@@ -138,6 +142,36 @@ func TestLaunchUnprivilegedHelper(t *testing.T) {
 			fmt.Println("QEMU.root=jail")
 		}
 	}
+	vmm.Kill(vmm.Handle{PID: pid, Start: vmm.StartTime(pid)})
+
+	// A snapshot's RAM image: read from a confined QEMU's memfds, and
+	// mapped by a confined incoming QEMU from a sealed memfd it opens
+	// through the jail's /proc.
+	c.Shares, c.THP, c.MemoryMiB = nil, qemu.THPCode, 128
+	c.Cmdline = "console=ttyS0 panic=0 quiet" // a panic waits: QEMU stays up
+	src, err := qemu.Launch(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := qemu.SaveRAMImageForTest(src, c, dir)
+	vmm.Kill(vmm.Handle{PID: src, Start: vmm.StartTime(src)})
+	if err != nil {
+		t.Fatalf("RAM image of a confined QEMU: %v", err)
+	}
+	fmt.Printf("QEMU.ramparts=%d\n", len(parts))
+	images, done, err := qemu.SharedRAMImagesForTest(c, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	c.Incoming, c.RAMImages = true, images
+	dst, err := qemu.Launch(context.Background(), c)
+	if err != nil {
+		t.Fatalf("incoming QEMU mapping the RAM image: %v", err)
+	}
+	defer vmm.Kill(vmm.Handle{PID: dst, Start: vmm.StartTime(dst)})
+	maps, _ := os.ReadFile("/proc/" + strconv.Itoa(dst) + "/maps")
+	fmt.Printf("QEMU.imagemaps=%d\n", strings.Count(string(maps), "/memfd:airlock-ram-image"))
 }
 
 func copyFile(t *testing.T, from, to string) {

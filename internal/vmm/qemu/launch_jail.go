@@ -103,6 +103,18 @@ func (c Config) jailedArgs(pivot bool) ([]string, stageSpec) {
 			refs.disks = append(refs.disks, open(d.Path, unix.O_RDWR, unix.O_RDONLY))
 		}
 	}
+	// RAM images (a restore's, see ramimage.go): inherited descriptors the
+	// stage moves after the opened files; QEMU opens each through its own
+	// /proc/self/fd (memory-backend-file takes a path).
+	ramFDs := c.ramImageFDs(fd)
+	for _, v := range ramFDs {
+		if v >= 0 {
+			s.Inherit = append(s.Inherit, -1) // launchJailed fills in the stage's number
+			fd++
+		}
+	}
+	refs.ram = ramImageRefs(ramFDs)
+	s.Proc = len(s.Inherit) > 0
 	// No image locks: QEMU takes them on the descriptor it dups from a
 	// set, and, reactivating the disks after a migration (cont after a
 	// snapshot), fails to take the write lock the set's other descriptor
@@ -201,6 +213,14 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 			spec.Shares[i].UsernsFD = fd
 		}
 	}
+	// The RAM images come after the user namespaces in ExtraFiles.
+	var ramFiles []*os.File
+	for _, f := range c.RAMImages {
+		if f != nil {
+			spec.Inherit[len(ramFiles)] = fdUsernsBase + len(usernsFiles) + len(ramFiles)
+			ramFiles = append(ramFiles, f)
+		}
+	}
 	os.Remove(ExitFile(c))
 	// A socket of an earlier boot would make bind fail.
 	for _, p := range spec.Listen {
@@ -246,7 +266,7 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 		Env:        append(os.Environ(), stageEnv+"=1"),
 		Stdout:     logW,
 		Stderr:     logW,
-		ExtraFiles: append([]*os.File{specR, fd4, fd5, console}, usernsFiles...),
+		ExtraFiles: append(append([]*os.File{specR, fd4, fd5, console}, usernsFiles...), ramFiles...),
 		SysProcAttr: &syscall.SysProcAttr{
 			Setsid:     true,
 			Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,

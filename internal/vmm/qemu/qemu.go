@@ -126,6 +126,51 @@ type Config struct {
 	Secret []byte
 	// Jail says how QEMU is confined (see Jail); the zero value confines.
 	Jail Jail
+	// RAMImages, for a restore (Incoming) with THPCode's RAM layout, are
+	// sealed memfds holding the RAM image of the snapshot's parts (by part
+	// index; nil: that part comes from the migration stream). QEMU maps
+	// each privately (copy-on-write) through /proc/self/fd (see
+	// ramimage.go), so restores of one image share its untouched pages.
+	RAMImages []*os.File `json:"-"`
+	// RAMCopy says the RAM images are this box's own copies (unsealed
+	// memfds): QEMU maps them shared, as a booted box's memfds, and a
+	// snapshot of the box reads them as those.
+	RAMCopy bool `json:"-"`
+}
+
+// ramImageFDs returns the descriptor numbers QEMU gets c's RAM images at
+// (by part index; -1 for none), the first at base, in order.
+func (c Config) ramImageFDs(base int) []int {
+	fds := make([]int, len(c.RAMImages))
+	for i, f := range c.RAMImages {
+		fds[i] = -1
+		if f != nil {
+			fds[i] = base
+			base++
+		}
+	}
+	return fds
+}
+
+// ramImageRefs returns the mem-path values of c's RAM images for QEMU
+// descriptors fds (ramImageFDs).
+func ramImageRefs(fds []int) []string {
+	refs := make([]string, len(fds))
+	for i, fd := range fds {
+		if fd >= 0 {
+			refs[i] = "/proc/self/fd/" + strconv.Itoa(fd)
+		}
+	}
+	return refs
+}
+
+// unconfinedFDBase is the first descriptor an unconfined QEMU gets its RAM
+// images at: after /dev/null and the secret's socket pair (Launch).
+func (c Config) unconfinedFDBase() int {
+	if c.Secret != nil {
+		return fdSecretPeer + 1
+	}
+	return 3
 }
 
 // Args returns QEMU's arguments for c (without the binary) when QEMU is
@@ -135,7 +180,8 @@ func (c Config) Args() []string {
 		console: "path=" + escapeComma(c.ConsoleLog),
 		qmp:     []string{"-qmp", "unix:" + c.QMPSocket + ",server=on,wait=off"},
 		net:     "addr.type=unix,addr.path=" + escapeComma(c.NetSocket),
-		tail:    []string{"-pidfile", c.PIDFile, "-daemonize"}}
+		tail:    []string{"-pidfile", c.PIDFile, "-daemonize"},
+		ram:     ramImageRefs(c.ramImageFDs(c.unconfinedFDBase()))}
 	for _, d := range c.Disks {
 		refs.disks = append(refs.disks, escapeComma(d.Path))
 	}
@@ -157,6 +203,7 @@ type argRefs struct {
 	net            string   // the stream netdev's address options
 	shares         []string // each share's directory as QEMU sees it ("": its host path)
 	fsShares       []string // each virtio-fs share's chardev address options ("": its socket's path)
+	ram            []string // each RAM part's image file as QEMU opens it ("": none)
 	tail           []string // appended last
 }
 
@@ -182,7 +229,7 @@ func (c Config) args(refs argRefs) []string {
 	if len(c.FSShares) > 0 {
 		a = append(a, sharedRAMArgs(mem)...)
 	} else if c.THP == THPCode {
-		a = append(a, ramArgs(ramLayout(mem, c.KernelSpan), c.Incoming)...)
+		a = append(a, ramArgs(ramLayout(mem, c.KernelSpan), c.Incoming, refs.ram, c.RAMCopy)...)
 	}
 	if c.Accel == AccelKVM {
 		a = append(a, "-accel", "kvm", "-cpu", "host")
@@ -512,6 +559,11 @@ func Launch(ctx context.Context, c Config) (int, error) {
 		}
 		defer null.Close()
 		cmd.ExtraFiles = []*os.File{null, sp, peer} // fd 3, fdSecret, fdSecretPeer
+	}
+	for _, f := range c.RAMImages { // from unconfinedFDBase on
+		if f != nil {
+			cmd.ExtraFiles = append(cmd.ExtraFiles, f)
+		}
 	}
 	start := cmd.Start
 	if c.THP == THPNone {

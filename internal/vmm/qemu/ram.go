@@ -107,23 +107,46 @@ func ramLayout(memMiB int, kernel PhysRange) []ramPart {
 // which QEMU tests by reading the page, and a read of a memfd's hole
 // allocates a page, while one of anonymous memory maps the zero page. The
 // parts keep their ids and sizes, which is what migration matches.
-func ramArgs(parts []ramPart, anon bool) []string {
-	if len(parts) == 1 && !parts[0].huge {
-		backend := "memory-backend-memfd"
-		if anon {
-			backend = "memory-backend-ram"
+//
+// images, when images[i] != "", maps part i from that file: privately
+// (memory-backend-file share=off: copy-on-write, untouched pages stay the
+// file's and are shared by every QEMU mapping it; see ramimage.go), or
+// with shared (the box's own copy) as a booted box's memfd is mapped.
+func ramArgs(parts []ramPart, anon bool, images []string, shared bool) []string {
+	image := func(i int) string {
+		if i < len(images) {
+			return images[i]
 		}
-		return []string{"-object", fmt.Sprintf("%s,id=airlock-ram,size=%dM", backend, parts[0].sizeMiB),
-			"-machine", "memory-backend=airlock-ram"}
+		return ""
+	}
+	backend := func(i int, p ramPart) string {
+		switch {
+		case image(i) != "" && shared:
+			return "memory-backend-file,mem-path=" + escapeComma(image(i)) + ",share=on,"
+		case image(i) != "":
+			return "memory-backend-file,mem-path=" + escapeComma(image(i)) + ",share=off,"
+		case p.huge || anon:
+			return "memory-backend-ram,"
+		}
+		return "memory-backend-memfd,"
+	}
+	if len(parts) == 1 && !parts[0].huge {
+		return []string{"-object", fmt.Sprintf("%sid=%s,size=%dM", backend(0, parts[0]), ramPartID(parts, 0), parts[0].sizeMiB),
+			"-machine", "memory-backend=" + ramPartID(parts, 0)}
 	}
 	var a []string
 	for i, p := range parts {
-		backend := "memory-backend-memfd"
-		if p.huge || anon {
-			backend = "memory-backend-ram"
-		}
-		a = append(a, "-object", fmt.Sprintf("%s,id=airlock-ram%d,size=%dM", backend, i, p.sizeMiB),
-			"-numa", fmt.Sprintf("node,memdev=airlock-ram%d", i))
+		a = append(a, "-object", fmt.Sprintf("%sid=%s,size=%dM", backend(i, p), ramPartID(parts, i), p.sizeMiB),
+			"-numa", "node,memdev="+ramPartID(parts, i))
 	}
 	return a
+}
+
+// ramPartID is the memory backend id (and so the RAM block name) of part
+// i of parts.
+func ramPartID(parts []ramPart, i int) string {
+	if len(parts) == 1 && !parts[0].huge {
+		return "airlock-ram"
+	}
+	return fmt.Sprintf("airlock-ram%d", i)
 }

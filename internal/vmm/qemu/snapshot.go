@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -42,6 +43,11 @@ type machineMeta struct {
 	// Files are the kernel, initramfs or agent disk and root filesystem
 	// base the guest booted from and still has pages of in its memory.
 	Files []fileID `json:"files"`
+	// RAMParts are the RAM parts (ramLayout indices) whose memory is in
+	// the RAM image (snapRAM, see ramimage.go) instead of the migration
+	// stream, which was saved with x-ignore-shared; none: all of RAM is in
+	// the stream.
+	RAMParts []int `json:"ram_parts,omitempty"`
 }
 
 // fileID identifies a file's content by path, size and inode: the cache
@@ -349,15 +355,44 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	if err != nil {
 		return st, err
 	}
+	// Guest RAM held in QEMU's memfds goes into the RAM image, the rest
+	// (and the device state) into the stream; when the memfds cannot be
+	// read, all of it into the stream.
+	parts, idx := imageParts(qc)
+	var memfds map[int]*os.File
+	if len(idx) > 0 {
+		memfds, _ = qemuMemfds(h.PID, parts, idx)
+	}
+	closeMemfds := func() {
+		for _, f := range memfds {
+			f.Close()
+		}
+		memfds = nil
+	}
+	defer closeMemfds()
+	if memfds != nil {
+		if _, err := serialQueues(q); err != nil {
+			closeMemfds() // no way to check the image against the devices
+		}
+	}
+	if memfds != nil {
+		if err := setIgnoreShared(q, true); err != nil {
+			return st, err
+		}
+		defer setIgnoreShared(q, false)
+	}
 	t0 := time.Now()
 	if _, err := q.Execute("stop", nil); err != nil {
 		return st, err
 	}
-	defer func() {
-		if was != "paused" {
+	resumed := false
+	resume := func() {
+		if was != "paused" && !resumed {
 			q.Execute("cont", nil)
 		}
-	}()
+		resumed = true
+	}
+	defer resume()
 	// A confined QEMU holds a migration blocker (see noMigrateQcow) that
 	// keeps `migrate exec:` from running anything; it goes for the time of
 	// this migrate fd:, which spawns nothing, and comes back afterwards.
@@ -367,17 +402,69 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 		defer restore()
 	}
 	const fdName = "airlock-snapshot"
-	if _, err := q.executeWithFile("getfd", map[string]any{"fdname": fdName}, f); err != nil {
-		return st, err
+	migrate := func() error {
+		if _, err := q.executeWithFile("getfd", map[string]any{"fdname": fdName}, f); err != nil {
+			return err
+		}
+		if _, err := q.Execute("migrate", map[string]any{"uri": "fd:" + fdName}); err != nil {
+			return err
+		}
+		if err := waitMigration(ctx, q); err != nil {
+			return err
+		}
+		return f.Sync()
 	}
-	if _, err := q.Execute("migrate", map[string]any{"uri": "fd:" + fdName}); err != nil {
-		return st, err
-	}
-	if err := waitMigration(ctx, q); err != nil {
-		return st, err
-	}
-	if err := f.Sync(); err != nil {
-		return st, err
+	var ramParts []int
+	for attempt := 1; ; attempt++ {
+		var before []queueState
+		if memfds != nil {
+			if before, err = serialQueues(q); err != nil {
+				return st, err
+			}
+		}
+		if err := migrate(); err != nil {
+			return st, err
+		}
+		if memfds == nil {
+			break
+		}
+		if _, err := writeRAMImage(filepath.Join(dir, snapRAM), parts, memfds); err != nil {
+			return st, fmt.Errorf("write the RAM image: %w", err)
+		}
+		after, err := serialQueues(q)
+		if err != nil {
+			return st, err
+		}
+		if reflect.DeepEqual(before, after) {
+			ramParts = idx
+			break
+		}
+		// A stopped QEMU still moves data between a host connection to
+		// an agent port and guest RAM (virtio-serial): it did after the
+		// devices were saved, so the image and the stream disagree (a
+		// restore of such a pair crashed QEMU). Again: QEMU migrates a
+		// machine once per stop, so the guest runs on for a moment;
+		// after three tries all of RAM goes into the stream, which QEMU
+		// saves at one instant with the devices.
+		os.Remove(filepath.Join(dir, snapRAM))
+		if err := f.Truncate(0); err != nil {
+			return st, err
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return st, err
+		}
+		if _, err := q.Execute("cont", nil); err != nil {
+			return st, err
+		}
+		if attempt >= 3 {
+			closeMemfds()
+			if err := setIgnoreShared(q, false); err != nil {
+				return st, err
+			}
+		}
+		if _, err := q.Execute("stop", nil); err != nil {
+			return st, err
+		}
 	}
 	// QEMU flushed and let go of its disks when the migration completed;
 	// the copy matches the guest state just saved. cont takes them back.
@@ -385,13 +472,82 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 		return st, fmt.Errorf("copy the writable layer: %w", err)
 	}
 	st.PausedNs = int64(time.Since(t0))
-	meta, _ := json.MarshalIndent(machineMeta{QEMUVersion: ver, Config: layout(qc), Files: files}, "", "  ")
+	resume()
+	if ramParts != nil {
+		// After the box runs on: the image's pages were written while
+		// it was stopped.
+		if err := syncFile(filepath.Join(dir, snapRAM)); err != nil {
+			return st, err
+		}
+	}
+	meta, _ := json.MarshalIndent(machineMeta{QEMUVersion: ver, Config: layout(qc), Files: files, RAMParts: ramParts}, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, snapMachine), meta, 0o600); err != nil {
 		return st, err
 	}
-	st.StateBytes = allocated(filepath.Join(dir, snapState))
+	st.StateBytes = allocated(filepath.Join(dir, snapState)) + allocated(filepath.Join(dir, snapRAM))
 	st.DiskBytes = allocated(filepath.Join(dir, snapDisk))
 	return st, nil
+}
+
+// queueState is where a virtqueue's indices stand (x-query-virtio-queue-status).
+type queueState struct {
+	Path                          string
+	Queue, LastAvail, Used, InUse int
+}
+
+// serialQueues returns the state of every queue of the machine's virtio
+// devices: a stopped QEMU still moves data between host connections to
+// the ports of its virtio-serial device and guest RAM (the others wait
+// for the guest to run), and each such move changes these indices.
+func serialQueues(q *QMP) ([]queueState, error) {
+	raw, err := q.Execute("x-query-virtio", nil)
+	if err != nil {
+		return nil, err
+	}
+	var devs []struct{ Name, Path string }
+	if err := json.Unmarshal(raw, &devs); err != nil {
+		return nil, err
+	}
+	var out []queueState
+	for _, d := range devs {
+		for i := 0; i < 1024; i++ {
+			raw, err := q.Execute("x-query-virtio-queue-status", map[string]any{"path": d.Path, "queue": i})
+			if err != nil {
+				if i == 0 {
+					return nil, err
+				}
+				break // past the last queue
+			}
+			var s struct {
+				LastAvail int `json:"last-avail-idx"`
+				Used      int `json:"used-idx"`
+				InUse     int `json:"inuse"`
+			}
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return nil, err
+			}
+			out = append(out, queueState{Path: d.Path, Queue: i, LastAvail: s.LastAvail, Used: s.Used, InUse: s.InUse})
+		}
+	}
+	return out, nil
+}
+
+// setIgnoreShared sets the migration capability x-ignore-shared: RAM
+// blocks in shared memory (memfds) are not migrated.
+func setIgnoreShared(q *QMP, on bool) error {
+	_, err := q.Execute("migrate-set-capabilities", map[string]any{
+		"capabilities": []map[string]any{{"capability": "x-ignore-shared", "state": on}}})
+	return err
+}
+
+// syncFile flushes the file at path to disk.
+func syncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // liftMigrationBlocker deletes the migration blocker node of a confined
@@ -486,7 +642,11 @@ func (d *Driver) checkSnapshot(ctx context.Context, spec vmm.Spec, dir string) (
 	if err != nil {
 		return Config{}, mm, err
 	}
-	for _, f := range []string{snapState, snapDisk} {
+	need := []string{snapState, snapDisk}
+	if len(mm.RAMParts) > 0 {
+		need = append(need, snapRAM)
+	}
+	for _, f := range need {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			return Config{}, mm, fmt.Errorf("snapshot %s is incomplete: %w", dir, err)
 		}
@@ -568,6 +728,44 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 		}
 	}
 	qc.Incoming = true
+	var parts []ramPart
+	var idx []int
+	if len(mm.RAMParts) > 0 {
+		parts, idx = imageParts(qc)
+		if !reflect.DeepEqual(idx, mm.RAMParts) {
+			return nil, fmt.Errorf("the snapshot's RAM image holds parts %v of guest RAM, a box here now %v: the snapshot cannot be restored; take a new one", mm.RAMParts, idx)
+		}
+		if vmm.SharedRAM(ctx) {
+			// Restores started together (Fork's children) share one
+			// sealed image, mapped copy-on-write.
+			images, done, err := ramImages.get(filepath.Join(dir, snapRAM), parts, idx)
+			if err != nil {
+				return nil, err
+			}
+			defer done()
+			qc.RAMImages = images
+		}
+	}
+	return d.startOnce(ctx, spec, qc, mm, f, dir, parts, idx)
+}
+
+// startOnce is one launch of StartFromSnapshot.
+func (d *Driver) startOnce(ctx context.Context, spec vmm.Spec, qc Config, mm machineMeta, f *os.File, dir string, parts []ramPart, idx []int) (vmm.Machine, error) {
+	if len(mm.RAMParts) > 0 && qc.RAMImages == nil {
+		// The box's own copy.
+		images, err := ramCopy(filepath.Join(dir, snapRAM), parts, idx)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			for _, f := range images {
+				if f != nil {
+					f.Close() // QEMU has its own
+				}
+			}
+		}()
+		qc.RAMImages, qc.RAMCopy = images, true
+	}
 	// A fresh agent secret (the guest takes it from its secret port once
 	// it runs again), and this host's confinement.
 	if err := d.confine(spec, &qc); err != nil {
@@ -586,7 +784,7 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 		os.WriteFile(filepath.Join(spec.Dir, boxdir.CID), []byte(strconv.FormatUint(uint64(qc.VsockCID), 10)), 0o600)
 	}
 	m := &machine{id: spec.ID, dir: spec.Dir, h: vmm.Handle{PID: pid, Start: vmm.StartTime(pid)}}
-	if err := loadState(ctx, m, f, mm.QEMUVersion, qc.Network && qc.NetSocket != ""); err != nil {
+	if err := loadState(ctx, m, f, mm.QEMUVersion, len(mm.RAMParts) > 0, qc.Network && qc.NetSocket != ""); err != nil {
 		m.Kill()
 		return nil, err
 	}
@@ -595,7 +793,12 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 
 // loadState feeds the state file to the waiting QEMU of m and waits until
 // the guest runs.
-func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string, network bool) error {
+//
+// ignoreShared says the stream was saved with x-ignore-shared (a RAM
+// image holds part of RAM), which changes its format: the incoming side
+// needs the capability too. network says the machine has a stream netdev
+// (net0) its network helper connects to.
+func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string, ignoreShared, network bool) error {
 	q, err := m.qmp(ctx)
 	if err != nil {
 		return err
@@ -607,6 +810,11 @@ func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string, 
 	}
 	if ver != wantVersion {
 		return fmt.Errorf("the snapshot was taken with QEMU %s and this host runs QEMU %s: the snapshot cannot be restored; take a new one", wantVersion, ver)
+	}
+	if ignoreShared {
+		if err := setIgnoreShared(q, true); err != nil {
+			return err
+		}
 	}
 	const fdName = "airlock-snapshot"
 	if _, err := q.executeWithFile("getfd", map[string]any{"fdname": fdName}, f); err != nil {
