@@ -21,6 +21,8 @@ type Limits struct {
 	// CPUs caps QEMU's CPU time, in host CPUs (1.5 = one and a half
 	// cores); 0 = no cap.
 	CPUs float64
+	// noCPU leaves the cpu controller out (JailOptions.TestWithout).
+	noCPU bool
 }
 
 // MemoryOverheadMiB is what a box's QEMU may use on top of the guest's RAM
@@ -176,7 +178,7 @@ func NewCgroup(name string, l Limits) (*Cgroup, error) {
 	}
 	for _, c := range cgroupControllers {
 		dir, ok := v1[c]
-		if !ok {
+		if !ok || c == "cpu" && l.noCPU {
 			continue
 		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
