@@ -15,10 +15,12 @@ import (
 // on both alike: cold start (Create until a first exec of `true` has
 // answered, median of 7 per mode; without and with a network, whose
 // helper is confined too) and the exec round trip of `true` (median of 200
-// per mode, on one box of each). It reports each as a metric (on-*, off-*)
-// and the ratio of the cold starts.
+// per mode, on one box of each, and the CPU time the box's QEMU spent per
+// exec). It reports each as a metric (on-*, off-*) and the ratio of the
+// cold starts. BenchmarkConfinementLayers breaks the cost down by layer;
+// docs/confinement.md ("Cost") has the numbers.
 //
-// go test -run '^$' -bench BenchmarkConfinement -benchtime=1x .
+// go test -run '^$' -bench 'BenchmarkConfinement$' -benchtime=1x .
 func BenchmarkConfinement(b *testing.B) {
 	vmtest.Require(b)
 	ctx := context.Background()
@@ -67,6 +69,10 @@ func BenchmarkConfinement(b *testing.B) {
 			boxes[off], _ = start(rt[off], airlock.BoxOptions{Network: airlock.NetworkDisabled})
 		}
 		rtt := map[bool][]time.Duration{}
+		before := map[bool][2]time.Duration{}
+		for _, off := range []bool{false, true} {
+			before[off] = qemuSchedstat(b, rt[off], boxes[off])
+		}
 		for j := 0; j < 200; j++ {
 			for _, off := range []bool{false, true} {
 				t0 := time.Now()
@@ -78,6 +84,11 @@ func BenchmarkConfinement(b *testing.B) {
 		}
 		for _, off := range []bool{false, true} {
 			b.ReportMetric(float64(median(rtt[off]).Microseconds()), name[off]+"-exec-us")
+			// QEMU's CPU time per exec: what the confinement could add to
+			// QEMU's own work, unlike the wall time not moved by the load
+			// of a shared machine.
+			cpu := qemuSchedstat(b, rt[off], boxes[off])[0] - before[off][0]
+			b.ReportMetric(float64((cpu / 200).Microseconds()), name[off]+"-qemu-cpu-us/exec")
 			boxes[off].Remove(ctx, true)
 		}
 	}

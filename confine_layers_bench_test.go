@@ -18,8 +18,8 @@ import (
 
 // BenchmarkConfinementLayers measures what each layer of the QEMU
 // confinement costs: boxes confined fully ("on"), not at all ("off"), and
-// without one layer each ("-seccomp", "-cgroup", "-cpu-cgroup", "-uid",
-// "-netns", "-jail"). Each round starts one box of every variant, in an
+// without one layer each ("-seccomp", "-cgroup", "-uid", "-netns",
+// "-jail"). Each round starts one box of every variant, in an
 // order that rotates round by round (the load of a shared machine falls
 // on all alike) and takes its cold start (Create until a first exec of
 // `true` has answered); then, after 5 warm-up execs each, it runs
@@ -32,7 +32,7 @@ import (
 func BenchmarkConfinementLayers(b *testing.B) {
 	vmtest.Require(b)
 	ctx := context.Background()
-	variants := []string{"off", "on", "-seccomp", "-cgroup", "-cpu-cgroup", "-uid", "-netns", "-jail"}
+	variants := []string{"off", "on", "-seccomp", "-cgroup", "-uid", "-netns", "-jail"}
 	if v := os.Getenv("AIRLOCK_BENCH_LAYERS"); v != "" {
 		variants = strings.Split(v, ",")
 	}

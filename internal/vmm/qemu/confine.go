@@ -43,9 +43,6 @@ const (
 	LayerSeccomp Layer = "seccomp"
 	// LayerCgroup is the box's cgroup (memory, pids, cpu).
 	LayerCgroup Layer = "cgroup"
-	// LayerCPUCgroup is the cgroup's cpu controller (memory and pids
-	// stay).
-	LayerCPUCgroup Layer = "cpu-cgroup"
 	// LayerUID is the box's own uid (QEMU stays root in its jail).
 	LayerUID Layer = "uid"
 	// LayerNetNS is the box's empty network namespace.
@@ -119,7 +116,6 @@ func (d *Driver) confine(spec vmm.Spec, qc *Config) error {
 		MemoryBytes: int64(spec.MemoryMiB+MemoryOverheadMiB(qc.Accel)) << 20,
 		Pids:        PidsLimit(spec.CPUs),
 		CPUs:        o.CPULimit,
-		noCPU:       o.without(LayerCPUCgroup),
 	}
 	if o.without(LayerCgroup) {
 		return nil
