@@ -272,7 +272,12 @@ func (b *Box) sendFile(ctx context.Context, method string, req *client.FileReque
 	f.Close()
 	if c, ok := src.(io.Closer); ok {
 		c.Close()
-		<-uploaded // its Read ends with the close
+		// A pending Read ends with the close (a pipe, a pollable file); a
+		// reader whose Close does not end it is left to it, as above.
+		select {
+		case <-uploaded:
+		case <-time.After(2 * time.Second):
+		}
 	}
 	if serr != nil {
 		return nil, serr
