@@ -26,3 +26,16 @@ func OpenWedgedQEMU(opts Options) (*Runtime, error) {
 	qo.TestWedgeExec = true
 	return openWith(opts, qemu.New(qo))
 }
+
+// OpenConfinedWithout opens a runtime on the QEMU driver whose boxes are
+// confined without the given layers (tests only: benchmarks of what each
+// layer costs, qemu.JailOptions.TestWithout).
+func OpenConfinedWithout(opts Options, layers ...qemu.Layer) (*Runtime, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	qo := qemuOptions(opts)
+	qo.Jail.TestWithout = layers
+	return openWith(opts, qemu.New(qo))
+}

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/agent/agentpb"
@@ -215,7 +214,11 @@ func (b *Box) WriteFile(ctx context.Context, p string, data []byte, perm fs.File
 
 // sendFile runs a file call that uploads src (WriteFile, CopyIn) and
 // returns its result. The upload runs beside the wait for the result, so
-// an agent that fails early (no space, bad path) ends it at once.
+// an agent that fails early (no space, bad path, read-only destination)
+// ends the call at once with its error, even while a Read of src is
+// still pending: src is never read again after sendFile returns, and
+// what a pending Read returns is dropped. A src that
+// is an io.Closer (CopyIn's own pipe) is closed, which ends such a Read.
 func (b *Box) sendFile(ctx context.Context, method string, req *client.FileRequest, src io.Reader) (*agentpb.FileResult, error) {
 	c, err := b.client(ctx)
 	if err != nil {
@@ -225,15 +228,26 @@ func (b *Box) sendFile(ctx context.Context, method string, req *client.FileReque
 	if err != nil {
 		return nil, b.fileErr(err)
 	}
-	var srcErr error
-	var over atomic.Bool // the result is in: later read errors are ours
-	var wg sync.WaitGroup
-	wg.Add(1)
+	var (
+		mu     sync.Mutex
+		over   bool // the result is in: the uploader stops, its errors are not the call's
+		srcErr error
+	)
+	uploaded := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(uploaded)
 		buf := make([]byte, 256<<10)
 		for {
 			n, rerr := src.Read(buf)
+			mu.Lock()
+			done := over
+			if rerr != nil && rerr != io.EOF && !done {
+				srcErr = rerr
+			}
+			mu.Unlock()
+			if done {
+				return // the call ended while Read was pending: drop what it read
+			}
 			if n > 0 {
 				if _, err := f.Write(buf[:n]); err != nil {
 					return // the call is over; the result says why
@@ -244,24 +258,29 @@ func (b *Box) sendFile(ctx context.Context, method string, req *client.FileReque
 				return
 			}
 			if rerr != nil {
-				if !over.Load() {
-					// Abandon the call: the agent removes what it started.
-					srcErr = rerr
-					f.Close()
-				}
+				// Abandon the call: the agent removes what it started.
+				f.Close()
 				return
 			}
 		}
 	}()
 	r, err := f.Result()
-	over.Store(true)
+	mu.Lock()
+	over = true
+	serr := srcErr
+	mu.Unlock()
 	f.Close()
 	if c, ok := src.(io.Closer); ok {
 		c.Close()
+		// A pending Read ends with the close (a pipe, a pollable file); a
+		// reader whose Close does not end it is left to it, as above.
+		select {
+		case <-uploaded:
+		case <-time.After(2 * time.Second):
+		}
 	}
-	wg.Wait()
-	if srcErr != nil {
-		return nil, srcErr
+	if serr != nil {
+		return nil, serr
 	}
 	if err != nil {
 		return nil, b.fileErr(err)
@@ -275,6 +294,13 @@ func (b *Box) sendFile(ctx context.Context, method string, req *client.FileReque
 // Every path is resolved inside the box, so a symlink in the box cannot
 // redirect the copy elsewhere; each file is written under a temporary name
 // and renamed into place, so a failure leaves no half-written file.
+//
+// When the box fails the copy (a read-only or full destination, a missing
+// directory) or ctx ends, CopyInTar returns at once with that error and
+// reads r no more, even if a Read of r is still pending then: that Read
+// is left to return on its own, and its data is dropped. CopyInTar does
+// not close r (whoever made it does; closing it, or a read deadline,
+// ends such a Read).
 func (b *Box) CopyInTar(ctx context.Context, boxDir string, r io.Reader, opts ...CopyOptions) error {
 	o := copyOpts(opts)
 	req := &client.FileRequest{Path: boxDir, Owners: true}

@@ -1,6 +1,7 @@
 package airlock_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -12,6 +13,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -281,4 +283,61 @@ func TestFiles(t *testing.T) {
 			t.Errorf("after failed writes: %q", got)
 		}
 	})
+
+	t.Run("an early error ends an upload whose source blocks", func(t *testing.T) {
+		sh(t, b, "mkdir -p /rodst /fulldst && mount -t tmpfs -o ro tmpfs /rodst && mount -t tmpfs -o size=1m tmpfs /fulldst")
+		for _, c := range []struct {
+			name, dir string
+			sent      int // bytes of the file sent before the source blocks
+			want      syscall.Errno
+		}{
+			{"read-only destination", "/rodst", 4 << 10, syscall.EROFS},
+			{"full destination", "/fulldst", 1<<20 + 128<<10, syscall.ENOSPC},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				// A tar of one 3 MiB file, of which the source sends the
+				// header and c.sent bytes, then blocks: the pipe is never
+				// closed while CopyInTar runs.
+				pr, pw := io.Pipe()
+				t.Cleanup(func() { pw.Close() })
+				go func() {
+					tw := tar.NewWriter(pw)
+					tw.WriteHeader(&tar.Header{Name: "big", Mode: 0o644, Size: 3 << 20, Typeflag: tar.TypeReg})
+					tw.Write(make([]byte, c.sent))
+				}()
+				done := make(chan error, 1)
+				go func() { done <- b.CopyInTar(ctx, c.dir, pr) }()
+				select {
+				case err := <-done:
+					if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.dir) {
+						t.Fatalf("CopyInTar: %v, want %v naming %s", err, c.want, c.dir)
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatalf("CopyInTar still waits for its source 20 s after the box failed the copy")
+				}
+				// The uploader may still sit in a Read of the source: one
+				// more write ends that Read, and the uploader must then
+				// stop, not read on.
+				go pw.Write(make([]byte, 512))
+				deadline := time.Now().Add(10 * time.Second)
+				for uploaders() > 0 {
+					if time.Now().After(deadline) {
+						t.Fatalf("an uploader goroutine still runs (reads the source on) after CopyInTar returned")
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				if got := sh(t, b, "ls -A "+c.dir+" | wc -l"); strings.TrimSpace(got) != "0" {
+					t.Errorf("%s holds leftovers after the failed copy: %s", c.dir, sh(t, b, "ls -A "+c.dir))
+				}
+			})
+		}
+	})
+}
+
+// uploaders counts the goroutines that upload a file call's data
+// (Box.sendFile's reader of the source).
+func uploaders() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "airlock.(*Box).sendFile.func")
 }

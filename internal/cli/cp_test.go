@@ -1,11 +1,13 @@
 package cli_test
 
 import (
+	"archive/tar"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
@@ -57,6 +59,39 @@ func TestCLICp(t *testing.T) {
 	}
 	if o, _, _ := c.run("exec", id, "cat", "/tmp/data/out.txt"); o != "b\n2\n" {
 		t.Fatalf("after cp -: %q", o)
+	}
+	// A box that refuses the copy (a read-only destination) ends `cp -`
+	// at once with its error, though stdin stalls and never closes.
+	if _, errs, code := c.run("exec", id, "sh", "-c", "mkdir /rodst && mount -t tmpfs -o ro tmpfs /rodst"); code != 0 {
+		t.Fatal(errs)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	stalled := exec.Command(airlockBin, "cp", "-", id+":/rodst")
+	stalled.Env = cmd.Env
+	stalled.Stdin = pr
+	var stalledErr strings.Builder
+	stalled.Stderr = &stalledErr
+	if err := stalled.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pr.Close()
+	tw := tar.NewWriter(pw)
+	tw.WriteHeader(&tar.Header{Name: "big", Mode: 0o644, Size: 3 << 20, Typeflag: tar.TypeReg})
+	tw.Write(make([]byte, 4<<10))
+	exited := make(chan error, 1)
+	go func() { exited <- stalled.Wait() }()
+	select {
+	case err := <-exited:
+		if err == nil || !strings.Contains(stalledErr.String(), "read-only file system") {
+			t.Errorf("cp - into a read-only directory: %v %q", err, stalledErr.String())
+		}
+	case <-time.After(20 * time.Second):
+		stalled.Process.Kill()
+		t.Fatalf("cp - still runs 20 s after the box refused the copy (stdin stalled)")
 	}
 	// A stopped box: started for the copy, stopped again, files kept.
 	if _, errs, code := c.run("stop", id); code != 0 {

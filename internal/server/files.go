@@ -314,7 +314,9 @@ func (s *Server) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if err := b.WriteFileFrom(r.Context(), p, r.Body, perm); err != nil {
+	body := newUploadBody(w, r)
+	defer body.end()
+	if err := b.WriteFileFrom(r.Context(), p, body, perm); err != nil {
 		writeFileProblem(w, err)
 		return
 	}
@@ -350,7 +352,9 @@ func (s *Server) handleCopyIn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.execBegin(b.ID())()
-	if err := b.CopyInTar(r.Context(), p, r.Body); err != nil {
+	body := newUploadBody(w, r)
+	defer body.end()
+	if err := b.CopyInTar(r.Context(), p, body); err != nil {
 		writeFileProblem(w, err)
 		return
 	}

@@ -201,6 +201,52 @@ func TestServerFilesVM(t *testing.T) {
 		}
 	})
 
+	t.Run("early error ends a stalled upload", func(t *testing.T) {
+		// The client sends the start of its body, then stalls (the pipe
+		// is never closed while the request runs): the box's error on the
+		// read-only volume is the answer all the same.
+		for _, u := range []struct{ name, url string }{
+			{"archive", files + "/archive?path=/ro"},
+			{"file", files + "/files?path=/ro/stalled.txt"},
+		} {
+			pr, pw := io.Pipe()
+			defer pw.Close()
+			go func() {
+				tw := tar.NewWriter(pw)
+				tw.WriteHeader(&tar.Header{Name: "big", Mode: 0o644, Size: 3 << 20, Typeflag: tar.TypeReg})
+				tw.Write(make([]byte, 4<<10))
+			}()
+			type answer struct {
+				resp *http.Response
+				body []byte
+			}
+			got := make(chan answer, 1)
+			go func() {
+				req, _ := http.NewRequest("PUT", u.url, pr)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Errorf("%s: %v", u.name, err)
+					got <- answer{}
+					return
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				got <- answer{resp, b}
+			}()
+			select {
+			case a := <-got:
+				if a.resp != nil {
+					wantProblem(a.resp, a.body, 409, CodeReadOnlyFS)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("%s: no answer 20 s after the box refused the upload", u.name)
+			}
+		}
+		if ents, _ := os.ReadDir(filepath.Join(granted, "ro")); len(ents) != 1 {
+			t.Errorf("read-only volume after stalled uploads: %d entries", len(ents))
+		}
+	})
+
 	t.Run("volume", func(t *testing.T) {
 		if resp, body := send("PUT", files+"/files?path=/data/from-box.txt", strings.NewReader("via api")); resp.StatusCode != 204 {
 			t.Fatalf("write into the volume: %d %s", resp.StatusCode, body)

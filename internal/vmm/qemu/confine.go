@@ -28,6 +28,39 @@ type JailOptions struct {
 	// UIDRange is "START:COUNT" of the uids box QEMUs run as when this
 	// process is root ("": the UIDRangeOwner entry of /etc/subuid).
 	UIDRange string
+	// TestWithout is TEST-ONLY: layers of the confinement left out, so
+	// that a benchmark can measure what each one costs
+	// (BenchmarkConfinementLayers). Nothing a user configures reaches it.
+	TestWithout []Layer
+}
+
+// Layer names a part of the confinement (JailOptions.TestWithout).
+type Layer string
+
+// The layers of the confinement a benchmark may leave out.
+const (
+	// LayerSeccomp is QEMU's -sandbox filter.
+	LayerSeccomp Layer = "seccomp"
+	// LayerCgroup is the box's cgroup (memory, pids, cpu).
+	LayerCgroup Layer = "cgroup"
+	// LayerUID is the box's own uid (QEMU stays root in its jail).
+	LayerUID Layer = "uid"
+	// LayerNetNS is the box's empty network namespace.
+	LayerNetNS Layer = "netns"
+	// LayerJail is the namespaces and the pivot into the jail root, and
+	// with them the box's uid, which could not reach the box's files
+	// outside the jail (QEMU runs as root and sees the host's file system;
+	// seccomp and the cgroup stay).
+	LayerJail Layer = "jail"
+)
+
+func (o JailOptions) without(l Layer) bool {
+	for _, x := range o.TestWithout {
+		if x == l {
+			return true
+		}
+	}
+	return false
 }
 
 // secretLen is the agent secret's length in random bytes (hex in the file).
@@ -54,31 +87,38 @@ func (d *Driver) confine(spec vmm.Spec, qc *Config) error {
 	// Only QEMU's own user-mode networking (slirp, benchmarks) needs the
 	// host's network namespace; the network helper's stream netdev is a
 	// descriptor, which works from the box's own empty one.
-	qc.Jail.HostNetwork = qc.Network && qc.NetSocket == ""
+	qc.Jail.HostNetwork = qc.Network && qc.NetSocket == "" || o.without(LayerNetNS)
+	qc.Jail.NoSeccomp = o.without(LayerSeccomp)
+	qc.Jail.NoPivot = o.without(LayerJail)
 	qc.ConsoleMax = o.ConsoleMax
 	if os.Geteuid() != 0 {
 		return nil
 	}
-	r, err := BoxUIDRange(o.UIDRange)
-	if err != nil {
-		return err
-	}
-	uid, err := AllocUID(r)
-	if err != nil {
-		return err
-	}
-	qc.Jail.UID, qc.Jail.GID = uid, uid
-	if qc.Accel == AccelKVM {
-		if g := KVMGroup(); g > 0 {
-			qc.Jail.Groups = []int{g}
+	if !o.without(LayerUID) && !o.without(LayerJail) {
+		r, err := BoxUIDRange(o.UIDRange)
+		if err != nil {
+			return err
 		}
+		uid, err := AllocUID(r)
+		if err != nil {
+			return err
+		}
+		qc.Jail.UID, qc.Jail.GID = uid, uid
+		if qc.Accel == AccelKVM {
+			if g := KVMGroup(); g > 0 {
+				qc.Jail.Groups = []int{g}
+			}
+		}
+		os.WriteFile(filepath.Join(spec.Dir, boxdir.UID), []byte(strconv.Itoa(uid)+"\n"), 0o600)
 	}
-	os.WriteFile(filepath.Join(spec.Dir, boxdir.UID), []byte(strconv.Itoa(uid)+"\n"), 0o600)
 	release(spec.Dir)
 	lim := Limits{
 		MemoryBytes: int64(spec.MemoryMiB+MemoryOverheadMiB(qc.Accel)) << 20,
 		Pids:        PidsLimit(spec.CPUs),
 		CPUs:        o.CPULimit,
+	}
+	if o.without(LayerCgroup) {
+		return nil
 	}
 	g, err := NewCgroup("box-"+spec.ID, lim)
 	if err != nil {

@@ -50,10 +50,10 @@ func (c Config) jailedArgs(pivot bool) ([]string, stageSpec) {
 	if pivot {
 		noMig = jailNoMig
 		refs.kernel = jailKernel
-		s.Files = append(s.Files, bindFile{c.Kernel, jailKernel})
+		s.Files = append(s.Files, bindFile{Src: c.Kernel, Dst: jailKernel})
 		if c.Initrd != "" {
 			refs.initrd = jailInitrd
-			s.Files = append(s.Files, bindFile{c.Initrd, jailInitrd})
+			s.Files = append(s.Files, bindFile{Src: c.Initrd, Dst: jailInitrd})
 		}
 	}
 	for _, sock := range c.AgentSockets {
@@ -90,7 +90,7 @@ func (c Config) jailedArgs(pivot bool) ([]string, stageSpec) {
 	open := func(path string, flags ...int) string {
 		set := strconv.Itoa(fd)
 		for _, fl := range flags {
-			s.Open = append(s.Open, openFile{path, fl})
+			s.Open = append(s.Open, openFile{Path: path, Flags: fl})
 			tail = append(tail, "-add-fd", "fd="+strconv.Itoa(fd)+",set="+set)
 			fd++
 		}
@@ -124,9 +124,10 @@ func (c Config) jailedArgs(pivot bool) ([]string, stageSpec) {
 	// The console goes to the drainer's pipe (fdConsole, see startDrainer).
 	refs.console = "path=/dev/fdset/" + strconv.Itoa(fdConsole) + ",append=on"
 	tail = append(tail, "-add-fd", "fd="+strconv.Itoa(fdConsole)+",set="+strconv.Itoa(fdConsole))
-	tail = append(tail,
-		"-sandbox", SandboxArg,
-		"-blockdev", noMigrateBlockdev(noMig))
+	if !c.Jail.NoSeccomp {
+		tail = append(tail, "-sandbox", SandboxArg)
+	}
+	tail = append(tail, "-blockdev", noMigrateBlockdev(noMig))
 	refs.tail = tail
 	if !pivot {
 		s.NoMigrate = noMig
@@ -155,7 +156,7 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	if c.Jail.UID != 0 && os.Geteuid() != 0 {
 		return 0, fmt.Errorf("confinement: running QEMU as uid %d needs root", c.Jail.UID)
 	}
-	pivot := os.Geteuid() == 0 || UserNSAllowed() == nil
+	pivot := (os.Geteuid() == 0 || UserNSAllowed() == nil) && !c.Jail.NoPivot
 	args, spec := c.jailedArgs(pivot)
 	spec.Args = args
 	spec.QEMU = qemuPath
@@ -254,11 +255,14 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 		defer peer.Close()
 		fd4, fd5 = sp, peer
 	}
-	console, err := startDrainer(c.ConsoleLog, c.ConsoleMax, c.Jail.Cgroup, c.Jail.UID)
+	// The console drainer's pipe; the drainer starts after the stage, so
+	// that the stage's start (on the way to QEMU) does not wait for it.
+	consoleR, console, err := os.Pipe()
 	if err != nil {
 		logW.Close()
-		return 0, fmt.Errorf("console drainer: %w", err)
+		return 0, err
 	}
+	defer consoleR.Close()
 	defer console.Close()
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
@@ -349,6 +353,10 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 		return fail(fmt.Errorf("send the QEMU launcher its spec: %w", err))
 	}
 	specW.Close()
+	if err := startDrainer(consoleR, c.ConsoleLog, c.ConsoleMax, c.Jail.Cgroup, c.Jail.UID); err != nil {
+		return fail(fmt.Errorf("console drainer: %w", err))
+	}
+	consoleR.Close() // the drainer holds it now
 
 	msg := func() string {
 		select {

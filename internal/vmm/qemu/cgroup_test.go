@@ -1,0 +1,52 @@
+package qemu
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A box joins the cpu controller only when it has a CPU limit: without
+// one the cpu cgroup would only make every box of the host one task to
+// the scheduler (see NewCgroup).
+func TestCgroupCPUOnlyWithALimit(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("creating cgroups needs root")
+	}
+	s := ProbeCgroups()
+	if _, ok := s.V1["cpu"]; !ok {
+		t.Skip("no cgroup v1 cpu hierarchy on this host")
+	}
+	inCPU := func(g *Cgroup) string {
+		for _, d := range g.Dirs {
+			if strings.HasPrefix(d, s.V1["cpu"]+"/") {
+				return d
+			}
+		}
+		return ""
+	}
+	g, err := NewCgroup("test-nocpu-"+filepath.Base(t.TempDir()), Limits{MemoryBytes: 512 << 20, Pids: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	if d := inCPU(g); d != "" {
+		t.Errorf("no CPU limit, yet a cpu cgroup %s", d)
+	}
+	if len(g.Dirs) == 0 {
+		t.Error("no cgroup directories")
+	}
+	g2, err := NewCgroup("test-cpu-"+filepath.Base(t.TempDir()), Limits{MemoryBytes: 512 << 20, Pids: 64, CPUs: 1.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g2.Remove()
+	d := inCPU(g2)
+	if d == "" {
+		t.Fatalf("CPU limit 1.5 but no cpu cgroup in %v", g2.Dirs)
+	}
+	if q, _ := os.ReadFile(filepath.Join(d, "cpu.cfs_quota_us")); strings.TrimSpace(string(q)) != "150000" {
+		t.Errorf("cpu.cfs_quota_us = %q, want 150000", q)
+	}
+}

@@ -1,0 +1,612 @@
+// Package jailstage is the launcher stage of a confined box QEMU (see
+// qemu.Jail and docs/confinement.md): the QEMU driver re-executes the
+// calling program with Arg0 and Env set, and this package's init, which
+// runs before the init of most of the packages of the program (this one
+// imports only the standard library and x/sys/unix), builds the jail and
+// execs QEMU; it also runs the console drainer. Dispatching here rather
+// than in package qemu saves the re-executed program most of the init of
+// everything else it links (~1.5 ms per box start, docs/confinement.md
+// "Cost").
+package jailstage
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Arg0 (as argv[0]) and Env=1 (in the environment) mark a re-execution
+// of this program as the launcher stage (both must be present). Arg0
+// with "-probe" (exits at once) and "-hold" (lives until its stdin
+// closes) are helpers of the QEMU driver's.
+const (
+	Arg0     = "airlock-qemu-jail"
+	Env      = stageEnv
+	stageEnv = "AIRLOCK_QEMU_JAIL_STAGE"
+	// DrainArg0 (with Env=1) marks a re-execution as a console drainer:
+	// argv is DrainArg0, the log's path, its cap and the uid to run as; the
+	// pipe is descriptor 3 (see DrainConsole).
+	DrainArg0 = "airlock-console-drain"
+)
+
+// DefaultConsoleMax is the default size cap of a confined box's console
+// log in bytes (8 MiB).
+const DefaultConsoleMax = 8 << 20
+
+// Descriptor numbers in the stage and in QEMU.
+const (
+	FDSpec   = 3 // the stage's spec (a pipe)
+	FDSecret = 4 // the agent secret port's socket (qemu.Config.Secret)
+	// FDSecretPeer is the other end of FDSecret's socket pair, held open
+	// (see the driver's secretPair).
+	FDSecretPeer = 5
+	// FDConsole is the write end of the console drainer's pipe.
+	FDConsole = 6
+	// FDUsernsBase is the first of the user namespaces of idmapped share
+	// mounts (see ShareMount), in the stage only.
+	FDUsernsBase = 7
+	// FDBase is the first of the sockets and files the stage opens and
+	// moves to fixed numbers: high enough never to be a descriptor the Go
+	// runtime of the stage opened for itself (its epoll instance).
+	FDBase = 100
+)
+
+// Paths inside the jail.
+const (
+	Kernel    = "/boot/kernel"
+	Initrd    = "/boot/initrd"
+	NoMigrate = "/nomigrate.qcow"
+	oldRoot   = "/.oldroot"
+	Shares    = "/shares" // the 9p shares' directories, by share ID
+)
+
+// Spec is what the launcher stage does, sent as JSON on FDSpec.
+type Spec struct {
+	QEMU string   // QEMU binary, a host path (visible in the jail)
+	Args []string // QEMU's arguments, naming jail paths and descriptors
+	Env  []string
+	// Root is an empty directory the stage mounts the jail's tmpfs on.
+	Root string
+	// Binds are host paths bound read-only into the jail at the same path
+	// (directories recursively); Files are host files bound read-only at
+	// another path (Src -> Dst).
+	Binds []string
+	Files []BindFile
+	// Devices are device nodes bound at the same path.
+	Devices []string
+	// Listen are unix socket paths the stage binds and listens on, mode
+	// 0600, as descriptors FDBase, FDBase+1, ...; Open are files it opens
+	// (as descriptors after those).
+	Listen []string
+	// Connect are unix socket paths the stage connects to (as the
+	// caller), as the descriptors after Listen's: the virtio-fs daemons'.
+	Connect []string
+	Open    []OpenFile
+	// Inherit are descriptors of the stage (inherited from the launcher)
+	// moved, in order, to the descriptors after Open's: the RAM images.
+	Inherit []int
+	// Proc mounts the jail's own /proc (QEMU opens its RAM images through
+	// /proc/self/fd).
+	Proc bool
+	// Shares are the 9p share directories, mounted at Dst in the jail
+	// (idmapped when Userns is set).
+	Shares []ShareMount
+	UID    int
+	GID    int
+	Groups []int
+	THPOff bool
+	// NoMigrate, without Root, is where the stage writes the migration
+	// blocker image (a host path).
+	NoMigrate string
+}
+
+type BindFile struct{ Src, Dst string }
+
+// ShareMount is a host directory mounted into the jail for a 9p share.
+// With UsernsFD (a descriptor of the stage) the mount is idmapped through
+// that user namespace: the directory's owner appears as the box's uid, so
+// the box's QEMU reads and writes what the owner may, and what it creates
+// on the host belongs to the owner.
+type ShareMount struct {
+	Src, Dst string
+	ReadOnly bool
+	UsernsFD int
+}
+
+type OpenFile struct {
+	Path  string
+	Flags int
+}
+
+func init() {
+	if len(os.Args) > 0 && os.Args[0] == Arg0 && os.Getenv(stageEnv) == "1" {
+		runStage()
+	}
+	if len(os.Args) == 4 && os.Args[0] == DrainArg0 && os.Getenv(stageEnv) == "1" {
+		max, _ := strconv.ParseInt(os.Args[2], 10, 64)
+		uid, _ := strconv.Atoi(os.Args[3])
+		DrainConsole(os.NewFile(3, "console"), os.Args[1], max, uid)
+		os.Exit(0)
+	}
+	if len(os.Args) > 0 && os.Args[0] == Arg0+"-probe" {
+		os.Exit(0) // UserNSAllowed's probe
+	}
+	if len(os.Args) > 0 && os.Args[0] == Arg0+"-hold" {
+		// idmapUserns's holder: lives until its stdin closes.
+		b := make([]byte, 1)
+		os.Stdin.Read(b)
+		os.Exit(0)
+	}
+}
+
+// runStage is the launcher stage: it never returns (execs QEMU or exits 1
+// with a message on stderr).
+func runStage() {
+	// no_new_privs is per thread: set it on the thread that execs.
+	runtime.LockOSThread()
+	if err := stage(); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock jail: %v\n", err)
+		os.Exit(1)
+	}
+	os.Exit(1) // not reached
+}
+
+func stage() error {
+	// Raw reads: an *os.File could bring the runtime's poller in.
+	unix.SetNonblock(FDSpec, false)
+	var raw []byte
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.Read(FDSpec, buf)
+		if err == unix.EINTR || err == unix.EAGAIN {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read spec: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+		raw = append(raw, buf[:n]...)
+		if len(raw) > 16<<20 {
+			return fmt.Errorf("read spec: too large")
+		}
+	}
+	unix.Close(FDSpec)
+	var s Spec
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return fmt.Errorf("read spec: %w", err)
+	}
+	// Sockets and files first, as the caller, with host paths.
+	keep := []int{FDSecret, FDSecretPeer, FDConsole} // the secret's socket pair (or /dev/null), the console pipe
+	next := FDBase
+	for _, p := range s.Listen {
+		fd, err := listenUnix(p)
+		if err != nil {
+			return err
+		}
+		if err := moveFD(fd, next); err != nil {
+			return err
+		}
+		keep = append(keep, next)
+		next++
+	}
+	for _, p := range s.Connect {
+		fd, err := connectUnix(p)
+		if err != nil {
+			return err
+		}
+		if err := moveFD(fd, next); err != nil {
+			return err
+		}
+		keep = append(keep, next)
+		next++
+	}
+	for _, o := range s.Open {
+		fd, err := unix.Open(o.Path, o.Flags|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", o.Path, err)
+		}
+		if err := moveFD(fd, next); err != nil {
+			return err
+		}
+		keep = append(keep, next)
+		next++
+	}
+	for _, fd := range s.Inherit {
+		if err := moveFD(fd, next); err != nil {
+			return err
+		}
+		keep = append(keep, next)
+		next++
+	}
+	if s.Root != "" {
+		if err := buildRoot(&s); err != nil {
+			return err
+		}
+	} else if s.NoMigrate != "" {
+		if err := os.WriteFile(s.NoMigrate, NoMigrateQcow(), 0o600); err != nil {
+			return err
+		}
+	}
+	if s.THPOff {
+		unix.Prctl(unix.PR_SET_THP_DISABLE, 1, 0, 0, 0)
+	}
+	if s.UID != 0 {
+		if err := unix.Setgroups(s.Groups); err != nil {
+			return fmt.Errorf("setgroups: %w", err)
+		}
+		if err := unix.Setresgid(s.GID, s.GID, s.GID); err != nil {
+			return fmt.Errorf("setgid %d: %w", s.GID, err)
+		}
+		if err := unix.Setresuid(s.UID, s.UID, s.UID); err != nil {
+			return fmt.Errorf("setuid %d: %w", s.UID, err)
+		}
+	}
+	if err := dropCaps(); err != nil {
+		return err
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	// Every descriptor but stdio and the ones QEMU is told about closes
+	// at exec.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return fmt.Errorf("close_range: %w", err)
+	}
+	for _, fd := range keep {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+			return fmt.Errorf("fd %d: %w", fd, err)
+		}
+	}
+	err := unix.Exec(s.QEMU, append([]string{s.QEMU}, s.Args...), s.Env)
+	return fmt.Errorf("exec %s: %w", s.QEMU, err)
+}
+
+// dropCaps empties the calling thread's capability sets, bounding set
+// included, and makes uid 0 grant none at exec (SECBIT_NOROOT): in a user
+// namespace the stage is uid 0 there, and so is QEMU.
+func dropCaps() error {
+	const secbitNoroot, secbitNorootLocked = 1 << 0, 1 << 1
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, secbitNoroot|secbitNorootLocked, 0, 0, 0); err != nil && os.Geteuid() == 0 {
+		return fmt.Errorf("securebits: %w", err)
+	}
+	for c := 0; c < 64; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err == unix.EINVAL {
+			break
+		}
+	}
+	unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("drop capabilities: %w", err)
+	}
+	return nil
+}
+
+// moveFD makes fd descriptor number to (close-on-exec) and closes fd.
+func moveFD(fd, to int) error {
+	if fd == to {
+		return nil
+	}
+	if err := unix.Dup3(fd, to, unix.O_CLOEXEC); err != nil {
+		return fmt.Errorf("dup %d to %d: %w", fd, to, err)
+	}
+	return unix.Close(fd)
+}
+
+// listenUnix creates a listening unix socket at path that only the caller
+// can connect to (mode 0600, in a directory the caller owns).
+func listenUnix(path string) (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	os.Remove(path)
+	// The umask makes the socket 0600 from the start: no window in which
+	// another user could connect.
+	old := unix.Umask(0o177)
+	err = unix.Bind(fd, &unix.SockaddrUnix{Name: path})
+	unix.Umask(old)
+	if err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("bind %s: %w", path, err)
+	}
+	if err := unix.Listen(fd, 16); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("listen %s: %w", path, err)
+	}
+	return fd, nil
+}
+
+// connectUnix connects to the unix socket at path.
+func connectUnix(path string) (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	for {
+		err = unix.Connect(fd, &unix.SockaddrUnix{Name: path})
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("connect %s: %w", path, err)
+	}
+	return fd, nil
+}
+
+// buildRoot mounts the jail's root on s.Root and pivots into it.
+func buildRoot(s *Spec) error {
+	// Nothing mounted here propagates back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	fi, err := os.Lstat(s.Root)
+	if err != nil || !fi.IsDir() {
+		return fmt.Errorf("jail root %s is not a directory", s.Root)
+	}
+	if err := unix.Mount("airlock-jail", s.Root, "tmpfs", unix.MS_NOSUID, "size=1m,mode=0755"); err != nil {
+		return fmt.Errorf("mount jail tmpfs on %s: %w", s.Root, err)
+	}
+	r := s.Root
+	for _, d := range s.Binds {
+		if err := bindInto(r, d, d); err != nil {
+			return err
+		}
+	}
+	for _, f := range s.Files {
+		if err := bindInto(r, f.Src, f.Dst); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(r, "dev"), 0o755); err != nil {
+		return err
+	}
+	for _, d := range s.Devices {
+		if err := bindInto(r, d, d); err != nil {
+			return err
+		}
+	}
+	for _, sh := range s.Shares {
+		if err := mountShare(r, sh); err != nil {
+			return err
+		}
+	}
+	if len(s.Shares) > 0 || s.Proc {
+		// QEMU's 9p server sets and reads the files' extended attributes
+		// through /proc/self/fd, and QEMU opens a restore's RAM images
+		// there (see ramimage.go). This procfs is the jail's pid namespace's
+		// (QEMU alone) and holds only its process directories (subset=pid).
+		p := filepath.Join(r, "proc")
+		if err := os.MkdirAll(p, 0o555); err != nil {
+			return err
+		}
+		if err := unix.Mount("proc", p, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "subset=pid,hidepid=invisible"); err != nil {
+			return fmt.Errorf("mount /proc in the jail: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(r, NoMigrate), NoMigrateQcow(), 0o444); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(r, oldRoot), 0o700); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(r, filepath.Join(r, oldRoot)); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+	if err := unix.Unmount(oldRoot, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach the host root: %w", err)
+	}
+	os.Remove(oldRoot)
+	// The root itself read-only.
+	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID, ""); err != nil {
+		return fmt.Errorf("remount jail root read-only: %w", err)
+	}
+	return nil
+}
+
+// bindInto binds host path src read-only at dst under root. A symlink is
+// copied as a symlink (e.g. /lib -> usr/lib); a missing src is skipped.
+func bindInto(root, src, dst string) error {
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return nil
+	}
+	target := filepath.Join(root, dst)
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeSymlink != 0 && src == dst {
+		l, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(l, target)
+	}
+	st, err := os.Stat(src)
+	if err != nil {
+		return nil
+	}
+	if st.IsDir() {
+		err = os.Mkdir(target, 0o755)
+	} else {
+		err = os.WriteFile(target, nil, 0o444)
+	}
+	if err != nil && !os.IsExist(err) {
+		return err
+	}
+	if err := unix.Mount(src, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	// Remounting read-only must keep the flags the source mount has
+	// (a user namespace may not clear them).
+	var sf unix.Statfs_t
+	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID)
+	if unix.Statfs(target, &sf) == nil {
+		for _, m := range []struct{ st, ms uintptr }{
+			{unix.ST_NODEV, unix.MS_NODEV}, {unix.ST_NOEXEC, unix.MS_NOEXEC},
+			{unix.ST_NOATIME, unix.MS_NOATIME}, {unix.ST_NODIRATIME, unix.MS_NODIRATIME}, {unix.ST_RELATIME, unix.MS_RELATIME},
+		} {
+			if uintptr(sf.Flags)&m.st != 0 {
+				flags |= m.ms
+			}
+		}
+	}
+	if err := unix.Mount("", target, "", flags, ""); err != nil {
+		return fmt.Errorf("remount %s read-only: %w", dst, err)
+	}
+	return nil
+}
+
+// NoMigrateQcow returns an empty qcow (version 1) image of 512 bytes.
+// QEMU registers a migration blocker for every open qcow v1 node, so with
+// one attached (read-only, to no device) `migrate` fails before it opens
+// its URI: `migrate exec:CMD` cannot run CMD.
+func NoMigrateQcow() []byte {
+	b := make([]byte, 560)
+	copy(b, "QFI\xfb")
+	b[7] = 1                 // version 1
+	b[0x1e] = 0x02           // size 512 (big-endian u64 at 0x18)
+	b[0x20], b[0x21] = 12, 9 // cluster_bits, l2_bits
+	b[0x2f] = 0x30           // l1_table_offset
+	return b
+}
+
+// mountShare mounts a 9p share's host directory at sh.Dst under root,
+// read-only for a read-only share; idmapped through sh.UsernsFD when set.
+func mountShare(root string, sh ShareMount) error {
+	target := filepath.Join(root, sh.Dst)
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	if sh.UsernsFD <= 0 {
+		if err := unix.Mount(sh.Src, target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind volume %s: %w", sh.Src, err)
+		}
+		flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV)
+		if sh.ReadOnly {
+			flags |= unix.MS_RDONLY
+		}
+		var sf unix.Statfs_t
+		if unix.Statfs(target, &sf) == nil {
+			for _, m := range []struct{ st, ms uintptr }{
+				{unix.ST_NOEXEC, unix.MS_NOEXEC}, {unix.ST_NOATIME, unix.MS_NOATIME},
+				{unix.ST_NODIRATIME, unix.MS_NODIRATIME}, {unix.ST_RELATIME, unix.MS_RELATIME},
+			} {
+				if uintptr(sf.Flags)&m.st != 0 {
+					flags |= m.ms
+				}
+			}
+		}
+		if err := unix.Mount("", target, "", flags, ""); err != nil {
+			return fmt.Errorf("remount volume %s: %w", sh.Src, err)
+		}
+		return nil
+	}
+	fd, err := unix.OpenTree(unix.AT_FDCWD, sh.Src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("volume %s: open_tree: %w", sh.Src, err)
+	}
+	defer unix.Close(fd)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(sh.UsernsFD)}
+	if sh.ReadOnly {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		return fmt.Errorf("volume %s: idmapped mount (the file system must support idmapped mounts, Linux 5.12+): %w", sh.Src, err)
+	}
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("volume %s: move_mount: %w", sh.Src, err)
+	}
+	return nil
+}
+
+// DrainConsole copies r to the file path until EOF, as a ring of about
+// max bytes (0: DefaultConsoleMax): when the file grows past max, its
+// newest max/2 bytes move to its start and the rest is cut off (in place,
+// through the one open descriptor: the drainer needs no access to the box
+// directory). With uid non-zero and as root, it gives up root for uid (no
+// groups, no capabilities) once the log is open.
+func DrainConsole(r io.Reader, path string, max int64, uid int) {
+	if max <= 0 {
+		max = DefaultConsoleMax
+	}
+	// Not O_APPEND (rotate writes at offsets): the drainer is the file's
+	// only writer and keeps its offset at the end.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		io.Copy(io.Discard, r)
+		return
+	}
+	if uid != 0 && os.Geteuid() == 0 {
+		// All threads (Go's set*id); a uid change from root clears every
+		// capability. The drainer never execs.
+		if syscall.Setgroups([]int{}) != nil || syscall.Setresgid(uid, uid, uid) != nil || syscall.Setresuid(uid, uid, uid) != nil {
+			io.Copy(io.Discard, r)
+			return
+		}
+	}
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		size = 0
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			f.Write(buf[:n])
+			size += int64(n)
+			if size > max {
+				size = rotate(f, size, max/2)
+			}
+		}
+		if err != nil {
+			f.Close()
+			return
+		}
+	}
+}
+
+// rotate moves the last keep bytes of f (size bytes long) to its start,
+// cuts it there and returns its new size.
+func rotate(f *os.File, size, keep int64) int64 {
+	off := size - keep
+	if off <= 0 {
+		return size
+	}
+	buf := make([]byte, 64<<10)
+	var at int64
+	for at < keep {
+		n, err := f.ReadAt(buf[:min(int64(len(buf)), keep-at)], off+at)
+		if n > 0 {
+			if _, werr := f.WriteAt(buf[:n], at); werr != nil {
+				break
+			}
+			at += int64(n)
+		}
+		if err != nil {
+			break
+		}
+	}
+	if f.Truncate(at) != nil {
+		return size
+	}
+	if _, err := f.Seek(at, io.SeekStart); err != nil {
+		return size
+	}
+	return at
+}
