@@ -198,9 +198,13 @@ func HostHandshakeAuth(conn net.Conn, deadline time.Time, secret []byte) (agentV
 		}
 		return "", fmt.Errorf("agent handshake: %w", err)
 	}
-	// Resend quickly at first: after a reconnect the guest may still be
-	// running the previous session, which the first SYNC ends.
-	interval := 20 * time.Millisecond
+	// Resend quickly at first (every 5 ms for 300 ms, then backing off):
+	// after a reconnect the guest may still be running the previous
+	// session, which the first SYNC ends, and the next SYNC it reads
+	// starts the handshake; a restored guest answers within tens of
+	// milliseconds, which a doubling interval would round up.
+	interval := 5 * time.Millisecond
+	fastUntil := time.Now().Add(300 * time.Millisecond)
 	resend := time.NewTimer(interval)
 	defer resend.Stop()
 	if _, err := conn.Write(syncLine); err != nil {
@@ -231,7 +235,7 @@ func HostHandshakeAuth(conn net.Conn, deadline time.Time, secret []byte) (agentV
 			if _, err := conn.Write(syncLine); err != nil {
 				return fail(err)
 			}
-			if interval < 250*time.Millisecond {
+			if interval < 250*time.Millisecond && time.Now().After(fastUntil) {
 				interval *= 2
 			}
 			resend.Reset(interval)
