@@ -59,11 +59,13 @@ func (u *uploadBody) Read(p []byte) (int, error) {
 
 // end is called once the upload call has returned, before the response
 // is sent: it stops further Reads and, unless the body was read to its
-// end (the client's upload outlived the call), cuts the body's reads
-// through the connection's read deadline, so that neither a pending Read
-// nor net/http's own read of the rest waits for the client (the
-// connection is then not reused), and waits for a pending Read to end. A
-// Read that does not end in uploadEndWait aborts the connection.
+// end (the client's upload outlived the call), lets a client that is
+// still sending finish (up to uploadDrainMax more bytes within
+// uploadDrainWait: it then reads the answer instead of a reset
+// connection), else cuts the body's reads through the connection's read
+// deadline, so that neither a pending Read nor net/http's own read of the
+// rest waits for a stalled client (the connection is then not reused). A
+// pending Read that does not end in uploadEndWait aborts the connection.
 func (u *uploadBody) end() {
 	u.mu.Lock()
 	u.ended = true
@@ -77,13 +79,26 @@ func (u *uploadBody) end() {
 		u.idle = idle
 	}
 	u.mu.Unlock()
-	u.rc.SetReadDeadline(time.Now())
-	if idle == nil {
+	u.rc.SetReadDeadline(time.Now().Add(uploadDrainWait))
+	if idle != nil {
+		select {
+		case <-idle:
+		case <-time.After(uploadEndWait):
+			abort()
+		}
+	}
+	// No Read is pending now and none starts (ended): drain here.
+	if _, err := io.CopyN(io.Discard, u.r, uploadDrainMax); err == io.EOF {
+		u.rc.SetReadDeadline(time.Time{})
 		return
 	}
-	select {
-	case <-idle:
-	case <-time.After(uploadEndWait):
-		abort()
-	}
+	u.rc.SetReadDeadline(time.Now())
 }
+
+// uploadDrainMax and uploadDrainWait bound what end reads of a body the
+// upload did not need: a client still sending a small rest gets the
+// answer; a stalled or large one gets a cut connection.
+const (
+	uploadDrainMax  = 8 << 20
+	uploadDrainWait = time.Second
+)
