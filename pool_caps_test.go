@@ -161,7 +161,10 @@ func TestPoolCaps(t *testing.T) {
 		// three take the pool boxes' room, two are refused, and no more
 		// than 3 machines ever run.
 		e := open(t, airlock.Options{MaxBoxes: 3, Pool: []airlock.PoolOptions{{BoxOptions: pooled, Size: 3}}})
-		wait(t, e.r)
+		// All three ready (WaitPools also returns while a fill is held
+		// back, as the third is while the template's machine still
+		// counts against the cap).
+		waitReady(t, e.r, 3)
 		stop := make(chan struct{})
 		peak := make(chan int)
 		go func() {
