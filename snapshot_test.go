@@ -343,6 +343,11 @@ func TestSnapshotQEMU(t *testing.T) {
 			t.Fatalf("paused: %v %v", p, err)
 		}
 		paused := cpuOver(t, info.PID, time.Second)
+		t.Setenv("AIRLOCK_HOME", home)
+		t.Setenv("AIRLOCK_IMAGES", vmtest.ImagesDir())
+		if out, errs, err := runCLI("ls", "--format", "{{.ID}} {{.Status}}"); err != nil || !strings.Contains(out, c2.ID()+" Up ") || !strings.Contains(out, "(Paused)") {
+			t.Errorf("ls of a paused box: %q %q %v", out, errs, err)
+		}
 		if err := c2.Resume(ctx); err != nil {
 			t.Fatal(err)
 		}

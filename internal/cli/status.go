@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -33,7 +34,23 @@ func rowOf(r *airlock.Runtime, b airlock.BoxInfo) boxRow {
 		row.Reason, row.Exit = e.Reason, e.ExitCode
 	}
 	row.Status = statusText(b, e, ok, time.Now())
+	if b.State == "running" && paused(r, b.ID) {
+		row.Status += " (Paused)" // as docker ps
+	}
 	return row
+}
+
+// paused reports whether the running box id is paused (airlock pause);
+// false when that cannot be told.
+func paused(r *airlock.Runtime, id string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	b, err := r.Get(ctx, id)
+	if err != nil {
+		return false
+	}
+	p, err := b.Paused(ctx)
+	return err == nil && p
 }
 
 // statusText is the STATUS column, as docker ps words it: "Up 3
