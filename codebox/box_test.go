@@ -309,6 +309,7 @@ df["y"].sum()`)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("first plot (matplotlib builds its font cache): %s, stderr %q", res.Duration.Round(time.Millisecond), res.Stderr)
 	// A fresh box has no matplotlib font cache: matplotlib builds it on
 	// the first import and says so on stderr when that takes over 5 s
 	// (a timer in its FontManager), as it can under TCG on a loaded host.
