@@ -21,6 +21,12 @@ var seccompAllowed = []uintptr{
 	unix.SYS_EXIT, unix.SYS_EXIT_GROUP, unix.SYS_SCHED_YIELD, unix.SYS_SCHED_GETAFFINITY,
 	unix.SYS_RT_SIGACTION, unix.SYS_RT_SIGPROCMASK, unix.SYS_RT_SIGRETURN, unix.SYS_SIGALTSTACK,
 	unix.SYS_NANOSLEEP, unix.SYS_CLOCK_GETTIME, unix.SYS_GETTIMEOFDAY, unix.SYS_GETRANDOM,
+	// A helper built with cgo starts threads with glibc's pthread_create:
+	// each new thread registers its rseq area, and glibc aborts the
+	// process when that fails in a process whose first thread registered
+	// one (before the filter). clone3 is refused with ENOSYS below, so
+	// that glibc falls back to clone.
+	unix.SYS_RSEQ,
 	// Descriptors it already has: the poller, reads and writes, the log
 	// (LogFile rotates with ftruncate, lseek and pwrite64).
 	unix.SYS_EPOLL_CREATE1, unix.SYS_EPOLL_CTL, unix.SYS_EPOLL_WAIT, unix.SYS_EPOLL_PWAIT, unix.SYS_EVENTFD2,
@@ -45,7 +51,9 @@ var seccompKilled = []uintptr{
 }
 
 // seccompProgram builds the helper's filter: the allowlist, the killed
-// calls, EPERM for anything else (a call a newer Go runtime makes that
+// calls, ENOSYS for clone3 (glibc's pthread_create then uses clone; with
+// EPERM it fails and the Go runtime of a cgo build aborts), EPERM for
+// anything else (a call a newer Go runtime makes that
 // the list misses fails, as in a container, instead of killing the box's
 // network), and a kill for a foreign architecture's calls.
 func seccompProgram() *seccomp.Program {
@@ -65,6 +73,10 @@ func seccompProgram() *seccomp.Program {
 		RuleSets: []seccomp.RuleSet{
 			{Rules: seccomp.MakeSyscallRules(kill), Action: seccomp.KillProcess},
 			{Rules: seccomp.MakeSyscallRules(allow), Action: seccomp.Allow},
+			{
+				Rules:  seccomp.MakeSyscallRules(map[uintptr]seccomp.SyscallRule{unix.SYS_CLONE3: seccomp.MatchAll{}}),
+				Action: seccomp.ReturnError.Code(uint16(unix.ENOSYS)),
+			},
 		},
 		Options: seccomp.ProgramOptions{
 			DefaultAction: seccomp.ReturnError.Code(uint16(unix.EPERM)),

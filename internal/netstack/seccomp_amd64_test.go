@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -86,6 +87,7 @@ func testSeccompChild(t *testing.T, mode string) {
 		"inet":      "ok",
 		"inet6":     "ok",
 		"setuid":    "operation not permitted",
+		"threads":   "ok",
 		"pipewrite": "ok",
 		"logwrite":  "ok",
 	} {
@@ -163,6 +165,21 @@ func seccompChild(mode string) {
 	fmt.Printf("inet6=%s\n", res(sock(unix.AF_INET6, unix.SOCK_DGRAM)))
 	_, _, e := syscall.RawSyscall(syscall.SYS_SETUID, 0, 0, 0)
 	fmt.Printf("setuid=%s\n", res(errnoErr(e)))
+	// New threads under the filter: each goroutine locked to its thread
+	// makes the runtime start another (pthread_create in a cgo binary:
+	// clone3, then rseq in the new thread).
+	locked := make(chan struct{})
+	for range 8 {
+		go func() {
+			runtime.LockOSThread()
+			locked <- struct{}{}
+			select {}
+		}()
+	}
+	for range 8 {
+		<-locked
+	}
+	fmt.Println("threads=ok")
 	_, err = os.Stdout.Write(nil)
 	fmt.Printf("pipewrite=%s\nready=1\n", res(err))
 	bufio.NewReader(os.Stdin).ReadString('\n')
