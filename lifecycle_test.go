@@ -42,15 +42,8 @@ func fakeHarness(t *testing.T) driverHarness {
 
 // fakeHarnessOn is fakeHarness on a fake driver set up by the caller.
 func fakeHarnessOn(t *testing.T, drv *fake.Driver) driverHarness {
-	images := t.TempDir()
-	s, err := image.Open(images)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ref = "test/fake:v1"
-	if _, err := s.WriteImage(context.Background(), ref, imagetest.Image(t, []string{"sh"}), "test image", nil); err != nil {
-		t.Fatal(err)
-	}
+	images := fakeImageStore(t, ref)
 	openOpts := func(t *testing.T, o airlock.Options) *airlock.Runtime {
 		t.Helper()
 		if o.Home == "" {
@@ -623,4 +616,19 @@ func TestNetHelperFollowsTheMachine(t *testing.T) {
 func vmmAlive(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	return err == nil && !strings.Contains(string(b), ") Z ")
+}
+
+// fakeImageStore returns a new image store holding a tiny image (a "sh"
+// entrypoint) as ref, for the fake driver's tests.
+func fakeImageStore(t *testing.T, ref string) string {
+	t.Helper()
+	images := t.TempDir()
+	s, err := image.Open(images)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WriteImage(context.Background(), ref, imagetest.Image(t, []string{"sh"}), "test image", nil); err != nil {
+		t.Fatal(err)
+	}
+	return images
 }

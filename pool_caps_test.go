@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/image"
-	"github.com/airlock-run/airlock/internal/image/imagetest"
 	"github.com/airlock-run/airlock/internal/vmm/fake"
 )
 
@@ -23,15 +21,8 @@ import (
 // pools; removing user boxes lets the pool refill up to the cap.
 func TestPoolCaps(t *testing.T) {
 	ctx := context.Background()
-	images := t.TempDir()
-	s, err := image.Open(images)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ref = "test/fake:v1"
-	if _, err := s.WriteImage(ctx, ref, imagetest.Image(t, []string{"sh"}), "test image", nil); err != nil {
-		t.Fatal(err)
-	}
+	images := fakeImageStore(t, ref)
 	type env struct {
 		r   *airlock.Runtime
 		drv *fake.Driver

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/image"
-	"github.com/airlock-run/airlock/internal/image/imagetest"
 	"github.com/airlock-run/airlock/internal/vmm/fake"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
@@ -66,15 +64,8 @@ func boxDirs(t *testing.T, home string) []string {
 // removes the unclaimed boxes.
 func TestPoolFake(t *testing.T) {
 	ctx := context.Background()
-	images := t.TempDir()
-	s, err := image.Open(images)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ref = "test/fake:v1"
-	if _, err := s.WriteImage(ctx, ref, imagetest.Image(t, []string{"sh"}), "test image", nil); err != nil {
-		t.Fatal(err)
-	}
+	images := fakeImageStore(t, ref)
 	drv := fake.New(os.Getenv("AIRLOCK_AGENT"))
 	home := t.TempDir()
 	obs := &idObserver{}

@@ -187,8 +187,8 @@ func stage() error {
 	// Sockets and files first, as the caller, with host paths.
 	keep := []int{FDSecret, FDSecretPeer, FDConsole} // the secret's socket pair (or /dev/null), the console pipe
 	next := FDBase
-	for _, p := range s.Listen {
-		fd, err := listenUnix(p)
+	// place makes fd the next descriptor QEMU is told about.
+	place := func(fd int, err error) error {
 		if err != nil {
 			return err
 		}
@@ -197,35 +197,31 @@ func stage() error {
 		}
 		keep = append(keep, next)
 		next++
+		return nil
+	}
+	for _, p := range s.Listen {
+		if err := place(listenUnix(p)); err != nil {
+			return err
+		}
 	}
 	for _, p := range s.Connect {
-		fd, err := connectUnix(p)
-		if err != nil {
+		if err := place(connectUnix(p)); err != nil {
 			return err
 		}
-		if err := moveFD(fd, next); err != nil {
-			return err
-		}
-		keep = append(keep, next)
-		next++
 	}
 	for _, o := range s.Open {
 		fd, err := unix.Open(o.Path, o.Flags|unix.O_CLOEXEC, 0o600)
 		if err != nil {
 			return fmt.Errorf("open %s: %w", o.Path, err)
 		}
-		if err := moveFD(fd, next); err != nil {
+		if err := place(fd, nil); err != nil {
 			return err
 		}
-		keep = append(keep, next)
-		next++
 	}
 	for _, fd := range s.Inherit {
-		if err := moveFD(fd, next); err != nil {
+		if err := place(fd, nil); err != nil {
 			return err
 		}
-		keep = append(keep, next)
-		next++
 	}
 	if s.Root != "" {
 		if err := buildRoot(&s); err != nil {
