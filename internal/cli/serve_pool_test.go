@@ -26,15 +26,7 @@ import (
 // once: a second create is a claim too, a third is refused); after
 // SIGTERM nothing of the home runs.
 func TestServePool(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a VM; skipped with -short")
-	}
-	if why := vmtest.Missing(); why != "" {
-		if os.Getenv("AIRLOCK_REQUIRE_VM") == "1" {
-			t.Fatalf("cannot boot boxes: %s", why)
-		}
-		t.Skipf("cannot boot boxes: %s", why)
-	}
+	vmtest.Require(t)
 	home := t.TempDir()
 	dir, _ := os.MkdirTemp("", "airlock-serve-")
 	defer os.RemoveAll(dir)

@@ -60,15 +60,7 @@ func (l *lineReader) waitFor(t *testing.T, re *regexp.Regexp) []string {
 // through the socket shows up in the event stream, TCP wants the token,
 // and SIGTERM ends the server cleanly.
 func TestServeAndEvents(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a VM; skipped with -short")
-	}
-	if why := vmtest.Missing(); why != "" {
-		if os.Getenv("AIRLOCK_REQUIRE_VM") == "1" {
-			t.Fatalf("cannot boot boxes: %s", why)
-		}
-		t.Skipf("cannot boot boxes: %s", why)
-	}
+	vmtest.Require(t)
 	home := t.TempDir()
 	dir, _ := os.MkdirTemp("", "airlock-serve-")
 	defer os.RemoveAll(dir)

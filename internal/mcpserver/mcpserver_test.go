@@ -54,15 +54,7 @@ func textOf(r *mcp.CallToolResult) string {
 // client over stdio (CommandTransport) and calls every tool; the session's
 // box must be gone after the client closes.
 func TestMCPStdio(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a VM; skipped with -short")
-	}
-	if why := vmtest.Missing(); why != "" {
-		if os.Getenv("AIRLOCK_REQUIRE_VM") == "1" {
-			t.Fatalf("cannot boot boxes: %s", why)
-		}
-		t.Skipf("cannot boot boxes: %s", why)
-	}
+	vmtest.Require(t)
 	img := vmtest.DefaultImage
 	haveData := false
 	if s, err := image.Open(vmtest.ImagesDir()); err == nil {
@@ -196,15 +188,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // behind the bearer token) and drives it with the SDK's streamable HTTP
 // client: a session gets a box, which goes when the session ends.
 func TestMCPStreamableHTTP(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a VM; skipped with -short")
-	}
-	if why := vmtest.Missing(); why != "" {
-		if os.Getenv("AIRLOCK_REQUIRE_VM") == "1" {
-			t.Fatalf("cannot boot boxes: %s", why)
-		}
-		t.Skipf("cannot boot boxes: %s", why)
-	}
+	vmtest.Require(t)
 	rt, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
 	if err != nil {
 		t.Fatal(err)

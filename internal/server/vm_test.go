@@ -28,15 +28,7 @@ func TestMain(m *testing.M) { os.Exit(vmtest.Main(m)) }
 
 func requireVM(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("boots a VM; skipped with -short")
-	}
-	if why := vmtest.Missing(); why != "" {
-		if os.Getenv("AIRLOCK_REQUIRE_VM") == "1" {
-			t.Fatalf("cannot boot boxes: %s", why)
-		}
-		t.Skipf("cannot boot boxes: %s (AIRLOCK_REQUIRE_VM=1 makes this a failure)", why)
-	}
+	vmtest.Require(t)
 }
 
 // eventLog collects the /v1/events stream.
