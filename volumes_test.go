@@ -44,13 +44,7 @@ func TestVolumes(t *testing.T) {
 	})
 
 	t.Run("read-write is live both ways", func(t *testing.T) {
-		os.WriteFile(filepath.Join(rwDir, "late.txt"), []byte("written after start\n"), 0o644)
-		if got := sh(t, b, "cat /rw/late.txt; echo from box > /rw/box.txt"); got != "written after start\n" {
-			t.Fatalf("host write seen in the box: %q", got)
-		}
-		if got, _ := os.ReadFile(filepath.Join(rwDir, "box.txt")); string(got) != "from box\n" {
-			t.Fatalf("box write seen on the host: %q", got)
-		}
+		liveBothWays(t, b, rwDir)
 		// A copy into a path under a volume lands in the volume.
 		src := filepath.Join(t.TempDir(), "copied.txt")
 		os.WriteFile(src, []byte("copied"), 0o644)
@@ -139,5 +133,19 @@ func writesRefused(t *testing.T, b *airlock.Box, roDir, script string, want int,
 	got, _ := os.ReadFile(filepath.Join(roDir, "ro.txt"))
 	if len(ents) != 1 || string(got) != "host ro\n" {
 		t.Errorf("host directory changed: %v %q", ents, got)
+	}
+}
+
+// liveBothWays checks that the read-write volume rwDir, mounted at /rw in
+// box b, shows a file the host writes after the start, and the host a
+// file the box writes.
+func liveBothWays(t *testing.T, b *airlock.Box, rwDir string) {
+	t.Helper()
+	os.WriteFile(filepath.Join(rwDir, "late.txt"), []byte("written after start\n"), 0o644)
+	if got := sh(t, b, "cat /rw/late.txt; echo from box > /rw/box.txt"); got != "written after start\n" {
+		t.Fatalf("host write seen in the box: %q", got)
+	}
+	if got, _ := os.ReadFile(filepath.Join(rwDir, "box.txt")); string(got) != "from box\n" {
+		t.Fatalf("box write seen on the host: %q", got)
 	}
 }

@@ -114,13 +114,7 @@ func TestVolumesVirtioFS(t *testing.T) {
 	})
 
 	t.Run("read-write is live both ways", func(t *testing.T) {
-		os.WriteFile(filepath.Join(rwDir, "late.txt"), []byte("written after start\n"), 0o644)
-		if got := sh(t, b, "cat /rw/late.txt; echo from box > /rw/box.txt"); got != "written after start\n" {
-			t.Fatalf("host write seen in the box: %q", got)
-		}
-		if got, _ := os.ReadFile(filepath.Join(rwDir, "box.txt")); string(got) != "from box\n" {
-			t.Fatalf("box write seen on the host: %q", got)
-		}
+		liveBothWays(t, b, rwDir)
 		os.WriteFile(filepath.Join(rwDir, "late.txt"), []byte("changed\n"), 0o644)
 		if got := sh(t, b, "cat /rw/late.txt"); got != "changed\n" {
 			t.Fatalf("host change seen in the box: %q", got)
