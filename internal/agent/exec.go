@@ -146,18 +146,14 @@ func (s *Server) spawn(st *agentpb.ExecStart) (*process, error) {
 		sys.Chroot = root
 	}
 	var cgfd = -1
-	if s.cfg.CgroupRoot != "" {
-		dir := filepath.Join(s.cfg.CgroupRoot, "exec-"+strconv.FormatInt(execSeq.Add(1), 10))
-		if err := os.Mkdir(dir, 0o755); err == nil {
-			s.limitCgroup(dir)
-			if fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
-				cgfd = fd
-				p.cgroup = dir
-				sys.UseCgroupFD = true
-				sys.CgroupFD = fd
-			} else {
-				os.Remove(dir)
-			}
+	if dir := s.takeCgroup(); dir != "" {
+		if fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+			cgfd = fd
+			p.cgroup = dir
+			sys.UseCgroupFD = true
+			sys.CgroupFD = fd
+		} else {
+			os.Remove(dir)
 		}
 	}
 	proc, err := os.StartProcess(bin, st.Argv, &os.ProcAttr{
@@ -260,6 +256,55 @@ func (p *process) killTree(grace time.Duration) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// takeCgroup returns a new exec cgroup with the exec limits: the spare
+// one when there is one, else one made now ("" without cgroups, or when
+// making one failed).
+func (s *Server) takeCgroup() string {
+	s.cgMu.Lock()
+	dir := s.spareCgroup
+	s.spareCgroup = ""
+	s.cgMu.Unlock()
+	if dir != "" {
+		return dir
+	}
+	return s.newCgroup()
+}
+
+// newCgroup makes an exec cgroup with the exec limits ("" without
+// cgroups, or on failure).
+func (s *Server) newCgroup() string {
+	if s.cfg.CgroupRoot == "" {
+		return ""
+	}
+	dir := filepath.Join(s.cfg.CgroupRoot, "exec-"+strconv.FormatInt(execSeq.Add(1), 10))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return ""
+	}
+	s.limitCgroup(dir)
+	return dir
+}
+
+// refillCgroup makes the spare exec cgroup if there is none.
+func (s *Server) refillCgroup() {
+	s.cgMu.Lock()
+	have := s.spareCgroup != ""
+	s.cgMu.Unlock()
+	if have {
+		return
+	}
+	dir := s.newCgroup()
+	if dir == "" {
+		return
+	}
+	s.cgMu.Lock()
+	defer s.cgMu.Unlock()
+	if s.spareCgroup != "" {
+		os.Remove(dir) // made meanwhile by another exec's end
+		return
+	}
+	s.spareCgroup = dir
 }
 
 // removeCgroup deletes the exec's cgroup once it is empty. Processes the
@@ -531,7 +576,10 @@ wait:
 	if p.cgroup != "" {
 		ex.OOMKilled = oomKills(p.cgroup) > 0
 	}
-	p.removeCgroup()
+	// The cgroup goes, and the next exec's is made, once the caller has
+	// the exit status.
+	defer s.refillCgroup()
+	defer p.removeCgroup()
 	if p.stdin != nil {
 		p.stdin.Close()
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -56,6 +57,13 @@ type Server struct {
 	cfg        Config
 	reaper     *Reaper
 	execMemMax int64 // each exec's memory.max, 0 for none
+
+	// spareCgroup is an exec cgroup made (with its limits) after the last
+	// exec ended, for the next one to start in without waiting for
+	// cgroupfs; a snapshot holds it too, so the first exec of a restored
+	// box does not make one either. "" when none; guarded by cgMu.
+	cgMu        sync.Mutex
+	spareCgroup string
 }
 
 // NewServer returns an agent service for cfg. With a CgroupRoot it enables

@@ -127,15 +127,12 @@ func (s *Server) spawnTTY(st *agentpb.ExecStart, bin, wd string, env []string, u
 		sys.Chroot = root
 	}
 	cgfd := -1
-	if s.cfg.CgroupRoot != "" {
-		dir := filepath.Join(s.cfg.CgroupRoot, "exec-"+strconv.FormatInt(execSeq.Add(1), 10))
-		if err := os.Mkdir(dir, 0o755); err == nil {
-			if fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
-				cgfd, p.cgroup = fd, dir
-				sys.UseCgroupFD, sys.CgroupFD = true, fd
-			} else {
-				os.Remove(dir)
-			}
+	if dir := s.takeCgroup(); dir != "" {
+		if fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+			cgfd, p.cgroup = fd, dir
+			sys.UseCgroupFD, sys.CgroupFD = true, fd
+		} else {
+			os.Remove(dir)
 		}
 	}
 	proc, err := os.StartProcess(bin, st.Argv, &os.ProcAttr{
