@@ -132,9 +132,7 @@ func TestSnapshotQEMU(t *testing.T) {
 			if got := askHolder(t, c); got != drawn {
 				t.Errorf("box %s: the process running at snapshot time answered %q, want %q", c.ID(), got, drawn)
 			}
-			if got := shIn(t, c, "hostname"); got != c.ID() {
-				t.Errorf("box %s: hostname %q", c.ID(), got)
-			}
+			checkRestoredHostname(t, c)
 		}
 	})
 	t.Run("restored boxes read different random bytes", func(t *testing.T) {
@@ -222,6 +220,7 @@ func TestSnapshotQEMU(t *testing.T) {
 		if got := askHolder(t, c3); got != drawn {
 			t.Errorf("c3: the process answered %q, want %q", got, drawn)
 		}
+		checkRestoredHostname(t, c3)
 	})
 	t.Run("removing a snapshot leaves its boxes working", func(t *testing.T) {
 		if err := r.RemoveSnapshot(ctx, "s1"); err != nil {
@@ -381,6 +380,17 @@ func cpuOver(t *testing.T, pid int, d time.Duration) time.Duration {
 }
 
 // TestSnapshotFake: a driver without snapshots says so.
+// checkRestoredHostname checks that restored box c has its own id as its
+// hostname, in /etc/hostname and in /etc/hosts, each of the two files
+// mounted once (a restore rewrites them, it does not stack mounts).
+func checkRestoredHostname(t *testing.T, c *airlock.Box) {
+	t.Helper()
+	got := shIn(t, c, `hostname; cat /etc/hostname; grep -c "127.0.1.1	$(hostname)$" /etc/hosts; grep -c ' /etc/hostname ' /proc/self/mountinfo; grep -c ' /etc/hosts ' /proc/self/mountinfo`)
+	if want := c.ID() + "\n" + c.ID() + "\n1\n1\n1"; got != want {
+		t.Errorf("box %s: hostname, /etc/hostname, its /etc/hosts line, mounts of the two files: %q, want %q", c.ID(), got, want)
+	}
+}
+
 func TestSnapshotFake(t *testing.T) {
 	h := fakeHarness(t)
 	r := h.open(t, "")

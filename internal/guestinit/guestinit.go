@@ -188,6 +188,11 @@ const etcDir = "/mnt/etc"
 
 var etcMounted bool
 
+// etcBound holds the names provideEtcFile has bind-mounted: providing one
+// again (a restored box takes a new hostname) rewrites the file under the
+// mount in place, rather than stacking another mount on every restore.
+var etcBound = map[string]bool{}
+
 // provideEtcFile gives the box /etc/name with content. Like Docker, it
 // bind-mounts a file of etcDir over the image's file: nothing is copied up
 // into the writable layer (under TCG, the first write through overlayfs and
@@ -197,6 +202,11 @@ var etcMounted bool
 // it is written into the box root instead when create is set.
 func provideEtcFile(name string, content []byte, create bool) error {
 	dst := filepath.Join(NewRoot, "etc", name)
+	if etcBound[name] {
+		if err := os.WriteFile(filepath.Join(etcDir, name), content, 0o644); err == nil {
+			return nil
+		}
+	}
 	if fi, err := os.Lstat(dst); err == nil && fi.Mode().IsRegular() {
 		if !etcMounted {
 			if err := mount("tmpfs", etcDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=1m"); err == nil {
@@ -205,6 +215,7 @@ func provideEtcFile(name string, content []byte, create bool) error {
 		}
 		src := filepath.Join(etcDir, name)
 		if etcMounted && os.WriteFile(src, content, 0o644) == nil && unix.Mount(src, dst, "", unix.MS_BIND, "") == nil {
+			etcBound[name] = true
 			return nil
 		}
 	}
