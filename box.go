@@ -229,21 +229,25 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 	if err != nil {
 		return err
 	}
+	stopNet := func() {
+		nh.joined()
+		b.stopNet()
+	}
 	m, err := start(ctx, spec)
 	launched()
 	if err != nil {
-		b.stopNet()
+		stopNet()
 		return fmt.Errorf("box %s: %w", b.id, err)
 	}
 	if err := b.waitNet(ctx, nh); err != nil {
 		m.Kill()
-		b.stopNet()
+		stopNet()
 		return err
 	}
 	h, now := m.Handle(), time.Now()
 	if err := b.r.db.SetRunning(ctx, b.id, h.PID, h.Start, now); err != nil {
 		m.Kill()
-		b.stopNet()
+		stopNet()
 		return fmt.Errorf("box %s: record it running: %w", b.id, err)
 	}
 	up := *rec
@@ -257,7 +261,7 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 	defer cancel()
 	if _, err := b.client(cctx); err != nil {
 		m.Kill()
-		b.stopNet()
+		stopNet()
 		b.r.db.SetStopped(context.WithoutCancel(ctx), b.id)
 		var de *DiedError
 		if errors.As(err, &de) {
@@ -408,13 +412,8 @@ func (b *Box) client(ctx context.Context) (*client.Client, error) {
 		}
 		return nil, fmt.Errorf("connect to agent of box %s: %w", b.id, err)
 	}
-	if _, err := c.Hello(ctx); err != nil {
-		c.Close()
-		if de := b.deadErr(time.Second); de != nil {
-			return nil, de
-		}
-		return nil, fmt.Errorf("agent of box %s: %w", b.id, err)
-	}
+	// The handshake shows the agent answers (and checks its version): no
+	// Hello round trip on top of it.
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.conn != nil { // lost a race with another caller
