@@ -197,11 +197,26 @@ func (b *Box) netSpec(cfg boxConfig) *vmm.NetSpec {
 	return &vmm.NetSpec{Socket: b.sockPath(boxdir.NetSock), MTU: netstack.MTU}
 }
 
+// netStart is a network helper being started (nil: the box has none).
+// Its cgroup is made while the machine starts, off the start's critical
+// path; the box is not reported running before the helper is in it.
+type netStart struct {
+	h      *netstack.Helper
+	cgroup chan struct{} // closed once the helper is in its cgroup (or runs without one)
+}
+
+// joined waits until the helper's cgroup is set up.
+func (n *netStart) joined() {
+	if n != nil {
+		<-n.cgroup
+	}
+}
+
 // startNet launches the box's network helper (when it has a network),
 // before its QEMU: the helper binds the published ports and then connects
 // to QEMU's network socket once QEMU has made it, while QEMU starts. waitNet
 // waits for it.
-func (b *Box) startNet(cfg boxConfig) (h *netstack.Helper, err error) {
+func (b *Box) startNet(cfg boxConfig) (n *netStart, err error) {
 	b.stopNet()
 	os.Remove(filepath.Join(b.dir, boxdir.NetPorts))
 	if !hasNetwork(cfg) || slirpForBench.Load() {
@@ -238,7 +253,7 @@ func (b *Box) startNet(cfg boxConfig) (h *netstack.Helper, err error) {
 		}
 	}
 	os.Remove(hc.NetSocket)
-	h, err = netstack.LaunchHelper(bin, filepath.Join(b.dir, boxdir.NetConfig), filepath.Join(b.dir, boxdir.NetStderr), hc)
+	h, err := netstack.LaunchHelper(bin, filepath.Join(b.dir, boxdir.NetConfig), filepath.Join(b.dir, boxdir.NetStderr), hc)
 	if err != nil {
 		return nil, fmt.Errorf("box %s network: %w", b.id, err)
 	}
@@ -247,16 +262,22 @@ func (b *Box) startNet(cfg boxConfig) (h *netstack.Helper, err error) {
 		h.Kill()
 		return nil, fmt.Errorf("box %s network: record its helper: %w", b.id, err)
 	}
-	b.netCgroup(h.Pid())
-	return h, nil
+	n = &netStart{h: h, cgroup: make(chan struct{})}
+	go func() {
+		defer close(n.cgroup)
+		b.netCgroup(h.Pid())
+	}()
+	return n, nil
 }
 
-// waitNet waits until the helper h (nil: none) serves the box, and records
-// the published ports as bound.
-func (b *Box) waitNet(ctx context.Context, h *netstack.Helper) error {
-	if h == nil {
+// waitNet waits until the helper n (nil: none) is in its cgroup and serves
+// the box, and records the published ports as bound.
+func (b *Box) waitNet(ctx context.Context, n *netStart) error {
+	if n == nil {
 		return nil
 	}
+	n.joined()
+	h := n.h
 	pub, err := h.Wait(ctx)
 	if err != nil {
 		b.stopNet()
