@@ -357,13 +357,94 @@ func openImage(path string, parts []ramPart) (*os.File, syscall.Stat_t, error) {
 // image does not hold allocate once, as in a booted box (a private
 // mapping of a memfd's hole allocates a page of the memfd and another for
 // the copy), and a snapshot of the box takes its RAM image from them.
-func ramCopy(path string, parts []ramPart, idx []int) ([]*os.File, error) {
+//
+// Parts above the first huge part (the kernel image) are filled in the
+// background, while QEMU starts: QEMU's loader writes boot data and the
+// kernel below and into that part, never above it, so only the parts
+// below are filled before QEMU may run. filled waits for the background
+// copy and returns its error; the guest must not run before.
+func ramCopy(path string, parts []ramPart, idx []int) (files []*os.File, filled func() error, err error) {
 	f, _, err := openImage(path, parts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer f.Close()
-	return fillRAMImage(f, parts, idx, false)
+	var now, later []int
+	for _, i := range idx {
+		if aboveKernel(parts, i) {
+			later = append(later, i)
+		} else {
+			now = append(now, i)
+		}
+	}
+	files, err = fillRAMImage(f, parts, now, false)
+	if err != nil || len(later) == 0 {
+		f.Close()
+		return files, func() error { return nil }, err
+	}
+	rest, err := makeRAMCopies(parts, later)
+	if err != nil {
+		f.Close()
+		closeAll(files)
+		return nil, nil, err
+	}
+	for _, i := range later {
+		files[i] = rest[i]
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer f.Close()
+		for _, i := range later {
+			if _, err := copyData(rest[i], f, 0, partOffset(parts, i), int64(parts[i].sizeMiB)<<20, false); err != nil {
+				done <- fmt.Errorf("load the snapshot's RAM image: %w", err)
+				return
+			}
+		}
+		done <- nil
+	}()
+	var once sync.Once
+	var ferr error
+	return files, func() error {
+		once.Do(func() { ferr = <-done })
+		return ferr
+	}, nil
+}
+
+// aboveKernel reports whether part i lies above the first huge part of
+// parts (the kernel image's, see ramLayout).
+func aboveKernel(parts []ramPart, i int) bool {
+	for j := 0; j < i; j++ {
+		if parts[j].huge {
+			return true
+		}
+	}
+	return false
+}
+
+// makeRAMCopies makes an empty memfd of each part in idx (by part index,
+// len(parts)), sized to the part.
+func makeRAMCopies(parts []ramPart, idx []int) ([]*os.File, error) {
+	files := make([]*os.File, len(parts))
+	for _, i := range idx {
+		fd, err := unix.MemfdCreate(copyName, unix.MFD_CLOEXEC)
+		if err != nil {
+			closeAll(files)
+			return nil, fmt.Errorf("load the snapshot's RAM image: %w", err)
+		}
+		files[i] = os.NewFile(uintptr(fd), copyName)
+		if err := files[i].Truncate(int64(parts[i].sizeMiB) << 20); err != nil {
+			closeAll(files)
+			return nil, fmt.Errorf("load the snapshot's RAM image: %w", err)
+		}
+	}
+	return files, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 // fillRAMImage makes one memfd per part in idx holding that part's range

@@ -751,18 +751,17 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 
 // startOnce is one launch of StartFromSnapshot.
 func (d *Driver) startOnce(ctx context.Context, spec vmm.Spec, qc Config, mm machineMeta, f *os.File, dir string, parts []ramPart, idx []int) (vmm.Machine, error) {
+	filled := func() error { return nil }
 	if len(mm.RAMParts) > 0 && qc.RAMImages == nil {
-		// The box's own copy.
-		images, err := ramCopy(filepath.Join(dir, snapRAM), parts, idx)
+		// The box's own copy, partly filled while QEMU starts.
+		images, fill, err := ramCopy(filepath.Join(dir, snapRAM), parts, idx)
 		if err != nil {
 			return nil, err
 		}
+		filled = fill
 		defer func() {
-			for _, f := range images {
-				if f != nil {
-					f.Close() // QEMU has its own
-				}
-			}
+			fill()
+			closeAll(images) // QEMU has its own
 		}()
 		qc.RAMImages, qc.RAMCopy = images, true
 	}
@@ -784,7 +783,7 @@ func (d *Driver) startOnce(ctx context.Context, spec vmm.Spec, qc Config, mm mac
 		os.WriteFile(filepath.Join(spec.Dir, boxdir.CID), []byte(strconv.FormatUint(uint64(qc.VsockCID), 10)), 0o600)
 	}
 	m := &machine{id: spec.ID, dir: spec.Dir, h: vmm.Handle{PID: pid, Start: vmm.StartTime(pid)}}
-	if err := loadState(ctx, m, f, mm.QEMUVersion, len(mm.RAMParts) > 0, qc.Network && qc.NetSocket != ""); err != nil {
+	if err := loadState(ctx, m, f, mm.QEMUVersion, len(mm.RAMParts) > 0, qc.Network && qc.NetSocket != "", filled); err != nil {
 		m.Kill()
 		return nil, err
 	}
@@ -797,8 +796,9 @@ func (d *Driver) startOnce(ctx context.Context, spec vmm.Spec, qc Config, mm mac
 // ignoreShared says the stream was saved with x-ignore-shared (a RAM
 // image holds part of RAM), which changes its format: the incoming side
 // needs the capability too. network says the machine has a stream netdev
-// (net0) its network helper connects to.
-func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string, ignoreShared, network bool) error {
+// (net0) its network helper connects to. ramFilled waits until the RAM
+// image copy QEMU maps is complete (ramCopy).
+func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string, ignoreShared, network bool, ramFilled func() error) error {
 	q, err := m.qmp(ctx)
 	if err != nil {
 		return err
@@ -834,6 +834,10 @@ func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string, 
 		}
 		return fmt.Errorf("QEMU exited while loading the snapshot: %s", why)
 	}
+	// The RAM image must be in place before the guest runs again.
+	if err := ramFilled(); err != nil {
+		return err
+	}
 	if _, err := q.Execute("migrate-incoming", map[string]any{"uri": "fd:" + fdName}); err != nil {
 		return died(err)
 	}
@@ -862,12 +866,15 @@ func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string, 
 			continue
 		}
 		if s != "inmigrate" && s != "restore-vm" && s != "prelaunch" {
-			return fmt.Errorf("QEMU did not resume the snapshot's guest (state %q)", s)
+			// A failed load passes through such states on QEMU's way out.
+			return died(fmt.Errorf("QEMU did not resume the snapshot's guest (state %q)", s))
 		}
+		// A load takes ~15 ms under TCG: poll finely (a QMP query costs
+		// ~50 µs) rather than round the restore up by up to 5 ms.
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+		case <-time.After(time.Millisecond):
 		}
 	}
 }
