@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -511,6 +512,9 @@ type BoxInfo struct {
 	// Ports are the published ports as bound by the box's current start
 	// (nil when it is not running; Options.Ports holds what was asked).
 	Ports []PortMapping
+	// Suspended says the stopped box was paused to disk (Box.Suspend):
+	// Start or Resume continue it from its saved memory.
+	Suspended bool
 }
 
 // List returns every box of this home, oldest first.
@@ -531,8 +535,12 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 			continue // a warm pool's box, nobody's yet
 		}
 		info := infoOf(rec, cfg)
+		dir := filepath.Join(r.opts.Home, "boxes", rec.ID)
 		if info.State == store.StateRunning {
-			info.Ports = readPorts(filepath.Join(r.opts.Home, "boxes", rec.ID))
+			info.Ports = readPorts(dir)
+		} else {
+			_, err := os.Stat(filepath.Join(dir, boxdir.Suspended, boxdir.RW))
+			info.Suspended = err == nil
 		}
 		out = append(out, info)
 	}

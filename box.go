@@ -63,6 +63,11 @@ func (b *Box) refresh(rec *store.Box) error {
 	}
 	b.mu.Lock()
 	b.rec, b.cfg = rec, cfg
+	if b.died != nil && b.m == nil && running(rec) {
+		// Another process started the box again (Start, Resume) after
+		// the boot this handle saw end: that end is history.
+		b.died, b.unhealthy = nil, ""
+	}
 	b.mu.Unlock()
 	return nil
 }
@@ -109,6 +114,8 @@ func (b *Box) Info(ctx context.Context) (BoxInfo, error) {
 	info := infoOf(rec, cfg)
 	if info.State == store.StateRunning {
 		info.Ports = readPorts(b.dir)
+	} else {
+		info.Suspended = b.suspendedDir() != ""
 	}
 	return info, nil
 }
@@ -181,6 +188,9 @@ func (b *Box) image(rec *store.Box) (*image.Image, error) {
 // Start boots the box's VM, if it is not running, and waits for its agent.
 // Files written in the box before a Stop are still there.
 func (b *Box) Start(ctx context.Context) error {
+	if dir := b.suspendedDir(); dir != "" {
+		return b.resumeFromDisk(ctx, dir)
+	}
 	return b.startWith(ctx, b.r.drv.Start)
 }
 
@@ -453,6 +463,15 @@ func (b *Box) Stop(ctx context.Context) error { return b.StopTimeout(ctx, defaul
 // StopTimeout is Stop with grace, instead of 10 s, as the time the box has
 // to shut down cleanly before its machine is told to quit (0: at once).
 func (b *Box) StopTimeout(ctx context.Context, grace time.Duration) error {
+	if dir := b.suspendedDir(); dir != "" {
+		// Paused to disk: it goes on from there and shuts down as a
+		// running box does, its processes told to end and its files
+		// flushed.
+		if err := b.resumeFromDisk(ctx, dir); err != nil {
+			os.RemoveAll(dir)
+			b.r.warn(fmt.Sprintf("box %s: its saved state was discarded: %v", b.id, err))
+		}
+	}
 	unlock, err := b.lock(ctx)
 	if err != nil {
 		return err

@@ -416,10 +416,16 @@ func (b *Box) Pause(ctx context.Context) error {
 	return nil
 }
 
-// Resume lets a paused box run on; resuming a running box is a no-op.
-// The guest's clock stood still while it was paused: Resume steps it to
-// the host's time.
+// Resume lets a paused box run on, or a suspended one (Suspend) continue
+// from its saved state; resuming a running box is a no-op. The guest's
+// clock stood still while it was paused: Resume steps it to the host's
+// time.
 func (b *Box) Resume(ctx context.Context) error {
+	if rec, err := b.load(ctx); err == nil && !running(rec) {
+		if dir := b.suspendedDir(); dir != "" {
+			return b.resumeFromDisk(ctx, dir)
+		}
+	}
 	p, spec, h, err := b.pauser()
 	if err != nil {
 		return err

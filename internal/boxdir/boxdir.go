@@ -23,6 +23,9 @@ const (
 	FakeAgent = "agent.sock"
 	// Exit says how the last boot ended (airlock.ExitState as JSON).
 	Exit = "exit.json"
+	// Suspended holds the memory and device state of a box paused to disk
+	// (airlock.Box.Suspend): its machine files, as a snapshot's.
+	Suspended = "suspended"
 	// The box's main command (internal/cli: run, run -d, create IMAGE
 	// COMMAND): its output as JSON lines (MainLog, rotated to MainLog+".1"),
 	// the detached command's spec, and the mark that it has ended.

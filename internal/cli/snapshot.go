@@ -102,22 +102,33 @@ print one id per line. The snapshot is removed afterwards.`,
 }
 
 func newPauseCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "pause BOX...",
+	var toDisk bool
+	cmd := &cobra.Command{
+		Use:   "pause [--to-disk] BOX...",
 		Short: "Pause running boxes (no guest CPU until unpause)",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Pause running boxes: their vCPUs stop (no guest CPU) until unpause.
+With --to-disk a box's memory and device state are saved under its box
+directory and its VM stops, releasing its memory: unpause or start continue
+it where it was (same processes and pids; open network connections do not
+survive); stop discards the saved state and the next start boots it.`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return eachBox(cmd, args, func(ctx context.Context, r *airlock.Runtime, b *airlock.Box) error {
+				if toDisk {
+					return b.Suspend(ctx)
+				}
 				return b.Pause(ctx)
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&toDisk, "to-disk", false, "save the memory to disk and stop the VM (memory released)")
+	return cmd
 }
 
 func newUnpauseCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "unpause BOX...",
-		Short: "Let paused boxes run on",
+		Short: "Let paused boxes run on (also those paused to disk)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return eachBox(cmd, args, func(ctx context.Context, r *airlock.Runtime, b *airlock.Box) error {

@@ -37,6 +37,12 @@ func rowOf(r *airlock.Runtime, b airlock.BoxInfo) boxRow {
 	if b.State == "running" && paused(r, b.ID) {
 		row.Status += " (Paused)" // as docker ps
 	}
+	if b.Suspended {
+		row.Status = "Paused to disk"
+		if ok {
+			row.Status += " " + humanDuration(time.Since(e.Finished)) + " ago"
+		}
+	}
 	return row
 }
 

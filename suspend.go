@@ -1,0 +1,147 @@
+package airlock
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/vmm"
+)
+
+// Suspend pauses the running box to disk: its memory and device state are
+// saved under its box directory and its machine stops, so the box holds
+// no host memory and uses no CPU until Resume or Start continue it where
+// it was, as the same box (id, name, writable layer, published ports,
+// processes with their pids; the clock is stepped to the host's). Open
+// network connections do not survive (the network helper starts anew).
+// Stop continues a suspended box and shuts it down as it does a running
+// one; Remove deletes the saved state with the box. The guest's
+// filesystems are flushed first (it runs `sync`, as Commit does). It
+// takes about as long as Snapshot.
+// Errors: ErrBoxNotRunning; boxes with volumes are refused (as by
+// Snapshot); vmm.ErrNotSupported for a driver without snapshots.
+func (b *Box) Suspend(ctx context.Context) error {
+	sn, err := b.r.snapshotter()
+	if err != nil {
+		return err
+	}
+	p, ok := b.r.drv.(vmm.Pauser)
+	if !ok {
+		return fmt.Errorf("suspend: %w (driver %s)", vmm.ErrNotSupported, b.r.drv.Name())
+	}
+	if _, cfg := b.snapshot(); len(cfg.Options.Volumes) > 0 {
+		return fmt.Errorf("box %s has volumes: boxes with volumes cannot be suspended (QEMU cannot save a mounted share); stop it instead", b.id)
+	}
+	// Flushed, the writable layer holds what the guest wrote even if the
+	// saved state is later lost.
+	if res, err := b.Exec(ctx, "sync", nil, ExecOptions{Timeout: time.Minute}); err != nil {
+		return fmt.Errorf("suspend box %s: flush its filesystems: %w", b.id, err)
+	} else if res.ExitCode != 0 {
+		b.r.warn(fmt.Sprintf("box %s: sync exited %d before the suspend: %s", b.id, res.ExitCode, strings.TrimSpace(string(res.Stderr))))
+	}
+	unlock, err := b.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, err := b.load(ctx)
+	if err != nil {
+		return err
+	}
+	if !running(rec) {
+		return fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
+	}
+	img, err := b.image(rec)
+	if err != nil {
+		return err
+	}
+	_, cfg := b.snapshot()
+	spec := b.vmSpec(rec, cfg)
+	spec.Images, spec.Image = b.r.images, img
+	h := handleOf(rec)
+	final := filepath.Join(b.dir, boxdir.Suspended)
+	tmp := final + ".tmp"
+	os.RemoveAll(tmp)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp) // gone after the rename, unless it failed
+	// Stopped first, the machine stays stopped after the save: nothing
+	// the guest does after the saved instant reaches its disk.
+	was, err := p.Paused(ctx, spec, h)
+	if err != nil {
+		return fmt.Errorf("suspend box %s: %w", b.id, err)
+	}
+	if err := p.Pause(ctx, spec, h); err != nil {
+		return fmt.Errorf("suspend box %s: %w", b.id, err)
+	}
+	if _, err := sn.SaveSnapshot(ctx, spec, h, tmp); err != nil {
+		if !was {
+			p.Resume(context.WithoutCancel(ctx), spec, h)
+		}
+		return fmt.Errorf("suspend box %s: %w", b.id, err)
+	}
+	// The box keeps its own writable layer, which matches the saved state
+	// (the machine does not run again): the save's copy gives way to a
+	// link to it.
+	disk := filepath.Join(tmp, boxdir.RW)
+	os.Remove(disk)
+	if err := os.Link(filepath.Join(b.dir, boxdir.RW), disk); err != nil {
+		if !was {
+			p.Resume(context.WithoutCancel(ctx), spec, h)
+		}
+		return fmt.Errorf("suspend box %s: %w", b.id, err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		if !was {
+			p.Resume(context.WithoutCancel(ctx), spec, h)
+		}
+		return fmt.Errorf("suspend box %s: %w", b.id, err)
+	}
+	// Ended without a shutdown: the guest must not run on.
+	if err := b.stopLocked(ctx, 0); err != nil {
+		os.RemoveAll(final)
+		return err
+	}
+	return nil
+}
+
+// suspendedDir returns where the box's saved state is, "" when the box is
+// not suspended.
+func (b *Box) suspendedDir() string {
+	dir := filepath.Join(b.dir, boxdir.Suspended)
+	if _, err := os.Stat(filepath.Join(dir, boxdir.RW)); err != nil {
+		return ""
+	}
+	return dir
+}
+
+// resumeFromDisk starts the suspended box from its saved state (dir) and
+// then drops that state.
+func (b *Box) resumeFromDisk(ctx context.Context, dir string) error {
+	sn, err := b.r.snapshotter()
+	if err != nil {
+		return err
+	}
+	err = b.startWith(ctx, func(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
+		return sn.StartFromSnapshot(ctx, spec, dir)
+	})
+	if err == nil {
+		if err = b.restored(ctx); err != nil {
+			// Not resumed: stopped again, the saved state kept.
+			if unlock, lerr := b.lock(context.WithoutCancel(ctx)); lerr == nil {
+				b.stopLocked(context.WithoutCancel(ctx), 0)
+				unlock()
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("resume box %s from disk: %w (its saved state stays; 'airlock stop %s' discards it, and the next start boots the box)", b.id, err, b.id)
+	}
+	os.RemoveAll(dir)
+	return nil
+}
