@@ -124,6 +124,17 @@ func (b *Box) Info(ctx context.Context) (BoxInfo, error) {
 // agent messages of the current or last boot).
 func (b *Box) ConsoleLog() string { return filepath.Join(b.dir, boxdir.Console) }
 
+// lockLoad takes the box's lock (see lock) and reads its record; the
+// caller releases the lock with unlock, also when err is not nil.
+func (b *Box) lockLoad(ctx context.Context) (rec *store.Box, unlock func(), err error) {
+	unlock, err = b.lock(ctx)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	rec, err = b.load(ctx)
+	return rec, unlock, err
+}
+
 func (b *Box) lock(ctx context.Context) (func(), error) {
 	fl := flock.New(filepath.Join(b.dir, boxdir.Lock))
 	ok, err := fl.TryLockContext(ctx, 20*time.Millisecond)
@@ -197,12 +208,8 @@ func (b *Box) Start(ctx context.Context) error {
 // startWith is Start with the machine started by start (a boot, or a
 // restore from a snapshot).
 func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spec) (vmm.Machine, error)) (err error) {
-	unlock, err := b.lock(ctx)
-	if err != nil {
-		return err
-	}
+	rec, unlock, err := b.lockLoad(ctx)
 	defer unlock()
-	rec, err := b.load(ctx)
 	if err != nil {
 		return err
 	}

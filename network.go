@@ -411,12 +411,8 @@ func (b *Box) netCall(ctx context.Context, req netstack.Request) (netstack.Respo
 func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
 	p.Mode = netMode(p.Mode, p.AllowNet)
 	o := BoxOptions{Network: p.Mode, AllowNet: p.AllowNet, AllowHostPorts: p.AllowHostPorts}
-	unlock, err := b.lock(ctx)
-	if err != nil {
-		return err
-	}
+	rec, unlock, err := b.lockLoad(ctx)
 	defer unlock()
-	rec, err := b.load(ctx)
 	if err != nil {
 		return err
 	}

@@ -79,7 +79,10 @@ func TestPoolCaps(t *testing.T) {
 
 	t.Run("MaxBoxes", func(t *testing.T) {
 		e := open(t, airlock.Options{MaxBoxes: 3, Pool: []airlock.PoolOptions{{BoxOptions: pooled, Size: 4}}})
-		p := wait(t, e.r)
+		// WaitPools returns once the pool is held back, which it is while
+		// its third box still starts (a start holds its place at the cap).
+		wait(t, e.r)
+		p := waitReady(t, e.r, 3)
 		if p.Ready != 3 || !strings.Contains(p.HeldBack, "MaxBoxes") || len(p.Boxes) != 3 {
 			t.Fatalf("pool of 4 under a cap of 3 boxes: %+v, want 3 ready and held back by MaxBoxes", p)
 		}
@@ -205,7 +208,8 @@ func TestPoolCaps(t *testing.T) {
 		big := pooled
 		big.MemoryMiB = 256
 		e := open(t, airlock.Options{MaxMemoryMiB: 700, Pool: []airlock.PoolOptions{{BoxOptions: big, Size: 4}}})
-		p := wait(t, e.r)
+		wait(t, e.r)
+		p := waitReady(t, e.r, 2)
 		if p.Ready != 2 || !strings.Contains(p.HeldBack, "MaxMemoryMiB") {
 			t.Fatalf("pool of 4 × 256 MiB under a cap of 700 MiB: %+v, want 2 ready, held back by MaxMemoryMiB", p)
 		}
@@ -226,7 +230,8 @@ func TestPoolCaps(t *testing.T) {
 
 	t.Run("PoolMaxHomeBoxes", func(t *testing.T) {
 		e := open(t, airlock.Options{PoolMaxHomeBoxes: 2, Pool: []airlock.PoolOptions{{BoxOptions: pooled, Size: 3}}})
-		p := wait(t, e.r)
+		wait(t, e.r)
+		p := waitReady(t, e.r, 2)
 		if p.Ready != 2 || !strings.Contains(p.HeldBack, "--max-boxes") {
 			t.Fatalf("pool of 3 within a home budget of 2: %+v", p)
 		}

@@ -127,12 +127,8 @@ func (b *Box) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
 		// disk would be shared read-write by every restored box.
 		return SnapshotInfo{}, fmt.Errorf("box %s has volumes: boxes with volumes cannot be snapshotted or forked (detach them: create the box without -v)", b.id)
 	}
-	unlock, err := b.lock(ctx)
-	if err != nil {
-		return SnapshotInfo{}, err
-	}
+	rec, unlock, err := b.lockLoad(ctx)
 	defer unlock()
-	rec, err := b.load(ctx)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}

@@ -43,12 +43,8 @@ func (b *Box) Suspend(ctx context.Context) error {
 	} else if res.ExitCode != 0 {
 		b.r.warn(fmt.Sprintf("box %s: sync exited %d before the suspend: %s", b.id, res.ExitCode, strings.TrimSpace(string(res.Stderr))))
 	}
-	unlock, err := b.lock(ctx)
-	if err != nil {
-		return err
-	}
+	rec, unlock, err := b.lockLoad(ctx)
 	defer unlock()
-	rec, err := b.load(ctx)
 	if err != nil {
 		return err
 	}
