@@ -17,7 +17,10 @@ import (
 // no host memory and uses no CPU until Resume or Start continue it where
 // it was, as the same box (id, name, writable layer, published ports,
 // processes with their pids; the clock is stepped to the host's). Open
-// network connections do not survive (the network helper starts anew).
+// network connections do not survive (the network helper starts anew),
+// nor do host calls in progress: an Exec still running ends with an error
+// while its process runs on in the box (the CLI therefore refuses boxes
+// whose main command it follows, as run -d starts them).
 // Stop continues a suspended box and shuts it down as it does a running
 // one; Remove deletes the saved state with the box. The guest's
 // filesystems are flushed first (it runs `sync`, as Commit does). It

@@ -46,6 +46,16 @@ func readMainSpec(b *airlock.Box) (mainSpec, bool) {
 	return m, true
 }
 
+// mainRunning reports whether b's main command is being followed by its
+// background process (it has one that has not ended).
+func mainRunning(b *airlock.Box) bool {
+	if _, ok := readMainSpec(b); !ok {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(boxDir(b), fileMainDone))
+	return os.IsNotExist(err)
+}
+
 // startDetached records m as b's main command and starts the background
 // process that runs it.
 func startDetached(b *airlock.Box, m mainSpec) error {

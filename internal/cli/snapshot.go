@@ -110,11 +110,18 @@ func newPauseCmd() *cobra.Command {
 With --to-disk a box's memory and device state are saved under its box
 directory and its VM stops, releasing its memory: unpause or start continue
 it where it was (same processes and pids; open network connections do not
-survive); stop discards the saved state and the next start boots it.`,
+survive); stop continues it and shuts it down. A box whose main command
+airlock follows (run -d, create IMAGE COMMAND) is refused: pause it in memory.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return eachBox(cmd, args, func(ctx context.Context, r *airlock.Runtime, b *airlock.Box) error {
 				if toDisk {
+					if mainRunning(b) {
+						// Its background process follows the command over
+						// an exec that stopping the VM would end, and then
+						// stops the box.
+						return fmt.Errorf("box %s runs its main command (run -d, or create IMAGE COMMAND), which airlock follows over a live connection that a pause to disk would cut: pause it in memory ('airlock pause %s'), or pause to disk a box created without a command (airlock create IMAGE, then exec)", b.ID(), b.ID())
+					}
 					return b.Suspend(ctx)
 				}
 				return b.Pause(ctx)
