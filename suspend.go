@@ -78,18 +78,9 @@ func (b *Box) Suspend(ctx context.Context) error {
 	if err := p.Pause(ctx, spec, h); err != nil {
 		return fmt.Errorf("suspend box %s: %w", b.id, err)
 	}
-	if _, err := sn.SaveSnapshot(ctx, spec, h, tmp); err != nil {
-		if !was {
-			p.Resume(context.WithoutCancel(ctx), spec, h)
-		}
-		return fmt.Errorf("suspend box %s: %w", b.id, err)
-	}
 	// The box keeps its own writable layer, which matches the saved state
-	// (the machine does not run again): the save's copy gives way to a
-	// link to it.
-	disk := filepath.Join(tmp, boxdir.RW)
-	os.Remove(disk)
-	if err := os.Link(filepath.Join(b.dir, boxdir.RW), disk); err != nil {
+	// (the machine does not run again): linked, not copied.
+	if _, err := sn.SaveSnapshot(vmm.WithLinkedDisk(ctx), spec, h, tmp); err != nil {
 		if !was {
 			p.Resume(context.WithoutCancel(ctx), spec, h)
 		}

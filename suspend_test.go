@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,6 +56,17 @@ func TestSuspendQEMU(t *testing.T) {
 	}
 	if _, err := b.Exec(ctx, "true", nil, airlock.ExecOptions{}); !errors.Is(err, airlock.ErrBoxNotRunning) {
 		t.Fatalf("exec in a suspended box: %v", err)
+	}
+	// The saved state links the box's writable layer; no copy of it.
+	var own, kept syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(home, "boxes", b.ID(), "rw.ext4"), &own); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat(filepath.Join(saved, "rw.ext4"), &kept); err != nil {
+		t.Fatal(err)
+	}
+	if own.Ino != kept.Ino {
+		t.Errorf("the saved state holds a copy of the writable layer (inode %d, the box's %d), not a link", kept.Ino, own.Ino)
 	}
 	// Let the saved clock fall behind the host's.
 	time.Sleep(1500 * time.Millisecond)

@@ -67,3 +67,19 @@ func SharedRAM(ctx context.Context) bool {
 	v, _ := ctx.Value(sharedRAMKey{}).(bool)
 	return v
 }
+
+type linkDiskKey struct{}
+
+// WithLinkedDisk marks ctx for a SaveSnapshot whose machine does not run
+// again before it is started from dir (a box paused to disk): a driver
+// may then make the snapshot's writable layer a hard link to the box's
+// own, which nothing changes meanwhile, rather than a copy of it.
+func WithLinkedDisk(ctx context.Context) context.Context {
+	return context.WithValue(ctx, linkDiskKey{}, true)
+}
+
+// LinkedDisk reports whether ctx was marked by WithLinkedDisk.
+func LinkedDisk(ctx context.Context) bool {
+	v, _ := ctx.Value(linkDiskKey{}).(bool)
+	return v
+}

@@ -468,7 +468,11 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	}
 	// QEMU flushed and let go of its disks when the migration completed;
 	// the copy matches the guest state just saved. cont takes them back.
-	if err := rootfs.CopyDisk(filepath.Join(spec.Dir, boxdir.RW), filepath.Join(dir, snapDisk)); err != nil {
+	if vmm.LinkedDisk(ctx) {
+		if err := os.Link(filepath.Join(spec.Dir, boxdir.RW), filepath.Join(dir, snapDisk)); err != nil {
+			return st, fmt.Errorf("link the writable layer: %w", err)
+		}
+	} else if err := rootfs.CopyDisk(filepath.Join(spec.Dir, boxdir.RW), filepath.Join(dir, snapDisk)); err != nil {
 		return st, fmt.Errorf("copy the writable layer: %w", err)
 	}
 	st.PausedNs = int64(time.Since(t0))
