@@ -124,6 +124,9 @@ func TestSuspendQEMU(t *testing.T) {
 		if err != nil || !strings.Contains(out, "sus: Paused to disk") {
 			t.Fatalf("ls -a: %q %q %v", out, errs, err)
 		}
+		if out, errs, err := runCLI("inspect", "-f", "{{.State.Status}} {{.State.PausedToDisk}}", "sus"); err != nil || out != "stopped true\n" {
+			t.Fatalf("inspect: %q %q %v", out, errs, err)
+		}
 		if out, errs, err := runCLI("unpause", "sus"); err != nil {
 			t.Fatalf("unpause: %q %q %v", out, errs, err)
 		}

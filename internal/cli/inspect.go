@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -33,17 +34,21 @@ type boxInspect struct {
 }
 
 type boxState struct {
-	Status      string // created, running, stopped
-	Running     bool
-	Pid         int    // QEMU's pid while running
-	Reason      string // why the last boot ended: stopped, exited, oom-killed, vm-died ("" if unknown)
-	ExitCode    int    // the main command's exit status (Reason exited, oom-killed)
-	OOMKilled   bool
-	Died        bool   // the VM ended on its own
-	DiedCause   string // why, in words
-	StartedAt   time.Time
-	FinishedAt  time.Time
-	Description string // as ls words it: "Up 3 minutes", "Exited (5) 2 minutes ago"
+	Status  string // created, running, stopped
+	Running bool
+	Paused  bool // running with its vCPUs stopped (airlock pause)
+	// PausedToDisk: stopped with its memory saved (pause --to-disk);
+	// unpause or start continue it.
+	PausedToDisk bool
+	Pid          int    // QEMU's pid while running
+	Reason       string // why the last boot ended: stopped, exited, oom-killed, vm-died ("" if unknown)
+	ExitCode     int    // the main command's exit status (Reason exited, oom-killed)
+	OOMKilled    bool
+	Died         bool   // the VM ended on its own
+	DiedCause    string // why, in words
+	StartedAt    time.Time
+	FinishedAt   time.Time
+	Description  string // as ls words it: "Up 3 minutes", "Exited (5) 2 minutes ago"
 }
 
 type boxConfigView struct {
@@ -191,8 +196,10 @@ func inspectOne(cmd *cobra.Command, r *airlock.Runtime, name, typ string) (any, 
 func inspectBox(r *airlock.Runtime, b *airlock.Box, info airlock.BoxInfo) boxInspect {
 	o := info.Options
 	e, ok := r.ExitState(info)
+	row := rowOf(r, info)
 	st := boxState{Status: info.State, Running: info.State == "running", Pid: info.PID, StartedAt: info.Started,
-		Description: statusText(info, e, ok, time.Now())}
+		Description: row.Status, PausedToDisk: info.Suspended}
+	st.Paused = st.Running && strings.HasSuffix(row.Status, " (Paused)")
 	if ok {
 		st.Reason, st.ExitCode, st.FinishedAt = e.Reason, e.ExitCode, e.Finished
 		st.OOMKilled = e.Reason == airlock.ExitOOMKilled
