@@ -376,3 +376,30 @@ func TestCLIDoctorFixMatchesCause(t *testing.T) {
 		t.Fatalf("kernel fix %q", fix)
 	}
 }
+
+// TestCLIPauseToDiskRefusesMainCommand: pause --to-disk of a box whose
+// main command the CLI follows (run -d) is refused with a message saying
+// what to do, and the box runs on; pause in memory works.
+func TestCLIPauseToDiskRefusesMainCommand(t *testing.T) {
+	vmtest.Require(t)
+	c := cli{t, t.TempDir()}
+	if out, errs, code := c.run("run", "-d", "--quiet", "--name", "sup", "--network", "disabled", "python:slim", "sleep", "infinity"); code != 0 {
+		t.Fatalf("run -d: exit %d %q %q", code, out, errs)
+	}
+	defer c.run("rm", "-f", "sup")
+	if _, errs, code := c.run("pause", "--to-disk", "sup"); code == 0 || !strings.Contains(errs, "main command") || !strings.Contains(errs, "airlock pause") {
+		t.Fatalf("pause --to-disk of a run -d box: exit %d %q, want a refusal naming its main command", code, errs)
+	}
+	if out, errs, code := c.run("exec", "sup", "echo", "up"); code != 0 || out != "up\n" {
+		t.Fatalf("exec after the refusal: exit %d %q %q", code, out, errs)
+	}
+	if _, errs, code := c.run("pause", "sup"); code != 0 {
+		t.Fatalf("pause: exit %d %q", code, errs)
+	}
+	if out, _, _ := c.run("inspect", "-f", "{{.State.Paused}} {{.State.PausedToDisk}}", "sup"); out != "true false\n" {
+		t.Errorf("inspect of a paused box: %q", out)
+	}
+	if _, errs, code := c.run("unpause", "sup"); code != 0 {
+		t.Fatalf("unpause: exit %d %q", code, errs)
+	}
+}

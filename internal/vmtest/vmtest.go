@@ -55,6 +55,14 @@ func BuildNetHelper(dir string) (string, error) {
 // and AIRLOCK_NET_HELPER at them, runs the tests and cleans up. It returns
 // the exit code for os.Exit.
 func Main(m *testing.M) int {
+	if len(os.Args) > 1 && os.Args[1] == "__main" {
+		// A test ran the CLI in-process and it started a box's detached
+		// main command by executing itself (os.Executable: this test
+		// binary): that would run every test again. Tests of detached
+		// commands use the built airlock binary (internal/cli).
+		fmt.Fprintln(os.Stderr, "vmtest: a test binary cannot be a detached main command (run -d through the in-process CLI); use the built airlock binary")
+		return 2
+	}
 	dir, err := os.MkdirTemp("", "airlock-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
