@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -539,8 +538,7 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 		if info.State == store.StateRunning {
 			info.Ports = readPorts(dir)
 		} else {
-			_, err := os.Stat(filepath.Join(dir, boxdir.Suspended, boxdir.RW))
-			info.Suspended = err == nil
+			info.Suspended = suspendedIn(dir) != ""
 		}
 		out = append(out, info)
 	}

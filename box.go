@@ -124,6 +124,19 @@ func (b *Box) Info(ctx context.Context) (BoxInfo, error) {
 // agent messages of the current or last boot).
 func (b *Box) ConsoleLog() string { return filepath.Join(b.dir, boxdir.Console) }
 
+// specWithImage returns the machine spec of the box as recorded in rec,
+// with its image resolved.
+func (b *Box) specWithImage(rec *store.Box) (vmm.Spec, error) {
+	img, err := b.image(rec)
+	if err != nil {
+		return vmm.Spec{}, err
+	}
+	_, cfg := b.snapshot()
+	spec := b.vmSpec(rec, cfg)
+	spec.Images, spec.Image = b.r.images, img
+	return spec, nil
+}
+
 // lockLoad takes the box's lock (see lock) and reads its record; the
 // caller releases the lock with unlock, also when err is not nil.
 func (b *Box) lockLoad(ctx context.Context) (rec *store.Box, unlock func(), err error) {

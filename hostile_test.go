@@ -10,11 +10,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,20 +24,7 @@ import (
 )
 
 // hostRSS is this process's resident memory in bytes.
-func hostRSS(t testing.TB) int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmRSS")
-	return 0
-}
+func hostRSS(t testing.TB) int64 { return procKiB(t, "/proc/self/status", "VmRSS") << 10 }
 
 // peakRSS samples hostRSS every 10 ms until stop is called, which returns
 // the largest value seen.

@@ -139,7 +139,7 @@ func (b *Box) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
-	img, err := b.image(rec)
+	spec, err := b.specWithImage(rec)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -162,8 +162,6 @@ func (b *Box) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
 	}
 	defer os.RemoveAll(tmp) // gone after the rename, unless it failed
 	_, cfg := b.snapshot()
-	spec := b.vmSpec(rec, cfg)
-	spec.Images, spec.Image = b.r.images, img
 	st, err := sn.SaveSnapshot(ctx, spec, handleOf(rec), tmp)
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot box %s: %w", b.id, err)

@@ -146,16 +146,7 @@ func totalPSS(b *testing.B, ctx context.Context, boxes []*airlock.Box) int64 {
 		if err != nil {
 			b.Fatal(err)
 		}
-		raw, err := os.ReadFile("/proc/" + strconv.Itoa(info.PID) + "/smaps_rollup")
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, l := range strings.Split(string(raw), "\n") {
-			if f := strings.Fields(l); len(f) >= 2 && f[0] == "Pss:" {
-				v, _ := strconv.ParseInt(f[1], 10, 64)
-				sum += v
-			}
-		}
+		sum += procKiB(b, "/proc/"+strconv.Itoa(info.PID)+"/smaps_rollup", "Pss")
 	}
 	return sum
 }

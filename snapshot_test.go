@@ -450,16 +450,23 @@ func qemuRSS(t testing.TB, b *airlock.Box) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(info.PID) + "/status")
+	return procKiB(t, "/proc/"+strconv.Itoa(info.PID)+"/status", "VmRSS")
+}
+
+// procKiB returns the value of key in a /proc file of "Key:  N kB"
+// lines (status, smaps_rollup), in KiB.
+func procKiB(t testing.TB, path, key string) int64 {
+	t.Helper()
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range strings.Split(string(raw), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == key+":" {
 			v, _ := strconv.ParseInt(f[1], 10, 64)
 			return v
 		}
 	}
-	t.Fatal("no VmRSS")
+	t.Fatalf("no %s in %s", key, path)
 	return 0
 }

@@ -54,13 +54,10 @@ func (b *Box) Suspend(ctx context.Context) error {
 	if !running(rec) {
 		return fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
 	}
-	img, err := b.image(rec)
+	spec, err := b.specWithImage(rec)
 	if err != nil {
 		return err
 	}
-	_, cfg := b.snapshot()
-	spec := b.vmSpec(rec, cfg)
-	spec.Images, spec.Image = b.r.images, img
 	h := handleOf(rec)
 	final := filepath.Join(b.dir, boxdir.Suspended)
 	tmp := final + ".tmp"
@@ -102,8 +99,12 @@ func (b *Box) Suspend(ctx context.Context) error {
 
 // suspendedDir returns where the box's saved state is, "" when the box is
 // not suspended.
-func (b *Box) suspendedDir() string {
-	dir := filepath.Join(b.dir, boxdir.Suspended)
+func (b *Box) suspendedDir() string { return suspendedIn(b.dir) }
+
+// suspendedIn returns where the box in boxDir keeps its saved state (a
+// complete one: renamed into place last), "" when it is not suspended.
+func suspendedIn(boxDir string) string {
+	dir := filepath.Join(boxDir, boxdir.Suspended)
 	if _, err := os.Stat(filepath.Join(dir, boxdir.RW)); err != nil {
 		return ""
 	}

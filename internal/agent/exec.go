@@ -145,17 +145,8 @@ func (s *Server) spawn(st *agentpb.ExecStart) (*process, error) {
 	if root != "" && root != "/" {
 		sys.Chroot = root
 	}
-	var cgfd = -1
-	if dir := s.takeCgroup(); dir != "" {
-		if fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
-			cgfd = fd
-			p.cgroup = dir
-			sys.UseCgroupFD = true
-			sys.CgroupFD = fd
-		} else {
-			os.Remove(dir)
-		}
-	}
+	var cgfd int
+	p.cgroup, cgfd = s.enterCgroup(sys)
 	proc, err := os.StartProcess(bin, st.Argv, &os.ProcAttr{
 		Dir:   wd,
 		Env:   env,
@@ -270,6 +261,23 @@ func (s *Server) takeCgroup() string {
 		return dir
 	}
 	return s.newCgroup()
+}
+
+// enterCgroup makes sys start its process in a new exec cgroup
+// (takeCgroup) and returns the cgroup and the descriptor sys names, which
+// the caller closes once the process started; "" and -1 without one.
+func (s *Server) enterCgroup(sys *syscall.SysProcAttr) (dir string, fd int) {
+	dir = s.takeCgroup()
+	if dir == "" {
+		return "", -1
+	}
+	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		os.Remove(dir)
+		return "", -1
+	}
+	sys.UseCgroupFD, sys.CgroupFD = true, fd
+	return dir, fd
 }
 
 // newCgroup makes an exec cgroup with the exec limits ("" without

@@ -126,15 +126,8 @@ func (s *Server) spawnTTY(st *agentpb.ExecStart, bin, wd string, env []string, u
 	if root := s.cfg.Root; root != "" && root != "/" {
 		sys.Chroot = root
 	}
-	cgfd := -1
-	if dir := s.takeCgroup(); dir != "" {
-		if fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
-			cgfd, p.cgroup = fd, dir
-			sys.UseCgroupFD, sys.CgroupFD = true, fd
-		} else {
-			os.Remove(dir)
-		}
-	}
+	var cgfd int
+	p.cgroup, cgfd = s.enterCgroup(sys)
 	proc, err := os.StartProcess(bin, st.Argv, &os.ProcAttr{
 		Dir: wd, Env: env, Files: []*os.File{slave, slave, slave}, Sys: sys,
 	})

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -198,8 +197,7 @@ func inspectBox(r *airlock.Runtime, b *airlock.Box, info airlock.BoxInfo) boxIns
 	e, ok := r.ExitState(info)
 	row := rowOf(r, info)
 	st := boxState{Status: info.State, Running: info.State == "running", Pid: info.PID, StartedAt: info.Started,
-		Description: row.Status, PausedToDisk: info.Suspended}
-	st.Paused = st.Running && strings.HasSuffix(row.Status, " (Paused)")
+		Description: row.Status, Paused: row.Paused, PausedToDisk: info.Suspended}
 	if ok {
 		st.Reason, st.ExitCode, st.FinishedAt = e.Reason, e.ExitCode, e.Finished
 		st.OOMKilled = e.Reason == airlock.ExitOOMKilled

@@ -23,6 +23,7 @@ type boxRow struct {
 	Created time.Time
 	Started time.Time `json:",omitempty"`
 	Ports   string    `json:",omitempty"` // published ports: "127.0.0.1:8080->80/tcp"
+	Paused  bool      // running with its vCPUs stopped (airlock pause)
 }
 
 func rowOf(r *airlock.Runtime, b airlock.BoxInfo) boxRow {
@@ -35,6 +36,7 @@ func rowOf(r *airlock.Runtime, b airlock.BoxInfo) boxRow {
 	}
 	row.Status = statusText(b, e, ok, time.Now())
 	if b.State == "running" && paused(r, b.ID) {
+		row.Paused = true
 		row.Status += " (Paused)" // as docker ps
 	}
 	if b.Suspended {

@@ -425,18 +425,28 @@ func aboveKernel(parts []ramPart, i int) bool {
 func makeRAMCopies(parts []ramPart, idx []int) ([]*os.File, error) {
 	files := make([]*os.File, len(parts))
 	for _, i := range idx {
-		fd, err := unix.MemfdCreate(copyName, unix.MFD_CLOEXEC)
+		m, err := partMemfd(copyName, unix.MFD_CLOEXEC, int64(parts[i].sizeMiB)<<20)
 		if err != nil {
 			closeAll(files)
 			return nil, fmt.Errorf("load the snapshot's RAM image: %w", err)
 		}
-		files[i] = os.NewFile(uintptr(fd), copyName)
-		if err := files[i].Truncate(int64(parts[i].sizeMiB) << 20); err != nil {
-			closeAll(files)
-			return nil, fmt.Errorf("load the snapshot's RAM image: %w", err)
-		}
+		files[i] = m
 	}
 	return files, nil
+}
+
+// partMemfd makes an empty memfd of size bytes.
+func partMemfd(name string, flags int, size int64) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, flags)
+	if err != nil {
+		return nil, err
+	}
+	m := os.NewFile(uintptr(fd), name)
+	if err := m.Truncate(size); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
 }
 
 func closeAll(files []*os.File) {
@@ -465,16 +475,12 @@ func fillRAMImage(f *os.File, parts []ramPart, idx []int, seal bool) ([]*os.File
 		if seal {
 			name, flags = sealedName, flags|unix.MFD_ALLOW_SEALING
 		}
-		fd, err := unix.MemfdCreate(name, flags)
+		size := int64(parts[i].sizeMiB) << 20
+		m, err := partMemfd(name, flags, size)
 		if err != nil {
 			return fail(err)
 		}
-		m := os.NewFile(uintptr(fd), name)
 		files[i] = m
-		size := int64(parts[i].sizeMiB) << 20
-		if err := m.Truncate(size); err != nil {
-			return fail(err)
-		}
 		if _, err := copyData(m, f, 0, partOffset(parts, i), size, false); err != nil {
 			return fail(err)
 		}
