@@ -514,6 +514,10 @@ func (s *poolSet) claim(ctx context.Context, opts BoxOptions) (*Box, error) {
 				s.warm[pb.b.id] = pb.warm
 			}
 			s.mu.Unlock()
+			// Whether the pool may refill is known now, not only once its
+			// fill loop has run again: a status read right after the claim
+			// says so.
+			p.checkRoom(ctx)
 			return pb.b, nil
 		}
 		pb.b.remove(context.WithoutCancel(ctx), true)

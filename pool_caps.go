@@ -49,6 +49,24 @@ func (p *pool) reserve(ctx context.Context) bool {
 	return true
 }
 
+// checkRoom records in p.heldBack why p, short of its size with no fill
+// in progress, cannot fill now ("" when it can), without reserving.
+func (p *pool) checkRoom(ctx context.Context) {
+	s := p.s
+	s.roomMu.Lock()
+	defer s.roomMu.Unlock()
+	p.mu.Lock()
+	short := len(p.ready) < p.opts.Size && p.filling == 0
+	p.mu.Unlock()
+	if !short {
+		return
+	}
+	why := s.noRoom(ctx, p.opts.MemoryMiB)
+	p.mu.Lock()
+	p.heldBack = why
+	p.mu.Unlock()
+}
+
 // noRoom says why one more pool box of memMiB does not fit the caps now
 // ("" when it does). Preconditions: s.roomMu held.
 func (s *poolSet) noRoom(ctx context.Context, memMiB int) string {
