@@ -3,8 +3,6 @@ package codebox_test
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -162,10 +160,7 @@ func TestPoolQEMU(t *testing.T) {
 	if err := rt.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if c, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && strings.Contains(string(c), home) {
-			t.Errorf("process %s left after Close: %s", e.Name(), strings.ReplaceAll(string(c), "\x00", " "))
-		}
+	for pid, cmd := range vmtest.HomeProcesses(home) {
+		t.Errorf("process %d left after Close: %s", pid, cmd)
 	}
 }

@@ -38,7 +38,19 @@ func TestServePool(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Process.Kill()
+	exited := make(chan error, 1)
+	go func() { exited <- srv.Wait() }()
+	// A test that fails midway still ends serve as a user would (its pool
+	// boxes go with it), and then whatever of its home still runs.
+	t.Cleanup(func() {
+		srv.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			srv.Process.Kill()
+		}
+		vmtest.KillHome(home)
+	})
 	logs := readLines(se)
 	logs.waitFor(t, regexp.MustCompile(`warm pool ready`))
 	uc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -129,20 +141,16 @@ func TestServePool(t *testing.T) {
 	}
 	do("DELETE", "/v1/boxes/"+box.ID+"?force=true", "", nil)
 	srv.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- srv.Wait() }()
 	select {
-	case err := <-done:
+	case err := <-exited:
+		exited <- err // for the cleanup
 		if err != nil {
 			t.Errorf("serve after SIGTERM: %v", err)
 		}
 	case <-time.After(40 * time.Second):
 		t.Fatal("serve did not exit on SIGTERM")
 	}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if c, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && strings.Contains(string(c), home) {
-			t.Errorf("process %s left: %s", e.Name(), strings.ReplaceAll(string(c), "\x00", " "))
-		}
+	for pid, cmd := range vmtest.HomeProcesses(home) {
+		t.Errorf("process %d left: %s", pid, cmd)
 	}
 }

@@ -74,6 +74,7 @@ func TestServeAndEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Process.Kill()
+	t.Cleanup(func() { vmtest.KillHome(home) }) // after a failure midway
 	logs := readLines(se)
 	addr := logs.waitFor(t, regexp.MustCompile(`tcp=(127\.0\.0\.1:\d+)`))[1]
 	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
