@@ -27,12 +27,12 @@ func (b *Box) ForkWith(ctx context.Context, n int, opts ForkOptions) ([]*Box, er
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	name := "fork-" + b.id + "-" + hex.EncodeToString(rnd[:])
-	if _, err := b.Snapshot(ctx, name); err != nil {
+	// A transient snapshot: its RAM stays in this process's memory, which
+	// the children map copy-on-write, shared, and nothing is fsynced.
+	if _, err := b.Snapshot(vmm.WithTransientSnapshot(ctx), name); err != nil {
 		return nil, err
 	}
 	defer b.r.RemoveSnapshot(context.WithoutCancel(ctx), name)
-	// The children map the snapshot's RAM copy-on-write, shared.
-	kctx := vmm.WithSharedRAM(ctx)
 	kids := make([]*Box, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -40,7 +40,7 @@ func (b *Box) ForkWith(ctx context.Context, n int, opts ForkOptions) ([]*Box, er
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			kids[i], errs[i] = b.r.Create(kctx, BoxOptions{FromSnapshot: name, AutoRemove: opts.AutoRemove})
+			kids[i], errs[i] = b.r.Create(ctx, BoxOptions{FromSnapshot: name, AutoRemove: opts.AutoRemove})
 		}(i)
 	}
 	wg.Wait()

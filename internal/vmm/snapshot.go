@@ -52,22 +52,6 @@ type Pauser interface {
 	Paused(ctx context.Context, spec Spec, h Handle) (bool, error)
 }
 
-type sharedRAMKey struct{}
-
-// WithSharedRAM marks ctx for StartFromSnapshot calls that start several
-// machines from one snapshot at once (Fork's children): a driver that can
-// then maps the snapshot's memory copy-on-write, shared between them,
-// instead of giving each machine its own copy.
-func WithSharedRAM(ctx context.Context) context.Context {
-	return context.WithValue(ctx, sharedRAMKey{}, true)
-}
-
-// SharedRAM reports whether ctx was marked by WithSharedRAM.
-func SharedRAM(ctx context.Context) bool {
-	v, _ := ctx.Value(sharedRAMKey{}).(bool)
-	return v
-}
-
 type linkDiskKey struct{}
 
 // WithLinkedDisk marks ctx for a SaveSnapshot whose machine does not run
@@ -81,5 +65,24 @@ func WithLinkedDisk(ctx context.Context) context.Context {
 // LinkedDisk reports whether ctx was marked by WithLinkedDisk.
 func LinkedDisk(ctx context.Context) bool {
 	v, _ := ctx.Value(linkDiskKey{}).(bool)
+	return v
+}
+
+type transientKey struct{}
+
+// WithTransientSnapshot marks ctx for a SaveSnapshot whose snapshot only
+// this process starts machines from, at once, and removes afterwards
+// (Fork's): a driver may then keep the snapshot's memory in this
+// process's memory for those starts instead of writing it to dir, and
+// skip making the snapshot durable (no fsync). Such a snapshot cannot be
+// started from by another process, or once the driver let go of its
+// memory (StartFromSnapshot then fails saying so).
+func WithTransientSnapshot(ctx context.Context) context.Context {
+	return context.WithValue(ctx, transientKey{}, true)
+}
+
+// TransientSnapshot reports whether ctx was marked by WithTransientSnapshot.
+func TransientSnapshot(ctx context.Context) bool {
+	v, _ := ctx.Value(transientKey{}).(bool)
 	return v
 }

@@ -23,9 +23,21 @@ func SaveRAMImageForTest(pid int, c Config, dir string) ([]int, error) {
 	return idx, err
 }
 
-// SharedRAMImagesForTest returns the sealed memfds a restore of c from the
-// RAM image in dir maps (as StartFromSnapshot under WithSharedRAM).
-func SharedRAMImagesForTest(c Config, dir string) ([]*os.File, func(), error) {
+// SealedRAMImagesForTest returns sealed copies of the RAM memfds of
+// running QEMU pid, started with c (as SaveSnapshot makes them for a
+// transient snapshot and Fork's children map them), and the parts they
+// hold.
+func SealedRAMImagesForTest(pid int, c Config) ([]*os.File, []int, error) {
 	parts, idx := imageParts(c)
-	return ramImages.get(filepath.Join(dir, snapRAM), parts, idx)
+	memfds, err := qemuMemfds(pid, parts, idx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		for _, f := range memfds {
+			f.Close()
+		}
+	}()
+	files, _, err := sealedCopies(parts, memfds)
+	return files, idx, err
 }

@@ -154,16 +154,26 @@ func TestLaunchUnprivilegedHelper(t *testing.T) {
 		t.Fatal(err)
 	}
 	parts, err := qemu.SaveRAMImageForTest(src, c, dir)
-	vmm.Kill(vmm.Handle{PID: src, Start: vmm.StartTime(src)})
 	if err != nil {
+		vmm.Kill(vmm.Handle{PID: src, Start: vmm.StartTime(src)})
 		t.Fatalf("RAM image of a confined QEMU: %v", err)
 	}
-	fmt.Printf("QEMU.ramparts=%d\n", len(parts))
-	images, done, err := qemu.SharedRAMImagesForTest(c, dir)
+	images, sealed, err := qemu.SealedRAMImagesForTest(src, c)
+	vmm.Kill(vmm.Handle{PID: src, Start: vmm.StartTime(src)})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("sealed RAM image of a confined QEMU: %v", err)
 	}
-	defer done()
+	defer func() {
+		for _, f := range images {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	if len(parts) != len(sealed) {
+		t.Fatalf("RAM image of parts %v, sealed copies of %v", parts, sealed)
+	}
+	fmt.Printf("QEMU.ramparts=%d\n", len(sealed))
 	c.Incoming, c.RAMImages = true, images
 	dst, err := qemu.Launch(context.Background(), c)
 	if err != nil {

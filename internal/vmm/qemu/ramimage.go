@@ -25,16 +25,18 @@ import (
 // x-ignore-shared, which leaves those (shared) RAM blocks out of the
 // stream: QEMU no longer reads every page of the box.
 //
-// A restore maps each part privately (memory-backend-file share=off):
-// guest pages stay the image's until the guest writes them, so boxes
-// restored from one image share its untouched pages. QEMU 7.2 opens a
-// memory-backend-file read-write unless readonly=on, which also maps the
-// guest RAM read-only (guest writes are lost), so QEMU cannot map the
-// snapshot's file itself without being able to change it for every other
-// restore; it maps a sealed memfd (F_SEAL_WRITE: no write(2), no shared
-// writable mapping; private mappings work) that this process fills from
-// the file once and shares between the restores it starts (Fork's
-// children, a pool's refills) for ramImageTTL after the last one.
+// A restore gives the box its own copy of the image (ramCopy), which its
+// QEMU maps shared, as a booted box's memfds. Fork's children instead
+// share one image and map it privately (memory-backend-file share=off):
+// guest pages stay the image's until a child writes them. QEMU 7.2 opens
+// a memory-backend-file read-write unless readonly=on, which also maps
+// the guest RAM read-only (guest writes are lost), so a child could change
+// a file it maps for its siblings; it maps a sealed memfd instead
+// (F_SEAL_WRITE: no write(2), no shared writable mapping; private
+// mappings work). Fork's snapshot is transient (vmm.WithTransientSnapshot):
+// the save copies QEMU's memfds straight into such sealed memfds, which
+// this process holds (ramImages) for the children and ramImageTTL after
+// the last of them started, and writes no image file.
 
 // snapRAM is the RAM image file of a snapshot directory.
 const snapRAM = "ram"
@@ -42,15 +44,15 @@ const snapRAM = "ram"
 // memfdName is how QEMU 7.2 names the memfds of its memory-backend-memfd
 // objects (/proc/PID/fd links read "/memfd:memory-backend-memfd (deleted)");
 // copyName is the name of a restored box's own copy of a RAM image
-// (ramCopy), sealedName that of a sealed image restores share.
+// (ramCopy), sealedName that of a sealed image Fork's children share.
 const (
 	memfdName  = "/memfd:memory-backend-memfd"
 	copyName   = "airlock-ram-copy"
 	sealedName = "airlock-ram-image"
 )
 
-// ramImageTTL is how long a RAM image memfd is kept after the last
-// restore that used it.
+// ramImageTTL is how long a transient snapshot's RAM image is kept after
+// the last restore that used it.
 const ramImageTTL = 30 * time.Second
 
 // imageParts returns the indices of c's RAM parts (ramLayout) that a RAM
@@ -246,74 +248,74 @@ func copyData(dst, src *os.File, dstOff, from, size int64, skipZero bool) (int64
 	return n, nil
 }
 
-// ramImageCache keeps the sealed memfds of RAM images recently restored
-// from, so that the restores one process starts share them.
+// ramImageCache keeps the sealed RAM images of this process's transient
+// snapshots (Fork's), which the restores it starts from them share.
 type ramImageCache struct {
 	mu sync.Mutex
 	m  map[ramImageKey]*ramImage
 }
 
-// ramImageKey identifies a RAM image file's content: a snapshot's files
-// are written once and never changed.
+// ramImageKey identifies a snapshot's state file (which is written once
+// and never changed), and so its RAM image.
 type ramImageKey struct {
 	dev, ino   uint64
 	size, mtim int64
 }
 
 type ramImage struct {
-	ready chan struct{} // closed once files and err are set
-	files []*os.File    // by part index; nil for parts not in the image
-	err   error
+	files []*os.File // by part index; nil for parts not in the image
 	users int
 	last  time.Time
 }
 
-// get returns the memfds of the RAM image at path for parts idx of parts
-// (by part index, len(parts)), filled and sealed once per image, and what
-// the caller calls once QEMU holds them.
-func (c *ramImageCache) get(path string, parts []ramPart, idx []int) ([]*os.File, func(), error) {
-	f, st, err := openImage(path, parts)
-	if err != nil {
-		return nil, nil, err
+// release returns what ends one use of im: after the last, im expires
+// (once no use started for ramImageTTL).
+func (c *ramImageCache) release(key ramImageKey, im *ramImage) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			im.users--
+			im.last = time.Now()
+			if im.users == 0 {
+				time.AfterFunc(ramImageTTL, func() { c.expire(key, im) })
+			}
+		})
 	}
-	defer f.Close()
-	key := ramImageKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtim: st.Mtim.Nano()}
+}
+
+// hold keeps files (a transient snapshot's RAM image, see sealedCopies)
+// under key, the identity of the snapshot's state file, for the restores
+// this process starts from it (lookup) and for ramImageTTL after the
+// last of them.
+func (c *ramImageCache) hold(key ramImageKey, files []*os.File) {
+	im := &ramImage{files: files, users: 1}
 	c.mu.Lock()
 	if c.m == nil {
 		c.m = map[ramImageKey]*ramImage{}
 	}
+	c.m[key] = im // one it replaces closes when it expires
+	c.mu.Unlock()
+	c.release(key, im)()
+}
+
+// lookup returns the RAM image held under key (hold) and what the caller
+// calls once QEMU holds it; ok is false when there is none (any longer).
+func (c *ramImageCache) lookup(key ramImageKey) (files []*os.File, done func(), ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	im := c.m[key]
-	fill := im == nil
-	if fill {
-		im = &ramImage{ready: make(chan struct{})}
-		c.m[key] = im
+	if im == nil {
+		return nil, nil, false
 	}
 	im.users++
-	c.mu.Unlock()
-	done := func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		im.users--
-		im.last = time.Now()
-		if im.users == 0 {
-			time.AfterFunc(ramImageTTL, func() { c.expire(key, im) })
-		}
-	}
-	if fill {
-		im.files, im.err = fillRAMImage(f, parts, idx, true)
-		close(im.ready)
-		if im.err != nil {
-			c.mu.Lock()
-			delete(c.m, key)
-			c.mu.Unlock()
-		}
-	}
-	<-im.ready
-	if im.err != nil {
-		done()
-		return nil, nil, im.err
-	}
-	return im.files, done, nil
+	return im.files, c.release(key, im), true
+}
+
+// statKey is the cache key of a file with status st.
+func statKey(st syscall.Stat_t) ramImageKey {
+	return ramImageKey{dev: st.Dev, ino: st.Ino, size: st.Size, mtim: st.Mtim.Nano()}
 }
 
 // expire closes im's memfds (QEMUs that map them keep them) if no restore
@@ -321,15 +323,13 @@ func (c *ramImageCache) get(path string, parts []ramPart, idx []int) ([]*os.File
 func (c *ramImageCache) expire(key ramImageKey, im *ramImage) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if im.users > 0 || time.Since(im.last) < ramImageTTL || c.m[key] != im {
+	if im.users > 0 || time.Since(im.last) < ramImageTTL {
 		return
 	}
-	delete(c.m, key)
-	for _, f := range im.files {
-		if f != nil {
-			f.Close()
-		}
+	if c.m[key] == im {
+		delete(c.m, key)
 	}
+	closeAll(im.files) // one that hold replaced, too
 }
 
 // openImage opens the RAM image at path, which must be of the size of
@@ -376,7 +376,7 @@ func ramCopy(path string, parts []ramPart, idx []int) (files []*os.File, filled 
 			now = append(now, i)
 		}
 	}
-	files, err = fillRAMImage(f, parts, now, false)
+	files, err = fillRAMImage(f, parts, now)
 	if err != nil || len(later) == 0 {
 		f.Close()
 		return files, func() error { return nil }, err
@@ -458,16 +458,40 @@ func closeAll(files []*os.File) {
 }
 
 // fillRAMImage makes one memfd per part in idx holding that part's range
-// of the image f, sealed (no write(2), no shared writable mapping) with
-// seal.
-func fillRAMImage(f *os.File, parts []ramPart, idx []int, seal bool) ([]*os.File, error) {
+// of the image f.
+func fillRAMImage(f *os.File, parts []ramPart, idx []int) ([]*os.File, error) {
+	return fillMemfds(parts, idx, false, func(m *os.File, i int) error {
+		_, err := copyData(m, f, 0, partOffset(parts, i), int64(parts[i].sizeMiB)<<20, false)
+		return err
+	})
+}
+
+// sealedCopies makes a sealed copy of each of QEMU's RAM memfds (by part
+// index): the RAM image of a transient snapshot, held in memory. Zero
+// pages are left out, as in writeRAMImage. It returns the copies and the
+// bytes of data in them.
+func sealedCopies(parts []ramPart, memfds map[int]*os.File) ([]*os.File, int64, error) {
+	idx := make([]int, 0, len(memfds))
+	for i := range parts {
+		if memfds[i] != nil {
+			idx = append(idx, i)
+		}
+	}
+	var n int64
+	files, err := fillMemfds(parts, idx, true, func(m *os.File, i int) error {
+		c, err := copyData(m, memfds[i], 0, 0, int64(parts[i].sizeMiB)<<20, true)
+		n += c
+		return err
+	})
+	return files, n, err
+}
+
+// fillMemfds makes one memfd per part in idx (by part index, len(parts)),
+// sized to the part, has fill write it, and seals it with seal.
+func fillMemfds(parts []ramPart, idx []int, seal bool, fill func(m *os.File, i int) error) ([]*os.File, error) {
 	files := make([]*os.File, len(parts))
 	fail := func(err error) ([]*os.File, error) {
-		for _, m := range files {
-			if m != nil {
-				m.Close()
-			}
-		}
+		closeAll(files)
 		return nil, fmt.Errorf("load the snapshot's RAM image: %w", err)
 	}
 	for _, i := range idx {
@@ -475,13 +499,12 @@ func fillRAMImage(f *os.File, parts []ramPart, idx []int, seal bool) ([]*os.File
 		if seal {
 			name, flags = sealedName, flags|unix.MFD_ALLOW_SEALING
 		}
-		size := int64(parts[i].sizeMiB) << 20
-		m, err := partMemfd(name, flags, size)
+		m, err := partMemfd(name, flags, int64(parts[i].sizeMiB)<<20)
 		if err != nil {
 			return fail(err)
 		}
 		files[i] = m
-		if _, err := copyData(m, f, 0, partOffset(parts, i), size, false); err != nil {
+		if err := fill(m, i); err != nil {
 			return fail(err)
 		}
 		if !seal {

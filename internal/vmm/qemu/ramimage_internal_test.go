@@ -11,9 +11,9 @@ import (
 )
 
 // TestRAMImageRoundTrip: the pages written into memfds (as QEMU's RAM
-// parts) come back, at their offsets, from the sealed memfds a restore
-// maps, which refuse writes; zero pages and holes take no space in the
-// image.
+// parts) come back, at their offsets, from the image file (as a restore's
+// own copy) and from the sealed copies Fork's children map, which refuse
+// writes; zero pages and holes take no space in the image.
 func TestRAMImageRoundTrip(t *testing.T) {
 	parts := []ramPart{{sizeMiB: 2}, {sizeMiB: 2, huge: true}, {sizeMiB: 4}}
 	page := func(b byte) []byte { return bytes.Repeat([]byte{b}, 4096) }
@@ -49,10 +49,31 @@ func TestRAMImageRoundTrip(t *testing.T) {
 	if st.Size != 8<<20 || st.Blocks*512 > 64<<10 {
 		t.Errorf("image: size %d, allocated %d bytes: want the RAM size, sparse", st.Size, st.Blocks*512)
 	}
-	var c ramImageCache
-	files, done, err := c.get(path, parts, []int{0, 2})
+	// The file comes back as a restore's own copy (ramCopy).
+	img, _, err := openImage(path, parts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	copies, err := fillRAMImage(img, parts, []int{0, 2})
+	img.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(copies)
+	// A transient snapshot's sealed copies, taken from the memfds.
+	sealed, n, err := sealedCopies(parts, memfds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 4*4096 {
+		t.Errorf("sealed copies hold %d bytes of data, want the 4 non-zero pages", n)
+	}
+	var c ramImageCache
+	key := ramImageKey{dev: 1, ino: 2}
+	c.hold(key, sealed)
+	files, done, ok := c.lookup(key)
+	if !ok {
+		t.Fatal("the held image is not found")
 	}
 	defer done()
 	if files[1] != nil || len(files) != 3 {
@@ -61,9 +82,11 @@ func TestRAMImageRoundTrip(t *testing.T) {
 	for i, pages := range want {
 		got := make([]byte, 4096)
 		for off, b := range pages {
-			files[i].ReadAt(got, off)
-			if !bytes.Equal(got, b) {
-				t.Errorf("part %d offset %d: got %x..., want %x...", i, off, got[:4], b[:4])
+			for what, f := range map[string]*os.File{"copy": copies[i], "sealed": files[i]} {
+				f.ReadAt(got, off)
+				if !bytes.Equal(got, b) {
+					t.Errorf("%s part %d offset %d: got %x..., want %x...", what, i, off, got[:4], b[:4])
+				}
 			}
 		}
 		if _, err := files[i].WriteAt([]byte{9}, 0); err == nil {
@@ -87,18 +110,23 @@ func TestRAMImageRoundTrip(t *testing.T) {
 			t.Errorf("part %d: a private write reached the image (%d, want %d)", i, got[0], first)
 		}
 	}
-	// One image per file: a second restore shares the memfds.
-	again, done2, err := c.get(path, parts, []int{0, 2})
-	if err != nil {
-		t.Fatal(err)
+	// Every restore from the snapshot shares the memfds; another
+	// snapshot's key finds none.
+	again, done2, ok := c.lookup(key)
+	if !ok {
+		t.Fatal("second lookup found nothing")
 	}
 	defer done2()
 	if again[0] != files[0] || again[2] != files[2] {
 		t.Errorf("second restore got other memfds")
 	}
+	if _, _, ok := c.lookup(ramImageKey{dev: 1, ino: 3}); ok {
+		t.Errorf("an image was found for a snapshot that holds none")
+	}
 	// A damaged image (another size) is refused.
 	os.Truncate(path, 4<<20)
-	if _, _, err := (&ramImageCache{}).get(path, parts, []int{0, 2}); err == nil {
+	if f, _, err := openImage(path, parts); err == nil {
+		f.Close()
 		t.Errorf("an image of the wrong size was accepted")
 	}
 }

@@ -48,6 +48,10 @@ type machineMeta struct {
 	// stream, which was saved with x-ignore-shared; none: all of RAM is in
 	// the stream.
 	RAMParts []int `json:"ram_parts,omitempty"`
+	// Transient says the RAM image is not in the snapshot's directory but
+	// in the memory of the process that took it (vmm.WithTransientSnapshot,
+	// ramImages.hold), for as long as it restores from it.
+	Transient bool `json:"transient,omitempty"`
 }
 
 // fileID identifies a file's content by path, size and inode: the cache
@@ -350,6 +354,9 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	if _, err := q.Execute("migrate-set-parameters", map[string]any{"max-bandwidth": int64(1) << 40}); err != nil {
 		return st, err
 	}
+	// A transient snapshot (Fork's) keeps its RAM image in memory and is
+	// not made durable.
+	transient := vmm.TransientSnapshot(ctx)
 	// A box paused before (Pause) stays paused.
 	was, err := q.status()
 	if err != nil {
@@ -412,9 +419,15 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 		if err := waitMigration(ctx, q); err != nil {
 			return err
 		}
+		if transient {
+			return nil
+		}
 		return f.Sync()
 	}
 	var ramParts []int
+	var held []*os.File // a transient snapshot's RAM image
+	defer func() { closeAll(held) }()
+	var heldBytes int64
 	for attempt := 1; ; attempt++ {
 		var before []queueState
 		if memfds != nil {
@@ -428,7 +441,11 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 		if memfds == nil {
 			break
 		}
-		if _, err := writeRAMImage(filepath.Join(dir, snapRAM), parts, memfds); err != nil {
+		if transient {
+			if held, heldBytes, err = sealedCopies(parts, memfds); err != nil {
+				return st, fmt.Errorf("copy the RAM image: %w", err)
+			}
+		} else if _, err := writeRAMImage(filepath.Join(dir, snapRAM), parts, memfds); err != nil {
 			return st, fmt.Errorf("write the RAM image: %w", err)
 		}
 		after, err := serialQueues(q)
@@ -447,6 +464,8 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 		// after three tries all of RAM goes into the stream, which QEMU
 		// saves at one instant with the devices.
 		os.Remove(filepath.Join(dir, snapRAM))
+		closeAll(held)
+		held, heldBytes = nil, 0
 		if err := f.Truncate(0); err != nil {
 			return st, err
 		}
@@ -477,18 +496,26 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	}
 	st.PausedNs = int64(time.Since(t0))
 	resume()
-	if ramParts != nil {
+	if ramParts != nil && !transient {
 		// After the box runs on: the image's pages were written while
 		// it was stopped.
 		if err := syncFile(filepath.Join(dir, snapRAM)); err != nil {
 			return st, err
 		}
 	}
-	meta, _ := json.MarshalIndent(machineMeta{QEMUVersion: ver, Config: layout(qc), Files: files, RAMParts: ramParts}, "", "  ")
+	if held != nil {
+		var fst syscall.Stat_t
+		if err := syscall.Fstat(int(f.Fd()), &fst); err != nil {
+			return st, err
+		}
+		ramImages.hold(statKey(fst), held)
+		held = nil
+	}
+	meta, _ := json.MarshalIndent(machineMeta{QEMUVersion: ver, Config: layout(qc), Files: files, RAMParts: ramParts, Transient: ramParts != nil && transient}, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, snapMachine), meta, 0o600); err != nil {
 		return st, err
 	}
-	st.StateBytes = allocated(filepath.Join(dir, snapState)) + allocated(filepath.Join(dir, snapRAM))
+	st.StateBytes = allocated(filepath.Join(dir, snapState)) + allocated(filepath.Join(dir, snapRAM)) + heldBytes
 	st.DiskBytes = allocated(filepath.Join(dir, snapDisk))
 	return st, nil
 }
@@ -647,7 +674,7 @@ func (d *Driver) checkSnapshot(ctx context.Context, spec vmm.Spec, dir string) (
 		return Config{}, mm, err
 	}
 	need := []string{snapState, snapDisk}
-	if len(mm.RAMParts) > 0 {
+	if len(mm.RAMParts) > 0 && !mm.Transient {
 		need = append(need, snapRAM)
 	}
 	for _, f := range need {
@@ -739,12 +766,16 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 		if !reflect.DeepEqual(idx, mm.RAMParts) {
 			return nil, fmt.Errorf("the snapshot's RAM image holds parts %v of guest RAM, a box here now %v: the snapshot cannot be restored; take a new one", mm.RAMParts, idx)
 		}
-		if vmm.SharedRAM(ctx) {
-			// Restores started together (Fork's children) share one
-			// sealed image, mapped copy-on-write.
-			images, done, err := ramImages.get(filepath.Join(dir, snapRAM), parts, idx)
-			if err != nil {
+		if mm.Transient {
+			// Fork's children share the sealed image this process
+			// holds, mapped copy-on-write.
+			var fst syscall.Stat_t
+			if err := syscall.Fstat(int(f.Fd()), &fst); err != nil {
 				return nil, err
+			}
+			images, done, ok := ramImages.lookup(statKey(fst))
+			if !ok {
+				return nil, errors.New("the snapshot is a fork's, whose memory only the process that forked held for its children: it cannot be restored (take one with Snapshot, airlock snapshot create)")
 			}
 			defer done()
 			qc.RAMImages = images
