@@ -31,10 +31,11 @@ func (c *CodeBox) Context(id string) *Context {
 // child's context is the parent's interpreter as it was at the fork, its
 // variables, imports and functions included, running on independently
 // (its random module reseeded, as after os.fork). Fork waits for cells
-// that are running. The children are not attached: Close
-// removes each child's box, and, as for New, the next airlock.Open removes
-// it once this program is gone (unless c was made by Attach). On error no
-// child is left.
+// that are running. The children of a CodeBox made by New are not
+// attached: Close removes each child's box, and, as for New, the next
+// airlock.Open removes it once this program is gone. Those of one made by
+// Attach are attached, as it is: their boxes are whoever manages c's box's
+// to remove (Close ends only their contexts). On error no child is left.
 func (c *CodeBox) Fork(ctx context.Context, n int) ([]*CodeBox, error) {
 	c.mu.Lock()
 	if c.closed {
@@ -80,15 +81,14 @@ func (c *CodeBox) Fork(ctx context.Context, n int) ([]*CodeBox, error) {
 	fail := func(err error) ([]*CodeBox, error) {
 		for i, k := range kids {
 			if out[i] != nil {
-				out[i].Close()
-			} else {
-				k.Remove(context.WithoutCancel(ctx), true)
+				out[i].Close() // its contexts (and, unattached, its box)
 			}
+			k.Remove(context.WithoutCancel(ctx), true)
 		}
 		return nil, err
 	}
 	for i, kb := range kids {
-		child := &CodeBox{box: kb, opts: c.opts, killGrace: c.killGrace, contexts: map[*Context]struct{}{}}
+		child := &CodeBox{box: kb, opts: c.opts, killGrace: c.killGrace, contexts: map[*Context]struct{}{}, attached: c.attached}
 		out[i] = child
 		for _, s := range states {
 			x := child.newContextValue(s.x.id, s.x.co)

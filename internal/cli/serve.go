@@ -171,6 +171,7 @@ the unix socket).`,
 	f.Int64Var(&maxUpload, "max-upload", server.DefaultMaxUploadBytes, "largest file or tar upload in bytes (streamed, never held in memory)")
 	f.StringVar(&logFormat, "log-format", "text", "access log format: text or json")
 	f.IntVar(&policy.MaxBoxes, "max-boxes", 0, "most boxes not stopped at once (0: no limit); more are refused with 403")
+	f.IntVar(&policy.MaxSnapshots, "max-snapshots", 0, "most memory snapshots clients may keep (0: no limit); more are refused with 403")
 	f.IntVar(&policy.MaxCPUs, "max-cpus", 0, "most vCPUs per box (0: no limit)")
 	f.IntVar(&policy.MaxMemoryMiB, "max-memory", 0, "most MiB of RAM per box (0: no limit)")
 	f.StringArrayVar(&policy.AllowVolumeDirs, "allow-volume", nil, "let clients attach host directories under DIR as volumes (symlinks resolved); repeatable; none by default")

@@ -31,6 +31,7 @@ type BoxSpec struct {
 	TTL            float64      `json:"ttl,omitempty" minimum:"0" doc:"Seconds: the server removes the box this long after creating it."`
 	IdleTimeout    float64      `json:"idle_timeout,omitempty" minimum:"0" doc:"Seconds: the server removes the box after this long with no exec or code call on it."`
 	Lease          float64      `json:"lease,omitempty" minimum:"0" doc:"Seconds: the server removes the box unless POST /v1/boxes/{id}/lease renews it within this time (the SDKs do, while their process lives)."`
+	FromSnapshot   string       `json:"from_snapshot,omitempty" maxLength:"128" doc:"Restore this memory snapshot (POST /v1/boxes/{id}/snapshot) instead of booting: the box runs on from where the snapshot's box was, with its processes and files. Image, cpus, memory_mib, disk_size_mib and network come from the snapshot (leave them out, or give the snapshot's); env, working_dir and user default to its box's; volumes, ports, allow_net and allow_host_ports must be left out."`
 }
 
 // VolumeSpec attaches storage to a box (airlock.Volume).
@@ -113,7 +114,7 @@ func (s *Server) registerBoxes() {
 	huma.Register(s.api, huma.Operation{
 		OperationID: "create-box", Method: http.MethodPost, Path: "/v1/boxes", Tags: []string{"boxes"},
 		Summary:       "Create a box",
-		Description:   "Creates a box from an image (pulled if absent) and boots it: when the call returns, execs can run.",
+		Description:   "Creates a box from an image (pulled if absent) and boots it, or restores it from a memory snapshot (from_snapshot): when the call returns, execs can run.",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusBadGateway},
 	}, func(ctx context.Context, in *struct{ Body BoxSpec }) (*boxOutput, error) {
 		sp := in.Body
@@ -126,10 +127,21 @@ func (s *Server) registerBoxes() {
 		for _, p := range sp.Ports {
 			opts.Ports = append(opts.Ports, airlock.PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Protocol})
 		}
-		if err := s.checkCreate(ctx, &opts); err != nil {
+		if sp.FromSnapshot != "" {
+			if err := s.checkRestore(ctx, sp); err != nil {
+				return nil, err
+			}
+			if opts.Image == airlock.DefaultImage {
+				opts.Image = "" // huma's default: the snapshot names its image
+			}
+			opts.FromSnapshot = sp.FromSnapshot
+		} else if err := s.checkCreate(ctx, &opts); err != nil {
 			return nil, err
 		}
 		b, err := s.rt.Create(ctx, opts)
+		if sp.FromSnapshot != "" && err != nil {
+			return nil, snapshotProblem(err)
+		}
 		if err != nil {
 			if len(opts.Ports) > 0 && strings.Contains(err.Error(), "address already in use") {
 				return nil, &Problem{Status: http.StatusConflict, Title: http.StatusText(http.StatusConflict), Code: CodePortInUse,

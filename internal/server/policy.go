@@ -23,6 +23,10 @@ type Policy struct {
 	// MaxBoxes bounds the boxes of the home that are not stopped
 	// (created or running).
 	MaxBoxes int
+	// MaxSnapshots bounds the memory snapshots of the home (POST
+	// /v1/boxes/{id}/snapshot; a fork's own, removed at once, does not
+	// count). 0: no limit.
+	MaxSnapshots int
 	// MaxCPUs and MaxMemoryMiB bound one box's vCPUs and RAM.
 	MaxCPUs      int
 	MaxMemoryMiB int

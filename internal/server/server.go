@@ -168,6 +168,7 @@ func New(cfg Config) *Server {
 	hc.OnAddOperation = append(hc.OnAddOperation, func(_ *huma.OpenAPI, op *huma.Operation) { op.MaxBodyBytes = cfg.MaxBodyBytes })
 	s.api = humago.New(s.mux, hc)
 	s.registerBoxes()
+	s.registerSnapshots()
 	s.registerExec()
 	s.registerCode()
 	s.registerMisc()

@@ -418,6 +418,125 @@ func TestServerVM(t *testing.T) {
 	})
 }
 
+// TestServerSnapshots: a fork of a box with a context (each child has the
+// file and the context with its variable, and files of its own; a stopped
+// child stays, stopped), a fork
+// past --max-boxes, a snapshot (a second of the same name, one past
+// --max-snapshots), a restore from it (and one asking for ports), its
+// removal and a restore of the removed one.
+func TestServerSnapshots(t *testing.T) {
+	requireVM(t)
+	rt, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ts := httptest.NewServer(New(Config{Runtime: rt}).Handler(false))
+	defer ts.Close()
+	c := apiClient{t, ts.URL}
+	// with is a client of another server of rt with policy p.
+	with := func(p Policy) apiClient {
+		ps := httptest.NewServer(New(Config{Runtime: rt, Policy: p}).Handler(false))
+		t.Cleanup(ps.Close)
+		return apiClient{t, ps.URL}
+	}
+	var box Box
+	if st := c.do("POST", "/v1/boxes", BoxSpec{Image: vmtest.DefaultImage, Network: "none"}, &box); st != 201 {
+		t.Fatalf("create: status %d %+v", st, box)
+	}
+	id := box.ID
+	defer rt.Remove(context.Background(), id, true)
+	var cx ContextInfo
+	if st := c.do("POST", "/v1/boxes/"+id+"/contexts", nil, &cx); st != 201 {
+		t.Fatalf("create context: %d", st)
+	}
+	var cell CellResult
+	c.do("POST", "/v1/boxes/"+id+"/contexts/"+cx.ID+"/run", RunRequest{Code: "x = 41"}, &cell)
+	var r ExecResult
+	c.do("POST", "/v1/boxes/"+id+"/exec", ExecRequest{Cmd: []string{"sh", "-c", "echo before > /root/f"}}, &r)
+
+	// A fork: the children have the file and the context, with x.
+	var fr ForkResult
+	if st := c.do("POST", "/v1/boxes/"+id+"/fork", ForkRequest{N: 2}, &fr); st != 201 || len(fr.Boxes) != 2 {
+		t.Fatalf("fork: %d %+v", st, fr)
+	}
+	for i, k := range fr.Boxes {
+		defer rt.Remove(context.Background(), k.ID, true)
+		if k.State != "running" || k.ID == id {
+			t.Errorf("child %+v", k)
+		}
+		c.do("POST", "/v1/boxes/"+k.ID+"/contexts/"+cx.ID+"/run", RunRequest{Code: "x + 1"}, &cell)
+		if cell.Value != "42" {
+			t.Errorf("child %d context: %+v", i, cell)
+		}
+		c.do("POST", "/v1/boxes/"+k.ID+"/exec", ExecRequest{Cmd: []string{"sh", "-c", "cat /root/f; echo " + k.ID + " > /root/mine"}}, &r)
+		if r.Stdout != "before\n" {
+			t.Errorf("child %d file: %+v", i, r)
+		}
+	}
+	c.do("POST", "/v1/boxes/"+fr.Boxes[0].ID+"/exec", ExecRequest{Cmd: []string{"cat", "/root/mine"}}, &r)
+	if r.Stdout != fr.Boxes[0].ID+"\n" {
+		t.Errorf("children share a file: %+v", r)
+	}
+	// A child with contexts is the server's: stopping it keeps it.
+	var stopped Box
+	if st := c.do("POST", "/v1/boxes/"+fr.Boxes[1].ID+"/stop", nil, &stopped); st != 200 || stopped.State != "stopped" {
+		t.Errorf("stop a child: %d %+v", st, stopped)
+	}
+	if st := c.do("GET", "/v1/boxes/"+fr.Boxes[1].ID, nil, &stopped); st != 200 || stopped.State != "stopped" {
+		t.Errorf("a stopped child: %d %+v", st, stopped)
+	}
+	var p Problem
+	var over struct {
+		Problem
+		ForkResult
+	}
+	if st := with(Policy{MaxBoxes: 3}).do("POST", "/v1/boxes/"+id+"/fork", ForkRequest{N: 2}, &over); st != 403 || over.Code != CodePolicyDenied {
+		t.Errorf("fork into 2 with 2 boxes up and --max-boxes 3: %d %+v", st, over)
+		for _, k := range over.Boxes {
+			rt.Remove(context.Background(), k.ID, true)
+		}
+	}
+
+	// A snapshot, a restore from it, its removal.
+	var sn Snapshot
+	if st := c.do("POST", "/v1/boxes/"+id+"/snapshot", SnapshotRequest{Name: "s1"}, &sn); st != 201 || sn.Name != "s1" || sn.Box != id || sn.StateBytes == 0 {
+		t.Fatalf("snapshot: %d %+v", st, sn)
+	}
+	if st := c.do("POST", "/v1/boxes/"+id+"/snapshot", SnapshotRequest{Name: "s1"}, &p); st != 409 || p.Code != CodeSnapshotExists {
+		t.Errorf("second snapshot s1: %d %+v", st, p)
+	}
+	if st := with(Policy{MaxSnapshots: 1}).do("POST", "/v1/boxes/"+id+"/snapshot", SnapshotRequest{Name: "s2"}, &p); st != 403 || p.Code != CodePolicyDenied {
+		t.Errorf("snapshot past --max-snapshots: %d %+v", st, p)
+	}
+	var list SnapshotList
+	c.do("GET", "/v1/snapshots", nil, &list)
+	if len(list.Snapshots) != 1 || list.Snapshots[0].Name != "s1" {
+		t.Errorf("snapshots: %+v", list)
+	}
+	if st := c.do("POST", "/v1/boxes", BoxSpec{FromSnapshot: "s1", Ports: []PortSpec{{GuestPort: 80}}}, &p); st != 400 {
+		t.Errorf("restore with ports: %d %+v", st, p)
+	}
+	var rb Box
+	if st := c.do("POST", "/v1/boxes", BoxSpec{FromSnapshot: "s1"}, &rb); st != 201 || rb.State != "running" || rb.Image != box.Image {
+		t.Fatalf("restore: %d %+v", st, rb)
+	}
+	defer rt.Remove(context.Background(), rb.ID, true)
+	c.do("POST", "/v1/boxes/"+rb.ID+"/exec", ExecRequest{Cmd: []string{"cat", "/root/f"}}, &r)
+	if r.Stdout != "before\n" {
+		t.Errorf("restored box's file: %+v", r)
+	}
+	if st := c.do("DELETE", "/v1/snapshots/s1", nil, nil); st != 204 {
+		t.Errorf("remove snapshot: %d", st)
+	}
+	if st := c.do("GET", "/v1/snapshots/s1", nil, &p); st != 404 || p.Code != CodeSnapshotNotFound {
+		t.Errorf("removed snapshot: %d %+v", st, p)
+	}
+	if st := c.do("POST", "/v1/boxes", BoxSpec{FromSnapshot: "s1"}, &p); st != 404 || p.Code != CodeSnapshotNotFound {
+		t.Errorf("restore of a removed snapshot: %d %+v", st, p)
+	}
+}
+
 // TestServerLifetimes: a box with a lease lives while it is renewed and
 // goes when its TTL ends; a box with an idle timeout lives while used and
 // goes when left alone.

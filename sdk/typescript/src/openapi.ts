@@ -19,7 +19,7 @@ export interface paths {
         put?: never;
         /**
          * Create a box
-         * @description Creates a box from an image (pulled if absent) and boots it: when the call returns, execs can run.
+         * @description Creates a box from an image (pulled if absent) and boots it, or restores it from a memory snapshot (from_snapshot): when the call returns, execs can run.
          */
         post: operations["create-box"];
         delete?: never;
@@ -329,6 +329,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/boxes/{id}/fork": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Fork a running box
+         * @description Pauses the box briefly, snapshots it and starts n children from that instant: each an independent box with its own writable layer, the same processes and files, and, for a box with contexts, the same contexts (same ids, variables kept). Children get the box's lease and idle timeout and what is left of its TTL; they publish no ports. On error no child is left.
+         */
+        post: operations["fork-box"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/boxes/{id}/lease": {
         parameters: {
             query?: never;
@@ -343,6 +363,26 @@ export interface paths {
          * @description Extends the lease of a box created with `lease` by that many seconds from now. A box whose lease runs out is removed: the SDKs renew it while their process lives, so a crashed client leaves no box behind.
          */
         post: operations["renew-lease"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/boxes/{id}/snapshot": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Snapshot a running box
+         * @description Saves the box's memory, device state and writable layer, taken at one paused instant; the box runs on (like docker commit, unlike docker checkpoint). POST /v1/boxes with from_snapshot starts boxes from it. A box with volumes cannot be snapshotted.
+         */
+        post: operations["snapshot-box"];
         delete?: never;
         options?: never;
         head?: never;
@@ -483,6 +523,47 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/snapshots": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List snapshots
+         * @description Every memory snapshot of this airlock home, oldest first.
+         */
+        get: operations["list-snapshots"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/snapshots/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a snapshot */
+        get: operations["get-snapshot"];
+        put?: never;
+        post?: never;
+        /**
+         * Remove a snapshot
+         * @description Boxes restored from it keep running: each has its own copy of what it needs.
+         */
+        delete: operations["remove-snapshot"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/version": {
         parameters: {
             query?: never;
@@ -552,6 +633,8 @@ export interface components {
             disk_size_mib?: number;
             /** @description KEY=value entries added to the image's environment. */
             env?: string[] | null;
+            /** @description Restore this memory snapshot (POST /v1/boxes/{id}/snapshot) instead of booting: the box runs on from where the snapshot's box was, with its processes and files. Image, cpus, memory_mib, disk_size_mib and network come from the snapshot (leave them out, or give the snapshot's); env, working_dir and user default to its box's; volumes, ports, allow_net and allow_host_ports must be left out. */
+            from_snapshot?: string;
             /**
              * Format: double
              * @description Seconds: the server removes the box after this long with no exec or code call on it.
@@ -764,6 +847,17 @@ export interface components {
             /** Format: int64 */
             uid: number;
         };
+        ForkRequest: {
+            /**
+             * Format: int64
+             * @description How many children (default 1, at most 64).
+             */
+            n?: number;
+        };
+        ForkResult: {
+            /** @description The children, running. */
+            boxes: components["schemas"]["Box"][] | null;
+        };
         Health: {
             /** @enum {string} */
             status: "ok";
@@ -874,7 +968,7 @@ export interface components {
              * @description Stable machine-readable code.
              * @enum {string}
              */
-            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use";
+            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use" | "snapshot_not_found" | "snapshot_exists" | "not_supported";
             /** @description What happened in this occurrence, and what to do. */
             detail?: string;
             /** @description Individual validation errors. */
@@ -928,6 +1022,45 @@ export interface components {
             stderr: string;
             stdout: string;
             timed_out: boolean;
+        };
+        Snapshot: {
+            /** @description Id of the box it was taken of. */
+            box: string;
+            box_name?: string;
+            /** Format: int64 */
+            cpus: number;
+            /** Format: date-time */
+            created: string;
+            /**
+             * Format: int64
+             * @description The writable layer's copy, bytes allocated.
+             */
+            disk_bytes: number;
+            /** Format: int64 */
+            disk_size_mib: number;
+            image: string;
+            image_digest: string;
+            /** Format: int64 */
+            memory_mib: number;
+            name: string;
+            network: string;
+            /**
+             * Format: double
+             * @description How long the box was stopped while the snapshot was taken, ms.
+             */
+            paused_ms: number;
+            /**
+             * Format: int64
+             * @description Memory and device state on disk, bytes.
+             */
+            state_bytes: number;
+        };
+        SnapshotList: {
+            snapshots: components["schemas"]["Snapshot"][] | null;
+        };
+        SnapshotRequest: {
+            /** @description The snapshot's name (letters, digits, _ . -; unique in the airlock home). */
+            name: string;
         };
         VersionInfo: {
             api_version: string;
@@ -2431,6 +2564,105 @@ export interface operations {
             };
         };
     };
+    "fork-box": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ForkRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ForkResult"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Implemented */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Bad Gateway */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     "renew-lease": {
         parameters: {
             query?: never;
@@ -2479,6 +2711,105 @@ export interface operations {
             };
             /** @description Internal Server Error */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "snapshot-box": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SnapshotRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Snapshot"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Implemented */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Bad Gateway */
+            502: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2808,6 +3139,142 @@ export interface operations {
             };
             /** @description Error */
             default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "list-snapshots": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SnapshotList"];
+                };
+            };
+            /** @description Error */
+            default: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "get-snapshot": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Snapshot name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Snapshot"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "remove-snapshot": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Snapshot name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };

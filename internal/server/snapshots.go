@@ -1,0 +1,293 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/codebox"
+	"github.com/airlock-run/airlock/internal/vmm"
+)
+
+// SnapshotRequest is the body of POST /v1/boxes/{id}/snapshot.
+type SnapshotRequest struct {
+	Name string `json:"name" minLength:"1" maxLength:"128" pattern:"^[A-Za-z0-9][A-Za-z0-9_.-]*$" doc:"The snapshot's name (letters, digits, _ . -; unique in the airlock home)."`
+}
+
+// Snapshot is a memory snapshot as the API shows it (airlock.SnapshotInfo).
+type Snapshot struct {
+	Name        string    `json:"name"`
+	Box         string    `json:"box" doc:"Id of the box it was taken of."`
+	BoxName     string    `json:"box_name,omitempty"`
+	Image       string    `json:"image"`
+	ImageDigest string    `json:"image_digest"`
+	CPUs        int       `json:"cpus"`
+	MemoryMiB   int       `json:"memory_mib"`
+	DiskSizeMiB int       `json:"disk_size_mib"`
+	Network     string    `json:"network"`
+	Created     time.Time `json:"created"`
+	StateBytes  int64     `json:"state_bytes" doc:"Memory and device state on disk, bytes."`
+	DiskBytes   int64     `json:"disk_bytes" doc:"The writable layer's copy, bytes allocated."`
+	PausedMs    float64   `json:"paused_ms" doc:"How long the box was stopped while the snapshot was taken, ms."`
+}
+
+func snapshotOf(i airlock.SnapshotInfo) Snapshot {
+	return Snapshot{Name: i.Name, Box: i.Box, BoxName: i.BoxName, Image: i.Image, ImageDigest: i.ImageDigest,
+		CPUs: i.Options.CPUs, MemoryMiB: i.Options.MemoryMiB, DiskSizeMiB: i.Options.DiskSizeMiB, Network: i.Options.Network,
+		Created: i.Created, StateBytes: i.StateBytes, DiskBytes: i.DiskBytes, PausedMs: float64(i.Paused.Microseconds()) / 1000}
+}
+
+// SnapshotList is the body of GET /v1/snapshots.
+type SnapshotList struct {
+	Snapshots []Snapshot `json:"snapshots"`
+}
+
+// ForkRequest is the body of POST /v1/boxes/{id}/fork.
+type ForkRequest struct {
+	N int `json:"n,omitempty" minimum:"0" maximum:"64" doc:"How many children (default 1, at most 64)."`
+}
+
+// ForkResult is the body of a fork's answer.
+type ForkResult struct {
+	Boxes []Box `json:"boxes" doc:"The children, running."`
+}
+
+type snapshotNameInput struct {
+	Name string `path:"name" maxLength:"128" doc:"Snapshot name."`
+}
+
+// snapshotProblem maps the library's snapshot errors to problems.
+func snapshotProblem(err error) error {
+	var p *Problem
+	switch {
+	case errors.As(err, &p):
+		return p
+	case errors.Is(err, airlock.ErrSnapshotNotFound):
+		return &Problem{Status: http.StatusNotFound, Title: http.StatusText(http.StatusNotFound), Code: CodeSnapshotNotFound,
+			Detail: err.Error() + " (GET /v1/snapshots lists them)"}
+	case errors.Is(err, airlock.ErrSnapshotExists):
+		return &Problem{Status: http.StatusConflict, Title: http.StatusText(http.StatusConflict), Code: CodeSnapshotExists, Detail: err.Error()}
+	case errors.Is(err, vmm.ErrNotSupported):
+		return &Problem{Status: http.StatusNotImplemented, Title: http.StatusText(http.StatusNotImplemented), Code: CodeNotSupported,
+			Detail: err.Error() + ": this server's VM driver cannot snapshot"}
+	}
+	return problem(err)
+}
+
+// checkSnapshotRoom refuses a snapshot past Policy.MaxSnapshots.
+func (s *Server) checkSnapshotRoom(ctx context.Context) error {
+	max := s.cfg.Policy.MaxSnapshots
+	if max <= 0 {
+		return nil
+	}
+	list, err := s.rt.Snapshots(ctx)
+	if err != nil {
+		return snapshotProblem(err)
+	}
+	if len(list) >= max {
+		return denied("%d snapshots exist; this server keeps at most %d (airlock serve --max-snapshots): remove one first (DELETE /v1/snapshots/{name})", len(list), max)
+	}
+	return nil
+}
+
+// checkFork refuses a fork into n boxes past Policy.MaxBoxes.
+func (s *Server) checkFork(ctx context.Context, n int) error {
+	max := s.cfg.Policy.MaxBoxes
+	if max <= 0 {
+		return nil
+	}
+	infos, err := s.rt.List(ctx)
+	if err != nil {
+		return problem(err)
+	}
+	up := 0
+	for _, i := range infos {
+		if i.State != "stopped" {
+			up++
+		}
+	}
+	if up+n > max {
+		return denied("a fork into %d boxes with %d not stopped would pass this server's limit of %d (airlock serve --max-boxes): remove boxes first, or fork into fewer", n, up, max)
+	}
+	return nil
+}
+
+// checkRestore checks a create from a snapshot as a create of the
+// snapshot's box: the restored box has its machine and network.
+func (s *Server) checkRestore(ctx context.Context, sp BoxSpec) error {
+	if len(sp.Volumes) > 0 || len(sp.Ports) > 0 || len(sp.AllowNet) > 0 || len(sp.AllowHostPorts) > 0 {
+		return &Problem{Status: http.StatusBadRequest, Title: http.StatusText(http.StatusBadRequest), Code: CodeInvalid,
+			Detail: "a box restored from a snapshot keeps the snapshot's network and has no volumes or published ports: leave volumes, ports, allow_net and allow_host_ports out"}
+	}
+	info, err := s.rt.Snapshot(ctx, sp.FromSnapshot)
+	if err != nil {
+		return snapshotProblem(err)
+	}
+	eff := info.Options
+	eff.Volumes, eff.Ports = nil, nil
+	return s.checkCreate(ctx, &eff)
+}
+
+// lifetimeOf returns the spec whose lifetime limits a fork child takes
+// over from box id: the same lease and idle timeout, and what is left of
+// its TTL.
+func (s *Server) lifetimeOf(id string) BoxSpec {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.lifetimes[id]
+	if l == nil {
+		return BoxSpec{}
+	}
+	sp := BoxSpec{Lease: l.lease.Seconds(), IdleTimeout: l.idle.Seconds()}
+	if !l.expires.IsZero() {
+		sp.TTL = max(time.Until(l.expires).Seconds(), 0.001)
+	}
+	return sp
+}
+
+// fork forks box b into n children; a box with contexts is forked as a
+// CodeBox, so that each child has them under the same ids.
+func (s *Server) fork(ctx context.Context, b *airlock.Box, n int) ([]*airlock.Box, error) {
+	s.mu.Lock()
+	cs := s.codeboxes[b.ID()]
+	s.mu.Unlock()
+	if cs == nil {
+		return b.Fork(ctx, n)
+	}
+	cs.mu.Lock()
+	ids := make(map[string]string, len(cs.contexts)) // codebox id -> API id
+	for id, x := range cs.contexts {
+		ids[x.ID()] = id
+	}
+	cs.mu.Unlock()
+	kids, err := cs.cb.Fork(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*airlock.Box, len(kids))
+	for i, k := range kids {
+		kcs := &codeState{cb: k, contexts: map[string]*codebox.Context{}}
+		for cid, id := range ids {
+			if x := k.Context(cid); x != nil {
+				kcs.contexts[id] = x
+			}
+		}
+		s.mu.Lock()
+		s.codeboxes[k.Box().ID()] = kcs
+		s.mu.Unlock()
+		out[i] = k.Box()
+	}
+	return out, nil
+}
+
+func (s *Server) registerSnapshots() {
+	huma.Register(s.api, huma.Operation{
+		OperationID: "snapshot-box", Method: http.MethodPost, Path: "/v1/boxes/{id}/snapshot", Tags: []string{"snapshots"},
+		Summary: "Snapshot a running box",
+		Description: "Saves the box's memory, device state and writable layer, taken at one paused instant; the box runs on " +
+			"(like docker commit, unlike docker checkpoint). POST /v1/boxes with from_snapshot starts boxes from it. " +
+			"A box with volumes cannot be snapshotted.",
+		DefaultStatus: http.StatusCreated,
+		Errors:        []int{http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusNotImplemented, http.StatusBadGateway},
+	}, func(ctx context.Context, in *struct {
+		ID   string `path:"id" maxLength:"128" doc:"Box id, unique id prefix, or name."`
+		Body SnapshotRequest
+	}) (*struct{ Body Snapshot }, error) {
+		b, err := s.getBox(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.checkSnapshotRoom(ctx); err != nil {
+			return nil, err
+		}
+		info, err := b.Snapshot(ctx, in.Body.Name)
+		if err != nil {
+			return nil, snapshotProblem(err)
+		}
+		s.touch(b.ID())
+		return &struct{ Body Snapshot }{snapshotOf(info)}, nil
+	})
+
+	huma.Register(s.api, huma.Operation{
+		OperationID: "fork-box", Method: http.MethodPost, Path: "/v1/boxes/{id}/fork", Tags: []string{"snapshots"},
+		Summary: "Fork a running box",
+		Description: "Pauses the box briefly, snapshots it and starts n children from that instant: each an independent box " +
+			"with its own writable layer, the same processes and files, and, for a box with contexts, the same contexts " +
+			"(same ids, variables kept). Children get the box's lease and idle timeout and what is left of its TTL; " +
+			"they publish no ports. On error no child is left.",
+		DefaultStatus: http.StatusCreated,
+		Errors:        []int{http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusNotImplemented, http.StatusBadGateway},
+	}, func(ctx context.Context, in *struct {
+		ID   string `path:"id" maxLength:"128" doc:"Box id, unique id prefix, or name."`
+		Body ForkRequest
+	}) (*struct{ Body ForkResult }, error) {
+		n := max(in.Body.N, 1)
+		b, err := s.getBox(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.checkFork(ctx, n); err != nil {
+			return nil, err
+		}
+		life := s.lifetimeOf(b.ID())
+		kids, err := s.fork(ctx, b, n)
+		if err != nil {
+			return nil, snapshotProblem(err)
+		}
+		s.touch(b.ID())
+		out := &struct{ Body ForkResult }{}
+		out.Body.Boxes = make([]Box, 0, len(kids))
+		for _, k := range kids {
+			s.track(k.ID(), life)
+			s.events.publish(Event{Type: EventBoxCreated, BoxID: k.ID()})
+			info, err := k.Info(ctx)
+			if err != nil {
+				return nil, problem(err)
+			}
+			out.Body.Boxes = append(out.Body.Boxes, boxOf(info))
+		}
+		return out, nil
+	})
+
+	huma.Register(s.api, huma.Operation{
+		OperationID: "list-snapshots", Method: http.MethodGet, Path: "/v1/snapshots", Tags: []string{"snapshots"},
+		Summary: "List snapshots", Description: "Every memory snapshot of this airlock home, oldest first.",
+	}, func(ctx context.Context, _ *struct{}) (*struct{ Body SnapshotList }, error) {
+		list, err := s.rt.Snapshots(ctx)
+		if err != nil {
+			return nil, snapshotProblem(err)
+		}
+		out := &struct{ Body SnapshotList }{}
+		out.Body.Snapshots = make([]Snapshot, 0, len(list))
+		for _, i := range list {
+			out.Body.Snapshots = append(out.Body.Snapshots, snapshotOf(i))
+		}
+		return out, nil
+	})
+
+	huma.Register(s.api, huma.Operation{
+		OperationID: "get-snapshot", Method: http.MethodGet, Path: "/v1/snapshots/{name}", Tags: []string{"snapshots"},
+		Summary: "Get a snapshot", Errors: []int{http.StatusNotFound},
+	}, func(ctx context.Context, in *snapshotNameInput) (*struct{ Body Snapshot }, error) {
+		info, err := s.rt.Snapshot(ctx, in.Name)
+		if err != nil {
+			return nil, snapshotProblem(err)
+		}
+		return &struct{ Body Snapshot }{snapshotOf(info)}, nil
+	})
+
+	huma.Register(s.api, huma.Operation{
+		OperationID: "remove-snapshot", Method: http.MethodDelete, Path: "/v1/snapshots/{name}", Tags: []string{"snapshots"},
+		Summary: "Remove a snapshot", Description: "Boxes restored from it keep running: each has its own copy of what it needs.",
+		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, func(ctx context.Context, in *snapshotNameInput) (*struct{}, error) {
+		if err := s.rt.RemoveSnapshot(ctx, in.Name); err != nil {
+			return nil, snapshotProblem(err)
+		}
+		return nil, nil
+	})
+}
