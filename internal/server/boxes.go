@@ -59,13 +59,15 @@ type Box struct {
 	Ports          []PortSpec   `json:"ports,omitempty" doc:"Published ports: while the box runs, as bound by its current start (a host_port 0 replaced by the port picked); otherwise as asked."`
 	Created        time.Time    `json:"created"`
 	Started        time.Time    `json:"started,omitzero"`
+	Paused         bool         `json:"paused,omitempty" doc:"The running box's vCPUs are stopped (POST /v1/boxes/{id}/pause): calls into it wait until it is resumed."`
+	Suspended      bool         `json:"suspended,omitempty" doc:"The stopped box was paused to disk (pause with to_disk): resume or start continues it from its saved memory."`
 }
 
 func boxOf(i airlock.BoxInfo) Box {
 	b := Box{ID: i.ID, Name: i.Name, Image: i.Image, ImageDigest: i.ImageDigest, State: i.State,
 		CPUs: i.Options.CPUs, MemoryMiB: i.Options.MemoryMiB, DiskSizeMiB: i.Options.DiskSizeMiB,
 		Network: i.Options.Network, AutoRemove: i.Options.AutoRemove, Created: i.Created, Started: i.Started,
-		AllowNet: i.Options.AllowNet, AllowHostPorts: i.Options.AllowHostPorts}
+		AllowNet: i.Options.AllowNet, AllowHostPorts: i.Options.AllowHostPorts, Suspended: i.Suspended}
 	for _, v := range i.Options.Volumes {
 		b.Volumes = append(b.Volumes, VolumeSpec{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}
@@ -105,7 +107,11 @@ func (s *Server) boxOut(ctx context.Context, b *airlock.Box) (*boxOutput, error)
 	if err != nil {
 		return nil, problem(err)
 	}
-	return &boxOutput{Body: boxOf(info)}, nil
+	out := &boxOutput{Body: boxOf(info)}
+	if info.State == "running" {
+		out.Body.Paused, _ = b.Paused(ctx) // false for a driver that cannot pause
+	}
+	return out, nil
 }
 
 var boxErrors = []int{http.StatusNotFound, http.StatusConflict, http.StatusBadGateway}

@@ -56,6 +56,11 @@ type ForkResult struct {
 	Boxes []Box `json:"boxes" doc:"The children, running."`
 }
 
+// PauseRequest is the body of POST /v1/boxes/{id}/pause.
+type PauseRequest struct {
+	ToDisk bool `json:"to_disk,omitempty" doc:"Save the box's memory and devices into its directory and end its VM (no host memory or CPU held; the box shows as stopped and suspended), instead of stopping its vCPUs in memory. It ends the box's contexts and execs in progress (their processes run on in the box)."`
+}
+
 type snapshotNameInput struct {
 	Name string `path:"name" maxLength:"128" doc:"Snapshot name."`
 }
@@ -251,6 +256,49 @@ func (s *Server) registerSnapshots() {
 			out.Body.Boxes = append(out.Body.Boxes, boxOf(info))
 		}
 		return out, nil
+	})
+
+	huma.Register(s.api, huma.Operation{
+		OperationID: "pause-box", Method: http.MethodPost, Path: "/v1/boxes/{id}/pause", Tags: []string{"snapshots"},
+		Summary: "Pause a running box",
+		Description: "Stops the box's vCPUs (no guest CPU; its memory stays allocated; calls into it wait), or with to_disk " +
+			"saves it to disk and ends its VM. POST /v1/boxes/{id}/resume lets it run on, with its clock stepped to the host's.",
+		Errors: []int{http.StatusNotFound, http.StatusConflict, http.StatusNotImplemented, http.StatusBadGateway},
+	}, func(ctx context.Context, in *struct {
+		ID   string `path:"id" maxLength:"128" doc:"Box id, unique id prefix, or name."`
+		Body PauseRequest
+	}) (*boxOutput, error) {
+		b, err := s.getBox(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		if in.Body.ToDisk {
+			s.dropCodebox(b.ID())
+			err = b.Suspend(ctx)
+		} else {
+			err = b.Pause(ctx)
+		}
+		if err != nil {
+			return nil, snapshotProblem(err)
+		}
+		return s.boxOut(ctx, b)
+	})
+
+	huma.Register(s.api, huma.Operation{
+		OperationID: "resume-box", Method: http.MethodPost, Path: "/v1/boxes/{id}/resume", Tags: []string{"snapshots"},
+		Summary:     "Resume a paused box",
+		Description: "Lets a paused box run on, or continues one paused to disk from its saved memory (same id, files and processes). A running box is left as it is.",
+		Errors:      []int{http.StatusNotFound, http.StatusConflict, http.StatusNotImplemented, http.StatusBadGateway},
+	}, func(ctx context.Context, in *boxIDInput) (*boxOutput, error) {
+		b, err := s.getBox(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.Resume(ctx); err != nil {
+			return nil, snapshotProblem(err)
+		}
+		s.touch(b.ID())
+		return s.boxOut(ctx, b)
 	})
 
 	huma.Register(s.api, huma.Operation{

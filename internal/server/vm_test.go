@@ -422,8 +422,9 @@ func TestServerVM(t *testing.T) {
 // file and the context with its variable, and files of its own; a stopped
 // child stays, stopped), a fork
 // past --max-boxes, a snapshot (a second of the same name, one past
-// --max-snapshots), a restore from it (and one asking for ports), its
-// removal and a restore of the removed one.
+// --max-snapshots), a restore from it (and one asking for ports), a pause
+// in memory and one to disk of the restored box, each resumed, the
+// snapshot's removal and a restore of the removed one.
 func TestServerSnapshots(t *testing.T) {
 	requireVM(t)
 	rt, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
@@ -525,6 +526,28 @@ func TestServerSnapshots(t *testing.T) {
 	c.do("POST", "/v1/boxes/"+rb.ID+"/exec", ExecRequest{Cmd: []string{"cat", "/root/f"}}, &r)
 	if r.Stdout != "before\n" {
 		t.Errorf("restored box's file: %+v", r)
+	}
+	// Pause in memory, then to disk, and back each time.
+	var pb Box
+	call := func(path string, body any) int { pb = Box{}; return c.do("POST", "/v1/boxes/"+rb.ID+path, body, &pb) }
+	if st := call("/pause", PauseRequest{}); st != 200 || !pb.Paused || pb.State != "running" {
+		t.Errorf("pause: %d %+v", st, pb)
+	}
+	if st := call("/resume", nil); st != 200 || pb.Paused {
+		t.Errorf("resume: %d %+v", st, pb)
+	}
+	if st := call("/pause", PauseRequest{ToDisk: true}); st != 200 || !pb.Suspended || pb.State != "stopped" {
+		t.Errorf("pause to disk: %d %+v", st, pb)
+	}
+	if st := c.do("POST", "/v1/boxes/"+rb.ID+"/exec", ExecRequest{Cmd: []string{"true"}}, &p); st != 409 || p.Code != CodeBoxNotRunning {
+		t.Errorf("exec in a box paused to disk: %d %+v", st, p)
+	}
+	if st := call("/resume", nil); st != 200 || pb.Suspended || pb.State != "running" {
+		t.Errorf("resume from disk: %d %+v", st, pb)
+	}
+	c.do("POST", "/v1/boxes/"+rb.ID+"/exec", ExecRequest{Cmd: []string{"cat", "/root/f"}}, &r)
+	if r.Stdout != "before\n" {
+		t.Errorf("file after a pause to disk: %+v", r)
 	}
 	if st := c.do("DELETE", "/v1/snapshots/s1", nil, nil); st != 204 {
 		t.Errorf("remove snapshot: %d", st)
