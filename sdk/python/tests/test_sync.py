@@ -26,8 +26,24 @@ def test_sync_codebox(server_env: dict) -> None:
         assert cb.read_file("/tmp/s/x.txt") == b"sync" and cb.stat("/tmp/s/x.txt").size == 4
         assert [e.name for e in cb.list_dir("/tmp/s")] == ["x.txt"]
         box_id = cb.id
+        # A fork child is a SyncCodeBox with the context's twin and the file.
+        (kid,) = cb.fork()
+        with kid:
+            assert type(kid) is airlock.SyncCodeBox and kid.id not in (None, box_id)
+            twin = kid.context(ctx.id)
+            assert twin.id == ctx.id and twin.run("y * 21").value == "42"
+            twin.run("y = 0")
+            assert kid.read_file("/tmp/s/x.txt") == b"sync"
+            kid_id = kid.id
+        assert ctx.run("y").value == "2", "the child's context is its own"
     with httpx.Client(transport=httpx.HTTPTransport(uds=os.environ["AIRLOCK_SOCKET"]), base_url="http://airlock") as c:
         assert c.get(f"/v1/boxes/{box_id}").status_code == 404, "box not removed on exit"
+        assert c.get(f"/v1/boxes/{kid_id}").status_code == 404, "fork child not removed on exit"
+    with airlock.SyncClient() as sc:
+        with pytest.raises(airlock.AirlockError) as ei:
+            sc.snapshot("no-such-snapshot")
+        assert (ei.value.status, ei.value.code) == (404, "snapshot_not_found")
+        assert "no-such-snapshot" not in [s.name for s in sc.snapshots()]
 
 
 def test_autostart_and_idle_exit(server_env: dict, tmp_path: Path) -> None:

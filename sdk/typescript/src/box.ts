@@ -7,10 +7,15 @@ import type WebSocket from "ws";
 import { AirlockError, Client, problemError } from "./client.js";
 import { Files, type FileInfo } from "./files.js";
 import type { components } from "./openapi.js";
+import { snapshotOf, type Snapshot } from "./snapshots.js";
 
 type Schemas = components["schemas"];
-type BoxSpec = Schemas["BoxSpec"];
+// image is left out of a restore (from_snapshot): the snapshot names it.
+type BoxSpec = Omit<Schemas["BoxSpec"], "image"> & { image?: string };
 type ExecRequest = Schemas["ExecRequest"];
+
+/** Most children one {@link SimpleBox.fork} makes (the server's bound). */
+export const MAX_FORK = 64;
 
 /** The image a CodeBox uses when none is given. */
 export const DEFAULT_IMAGE = "python:slim";
@@ -64,6 +69,14 @@ export interface BoxOptions {
   diskSizeMib?: number;
   /** Remove the box when it stops. */
   autoRemove?: boolean;
+  /**
+   * Restore this memory snapshot ({@link SimpleBox.snapshot}) instead of booting: the box runs on from the
+   * instant it was taken, with its processes and files. The image, `cpus`, `memoryMib`, `diskSizeMib` and
+   * `network` are the snapshot's (leave them out); `env`, `workingDir` and `user` default to its box's;
+   * `volumes`, `ports`, `allowNet` and `allowHostPorts` are refused (`invalid_request`, 400). An unknown name
+   * rejects with `snapshot_not_found` (404).
+   */
+  fromSnapshot?: string;
   /** The server connection (default: one per process, from the environment). */
   client?: Client;
 }
@@ -286,7 +299,7 @@ function execRequest(cmd: string, args: string[], o: ExecOptions): ExecRequest {
 
 const KNOWN_OPTIONS = new Set([
   "image", "memoryMib", "cpus", "name", "env", "workingDir", "user", "network", "diskSizeMib", "autoRemove",
-  "allowNet", "allowHostPorts", "volumes", "ports",
+  "allowNet", "allowHostPorts", "volumes", "ports", "fromSnapshot",
   "client", "indexUrl",
   "runtime", // BoxLite's runtime handle: the server is the runtime here
 ]);
@@ -313,6 +326,8 @@ function startHint(code: string): string {
  */
 export class SimpleBox implements AsyncDisposable {
   protected readonly client: Client;
+  /** The options it was made with (a fork child is made with them too). */
+  protected readonly options: CodeBoxOptions;
   private readonly files: Files;
   private readonly spec: BoxSpec;
   private readonly unsupported: string[];
@@ -321,8 +336,15 @@ export class SimpleBox implements AsyncDisposable {
   private stopped = false;
 
   constructor(options: BoxOptions = {}) {
+    this.options = options;
     this.client = options.client ?? Client.default();
-    const spec: BoxSpec = { image: options.image ?? DEFAULT_IMAGE };
+    const spec: BoxSpec = {};
+    if (options.fromSnapshot) {
+      spec.from_snapshot = options.fromSnapshot;
+      if (options.image !== undefined) spec.image = options.image;
+    } else {
+      spec.image = options.image ?? DEFAULT_IMAGE;
+    }
     if (options.memoryMib !== undefined) spec.memory_mib = options.memoryMib;
     if (options.cpus !== undefined) spec.cpus = options.cpus;
     if (options.name !== undefined) spec.name = options.name;
@@ -344,9 +366,13 @@ export class SimpleBox implements AsyncDisposable {
   /** A handle on an existing, running box, by id or name. {@link stop} removes it. */
   static attach<T extends SimpleBox>(this: new (o?: CodeBoxOptions) => T, id: string, options: CodeBoxOptions = {}): T {
     const b = new this(options);
-    b.boxId = id;
-    b.starting = Promise.resolve(id);
+    b.bind(id);
     return b;
+  }
+
+  private bind(id: string): void {
+    this.boxId = id;
+    this.starting = Promise.resolve(id);
   }
 
   /** The box id once started, else undefined. */
@@ -354,9 +380,9 @@ export class SimpleBox implements AsyncDisposable {
     return this.boxId;
   }
 
-  /** The image reference the box is made from. */
+  /** The image reference the box is made from (for a restore: the one given, else "": see {@link info}). */
   get image(): string {
-    return this.spec.image ?? DEFAULT_IMAGE;
+    return this.spec.image ?? (this.spec.from_snapshot ? "" : DEFAULT_IMAGE);
   }
 
   /**
@@ -394,8 +420,8 @@ export class SimpleBox implements AsyncDisposable {
       info = await this.client.request<BoxInfo>("POST", "/v1/boxes", this.spec);
     } catch (e) {
       if (!(e instanceof AirlockError)) throw e;
-      throw new AirlockError(e.status, e.code,
-        `could not start a box from ${this.image}: ${e.message}${startHint(e.code)}`, e.problem, { cause: e });
+      const what = this.spec.from_snapshot ? `restore snapshot ${this.spec.from_snapshot}` : `start a box from ${this.image}`;
+      throw new AirlockError(e.status, e.code, `could not ${what}: ${e.message}${startHint(e.code)}`, e.problem, { cause: e });
     }
     this.boxId = info.id;
     return info.id;
@@ -405,6 +431,54 @@ export class SimpleBox implements AsyncDisposable {
   async info(): Promise<BoxInfo> {
     const id = await this.box();
     return this.client.request<BoxInfo>("GET", `/v1/boxes/${encodeURIComponent(id)}`);
+  }
+
+  /**
+   * Saves the box's memory, device state and writable layer, taken at one paused instant, as the snapshot
+   * `name` (letters, digits, `_ . -`; unique on the server); the box runs on. Start boxes from it with
+   * `new CodeBox({ fromSnapshot: name })`; list and remove snapshots with {@link Client.snapshots} and
+   * {@link Client.removeSnapshot}. Starts the box when needed. Rejects with {@link AirlockError}
+   * `snapshot_exists` (409) when the name is taken, `policy_denied` (403) past the server's
+   * `--max-snapshots`, `not_supported` (501) when its VM driver cannot snapshot; a box with volumes cannot be
+   * snapshotted.
+   */
+  async snapshot(name: string): Promise<Snapshot> {
+    const id = await this.box();
+    const body: Schemas["SnapshotRequest"] = { name };
+    return snapshotOf(await this.client.request<Schemas["Snapshot"]>("POST", `/v1/boxes/${encodeURIComponent(id)}/snapshot`, body));
+  }
+
+  /**
+   * Forks the running box into `n` (1-64, default 1) children: each an independent, running box that starts
+   * from this instant, with the box's processes and files and its own writable layer (what one child writes,
+   * neither the box nor the other children see). The box is paused only briefly and runs on.
+   *
+   * The children are of this box's class, made with its options (a CodeBox's are CodeBoxes), and are removed
+   * like any box: {@link stop} each, or `await using`; the box's own `stop()` does not remove them. They have
+   * the box's idle timeout, what is left of its ttl, and no published ports. A CodeBox's contexts are forked
+   * with it: `child.context(ctx.id)` is the twin of `ctx` on a child, its variables kept:
+   *
+   *     const ctx = await box.createContext();
+   *     await ctx.run("x = 41");
+   *     for (const child of await box.fork(2)) {
+   *       await using c = child;
+   *       console.log((await c.context(ctx.id).run("x + 1")).value); // "42"
+   *     }
+   *
+   * Rejects with {@link AirlockError} `policy_denied` (403) when `n` more boxes would pass the server's
+   * `--max-boxes`, `not_supported` (501) when its VM driver cannot fork; on an error no child is left.
+   */
+  async fork(n = 1): Promise<this[]> {
+    if (!Number.isInteger(n) || n < 1 || n > MAX_FORK) throw new RangeError(`fork(${n}): n must be an integer from 1 to ${MAX_FORK}`);
+    const id = await this.box();
+    const body: Schemas["ForkRequest"] = { n };
+    const r = await this.client.request<Schemas["ForkResult"]>("POST", `/v1/boxes/${encodeURIComponent(id)}/fork`, body);
+    const ctor = this.constructor as new (o: CodeBoxOptions) => this;
+    return (r.boxes ?? []).map((b) => {
+      const c = new ctor({ ...this.options, client: this.client });
+      c.bind(b.id);
+      return c;
+    });
   }
 
   /**
@@ -849,6 +923,18 @@ export class CodeBox extends SimpleBox {
     const id = await this.box();
     const r = await this.client.request<Schemas["ContextInfo"]>("POST", `/v1/boxes/${encodeURIComponent(id)}/contexts`);
     return new Context(this.client, id, r.id);
+  }
+
+  /**
+   * A handle on the existing context `id` of this (started) box; no request is sent. After {@link fork},
+   * `child.context(ctx.id)` is the child's twin of `ctx`, with the variables `ctx` had then. A context that
+   * does not exist rejects on first use with {@link AirlockError} `context_not_found` (404).
+   */
+  context(id: string): Context {
+    if (this.id === undefined) {
+      throw new Error(`context(${JSON.stringify(id)}): this ${this.constructor.name} is not started: start() it, or use createContext()`);
+    }
+    return new Context(this.client, this.id, id);
   }
 }
 

@@ -11,6 +11,7 @@ import type { Readable } from "node:stream";
 import WebSocket from "ws";
 
 import type { components } from "./openapi.js";
+import { snapshotOf, type Snapshot } from "./snapshots.js";
 
 /** The server's problem document (RFC 9457) with airlock's stable `code`. */
 export type Problem = components["schemas"]["Problem"];
@@ -424,6 +425,25 @@ export class Client {
       });
     });
     return ws;
+  }
+
+  /** The memory snapshots on the server, oldest first (see {@link SimpleBox.snapshot}). */
+  async snapshots(): Promise<Snapshot[]> {
+    const r = await this.request<components["schemas"]["SnapshotList"]>("GET", "/v1/snapshots");
+    return (r.snapshots ?? []).map(snapshotOf);
+  }
+
+  /** The snapshot called `name`; rejects with {@link AirlockError} `snapshot_not_found` (404) when there is none. */
+  async snapshot(name: string): Promise<Snapshot> {
+    return snapshotOf(await this.request<components["schemas"]["Snapshot"]>("GET", `/v1/snapshots/${encodeURIComponent(name)}`));
+  }
+
+  /**
+   * Removes the snapshot `name` from the server's disk (boxes restored from it run on); rejects with
+   * {@link AirlockError} `snapshot_not_found` (404) when there is none.
+   */
+  async removeSnapshot(name: string): Promise<void> {
+    await this.request("DELETE", `/v1/snapshots/${encodeURIComponent(name)}`);
   }
 
   /** Closes idle kept-alive connections. */

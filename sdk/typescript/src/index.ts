@@ -22,7 +22,7 @@
  */
 
 export {
-  CodeBox, Context, DEFAULT_IMAGE, ExecError, ExecStream, SimpleBox,
+  CodeBox, Context, DEFAULT_IMAGE, ExecError, ExecStream, MAX_FORK, SimpleBox,
   type BoxInfo, type BoxOptions, type CellError, type CellResult, type CodeBoxOptions, type Env,
   type ExecOptions, type ExecResult, type OutputChunk, type PortMapping, type PublishedPort, type RunOptions,
 } from "./box.js";
@@ -31,4 +31,5 @@ export {
   type ClientOptions, type Endpoint, type Problem,
 } from "./client.js";
 export { type FileInfo } from "./files.js";
+export { type Snapshot } from "./snapshots.js";
 export type { components, paths, operations } from "./openapi.js";

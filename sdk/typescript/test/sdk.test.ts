@@ -590,6 +590,67 @@ describe("examples", () => {
   });
 });
 
+describe("fork and snapshots", () => {
+  // Lean: one parent forked into two children, snapshotted once and restored once.
+  it("fork keeps contexts and files, children independent; snapshot, restore, list, get, remove", { timeout: 240_000 }, async () => {
+    const name = "sdk-ts-snap";
+    const client = Client.default();
+    await using parent = new CodeBox({ network: "none" });
+    const ctx = await parent.createContext();
+    await ctx.run("x = 41");
+    await parent.writeFile("/tmp/before.txt", "written before the fork");
+    const kids = await parent.fork(2);
+    const ids = kids.map((k) => k.id!);
+    try {
+      assert.equal(kids.length, 2);
+      assert.ok(kids.every((k) => k instanceof CodeBox));
+      assert.equal(new Set([parent.id, ...ids]).size, 3);
+      for (const k of kids) {
+        const twin = k.context(ctx.id);
+        assert.deepEqual([twin.id, twin.boxId], [ctx.id, k.id]);
+        assert.equal((await twin.run("x + 1")).value, "42");
+        assert.equal((await k.readFile("/tmp/before.txt")).toString(), "written before the fork");
+      }
+      await kids[0].writeFile("/tmp/child0.txt", "only in child 0");
+      await kids[0].context(ctx.id).run("x = 0");
+      await assert.rejects(kids[1].stat("/tmp/child0.txt"), (e: unknown) => e instanceof AirlockError && e.code === "file_not_found");
+      await assert.rejects(parent.stat("/tmp/child0.txt"), (e: unknown) => e instanceof AirlockError && e.code === "file_not_found");
+      assert.equal((await kids[1].context(ctx.id).run("x")).value, "41");
+      assert.equal((await ctx.run("x")).value, "41");
+      assert.equal(await kids[1].run("print('plain run')"), "plain run\n");
+    } finally {
+      for (const k of kids) await k.stop();
+    }
+    const left = await boxIds();
+    assert.ok(ids.every((id) => !left.includes(id)), "children not removed by stop()");
+    await assert.rejects(parent.fork(0), RangeError);
+
+    const snap = await parent.snapshot(name);
+    assert.deepEqual([snap.name, snap.box, snap.network], [name, parent.id, "none"]);
+    assert.ok(snap.image && snap.memoryMib > 0 && snap.cpus >= 1 && snap.stateBytes > 0);
+    assert.ok(snap.created instanceof Date && !Number.isNaN(snap.created.getTime()));
+    await assert.rejects(parent.snapshot(name), (e: unknown) => e instanceof AirlockError && e.status === 409 && e.code === "snapshot_exists");
+    await parent.writeFile("/tmp/after.txt", "after the snapshot");
+    const got = await client.snapshot(name);
+    assert.deepEqual([got.name, got.box, got.image, got.stateBytes], [snap.name, snap.box, snap.image, snap.stateBytes]);
+    assert.ok((await client.snapshots()).some((s) => s.name === name));
+    {
+      await using restored = new CodeBox({ fromSnapshot: name });
+      assert.equal((await restored.readFile("/tmp/before.txt")).toString(), "written before the fork");
+      await assert.rejects(restored.stat("/tmp/after.txt"), (e: unknown) => e instanceof AirlockError && e.code === "file_not_found");
+      assert.equal(await restored.run("print(6 * 7)"), "42\n");
+    }
+    // Refused before any VM starts: a restore keeps the snapshot's network.
+    await assert.rejects(new SimpleBox({ fromSnapshot: name, allowNet: ["example.com"] }).start(),
+      (e: unknown) => e instanceof AirlockError && e.status === 400 && e.code === "invalid_request");
+    await client.removeSnapshot(name);
+    assert.ok(!(await client.snapshots()).some((s) => s.name === name));
+    for (const call of [() => client.snapshot(name), () => client.removeSnapshot(name), () => new SimpleBox({ fromSnapshot: name }).start()]) {
+      await assert.rejects(call, (e: unknown) => e instanceof AirlockError && e.status === 404 && e.code === "snapshot_not_found");
+    }
+  });
+});
+
 describe("stop", () => {
   it("removes a started box; later calls reject", async () => {
     const cb = CodeBox.attach(box.id!);

@@ -22,7 +22,8 @@ from ._box import (DEFAULT_IMAGE, DEFAULT_LEASE, CellError, CellResult, CodeBox,
                    SimpleBox)
 from ._files import FileInfo
 from ._client import AirlockError, Client, Endpoint, default_socket
-from ._sync import SyncCodeBox, SyncContext, SyncSimpleBox
+from ._snapshots import Snapshot
+from ._sync import SyncClient, SyncCodeBox, SyncContext, SyncSimpleBox
 
 __all__ = [
     "AirlockError",
@@ -39,6 +40,8 @@ __all__ = [
     "FileInfo",
     "PortMapping",
     "SimpleBox",
+    "Snapshot",
+    "SyncClient",
     "SyncCodeBox",
     "SyncContext",
     "SyncSimpleBox",

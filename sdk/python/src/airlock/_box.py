@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import os
 import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from ._client import AirlockError, Client, Endpoint, decode_output, sync_client
 from ._files import FilesMixin
+from ._snapshots import Snapshot
+
+_B = TypeVar("_B", bound="SimpleBox")
+
+#: Most children one :meth:`SimpleBox.fork` makes (the server's bound).
+MAX_FORK = 64
 
 DEFAULT_IMAGE = "python:slim"
 
@@ -178,8 +185,8 @@ class _LeaseRenewer:
             while not self._stop.wait(lease / 3):
                 try:
                     r = c.post(f"/v1/boxes/{box_id}/lease")
-                    if r.status_code == 404:
-                        return  # the box is gone
+                    if r.status_code in (404, 409):
+                        return  # the box is gone, or has no lease (409 no_lease: an attached box)
                 except httpx.HTTPError:
                     pass  # try again at the next tick
 
@@ -228,17 +235,31 @@ class SimpleBox(FilesMixin):
             removed).
         client: a :class:`Client` to share between boxes (default: one per
             box, from the environment).
+        from_snapshot: restore this memory snapshot (:meth:`snapshot`)
+            instead of booting: the box runs on from the instant it was taken,
+            with its processes and files. The image, ``cpus``, ``memory_mib``,
+            ``disk_size_mib`` and ``network`` are the snapshot's (leave them
+            out); ``env``, ``working_dir`` and ``user`` default to its box's;
+            ``volumes``, ``ports``, ``allow_net`` and ``allow_host_ports`` are
+            refused (AirlockError ``invalid_request``, 400). An unknown name
+            is AirlockError ``snapshot_not_found`` (404).
     """
 
-    def __init__(self, image: str = DEFAULT_IMAGE, memory_mib: Optional[int] = None, cpus: Optional[int] = None,
+    def __init__(self, image: Optional[str] = None, memory_mib: Optional[int] = None, cpus: Optional[int] = None,
                  *, name: Optional[str] = None, env: Union[Mapping[str, str], Sequence[str], None] = None,
                  working_dir: Optional[str] = None, user: Optional[str] = None, network: Optional[str] = None,
                  disk_size_mib: Optional[int] = None, ttl: Optional[float] = None,
                  idle_timeout: Optional[float] = None, lease: float = DEFAULT_LEASE,
                  volumes: Optional[Sequence[VolumeArg]] = None, allow_net: Optional[Sequence[str]] = None,
                  allow_host_ports: Optional[Sequence[int]] = None, ports: Optional[Sequence[PortArg]] = None,
-                 client: Optional[Client] = None, **kwargs: Any) -> None:
-        spec: Dict[str, Any] = {"image": image}
+                 client: Optional[Client] = None, from_snapshot: Optional[str] = None, **kwargs: Any) -> None:
+        spec: Dict[str, Any] = {}
+        if from_snapshot:
+            spec["from_snapshot"] = from_snapshot
+            if image is not None:
+                spec["image"] = image
+        else:
+            spec["image"] = image or DEFAULT_IMAGE
         for k, v in (("memory_mib", memory_mib), ("cpus", cpus), ("name", name), ("env", _env_list(env)),
                      ("working_dir", working_dir), ("user", user), ("network", network),
                      ("disk_size_mib", disk_size_mib), ("ttl", ttl), ("idle_timeout", idle_timeout),
@@ -283,6 +304,72 @@ class SimpleBox(FilesMixin):
                 if self._spec.get("lease"):
                     self._renewer = _LeaseRenewer(self._client.endpoint, box["id"], self._spec["lease"])
         return self
+
+    async def snapshot(self, name: str) -> Snapshot:
+        """Saves the box's memory, device state and writable layer, taken at
+        one paused instant, as the snapshot ``name`` (letters, digits, ``_ .
+        -``; unique on the server); the box runs on. Start boxes from it with
+        ``SimpleBox(from_snapshot=name)`` (or ``CodeBox(...)``); list and
+        remove snapshots with :meth:`Client.snapshots` and
+        :meth:`Client.remove_snapshot`. Starts the box when needed.
+
+        Raises AirlockError ``snapshot_exists`` (409) when the name is
+        taken, ``policy_denied`` (403) past the server's
+        ``--max-snapshots``, ``not_supported`` (501) when the server's VM
+        driver cannot snapshot; a box with volumes cannot be snapshotted.
+        """
+        box = await self._box()
+        return Snapshot._of(await self._client.request("POST", f"/v1/boxes/{box}/snapshot", json={"name": name}))
+
+    async def fork(self: _B, n: int = 1) -> List[_B]:
+        """Forks the running box into ``n`` (1-64) children: each an
+        independent, running box that starts from this instant, with the
+        box's processes and files and its own writable layer (what one
+        child writes, neither the box nor the other children see). The box
+        is paused only briefly and runs on.
+
+        The children are of this box's class (a CodeBox's children are
+        CodeBoxes, with its ``index_url``) and are removed like any box this
+        SDK made: :meth:`stop` each, or use it in ``async with``; the box's
+        own :meth:`stop` does not remove them. They have the box's lease
+        (renewed while they are open) and idle timeout, what is left of its
+        ttl, and no published ports. A CodeBox's contexts are forked with
+        it: ``child.context(ctx.id)`` is the twin of ``ctx`` on a child,
+        its variables kept::
+
+            async with CodeBox() as box:
+                ctx = await box.create_context()
+                await ctx.run("x = 41")
+                for child in await box.fork(n=2):
+                    async with child:
+                        print((await child.context(ctx.id).run("x + 1")).value)  # "42"
+
+        Raises AirlockError ``policy_denied`` (403) when ``n`` more boxes
+        would pass the server's ``--max-boxes`` and ``not_supported`` (501)
+        when its VM driver cannot fork; on an error no child is left.
+        """
+        if not 1 <= n <= MAX_FORK:
+            raise ValueError(f"fork(n={n}): n must be 1 to {MAX_FORK}")
+        box = await self._box()
+        r = await self._client.request("POST", f"/v1/boxes/{box}/fork", json={"n": n})
+        return [self._child(b["id"]) for b in r.get("boxes") or []]
+
+    def _child(self: _B, box_id: str) -> _B:
+        """A handle on fork child box_id: a copy of this box object (its
+        class and options) bound to the child, with its own connection to
+        the same server (unless the box was given a shared client) and its
+        own lease renewer."""
+        c = copy.copy(self)
+        c._spec = dict(self._spec)
+        c._id = box_id
+        c._lock = asyncio.Lock()
+        c._renewer = None
+        if self._owns_client:
+            c._client = Client(endpoint=self._client.endpoint, autostart=self._client.autostart)
+        lease = self._spec.get("lease")
+        if lease:
+            c._renewer = _LeaseRenewer(c._client.endpoint, box_id, lease)
+        return c
 
     async def ports(self) -> List[PortMapping]:
         """The box's published ports as bound on the server's host (a
@@ -497,7 +584,7 @@ class CodeBox(SimpleBox):
         Other arguments: see :class:`SimpleBox`.
     """
 
-    def __init__(self, image: str = DEFAULT_IMAGE, memory_mib: Optional[int] = None, cpus: Optional[int] = None,
+    def __init__(self, image: Optional[str] = None, memory_mib: Optional[int] = None, cpus: Optional[int] = None,
                  *, index_url: Optional[str] = None, **kwargs: Any) -> None:
         kwargs.pop("runtime", None)  # BoxLite's runtime handle: the server is the runtime here
         super().__init__(image, memory_mib, cpus, **kwargs)
@@ -538,13 +625,28 @@ class CodeBox(SimpleBox):
         r = await self._client.request("POST", f"/v1/boxes/{box}/contexts")
         return Context(self, r["id"])
 
+    def context(self, ctx_id: str) -> "Context":
+        """A handle on the existing context ``ctx_id`` of this box (no
+        request is sent): after :meth:`fork`, ``child.context(ctx.id)`` is
+        the child's twin of ``ctx``, with the variables ``ctx`` had then. A
+        context that does not exist fails on first use with AirlockError
+        ``context_not_found`` (404)."""
+        return Context(self, ctx_id)
+
 
 class Context:
-    """A stateful Python interpreter in a :class:`CodeBox`."""
+    """A stateful Python interpreter in a :class:`CodeBox` (``box``); ``id``
+    names it on the server, and on every fork child of the box
+    (:meth:`CodeBox.context`)."""
 
     def __init__(self, box: CodeBox, ctx_id: str) -> None:
         self._box = box
         self.id = ctx_id
+
+    @property
+    def box(self) -> CodeBox:
+        """The CodeBox the context runs in."""
+        return self._box
 
     async def run(self, code: str, timeout: Optional[float] = None) -> CellResult:
         """Runs a cell; returns its output, last value, exception and images.

@@ -10,9 +10,12 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
+from urllib.parse import quote
 
 import httpx
+
+from ._snapshots import Snapshot
 
 #: How long a server started by the SDK keeps running with no request and no
 #: running box before it exits by itself (``airlock serve --idle-exit``).
@@ -229,7 +232,25 @@ class Client:
             return connect(url, additional_headers=headers, max_size=None)
         return unix_connect(str(self.endpoint.socket), "ws://airlock" + path, max_size=None)
 
+    async def snapshots(self) -> List[Snapshot]:
+        """The memory snapshots on the server, oldest first (see
+        :meth:`SimpleBox.snapshot`)."""
+        r = await self.request("GET", "/v1/snapshots")
+        return [Snapshot._of(d) for d in r.get("snapshots") or []]
+
+    async def snapshot(self, name: str) -> Snapshot:
+        """The snapshot called ``name``; AirlockError ``snapshot_not_found``
+        (404) when there is none."""
+        return Snapshot._of(await self.request("GET", f"/v1/snapshots/{quote(name, safe='')}"))
+
+    async def remove_snapshot(self, name: str) -> None:
+        """Removes the snapshot ``name`` from the server's disk (boxes
+        restored from it run on); AirlockError ``snapshot_not_found`` (404)
+        when there is none."""
+        await self.request("DELETE", f"/v1/snapshots/{quote(name, safe='')}")
+
     async def aclose(self) -> None:
+        """Closes the connections (a later call opens new ones)."""
         if self._http is not None:
             await self._http.aclose()
             self._http = None

@@ -7,9 +7,12 @@ from pathlib import Path
 from typing import Any, Coroutine, List, Optional, TypeVar, Union
 
 from ._box import CellResult, CodeBox, Context, ExecResult, PortMapping, SimpleBox
+from ._client import Client, Endpoint
 from ._files import FileInfo
+from ._snapshots import Snapshot
 
 T = TypeVar("T")
+S = TypeVar("S", bound="SyncSimpleBox")
 
 
 class _Loop:
@@ -68,6 +71,23 @@ class SyncSimpleBox:
         """See :meth:`airlock.SimpleBox.ports`."""
         return self._loop.run(self._box.ports())  # type: ignore[no-any-return]
 
+    def snapshot(self, name: str) -> Snapshot:
+        """See :meth:`airlock.SimpleBox.snapshot`."""
+        return self._loop.run(self._box.snapshot(name))  # type: ignore[no-any-return]
+
+    def fork(self: S, n: int = 1) -> List[S]:
+        """See :meth:`airlock.SimpleBox.fork`: the children are of this
+        class (a SyncCodeBox's are SyncCodeBoxes), each with its own event
+        loop; ``stop()`` each, or use it in ``with``."""
+        kids = self._loop.run(self._box.fork(n))
+        out: List[S] = []
+        for k in kids:
+            c = type(self).__new__(type(self))
+            c._loop = _Loop()
+            c._box = k
+            out.append(c)
+        return out
+
     def write_file(self, path: str, data: Union[str, bytes], mode: Optional[int] = None, parents: bool = True) -> None:
         """See :meth:`airlock.SimpleBox.write_file`."""
         self._loop.run(self._box.write_file(path, data, mode=mode, parents=parents))
@@ -112,6 +132,11 @@ class SyncContext:
         self._loop = loop
         self._ctx = ctx
 
+    @property
+    def id(self) -> str:
+        """The context id (the same on the box's fork children)."""
+        return self._ctx.id
+
     def run(self, code: str, timeout: Optional[float] = None) -> CellResult:
         return self._loop.run(self._ctx.run(code, timeout=timeout))
 
@@ -142,3 +167,46 @@ class SyncCodeBox(SyncSimpleBox):
 
     def create_context(self) -> SyncContext:
         return SyncContext(self._loop, self._loop.run(self._box.create_context()))
+
+    def context(self, ctx_id: str) -> SyncContext:
+        """See :meth:`airlock.CodeBox.context`: after ``fork``,
+        ``child.context(ctx.id)`` is the child's twin of ``ctx``."""
+        return SyncContext(self._loop, self._box.context(ctx_id))
+
+
+class SyncClient:
+    """:class:`airlock.Client` with blocking snapshot calls::
+
+        with SyncClient() as c:
+            for s in c.snapshots():
+                print(s.name, s.state_bytes)
+    """
+
+    def __init__(self, endpoint: Optional[Endpoint] = None, autostart: bool = True) -> None:
+        self._loop = _Loop()
+        self._client = Client(endpoint, autostart=autostart)
+
+    def snapshots(self) -> List[Snapshot]:
+        """See :meth:`airlock.Client.snapshots`."""
+        return self._loop.run(self._client.snapshots())
+
+    def snapshot(self, name: str) -> Snapshot:
+        """See :meth:`airlock.Client.snapshot`."""
+        return self._loop.run(self._client.snapshot(name))
+
+    def remove_snapshot(self, name: str) -> None:
+        """See :meth:`airlock.Client.remove_snapshot`."""
+        self._loop.run(self._client.remove_snapshot(name))
+
+    def close(self) -> None:
+        """Closes the connections and the private event loop."""
+        try:
+            self._loop.run(self._client.aclose())
+        finally:
+            self._loop.close()
+
+    def __enter__(self) -> "SyncClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

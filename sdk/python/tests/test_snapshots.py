@@ -1,0 +1,93 @@
+"""Fork and memory snapshots against a real airlock serve (see conftest.py).
+Lean: one parent forked into two children, one box snapshotted and one
+restored."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import airlock
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+async def _gone(client: airlock.Client, box_id: str) -> bool:
+    try:
+        await client.request("GET", f"/v1/boxes/{box_id}")
+    except airlock.AirlockError as e:
+        return e.code == "box_not_found"
+    return False
+
+
+async def test_fork_keeps_contexts_and_files(server_env: dict) -> None:
+    client = airlock.Client()
+    async with airlock.CodeBox(network="none", lease=3) as parent:
+        ctx = await parent.create_context()
+        await ctx.run("x = 41")
+        await parent.write_file("/tmp/before.txt", "written before the fork")
+        kids = await parent.fork(n=2)
+        ids = [k.id or "" for k in kids]
+        try:
+            assert len(kids) == 2 and all(type(k) is airlock.CodeBox for k in kids)
+            assert len({parent.id, *(k.id for k in kids)}) == 3
+            for k in kids:
+                twin = k.context(ctx.id)
+                assert twin.id == ctx.id and twin.box is k
+                assert (await twin.run("x + 1")).value == "42"
+                assert await k.read_file("/tmp/before.txt") == b"written before the fork"
+            # The children are independent of each other and of the parent.
+            await kids[0].write_file("/tmp/child0.txt", "only in child 0")
+            await kids[0].context(ctx.id).run("x = 0")
+            assert not await kids[1].exists("/tmp/child0.txt")
+            assert not await parent.exists("/tmp/child0.txt")
+            assert (await kids[1].context(ctx.id).run("x")).value == "41"
+            assert (await ctx.run("x")).value == "41"
+            assert await kids[1].run("print('plain run')") == "plain run\n"
+            # They took the parent's 3 s lease, renewed while they are open.
+            await asyncio.sleep(4)
+            assert (await kids[1].exec("true")).exit_code == 0
+        finally:
+            for k in kids:
+                await k.stop()
+        for i in ids:
+            assert await _gone(client, i), "child not removed by stop()"
+        with pytest.raises(ValueError):
+            await parent.fork(n=0)
+    await client.aclose()
+
+
+async def test_snapshot_restore_list_remove(server_env: dict) -> None:
+    name = "sdk-py-snap"
+    client = airlock.Client()
+    async with airlock.CodeBox(network="none") as b:
+        await b.write_file("/tmp/snap.txt", "in the snapshot")
+        snap = await b.snapshot(name)
+        assert isinstance(snap, airlock.Snapshot)
+        assert (snap.name, snap.box, snap.network) == (name, b.id, "none")
+        assert snap.image and snap.memory_mib > 0 and snap.cpus >= 1 and snap.state_bytes > 0 and snap.created
+        with pytest.raises(airlock.AirlockError) as ei:
+            await b.snapshot(name)
+        assert (ei.value.status, ei.value.code) == (409, "snapshot_exists")
+        await b.write_file("/tmp/after.txt", "after the snapshot")
+    got = await client.snapshot(name)
+    assert (got.name, got.box, got.image, got.state_bytes) == (snap.name, snap.box, snap.image, snap.state_bytes)
+    assert name in [s.name for s in await client.snapshots()]
+    # A restore has the snapshot's files (not what came after) and runs code.
+    async with airlock.CodeBox(from_snapshot=name) as r:
+        assert await r.read_file("/tmp/snap.txt") == b"in the snapshot"
+        assert not await r.exists("/tmp/after.txt")
+        assert await r.run("print(6 * 7)") == "42\n"
+    # Refused before any VM starts: a restore keeps the snapshot's network.
+    with pytest.raises(airlock.AirlockError) as ei:
+        await airlock.SimpleBox(from_snapshot=name, allow_net=["example.com"]).start()
+    assert (ei.value.status, ei.value.code) == (400, "invalid_request")
+    await client.remove_snapshot(name)
+    assert name not in [s.name for s in await client.snapshots()]
+    for call in (client.snapshot(name), client.remove_snapshot(name),
+                 airlock.SimpleBox(from_snapshot=name).start()):
+        with pytest.raises(airlock.AirlockError) as ei:
+            await call
+        assert (ei.value.status, ei.value.code) == (404, "snapshot_not_found")
+    await client.aclose()
