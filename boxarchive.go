@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -430,6 +431,15 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 		}
 		if h.Typeflag != tar.TypeReg {
 			return fmt.Errorf("archive entry %s is not a regular file", want)
+		}
+		// archive/tar expands a GNU sparse entry (PAX GNU.sparse.*
+		// records) to its declared size, holes as zeros, without bound:
+		// a few KiB of archive would write gigabytes here. Export never
+		// writes one.
+		for k := range h.PAXRecords {
+			if strings.HasPrefix(k, "GNU.sparse.") {
+				return fmt.Errorf("archive entry %s is a sparse file (PAX %s): airlock box archives hold plain files only; not an archive Box.Export wrote", want, k)
+			}
 		}
 		if size >= 0 && h.Size != size {
 			return fmt.Errorf("archive entry %s is %d bytes, not the %d its header declares", want, h.Size, size)
