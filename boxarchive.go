@@ -410,9 +410,12 @@ type ImportResult struct {
 // and QEMU restores it). The archive's image (its digest) must be in the image store.
 // Published ports, volumes and host ports the box may reach name host
 // resources and are not carried. The archive is hostile input: only its
-// fixed entries, in order, of the sizes and checksums it declares, within
-// the box's disk and memory sizes, are accepted; anything else is refused
-// with an error (ErrLimit for sizes). Importing memory runs QEMU on the
+// fixed entries, in order, as plain (not sparse) files of the sizes and
+// checksums it declares, within the box's disk and memory sizes, are
+// accepted, for a box whose memory is within the host memory cap
+// (CapacityError), whose disk is at most 1 TiB, and whose entries fit the
+// home's free space; anything else is refused with an error (ErrLimit for
+// sizes). Importing memory runs QEMU on the
 // archive's device state, which QEMU does not treat as untrusted: import
 // archives with memory only from hosts you trust.
 func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOptions) (ImportResult, error) {
@@ -479,7 +482,15 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 	if o, err = withDefaults(o); err != nil {
 		return res, fmt.Errorf("the archive's box configuration: %w", err)
 	}
+	// Memory and disk sizes are the archive's: hold them to this host's
+	// bounds before they size anything.
+	if err := r.checkMemoryCap(o.MemoryMiB); err != nil {
+		return res, fmt.Errorf("the archive's box: %w", err)
+	}
 	if err := checkArchive(m, o); err != nil {
+		return res, err
+	}
+	if err := checkFreeSpace(r.opts.Home, m); err != nil {
 		return res, err
 	}
 	img, err := r.images.Resolve(m.ImageDigest)
@@ -616,6 +627,9 @@ func checkArchive(m archiveMeta, o BoxOptions) error {
 	if len(m.Files) != len(want) {
 		return fmt.Errorf("the archive lists %d entries, not the %d of a %s archive", len(m.Files), len(want), m.Kind)
 	}
+	if o.DiskSizeMiB > maxArchiveDiskMiB {
+		return fmt.Errorf("the archive's box has a disk of %d MiB, more than the %d MiB (1 TiB) an imported box may have: %w", o.DiskSizeMiB, maxArchiveDiskMiB, ErrLimit)
+	}
 	d := m.Disk
 	if d.Size != int64(o.DiskSizeMiB)<<20 {
 		return fmt.Errorf("the archive's disk is %d bytes, not the %d MiB of its box's options", d.Size, o.DiskSizeMiB)
@@ -646,6 +660,32 @@ func checkArchive(m archiveMeta, o BoxOptions) error {
 		if b, err := hex.DecodeString(af.SHA256); err != nil || len(b) != sha256.Size {
 			return fmt.Errorf("the archive's %s has no valid SHA-256", af.Name)
 		}
+	}
+	return nil
+}
+
+// maxArchiveDiskMiB bounds the disk size of an imported box (the
+// server API's bound on DiskSizeMiB): the guest may fill that much of the
+// host's disk.
+const maxArchiveDiskMiB = 1 << 20
+
+// checkFreeSpace refuses an archive whose entries (checked by
+// checkArchive) need more space than home's filesystem has free; a
+// snapshot's disk is copied once more into the box restored from it.
+func checkFreeSpace(home string, m archiveMeta) error {
+	var need int64
+	for _, af := range m.Files {
+		need += af.Size
+	}
+	if m.Kind == "snapshot" {
+		need += m.Files[0].Size
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(home, &st); err != nil {
+		return nil // the writes will say
+	}
+	if free := int64(st.Bavail) * int64(st.Bsize); need > free {
+		return fmt.Errorf("the archive needs %d MiB and the airlock home %s has %d MiB free: free some space first (or import into another home): %w", need>>20, home, free>>20, ErrLimit)
 	}
 	return nil
 }

@@ -7,9 +7,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/image"
@@ -116,5 +119,69 @@ func TestImportRefusesSparseBomb(t *testing.T) {
 	}
 	if boxes, _ := r.List(context.Background()); len(boxes) != 0 {
 		t.Errorf("a refused import left boxes: %d", len(boxes))
+	}
+}
+
+// TestImportBoundsSizes: what an archive's box configuration declares is
+// held to this host's bounds before anything is written: memory past the
+// host memory cap, a disk size past 1 TiB (and one whose byte size
+// overflows), and entries that need more space than the home has free.
+func TestImportBoundsSizes(t *testing.T) {
+	digest := archiveImageDigest(t)
+	ctx := context.Background()
+	home := t.TempDir()
+	r, err := airlock.Open(airlock.Options{Home: home, ImagesDir: vmtest.ImagesDir(), MaxMemoryMiB: 1024, Warn: func(string) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	data := []byte("data")
+	one := [][2]int64{{4096, 4}}
+	arc := func(m map[string]any, entries ...[2]string) []byte {
+		return archive(t, m, entries...)
+	}
+
+	t.Run("memory past the host cap", func(t *testing.T) {
+		_, err := r.ImportBox(ctx, bytes.NewReader(arc(hostileMeta(digest, 4096, 16, one, 4, sha256Hex(data)), [2]string{"rw.ext4.data", "data"})), airlock.ImportOptions{})
+		var ce *airlock.CapacityError
+		if !errors.As(err, &ce) {
+			t.Errorf("import of a box of 4096 MiB under a 1024 MiB cap: %v, want a CapacityError", err)
+		}
+		t.Log(err)
+	})
+	t.Run("disk size whose bytes overflow", func(t *testing.T) {
+		m := hostileMeta(digest, 512, 1<<44, nil, 0, sha256Hex(nil))
+		m["disk"] = map[string]any{"size": 0, "extents": [][2]int64{}}
+		_, err := r.ImportBox(ctx, bytes.NewReader(arc(m, [2]string{"rw.ext4.data", ""})), airlock.ImportOptions{})
+		if !errors.Is(err, airlock.ErrLimit) {
+			t.Errorf("import of a box with a 2^44 MiB disk: %v, want ErrLimit", err)
+		}
+	})
+	t.Run("disk past 1 TiB", func(t *testing.T) {
+		_, err := r.ImportBox(ctx, bytes.NewReader(arc(hostileMeta(digest, 512, 4<<20, one, 4, sha256Hex(data)), [2]string{"rw.ext4.data", "data"})), airlock.ImportOptions{})
+		if !errors.Is(err, airlock.ErrLimit) {
+			t.Errorf("import of a box with a 4 TiB disk: %v, want ErrLimit", err)
+		}
+	})
+	t.Run("more data than the home has free", func(t *testing.T) {
+		var st unix.Statfs_t
+		if err := unix.Statfs(home, &st); err != nil {
+			t.Fatal(err)
+		}
+		free := int64(st.Bavail) * int64(st.Bsize)
+		diskMiB := free>>20 + 1024
+		if diskMiB > 1<<20 {
+			t.Skipf("the home has %d bytes free, more than a box disk may be", free)
+		}
+		// The header declares it all; the entry has none of it: the
+		// import must stop at the header.
+		m := hostileMeta(digest, 512, diskMiB, [][2]int64{{0, diskMiB << 20}}, diskMiB<<20, sha256Hex(nil))
+		_, err := r.ImportBox(ctx, bytes.NewReader(arc(m)), airlock.ImportOptions{})
+		if !errors.Is(err, airlock.ErrLimit) || !strings.Contains(err.Error(), "free") {
+			t.Errorf("import of %d MiB of disk data into a home with %d MiB free: %v, want ErrLimit naming the free space", diskMiB, free>>20, err)
+		}
+	})
+	if boxes, _ := r.List(ctx); len(boxes) != 0 {
+		t.Errorf("refused imports left boxes: %d", len(boxes))
 	}
 }
