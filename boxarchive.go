@@ -544,8 +544,15 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 		lk.Unlock()
 		return res, fmt.Errorf("%w: %q (remove it, or import with another snapshot name)", ErrSnapshotExists, name)
 	}
-	err = func() error {
-		defer lk.Unlock()
+	err = func() (err error) {
+		defer func() {
+			lk.Unlock()
+			if err != nil {
+				// No snapshot of that name: its lock file goes too
+				// (as RemoveSnapshot's).
+				os.Remove(lk.Path())
+			}
+		}()
 		tmp, err := os.MkdirTemp(dir, ".tmp-"+name+"-")
 		if err != nil {
 			return err

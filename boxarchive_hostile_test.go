@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -183,5 +185,29 @@ func TestImportBoundsSizes(t *testing.T) {
 	})
 	if boxes, _ := r.List(ctx); len(boxes) != 0 {
 		t.Errorf("refused imports left boxes: %d", len(boxes))
+	}
+}
+
+// TestImportFailureLeavesNothing: a memory archive refused while its
+// entries are read (a damaged machine.json) leaves nothing in the
+// snapshots directory: no snapshot, no temporary directory, no lock file.
+func TestImportFailureLeavesNothing(t *testing.T) {
+	digest := archiveImageDigest(t)
+	r := openRuntime(t, "")
+	data := []byte("data")
+	m := hostileMeta(digest, 512, 16, [][2]int64{{4096, 4}}, 4, sha256Hex(data))
+	m["kind"], m["snapshot"] = "snapshot", "evil"
+	m["files"] = []map[string]any{{"name": "rw.ext4.data", "size": 4, "sha256": sha256Hex(data)},
+		{"name": "snapshot.json", "size": 2, "sha256": sha256Hex([]byte("{}"))},
+		{"name": "machine.json", "size": 2, "sha256": sha256Hex([]byte("[]"))}, // not what the entry holds
+		{"name": "state", "size": 2, "sha256": sha256Hex([]byte("{}"))}}
+	arc := archive(t, m, [2]string{"rw.ext4.data", "data"}, [2]string{"snapshot.json", "{}"}, [2]string{"machine.json", "{}"}, [2]string{"state", "{}"})
+	_, err := r.ImportBox(context.Background(), bytes.NewReader(arc), airlock.ImportOptions{})
+	if err == nil || !strings.Contains(err.Error(), "SHA-256") {
+		t.Fatalf("import with a damaged machine.json: %v", err)
+	}
+	ents, _ := os.ReadDir(filepath.Join(r.Home(), "snapshots"))
+	for _, e := range ents {
+		t.Errorf("a refused import left %s in the snapshots directory", e.Name())
 	}
 }
