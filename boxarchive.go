@@ -16,6 +16,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -581,6 +583,10 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 				if err := json.Unmarshal(b, &sm); err != nil {
 					return fmt.Errorf("archive's %s: %w", snapshotMetaFile, err)
 				}
+				// Kept in the snapshot's record and shown by inspect.
+				if !printable(sm.AgentVersion, 64) || !printable(sm.Driver, 32) || sm.PausedNs < 0 {
+					return fmt.Errorf("the archive's %s has an agent version %q, driver %q or pause %d ns that no snapshot has: not an archive Box.Export wrote", snapshotMetaFile, sm.AgentVersion, sm.Driver, sm.PausedNs)
+				}
 			}
 		}
 		// The snapshot's record is rebuilt from what was checked here,
@@ -614,10 +620,36 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 
 var imageDigest = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
+// archiveBoxID is what ImportBox accepts as the exported box's id: one
+// that "import-"+id makes a snapshot name of.
+var archiveBoxID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,55}$`)
+
+// printable reports whether s is at most max bytes of printable text
+// (spaces allowed; no control characters, no invalid UTF-8).
+func printable(s string, max int) bool {
+	if len(s) > max || !utf8.ValidString(s) {
+		return false
+	}
+	for _, c := range s {
+		if !unicode.IsPrint(c) {
+			return false
+		}
+	}
+	return true
+}
+
 // checkArchive checks m's declared layout against the box's options o.
 func checkArchive(m archiveMeta, o BoxOptions) error {
 	if m.Kind != "box" && m.Kind != "snapshot" {
 		return fmt.Errorf("archive kind %q is not one this airlock reads (box, snapshot)", m.Kind)
+	}
+	// The box's id and name are listed with the imported snapshot
+	// (airlock snapshot ls prints the id): no terminal escapes.
+	if !archiveBoxID.MatchString(m.Box) {
+		return fmt.Errorf("the archive's box id %q is not a box id (letters, digits, '.', '_', '-', at most 56): not an archive Box.Export wrote", m.Box)
+	}
+	if !printable(m.BoxName, 256) {
+		return fmt.Errorf("the archive's box name %q has control characters or is longer than 256 bytes: not an archive Box.Export wrote", m.BoxName)
 	}
 	if _, err := image.Normalize(m.Image); err != nil || !imageDigest.MatchString(m.ImageDigest) {
 		return fmt.Errorf("the archive names image %q (%q): not an image reference and digest", m.Image, m.ImageDigest)

@@ -211,3 +211,49 @@ func TestImportFailureLeavesNothing(t *testing.T) {
 		t.Errorf("a refused import left %s in the snapshots directory", e.Name())
 	}
 }
+
+// TestImportRefusesOddNames: the box id and name an archive carries, and
+// its snapshot.json's agent version, end up in the imported snapshot's
+// record (airlock snapshot ls prints the id, inspect the rest): control
+// characters (a terminal escape) and ids that are no box id are refused,
+// and leave no snapshot.
+func TestImportRefusesOddNames(t *testing.T) {
+	digest := archiveImageDigest(t)
+	r := openRuntime(t, "")
+	ctx := context.Background()
+	data := []byte("data")
+	snapshotArchive := func(mut func(m map[string]any), snapJSON string) []byte {
+		m := hostileMeta(digest, 512, 16, [][2]int64{{4096, 4}}, 4, sha256Hex(data))
+		m["kind"], m["snapshot"] = "snapshot", "s1"
+		m["files"] = []map[string]any{{"name": "rw.ext4.data", "size": 4, "sha256": sha256Hex(data)},
+			{"name": "snapshot.json", "size": len(snapJSON), "sha256": sha256Hex([]byte(snapJSON))},
+			{"name": "machine.json", "size": 2, "sha256": sha256Hex([]byte("{}"))},
+			{"name": "state", "size": 2, "sha256": sha256Hex([]byte("{}"))}}
+		if mut != nil {
+			mut(m)
+		}
+		return archive(t, m, [2]string{"rw.ext4.data", "data"}, [2]string{"snapshot.json", snapJSON},
+			[2]string{"machine.json", "{}"}, [2]string{"state", "{}"})
+	}
+	for name, c := range map[string]struct {
+		mut  func(m map[string]any)
+		snap string
+		want string
+	}{
+		"escape in the box id":        {func(m map[string]any) { m["box"] = "\x1b[2J\x1b[31mrm -rf" }, "{}", "box id"},
+		"path as the box id":          {func(m map[string]any) { m["box"] = "../../x" }, "{}", "box id"},
+		"newline in the name":         {func(m map[string]any) { m["box_name"] = "ok\nINJECTED" }, "{}", "box name"},
+		"escape in the name":          {func(m map[string]any) { m["box_name"] = "a\x1b]0;title\x07" }, "{}", "box name"},
+		"escape in the agent version": {nil, `{"agent_version":"1\u001b[2J","driver":"qemu"}`, "agent version"},
+	} {
+		_, err := r.ImportBox(ctx, bytes.NewReader(snapshotArchive(c.mut, c.snap)), airlock.ImportOptions{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want the archive refused for its %s", name, err, c.want)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+	if snaps, _ := r.Snapshots(ctx); len(snaps) != 0 {
+		t.Errorf("refused imports left snapshots: %+v", snaps)
+	}
+}
