@@ -23,6 +23,7 @@ import (
 
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -512,8 +513,28 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 		return writeDisk(ctx, tr, dst, m.Disk, m.Files[0].SHA256)
 	}
 	if m.Kind == "box" {
+		// The disk is read and checked before the box is recorded: an
+		// import that fails, or is killed, midway leaves no half box.
+		tmp, err := os.MkdirTemp(filepath.Join(r.opts.Home, "tmp"), ".import-")
+		if errors.Is(err, os.ErrNotExist) {
+			if err = os.MkdirAll(filepath.Join(r.opts.Home, "tmp"), 0o700); err == nil {
+				tmp, err = os.MkdirTemp(filepath.Join(r.opts.Home, "tmp"), ".import-")
+			}
+		}
+		if err != nil {
+			return res, err
+		}
+		defer os.RemoveAll(tmp)
+		disk := filepath.Join(tmp, boxdir.RW)
+		if err := readDisk(disk); err != nil {
+			return res, fmt.Errorf("import box: %w", err)
+		}
 		b, err := r.recordBox(ctx, o, img, func(ctx context.Context, spec vmm.Spec) error {
-			return readDisk(filepath.Join(spec.Dir, boxdir.RW))
+			dst := filepath.Join(spec.Dir, boxdir.RW)
+			if os.Rename(disk, dst) == nil {
+				return nil
+			}
+			return rootfs.CopyDisk(disk, dst) // another filesystem
 		})
 		if err != nil {
 			return res, fmt.Errorf("import box: %w", err)

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -255,5 +256,51 @@ func TestImportRefusesOddNames(t *testing.T) {
 	}
 	if snaps, _ := r.Snapshots(ctx); len(snaps) != 0 {
 		t.Errorf("refused imports left snapshots: %+v", snaps)
+	}
+}
+
+// TestImportRecordsTheBoxLast: while an archive's disk data is still being
+// read, no box is listed (an import killed then leaves no half box with a
+// partial disk); once it is complete, the box is there, with its data.
+func TestImportRecordsTheBoxLast(t *testing.T) {
+	digest := archiveImageDigest(t)
+	r := openRuntime(t, "")
+	ctx := context.Background()
+	const n = 1 << 20
+	data := bytes.Repeat([]byte("x"), n)
+	arc := archive(t, hostileMeta(digest, 512, 16, [][2]int64{{0, n}}, n, sha256Hex(data)), [2]string{"rw.ext4.data", string(data)})
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	var res airlock.ImportResult
+	go func() {
+		var err error
+		res, err = r.ImportBox(ctx, pr, airlock.ImportOptions{})
+		pr.CloseWithError(fmt.Errorf("import returned: %v", err)) // no writer waits for it
+		done <- err
+	}()
+	half := len(arc) - n/2
+	if _, err := pw.Write(arc[:half]); err != nil {
+		t.Fatal(err, <-done)
+	}
+	// The pipe has handed over the first half of the data: the import
+	// is inside the disk entry now.
+	boxes, err := r.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(boxes) != 0 {
+		t.Errorf("%d boxes listed while the import's disk data is half read, want none", len(boxes))
+	}
+	pw.Write(arc[half:])
+	pw.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	disk, err := os.ReadFile(filepath.Join(r.Home(), "boxes", res.Box.ID(), "rw.ext4"))
+	if err != nil || !bytes.Equal(disk[:n], data) {
+		t.Errorf("imported disk: %v", err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(r.Home(), "tmp")); len(ents) != 0 {
+		t.Errorf("the import left %d temporary files", len(ents))
 	}
 }
