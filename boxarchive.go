@@ -14,12 +14,16 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -409,9 +413,12 @@ type ImportResult struct {
 // and QEMU restores it). The archive's image (its digest) must be in the image store.
 // Published ports, volumes and host ports the box may reach name host
 // resources and are not carried. The archive is hostile input: only its
-// fixed entries, in order, of the sizes and checksums it declares, within
-// the box's disk and memory sizes, are accepted; anything else is refused
-// with an error (ErrLimit for sizes). Importing memory runs QEMU on the
+// fixed entries, in order, as plain (not sparse) files of the sizes and
+// checksums it declares, within the box's disk and memory sizes, are
+// accepted, for a box whose memory is within the host memory cap
+// (CapacityError), whose disk is at most 1 TiB, and whose entries fit the
+// home's free space; anything else is refused with an error (ErrLimit for
+// sizes). Importing memory runs QEMU on the
 // archive's device state, which QEMU does not treat as untrusted: import
 // archives with memory only from hosts you trust.
 func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOptions) (ImportResult, error) {
@@ -430,6 +437,15 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 		}
 		if h.Typeflag != tar.TypeReg {
 			return fmt.Errorf("archive entry %s is not a regular file", want)
+		}
+		// archive/tar expands a GNU sparse entry (PAX GNU.sparse.*
+		// records) to its declared size, holes as zeros, without bound:
+		// a few KiB of archive would write gigabytes here. Export never
+		// writes one.
+		for k := range h.PAXRecords {
+			if strings.HasPrefix(k, "GNU.sparse.") {
+				return fmt.Errorf("archive entry %s is a sparse file (PAX %s): airlock box archives hold plain files only; not an archive Box.Export wrote", want, k)
+			}
 		}
 		if size >= 0 && h.Size != size {
 			return fmt.Errorf("archive entry %s is %d bytes, not the %d its header declares", want, h.Size, size)
@@ -469,7 +485,15 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 	if o, err = withDefaults(o); err != nil {
 		return res, fmt.Errorf("the archive's box configuration: %w", err)
 	}
+	// Memory and disk sizes are the archive's: hold them to this host's
+	// bounds before they size anything.
+	if err := r.checkMemoryCap(o.MemoryMiB); err != nil {
+		return res, fmt.Errorf("the archive's box: %w", err)
+	}
 	if err := checkArchive(m, o); err != nil {
+		return res, err
+	}
+	if err := checkFreeSpace(r.opts.Home, m); err != nil {
 		return res, err
 	}
 	img, err := r.images.Resolve(m.ImageDigest)
@@ -489,8 +513,28 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 		return writeDisk(ctx, tr, dst, m.Disk, m.Files[0].SHA256)
 	}
 	if m.Kind == "box" {
+		// The disk is read and checked before the box is recorded: an
+		// import that fails, or is killed, midway leaves no half box.
+		tmp, err := os.MkdirTemp(filepath.Join(r.opts.Home, "tmp"), ".import-")
+		if errors.Is(err, os.ErrNotExist) {
+			if err = os.MkdirAll(filepath.Join(r.opts.Home, "tmp"), 0o700); err == nil {
+				tmp, err = os.MkdirTemp(filepath.Join(r.opts.Home, "tmp"), ".import-")
+			}
+		}
+		if err != nil {
+			return res, err
+		}
+		defer os.RemoveAll(tmp)
+		disk := filepath.Join(tmp, boxdir.RW)
+		if err := readDisk(disk); err != nil {
+			return res, fmt.Errorf("import box: %w", err)
+		}
 		b, err := r.recordBox(ctx, o, img, func(ctx context.Context, spec vmm.Spec) error {
-			return readDisk(filepath.Join(spec.Dir, boxdir.RW))
+			dst := filepath.Join(spec.Dir, boxdir.RW)
+			if os.Rename(disk, dst) == nil {
+				return nil
+			}
+			return rootfs.CopyDisk(disk, dst) // another filesystem
 		})
 		if err != nil {
 			return res, fmt.Errorf("import box: %w", err)
@@ -523,8 +567,15 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 		lk.Unlock()
 		return res, fmt.Errorf("%w: %q (remove it, or import with another snapshot name)", ErrSnapshotExists, name)
 	}
-	err = func() error {
-		defer lk.Unlock()
+	err = func() (err error) {
+		defer func() {
+			lk.Unlock()
+			if err != nil {
+				// No snapshot of that name: its lock file goes too
+				// (as RemoveSnapshot's).
+				os.Remove(lk.Path())
+			}
+		}()
 		tmp, err := os.MkdirTemp(dir, ".tmp-"+name+"-")
 		if err != nil {
 			return err
@@ -552,6 +603,10 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 				b, _ := os.ReadFile(p)
 				if err := json.Unmarshal(b, &sm); err != nil {
 					return fmt.Errorf("archive's %s: %w", snapshotMetaFile, err)
+				}
+				// Kept in the snapshot's record and shown by inspect.
+				if !printable(sm.AgentVersion, 64) || !printable(sm.Driver, 32) || sm.PausedNs < 0 {
+					return fmt.Errorf("the archive's %s has an agent version %q, driver %q or pause %d ns that no snapshot has: not an archive Box.Export wrote", snapshotMetaFile, sm.AgentVersion, sm.Driver, sm.PausedNs)
 				}
 			}
 		}
@@ -586,10 +641,36 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 
 var imageDigest = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
+// archiveBoxID is what ImportBox accepts as the exported box's id: one
+// that "import-"+id makes a snapshot name of.
+var archiveBoxID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,55}$`)
+
+// printable reports whether s is at most max bytes of printable text
+// (spaces allowed; no control characters, no invalid UTF-8).
+func printable(s string, max int) bool {
+	if len(s) > max || !utf8.ValidString(s) {
+		return false
+	}
+	for _, c := range s {
+		if !unicode.IsPrint(c) {
+			return false
+		}
+	}
+	return true
+}
+
 // checkArchive checks m's declared layout against the box's options o.
 func checkArchive(m archiveMeta, o BoxOptions) error {
 	if m.Kind != "box" && m.Kind != "snapshot" {
 		return fmt.Errorf("archive kind %q is not one this airlock reads (box, snapshot)", m.Kind)
+	}
+	// The box's id and name are listed with the imported snapshot
+	// (airlock snapshot ls prints the id): no terminal escapes.
+	if !archiveBoxID.MatchString(m.Box) {
+		return fmt.Errorf("the archive's box id %q is not a box id (letters, digits, '.', '_', '-', at most 56): not an archive Box.Export wrote", m.Box)
+	}
+	if !printable(m.BoxName, 256) {
+		return fmt.Errorf("the archive's box name %q has control characters or is longer than 256 bytes: not an archive Box.Export wrote", m.BoxName)
 	}
 	if _, err := image.Normalize(m.Image); err != nil || !imageDigest.MatchString(m.ImageDigest) {
 		return fmt.Errorf("the archive names image %q (%q): not an image reference and digest", m.Image, m.ImageDigest)
@@ -605,6 +686,9 @@ func checkArchive(m archiveMeta, o BoxOptions) error {
 	}
 	if len(m.Files) != len(want) {
 		return fmt.Errorf("the archive lists %d entries, not the %d of a %s archive", len(m.Files), len(want), m.Kind)
+	}
+	if o.DiskSizeMiB > maxArchiveDiskMiB {
+		return fmt.Errorf("the archive's box has a disk of %d MiB, more than the %d MiB (1 TiB) an imported box may have: %w", o.DiskSizeMiB, maxArchiveDiskMiB, ErrLimit)
 	}
 	d := m.Disk
 	if d.Size != int64(o.DiskSizeMiB)<<20 {
@@ -636,6 +720,32 @@ func checkArchive(m archiveMeta, o BoxOptions) error {
 		if b, err := hex.DecodeString(af.SHA256); err != nil || len(b) != sha256.Size {
 			return fmt.Errorf("the archive's %s has no valid SHA-256", af.Name)
 		}
+	}
+	return nil
+}
+
+// maxArchiveDiskMiB bounds the disk size of an imported box (the
+// server API's bound on DiskSizeMiB): the guest may fill that much of the
+// host's disk.
+const maxArchiveDiskMiB = 1 << 20
+
+// checkFreeSpace refuses an archive whose entries (checked by
+// checkArchive) need more space than home's filesystem has free; a
+// snapshot's disk is copied once more into the box restored from it.
+func checkFreeSpace(home string, m archiveMeta) error {
+	var need int64
+	for _, af := range m.Files {
+		need += af.Size
+	}
+	if m.Kind == "snapshot" {
+		need += m.Files[0].Size
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(home, &st); err != nil {
+		return nil // the writes will say
+	}
+	if free := int64(st.Bavail) * int64(st.Bsize); need > free {
+		return fmt.Errorf("the archive needs %d MiB and the airlock home %s has %d MiB free: free some space first (or import into another home): %w", need>>20, home, free>>20, ErrLimit)
 	}
 	return nil
 }
