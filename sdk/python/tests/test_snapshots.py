@@ -79,6 +79,17 @@ async def test_snapshot_restore_list_remove(server_env: dict) -> None:
         assert await r.read_file("/tmp/snap.txt") == b"in the snapshot"
         assert not await r.exists("/tmp/after.txt")
         assert await r.run("print(6 * 7)") == "42\n"
+        # Paused in memory, then to disk: calls fail while it is on disk,
+        # and it goes on with its files after each resume.
+        await r.pause()
+        await r.resume()
+        assert (await r.exec("cat", "/tmp/snap.txt")).stdout == "in the snapshot"
+        await r.pause(to_disk=True)
+        with pytest.raises(airlock.AirlockError) as ei:
+            await r.exec("true")
+        assert (ei.value.status, ei.value.code) == (409, "box_not_running")
+        await r.resume()
+        assert (await r.exec("cat", "/tmp/snap.txt")).stdout == "in the snapshot"
     # Refused before any VM starts: a restore keeps the snapshot's network.
     with pytest.raises(airlock.AirlockError) as ei:
         await airlock.SimpleBox(from_snapshot=name, allow_net=["example.com"]).start()

@@ -449,6 +449,27 @@ export class SimpleBox implements AsyncDisposable {
   }
 
   /**
+   * Pauses the running box: its vCPUs stop (no guest CPU; its memory stays allocated; calls into it wait until
+   * {@link resume}). With `toDisk: true` the server saves its memory into the box's directory and ends its VM
+   * instead: no host memory or CPU is held until {@link resume} continues it as the same box (files, processes
+   * and their pids; the clock stepped to the host's). Pausing to disk ends a CodeBox's contexts and execs in
+   * progress (their processes run on in the box); calls in between reject with {@link AirlockError}
+   * `box_not_running` (409). Rejects with `not_supported` (501) when the server's VM driver cannot pause to
+   * disk; a box with volumes cannot be paused to disk.
+   */
+  async pause(options: { toDisk?: boolean } = {}): Promise<void> {
+    const id = await this.box();
+    const body: Schemas["PauseRequest"] = { to_disk: options.toDisk ?? false };
+    await this.client.request("POST", `/v1/boxes/${encodeURIComponent(id)}/pause`, body);
+  }
+
+  /** Lets a paused box run on, or continues one paused to disk ({@link pause}); a running box is left as it is. */
+  async resume(): Promise<void> {
+    const id = await this.box();
+    await this.client.request("POST", `/v1/boxes/${encodeURIComponent(id)}/resume`);
+  }
+
+  /**
    * Forks the running box into `n` (1-64, default 1) children: each an independent, running box that starts
    * from this instant, with the box's processes and files and its own writable layer (what one child writes,
    * neither the box nor the other children see). The box is paused only briefly and runs on.

@@ -639,6 +639,13 @@ describe("fork and snapshots", () => {
       assert.equal((await restored.readFile("/tmp/before.txt")).toString(), "written before the fork");
       await assert.rejects(restored.stat("/tmp/after.txt"), (e: unknown) => e instanceof AirlockError && e.code === "file_not_found");
       assert.equal(await restored.run("print(6 * 7)"), "42\n");
+      // Paused in memory, then to disk: calls fail while it is on disk, and it goes on after each resume.
+      await restored.pause();
+      await restored.resume();
+      await restored.pause({ toDisk: true });
+      await assert.rejects(restored.exec("true"), (e: unknown) => e instanceof AirlockError && e.status === 409 && e.code === "box_not_running");
+      await restored.resume();
+      assert.equal((await restored.readFile("/tmp/before.txt")).toString(), "written before the fork");
     }
     // Refused before any VM starts: a restore keeps the snapshot's network.
     await assert.rejects(new SimpleBox({ fromSnapshot: name, allowNet: ["example.com"] }).start(),

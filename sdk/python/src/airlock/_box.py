@@ -321,6 +321,30 @@ class SimpleBox(FilesMixin):
         box = await self._box()
         return Snapshot._of(await self._client.request("POST", f"/v1/boxes/{box}/snapshot", json={"name": name}))
 
+    async def pause(self, to_disk: bool = False) -> None:
+        """Pauses the running box: its vCPUs stop (no guest CPU; its memory
+        stays allocated; calls into it wait until :meth:`resume`). With
+        ``to_disk=True`` the server saves its memory into the box's
+        directory and ends its VM instead: no host memory or CPU is held
+        until :meth:`resume` continues it as the same box (files, processes
+        and their pids; the clock stepped to the host's). Pausing to disk
+        ends a CodeBox's contexts and execs in progress (their processes run
+        on in the box); calls in between raise AirlockError
+        ``box_not_running`` (409).
+
+        Raises AirlockError ``not_supported`` (501) when the server's VM
+        driver cannot pause to disk; a box with volumes cannot be paused to
+        disk.
+        """
+        box = await self._box()
+        await self._client.request("POST", f"/v1/boxes/{box}/pause", json={"to_disk": bool(to_disk)})
+
+    async def resume(self) -> None:
+        """Lets a paused box run on, or continues one paused to disk
+        (:meth:`pause`); a running box is left as it is."""
+        box = await self._box()
+        await self._client.request("POST", f"/v1/boxes/{box}/resume")
+
     async def fork(self: _B, n: int = 1) -> List[_B]:
         """Forks the running box into ``n`` (1-64) children: each an
         independent, running box that starts from this instant, with the

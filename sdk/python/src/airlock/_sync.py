@@ -75,6 +75,14 @@ class SyncSimpleBox:
         """See :meth:`airlock.SimpleBox.snapshot`."""
         return self._loop.run(self._box.snapshot(name))  # type: ignore[no-any-return]
 
+    def pause(self, to_disk: bool = False) -> None:
+        """See :meth:`airlock.SimpleBox.pause`."""
+        self._loop.run(self._box.pause(to_disk))
+
+    def resume(self) -> None:
+        """See :meth:`airlock.SimpleBox.resume`."""
+        self._loop.run(self._box.resume())
+
     def fork(self: S, n: int = 1) -> List[S]:
         """See :meth:`airlock.SimpleBox.fork`: the children are of this
         class (a SyncCodeBox's are SyncCodeBoxes), each with its own event
