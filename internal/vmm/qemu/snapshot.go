@@ -775,7 +775,7 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 			}
 			images, done, ok := ramImages.lookup(statKey(fst))
 			if !ok {
-				return nil, errors.New("the snapshot is a fork's, whose memory only the process that forked held for its children: it cannot be restored (take one with Snapshot, airlock snapshot create)")
+				return nil, errors.New("the snapshot is transient (a fork's): its memory was held only by the process that took it, for its children, and is not in the snapshot's directory; it cannot be restored here (take a snapshot with Box.Snapshot or airlock snapshot create)")
 			}
 			defer done()
 			qc.RAMImages = images
