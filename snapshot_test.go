@@ -284,6 +284,18 @@ func TestSnapshotQEMU(t *testing.T) {
 				t.Errorf("child %d: its QEMU shares %d KiB of the RAM image's pages with its sibling (resident %d KiB), want >= 1 MiB: no copy-on-write sharing", i, shared, rss)
 			}
 		}
+		// A child forks again: its RAM is a private mapping (no RAM image),
+		// all of it goes into the stream (it used to fail to restore:
+		// "Capability x-ignore-shared is off, but received capability is
+		// on", the child's QEMU kept the capability of its own restore).
+		grand, err := kids[0].Fork(ctx, 1)
+		if err != nil {
+			t.Fatalf("fork of a fork child: %v", err)
+		}
+		t.Cleanup(func() { grand[0].Remove(context.Background(), true) })
+		if got := shIn(t, grand[0], "cat /root/kid0"); got != "0" {
+			t.Errorf("grandchild's file: %q", got)
+		}
 		if list, _ := r.Snapshots(ctx); len(list) != 0 {
 			t.Errorf("fork left snapshots behind: %+v", list)
 		}

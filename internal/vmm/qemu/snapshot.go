@@ -387,6 +387,12 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 			return st, err
 		}
 		defer setIgnoreShared(q, false)
+	} else if err := setIgnoreShared(q, false); err != nil {
+		// A restored QEMU keeps the capability its incoming migration
+		// was given: a fork child (no memfds of its own) would save a
+		// stream that says x-ignore-shared while machine.json has no RAM
+		// image, which no restore accepts.
+		return st, err
 	}
 	t0 := time.Now()
 	if _, err := q.Execute("stop", nil); err != nil {
