@@ -354,8 +354,23 @@ func TestSnapshotQEMU(t *testing.T) {
 			t.Fatalf("paused: %v %v", p, err)
 		}
 		paused := cpuOver(t, info.PID, time.Second)
+		images := vmtest.ImagesDir() // before AIRLOCK_HOME changes it
 		t.Setenv("AIRLOCK_HOME", home)
-		t.Setenv("AIRLOCK_IMAGES", vmtest.ImagesDir())
+		t.Setenv("AIRLOCK_IMAGES", images)
+		// Another process snapshots the paused box (its agent cannot
+		// answer a new connection: this waited 30 s and failed), and the
+		// box stays paused (QEMU's state after it is "postmigrate", which
+		// Paused did not count: the box looked running, its followers
+		// took it for dead).
+		t0 := time.Now()
+		if out, errs, err := runCLI("snapshot", "create", c2.ID(), "of-paused"); err != nil || out != "of-paused\n" {
+			t.Fatalf("snapshot create of a paused box: %q %q %v", out, errs, err)
+		}
+		t.Logf("snapshot of a paused box from another process: %s", time.Since(t0).Round(time.Millisecond))
+		r.RemoveSnapshot(ctx, "of-paused")
+		if p, err := c2.Paused(ctx); err != nil || !p {
+			t.Fatalf("paused after a snapshot: %v %v", p, err)
+		}
 		if out, errs, err := runCLI("ls", "--format", "{{.ID}} {{.Status}}"); err != nil || !strings.Contains(out, c2.ID()+" Up ") || !strings.Contains(out, "(Paused)") {
 			t.Errorf("ls of a paused box: %q %q %v", out, errs, err)
 		}

@@ -1,0 +1,42 @@
+package airlock
+
+import (
+	"context"
+
+	"github.com/airlock-run/airlock/internal/agent/agentpb"
+	"github.com/airlock-run/airlock/internal/store"
+	"github.com/airlock-run/airlock/internal/vmm"
+)
+
+// pausedNow reports whether the VM of rec is paused (Pause): its vCPUs
+// are stopped, so its agent answers no new connection's handshake. False
+// when the driver cannot tell.
+func (b *Box) pausedNow(ctx context.Context, rec *store.Box) bool {
+	p, ok := b.r.drv.(vmm.Pauser)
+	if !ok || rec == nil || !running(rec) {
+		return false
+	}
+	_, cfg := b.snapshot()
+	paused, err := p.Paused(ctx, b.vmSpec(rec, cfg), handleOf(rec))
+	return err == nil && paused
+}
+
+// snapshotAgentVersion is the guest agent version a snapshot of the box
+// records. A paused box's agent cannot complete a new connection's
+// handshake (a snapshot from another process than the one that paused it
+// waited 30 s and failed): for such a box it is the version of the agent
+// this airlock speaks, the only one a connection accepts (a box still
+// running an older agent is refused at its restore, saying so).
+func (b *Box) snapshotAgentVersion(ctx context.Context, rec *store.Box) (string, error) {
+	b.mu.Lock()
+	c := b.conn
+	b.mu.Unlock()
+	if c == nil && b.pausedNow(ctx, rec) {
+		return agentpb.Version, nil
+	}
+	c, err := b.client(ctx)
+	if err != nil {
+		return "", err
+	}
+	return c.AgentVersion(), nil
+}
