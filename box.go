@@ -440,10 +440,11 @@ func (b *Box) client(ctx context.Context) (*client.Client, error) {
 		if de := b.deadErr(time.Second); de != nil {
 			return nil, de
 		}
-		return nil, fmt.Errorf("connect to agent of box %s: %w", b.id, err)
+		return nil, b.dialErr(ctx, rec, err)
 	}
 	// The handshake shows the agent answers (and checks its version): no
 	// Hello round trip on top of it.
+	b.keepWhilePaused(c, rec)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.conn != nil { // lost a race with another caller

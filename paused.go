@@ -2,8 +2,11 @@ package airlock
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/airlock-run/airlock/internal/agent/agentpb"
+	"github.com/airlock-run/airlock/internal/agent/client"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -39,4 +42,25 @@ func (b *Box) snapshotAgentVersion(ctx context.Context, rec *store.Box) (string,
 		return "", err
 	}
 	return c.AgentVersion(), nil
+}
+
+// dialErr is the error of a failed connection to the box's agent: a
+// paused box is named as paused, with what to do.
+func (b *Box) dialErr(ctx context.Context, rec *store.Box, err error) error {
+	if ctx.Err() == nil && b.pausedNow(context.WithoutCancel(ctx), rec) {
+		return fmt.Errorf("box %s is paused: its agent answers once it runs again (airlock unpause %s, or Box.Resume): %w", b.id, b.id, err)
+	}
+	return fmt.Errorf("connect to agent of box %s: %w", b.id, err)
+}
+
+// keepWhilePaused keeps connection c to the box of rec open while the box
+// is paused: its keepalive pings go unanswered then, and ending the
+// connection stopped a box whose main command airlock follows (run -d,
+// create IMAGE COMMAND) about 10 s into a pause.
+func (b *Box) keepWhilePaused(c *client.Client, rec *store.Box) {
+	c.SetStalled(func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return b.pausedNow(ctx, rec)
+	})
 }
