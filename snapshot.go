@@ -308,11 +308,14 @@ func (r *Runtime) restore(ctx context.Context, opts BoxOptions) (*Box, error) {
 			return nil, fmt.Errorf("snapshot %s has %s %d, not %d: a restored box keeps its machine; leave it out", name, f.what, f.want, f.got)
 		}
 	}
-	if opts.Network != "" && opts.Network != so.Network {
+	if opts.Network != "" && opts.Network != so.Network && (netMode(opts.Network, nil) == NetworkNone || so.Network == NetworkNone) {
 		return nil, fmt.Errorf("snapshot %s has network %s, not %s: leave it out", name, so.Network, opts.Network)
 	}
 	o := so
 	o.Name, o.AutoRemove, o.FromSnapshot = opts.Name, opts.AutoRemove, name
+	if err := restoredHostSide(&o, opts, name); err != nil {
+		return nil, err
+	}
 	if opts.Env != nil {
 		o.Env = opts.Env
 	}

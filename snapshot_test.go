@@ -222,6 +222,26 @@ func TestSnapshotQEMU(t *testing.T) {
 		}
 		checkRestoredHostname(t, c3)
 	})
+	t.Run("a restored box takes the caller's hostname and network policy", func(t *testing.T) {
+		// They were dropped: `run --from s1 --allow-net pypi.org` ran
+		// with the snapshot's public network, and --hostname was ignored.
+		b, err := r.Create(ctx, airlock.BoxOptions{FromSnapshot: "s1", Hostname: "own-host", AllowNet: []string{"pypi.org"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Remove(context.Background(), true)
+		if got := shIn(t, b, "hostname; getent hosts example.com || echo refused"); got != "own-host\nrefused" {
+			t.Errorf("hostname, lookup of an unlisted name: %q", got)
+		}
+		// The box's own helper refused the unlisted name (its policy is
+		// the caller's allowlist, not the snapshot's public network).
+		if st, err := b.NetworkStats(ctx); err != nil || st.Denied == 0 {
+			t.Errorf("network stats after a lookup of an unlisted name: %+v %v; want it denied", st, err)
+		}
+		if _, err := r.Create(ctx, airlock.BoxOptions{FromSnapshot: "s1", Volumes: []airlock.Volume{{Source: t.TempDir(), Target: "/mnt"}}}); !errors.Is(err, airlock.ErrInvalidArgument) {
+			t.Errorf("restore with a volume: %v, want ErrInvalidArgument", err)
+		}
+	})
 	t.Run("removing a snapshot leaves its boxes working", func(t *testing.T) {
 		if err := r.RemoveSnapshot(ctx, "s1"); err != nil {
 			t.Fatal(err)
