@@ -166,6 +166,7 @@ func TestCLIFlagErrors(t *testing.T) {
 		{[]string{"run", "--bogus", "python:slim"}, "unknown flag: --bogus", "MiB"},
 		{[]string{"fork", "somebox", "-n", "0"}, "fork: -n 0: want 1..64", ""},
 		{[]string{"fork", "somebox", "-n", "65"}, "fork: -n 65: want 1..64", ""},
+		{[]string{"export", "somebox"}, "export: missing -o FILE", ""},
 	} {
 		_, errs, code := c.run(tc.args...)
 		if code != 125 || !strings.Contains(errs, tc.want) || (tc.reject != "" && strings.Contains(errs, tc.reject)) {
