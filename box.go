@@ -493,6 +493,7 @@ func (b *Box) StopTimeout(ctx context.Context, grace time.Duration) error {
 			b.r.warn(fmt.Sprintf("box %s: its saved state was discarded: %v", b.id, err))
 		}
 	}
+	b.continueIfPaused(ctx) // shut down cleanly, not after the grace
 	unlock, err := b.lock(ctx)
 	if err != nil {
 		return err

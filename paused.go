@@ -64,3 +64,30 @@ func (b *Box) keepWhilePaused(c *client.Client, rec *store.Box) {
 		return b.pausedNow(ctx, rec)
 	})
 }
+
+// continueIfPaused lets a box paused in memory run again (QMP cont) so
+// that a stop shuts it down cleanly: a paused guest cannot answer the
+// shutdown request, and Stop waited out its whole grace (10 s) and then
+// made the machine quit, its processes never told and its files not
+// flushed.
+func (b *Box) continueIfPaused(ctx context.Context) {
+	rec, err := b.load(ctx)
+	if err != nil || !b.pausedNow(ctx, rec) {
+		return
+	}
+	_, cfg := b.snapshot()
+	if p, ok := b.r.drv.(vmm.Pauser); ok {
+		p.Resume(ctx, b.vmSpec(rec, cfg), handleOf(rec))
+	}
+}
+
+// errSuspendPaused refuses a pause to disk of a box paused in memory at
+// once: its guest must flush its files first (Suspend runs sync), which it
+// cannot while its vCPUs are stopped (the sync waited 30 s and failed).
+func (b *Box) errSuspendPaused(ctx context.Context) error {
+	rec, err := b.load(ctx)
+	if err != nil || !b.pausedNow(ctx, rec) {
+		return nil
+	}
+	return fmt.Errorf("box %s is paused in memory: unpause it first (airlock unpause %s), then pause it to disk: its guest flushes its files before its memory is saved", b.id, b.id)
+}

@@ -405,6 +405,23 @@ func TestSnapshotQEMU(t *testing.T) {
 		if paused > 40*time.Millisecond || running < 100*time.Millisecond {
 			t.Errorf("QEMU used %s of CPU while paused, %s while running a busy loop", paused, running)
 		}
+		// A box paused in memory: a pause to disk is refused at once (its
+		// sync waited 30 s), and a stop shuts it down cleanly at once (it
+		// waited out the 10 s grace, then made QEMU quit).
+		if err := c2.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t0 = time.Now()
+		if err := c2.Suspend(ctx); err == nil || !strings.Contains(err.Error(), "unpause it first") || time.Since(t0) > 5*time.Second {
+			t.Errorf("suspend of a paused box: %v after %s; want a refusal at once", err, time.Since(t0))
+		}
+		t0 = time.Now()
+		if err := c2.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(t0); d > 8*time.Second {
+			t.Errorf("stop of a paused box took %s, want a clean shutdown (< 8 s)", d)
+		}
 	})
 }
 
