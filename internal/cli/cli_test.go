@@ -167,6 +167,7 @@ func TestCLIFlagErrors(t *testing.T) {
 		{[]string{"fork", "somebox", "-n", "0"}, "fork: -n 0: want 1..64", ""},
 		{[]string{"fork", "somebox", "-n", "65"}, "fork: -n 65: want 1..64", ""},
 		{[]string{"export", "somebox"}, "export: missing -o FILE", ""},
+		{[]string{"serve", "--pool", "python:slim=0"}, "serve: --pool \"python:slim=0\": want IMAGE[=N] with N in 1..64", ""},
 	} {
 		_, errs, code := c.run(tc.args...)
 		if code != 125 || !strings.Contains(errs, tc.want) || (tc.reject != "" && strings.Contains(errs, tc.reject)) {
