@@ -339,6 +339,11 @@ func TestSnapshotQEMU(t *testing.T) {
 		if _, errs, err := runCLI("run", "--from", "nope", "true"); err == nil || !strings.Contains(errs, "snapshot not found") || !strings.Contains(errs, "snapshot ls") {
 			t.Fatalf("run --from a missing snapshot: %q %v", errs, err)
 		}
+		// The image given out of habit after --from was run as the
+		// command ("python:slim: command not found", exit 127).
+		if _, errs, err := runCLI("run", "--rm", "--from", "cli", vmtest.DefaultImage, "true"); err == nil || !strings.Contains(err.Error()+errs, "leave the image out") {
+			t.Errorf("run --from SNAP IMAGE: %q %v; want a usage error", errs, err)
+		}
 		if out, errs, err := runCLI("snapshot", "rm", "cli"); err != nil || out != "cli\n" {
 			t.Fatalf("snapshot rm: %q %q %v", out, errs, err)
 		}
