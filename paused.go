@@ -59,7 +59,10 @@ func (b *Box) dialErr(ctx context.Context, rec *store.Box, err error) error {
 // create IMAGE COMMAND) about 10 s into a pause.
 func (b *Box) keepWhilePaused(c *client.Client, rec *store.Box) {
 	c.SetStalled(func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// A paused QEMU answers QMP at once; a frozen one (SIGSTOP, a
+		// wedged host) does not, and must still be noticed as dead
+		// within about the keepalive's time (TestHostile).
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		return b.pausedNow(ctx, rec)
 	})
@@ -90,4 +93,13 @@ func (b *Box) errSuspendPaused(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("box %s is paused in memory: unpause it first (airlock unpause %s), then pause it to disk: its guest flushes its files before its memory is saved", b.id, b.id)
+}
+
+// notRunningErr is ErrBoxNotRunning for a call into the box, saying so
+// when the box is paused to disk (Suspend) and how to go on.
+func (b *Box) notRunningErr() error {
+	if b.suspendedDir() != "" {
+		return fmt.Errorf("%w: %s is paused to disk: unpause it first (airlock unpause %s, or Box.Resume)", ErrBoxNotRunning, b.id, b.id)
+	}
+	return fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
 }
