@@ -429,7 +429,7 @@ func (b *Box) client(ctx context.Context) (*client.Client, error) {
 				return nil, err
 			}
 		}
-		return nil, fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
+		return nil, b.notRunningErr()
 	}
 	m := b.machine(rec, cfg)
 	b.mu.Lock()
