@@ -238,7 +238,11 @@ func TestSnapshotQEMU(t *testing.T) {
 		if st, err := b.NetworkStats(ctx); err != nil || st.Denied == 0 {
 			t.Errorf("network stats after a lookup of an unlisted name: %+v %v; want it denied", st, err)
 		}
-		if _, err := r.Create(ctx, airlock.BoxOptions{FromSnapshot: "s1", Volumes: []airlock.Volume{{Source: t.TempDir(), Target: "/mnt"}}}); !errors.Is(err, airlock.ErrInvalidArgument) {
+		v, err := r.Create(ctx, airlock.BoxOptions{FromSnapshot: "s1", Volumes: []airlock.Volume{{Source: t.TempDir(), Target: "/mnt"}}})
+		if v != nil {
+			v.Remove(context.Background(), true)
+		}
+		if !errors.Is(err, airlock.ErrInvalidArgument) {
 			t.Errorf("restore with a volume: %v, want ErrInvalidArgument", err)
 		}
 	})
