@@ -429,7 +429,7 @@ func (b *Box) client(ctx context.Context) (*client.Client, error) {
 				return nil, err
 			}
 		}
-		return nil, fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
+		return nil, b.notRunningErr()
 	}
 	m := b.machine(rec, cfg)
 	b.mu.Lock()
@@ -440,10 +440,11 @@ func (b *Box) client(ctx context.Context) (*client.Client, error) {
 		if de := b.deadErr(time.Second); de != nil {
 			return nil, de
 		}
-		return nil, fmt.Errorf("connect to agent of box %s: %w", b.id, err)
+		return nil, b.dialErr(ctx, rec, err)
 	}
 	// The handshake shows the agent answers (and checks its version): no
 	// Hello round trip on top of it.
+	b.keepWhilePaused(c, rec)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.conn != nil { // lost a race with another caller
@@ -492,6 +493,7 @@ func (b *Box) StopTimeout(ctx context.Context, grace time.Duration) error {
 			b.r.warn(fmt.Sprintf("box %s: its saved state was discarded: %v", b.id, err))
 		}
 	}
+	b.continueIfPaused(ctx) // shut down cleanly, not after the grace
 	unlock, err := b.lock(ctx)
 	if err != nil {
 		return err

@@ -56,8 +56,12 @@ type BoxOptions struct {
 	// that name (Box.Snapshot) instead of booting: the box runs on from
 	// where the snapshot's box was, with its processes and files. Image,
 	// CPUs, MemoryMiB, DiskSizeMiB and Network come from the snapshot
-	// (left zero, or equal to the snapshot's); Env, WorkingDir and User
-	// default to the snapshot's box's. See docs/snapshots.md.
+	// (left zero, or equal to the snapshot's; public and allowlist are
+	// one machine: AllowNet makes the restored box an allowlist one); Env,
+	// WorkingDir, User, AllowNet and AllowHostPorts default to the
+	// snapshot's box's; Hostname and Ports are the caller's (never the
+	// snapshot's box's ports); Volumes are refused (ErrInvalidArgument).
+	// See docs/snapshots.md.
 	FromSnapshot string
 	// AllowNet lists what a NetworkAllowlist box may reach (see
 	// NetworkPolicy.AllowNet).

@@ -135,7 +135,7 @@ func (b *Box) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
 	if !running(rec) {
 		return SnapshotInfo{}, fmt.Errorf("%w: %s: start it to snapshot it", ErrBoxNotRunning, b.id)
 	}
-	c, err := b.client(ctx)
+	agentVersion, err := b.snapshotAgentVersion(ctx, rec)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -167,7 +167,7 @@ func (b *Box) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
 		return SnapshotInfo{}, fmt.Errorf("snapshot box %s: %w", b.id, err)
 	}
 	m := snapshotMeta{Version: 1, Name: name, Box: b.id, BoxName: rec.Name, Created: time.Now().UTC(),
-		Image: rec.Image, ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), AgentVersion: c.AgentVersion(),
+		Image: rec.Image, ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), AgentVersion: agentVersion,
 		Driver: b.r.drv.Name(), StateBytes: st.StateBytes, DiskBytes: st.DiskBytes, PausedNs: st.PausedNs}
 	raw, _ := json.MarshalIndent(m, "", "  ")
 	if err := os.WriteFile(filepath.Join(tmp, snapshotMetaFile), raw, 0o600); err != nil {
@@ -308,11 +308,14 @@ func (r *Runtime) restore(ctx context.Context, opts BoxOptions) (*Box, error) {
 			return nil, fmt.Errorf("snapshot %s has %s %d, not %d: a restored box keeps its machine; leave it out", name, f.what, f.want, f.got)
 		}
 	}
-	if opts.Network != "" && opts.Network != so.Network {
+	if opts.Network != "" && opts.Network != so.Network && (netMode(opts.Network, nil) == NetworkNone || so.Network == NetworkNone) {
 		return nil, fmt.Errorf("snapshot %s has network %s, not %s: leave it out", name, so.Network, opts.Network)
 	}
 	o := so
 	o.Name, o.AutoRemove, o.FromSnapshot = opts.Name, opts.AutoRemove, name
+	if err := restoredHostSide(&o, opts, name); err != nil {
+		return nil, err
+	}
 	if opts.Env != nil {
 		o.Env = opts.Env
 	}

@@ -222,6 +222,30 @@ func TestSnapshotQEMU(t *testing.T) {
 		}
 		checkRestoredHostname(t, c3)
 	})
+	t.Run("a restored box takes the caller's hostname and network policy", func(t *testing.T) {
+		// They were dropped: `run --from s1 --allow-net pypi.org` ran
+		// with the snapshot's public network, and --hostname was ignored.
+		b, err := r.Create(ctx, airlock.BoxOptions{FromSnapshot: "s1", Hostname: "own-host", AllowNet: []string{"pypi.org"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Remove(context.Background(), true)
+		if got := shIn(t, b, "hostname; getent hosts example.com || echo refused"); got != "own-host\nrefused" {
+			t.Errorf("hostname, lookup of an unlisted name: %q", got)
+		}
+		// The box's own helper refused the unlisted name (its policy is
+		// the caller's allowlist, not the snapshot's public network).
+		if st, err := b.NetworkStats(ctx); err != nil || st.Denied == 0 {
+			t.Errorf("network stats after a lookup of an unlisted name: %+v %v; want it denied", st, err)
+		}
+		v, err := r.Create(ctx, airlock.BoxOptions{FromSnapshot: "s1", Volumes: []airlock.Volume{{Source: t.TempDir(), Target: "/mnt"}}})
+		if v != nil {
+			v.Remove(context.Background(), true)
+		}
+		if !errors.Is(err, airlock.ErrInvalidArgument) {
+			t.Errorf("restore with a volume: %v, want ErrInvalidArgument", err)
+		}
+	})
 	t.Run("removing a snapshot leaves its boxes working", func(t *testing.T) {
 		if err := r.RemoveSnapshot(ctx, "s1"); err != nil {
 			t.Fatal(err)
@@ -284,6 +308,18 @@ func TestSnapshotQEMU(t *testing.T) {
 				t.Errorf("child %d: its QEMU shares %d KiB of the RAM image's pages with its sibling (resident %d KiB), want >= 1 MiB: no copy-on-write sharing", i, shared, rss)
 			}
 		}
+		// A child forks again: its RAM is a private mapping (no RAM image),
+		// all of it goes into the stream (it used to fail to restore:
+		// "Capability x-ignore-shared is off, but received capability is
+		// on", the child's QEMU kept the capability of its own restore).
+		grand, err := kids[0].Fork(ctx, 1)
+		if err != nil {
+			t.Fatalf("fork of a fork child: %v", err)
+		}
+		t.Cleanup(func() { grand[0].Remove(context.Background(), true) })
+		if got := shIn(t, grand[0], "cat /root/kid0"); got != "0" {
+			t.Errorf("grandchild's file: %q", got)
+		}
 		if list, _ := r.Snapshots(ctx); len(list) != 0 {
 			t.Errorf("fork left snapshots behind: %+v", list)
 		}
@@ -306,6 +342,11 @@ func TestSnapshotQEMU(t *testing.T) {
 		}
 		if _, errs, err := runCLI("run", "--from", "nope", "true"); err == nil || !strings.Contains(errs, "snapshot not found") || !strings.Contains(errs, "snapshot ls") {
 			t.Fatalf("run --from a missing snapshot: %q %v", errs, err)
+		}
+		// The image given out of habit after --from was run as the
+		// command ("python:slim: command not found", exit 127).
+		if _, errs, err := runCLI("run", "--rm", "--from", "cli", vmtest.DefaultImage, "true"); err == nil || !strings.Contains(err.Error()+errs, "leave the image out") {
+			t.Errorf("run --from SNAP IMAGE: %q %v; want a usage error", errs, err)
 		}
 		if out, errs, err := runCLI("snapshot", "rm", "cli"); err != nil || out != "cli\n" {
 			t.Fatalf("snapshot rm: %q %q %v", out, errs, err)
@@ -342,8 +383,23 @@ func TestSnapshotQEMU(t *testing.T) {
 			t.Fatalf("paused: %v %v", p, err)
 		}
 		paused := cpuOver(t, info.PID, time.Second)
+		images := vmtest.ImagesDir() // before AIRLOCK_HOME changes it
 		t.Setenv("AIRLOCK_HOME", home)
-		t.Setenv("AIRLOCK_IMAGES", vmtest.ImagesDir())
+		t.Setenv("AIRLOCK_IMAGES", images)
+		// Another process snapshots the paused box (its agent cannot
+		// answer a new connection: this waited 30 s and failed), and the
+		// box stays paused (QEMU's state after it is "postmigrate", which
+		// Paused did not count: the box looked running, its followers
+		// took it for dead).
+		t0 := time.Now()
+		if out, errs, err := runCLI("snapshot", "create", c2.ID(), "of-paused"); err != nil || out != "of-paused\n" {
+			t.Fatalf("snapshot create of a paused box: %q %q %v", out, errs, err)
+		}
+		t.Logf("snapshot of a paused box from another process: %s", time.Since(t0).Round(time.Millisecond))
+		r.RemoveSnapshot(ctx, "of-paused")
+		if p, err := c2.Paused(ctx); err != nil || !p {
+			t.Fatalf("paused after a snapshot: %v %v", p, err)
+		}
 		if out, errs, err := runCLI("ls", "--format", "{{.ID}} {{.Status}}"); err != nil || !strings.Contains(out, c2.ID()+" Up ") || !strings.Contains(out, "(Paused)") {
 			t.Errorf("ls of a paused box: %q %q %v", out, errs, err)
 		}
@@ -357,6 +413,23 @@ func TestSnapshotQEMU(t *testing.T) {
 		// cores are shared, so only a floor is asked for.
 		if paused > 40*time.Millisecond || running < 100*time.Millisecond {
 			t.Errorf("QEMU used %s of CPU while paused, %s while running a busy loop", paused, running)
+		}
+		// A box paused in memory: a pause to disk is refused at once (its
+		// sync waited 30 s), and a stop shuts it down cleanly at once (it
+		// waited out the 10 s grace, then made QEMU quit).
+		if err := c2.Pause(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t0 = time.Now()
+		if err := c2.Suspend(ctx); err == nil || !strings.Contains(err.Error(), "unpause it first") || time.Since(t0) > 5*time.Second {
+			t.Errorf("suspend of a paused box: %v after %s; want a refusal at once", err, time.Since(t0))
+		}
+		t0 = time.Now()
+		if err := c2.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(t0); d > 8*time.Second {
+			t.Errorf("stop of a paused box took %s, want a clean shutdown (< 8 s)", d)
 		}
 	})
 }

@@ -39,6 +39,9 @@ func (b *Box) Suspend(ctx context.Context) error {
 	if _, cfg := b.snapshot(); len(cfg.Options.Volumes) > 0 {
 		return fmt.Errorf("box %s has volumes: boxes with volumes cannot be suspended (QEMU cannot save a mounted share); stop it instead", b.id)
 	}
+	if err := b.errSuspendPaused(ctx); err != nil {
+		return err
+	}
 	// Flushed, the writable layer holds what the guest wrote even if the
 	// saved state is later lost.
 	if res, err := b.Exec(ctx, "sync", nil, ExecOptions{Timeout: time.Minute}); err != nil {

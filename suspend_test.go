@@ -51,6 +51,11 @@ func TestSuspendQEMU(t *testing.T) {
 	if info.State != "stopped" || !info.Suspended || info.PID != 0 {
 		t.Fatalf("after Suspend: state %q, suspended %v, pid %d", info.State, info.Suspended, info.PID)
 	}
+	// A call into it says it is paused to disk and what to do (it said
+	// only "box is not running").
+	if _, err := b.Exec(ctx, "true", nil, airlock.ExecOptions{}); !errors.Is(err, airlock.ErrBoxNotRunning) || !strings.Contains(err.Error(), "paused to disk") || !strings.Contains(err.Error(), "unpause") {
+		t.Errorf("exec in a box paused to disk: %v", err)
+	}
 	if raw, err := os.ReadFile("/proc/" + strconv.Itoa(before.PID) + "/cmdline"); err == nil && strings.Contains(string(raw), b.ID()) {
 		t.Fatalf("the box's QEMU (pid %d) still runs after Suspend", before.PID)
 	}

@@ -164,6 +164,10 @@ func TestCLIFlagErrors(t *testing.T) {
 		{[]string{"run", "--memory", "100000g", "python:slim", "true"}, "more than this host's RAM", ""},
 		{[]string{"run", "--disk-size", "abc", "python:slim", "true"}, "--disk-size \"abc\"", ""},
 		{[]string{"run", "--bogus", "python:slim"}, "unknown flag: --bogus", "MiB"},
+		{[]string{"fork", "somebox", "-n", "0"}, "fork: -n 0: want 1..64", ""},
+		{[]string{"fork", "somebox", "-n", "65"}, "fork: -n 65: want 1..64", ""},
+		{[]string{"export", "somebox"}, "export: missing -o FILE", ""},
+		{[]string{"serve", "--pool", "python:slim=0"}, "serve: --pool \"python:slim=0\": want IMAGE[=N] with N in 1..64", ""},
 	} {
 		_, errs, code := c.run(tc.args...)
 		if code != 125 || !strings.Contains(errs, tc.want) || (tc.reject != "" && strings.Contains(errs, tc.reject)) {

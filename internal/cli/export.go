@@ -38,7 +38,7 @@ QEMU; the boot disks are compared by content). -o - writes to standard output.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if out == "" {
-				return fmt.Errorf("name the archive with -o FILE (or -o - for standard output)")
+				return usagef(cmd, "export: missing -o FILE: name the archive (or -o - for standard output)")
 			}
 			var w io.Writer = cmd.OutOrStdout()
 			var f *os.File

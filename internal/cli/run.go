@@ -180,6 +180,9 @@ snapshot's box was, its processes included.`,
 			}
 			defer r.Close()
 			ctx := cmd.Context()
+			if err := checkFromArgs(ctx, cmd, r, bf.from, rest); err != nil {
+				return err
+			}
 			if detach {
 				opts.AutoRemove = false // the detached supervisor removes it
 			}
@@ -290,6 +293,9 @@ box stops when it ends.
 				return err
 			}
 			defer r.Close()
+			if err := checkFromArgs(cmd.Context(), cmd, r, bf.from, rest); err != nil {
+				return err
+			}
 			b, err := r.Create(cmd.Context(), opts)
 			if err != nil {
 				return err

@@ -95,7 +95,7 @@ the unix socket).`,
 			events := server.NewEvents()
 			po, err := parsePools(pools)
 			if err != nil {
-				return err
+				return usagef(cmd, "serve: %v", err)
 			}
 			rt, err := airlock.Open(airlock.Options{
 				Warn:     func(msg string) { log.Warn(msg) },

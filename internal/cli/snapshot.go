@@ -82,6 +82,9 @@ that snapshot, each with its own writable layer and the box's processes;
 print one id per line. The snapshot is removed afterwards.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if n < 1 || n > airlock.MaxForks {
+				return usagef(cmd, "fork: -n %d: want 1..%d boxes", n, airlock.MaxForks)
+			}
 			r, b, err := openBox(cmd, args[0])
 			if err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,4 +95,39 @@ func TestKeepaliveEndsSessionWithDeadAgent(t *testing.T) {
 		t.Fatalf("Err = %v, want ErrAgentUnresponsive", c.Err())
 	}
 	t.Logf("dead agent noticed after %s", time.Since(t0).Round(time.Millisecond))
+}
+
+// A peer that cannot answer for now (a paused VM, SetStalled) keeps its
+// session past the keepalive timeout; once it is no longer stalled and
+// still does not answer, keepalive ends the session as usual. (Without
+// SetStalled a pause of ~10 s ended the connection, and the follower of a
+// box's main command then stopped the box.)
+func TestKeepaliveSparesStalledPeer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes ~20 s")
+	}
+	host, guest := serialPipe(t)
+	go GuestHandshake(guest, "test") // then never reads again
+	c, err := NewClient(host, time.Now().Add(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var stalled atomic.Bool
+	stalled.Store(true)
+	c.SetStalled(stalled.Load)
+	select {
+	case <-c.Done():
+		t.Fatalf("session of a stalled peer ended: %v", c.Err())
+	case <-time.After(KeepAliveInterval + KeepAliveTimeout + 2*time.Second):
+	}
+	stalled.Store(false)
+	select {
+	case <-c.Done():
+	case <-time.After(KeepAliveTimeout + 3*time.Second):
+		t.Fatal("session still open with a peer that no longer answers and is not stalled")
+	}
+	if !errors.Is(c.Err(), ErrAgentUnresponsive) {
+		t.Fatalf("Err = %v, want ErrAgentUnresponsive", c.Err())
+	}
 }

@@ -26,8 +26,9 @@ type Client struct {
 	Session      *yamux.Session
 	AgentVersion string
 
-	mu  sync.Mutex
-	err error // why the session was ended by keepalive
+	mu      sync.Mutex
+	err     error       // why the session was ended by keepalive
+	stalled func() bool // SetStalled
 }
 
 // NewClient performs the host handshake on conn (giving up at deadline) and
@@ -77,19 +78,48 @@ func (c *Client) keepalive(interval, timeout time.Duration) {
 			_, err := c.Session.Ping()
 			pong <- err
 		}()
-		select {
-		case <-done:
-			return
-		case err := <-pong:
-			if err != nil {
-				c.fail(fmt.Errorf("%w: keepalive ping failed: %v", ErrAgentUnresponsive, err))
+		timer := time.After(timeout)
+	wait:
+		for {
+			select {
+			case <-done:
+				return
+			case err := <-pong:
+				if err != nil {
+					if c.stalledNow() {
+						break wait // ping again
+					}
+					c.fail(fmt.Errorf("%w: keepalive ping failed: %v", ErrAgentUnresponsive, err))
+					return
+				}
+				break wait
+			case <-timer:
+				if c.stalledNow() {
+					timer = time.After(timeout)
+					continue
+				}
+				c.fail(fmt.Errorf("%w: no answer to a keepalive ping within %s", ErrAgentUnresponsive, timeout))
 				return
 			}
-		case <-time.After(timeout):
-			c.fail(fmt.Errorf("%w: no answer to a keepalive ping within %s", ErrAgentUnresponsive, timeout))
-			return
 		}
 	}
+}
+
+// SetStalled gives the keepalive a test of a peer that cannot answer for
+// now but is not dead (a paused VM: its vCPUs are stopped): while f
+// returns true an unanswered ping does not end the session. f is called
+// only when a ping went unanswered for KeepAliveTimeout; nil removes it.
+func (c *Client) SetStalled(f func() bool) {
+	c.mu.Lock()
+	c.stalled = f
+	c.mu.Unlock()
+}
+
+func (c *Client) stalledNow() bool {
+	c.mu.Lock()
+	f := c.stalled
+	c.mu.Unlock()
+	return f != nil && f()
 }
 
 func (c *Client) fail(err error) {

@@ -41,9 +41,12 @@ func DialAuth(ctx context.Context, secret []byte, dial func(ctx context.Context)
 	}
 	stop := context.AfterFunc(ctx, func() { conn.SetReadDeadline(time.Now()) })
 	t, err := transport.NewClientAuth(conn, deadline, secret)
-	if !stop() && err == nil {
-		// ctx ended meanwhile and put a past read deadline on conn.
-		t.Close()
+	if !stop() {
+		// ctx ended meanwhile and put a past read deadline on conn: a
+		// failed handshake then says so, not that it timed out.
+		if err == nil {
+			t.Close()
+		}
 		return nil, ctx.Err()
 	}
 	if err != nil {
@@ -57,6 +60,11 @@ func DialAuth(ctx context.Context, secret []byte, dial func(ctx context.Context)
 	}
 	return &Client{t: t}, nil
 }
+
+// SetStalled tells the connection's keepalive how to see a box that
+// cannot answer for now but is not dead (paused): see
+// transport.Client.SetStalled.
+func (c *Client) SetStalled(f func() bool) { c.t.SetStalled(f) }
 
 // AgentVersion is the version the agent announced in the handshake.
 func (c *Client) AgentVersion() string { return c.t.AgentVersion }

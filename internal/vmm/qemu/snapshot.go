@@ -387,6 +387,12 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 			return st, err
 		}
 		defer setIgnoreShared(q, false)
+	} else if err := setIgnoreShared(q, false); err != nil {
+		// A restored QEMU keeps the capability its incoming migration
+		// was given: a fork child (no memfds of its own) would save a
+		// stream that says x-ignore-shared while machine.json has no RAM
+		// image, which no restore accepts.
+		return st, err
 	}
 	t0 := time.Now()
 	if _, err := q.Execute("stop", nil); err != nil {
@@ -394,7 +400,7 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	}
 	resumed := false
 	resume := func() {
-		if was != "paused" && !resumed {
+		if !stoppedStatus(was) && !resumed {
 			q.Execute("cont", nil)
 		}
 		resumed = true
@@ -989,8 +995,14 @@ func (d *Driver) Paused(ctx context.Context, spec vmm.Spec, h vmm.Handle) (bool,
 	}
 	defer q.Close()
 	s, err := q.status()
-	return s == "paused", err
+	return stoppedStatus(s), err
 }
+
+// stoppedStatus says whether QEMU status s is a machine stopped to be
+// continued (cont): "paused" after stop, and "postmigrate" after a
+// snapshot of a paused machine, which leaves it so (it was not paused
+// any more to Paused, so its box's followers took it for dead).
+func stoppedStatus(s string) bool { return s == "paused" || s == "postmigrate" }
 
 func (d *Driver) qmpCmd(ctx context.Context, spec vmm.Spec, h vmm.Handle, cmd string) error {
 	q, err := (&machine{id: spec.ID, dir: spec.Dir, h: h}).qmp(ctx)

@@ -1,0 +1,105 @@
+package airlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/agent/agentpb"
+	"github.com/airlock-run/airlock/internal/agent/client"
+	"github.com/airlock-run/airlock/internal/store"
+	"github.com/airlock-run/airlock/internal/vmm"
+)
+
+// pausedNow reports whether the VM of rec is paused (Pause): its vCPUs
+// are stopped, so its agent answers no new connection's handshake. False
+// when the driver cannot tell.
+func (b *Box) pausedNow(ctx context.Context, rec *store.Box) bool {
+	p, ok := b.r.drv.(vmm.Pauser)
+	if !ok || rec == nil || !running(rec) {
+		return false
+	}
+	_, cfg := b.snapshot()
+	paused, err := p.Paused(ctx, b.vmSpec(rec, cfg), handleOf(rec))
+	return err == nil && paused
+}
+
+// snapshotAgentVersion is the guest agent version a snapshot of the box
+// records. A paused box's agent cannot complete a new connection's
+// handshake (a snapshot from another process than the one that paused it
+// waited 30 s and failed): for such a box it is the version of the agent
+// this airlock speaks, the only one a connection accepts (a box still
+// running an older agent is refused at its restore, saying so).
+func (b *Box) snapshotAgentVersion(ctx context.Context, rec *store.Box) (string, error) {
+	b.mu.Lock()
+	c := b.conn
+	b.mu.Unlock()
+	if c == nil && b.pausedNow(ctx, rec) {
+		return agentpb.Version, nil
+	}
+	c, err := b.client(ctx)
+	if err != nil {
+		return "", err
+	}
+	return c.AgentVersion(), nil
+}
+
+// dialErr is the error of a failed connection to the box's agent: a
+// paused box is named as paused, with what to do.
+func (b *Box) dialErr(ctx context.Context, rec *store.Box, err error) error {
+	if ctx.Err() == nil && b.pausedNow(context.WithoutCancel(ctx), rec) {
+		return fmt.Errorf("box %s is paused: its agent answers once it runs again (airlock unpause %s, or Box.Resume): %w", b.id, b.id, err)
+	}
+	return fmt.Errorf("connect to agent of box %s: %w", b.id, err)
+}
+
+// keepWhilePaused keeps connection c to the box of rec open while the box
+// is paused: its keepalive pings go unanswered then, and ending the
+// connection stopped a box whose main command airlock follows (run -d,
+// create IMAGE COMMAND) about 10 s into a pause.
+func (b *Box) keepWhilePaused(c *client.Client, rec *store.Box) {
+	c.SetStalled(func() bool {
+		// A paused QEMU answers QMP at once; a frozen one (SIGSTOP, a
+		// wedged host) does not, and must still be noticed as dead
+		// within about the keepalive's time (TestHostile).
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return b.pausedNow(ctx, rec)
+	})
+}
+
+// continueIfPaused lets a box paused in memory run again (QMP cont) so
+// that a stop shuts it down cleanly: a paused guest cannot answer the
+// shutdown request, and Stop waited out its whole grace (10 s) and then
+// made the machine quit, its processes never told and its files not
+// flushed.
+func (b *Box) continueIfPaused(ctx context.Context) {
+	rec, err := b.load(ctx)
+	if err != nil || !b.pausedNow(ctx, rec) {
+		return
+	}
+	_, cfg := b.snapshot()
+	if p, ok := b.r.drv.(vmm.Pauser); ok {
+		p.Resume(ctx, b.vmSpec(rec, cfg), handleOf(rec))
+	}
+}
+
+// errSuspendPaused refuses a pause to disk of a box paused in memory at
+// once: its guest must flush its files first (Suspend runs sync), which it
+// cannot while its vCPUs are stopped (the sync waited 30 s and failed).
+func (b *Box) errSuspendPaused(ctx context.Context) error {
+	rec, err := b.load(ctx)
+	if err != nil || !b.pausedNow(ctx, rec) {
+		return nil
+	}
+	return fmt.Errorf("box %s is paused in memory: unpause it first (airlock unpause %s), then pause it to disk: its guest flushes its files before its memory is saved", b.id, b.id)
+}
+
+// notRunningErr is ErrBoxNotRunning for a call into the box, saying so
+// when the box is paused to disk (Suspend) and how to go on.
+func (b *Box) notRunningErr() error {
+	if b.suspendedDir() != "" {
+		return fmt.Errorf("%w: %s is paused to disk: unpause it first (airlock unpause %s, or Box.Resume)", ErrBoxNotRunning, b.id, b.id)
+	}
+	return fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
+}
