@@ -296,34 +296,9 @@ func (r *Runtime) restore(ctx context.Context, opts BoxOptions) (*Box, error) {
 	if m.Driver != r.drv.Name() {
 		return nil, fmt.Errorf("snapshot %s was taken by VM driver %s, not %s", name, m.Driver, r.drv.Name())
 	}
-	so := info.Options
-	if opts.Image != "" && opts.Image != so.Image && opts.Image != m.ImageDigest {
-		return nil, fmt.Errorf("snapshot %s is of image %s, not %s: leave the image out", name, so.Image, opts.Image)
-	}
-	for _, f := range []struct {
-		what      string
-		got, want int
-	}{{"CPUs", opts.CPUs, so.CPUs}, {"MemoryMiB", opts.MemoryMiB, so.MemoryMiB}, {"DiskSizeMiB", opts.DiskSizeMiB, so.DiskSizeMiB}} {
-		if f.got != 0 && f.got != f.want {
-			return nil, fmt.Errorf("snapshot %s has %s %d, not %d: a restored box keeps its machine; leave it out", name, f.what, f.want, f.got)
-		}
-	}
-	if opts.Network != "" && opts.Network != so.Network && (netMode(opts.Network, nil) == NetworkNone || so.Network == NetworkNone) {
-		return nil, fmt.Errorf("snapshot %s has network %s, not %s: leave it out", name, so.Network, opts.Network)
-	}
-	o := so
-	o.Name, o.AutoRemove, o.FromSnapshot = opts.Name, opts.AutoRemove, name
-	if err := restoredHostSide(&o, opts, name); err != nil {
+	o, err := restoreOptions(info, m, opts)
+	if err != nil {
 		return nil, err
-	}
-	if opts.Env != nil {
-		o.Env = opts.Env
-	}
-	if opts.WorkingDir != "" {
-		o.WorkingDir = opts.WorkingDir
-	}
-	if opts.User != "" {
-		o.User = opts.User
 	}
 	img, err := r.images.Resolve(m.ImageDigest)
 	if err != nil {
@@ -351,6 +326,59 @@ func (r *Runtime) restore(ctx context.Context, opts BoxOptions) (*Box, error) {
 		return nil, fmt.Errorf("restore snapshot %s: %w", name, err)
 	}
 	return b, nil
+}
+
+// RestoreOptions returns the options a box restored by Create with opts
+// (opts.FromSnapshot set) gets: the snapshot's machine, image and network
+// with the caller's host side (see BoxOptions.FromSnapshot); a server
+// checks its policy against them before it restores. It starts nothing.
+// Errors: ErrSnapshotNotFound, and those Create returns for options a
+// restore refuses (ErrInvalidArgument for volumes, a machine that differs).
+func (r *Runtime) RestoreOptions(ctx context.Context, opts BoxOptions) (BoxOptions, error) {
+	m, err := r.readSnapshot(opts.FromSnapshot)
+	if err != nil {
+		return BoxOptions{}, err
+	}
+	info, err := r.snapshotInfo(m)
+	if err != nil {
+		return BoxOptions{}, err
+	}
+	return restoreOptions(info, m, opts)
+}
+
+// restoreOptions is RestoreOptions for the snapshot info and m describe.
+func restoreOptions(info SnapshotInfo, m snapshotMeta, opts BoxOptions) (BoxOptions, error) {
+	name := opts.FromSnapshot
+	so := info.Options
+	if opts.Image != "" && opts.Image != so.Image && opts.Image != m.ImageDigest {
+		return BoxOptions{}, fmt.Errorf("%w: snapshot %s is of image %s, not %s: leave the image out", ErrInvalidArgument, name, so.Image, opts.Image)
+	}
+	for _, f := range []struct {
+		what      string
+		got, want int
+	}{{"CPUs", opts.CPUs, so.CPUs}, {"MemoryMiB", opts.MemoryMiB, so.MemoryMiB}, {"DiskSizeMiB", opts.DiskSizeMiB, so.DiskSizeMiB}} {
+		if f.got != 0 && f.got != f.want {
+			return BoxOptions{}, fmt.Errorf("%w: snapshot %s has %s %d, not %d: a restored box keeps its machine; leave it out", ErrInvalidArgument, name, f.what, f.want, f.got)
+		}
+	}
+	if opts.Network != "" && opts.Network != so.Network && (netMode(opts.Network, nil) == NetworkNone || so.Network == NetworkNone) {
+		return BoxOptions{}, fmt.Errorf("%w: snapshot %s has network %s, not %s: leave it out", ErrInvalidArgument, name, so.Network, opts.Network)
+	}
+	o := so
+	o.Name, o.AutoRemove, o.FromSnapshot = opts.Name, opts.AutoRemove, name
+	if err := restoredHostSide(&o, opts, name); err != nil {
+		return BoxOptions{}, err
+	}
+	if opts.Env != nil {
+		o.Env = opts.Env
+	}
+	if opts.WorkingDir != "" {
+		o.WorkingDir = opts.WorkingDir
+	}
+	if opts.User != "" {
+		o.User = opts.User
+	}
+	return o, nil
 }
 
 // restored tells the agent of a just restored box to reseed the kernel

@@ -31,7 +31,7 @@ type BoxSpec struct {
 	TTL            float64      `json:"ttl,omitempty" minimum:"0" doc:"Seconds: the server removes the box this long after creating it."`
 	IdleTimeout    float64      `json:"idle_timeout,omitempty" minimum:"0" doc:"Seconds: the server removes the box after this long with no exec or code call on it."`
 	Lease          float64      `json:"lease,omitempty" minimum:"0" doc:"Seconds: the server removes the box unless POST /v1/boxes/{id}/lease renews it within this time (the SDKs do, while their process lives)."`
-	FromSnapshot   string       `json:"from_snapshot,omitempty" maxLength:"128" doc:"Restore this memory snapshot (POST /v1/boxes/{id}/snapshot) instead of booting: the box runs on from where the snapshot's box was, with its processes and files. Image, cpus, memory_mib, disk_size_mib and network come from the snapshot (leave them out, or give the snapshot's); env, working_dir and user default to its box's; volumes, ports, allow_net and allow_host_ports must be left out."`
+	FromSnapshot   string       `json:"from_snapshot,omitempty" maxLength:"128" doc:"Restore this memory snapshot (POST /v1/boxes/{id}/snapshot) instead of booting: the box runs on from where the snapshot's box was, with its processes and files. Image, cpus, memory_mib, disk_size_mib and network come from the snapshot (leave them out, or give the snapshot's); env, working_dir, user, allow_net and allow_host_ports default to its box's (allow_net makes it an allowlist box); name, ports (never the snapshot box's) and the network policy are the request's, checked as for any create; volumes are refused."`
 }
 
 // VolumeSpec attaches storage to a box (airlock.Volume).
@@ -134,13 +134,13 @@ func (s *Server) registerBoxes() {
 			opts.Ports = append(opts.Ports, airlock.PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Protocol})
 		}
 		if sp.FromSnapshot != "" {
-			if err := s.checkRestore(ctx, sp); err != nil {
-				return nil, err
-			}
 			if opts.Image == airlock.DefaultImage {
 				opts.Image = "" // huma's default: the snapshot names its image
 			}
 			opts.FromSnapshot = sp.FromSnapshot
+			if err := s.checkRestore(ctx, opts); err != nil {
+				return nil, err
+			}
 		} else if err := s.checkCreate(ctx, &opts); err != nil {
 			return nil, err
 		}

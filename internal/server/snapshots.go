@@ -121,19 +121,14 @@ func (s *Server) checkFork(ctx context.Context, n int) error {
 	return nil
 }
 
-// checkRestore checks a create from a snapshot as a create of the
-// snapshot's box: the restored box has its machine and network.
-func (s *Server) checkRestore(ctx context.Context, sp BoxSpec) error {
-	if len(sp.Volumes) > 0 || len(sp.Ports) > 0 || len(sp.AllowNet) > 0 || len(sp.AllowHostPorts) > 0 {
-		return &Problem{Status: http.StatusBadRequest, Title: http.StatusText(http.StatusBadRequest), Code: CodeInvalid,
-			Detail: "a box restored from a snapshot keeps the snapshot's network and has no volumes or published ports: leave volumes, ports, allow_net and allow_host_ports out"}
-	}
-	info, err := s.rt.Snapshot(ctx, sp.FromSnapshot)
+// checkRestore checks a create from a snapshot as a create of the box
+// the restore would make (airlock.Runtime.RestoreOptions): the snapshot's
+// machine with the request's network policy and published ports.
+func (s *Server) checkRestore(ctx context.Context, opts airlock.BoxOptions) error {
+	eff, err := s.rt.RestoreOptions(ctx, opts)
 	if err != nil {
 		return snapshotProblem(err)
 	}
-	eff := info.Options
-	eff.Volumes, eff.Ports = nil, nil
 	return s.checkCreate(ctx, &eff)
 }
 

@@ -422,7 +422,8 @@ func TestServerVM(t *testing.T) {
 // file and the context with its variable, and files of its own; a stopped
 // child stays, stopped), a fork
 // past --max-boxes, a snapshot (a second of the same name, one past
-// --max-snapshots), a restore from it (and one asking for ports), a pause
+// --max-snapshots), a restore from it (and ones asking for ports and host
+// ports the policy does not grant, and for a volume), a pause
 // in memory and one to disk of the restored box, each resumed, the
 // snapshot's removal and a restore of the removed one.
 func TestServerSnapshots(t *testing.T) {
@@ -442,7 +443,7 @@ func TestServerSnapshots(t *testing.T) {
 		return apiClient{t, ps.URL}
 	}
 	var box Box
-	if st := c.do("POST", "/v1/boxes", BoxSpec{Image: vmtest.DefaultImage, Network: "none"}, &box); st != 201 {
+	if st := c.do("POST", "/v1/boxes", BoxSpec{Image: vmtest.DefaultImage}, &box); st != 201 {
 		t.Fatalf("create: status %d %+v", st, box)
 	}
 	id := box.ID
@@ -515,8 +516,17 @@ func TestServerSnapshots(t *testing.T) {
 	if len(list.Snapshots) != 1 || list.Snapshots[0].Name != "s1" {
 		t.Errorf("snapshots: %+v", list)
 	}
-	if st := c.do("POST", "/v1/boxes", BoxSpec{FromSnapshot: "s1", Ports: []PortSpec{{GuestPort: 80}}}, &p); st != 400 {
-		t.Errorf("restore with ports: %d %+v", st, p)
+	// A restore's host side is the request's, held to the policy.
+	for _, sp := range []BoxSpec{{Ports: []PortSpec{{GuestPort: 80}}}, {AllowHostPorts: []int{8080}}} {
+		sp.FromSnapshot = "s1"
+		p = Problem{}
+		if st := c.do("POST", "/v1/boxes", sp, &p); st != 403 || p.Code != CodePolicyDenied {
+			t.Errorf("restore with %+v and no grant: %d %+v", sp, st, p)
+		}
+	}
+	p = Problem{}
+	if st := c.do("POST", "/v1/boxes", BoxSpec{FromSnapshot: "s1", Volumes: []VolumeSpec{{Source: "v", Target: "/v"}}}, &p); st != 400 || p.Code != CodeInvalid {
+		t.Errorf("restore with a volume: %d %+v", st, p)
 	}
 	var rb Box
 	if st := c.do("POST", "/v1/boxes", BoxSpec{FromSnapshot: "s1"}, &rb); st != 201 || rb.State != "running" || rb.Image != box.Image {

@@ -677,7 +677,7 @@ export interface components {
             disk_size_mib?: number;
             /** @description KEY=value entries added to the image's environment. */
             env?: string[] | null;
-            /** @description Restore this memory snapshot (POST /v1/boxes/{id}/snapshot) instead of booting: the box runs on from where the snapshot's box was, with its processes and files. Image, cpus, memory_mib, disk_size_mib and network come from the snapshot (leave them out, or give the snapshot's); env, working_dir and user default to its box's; volumes, ports, allow_net and allow_host_ports must be left out. */
+            /** @description Restore this memory snapshot (POST /v1/boxes/{id}/snapshot) instead of booting: the box runs on from where the snapshot's box was, with its processes and files. Image, cpus, memory_mib, disk_size_mib and network come from the snapshot (leave them out, or give the snapshot's); env, working_dir, user, allow_net and allow_host_ports default to its box's (allow_net makes it an allowlist box); name, ports (never the snapshot box's) and the network policy are the request's, checked as for any create; volumes are refused. */
             from_snapshot?: string;
             /**
              * Format: double
