@@ -125,9 +125,10 @@ func TestSuspendQEMU(t *testing.T) {
 		if out, errs, err := runCLI("pause", "--to-disk", "sus"); err != nil {
 			t.Fatalf("pause --to-disk: %q %q %v", out, errs, err)
 		}
-		out, errs, err := runCLI("ls", "-a", "--format", "{{.Name}}: {{.Status}}")
+		// Listed without -a: it is not gone, unpause continues it.
+		out, errs, err := runCLI("ls", "--format", "{{.Name}}: {{.Status}}")
 		if err != nil || !strings.Contains(out, "sus: Paused to disk") {
-			t.Fatalf("ls -a: %q %q %v", out, errs, err)
+			t.Fatalf("ls: %q %q %v", out, errs, err)
 		}
 		if out, errs, err := runCLI("inspect", "-f", "{{.State.Status}} {{.State.PausedToDisk}}", "sus"); err != nil || out != "stopped true\n" {
 			t.Fatalf("inspect: %q %q %v", out, errs, err)

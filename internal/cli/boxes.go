@@ -17,10 +17,12 @@ func newLsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"ps"},
-		Short:   "List running boxes (-a: all)",
-		Long: `List running boxes; with -a, all boxes. STATUS says since when a box is up,
-or why it stopped: "Exited (N)" (its main command ended with status N), "OOM
-killed", "VM died: CAUSE", "Stopped" (airlock stop).
+		Short:   "List running and paused boxes (-a: all)",
+		Long: `List running boxes and boxes paused to disk (pause --to-disk: they hold no
+host memory, but unpause continues them); with -a, all boxes. STATUS says
+since when a box is up, or why it stopped: "Exited (N)" (its main command
+ended with status N), "OOM killed", "VM died: CAUSE", "Stopped" (airlock
+stop), "Paused to disk".
 
 --format json prints one JSON object per box; a Go template prints one line
 per box: --format '{{.ID}} {{.Status}}'; 'table {{.ID}}\t{{.Name}}' adds a
@@ -39,7 +41,7 @@ Memory, Created, Started, Ports.`,
 			}
 			var rows []boxRow
 			for _, b := range boxes {
-				if all || b.State == "running" {
+				if all || b.State == "running" || b.Suspended {
 					rows = append(rows, rowOf(r, b))
 				}
 			}
@@ -56,7 +58,7 @@ Memory, Created, Started, Ports.`,
 		},
 	}
 	lf.add(cmd, "box ids")
-	cmd.Flags().BoolVarP(&all, "all", "a", false, "list all boxes (default: running ones)")
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "list all boxes (default: running ones and those paused to disk)")
 	return cmd
 }
 
