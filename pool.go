@@ -487,6 +487,15 @@ func (s *poolSet) claim(ctx context.Context, opts BoxOptions) (*Box, error) {
 	if p == nil {
 		return nil, nil
 	}
+	if opts.Name != "" {
+		// Refused before a pool box is spent on it (a rename that loses
+		// a race still is, below).
+		if inUse, err := s.r.db.NameInUse(ctx, opts.Name); err != nil {
+			return nil, err
+		} else if inUse {
+			return nil, fmt.Errorf("%w: %q (remove it, or pick another name)", ErrNameInUse, opts.Name)
+		}
+	}
 	for {
 		p.mu.Lock()
 		if len(p.ready) == 0 {

@@ -181,8 +181,12 @@ func TestPoolFake(t *testing.T) {
 	if g, err := other.Get(ctx, "mine"); err != nil || g.ID() != named.ID() {
 		t.Fatalf("Get(mine) from another runtime: %v", err)
 	}
+	claimed := r.Pools()[0].Claimed
 	if _, err := r.Create(ctx, airlock.BoxOptions{Image: ref, Network: airlock.NetworkNone, Name: "mine"}); !errors.Is(err, airlock.ErrNameInUse) {
 		t.Fatalf("claim with a name in use: %v, want ErrNameInUse", err)
+	}
+	if p := r.Pools()[0]; p.Claimed != claimed {
+		t.Errorf("a claim refused for its name spent a pool box: claimed %d, was %d", p.Claimed, claimed)
 	}
 	cold, err := r.Create(ctx, airlock.BoxOptions{Image: ref, Network: airlock.NetworkNone, MemoryMiB: 256})
 	if err != nil {

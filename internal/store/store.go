@@ -327,6 +327,16 @@ func (d *DB) Delete(ctx context.Context, id string) error {
 	return writeErr(err)
 }
 
+// NameInUse reports whether a box is named name.
+func (d *DB) NameInUse(ctx context.Context, name string) (bool, error) {
+	var one int
+	err := d.db.QueryRowContext(ctx, `SELECT 1 FROM boxes WHERE name = ?`, name).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // ImageInUse reports the ids of boxes created from an image digest.
 func (d *DB) ImageInUse(ctx context.Context, digest string) ([]string, error) {
 	rows, err := d.db.QueryContext(ctx, `SELECT id FROM boxes WHERE image_digest = ?`, digest)
