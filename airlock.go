@@ -433,6 +433,9 @@ func (r *Runtime) newBox(ctx context.Context, opts BoxOptions) (*Box, error) {
 // recordBox records a box of img and prepares its directory: with the
 // driver's Create, or with prepare when it is set (a restore).
 func (r *Runtime) recordBox(ctx context.Context, opts BoxOptions, img *image.Image, prepare func(context.Context, vmm.Spec) error) (*Box, error) {
+	if err := checkBoxName(opts.Name); err != nil {
+		return nil, err
+	}
 	bc := boxConfig{Options: opts, Image: img.Config, Pool: poolMark(ctx)}
 	if opts.AutoRemove {
 		bc.OwnerPID = os.Getpid()

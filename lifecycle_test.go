@@ -230,6 +230,21 @@ func testLifecycle(t *testing.T, h driverHarness) {
 		if err := other.Rename(ctx, "cycled"); !errors.Is(err, airlock.ErrNameInUse) {
 			t.Fatalf("rename to a taken name: %v", err)
 		}
+		// Names follow Docker's rule: these are refused, and make no box.
+		for _, bad := range []string{"bad/name", "-dash", "sp ace", ".dot", "new\nline", strings.Repeat("n", airlock.MaxNameLen+1)} {
+			if err := other.Rename(ctx, bad); !errors.Is(err, airlock.ErrInvalidArgument) {
+				t.Errorf("rename to %q: %v, want ErrInvalidArgument", bad, err)
+			}
+			if nb, err := r.Create(ctx, airlock.BoxOptions{Image: h.image, Name: bad}); !errors.Is(err, airlock.ErrInvalidArgument) {
+				t.Errorf("create named %q: %v, want ErrInvalidArgument", bad, err)
+				if nb != nil {
+					nb.Remove(ctx, true)
+				}
+			}
+		}
+		if other.Name() != "other" {
+			t.Errorf("a refused rename changed the name to %q", other.Name())
+		}
 		// StopTimeout 0 does not wait for a clean shutdown.
 		oi, _ := other.Info(ctx)
 		if err := other.StopTimeout(ctx, 0); err != nil {

@@ -21,7 +21,9 @@ type BoxOptions struct {
 	// "localhost:5000/img@sha256:..."); default DefaultImage. It is taken
 	// from the local store, or pulled if absent.
 	Image string
-	// Name is an optional unique name, usable wherever an id is.
+	// Name is an optional unique name, usable wherever an id is: letters,
+	// digits and _ . - (not first), at most MaxNameLen bytes, as Docker's
+	// container names (ErrInvalidArgument otherwise).
 	Name string
 	// CPUs is the number of vCPUs (default 1).
 	CPUs int
