@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/rootfs"
@@ -79,8 +81,9 @@ func (r *Runtime) RemoveImage(ctx context.Context, ref string, force bool) (*Ima
 		if err != nil {
 			return nil, fmt.Errorf("boxes using image %s: %w", ref, err)
 		}
-		if len(users) > 0 && !force {
-			return nil, &ImageInUseError{Ref: ref, Digest: img.Digest, Boxes: users, PoolBoxes: r.poolBoxIDs(ctx, users)}
+		snaps := r.snapshotsOfImage(img.Digest)
+		if (len(users) > 0 || len(snaps) > 0) && !force {
+			return nil, &ImageInUseError{Ref: ref, Digest: img.Digest, Boxes: users, PoolBoxes: r.poolBoxIDs(ctx, users), Snapshots: snaps}
 		}
 		res.UsedBy = users
 	}
@@ -105,12 +108,19 @@ type ImageInUseError struct {
 	// PoolBoxes are those of Boxes that are warm-pool boxes (not listed;
 	// Runtime.PoolBoxes, airlock system df -v).
 	PoolBoxes []string
+	// Snapshots are the names of the memory snapshots of boxes of the
+	// image: a restore needs it.
+	Snapshots []string
 }
 
 func (e *ImageInUseError) Error() string {
 	d := e.Digest
 	if len(d) > 19 {
 		d = d[:19]
+	}
+	if len(e.Boxes) == 0 {
+		return fmt.Sprintf("image %s (%s) is used by snapshot(s) %s, which restore from it: remove them first (airlock snapshot rm), or force the removal (they can then no longer be restored)",
+			e.Ref, d, strings.Join(e.Snapshots, ", "))
 	}
 	if len(e.PoolBoxes) > 0 {
 		return fmt.Sprintf("image %s (%s) is used by box(es) %s, of which %s are warm-pool boxes (not listed: see airlock system df -v; they go when the process holding the pool, such as airlock serve --pool, exits): remove the others and stop that process first, or force the removal",
@@ -131,4 +141,23 @@ func joinIDs(ids []string) string {
 		s += id
 	}
 	return s
+}
+
+// snapshotsOfImage returns the names of the snapshots of boxes of image
+// digest (snapshots it cannot read are left out).
+func (r *Runtime) snapshotsOfImage(digest string) []string {
+	ents, err := os.ReadDir(r.snapshotsDir())
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if m, err := r.readSnapshot(e.Name()); err == nil && m.ImageDigest == digest {
+			out = append(out, m.Name)
+		}
+	}
+	return out
 }

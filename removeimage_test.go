@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/airlock-run/airlock"
@@ -31,7 +32,8 @@ func TestRemoveImage(t *testing.T) {
 	if err := s.Tag("test/rmi:v1", "test/rmi:other"); err != nil {
 		t.Fatal(err)
 	}
-	r, err := airlock.OpenWithDriver(airlock.Options{Home: t.TempDir(), ImagesDir: images, CacheDir: cache, Warn: func(string) {}},
+	home := t.TempDir()
+	r, err := airlock.OpenWithDriver(airlock.Options{Home: home, ImagesDir: images, CacheDir: cache, Warn: func(string) {}},
 		fake.New(os.Getenv("AIRLOCK_AGENT")))
 	if err != nil {
 		t.Fatal(err)
@@ -79,5 +81,23 @@ func TestRemoveImage(t *testing.T) {
 	}
 	if _, err := os.Stat(base2); !os.IsNotExist(err) {
 		t.Fatalf("base left in the cache: %v", err)
+	}
+
+	// A snapshot of a box of the image (its record, as Box.Snapshot
+	// writes it; the fake driver cannot take one) holds it too.
+	img3, err := s.WriteImage(ctx, "test/rmi:v3", imagetest.Image(t, []string{"true"}), "test image", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(home, "snapshots", "keep")
+	os.MkdirAll(dir, 0o700)
+	os.WriteFile(filepath.Join(dir, "snapshot.json"), []byte(`{"v":1,"name":"keep","box":"0123456789ab","image":"test/rmi:v3","image_digest":"`+img3.Digest+`"}`), 0o600)
+	_, err = r.RemoveImage(ctx, "test/rmi:v3", false)
+	if !errors.Is(err, airlock.ErrImageInUse) || !errors.As(err, &iu) || len(iu.Snapshots) != 1 || iu.Snapshots[0] != "keep" ||
+		!strings.Contains(err.Error(), "snapshot rm") {
+		t.Fatalf("removal of an image a snapshot restores from: %v", err)
+	}
+	if res, err := r.RemoveImage(ctx, "test/rmi:v3", true); err != nil || res.Deleted != img3.Digest {
+		t.Fatalf("forced removal: %+v %v", res, err)
 	}
 }

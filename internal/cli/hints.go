@@ -30,6 +30,8 @@ func hint(err error, box string) string {
 		return "stop a box ('airlock ls' lists them), or raise the cap: AIRLOCK_MAX_BOXES=N"
 	case errors.As(err, &ce):
 		return "ask for less memory (--memory), stop a box, or raise the cap: AIRLOCK_MAX_MEMORY=MiB"
+	case errors.As(err, &iu) && len(iu.Boxes) == 0:
+		return fmt.Sprintf("remove them first ('airlock snapshot rm %s'), or use 'airlock rmi -f'", strings.Join(iu.Snapshots, " "))
 	case errors.As(err, &iu):
 		return fmt.Sprintf("remove them first ('airlock rm -f %s'), or use 'airlock rmi -f'", strings.Join(iu.Boxes, " "))
 	case errors.Is(err, airlock.ErrBoxRunning):
