@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
@@ -190,6 +191,10 @@ func openWith(opts Options, drv vmm.Driver) (*Runtime, error) {
 		db.Close()
 		return nil, err
 	}
+	// What a killed snapshot, import, export or commit left (disk copies
+	// and memory images can be gigabytes); other processes' work stays.
+	scratch.Sweep(filepath.Join(opts.Home, "tmp"))
+	scratch.Sweep(r.snapshotsDir())
 	if r.pool, err = newPools(r, opts); err != nil {
 		db.Close()
 		return nil, err

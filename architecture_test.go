@@ -26,9 +26,12 @@ func TestPackageRules(t *testing.T) {
 		"internal/tarfs":         {},
 		"internal/headtail":      {},
 		"internal/measure":       {},
-		"internal/image/unpack":  {"internal/image"},
-		"internal/rootfs":        {"internal/image", "internal/guestabi"},
-		"internal/assets":        {"internal/defaults"},
+		// Scratch names that say which process made them (pid and start
+		// time, read as the driver seam does).
+		"internal/scratch":      {"internal/vmm"},
+		"internal/image/unpack": {"internal/image"},
+		"internal/rootfs":       {"internal/image", "internal/guestabi", "internal/scratch"},
+		"internal/assets":       {"internal/defaults"},
 		// The box network: a user-mode stack in a helper process per box,
 		// which knows nothing of VMs or boxes.
 		"internal/netstack":     {"internal/defaults"},
@@ -47,7 +50,7 @@ func TestPackageRules(t *testing.T) {
 		"internal/vmm/qemu/jailstage": {},
 		"internal/vmm/qemu":           {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/rootfs", "internal/image"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs", "internal/headtail", "internal/netstack"},
+		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs", "internal/headtail", "internal/netstack"},
 		"codebox": {""},
 		"interp":  {"codebox"},
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/rootfs"
+	"github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -515,10 +516,10 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 	if m.Kind == "box" {
 		// The disk is read and checked before the box is recorded: an
 		// import that fails, or is killed, midway leaves no half box.
-		tmp, err := os.MkdirTemp(filepath.Join(r.opts.Home, "tmp"), ".import-")
+		tmp, err := scratch.MkdirTemp(filepath.Join(r.opts.Home, "tmp"), "import")
 		if errors.Is(err, os.ErrNotExist) {
 			if err = os.MkdirAll(filepath.Join(r.opts.Home, "tmp"), 0o700); err == nil {
-				tmp, err = os.MkdirTemp(filepath.Join(r.opts.Home, "tmp"), ".import-")
+				tmp, err = scratch.MkdirTemp(filepath.Join(r.opts.Home, "tmp"), "import")
 			}
 		}
 		if err != nil {
@@ -576,7 +577,7 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 				os.Remove(lk.Path())
 			}
 		}()
-		tmp, err := os.MkdirTemp(dir, ".tmp-"+name+"-")
+		tmp, err := scratch.MkdirTemp(dir, "import-"+name)
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/unpack"
 	"github.com/airlock-run/airlock/internal/rootfs"
+	scratchfs "github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -79,7 +80,7 @@ func (b *Box) Commit(ctx context.Context, ref string, opts CommitOptions) (Commi
 	}
 	defer cleanup()
 	res.Paused = paused
-	layer, err := os.CreateTemp(scratch, ".commit-*.tar")
+	layer, err := scratchfs.CreateTemp(scratch, "commit", ".tar")
 	if err != nil {
 		return res, err
 	}
@@ -148,7 +149,7 @@ func (b *Box) stableDisk(ctx context.Context, scratch string) (disk string, paus
 	if err != nil {
 		return "", 0, nil, err
 	}
-	copyPath := filepath.Join(scratch, fmt.Sprintf(".disk-%s-%d.ext4", b.id, time.Now().UnixNano()))
+	copyPath := scratchfs.Path(scratch, "disk-"+b.id, ".ext4")
 	t0 := time.Now()
 	if !was {
 		if err := p.Pause(ctx, spec, h); err != nil {

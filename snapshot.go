@@ -15,6 +15,7 @@ import (
 	"github.com/gofrs/flock"
 
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -156,7 +157,7 @@ func (b *Box) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
 	if _, err := os.Stat(final); err == nil {
 		return SnapshotInfo{}, fmt.Errorf("%w: %q (remove it, or pick another name)", ErrSnapshotExists, name)
 	}
-	tmp, err := os.MkdirTemp(dir, ".tmp-"+name+"-")
+	tmp, err := scratch.MkdirTemp(dir, "snapshot-"+name)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/image/unpack"
+	"github.com/airlock-run/airlock/internal/scratch"
 )
 
 // UpperDir is the overlayfs upper directory inside a box's writable layer
@@ -78,7 +79,7 @@ func UpperLayer(ctx context.Context, disk, scratchDir string, w io.Writer, lim u
 	if lim.MaxEntries == 0 {
 		lim.MaxEntries = def.MaxEntries
 	}
-	tmp, err := os.MkdirTemp(scratchDir, ".upper-")
+	tmp, err := scratch.MkdirTemp(scratchDir, "upper")
 	if err != nil {
 		return st, err
 	}
