@@ -115,7 +115,7 @@ func (r *Runtime) snapshotter() (vmm.Snapshotter, error) {
 // BoxOptions.FromSnapshot) start where it was, with its running processes.
 // Errors: ErrBoxNotRunning, ErrSnapshotExists, vmm.ErrNotSupported for a
 // driver without snapshots.
-func (b *Box) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
+func (b *Box) Snapshot(ctx context.Context, name string) (_ SnapshotInfo, err error) {
 	if err := checkSnapshotName(name); err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -152,7 +152,14 @@ func (b *Box) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
 	if err := lockWith(ctx, "snapshot "+name, lk.TryLockContext); err != nil {
 		return SnapshotInfo{}, err
 	}
-	defer lk.Unlock()
+	defer func() {
+		if err != nil && !errors.Is(err, ErrSnapshotExists) {
+			// No snapshot of that name: its lock file goes too (as
+			// RemoveSnapshot's; a failed fork left one per try).
+			os.Remove(lk.Path())
+		}
+		lk.Unlock()
+	}()
 	final := filepath.Join(dir, name)
 	if _, err := os.Stat(final); err == nil {
 		return SnapshotInfo{}, fmt.Errorf("%w: %q (remove it, or pick another name)", ErrSnapshotExists, name)
