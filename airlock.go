@@ -132,6 +132,9 @@ type Runtime struct {
 	boxes  map[string]*Box // live handles, by id
 	warned map[string]bool // warnings sent (each goes out once)
 	closed bool
+	// late counts watchers recording a machine's end (beginLate): Close
+	// waits for them before it closes the store.
+	late sync.WaitGroup
 
 	pool *poolSet // warm pools (nil: none); immutable after Open
 }
@@ -278,8 +281,25 @@ func (r *Runtime) Close() error {
 	for _, b := range boxes {
 		b.Close()
 	}
+	r.late.Wait()
 	return r.db.Close()
 }
+
+// beginLate starts a watcher's write after its machine ended, unless the
+// runtime is closed (false: write nothing); endLate ends it. A write
+// racing Close's own closed the store under it, and the store's files
+// could come back while the caller removed the home.
+func (r *Runtime) beginLate() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	r.late.Add(1)
+	return true
+}
+
+func (r *Runtime) endLate() { r.late.Done() }
 
 // BootInfo describes what boxes of this runtime boot with.
 type BootInfo struct {

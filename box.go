@@ -337,6 +337,10 @@ func (b *Box) watchVM(m vmm.Machine) {
 	b.m, b.vmExit = m, ch
 	go func() {
 		<-ch
+		if !b.r.beginLate() {
+			return
+		}
+		defer b.r.endLate()
 		b.mu.Lock()
 		if b.m != m {
 			// A newer boot is being watched.
