@@ -381,7 +381,7 @@ func ramCopy(path string, parts []ramPart, idx []int) (files []*os.File, filled 
 		f.Close()
 		return files, func() error { return nil }, err
 	}
-	rest, err := makeRAMCopies(parts, later)
+	rest, err := fillMemfds(parts, later, false, func(*os.File, int) error { return nil }) // filled below
 	if err != nil {
 		f.Close()
 		closeAll(files)
@@ -418,21 +418,6 @@ func aboveKernel(parts []ramPart, i int) bool {
 		}
 	}
 	return false
-}
-
-// makeRAMCopies makes an empty memfd of each part in idx (by part index,
-// len(parts)), sized to the part.
-func makeRAMCopies(parts []ramPart, idx []int) ([]*os.File, error) {
-	files := make([]*os.File, len(parts))
-	for _, i := range idx {
-		m, err := partMemfd(copyName, unix.MFD_CLOEXEC, int64(parts[i].sizeMiB)<<20)
-		if err != nil {
-			closeAll(files)
-			return nil, fmt.Errorf("load the snapshot's RAM image: %w", err)
-		}
-		files[i] = m
-	}
-	return files, nil
 }
 
 // partMemfd makes an empty memfd of size bytes.
