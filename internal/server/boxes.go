@@ -145,9 +145,6 @@ func (s *Server) registerBoxes() {
 			return nil, err
 		}
 		b, err := s.rt.Create(ctx, opts)
-		if sp.FromSnapshot != "" && err != nil {
-			return nil, snapshotProblem(err)
-		}
 		if err != nil {
 			if len(opts.Ports) > 0 && strings.Contains(err.Error(), "address already in use") {
 				return nil, &Problem{Status: http.StatusConflict, Title: http.StatusText(http.StatusConflict), Code: CodePortInUse,

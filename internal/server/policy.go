@@ -196,20 +196,32 @@ func (s *Server) checkCreate(ctx context.Context, opts *airlock.BoxOptions) erro
 	if p.MaxMemoryMiB > 0 && mem > p.MaxMemoryMiB {
 		return denied("%d MiB of memory asked; this server allows at most %d MiB per box (airlock serve --max-memory)", mem, p.MaxMemoryMiB)
 	}
-	if p.MaxBoxes > 0 {
-		infos, err := s.rt.List(ctx)
-		if err != nil {
-			return problem(err)
-		}
-		n := 0
-		for _, i := range infos {
-			if i.State != "stopped" {
-				n++
-			}
-		}
-		if n >= p.MaxBoxes {
-			return denied("%d boxes are not stopped; this server allows at most %d (airlock serve --max-boxes): remove one first", n, p.MaxBoxes)
+	return s.checkBoxRoom(ctx, 1, "")
+}
+
+// checkBoxRoom refuses making n more boxes when they would pass
+// Policy.MaxBoxes (boxes not stopped), saying so with msg (formatted with
+// n, the boxes up and the limit), or a create's message when msg is "".
+func (s *Server) checkBoxRoom(ctx context.Context, n int, msg string) error {
+	max := s.cfg.Policy.MaxBoxes
+	if max <= 0 {
+		return nil
+	}
+	infos, err := s.rt.List(ctx)
+	if err != nil {
+		return problem(err)
+	}
+	up := 0
+	for _, i := range infos {
+		if i.State != "stopped" {
+			up++
 		}
 	}
-	return nil
+	if up+n <= max {
+		return nil
+	}
+	if msg == "" {
+		return denied("%d boxes are not stopped; this server allows at most %d (airlock serve --max-boxes): remove one first", up, max)
+	}
+	return denied(msg, n, up, max)
 }

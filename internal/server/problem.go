@@ -9,6 +9,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/vmm"
 )
 
 // Stable problem codes (Problem.Code). Clients branch on these, not on the
@@ -132,6 +133,16 @@ func problem(err error) error {
 		return mk(http.StatusConflict, CodeBoxRunning)
 	case errors.Is(err, airlock.ErrNameInUse):
 		return mk(http.StatusConflict, CodeNameInUse)
+	case errors.Is(err, airlock.ErrSnapshotNotFound):
+		p := mk(http.StatusNotFound, CodeSnapshotNotFound)
+		p.Detail += " (GET /v1/snapshots lists them)"
+		return p
+	case errors.Is(err, airlock.ErrSnapshotExists):
+		return mk(http.StatusConflict, CodeSnapshotExists)
+	case errors.Is(err, vmm.ErrNotSupported):
+		p := mk(http.StatusNotImplemented, CodeNotSupported)
+		p.Detail += ": this server's VM driver cannot do that"
+		return p
 	case errors.Is(err, airlock.ErrInvalidArgument):
 		return mk(http.StatusBadRequest, CodeInvalid)
 	case errors.Is(err, context.DeadlineExceeded):

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/codebox"
-	"github.com/airlock-run/airlock/internal/vmm"
 )
 
 // SnapshotRequest is the body of POST /v1/boxes/{id}/snapshot.
@@ -65,24 +63,6 @@ type snapshotNameInput struct {
 	Name string `path:"name" maxLength:"128" doc:"Snapshot name."`
 }
 
-// snapshotProblem maps the library's snapshot errors to problems.
-func snapshotProblem(err error) error {
-	var p *Problem
-	switch {
-	case errors.As(err, &p):
-		return p
-	case errors.Is(err, airlock.ErrSnapshotNotFound):
-		return &Problem{Status: http.StatusNotFound, Title: http.StatusText(http.StatusNotFound), Code: CodeSnapshotNotFound,
-			Detail: err.Error() + " (GET /v1/snapshots lists them)"}
-	case errors.Is(err, airlock.ErrSnapshotExists):
-		return &Problem{Status: http.StatusConflict, Title: http.StatusText(http.StatusConflict), Code: CodeSnapshotExists, Detail: err.Error()}
-	case errors.Is(err, vmm.ErrNotSupported):
-		return &Problem{Status: http.StatusNotImplemented, Title: http.StatusText(http.StatusNotImplemented), Code: CodeNotSupported,
-			Detail: err.Error() + ": this server's VM driver cannot snapshot"}
-	}
-	return problem(err)
-}
-
 // checkSnapshotRoom refuses a snapshot past Policy.MaxSnapshots.
 func (s *Server) checkSnapshotRoom(ctx context.Context) error {
 	max := s.cfg.Policy.MaxSnapshots
@@ -91,7 +71,7 @@ func (s *Server) checkSnapshotRoom(ctx context.Context) error {
 	}
 	list, err := s.rt.Snapshots(ctx)
 	if err != nil {
-		return snapshotProblem(err)
+		return problem(err)
 	}
 	if len(list) >= max {
 		return denied("%d snapshots exist; this server keeps at most %d (airlock serve --max-snapshots): remove one first (DELETE /v1/snapshots/{name})", len(list), max)
@@ -101,24 +81,7 @@ func (s *Server) checkSnapshotRoom(ctx context.Context) error {
 
 // checkFork refuses a fork into n boxes past Policy.MaxBoxes.
 func (s *Server) checkFork(ctx context.Context, n int) error {
-	max := s.cfg.Policy.MaxBoxes
-	if max <= 0 {
-		return nil
-	}
-	infos, err := s.rt.List(ctx)
-	if err != nil {
-		return problem(err)
-	}
-	up := 0
-	for _, i := range infos {
-		if i.State != "stopped" {
-			up++
-		}
-	}
-	if up+n > max {
-		return denied("a fork into %d boxes with %d not stopped would pass this server's limit of %d (airlock serve --max-boxes): remove boxes first, or fork into fewer", n, up, max)
-	}
-	return nil
+	return s.checkBoxRoom(ctx, n, "a fork into %d boxes with %d not stopped would pass this server's limit of %d (airlock serve --max-boxes): remove boxes first, or fork into fewer")
 }
 
 // checkRestore checks a create from a snapshot as a create of the box
@@ -127,7 +90,7 @@ func (s *Server) checkFork(ctx context.Context, n int) error {
 func (s *Server) checkRestore(ctx context.Context, opts airlock.BoxOptions) error {
 	eff, err := s.rt.RestoreOptions(ctx, opts)
 	if err != nil {
-		return snapshotProblem(err)
+		return problem(err)
 	}
 	return s.checkCreate(ctx, &eff)
 }
@@ -184,6 +147,12 @@ func (s *Server) fork(ctx context.Context, b *airlock.Box, n int) ([]*airlock.Bo
 	return out, nil
 }
 
+// The errors of the snapshot and fork calls, and of pause and resume.
+var (
+	snapshotErrors = []int{http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusNotImplemented, http.StatusBadGateway}
+	pauseErrors    = []int{http.StatusNotFound, http.StatusConflict, http.StatusNotImplemented, http.StatusBadGateway}
+)
+
 func (s *Server) registerSnapshots() {
 	huma.Register(s.api, huma.Operation{
 		OperationID: "snapshot-box", Method: http.MethodPost, Path: "/v1/boxes/{id}/snapshot", Tags: []string{"snapshots"},
@@ -192,7 +161,7 @@ func (s *Server) registerSnapshots() {
 			"(like docker commit, unlike docker checkpoint). POST /v1/boxes with from_snapshot starts boxes from it. " +
 			"A box with volumes cannot be snapshotted.",
 		DefaultStatus: http.StatusCreated,
-		Errors:        []int{http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusNotImplemented, http.StatusBadGateway},
+		Errors:        snapshotErrors,
 	}, func(ctx context.Context, in *struct {
 		ID   string `path:"id" maxLength:"128" doc:"Box id, unique id prefix, or name."`
 		Body SnapshotRequest
@@ -206,7 +175,7 @@ func (s *Server) registerSnapshots() {
 		}
 		info, err := b.Snapshot(ctx, in.Body.Name)
 		if err != nil {
-			return nil, snapshotProblem(err)
+			return nil, problem(err)
 		}
 		s.touch(b.ID())
 		return &struct{ Body Snapshot }{snapshotOf(info)}, nil
@@ -220,7 +189,7 @@ func (s *Server) registerSnapshots() {
 			"(same ids, variables kept). Children get the box's lease and idle timeout and what is left of its TTL; " +
 			"they publish no ports. On error no child is left.",
 		DefaultStatus: http.StatusCreated,
-		Errors:        []int{http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusNotImplemented, http.StatusBadGateway},
+		Errors:        snapshotErrors,
 	}, func(ctx context.Context, in *struct {
 		ID   string `path:"id" maxLength:"128" doc:"Box id, unique id prefix, or name."`
 		Body ForkRequest
@@ -236,7 +205,7 @@ func (s *Server) registerSnapshots() {
 		life := s.lifetimeOf(b.ID())
 		kids, err := s.fork(ctx, b, n)
 		if err != nil {
-			return nil, snapshotProblem(err)
+			return nil, problem(err)
 		}
 		s.touch(b.ID())
 		out := &struct{ Body ForkResult }{}
@@ -258,7 +227,7 @@ func (s *Server) registerSnapshots() {
 		Summary: "Pause a running box",
 		Description: "Stops the box's vCPUs (no guest CPU; its memory stays allocated; calls into it wait), or with to_disk " +
 			"saves it to disk and ends its VM. POST /v1/boxes/{id}/resume lets it run on, with its clock stepped to the host's.",
-		Errors: []int{http.StatusNotFound, http.StatusConflict, http.StatusNotImplemented, http.StatusBadGateway},
+		Errors: pauseErrors,
 	}, func(ctx context.Context, in *struct {
 		ID   string `path:"id" maxLength:"128" doc:"Box id, unique id prefix, or name."`
 		Body PauseRequest
@@ -274,7 +243,7 @@ func (s *Server) registerSnapshots() {
 			err = b.Pause(ctx)
 		}
 		if err != nil {
-			return nil, snapshotProblem(err)
+			return nil, problem(err)
 		}
 		return s.boxOut(ctx, b)
 	})
@@ -283,14 +252,14 @@ func (s *Server) registerSnapshots() {
 		OperationID: "resume-box", Method: http.MethodPost, Path: "/v1/boxes/{id}/resume", Tags: []string{"snapshots"},
 		Summary:     "Resume a paused box",
 		Description: "Lets a paused box run on, or continues one paused to disk from its saved memory (same id, files and processes). A running box is left as it is.",
-		Errors:      []int{http.StatusNotFound, http.StatusConflict, http.StatusNotImplemented, http.StatusBadGateway},
+		Errors:      pauseErrors,
 	}, func(ctx context.Context, in *boxIDInput) (*boxOutput, error) {
 		b, err := s.getBox(ctx, in.ID)
 		if err != nil {
 			return nil, err
 		}
 		if err := b.Resume(ctx); err != nil {
-			return nil, snapshotProblem(err)
+			return nil, problem(err)
 		}
 		s.touch(b.ID())
 		return s.boxOut(ctx, b)
@@ -302,7 +271,7 @@ func (s *Server) registerSnapshots() {
 	}, func(ctx context.Context, _ *struct{}) (*struct{ Body SnapshotList }, error) {
 		list, err := s.rt.Snapshots(ctx)
 		if err != nil {
-			return nil, snapshotProblem(err)
+			return nil, problem(err)
 		}
 		out := &struct{ Body SnapshotList }{}
 		out.Body.Snapshots = make([]Snapshot, 0, len(list))
@@ -318,7 +287,7 @@ func (s *Server) registerSnapshots() {
 	}, func(ctx context.Context, in *snapshotNameInput) (*struct{ Body Snapshot }, error) {
 		info, err := s.rt.Snapshot(ctx, in.Name)
 		if err != nil {
-			return nil, snapshotProblem(err)
+			return nil, problem(err)
 		}
 		return &struct{ Body Snapshot }{snapshotOf(info)}, nil
 	})
@@ -329,7 +298,7 @@ func (s *Server) registerSnapshots() {
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, func(ctx context.Context, in *snapshotNameInput) (*struct{}, error) {
 		if err := s.rt.RemoveSnapshot(ctx, in.Name); err != nil {
-			return nil, snapshotProblem(err)
+			return nil, problem(err)
 		}
 		return nil, nil
 	})
