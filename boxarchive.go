@@ -670,8 +670,8 @@ func checkArchive(m archiveMeta, o BoxOptions) error {
 	if !archiveBoxID.MatchString(m.Box) {
 		return fmt.Errorf("the archive's box id %q is not a box id (letters, digits, '.', '_', '-', at most 56): not an archive Box.Export wrote", m.Box)
 	}
-	if !printable(m.BoxName, 256) {
-		return fmt.Errorf("the archive's box name %q has control characters or is longer than 256 bytes: not an archive Box.Export wrote", m.BoxName)
+	if err := checkBoxName(m.BoxName); err != nil {
+		return fmt.Errorf("the archive's box: %w: not an archive Box.Export wrote", err)
 	}
 	if _, err := image.Normalize(m.Image); err != nil || !imageDigest.MatchString(m.ImageDigest) {
 		return fmt.Errorf("the archive names image %q (%q): not an image reference and digest", m.Image, m.ImageDigest)
