@@ -857,6 +857,15 @@ func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string, 
 			return err
 		}
 	}
+	// No self-announcement once loaded: by default QEMU sends RARPs and
+	// has the guest announce itself (gratuitous ARP, netlink events) five
+	// times over ~0.8 s, which tells switches a migrated guest moved. A
+	// restored box's link is its own network helper's stream, which
+	// learns nothing from it; the guest's work would delay its first
+	// exec.
+	if _, err := q.Execute("migrate-set-parameters", map[string]any{"announce-rounds": 0}); err != nil {
+		return err
+	}
 	const fdName = "airlock-snapshot"
 	if _, err := q.executeWithFile("getfd", map[string]any{"fdname": fdName}, f); err != nil {
 		return err
