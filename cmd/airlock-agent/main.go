@@ -238,23 +238,37 @@ func serveVsock(port uint32, secret transport.GuestKey, g transport.Handler) {
 }
 
 // servePort serves one virtio-serial port forever: wait for a host, run the
-// handshake, serve a session, and start over when the host goes away.
+// handshake, serve a session, and start over when the session ends: on
+// the same descriptor when a host is connected (a new host's SYNC ended
+// the session, as after a restore from a snapshot), else on a new open
+// once a host connects.
 func servePort(dev string, sigio <-chan os.Signal, secret transport.GuestKey, g transport.Handler) {
+	var f *os.File
 	for {
-		f, err := guestinit.OpenPort(dev, sigio)
-		if err != nil {
-			guestinit.Logf("open %s: %v", dev, err)
-			time.Sleep(100 * time.Millisecond)
-			continue
+		if f == nil {
+			var err error
+			f, err = guestinit.OpenPort(dev, sigio)
+			if err != nil {
+				guestinit.Logf("open %s: %v", dev, err)
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
 		}
 		if err := transport.GuestHandshakeKey(f, agent.Version, secret); err != nil {
 			f.Close()
+			f = nil
 			if errors.Is(err, transport.ErrDenied) {
 				// Give the refused host time to read DENY and hang up.
 				time.Sleep(100 * time.Millisecond)
 			}
 			continue
 		}
-		transport.Serve(f, g)
+		s := guestinit.NewPortSession(f)
+		transport.Serve(s, g)
+		s.Close()
+		if s.Reopen() {
+			f.Close()
+			f = nil
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -77,18 +78,8 @@ func OpenPort(dev string, sigio <-chan os.Signal) (*os.File, error) {
 			unix.FcntlInt(fd, unix.F_SETFL, fl)
 		})
 	}
-	connected := func() bool {
-		ok := false
-		rc.Control(func(fd uintptr) {
-			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			if _, err := unix.Poll(pfd, 0); err == nil {
-				ok = pfd[0].Revents&unix.POLLHUP == 0
-			}
-		})
-		return ok
-	}
 	setAsync(true)
-	for !connected() {
+	for !HostConnected(f) {
 		select {
 		case <-sigio:
 		case <-time.After(250 * time.Millisecond):
@@ -96,6 +87,95 @@ func OpenPort(dev string, sigio <-chan os.Signal) (*os.File, error) {
 	}
 	setAsync(false)
 	return f, nil
+}
+
+// HostConnected reports whether a host process is connected to the other
+// end of the open port f (no POLLHUP).
+func HostConnected(f *os.File) bool {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	ok := false
+	rc.Control(func(fd uintptr) {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(pfd, 0); err == nil {
+			ok = pfd[0].Revents&unix.POLLHUP == 0
+		}
+	})
+	return ok
+}
+
+// PortSession is the port f as one session's connection: its Close ends
+// the session's use of f, interrupting a read or write in progress (a
+// deadline), but leaves f open, so that the port serves the next host
+// without being closed and opened again. A restored box's old session is
+// ended by its new host's first bytes, and the handshake runs on at once
+// (reopening the port and waiting for SIGIO cost a restore ~2,000 blocks
+// that QEMU's TCG translates anew). Where f takes no deadline, Close
+// closes it (Reopen then reports true).
+type PortSession struct {
+	f        *os.File
+	mu       sync.Mutex
+	closed   bool
+	shut     bool // f itself was closed
+	inflight sync.WaitGroup
+}
+
+// NewPortSession wraps f; see PortSession.
+func NewPortSession(f *os.File) *PortSession { return &PortSession{f: f} }
+
+func (c *PortSession) begin() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.inflight.Add(1)
+	return true
+}
+
+// Read reads from the port; after Close it returns os.ErrClosed.
+func (c *PortSession) Read(p []byte) (int, error) {
+	if !c.begin() {
+		return 0, os.ErrClosed
+	}
+	defer c.inflight.Done()
+	return c.f.Read(p)
+}
+
+// Write writes to the port; after Close it returns os.ErrClosed.
+func (c *PortSession) Write(p []byte) (int, error) {
+	if !c.begin() {
+		return 0, os.ErrClosed
+	}
+	defer c.inflight.Done()
+	return c.f.Write(p)
+}
+
+// Close ends the session's use of the port and returns once no read or
+// write of it is in progress.
+func (c *PortSession) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	if err := c.f.SetDeadline(time.Now()); err != nil {
+		c.shut = true
+		return c.f.Close()
+	}
+	c.inflight.Wait()
+	return c.f.SetDeadline(time.Time{})
+}
+
+// Reopen reports whether the port must be opened again for the next host:
+// f was closed, or no host is connected (a read would return EOF at once
+// until one is; OpenPort waits for it). Call it after Close.
+func (c *PortSession) Reopen() bool {
+	return c.shut || !HostConnected(c.f)
 }
 
 // SIGIOHub fans SIGIO out to every port loop (a signal does not say which
