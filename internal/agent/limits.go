@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -129,10 +130,19 @@ const agentNice = -15
 
 // protectCPU gives every agent thread agentNice, with SCHED_RESET_ON_FORK so
 // that the processes the agent starts (and their children) run at nice 0,
-// and does it again every 2 s for threads the Go runtime started since
-// (a new thread starts at nice 0 too).
+// and does it again within 2 s of the Go runtime starting a thread (a new
+// thread starts at nice 0 too). The runtime's count of the threads it
+// made tells when (it never drops: a thread ends only with a goroutine
+// locked to it, which the agent has none of), at no system call: before,
+// the 2-s pass that read /proc/self/task and set every thread again fell
+// into a restored box's first exec every so often.
 func protectCPU() {
-	for {
+	for seen := -1; ; time.Sleep(2 * time.Second) {
+		n, _ := runtime.ThreadCreateProfile(nil)
+		if n == seen {
+			continue
+		}
+		seen = n
 		if ents, err := os.ReadDir("/proc/self/task"); err == nil {
 			for _, e := range ents {
 				tid, err := strconv.Atoi(e.Name())
@@ -143,6 +153,5 @@ func protectCPU() {
 				unix.SchedSetAttr(tid, &a, 0)
 			}
 		}
-		time.Sleep(2 * time.Second)
 	}
 }
