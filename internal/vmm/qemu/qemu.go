@@ -291,7 +291,14 @@ func (c Config) args(refs argRefs) []string {
 		"-device", "virtio-rng-device,rng=rng0",
 	)
 	if c.Network && c.NetSocket != "" {
-		dev := "virtio-net-device,netdev=net0"
+		// status=off: no link status field. The link is the network
+		// helper's stream and never goes down while the box runs; with
+		// the field the guest driver turns the carrier off and on again
+		// at probe, and the kernel's link watch, which runs at most once
+		// a second, left that second event pending for ~1 s after boot:
+		// inside every snapshot of a young box, run after each restore.
+		// (QEMU's guest announcement needs the field too.)
+		dev := "virtio-net-device,netdev=net0,status=off"
 		if c.NetMTU > 0 {
 			dev += ",host_mtu=" + strconv.Itoa(c.NetMTU)
 		}

@@ -55,7 +55,7 @@ func TestArgsDescribeTheBox(t *testing.T) {
 	}
 	c.NetSocket, c.NetMTU = "/box/net,1.sock", 65520
 	a = strings.Join(c.Args(), " ")
-	if !strings.Contains(a, "-netdev stream,id=net0,server=on,addr.type=unix,addr.path=/box/net,,1.sock -device virtio-net-device,netdev=net0,host_mtu=65520") || strings.Contains(a, "-netdev user") {
+	if !strings.Contains(a, "-netdev stream,id=net0,server=on,addr.type=unix,addr.path=/box/net,,1.sock -device virtio-net-device,netdev=net0,status=off,host_mtu=65520") || strings.Contains(a, "-netdev user") {
 		t.Errorf("network helper args: %s", a)
 	}
 }
