@@ -199,6 +199,30 @@ var etcMounted bool
 // mount in place, rather than stacking another mount on every restore.
 var etcBound = map[string]bool{}
 
+// rewrite replaces the content of the file at p in place: written over
+// from the start, and cut only when it was longer (the box may have
+// changed it). On tmpfs this keeps the file's page, where O_TRUNC freed it
+// and the write allocated another: a restored box rewrites /etc/hostname
+// and /etc/hosts before its first exec, and under TCG each kernel path
+// that runs for the first time since the restore is translated anew.
+func rewrite(p string, content []byte) error {
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		_, err = f.WriteAt(content, 0)
+	}
+	if err == nil && fi.Size() > int64(len(content)) {
+		err = f.Truncate(int64(len(content)))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // provideEtcFile gives the box /etc/name with content. Like Docker, it
 // bind-mounts a file of etcDir over the image's file: nothing is copied up
 // into the writable layer (under TCG, the first write through overlayfs and
@@ -209,7 +233,7 @@ var etcBound = map[string]bool{}
 func provideEtcFile(name string, content []byte, create bool) error {
 	dst := filepath.Join(NewRoot, "etc", name)
 	if etcBound[name] {
-		if err := os.WriteFile(filepath.Join(etcDir, name), content, 0o644); err == nil {
+		if err := rewrite(filepath.Join(etcDir, name), content); err == nil {
 			return nil
 		}
 	}
