@@ -170,6 +170,7 @@ func (b *Box) Snapshot(ctx context.Context, name string) (_ SnapshotInfo, err er
 	}
 	defer os.RemoveAll(tmp) // gone after the rename, unless it failed
 	_, cfg := b.snapshot()
+	b.waitExecTails(ctx)
 	st, err := sn.SaveSnapshot(ctx, spec, handleOf(rec), tmp)
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot box %s: %w", b.id, err)
@@ -185,6 +186,23 @@ func (b *Box) Snapshot(ctx context.Context, name string) (_ SnapshotInfo, err er
 		return SnapshotInfo{}, err
 	}
 	return b.r.snapshotInfo(m)
+}
+
+// execTailWait bounds waitExecTails.
+const execTailWait = 200 * time.Millisecond
+
+// waitExecTails waits (up to execTailWait) until the agent has finished
+// with the execs of this process's connection that have returned: it
+// cleans up after an exec (its cgroup) once the caller has the exit
+// status, and a memory snapshot taken meanwhile would carry that work
+// into every box restored from it.
+func (b *Box) waitExecTails(ctx context.Context) {
+	b.mu.Lock()
+	c := b.conn
+	b.mu.Unlock()
+	if c != nil {
+		c.WaitExecsEnded(ctx, execTailWait)
+	}
 }
 
 func (r *Runtime) snapshotInfo(m snapshotMeta) (SnapshotInfo, error) {

@@ -75,6 +75,7 @@ func (b *Box) Suspend(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("suspend box %s: %w", b.id, err)
 	}
+	b.waitExecTails(ctx) // the sync's
 	if err := p.Pause(ctx, spec, h); err != nil {
 		return fmt.Errorf("suspend box %s: %w", b.id, err)
 	}

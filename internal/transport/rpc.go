@@ -182,6 +182,17 @@ func (s *Stream) Close() error {
 	return s.st.Close()
 }
 
+// WaitPeerClose waits, after Close, up to d for the peer to close its
+// side of the call (its handler has returned), discarding what it still
+// sends; it returns nil then, else the error that ended the wait.
+func (s *Stream) WaitPeerClose(d time.Duration) error {
+	if err := s.st.SetReadDeadline(time.Now().Add(d)); err != nil {
+		return err
+	}
+	_, err := io.Copy(io.Discard, s.st)
+	return err
+}
+
 func (s *Stream) aborted() error {
 	s.abortMu.Lock()
 	defer s.abortMu.Unlock()

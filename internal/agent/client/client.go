@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 
@@ -19,7 +20,60 @@ import (
 
 // Client is a connection to one guest agent.
 type Client struct {
-	t *transport.Client
+	t     *transport.Client
+	tails tails
+}
+
+// tails counts the execs whose exit status this client has and whose call
+// the agent has not ended yet: after sending the status it removes the
+// exec's cgroup and makes the next exec's (see WaitExecsEnded).
+type tails struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n drops to 0
+}
+
+func (t *tails) add() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == 0 {
+		t.zero = make(chan struct{})
+	}
+	t.n++
+}
+
+func (t *tails) done() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n--; t.n == 0 {
+		close(t.zero)
+	}
+}
+
+// tailWait bounds how long the agent's end of one exec call is waited for
+// in the background.
+const tailWait = 2 * time.Second
+
+// WaitExecsEnded waits up to d (or until ctx ends) for the agent to end
+// the calls of every exec whose exit status this client has received:
+// the agent does an exec's cleanup (its cgroup removed, the next exec's
+// made) after sending the status, and a memory snapshot taken meanwhile
+// would carry that work into every box restored from it. Execs still
+// running are not waited for.
+func (c *Client) WaitExecsEnded(ctx context.Context, d time.Duration) {
+	c.tails.mu.Lock()
+	n, zero := c.tails.n, c.tails.zero
+	c.tails.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-zero:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // Dial opens a byte stream with dial, performs the handshake (bounded by
@@ -161,6 +215,7 @@ type Exit struct {
 // Proc is a running process. Its output is written to the writers given to
 // Exec, in order per stream; Wait returns after all of it was written.
 type Proc struct {
+	c      *Client
 	t      *transport.Client
 	stream *transport.Stream
 	done   chan struct{}
@@ -200,15 +255,26 @@ func (c *Client) Exec(ctx context.Context, spec Spec, stdout, stderr io.Writer) 
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	p := &Proc{t: c.t, stream: stream, done: make(chan struct{})}
+	p := &Proc{c: c, t: c.t, stream: stream, done: make(chan struct{})}
 	go p.recv(stdout, stderr)
 	return p, nil
 }
 
 func (p *Proc) recv(stdout, stderr io.Writer) {
 	defer close(p.done)
-	// The exit status is the last message: end the call then.
-	defer p.stream.Close()
+	// The exit status is the last message: end the call then, and count
+	// the agent's end of it as pending until it arrives.
+	exited := false
+	defer func() {
+		p.stream.Close()
+		if exited {
+			p.c.tails.add()
+			go func() {
+				defer p.c.tails.done()
+				p.stream.WaitPeerClose(tailWait)
+			}()
+		}
+	}()
 	var outErr error
 	for {
 		ev := new(agentpb.ExecEvent)
@@ -243,6 +309,7 @@ func (p *Proc) recv(stdout, stderr io.Writer) {
 			p.exit.StdoutDropped = x.Exit.StdoutDropped
 			p.exit.StderrDropped = x.Exit.StderrDropped
 			p.exit.OOMKilled = x.Exit.OOMKilled
+			exited = true
 			if outErr != nil {
 				p.err = fmt.Errorf("writing exec output: %w", outErr)
 			}
