@@ -111,9 +111,9 @@ func HostConnected(f *os.File) bool {
 // deadline), but leaves f open, so that the port serves the next host
 // without being closed and opened again. A restored box's old session is
 // ended by its new host's first bytes, and the handshake runs on at once
-// (reopening the port and waiting for SIGIO cost a restore ~2,000 blocks
-// that QEMU's TCG translates anew). Where f takes no deadline, Close
-// closes it (Reopen then reports true).
+// instead of after a reopen and a wait for SIGIO (code that QEMU's TCG
+// would translate anew for every restore; see docs/snapshots.md). Where f
+// takes no deadline, Close closes it (Reopen then reports true).
 type PortSession struct {
 	f        *os.File
 	mu       sync.Mutex
