@@ -52,6 +52,11 @@ const (
 	QEMUExit  = "qemu.exit"        // how a confined QEMU ended, when not with status 0
 	NoMigrate = "nomigrate.qcow"   // migration blocker image (unprivileged launch)
 	FSCgroup  = "virtiofsd.cgroup" // the virtio-fs daemons' cgroup directories (root), one a line
+
+	// KernelStub is the kernel a restore hands QEMU: the notes of the
+	// box's ELF kernel only (guest RAM, kernel included, comes from the
+	// snapshot).
+	KernelStub = "kernel-stub.elf"
 )
 
 // AgentSock is the unix socket of the agent's i-th virtio-serial port.

@@ -765,6 +765,17 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 		}
 	}
 	qc.Incoming = true
+	// Guest RAM, the kernel's image included, comes from the snapshot: QEMU
+	// gets the kernel's stub (kstub.go), the RAM layout keeps its span.
+	if qc.THP == THPCode && qc.KernelSpan == (PhysRange{}) {
+		qc.KernelSpan = KernelSpan(qc.Kernel)
+	}
+	stub := filepath.Join(spec.Dir, boxdir.KernelStub)
+	if ok, err := writeKernelStub(qc.Kernel, stub); err != nil {
+		return nil, err
+	} else if ok {
+		qc.Kernel = stub
+	}
 	var parts []ramPart
 	var idx []int
 	if len(mm.RAMParts) > 0 {
