@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -15,12 +17,31 @@ var _ vmm.UsageReporter = (*Driver)(nil)
 // Usage scans /proc for the QEMU processes of boxes (-name airlock-<id>,
 // of every airlock home and user) other than box except's, and returns
 // how many run and their guest memory (-m, MiB).
+//
+// Every box start runs it: a process whose executable (/proc/PID/exe) it
+// can see and is not named qemu* is passed over without reading its
+// command line, which takes more system calls and, for a large process, a
+// walk of its memory.
 func (d *Driver) Usage(except string) vmm.Usage {
 	var u vmm.Usage
 	seen := map[string]bool{} // a machine counts once (a forked child has its command line)
-	ents, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range ents {
-		b, err := os.ReadFile(p)
+	dir, err := os.Open("/proc")
+	if err != nil {
+		return u
+	}
+	names, _ := dir.Readdirnames(-1)
+	dir.Close()
+	link := make([]byte, 512)
+	for _, pid := range names {
+		if pid == "" || pid[0] < '0' || pid[0] > '9' {
+			continue
+		}
+		// The link is unreadable for other users' processes (without
+		// CAP_SYS_PTRACE) and kernel threads: read their command line.
+		if n, err := unix.Readlink("/proc/"+pid+"/exe", link); err == nil && !strings.Contains(filepath.Base(string(link[:n])), "qemu") {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + pid + "/cmdline")
 		if err != nil || !bytes.Contains(b, []byte("\x00-name\x00airlock-")) {
 			continue
 		}

@@ -1,0 +1,54 @@
+package qemu
+
+import (
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/vmm"
+)
+
+// TestUsageHelperProcess is the stand-in QEMU of TestUsageCountsBoxQEMUs:
+// this test binary (qemu.test) run with a box QEMU's -name and -m.
+func TestUsageHelperProcess(t *testing.T) {
+	if os.Getenv("AIRLOCK_TEST_USAGE_HELPER") != "1" {
+		t.Skip("helper process of TestUsageCountsBoxQEMUs")
+	}
+	time.Sleep(time.Minute)
+}
+
+func TestUsageCountsBoxQEMUs(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := &exec.Cmd{
+		Path: exe,
+		Args: []string{"qemu-system-x86_64", "-test.run=^TestUsageHelperProcess$", "--", "-name", "airlock-usagetest", "-m", "64"},
+		Env:  append(os.Environ(), "AIRLOCK_TEST_USAGE_HELPER=1"),
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	d := &Driver{}
+	// Boxes of other tests may start or end meanwhile: compare scans that
+	// agree with each other.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		all, without, again := d.Usage(""), d.Usage("usagetest"), d.Usage("")
+		if all == again {
+			if got := (vmm.Usage{Machines: all.Machines - without.Machines, MemoryMiB: all.MemoryMiB - without.MemoryMiB}); got != (vmm.Usage{Machines: 1, MemoryMiB: 64}) {
+				t.Fatalf("the stand-in box QEMU counts as %+v, want 1 machine of 64 MiB (all %+v, without it %+v)", got, all, without)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Usage did not give two equal scans in 10 s")
+		}
+	}
+}
