@@ -17,7 +17,7 @@ import (
 )
 
 // BenchmarkSnapshot measures, in one run (use -benchtime=1x), medians of
-// five:
+// nine:
 //
 //   - cold start (Create → first `exec true` answered) against restore from
 //     a snapshot (Create with FromSnapshot → first `exec true`); target
@@ -51,7 +51,7 @@ func BenchmarkSnapshot(b *testing.B) {
 		}
 		return box, time.Since(t0)
 	}
-	const runs = 5
+	const runs = 9 // medians of 9: this shared machine drifts between runs
 	for i := 0; i < b.N; i++ {
 		var cold, warm []time.Duration
 		// The first cold box is the snapshot's; then cold starts and
