@@ -13,11 +13,11 @@ import (
 )
 
 // A restore loads all of guest RAM, the kernel's image included, from the
-// snapshot. QEMU's -kernel loader would still read the whole ELF kernel
-// (~20 MB for the airlock kernel), keep a copy of its segments on its heap
-// and write them into guest RAM at reset, all overwritten by the snapshot
-// right after: ~15 ms of a restore's QEMU start under TCG here, and 15 MiB
-// of every restored QEMU's memory. A restore hands QEMU a stub instead,
+// snapshot. QEMU's -kernel loader would still read the whole ELF kernel,
+// keep a copy of its segments on its heap and write them into guest RAM at
+// reset, all overwritten by the snapshot right after: time on every
+// restore's path and memory in every restored QEMU (docs/snapshots.md has
+// the numbers). A restore hands QEMU a stub instead,
 // made from the box's kernel: an ELF with the same entry point and only
 // the kernel's notes, one segment holding them (QEMU needs a loadable
 // segment, and the PVH entry note to take the file as an ELF kernel). The
