@@ -19,9 +19,9 @@ var _ vmm.UsageReporter = (*Driver)(nil)
 // how many run and their guest memory (-m, MiB).
 //
 // Every box start runs it: a process whose executable (/proc/PID/exe) it
-// can see and is not named qemu* is passed over without reading its
-// command line, which takes more system calls and, for a large process, a
-// walk of its memory.
+// can read and whose file name has no "qemu" in it is passed over without
+// reading its command line, which takes more system calls and, for a
+// large process, a walk of its memory.
 func (d *Driver) Usage(except string) vmm.Usage {
 	var u vmm.Usage
 	seen := map[string]bool{} // a machine counts once (a forked child has its command line)
@@ -31,14 +31,14 @@ func (d *Driver) Usage(except string) vmm.Usage {
 	}
 	names, _ := dir.Readdirnames(-1)
 	dir.Close()
-	link := make([]byte, 512)
+	link := make([]byte, 4096)
 	for _, pid := range names {
 		if pid == "" || pid[0] < '0' || pid[0] > '9' {
 			continue
 		}
 		// The link is unreadable for other users' processes (without
 		// CAP_SYS_PTRACE) and kernel threads: read their command line.
-		if n, err := unix.Readlink("/proc/"+pid+"/exe", link); err == nil && !strings.Contains(filepath.Base(string(link[:n])), "qemu") {
+		if n, err := unix.Readlink("/proc/"+pid+"/exe", link); err == nil && n < len(link) && !strings.Contains(filepath.Base(string(link[:n])), "qemu") {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + pid + "/cmdline")
