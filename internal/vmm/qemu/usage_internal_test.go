@@ -3,6 +3,7 @@ package qemu
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,7 +11,8 @@ import (
 )
 
 // TestUsageHelperProcess is the stand-in QEMU of TestUsageCountsBoxQEMUs:
-// this test binary (qemu.test) run with a box QEMU's -name and -m.
+// this test binary, linked as qemu-system-x86_64, run with a box QEMU's
+// -name and -m.
 func TestUsageHelperProcess(t *testing.T) {
 	if os.Getenv("AIRLOCK_TEST_USAGE_HELPER") != "1" {
 		t.Skip("helper process of TestUsageCountsBoxQEMUs")
@@ -23,8 +25,19 @@ func TestUsageCountsBoxQEMUs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Usage tells QEMUs by their executable's name.
+	qemu := filepath.Join(t.TempDir(), "qemu-system-x86_64")
+	if err := os.Link(exe, qemu); err != nil {
+		b, err := os.ReadFile(exe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(qemu, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cmd := &exec.Cmd{
-		Path: exe,
+		Path: qemu,
 		Args: []string{"qemu-system-x86_64", "-test.run=^TestUsageHelperProcess$", "--", "-name", "airlock-usagetest", "-m", "64"},
 		Env:  append(os.Environ(), "AIRLOCK_TEST_USAGE_HELPER=1"),
 	}
