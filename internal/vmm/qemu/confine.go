@@ -94,13 +94,32 @@ func (d *Driver) confine(spec vmm.Spec, qc *Config) error {
 	if os.Geteuid() != 0 {
 		return nil
 	}
-	if !o.without(LayerUID) && !o.without(LayerJail) {
-		r, err := BoxUIDRange(o.UIDRange)
-		if err != nil {
-			return err
+	// The cgroup is made while the uid is chosen (both write to the
+	// host's file systems; neither needs the other).
+	type made struct {
+		g   *Cgroup
+		err error
+	}
+	cg := make(chan made, 1)
+	go func() {
+		release(spec.Dir)
+		if o.without(LayerCgroup) {
+			cg <- made{}
+			return
 		}
-		uid, err := AllocUID(r)
+		g, err := NewCgroup("box-"+spec.ID, Limits{
+			MemoryBytes: int64(spec.MemoryMiB+MemoryOverheadMiB(qc.Accel)) << 20,
+			Pids:        PidsLimit(spec.CPUs),
+			CPUs:        o.CPULimit,
+		})
+		cg <- made{g, err}
+	}()
+	if !o.without(LayerUID) && !o.without(LayerJail) {
+		uid, err := allocBoxUID(o.UIDRange)
 		if err != nil {
+			if m := <-cg; m.g != nil {
+				m.g.Remove()
+			}
 			return err
 		}
 		qc.Jail.UID, qc.Jail.GID = uid, uid
@@ -111,23 +130,28 @@ func (d *Driver) confine(spec vmm.Spec, qc *Config) error {
 		}
 		os.WriteFile(filepath.Join(spec.Dir, boxdir.UID), []byte(strconv.Itoa(uid)+"\n"), 0o600)
 	}
-	release(spec.Dir)
-	lim := Limits{
-		MemoryBytes: int64(spec.MemoryMiB+MemoryOverheadMiB(qc.Accel)) << 20,
-		Pids:        PidsLimit(spec.CPUs),
-		CPUs:        o.CPULimit,
-	}
-	if o.without(LayerCgroup) {
+	m := <-cg
+	if m.err != nil {
+		d.warn("airlock: warning: boxes run without a cgroup: " + m.err.Error())
 		return nil
 	}
-	g, err := NewCgroup("box-"+spec.ID, lim)
-	if err != nil {
-		d.warn("airlock: warning: boxes run without a cgroup: " + err.Error())
+	g := m.g
+	if g == nil {
 		return nil
 	}
 	qc.Jail.Cgroup = g
 	SaveCgroup(filepath.Join(spec.Dir, boxdir.Cgroup), g)
 	return nil
+}
+
+// allocBoxUID claims a free uid of the box uid range spec names
+// ("START:COUNT", or "" for the default: BoxUIDRange), as AllocUID does.
+func allocBoxUID(spec string) (int, error) {
+	r, err := BoxUIDRange(spec)
+	if err != nil {
+		return 0, err
+	}
+	return AllocUID(r)
 }
 
 // boxSecret returns the agent secret of the current boot of the box in dir

@@ -262,7 +262,12 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 		logW.Close()
 		return 0, err
 	}
-	defer consoleR.Close()
+	consoleOwned := false // by the drainer's start once the stage runs
+	defer func() {
+		if !consoleOwned {
+			consoleR.Close()
+		}
+	}()
 	defer console.Close()
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
@@ -353,10 +358,19 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 		return fail(fmt.Errorf("send the QEMU launcher its spec: %w", err))
 	}
 	specW.Close()
-	if err := startDrainer(consoleR, c.ConsoleLog, c.ConsoleMax, c.Jail.Cgroup, c.Jail.UID); err != nil {
-		return fail(fmt.Errorf("console drainer: %w", err))
-	}
-	consoleR.Close() // the drainer holds it now
+	// The drainer (a fork and exec of this program) starts while QEMU
+	// does, not before: QEMU's start waits for nothing of it. A drainer
+	// that cannot start ends QEMU, and the launch fails saying why.
+	consoleOwned = true
+	drainer := make(chan error, 1)
+	go func() {
+		err := startDrainer(consoleR, c.ConsoleLog, c.ConsoleMax, c.Jail.Cgroup, c.Jail.UID)
+		consoleR.Close() // the drainer holds it now
+		if err != nil {
+			cmd.Process.Kill()
+		}
+		drainer <- err
+	}()
 
 	msg := func() string {
 		select {
@@ -373,7 +387,11 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	if err := waitReady(ctx, c.QMPSocket, deadline, exited); err != nil {
+	err = waitReady(ctx, c.QMPSocket, deadline, exited)
+	if derr := <-drainer; derr != nil {
+		return fail(fmt.Errorf("console drainer: %w", derr))
+	}
+	if err != nil {
 		select {
 		case <-exited:
 			return 0, fmt.Errorf("qemu failed to start: %s", msg())

@@ -117,7 +117,8 @@ type Config struct {
 	FSShares []FSShare
 	// Incoming starts QEMU waiting for a migration stream (-incoming
 	// defer) instead of booting: QMP migrate-incoming then loads a
-	// snapshot.
+	// snapshot, after which the machine stays stopped (-S) until QMP
+	// cont.
 	Incoming bool
 	// Secret, when set, is given to the guest on the virtio-serial port
 	// guestabi.SecretPort (through a socket pair QEMU inherits: it appears in no
@@ -252,7 +253,9 @@ func (c Config) args(refs argRefs) []string {
 		a = append(a, "-initrd", refs.initrd)
 	}
 	if c.Incoming {
-		a = append(a, "-incoming", "defer")
+		// -S: stopped once the state is loaded, whatever the stream's
+		// run state; the caller continues it (cont) when the guest may run.
+		a = append(a, "-S", "-incoming", "defer")
 	}
 	for i, d := range c.Disks {
 		id := "vd" + string(rune('a'+i))

@@ -358,15 +358,18 @@ func openImage(path string, parts []ramPart) (*os.File, syscall.Stat_t, error) {
 // mapping of a memfd's hole allocates a page of the memfd and another for
 // the copy), and a snapshot of the box takes its RAM image from them.
 //
-// Parts above the first huge part (the kernel image) are filled in the
-// background, while QEMU starts: QEMU's loader writes boot data and the
-// kernel below and into that part, never above it, so only the parts
-// below are filled before QEMU may run. filled waits for the background
-// copy and returns its error; the guest must not run before.
-func ramCopy(path string, parts []ramPart, idx []int) (files []*os.File, filled func() error, err error) {
+// The parts are filled in the background. Parts above the first huge part
+// (the kernel image) at once, while QEMU starts: QEMU's loader writes boot
+// data and the kernel below and into that part, never above it. The parts
+// below once start is called, after QEMU has started (its machine reset
+// done): the snapshot's bytes then replace what the loader wrote there, and
+// the copy runs while QEMU loads the state instead of before QEMU starts.
+// filled calls start if it was not called, waits for the copy and returns
+// its error; the guest must not run before.
+func ramCopy(path string, parts []ramPart, idx []int) (files []*os.File, start func(), filled func() error, err error) {
 	f, _, err := openImage(path, parts)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var now, later []int
 	for _, i := range idx {
@@ -376,34 +379,41 @@ func ramCopy(path string, parts []ramPart, idx []int) (files []*os.File, filled 
 			now = append(now, i)
 		}
 	}
-	files, err = fillRAMImage(f, parts, now)
-	if err != nil || len(later) == 0 {
-		f.Close()
-		return files, func() error { return nil }, err
-	}
-	rest, err := fillMemfds(parts, later, false, func(*os.File, int) error { return nil }) // filled below
+	files, err = fillMemfds(parts, idx, false, func(*os.File, int) error { return nil }) // filled below
 	if err != nil {
 		f.Close()
-		closeAll(files)
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	for _, i := range later {
-		files[i] = rest[i]
-	}
+	started := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
 		defer f.Close()
+		fill := func(i int) error {
+			if _, err := copyData(files[i], f, 0, partOffset(parts, i), int64(parts[i].sizeMiB)<<20, false); err != nil {
+				return fmt.Errorf("load the snapshot's RAM image: %w", err)
+			}
+			return nil
+		}
 		for _, i := range later {
-			if _, err := copyData(rest[i], f, 0, partOffset(parts, i), int64(parts[i].sizeMiB)<<20, false); err != nil {
-				done <- fmt.Errorf("load the snapshot's RAM image: %w", err)
+			if err := fill(i); err != nil {
+				done <- err
+				return
+			}
+		}
+		<-started
+		for _, i := range now {
+			if err := fill(i); err != nil {
+				done <- err
 				return
 			}
 		}
 		done <- nil
 	}()
-	var once sync.Once
+	var startOnce, once sync.Once
+	start = func() { startOnce.Do(func() { close(started) }) }
 	var ferr error
-	return files, func() error {
+	return files, start, func() error {
+		start()
 		once.Do(func() { ferr = <-done })
 		return ferr
 	}, nil
@@ -440,15 +450,6 @@ func closeAll(files []*os.File) {
 			f.Close()
 		}
 	}
-}
-
-// fillRAMImage makes one memfd per part in idx holding that part's range
-// of the image f.
-func fillRAMImage(f *os.File, parts []ramPart, idx []int) ([]*os.File, error) {
-	return fillMemfds(parts, idx, false, func(m *os.File, i int) error {
-		_, err := copyData(m, f, 0, partOffset(parts, i), int64(parts[i].sizeMiB)<<20, false)
-		return err
-	})
 }
 
 // sealedCopies makes a sealed copy of each of QEMU's RAM memfds (by part

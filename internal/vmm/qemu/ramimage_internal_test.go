@@ -50,16 +50,15 @@ func TestRAMImageRoundTrip(t *testing.T) {
 		t.Errorf("image: size %d, allocated %d bytes: want the RAM size, sparse", st.Size, st.Blocks*512)
 	}
 	// The file comes back as a restore's own copy (ramCopy).
-	img, _, err := openImage(path, parts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copies, err := fillRAMImage(img, parts, []int{0, 2})
-	img.Close()
+	copies, start, filled, err := ramCopy(path, parts, []int{0, 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeAll(copies)
+	start()
+	if err := filled(); err != nil {
+		t.Fatal(err)
+	}
 	// A transient snapshot's sealed copies, taken from the memfds.
 	sealed, n, err := sealedCopies(parts, memfds)
 	if err != nil {
