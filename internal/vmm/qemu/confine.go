@@ -144,8 +144,9 @@ func (d *Driver) confine(spec vmm.Spec, qc *Config) error {
 	return nil
 }
 
-// allocBoxUID claims a free uid of the box uid range spec names
-// ("START:COUNT", or "" for the default: BoxUIDRange), as AllocUID does.
+// allocBoxUID claims a free uid, as AllocUID does, of the box uid range
+// spec names ("START:COUNT", or "" for the /etc/subuid entry: see
+// BoxUIDRange).
 func allocBoxUID(spec string) (int, error) {
 	r, err := BoxUIDRange(spec)
 	if err != nil {
