@@ -314,8 +314,9 @@ type BootInfo struct {
 	// root instead. One of them is set.
 	Initrd, AgentDisk string
 	// THP is where QEMU may use transparent huge pages (AIRLOCK_THP): "on"
-	// (guest RAM and TCG's code buffer), "code" (the code buffer, and of
-	// guest RAM only the kernel image and the top) or "off".
+	// (guest RAM and TCG's code buffer), "code" (the code buffer only;
+	// guest RAM in a memfd on 4 KiB pages) or "off" (nowhere; guest RAM in
+	// a memfd).
 	THP string
 }
 

@@ -44,7 +44,7 @@ func TestTHPModes(t *testing.T) {
 		}
 		if env == "" {
 			if info.Accel != "tcg" || info.KernelKind != "airlock" {
-				t.Skipf("default is only code for the airlock kernel under TCG (have %s, %s)", info.KernelKind, info.Accel)
+				t.Skipf("default is only off for the airlock kernel under TCG (have %s, %s)", info.KernelKind, info.Accel)
 			}
 		}
 		self := thpEnabled(t, os.Getpid())
@@ -64,7 +64,7 @@ func TestTHPModes(t *testing.T) {
 		if got == "" {
 			t.Skip("this kernel does not report THP_enabled")
 		}
-		wantMode := map[string]string{"": "code"}[env]
+		wantMode := map[string]string{"": "off"}[env]
 		if wantMode == "" {
 			wantMode = env
 		}
@@ -89,9 +89,10 @@ func TestTHPModes(t *testing.T) {
 			t.Fatalf("box does not run: %+v", res)
 		}
 	}
-	t.Run("default", func(t *testing.T) { check(t, "", "1", true) })
+	t.Run("default", func(t *testing.T) { check(t, "", "0", true) })
 	t.Run("on", func(t *testing.T) { check(t, "on", "1", false) })
-	t.Run("off", func(t *testing.T) { check(t, "off", "0", false) })
+	t.Run("code", func(t *testing.T) { check(t, "code", "1", true) })
+	t.Run("off", func(t *testing.T) { check(t, "off", "0", true) })
 	t.Run("bad", func(t *testing.T) {
 		t.Setenv("AIRLOCK_THP", "maybe")
 		r := openRuntime(t, "")

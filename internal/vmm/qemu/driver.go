@@ -108,9 +108,6 @@ type bootAssets struct {
 	// agentDiskIO is the optimal I/O size the agent disk advertises:
 	// half its size, so that the guest's readahead covers all of it.
 	agentDiskIO int
-	// kernelSpan is where the kernel loads (THPCode's RAM layout), read
-	// once from its ELF headers rather than at every box start.
-	kernelSpan PhysRange
 	// warnings are for the user once a box has booted (BootInfo.Warnings).
 	warnings []string
 }
@@ -123,13 +120,13 @@ func readaheadFor(size int64) int {
 }
 
 // THPFor says where QEMU may use transparent huge pages: mode "on", "code"
-// or "off" decides; "" takes the default: "code" for the airlock kernel
+// or "off" decides; "" takes the default: "off" for the airlock kernel
 // under TCG (its boxes touch little of their RAM, so huge pages for all of
-// it would cost ~25 MiB of host memory per box, while huge pages for TCG's
-// code buffer and for the parts of RAM the guest fills whole — kernel
-// image, top of RAM — save ~17k page faults for free); "on" for other
-// kernels, which touch more of their memory and boot much slower without
-// them, and under KVM, where they also speed up the guest.
+// it would cost ~25 MiB of host memory per box, and hosts without usable
+// KVM are mostly VMs, where a huge page's first touch can cost more than
+// the 512 faults it saves: see THPMode); "on" for other kernels, which
+// touch more of their memory and boot much slower without them, and under
+// KVM, where they also speed up the guest.
 func THPFor(mode, accel, kernelKind string) (THPMode, error) {
 	switch mode {
 	case "on":
@@ -140,7 +137,7 @@ func THPFor(mode, accel, kernelKind string) (THPMode, error) {
 		return THPNone, nil
 	case "":
 		if accel == AccelTCG && kernelKind == assets.KernelAirlock {
-			return THPCode, nil
+			return THPNone, nil
 		}
 		return THPAll, nil
 	}
@@ -194,9 +191,6 @@ func (d *Driver) assets() (*bootAssets, error) {
 	}
 	if accel.Accel == AccelTCG && !accel.Forced {
 		b.warnings = append(b.warnings, TCGWarning)
-	}
-	if thp == THPCode {
-		b.kernelSpan = KernelSpan(k.Path)
 	}
 	if fi, err := os.Stat(agentDisk); err == nil && agentDisk != "" {
 		b.agentDiskIO = readaheadFor(fi.Size())
@@ -368,7 +362,9 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 	extra = append(extra, volParams...)
 	thp := boot.thp
 	if len(fsShares) > 0 && thp == THPCode {
-		thp = THPAll // one shared memfd instead of THPCode's layout
+		// Guest RAM is the shared memfd virtiofsd maps (sharedRAMArgs);
+		// huge pages where QEMU asks for them elsewhere, as with THPCode.
+		thp = THPAll
 	}
 	var tsc uint64
 	if boot.accel.Accel == AccelTCG {
@@ -395,7 +391,6 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 		NetSocket:    netSocket(spec),
 		NetMTU:       netMTU(spec),
 		THP:          thp,
-		KernelSpan:   boot.kernelSpan,
 	}
 }
 

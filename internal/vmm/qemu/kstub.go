@@ -13,15 +13,14 @@ import (
 )
 
 // A restore loads all of guest RAM, the kernel's image included, from the
-// snapshot. QEMU's -kernel loader would still read the whole ELF kernel,
-// keep a copy of its segments on its heap and write them into guest RAM at
-// reset, all overwritten by the snapshot right after: time on every
+// snapshot. QEMU's -kernel loader would still read the whole ELF kernel
+// and keep a copy of its segments on its heap (which it does not write
+// into guest RAM while it waits for an incoming migration): time on every
 // restore's path and memory in every restored QEMU (docs/snapshots.md has
 // the numbers). A restore hands QEMU a stub instead,
 // made from the box's kernel: an ELF with the same entry point and only
 // the kernel's notes, one segment holding them (QEMU needs a loadable
-// segment, and the PVH entry note to take the file as an ELF kernel). The
-// snapshot's RAM layout keeps the real kernel's span (Config.KernelSpan).
+// segment, and the PVH entry note to take the file as an ELF kernel).
 
 // xenElfnotePhys32Entry is the type of the Xen ELF note that gives a
 // kernel's 32-bit PVH entry point (XEN_ELFNOTE_PHYS32_ENTRY,

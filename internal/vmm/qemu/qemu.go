@@ -90,11 +90,6 @@ type Config struct {
 	// THP says where QEMU may use transparent huge pages (THPAll, the
 	// zero value, THPCode or THPNone).
 	THP THPMode
-	// KernelSpan is the guest-physical range an ELF kernel's loadable
-	// segments occupy (where QEMU's -kernel loader writes it); THPCode puts
-	// it on huge pages. Launch reads it from Kernel when it is zero; a
-	// kernel that is not ELF (bzImage) has none.
-	KernelSpan PhysRange
 	// NoACPI starts microvm without ACPI tables (-M microvm,acpi=off). The
 	// kernel then finds the APICs in the MP table (CONFIG_X86_MPPARSE) and
 	// its devices in the virtio_mmio.device= parameters QEMU appends to the
@@ -113,7 +108,7 @@ type Config struct {
 	Shares []Share
 	// FSShares are host directories shared over virtio-fs (volumes with
 	// the virtio-fs transport). With any, guest RAM is one shared memfd
-	// (sharedRAMArgs) that the daemons map, instead of THPCode's layout.
+	// (sharedRAMArgs) that the daemons map, shared with them.
 	FSShares []FSShare
 	// Incoming starts QEMU waiting for a migration stream (-incoming
 	// defer) instead of booting: QMP migrate-incoming then loads a
@@ -127,7 +122,7 @@ type Config struct {
 	Secret []byte
 	// Jail says how QEMU is confined (see Jail); the zero value confines.
 	Jail Jail
-	// RAMImages, for a restore (Incoming) with THPCode's RAM layout, are
+	// RAMImages, for a restore (Incoming) with guest RAM in a memfd, are
 	// sealed memfds holding the RAM image of the snapshot's parts (by part
 	// index; nil: that part comes from the migration stream). QEMU maps
 	// each privately (copy-on-write) through /proc/self/fd (see
@@ -229,8 +224,12 @@ func (c Config) args(refs argRefs) []string {
 	}
 	if len(c.FSShares) > 0 {
 		a = append(a, sharedRAMArgs(mem)...)
-	} else if c.THP == THPCode {
-		a = append(a, ramArgs(ramLayout(mem, c.KernelSpan), c.Incoming, refs.ram, c.RAMCopy)...)
+	} else if c.THP.memfdRAM() {
+		image := ""
+		if len(refs.ram) > 0 {
+			image = refs.ram[0]
+		}
+		a = append(a, ramArgs(mem, c.Incoming, image, c.RAMCopy)...)
 	}
 	if c.Accel == AccelKVM {
 		a = append(a, "-accel", "kvm", "-cpu", "host")
@@ -355,26 +354,31 @@ func IsCIDInUse(err error) bool {
 // them (MADV_HUGEPAGE) for guest RAM and for TCG's translated-code buffer.
 // Huge pages for guest RAM cost 2 MiB of host memory for every 2 MiB
 // region the guest touches at all; with 4 KiB pages it costs what the guest
-// really touched, at the price of more page faults, which are dear on hosts
-// that are VMs themselves. The code buffer is filled from its start, so
-// huge pages there cost nothing extra.
+// really touched, at the price of 512 times as many page faults. On a host
+// that is itself a VM, a fault on a huge page is often the dearer one: the
+// host's free memory goes back to its hypervisor, and the first touch of
+// each huge page then waits for the hypervisor to provide and zero 2 MiB
+// (docs/performance.md).
 type THPMode int
 
 const (
-	// THPAll lets QEMU use huge pages where it asks for them.
+	// THPAll lets QEMU use huge pages where it asks for them, guest RAM
+	// (anonymous memory) included.
 	THPAll THPMode = iota
-	// THPCode keeps guest RAM on 4 KiB pages (memfds, which the kernel
-	// backs with huge pages only where shmem_enabled says so; "never" by
-	// default) except where a Linux guest fills whole 2 MiB regions anyway
-	// (the kernel image and the top of RAM, see ramLayout), and lets TCG's
-	// code buffer use huge pages. Measured under TCG here, airlock-kernel
-	// box: 114-119 MiB peak RSS like THPNone (THPAll: 142 MiB), ~5.5k
-	// instead of 23.4k page faults.
+	// THPCode keeps guest RAM on 4 KiB pages, in a memfd (ramLayout: the
+	// kernel backs memfds with huge pages only where shmem_enabled says
+	// so, "never" by default), and lets TCG's translated-code buffer and
+	// QEMU's heap use huge pages.
 	THPCode
-	// THPNone starts QEMU with transparent huge pages disabled (prctl
-	// PR_SET_THP_DISABLE).
+	// THPNone keeps guest RAM in a memfd as THPCode does and starts QEMU
+	// with transparent huge pages disabled (prctl PR_SET_THP_DISABLE), its
+	// code buffer and heap included.
 	THPNone
 )
+
+// memfdRAM reports whether guest RAM is in a memfd (ramLayout) rather
+// than anonymous memory.
+func (m THPMode) memfdRAM() bool { return m != THPAll }
 
 // String returns "on", "code" or "off" (the AIRLOCK_THP values).
 func (m THPMode) String() string {
@@ -545,9 +549,6 @@ func Launch(ctx context.Context, c Config) (int, error) {
 	path, err := exec.LookPath(bin)
 	if err != nil {
 		return 0, fmt.Errorf("%s not found: install QEMU (apt-get install qemu-system-x86) or run hack/setup.sh", bin)
-	}
-	if c.THP == THPCode && c.KernelSpan == (PhysRange{}) {
-		c.KernelSpan = KernelSpan(c.Kernel)
 	}
 	if !c.Jail.Off {
 		return launchJailed(ctx, path, c)

@@ -131,65 +131,29 @@ func TestMallocHugePagesEnv(t *testing.T) {
 	}
 }
 
-func TestRAMLayoutHugeWhereTheGuestFillsIt(t *testing.T) {
-	const mib = 1 << 20
-	kernel := PhysRange{16 * mib, 16*mib + 15*mib + 300<<10} // the airlock kernel: 16 MiB up
-	for _, tc := range []struct {
-		mem    int
-		kernel PhysRange
-		want   []ramPart
-	}{
-		{512, kernel, []ramPart{{16, false}, {16, true}, {464, false}, {16, true}}},
-		{512, PhysRange{}, []ramPart{{496, false}, {16, true}}},
-		{2048, kernel, []ramPart{{16, false}, {16, true}, {1976, false}, {40, true}}},
-		{128, kernel, []ramPart{{16, false}, {16, true}, {86, false}, {10, true}}},
-		{40, kernel, []ramPart{{16, false}, {24, true}}}, // kernel and top meet
-		{24, kernel, nil}, // kernel cut at the end of RAM: only the sum is checked
-	} {
-		got := ramLayout(tc.mem, tc.kernel)
-		sum := 0
-		for _, p := range got {
-			sum += p.sizeMiB
-			if p.sizeMiB <= 0 {
-				t.Errorf("mem %d: empty part in %v", tc.mem, got)
-			}
+// TestGuestRAMArgs: under THPCode and THPNone guest RAM is one memfd
+// (a snapshot's RAM image takes it; no huge pages for it), a restore maps
+// its copy of the image or, for a stream-only snapshot, anonymous memory;
+// under THPAll QEMU's own RAM.
+func TestGuestRAMArgs(t *testing.T) {
+	for _, thp := range []THPMode{THPCode, THPNone} {
+		c := Config{Name: "b", Accel: AccelTCG, MemoryMiB: 512, THP: thp}
+		a := strings.Join(c.Args(), " ")
+		if want := "-object memory-backend-memfd,id=airlock-ram,size=512M -machine memory-backend=airlock-ram"; !strings.Contains(a, want) || strings.Contains(a, "-numa") {
+			t.Errorf("%s: args lack %q (or have NUMA nodes):\n%s", thp, want, a)
 		}
-		if sum != tc.mem {
-			t.Errorf("mem %d: parts %v add up to %d MiB", tc.mem, got, sum)
+		c.Incoming = true
+		if a := strings.Join(c.Args(), " "); !strings.Contains(a, "memory-backend-ram,id=airlock-ram,size=512M") {
+			t.Errorf("%s: restore without a RAM image: not anonymous memory:\n%s", thp, a)
 		}
-		if len(tc.want) > 0 && fmt.Sprint(got) != fmt.Sprint(tc.want) {
-			t.Errorf("mem %d: layout %v, want %v", tc.mem, got, tc.want)
+		c.RAMImages, c.RAMCopy = []*os.File{os.Stdin}, true
+		if a := strings.Join(c.Args(), " "); !strings.Contains(a, "memory-backend-file,mem-path=/proc/self/fd/3,share=on,id=airlock-ram,size=512M") {
+			t.Errorf("%s: restore with its copy of the image:\n%s", thp, a)
 		}
 	}
-	c := Config{Name: "b", Accel: AccelTCG, MemoryMiB: 512, THP: THPCode, KernelSpan: kernel}
-	a := strings.Join(c.Args(), " ")
-	for _, want := range []string{
-		"-object memory-backend-memfd,id=airlock-ram0,size=16M -numa node,memdev=airlock-ram0",
-		"-object memory-backend-ram,id=airlock-ram1,size=16M -numa node,memdev=airlock-ram1",
-		"-object memory-backend-memfd,id=airlock-ram2,size=464M",
-		"-object memory-backend-ram,id=airlock-ram3,size=16M",
-	} {
-		if !strings.Contains(a, want) {
-			t.Errorf("THPCode args lack %q:\n%s", want, a)
-		}
-	}
-	if c.THP = THPAll; strings.Contains(strings.Join(c.Args(), " "), "memory-backend") {
+	c := Config{Name: "b", Accel: AccelTCG, MemoryMiB: 512, THP: THPAll}
+	if strings.Contains(strings.Join(c.Args(), " "), "memory-backend") {
 		t.Errorf("THPAll args have memory backends: %v", c.Args())
-	}
-}
-
-func TestKernelSpanReadsELFLoadSegments(t *testing.T) {
-	exe, err := os.Executable() // an ELF file: Go links amd64 binaries at 0x400000
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := KernelSpan(exe); r.End <= r.Start || r.Start == 0 {
-		t.Errorf("KernelSpan(%s) = %+v, want a non-empty range", exe, r)
-	}
-	notELF := t.TempDir() + "/bzImage"
-	os.WriteFile(notELF, []byte("MZ not an ELF file"), 0o644)
-	if r := KernelSpan(notELF); r != (PhysRange{}) {
-		t.Errorf("KernelSpan(not ELF) = %+v, want zero", r)
 	}
 }
 

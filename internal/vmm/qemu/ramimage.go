@@ -16,14 +16,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A snapshot's RAM image (snapRAM) holds the guest RAM of the parts of
-// THPCode's layout that a box keeps in memfds (ramLayout: all but the
-// kernel image and the top of RAM), as one sparse file of the guest's RAM
-// size with each part at its offset in RAM order. The save takes it
-// straight from QEMU's memfds (only their allocated pages, never reading a
-// hole) while the machine is stopped, and migrates with the capability
-// x-ignore-shared, which leaves those (shared) RAM blocks out of the
-// stream: QEMU no longer reads every page of the box.
+// A snapshot's RAM image (snapRAM) holds the guest RAM a box keeps in a
+// memfd (ramLayout; THPCode and THPNone), as one sparse file of the
+// guest's RAM size, each RAM part at its offset in RAM order. The save
+// takes it straight from QEMU's memfds (only their allocated pages, never
+// reading a hole) while the machine is stopped, and migrates with the
+// capability x-ignore-shared, which leaves those (shared) RAM blocks out of
+// the stream: the stream holds the device state only, and QEMU no longer
+// reads every page of the box.
 //
 // A restore gives the box its own copy of the image (ramCopy), which its
 // QEMU maps shared, as a booted box's memfds. Fork's children instead
@@ -55,27 +55,22 @@ const (
 // the last restore that used it.
 const ramImageTTL = 30 * time.Second
 
-// imageParts returns the indices of c's RAM parts (ramLayout) that a RAM
-// image can hold: the memfd ones, when guest RAM has THPCode's layout and
-// no virtio-fs share (which needs all of RAM in one shared memfd).
+// imageParts returns c's RAM parts (ramLayout) and the indices of those a
+// RAM image can hold: all of them when guest RAM is in a memfd and the box
+// has no virtio-fs share (whose shared RAM a snapshot cannot take: QEMU
+// refuses to migrate vhost-user-fs); none otherwise.
 func imageParts(c Config) ([]ramPart, []int) {
-	if c.THP != THPCode || len(c.FSShares) > 0 {
+	if !c.THP.memfdRAM() || len(c.FSShares) > 0 {
 		return nil, nil
 	}
 	mem := c.MemoryMiB
 	if mem <= 0 {
 		mem = 512
 	}
-	span := c.KernelSpan
-	if span == (PhysRange{}) {
-		span = KernelSpan(c.Kernel)
-	}
-	parts := ramLayout(mem, span)
-	var idx []int
-	for i, p := range parts {
-		if !p.huge {
-			idx = append(idx, i)
-		}
+	parts := ramLayout(mem)
+	idx := make([]int, len(parts))
+	for i := range parts {
+		idx[i] = i
 	}
 	return parts, idx
 }
@@ -90,7 +85,7 @@ func partOffset(parts []ramPart, i int) int64 {
 }
 
 // qemuMemfds opens the memfds of QEMU process pid that hold parts idx of
-// parts (matched by size, which ramLayout makes differ between them). It
+// parts (matched by size, which must differ between them). It
 // fails when they cannot be told apart or opened (another uid's QEMU
 // without the privilege to read its descriptors): the caller then saves
 // RAM in the migration stream.
@@ -358,76 +353,38 @@ func openImage(path string, parts []ramPart) (*os.File, syscall.Stat_t, error) {
 // mapping of a memfd's hole allocates a page of the memfd and another for
 // the copy), and a snapshot of the box takes its RAM image from them.
 //
-// The parts are filled in the background. Parts above the first huge part
-// (the kernel image) at once, while QEMU starts: QEMU's loader writes boot
-// data and the kernel below and into that part, never above it. The parts
-// below once start is called, after QEMU has started (its machine reset
-// done): the snapshot's bytes then replace what the loader wrote there, and
-// the copy runs while QEMU loads the state instead of before QEMU starts.
-// filled calls start if it was not called, waits for the copy and returns
-// its error; the guest must not run before.
-func ramCopy(path string, parts []ramPart, idx []int) (files []*os.File, start func(), filled func() error, err error) {
+// The copy runs in the background, while QEMU starts: QEMU writes nothing
+// into guest RAM while it waits for an incoming migration (its loader's
+// data is not copied in at reset then). filled waits for the copy and
+// returns its error: the state must not load before it is complete (the
+// load reads the virtqueues' rings in guest RAM).
+func ramCopy(path string, parts []ramPart, idx []int) (files []*os.File, filled func() error, err error) {
 	f, _, err := openImage(path, parts)
 	if err != nil {
-		return nil, nil, nil, err
-	}
-	var now, later []int
-	for _, i := range idx {
-		if aboveKernel(parts, i) {
-			later = append(later, i)
-		} else {
-			now = append(now, i)
-		}
+		return nil, nil, err
 	}
 	files, err = fillMemfds(parts, idx, false, func(*os.File, int) error { return nil }) // filled below
 	if err != nil {
 		f.Close()
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	started := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
 		defer f.Close()
-		fill := func(i int) error {
+		for _, i := range idx {
 			if _, err := copyData(files[i], f, 0, partOffset(parts, i), int64(parts[i].sizeMiB)<<20, false); err != nil {
-				return fmt.Errorf("load the snapshot's RAM image: %w", err)
-			}
-			return nil
-		}
-		for _, i := range later {
-			if err := fill(i); err != nil {
-				done <- err
-				return
-			}
-		}
-		<-started
-		for _, i := range now {
-			if err := fill(i); err != nil {
-				done <- err
+				done <- fmt.Errorf("load the snapshot's RAM image: %w", err)
 				return
 			}
 		}
 		done <- nil
 	}()
-	var startOnce, once sync.Once
-	start = func() { startOnce.Do(func() { close(started) }) }
+	var once sync.Once
 	var ferr error
-	return files, start, func() error {
-		start()
+	return files, func() error {
 		once.Do(func() { ferr = <-done })
 		return ferr
 	}, nil
-}
-
-// aboveKernel reports whether part i lies above the first huge part of
-// parts (the kernel image's, see ramLayout).
-func aboveKernel(parts []ramPart, i int) bool {
-	for j := 0; j < i; j++ {
-		if parts[j].huge {
-			return true
-		}
-	}
-	return false
 }
 
 // partMemfd makes an empty memfd of size bytes.

@@ -15,7 +15,7 @@ import (
 // own copy) and from the sealed copies Fork's children map, which refuse
 // writes; zero pages and holes take no space in the image.
 func TestRAMImageRoundTrip(t *testing.T) {
-	parts := []ramPart{{sizeMiB: 2}, {sizeMiB: 2, huge: true}, {sizeMiB: 4}}
+	parts := []ramPart{{sizeMiB: 2}, {sizeMiB: 1}, {sizeMiB: 4}} // part 1 not in the image
 	page := func(b byte) []byte { return bytes.Repeat([]byte{b}, 4096) }
 	want := map[int]map[int64][]byte{ // part -> offset -> content
 		0: {0: page(1), 8192: page(2)},
@@ -46,16 +46,15 @@ func TestRAMImageRoundTrip(t *testing.T) {
 	}
 	var st syscall.Stat_t
 	syscall.Stat(path, &st)
-	if st.Size != 8<<20 || st.Blocks*512 > 64<<10 {
+	if st.Size != 7<<20 || st.Blocks*512 > 64<<10 {
 		t.Errorf("image: size %d, allocated %d bytes: want the RAM size, sparse", st.Size, st.Blocks*512)
 	}
 	// The file comes back as a restore's own copy (ramCopy).
-	copies, start, filled, err := ramCopy(path, parts, []int{0, 2})
+	copies, filled, err := ramCopy(path, parts, []int{0, 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeAll(copies)
-	start()
 	if err := filled(); err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +123,7 @@ func TestRAMImageRoundTrip(t *testing.T) {
 	}
 	// A damaged image (another size) is refused.
 	os.Truncate(path, 4<<20)
+
 	if f, _, err := openImage(path, parts); err == nil {
 		f.Close()
 		t.Errorf("an image of the wrong size was accepted")

@@ -766,10 +766,7 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 	}
 	qc.Incoming = true
 	// Guest RAM, the kernel's image included, comes from the snapshot: QEMU
-	// gets the kernel's stub (kstub.go), the RAM layout keeps its span.
-	if qc.THP == THPCode && qc.KernelSpan == (PhysRange{}) {
-		qc.KernelSpan = KernelSpan(qc.Kernel)
-	}
+	// gets the kernel's stub (kstub.go).
 	stub := filepath.Join(spec.Dir, boxdir.KernelStub)
 	if ok, err := writeKernelStub(qc.Kernel, stub); err != nil {
 		return nil, err
@@ -803,14 +800,14 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 
 // startOnce is one launch of StartFromSnapshot.
 func (d *Driver) startOnce(ctx context.Context, spec vmm.Spec, qc Config, mm machineMeta, f *os.File, dir string, parts []ramPart, idx []int) (vmm.Machine, error) {
-	start, filled := func() {}, func() error { return nil }
+	filled := func() error { return nil }
 	if len(mm.RAMParts) > 0 && qc.RAMImages == nil {
-		// The box's own copy, filled while QEMU starts and loads.
-		images, ramStart, fill, err := ramCopy(filepath.Join(dir, snapRAM), parts, idx)
+		// The box's own copy, filled while QEMU starts.
+		images, fill, err := ramCopy(filepath.Join(dir, snapRAM), parts, idx)
 		if err != nil {
 			return nil, err
 		}
-		start, filled = ramStart, fill
+		filled = fill
 		defer func() {
 			fill()
 			closeAll(images) // QEMU has its own
@@ -835,7 +832,7 @@ func (d *Driver) startOnce(ctx context.Context, spec vmm.Spec, qc Config, mm mac
 		os.WriteFile(filepath.Join(spec.Dir, boxdir.CID), []byte(strconv.FormatUint(uint64(qc.VsockCID), 10)), 0o600)
 	}
 	m := &machine{id: spec.ID, dir: spec.Dir, h: vmm.Handle{PID: pid, Start: vmm.StartTime(pid)}}
-	if err := loadState(ctx, m, f, mm.QEMUVersion, len(mm.RAMParts) > 0, qc.Network && qc.NetSocket != "", start, filled); err != nil {
+	if err := loadState(ctx, m, f, mm.QEMUVersion, len(mm.RAMParts) > 0, qc.Network && qc.NetSocket != "", filled); err != nil {
 		m.Kill()
 		return nil, err
 	}
@@ -848,18 +845,17 @@ func (d *Driver) startOnce(ctx context.Context, spec vmm.Spec, qc Config, mm mac
 // ignoreShared says the stream was saved with x-ignore-shared (a RAM
 // image holds part of RAM), which changes its format: the incoming side
 // needs the capability too. network says the machine has a stream netdev
-// (net0) its network helper connects to. ramStart and ramFilled start
-// and wait for the RAM image copy QEMU maps (ramCopy): QEMU answering QMP
-// has reset its machine, so the copy may start; it runs while the state
-// loads (QEMU started with -S stays paused after the load) and must be
-// complete before the guest runs.
-func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string, ignoreShared, network bool, ramStart func(), ramFilled func() error) error {
+// (net0) its network helper connects to. ramFilled waits for the copy of
+// the RAM image QEMU maps (ramCopy), which must be complete before the
+// state loads: loading the virtio devices reads their rings in guest RAM
+// (a load that ran beside the copy left a box's agent port dead now and
+// then).
+func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string, ignoreShared, network bool, ramFilled func() error) error {
 	q, err := m.qmp(ctx)
 	if err != nil {
 		return err
 	}
 	defer q.Close()
-	ramStart()
 	ver, err := q.version()
 	if err != nil {
 		return err
@@ -899,6 +895,9 @@ func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string, 
 		}
 		return fmt.Errorf("QEMU exited while loading the snapshot: %s", why)
 	}
+	if err := ramFilled(); err != nil {
+		return err
+	}
 	if _, err := q.Execute("migrate-incoming", map[string]any{"uri": "fd:" + fdName}); err != nil {
 		return died(err)
 	}
@@ -920,10 +919,6 @@ func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string, 
 				if err := waitNetdev(ctx, q); err != nil {
 					return died(err)
 				}
-			}
-			// The RAM image must be in place before the guest runs again.
-			if err := ramFilled(); err != nil {
-				return err
 			}
 			if _, err := q.Execute("cont", nil); err != nil {
 				return died(err)
