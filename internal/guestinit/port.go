@@ -52,10 +52,17 @@ func FindPorts(prefix string, want int, d time.Duration) ([]string, error) {
 	}
 }
 
+// portPoll is how often OpenPort looks for a host without a SIGIO.
+const portPoll = 5 * time.Second
+
 // OpenPort opens the port and waits until a host process is connected to
 // its other end. While no host is connected a read returns EOF at once, so
-// the wait uses SIGIO (the port signals a host connecting) with a slow
-// fallback poll rather than spinning.
+// the wait uses SIGIO (the port signals a host connecting; sigio buffers
+// one, so none is lost between the check and the wait) with a slow
+// fallback poll rather than spinning. Slow: the ports no host uses wait
+// here for the box's whole life, and each wakeup of theirs that falls
+// into a restore's first moments is code QEMU's TCG translates anew
+// (docs/snapshots.md).
 func OpenPort(dev string, sigio <-chan os.Signal) (*os.File, error) {
 	f, err := os.OpenFile(dev, os.O_RDWR, 0)
 	if err != nil {
@@ -82,7 +89,7 @@ func OpenPort(dev string, sigio <-chan os.Signal) (*os.File, error) {
 	for !HostConnected(f) {
 		select {
 		case <-sigio:
-		case <-time.After(250 * time.Millisecond):
+		case <-time.After(portPoll):
 		}
 	}
 	setAsync(false)
