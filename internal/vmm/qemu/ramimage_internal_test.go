@@ -123,7 +123,6 @@ func TestRAMImageRoundTrip(t *testing.T) {
 	}
 	// A damaged image (another size) is refused.
 	os.Truncate(path, 4<<20)
-
 	if f, _, err := openImage(path, parts); err == nil {
 		f.Close()
 		t.Errorf("an image of the wrong size was accepted")

@@ -895,8 +895,15 @@ func loadState(ctx context.Context, m *machine, f *os.File, wantVersion string, 
 		}
 		return fmt.Errorf("QEMU exited while loading the snapshot: %s", why)
 	}
-	if err := ramFilled(); err != nil {
-		return err
+	filled := make(chan error, 1)
+	go func() { filled <- ramFilled() }()
+	select {
+	case err := <-filled:
+		if err != nil {
+			return err
+		}
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	if _, err := q.Execute("migrate-incoming", map[string]any{"uri": "fd:" + fdName}); err != nil {
 		return died(err)
