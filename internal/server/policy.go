@@ -65,15 +65,23 @@ var privateNets = []netip.Prefix{
 }
 
 // allowNetPrefix returns the IP range an allow_net entry names, if it
-// names one (a name returns false).
+// names one (a name returns false). An IPv4-mapped IPv6 range
+// (::ffff:10.0.0.5) is returned as the IPv4 one, which is what a box
+// reaches through it.
 func allowNetPrefix(entry string) (netip.Prefix, bool) {
+	unmap := func(p netip.Prefix) netip.Prefix {
+		if !p.Addr().Is4In6() {
+			return p.Masked()
+		}
+		return netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0)).Masked()
+	}
 	try := func(s string) (netip.Prefix, bool) {
 		s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
 		if p, err := netip.ParsePrefix(s); err == nil {
-			return p.Masked(), true
+			return unmap(p), true
 		}
 		if a, err := netip.ParseAddr(s); err == nil {
-			return netip.PrefixFrom(a, a.BitLen()), true
+			return unmap(netip.PrefixFrom(a, a.BitLen())), true
 		}
 		return netip.Prefix{}, false
 	}
