@@ -355,7 +355,7 @@ func (r *Runtime) resolveImage(ctx context.Context, ref string) (*image.Image, e
 	if ev.Start != nil {
 		ev.Start(ref)
 	}
-	img, err = r.images.Pull(ctx, ref, image.PullOptions{Progress: ev.Progress})
+	img, err = r.images.Pull(ctx, ref, image.PullOptions{Progress: ev.Progress, CheckAddr: pullCheck(ctx)})
 	if ev.Done != nil {
 		if err != nil {
 			ev.Done(ref, "", err)

@@ -58,7 +58,8 @@ box started at a cap takes the place of a ready pool box (docs/pool.md).
 Clients get no more of the host than the policy flags grant (403
 policy_denied otherwise): host volumes (--allow-volume), host ports
 (--allow-host-port), published ports (--allow-publish), private allow_net
-ranges (--allow-private-net), and the caps --max-boxes, --max-cpus,
+ranges and image pulls from loopback or private registries
+(--allow-private-net), and the caps --max-boxes, --max-cpus,
 --max-memory. The grants and caps are server-wide: the server has one
 token, so they are not per token (--max-execs is per client: the token, or
 the unix socket).`,
@@ -177,7 +178,7 @@ the unix socket).`,
 	f.StringArrayVar(&policy.AllowVolumeDirs, "allow-volume", nil, "let clients attach host directories under DIR as volumes (symlinks resolved); repeatable; none by default")
 	f.BoolVar(&allowNamedVolumes, "allow-named-volumes", true, "let clients create and attach named volumes")
 	f.IntSliceVar(&policy.AllowHostPorts, "allow-host-port", nil, "let a box's network open this host port (allow_host_ports); repeatable; none by default")
-	f.BoolVar(&policy.AllowPrivateNet, "allow-private-net", false, "let allow_net list IPs/CIDRs in private ranges (RFC 1918, CGNAT, ULA)")
+	f.BoolVar(&policy.AllowPrivateNet, "allow-private-net", false, "let allow_net list IPs/CIDRs in private ranges (RFC 1918, CGNAT, ULA), and image pulls reach registries there and on loopback")
 	f.StringArrayVar(&publish, "allow-publish", nil, "let clients publish box ports on these host ports: [ADDR:]LOW[-HIGH][/tcp|udp], ADDR 127.0.0.1 by default (another address must be named; 0.0.0.0 or :: covers every address of its family); a range from 0 also grants host_port 0 (a free port); repeatable; none by default")
 	f.StringVar(&auditPath, "audit-log", "", `exec audit log, JSON lines (default audit.log in the home; "off": none)`)
 	f.Int64Var(&auditMax, "audit-max", server.DefaultAuditMaxBytes, "audit log size at which it is rotated to .1 (at most twice this is kept)")

@@ -144,7 +144,7 @@ func (s *Server) registerBoxes() {
 		} else if err := s.checkCreate(ctx, &opts); err != nil {
 			return nil, err
 		}
-		b, err := s.rt.Create(ctx, opts)
+		b, err := s.rt.Create(s.pullContext(ctx), opts)
 		if err != nil {
 			if len(opts.Ports) > 0 && strings.Contains(err.Error(), "address already in use") {
 				return nil, &Problem{Status: http.StatusConflict, Title: http.StatusText(http.StatusConflict), Code: CodePortInUse,

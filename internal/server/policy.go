@@ -48,7 +48,10 @@ type Policy struct {
 	// ranges (RFC 1918, CGNAT 100.64/10, IPv6 ULA), which open those parts
 	// of the host's networks to the box (airlock serve --allow-private-net).
 	// Names and public addresses need no grant: they reach no more than
-	// the default public network does.
+	// the default public network does. It also lets the image pulls
+	// clients cause connect to the server's loopback and private ranges
+	// (registries, redirects, token realms; checked on the resolved
+	// address), which they may not otherwise.
 	AllowPrivateNet bool
 	// AllowPublish are the host addresses and port ranges a create
 	// request's ports may publish on (airlock serve --allow-publish; see
