@@ -282,3 +282,55 @@ func TestHostileRegistryRedirectChecked(t *testing.T) {
 		t.Errorf("token realm: %v, want ErrAddressRefused naming localhost", err)
 	}
 }
+
+// TestHostileRegistryRemoveDuringStall: a pull that a registry holds open
+// (it keeps the store's gc lock while it downloads) does not hold up
+// removing another image: Remove leaves the freed blobs for later.
+func TestHostileRegistryRemoveDuringStall(t *testing.T) {
+	reg := imagetest.NewRegistry(t)
+	base, top := testImage(t)
+	good := reg.Push(t, "test/app:v1", imagetest.Image(t, nil, base, top))
+	s, err := image.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pull(context.Background(), good, image.PullOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := configBlob(t, reg, "evil/slow")
+	l := v1.Descriptor{MediaType: types.OCILayer, Size: 1 << 20, Digest: fakeDigest(3)}
+	started := make(chan struct{}, 1)
+	stall := imagetest.Stall(false, nil)
+	reg.Script("/blobs/"+l.Digest.String(), func(w http.ResponseWriter, req *http.Request) {
+		started <- struct{}{}
+		stall(w, req)
+	})
+	slow := reg.PushManifest(t, "evil/slow:v1", v1.Manifest{Config: cfg, Layers: []v1.Descriptor{l}})
+	ctx, cancel := context.WithCancel(context.Background())
+	pulled := make(chan error, 1)
+	go func() {
+		_, err := s.Pull(ctx, slow, image.PullOptions{StallTimeout: time.Minute})
+		pulled <- err
+	}()
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stalling blob was never asked for")
+	}
+	t0 := time.Now()
+	if err := s.Remove(good); err != nil {
+		t.Errorf("Remove during a stalled pull: %v", err)
+	}
+	if d := time.Since(t0); d > 10*time.Second {
+		t.Errorf("Remove waited %s for a stalled pull", d)
+	}
+	if _, err := s.Resolve(good); !errors.Is(err, image.ErrNotFound) {
+		t.Errorf("removed image still resolves: %v", err)
+	}
+	cancel()
+	<-pulled
+	// With the pull gone, GC frees what Remove left.
+	if n, err := s.GC(); err != nil || n == 0 {
+		t.Errorf("GC after the pull: freed %d, %v", n, err)
+	}
+}
