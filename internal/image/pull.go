@@ -73,9 +73,18 @@ type PullOptions struct {
 // pulling a present image costs only the manifest requests. Every blob is
 // verified against its digest before it is kept.
 //
+// What a registry can make the host hold is bounded: manifests and other
+// responses but blobs to MaxManifestBytes, the config to MaxConfigBytes,
+// MaxLayers layers, each of a declared size, together at most
+// PullOptions.MaxBytes and the store's free space (checked before any
+// layer is fetched); a registry that stalls fails the pull after
+// PullOptions.StallTimeout; at most 3 layers download at once. A
+// registry's response bodies never appear in errors.
+//
 // Errors wrap ErrNotFound (no such image or tag in the registry),
-// ErrUnauthorized, ErrUnreachable, ErrNoPlatform or ErrDigestMismatch and
-// say what to do about it. Cancelling ctx stops the transfer.
+// ErrUnauthorized, ErrUnreachable, ErrNoPlatform, ErrDigestMismatch,
+// ErrTooLarge, ErrStalled or ErrAddressRefused and say what to do about
+// it. Cancelling ctx stops the transfer.
 func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image, error) {
 	r, err := parseRef(ref)
 	if err != nil {
