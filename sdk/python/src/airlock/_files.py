@@ -238,9 +238,8 @@ def _extract(fileobj: Any, dest_dir: Path, top: str, rename: Optional[str]) -> N
             if not _under(target, top) or ren(target) not in files:
                 raise _refuse(entry, f"is a hard link to {linkname!r}, not a file this copy wrote")
             linkname = ren(target)
+        m = tarfile.data_filter(m.replace(name=name, linkname=linkname, deep=False), dest)
         check_path(entry, name, m)
-        m = m.replace(name=name, linkname=linkname, deep=False)
-        m = tarfile.data_filter(m, dest)
         if m.issym():
             links.add(name)
         elif m.isreg() or m.islnk():
