@@ -269,15 +269,16 @@ func TestHostileArchiveKernelCmdline(t *testing.T) {
 	r := openRuntime(t, "")
 	ctx := context.Background()
 	data := []byte("data")
+	const snap = `{"agent_version":"1","driver":"qemu"}`
 	for _, bad := range []string{"init=/bin/sh", "rdinit=/bin/sh", "usbcore.authorized_default=1", "--"} {
 		machine := fmt.Sprintf(`{"qemu_version":"10.0.0","config":{"Cmdline":"console=ttyS0 panic=-1 %s airlock.hostname=x"}}`, bad)
 		m := hostileMeta(digest, 512, 16, [][2]int64{{4096, 4}}, 4, sha256Hex(data))
 		m["kind"], m["snapshot"] = "snapshot", "cmdline"
 		m["files"] = []map[string]any{{"name": "rw.ext4.data", "size": 4, "sha256": sha256Hex(data)},
-			{"name": "snapshot.json", "size": 2, "sha256": sha256Hex([]byte("{}"))},
+			{"name": "snapshot.json", "size": len(snap), "sha256": sha256Hex([]byte(snap))},
 			{"name": "machine.json", "size": len(machine), "sha256": sha256Hex([]byte(machine))},
 			{"name": "state", "size": 2, "sha256": sha256Hex([]byte("{}"))}}
-		arc := archive(t, m, [2]string{"rw.ext4.data", "data"}, [2]string{"snapshot.json", "{}"},
+		arc := archive(t, m, [2]string{"rw.ext4.data", "data"}, [2]string{"snapshot.json", snap},
 			[2]string{"machine.json", machine}, [2]string{"state", "{}"})
 		_, err := r.ImportBox(ctx, bytes.NewReader(arc), airlock.ImportOptions{})
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", bad)) || !strings.Contains(err.Error(), "kernel command line") {
