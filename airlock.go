@@ -98,9 +98,12 @@ type Options struct {
 	// user), checked when a box starts. Default $AIRLOCK_MAX_BOXES, else
 	// DefaultMaxBoxes.
 	MaxBoxes int
-	// MaxMemoryMiB caps the guest memory of the boxes running on this
-	// host, checked at create and start. Default $AIRLOCK_MAX_MEMORY, else
-	// host RAM minus the larger of 2 GiB and a tenth.
+	// MaxMemoryMiB caps the host memory of the boxes running on this
+	// host, checked at create and start: each box counts with its guest
+	// memory plus a fixed overhead for QEMU's own memory, its network
+	// helper and virtiofsd (see CapacityError). Default
+	// $AIRLOCK_MAX_MEMORY, else host RAM minus the larger of 2 GiB and a
+	// tenth.
 	MaxMemoryMiB int
 	// Pool lists warm pools (see PoolOptions and docs/pool.md): boxes kept
 	// ready, which Create with the same options takes instead of booting.

@@ -133,18 +133,22 @@ func (s *Server) registerBoxes() {
 		for _, p := range sp.Ports {
 			opts.Ports = append(opts.Ports, airlock.PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Protocol})
 		}
+		var release func()
+		var err error
 		if sp.FromSnapshot != "" {
 			if opts.Image == airlock.DefaultImage {
 				opts.Image = "" // huma's default: the snapshot names its image
 			}
 			opts.FromSnapshot = sp.FromSnapshot
-			if err := s.checkRestore(ctx, opts); err != nil {
-				return nil, err
-			}
-		} else if err := s.checkCreate(ctx, &opts); err != nil {
+			release, err = s.checkRestore(ctx, opts)
+		} else {
+			release, err = s.checkCreate(ctx, &opts)
+		}
+		if err != nil {
 			return nil, err
 		}
 		b, err := s.rt.Create(ctx, opts)
+		release()
 		if err != nil {
 			if len(opts.Ports) > 0 && strings.Contains(err.Error(), "address already in use") {
 				return nil, &Problem{Status: http.StatusConflict, Title: http.StatusText(http.StatusConflict), Code: CodePortInUse,

@@ -114,6 +114,7 @@ type Server struct {
 	shutdown chan struct{} // closed when Serve starts shutting down
 
 	volumeDirs []string // Policy.AllowVolumeDirs, resolved
+	caps       capState // named volumes and snapshots being made (policy.go)
 
 	mu        sync.Mutex
 	lifetimes map[string]*lifetime  // by box id
@@ -141,6 +142,7 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	cfg.Policy = cfg.Policy.withDefaults()
 	s := &Server{cfg: cfg, rt: cfg.Runtime, log: cfg.Logger, mux: http.NewServeMux(),
 		events: cfg.Events, shutdown: make(chan struct{}), lifetimes: map[string]*lifetime{}, busy: map[string]int{},
 		codeboxes: map[string]*codeState{}, execs: map[string]*execEntry{}, slots: map[string]chan struct{}{}, wsConns: map[*wsConn]struct{}{}}
