@@ -142,7 +142,9 @@ func TestHostileClientVolumeCaps(t *testing.T) {
 	var wg sync.WaitGroup
 	sts := make([]int, 4)
 	for i := range sts {
-		wg.Go(func() { sts[i], _, _ = c.post(t, "/v1/boxes", server.BoxSpec{Image: c.ref, Volumes: vol(fmt.Sprintf("new%d", i))}) })
+		wg.Go(func() {
+			sts[i], _, _ = c.post(t, "/v1/boxes", server.BoxSpec{Image: c.ref, Volumes: vol(fmt.Sprintf("new%d", i))})
+		})
 	}
 	wg.Wait()
 	if vs, _ := c.r.Volumes(ctx); len(vs) != 2 {
