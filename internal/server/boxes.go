@@ -121,7 +121,7 @@ func (s *Server) registerBoxes() {
 		OperationID: "create-box", Method: http.MethodPost, Path: "/v1/boxes", Tags: []string{"boxes"},
 		Summary:       "Create a box",
 		Description:   "Creates a box from an image (pulled if absent) and boots it, or restores it from a memory snapshot (from_snapshot): when the call returns, execs can run.",
-		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusBadGateway},
+		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusBadGateway, http.StatusServiceUnavailable},
 	}, func(ctx context.Context, in *struct{ Body BoxSpec }) (*boxOutput, error) {
 		sp := in.Body
 		opts := airlock.BoxOptions{Image: sp.Image, Name: sp.Name, CPUs: sp.CPUs, MemoryMiB: sp.MemoryMiB,
