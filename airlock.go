@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/store"
@@ -546,6 +547,10 @@ type BoxInfo struct {
 	// Suspended says the stopped box was paused to disk (Box.Suspend):
 	// Start or Resume continue it from its saved memory.
 	Suspended bool
+	// DiskBytes is what the box's writable layer takes on the host's
+	// disk now (its allocated blocks: it grows towards
+	// Options.DiskSizeMiB as the box writes).
+	DiskBytes int64
 }
 
 // List returns every box of this home, oldest first.
@@ -572,6 +577,7 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 		} else {
 			info.Suspended = suspendedIn(dir) != ""
 		}
+		info.DiskBytes = allocatedBytes(filepath.Join(dir, boxdir.RW))
 		out = append(out, info)
 	}
 	return out, nil

@@ -109,6 +109,46 @@ func TestHostileClientDiskCap(t *testing.T) {
 	}
 	st, p, _ = c.post(t, "/v1/boxes", server.BoxSpec{Image: c.ref, DiskSizeMiB: free - 1024})
 	wantDenied(t, "a disk of all the free space but 1 GiB", st, p, "--min-free-disk", "MiB free", c.r.Home())
+
+	// Boxes made before count with what their disks may still take: a
+	// box of all the free space but 3 GiB fits, a second one of 2 GiB
+	// (which fits the free space alone) does not; once the first is
+	// stopped it does, and then the first cannot start again.
+	st, p, a := c.post(t, "/v1/boxes", server.BoxSpec{Image: c.ref, DiskSizeMiB: free - 3072})
+	if st != http.StatusCreated {
+		t.Fatalf("a box of all the free space but 3 GiB: %d %+v", st, p)
+	}
+	st, p, _ = c.post(t, "/v1/boxes", server.BoxSpec{Image: c.ref, DiskSizeMiB: 2048})
+	wantDenied(t, "a second box of 2 GiB", st, p, "--min-free-disk", "may still write")
+	if st, p, _ := c.post(t, "/v1/boxes/"+a.ID+"/stop", nil); st != http.StatusOK {
+		t.Fatalf("stop: %d %+v", st, p)
+	}
+	if st, p, _ := c.post(t, "/v1/boxes", server.BoxSpec{Image: c.ref, DiskSizeMiB: 2048}); st != http.StatusCreated {
+		t.Fatalf("a box of 2 GiB with the big one stopped: %d %+v", st, p)
+	}
+	st, p, _ = c.post(t, "/v1/boxes/"+a.ID+"/start", nil)
+	wantDenied(t, "starting the big box again", st, p, "--min-free-disk", "starting a box")
+}
+
+// TestHostileClientStartPastMaxBoxes: a stopped box started again takes
+// a place under --max-boxes: stopping boxes and creating others, then
+// starting the stopped ones, does not pass the cap.
+func TestHostileClientStartPastMaxBoxes(t *testing.T) {
+	c := newCapsServer(t, airlock.Options{}, server.Policy{MaxBoxes: 1})
+	st, p, a := c.post(t, "/v1/boxes", server.BoxSpec{Image: c.ref})
+	if st != http.StatusCreated {
+		t.Fatalf("create: %d %+v", st, p)
+	}
+	if st, p, _ := c.post(t, "/v1/boxes/"+a.ID+"/stop", nil); st != http.StatusOK {
+		t.Fatalf("stop: %d %+v", st, p)
+	}
+	if st, p, _ := c.post(t, "/v1/boxes", server.BoxSpec{Image: c.ref}); st != http.StatusCreated {
+		t.Fatalf("second create with the first stopped: %d %+v", st, p)
+	}
+	st, p, _ = c.post(t, "/v1/boxes/"+a.ID+"/start", nil)
+	wantDenied(t, "starting the first box again", st, p, "--max-boxes")
+	st, p, _ = c.post(t, "/v1/boxes/"+a.ID+"/resume", nil)
+	wantDenied(t, "resuming the first box", st, p, "--max-boxes")
 }
 
 // TestHostileClientVolumeCaps: named volumes, created by any create that

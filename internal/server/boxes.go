@@ -192,10 +192,13 @@ func (s *Server) registerBoxes() {
 	huma.Register(s.api, huma.Operation{
 		OperationID: "start-box", Method: http.MethodPost, Path: "/v1/boxes/{id}/start", Tags: []string{"boxes"},
 		Summary: "Start a box", Description: "Boots the box's VM if it is not running and waits for its agent.",
-		Errors: boxErrors,
+		Errors: append([]int{http.StatusForbidden, http.StatusServiceUnavailable}, boxErrors...),
 	}, func(ctx context.Context, in *boxIDInput) (*boxOutput, error) {
 		b, err := s.getBox(ctx, in.ID)
 		if err != nil {
+			return nil, err
+		}
+		if err := s.checkStart(ctx, b); err != nil {
 			return nil, err
 		}
 		if err := b.Start(ctx); err != nil {

@@ -272,7 +272,7 @@ func (s *Server) checkCreate(ctx context.Context, opts *airlock.BoxOptions) (rel
 	if volMiB > 0 {
 		what += fmt.Sprintf(" and %d MiB of new named volumes", volMiB)
 	}
-	if err := s.checkFreeDisk(what, int64(disk)+int64(volMiB)); err != nil {
+	if err := s.checkFreeDisk(ctx, what, int64(disk)+int64(volMiB)); err != nil {
 		release()
 		return nil, err
 	}
@@ -355,8 +355,10 @@ func (s *Server) reserveVolumes(ctx context.Context, vols []airlock.Volume) (new
 
 // checkFreeDisk refuses making what (a phrase: "a box with a disk of 4096
 // MiB") when writing wantMiB more would leave less than
-// Policy.MinFreeDiskMiB free on the filesystem of the airlock home.
-func (s *Server) checkFreeDisk(what string, wantMiB int64) error {
+// Policy.MinFreeDiskMiB free on the filesystem of the airlock home, once
+// what the boxes not stopped may still write into their disks (each one's
+// size less what it holds) is counted too.
+func (s *Server) checkFreeDisk(ctx context.Context, what string, wantMiB int64) error {
 	reserve := int64(s.cfg.Policy.MinFreeDiskMiB)
 	if reserve <= 0 {
 		return nil
@@ -368,11 +370,40 @@ func (s *Server) checkFreeDisk(what string, wantMiB int64) error {
 		return nil
 	}
 	free := int64(st.Bavail) * st.Bsize >> 20
-	if free-wantMiB >= reserve {
+	infos, err := s.rt.List(ctx)
+	if err != nil {
+		return problem(err)
+	}
+	var owed int64 // MiB
+	for _, i := range infos {
+		if i.State != "stopped" {
+			owed += max(0, int64(i.Options.DiskSizeMiB)-i.DiskBytes>>20)
+		}
+	}
+	if free-owed-wantMiB >= reserve {
 		return nil
 	}
-	return denied("%s: the filesystem of the airlock home (%s) has %d MiB free, and this server keeps %d MiB of it free (airlock serve --min-free-disk) once what the request may write (%d MiB) is counted: remove boxes, snapshots or volumes, or ask for less",
-		what, home, free, reserve, wantMiB)
+	return denied("%s: the filesystem of the airlock home (%s) has %d MiB free, the boxes not stopped may still write %d MiB into their disks and this request %d MiB, and this server keeps %d MiB free (airlock serve --min-free-disk): remove boxes, snapshots or volumes, or ask for less",
+		what, home, free, owed, wantMiB, reserve)
+}
+
+// checkStart applies the policy to starting box b (start, or resume
+// from disk): a stopped box takes a place under Policy.MaxBoxes again, and
+// what its disk may still take counts against Policy.MinFreeDiskMiB. A
+// box not stopped passes.
+func (s *Server) checkStart(ctx context.Context, b *airlock.Box) error {
+	info, err := b.Info(ctx)
+	if err != nil {
+		return problem(err)
+	}
+	if info.State != "stopped" {
+		return nil
+	}
+	if err := s.checkBoxRoom(ctx, 1, "starting a box: %[2]d boxes are not stopped; this server allows at most %[3]d (airlock serve --max-boxes): stop or remove one first"); err != nil {
+		return err
+	}
+	disk := int64(info.Options.DiskSizeMiB)
+	return s.checkFreeDisk(ctx, fmt.Sprintf("starting a box with a disk of %d MiB", disk), max(0, disk-info.DiskBytes>>20))
 }
 
 // checkBoxRoom refuses making n more boxes when they would pass

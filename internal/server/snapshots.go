@@ -83,7 +83,7 @@ func (s *Server) reserveSnapshot(ctx context.Context, info airlock.BoxInfo) (rel
 		}
 	}
 	o := info.Options
-	if err := s.checkFreeDisk(fmt.Sprintf("a snapshot of a box with %d MiB of memory and a disk of %d MiB", o.MemoryMiB, o.DiskSizeMiB),
+	if err := s.checkFreeDisk(ctx, fmt.Sprintf("a snapshot of a box with %d MiB of memory and a disk of %d MiB", o.MemoryMiB, o.DiskSizeMiB),
 		int64(o.MemoryMiB)+int64(o.DiskSizeMiB)); err != nil {
 		return nil, err
 	}
@@ -106,7 +106,7 @@ func (s *Server) checkFork(ctx context.Context, info airlock.BoxInfo, n int) err
 		return err
 	}
 	o := info.Options
-	return s.checkFreeDisk(fmt.Sprintf("a fork into %d boxes of a box with %d MiB of memory and a disk of %d MiB", n, o.MemoryMiB, o.DiskSizeMiB),
+	return s.checkFreeDisk(ctx, fmt.Sprintf("a fork into %d boxes of a box with %d MiB of memory and a disk of %d MiB", n, o.MemoryMiB, o.DiskSizeMiB),
 		int64(o.MemoryMiB)+int64(n+1)*int64(o.DiskSizeMiB))
 }
 
@@ -288,10 +288,13 @@ func (s *Server) registerSnapshots() {
 		OperationID: "resume-box", Method: http.MethodPost, Path: "/v1/boxes/{id}/resume", Tags: []string{"snapshots"},
 		Summary:     "Resume a paused box",
 		Description: "Lets a paused box run on, or continues one paused to disk from its saved memory (same id, files and processes). A running box is left as it is.",
-		Errors:      pauseErrors,
+		Errors:      append([]int{http.StatusForbidden, http.StatusServiceUnavailable}, pauseErrors...),
 	}, func(ctx context.Context, in *boxIDInput) (*boxOutput, error) {
 		b, err := s.getBox(ctx, in.ID)
 		if err != nil {
+			return nil, err
+		}
+		if err := s.checkStart(ctx, b); err != nil {
 			return nil, err
 		}
 		if err := b.Resume(ctx); err != nil {
