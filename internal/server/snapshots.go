@@ -263,7 +263,7 @@ func (s *Server) registerSnapshots() {
 		Summary: "Pause a running box",
 		Description: "Stops the box's vCPUs (no guest CPU; its memory stays allocated; calls into it wait), or with to_disk " +
 			"saves it to disk and ends its VM. POST /v1/boxes/{id}/resume lets it run on, with its clock stepped to the host's.",
-		Errors: pauseErrors,
+		Errors: append([]int{http.StatusForbidden}, pauseErrors...),
 	}, func(ctx context.Context, in *struct {
 		ID   string `path:"id" maxLength:"128" doc:"Box id, unique id prefix, or name."`
 		Body PauseRequest
@@ -273,6 +273,15 @@ func (s *Server) registerSnapshots() {
 			return nil, err
 		}
 		if in.Body.ToDisk {
+			// Its memory and device state go into its directory.
+			info, err := b.Info(ctx)
+			if err != nil {
+				return nil, problem(err)
+			}
+			mem := int64(info.Options.MemoryMiB)
+			if err := s.checkFreeDisk(ctx, fmt.Sprintf("pausing to disk a box with %d MiB of memory", mem), mem); err != nil {
+				return nil, err
+			}
 			s.dropCodebox(b.ID())
 			err = b.Suspend(ctx)
 		} else {
