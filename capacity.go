@@ -26,16 +26,17 @@ const (
 	// with each box's memory: QEMU's own (heap, device state, I/O
 	// buffers, and under TCG the translated-code buffer), the box's
 	// network helper, its console drain and the virtiofsd processes of
-	// its shared directories. Measured (smaps of an idle 512 MiB box
-	// under TCG, Debian kernel, after an exec): QEMU 268 MiB RSS, of
-	// which 114 MiB guest RAM, 56 MiB translated code, 25 MiB other
-	// anonymous memory and 73 MiB file pages (its binary and libraries,
-	// shared between boxes); network helper 9.4 MiB; console drain
-	// 1.5 MiB private (10 MiB PSS). That is ~92-100 MiB a box beyond
-	// its guest RAM; the translated-code buffer grows with the code the
-	// guest runs (up to 1 GiB reserved), virtiofsd adds a few MiB per
-	// shared directory, and under KVM there is no translated code: 128
-	// MiB covers TCG with room to grow.
+	// its shared directories. Measured from /proc/PID/smaps of an idle
+	// 512 MiB box under TCG after one exec (airlock kernel; Debian's in
+	// brackets): QEMU 118 [268] MiB RSS, of which 31 [114] MiB guest RAM,
+	// 33 [56] MiB translated code, 20 [25] MiB other anonymous memory
+	// and 35 [73] MiB file pages (binary and libraries, shared between
+	// boxes); network helper 9.3 MiB; console drain 1.5 MiB of its own
+	// (10.5 MiB PSS); virtiofsd 3-3.6 MiB RSS, ~1 MiB PSS, for each of
+	// its two processes. That is 65-100 MiB a box beyond guest RAM; the
+	// translated code grows with the code the guest runs (QEMU reserves
+	// 1 GiB for it), and under KVM there is none: 128 MiB covers TCG
+	// with room to grow.
 	boxOverheadMiB = 128
 )
 
