@@ -33,10 +33,12 @@ const (
 	// and 35 [73] MiB file pages (binary and libraries, shared between
 	// boxes); network helper 9.3 MiB; console drain 1.5 MiB of its own
 	// (10.5 MiB PSS); virtiofsd 3-3.6 MiB RSS, ~1 MiB PSS, for each of
-	// its two processes. That is 65-100 MiB a box beyond guest RAM; the
+	// its two processes. That is 65-100 MiB a box beyond guest RAM. The
 	// translated code grows with the code the guest runs (QEMU reserves
-	// 1 GiB for it), and under KVM there is none: 128 MiB covers TCG
-	// with room to grow.
+	// 1 GiB for it): after python3 imported ten modules and ran a loop,
+	// 64 MiB, with 25 MiB other anonymous memory (~100 MiB a box, 135
+	// with the file pages of a lone QEMU). Under KVM there is none. 128
+	// MiB covers TCG with some room.
 	boxOverheadMiB = 128
 )
 
