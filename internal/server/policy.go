@@ -37,10 +37,12 @@ type Policy struct {
 	// the box's code can fill on the host's disk, in MiB. 0:
 	// DefaultMaxDiskMiB; negative: no limit (the API's own bound, 1 TiB).
 	MaxDiskMiB int
-	// MinFreeDiskMiB is the space, in MiB, that a create, fork or snapshot
-	// must leave free on the filesystem of the airlock home once what it
-	// may write there is counted in full: the new writable layers filled
-	// up, the named volumes it creates, a snapshot's memory and disk. 0:
+	// MinFreeDiskMiB is the space, in MiB, that a create, restore, fork,
+	// snapshot, pause to disk, start or resume must leave free on the
+	// filesystem of the airlock home once what it may write there is
+	// counted in full (new writable layers filled up, the named volumes it
+	// creates, a snapshot's memory and disk, a suspended box's memory),
+	// and what the boxes not stopped may still write into their disks. 0:
 	// DefaultMinFreeDiskMiB; negative: no check.
 	MinFreeDiskMiB int
 	// MaxVolumes and MaxVolumesMiB bound the named volumes of the home
@@ -84,8 +86,8 @@ const (
 	// DefaultMaxDiskMiB bounds a box's writable layer: 16 GiB, four times
 	// the library's default disk (airlock.DefaultDiskSizeMiB).
 	DefaultMaxDiskMiB = 16 << 10
-	// DefaultMinFreeDiskMiB is the free space (2 GiB) a create, fork or
-	// snapshot leaves on the home's filesystem, counting what it may write.
+	// DefaultMinFreeDiskMiB is the free space (2 GiB) that requests
+	// leave on the home's filesystem, counting what they may write.
 	DefaultMinFreeDiskMiB = 2 << 10
 	// DefaultMaxVolumes bounds the named volumes of the home (32).
 	DefaultMaxVolumes = 32
