@@ -184,7 +184,7 @@ the unix socket).`,
 	f.IntVar(&policy.MaxBoxes, "max-boxes", 0, "most boxes not stopped at once (0: no limit); more are refused with 403")
 	f.IntVar(&policy.MaxSnapshots, "max-snapshots", server.DefaultMaxSnapshots, "most memory snapshots clients may keep (0: no limit); more are refused with 403")
 	f.IntVar(&policy.MaxDiskMiB, "max-disk", server.DefaultMaxDiskMiB, "most MiB of disk (disk_size_mib, the writable layer a box can fill) per box (0: no limit)")
-	f.IntVar(&policy.MinFreeDiskMiB, "min-free-disk", server.DefaultMinFreeDiskMiB, "MiB a create, fork or snapshot must leave free on the airlock home's filesystem, counting its disks full (0: no check)")
+	f.IntVar(&policy.MinFreeDiskMiB, "min-free-disk", server.DefaultMinFreeDiskMiB, "MiB that creates, starts, forks, snapshots and pauses to disk must leave free on the airlock home's filesystem, counting disks as if full (0: no check)")
 	f.IntVar(&policy.MaxVolumes, "max-volumes", server.DefaultMaxVolumes, "most named volumes in the home when a create makes new ones (0: no limit)")
 	f.IntVar(&policy.MaxVolumesMiB, "max-volume-space", server.DefaultMaxVolumesMiB, "most MiB of named volumes in the home when a create makes new ones (0: no limit)")
 	f.IntVar(&policy.MaxCPUs, "max-cpus", 0, "most vCPUs per box (0: no limit)")
