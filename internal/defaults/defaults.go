@@ -28,7 +28,7 @@
 //	AIRLOCK_CPU_LIMIT    host CPUs one box's QEMU may use (cgroup)      default no limit
 //	AIRLOCK_UID_RANGE    START:COUNT of uids for box QEMUs (as root)    default /etc/subuid's "airlock"
 //	AIRLOCK_MAX_BOXES    cap on boxes running on this host              default 128
-//	AIRLOCK_MAX_MEMORY   cap on their guest memory, MiB                 default host RAM minus a reserve
+//	AIRLOCK_MAX_MEMORY   cap on their memory (guest + overhead), MiB    default host RAM minus a reserve
 package defaults
 
 import (
