@@ -426,3 +426,70 @@ func TestConfinedNetworkAndVolumes(t *testing.T) {
 		t.Error("the box wrote into its read-only volume")
 	}
 }
+
+// TestHostileGuestNoHostSecretInHelpers: code that takes over a box's
+// QEMU, network helper or virtiofsd reads its own /proc/self/environ; none
+// of them holds the caller's secrets (AIRLOCK_TOKEN, API keys). As root,
+// QEMU also holds no capability, not even in its bounding set, and runs
+// with no_new_privs.
+func TestHostileGuestNoHostSecretInHelpers(t *testing.T) {
+	vmtest.Require(t)
+	t.Setenv("AIRLOCK_TOKEN", "host-token-x")
+	t.Setenv("OPENAI_API_KEY", "sk-host-key-y")
+	opts := airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}}
+	if os.Geteuid() == 0 {
+		opts.VolumeTransport = "virtiofs" // the C virtiofsd needs root
+	}
+	r, err := airlock.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	ctx := context.Background()
+	vol := t.TempDir()
+	b, err := r.Create(ctx, airlock.BoxOptions{Volumes: []airlock.Volume{{Source: vol, Target: "/v"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Remove(context.Background(), true) })
+	info, err := b.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := map[string]int{"QEMU": info.PID}
+	if raw, err := os.ReadFile(filepath.Join(boxDir(r, b), "net.pid")); err == nil {
+		pids["network helper"], _ = strconv.Atoi(strings.Fields(string(raw))[0])
+	} else {
+		t.Errorf("no network helper: %v", err)
+	}
+	for i, pid := range virtiofsds(vol) {
+		pids["virtiofsd "+strconv.Itoa(i)] = pid
+	}
+	if opts.VolumeTransport == "virtiofs" && len(pids) < 3 {
+		t.Errorf("no virtiofsd found for %s", vol)
+	}
+	for name, pid := range pids {
+		env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		if err != nil {
+			t.Errorf("%s %d: %v", name, pid, err)
+			continue
+		}
+		for _, e := range strings.Split(string(env), "\x00") {
+			if strings.Contains(e, "host-token-x") || strings.Contains(e, "sk-host-key-y") || strings.HasPrefix(e, "AIRLOCK_TOKEN=") || strings.HasPrefix(e, "OPENAI_API_KEY=") {
+				t.Errorf("%s %d has %q in its environment", name, pid, e)
+			}
+		}
+	}
+	if os.Geteuid() != 0 || os.Getenv("AIRLOCK_CONFINE") == "off" {
+		return
+	}
+	st := procStatus(t, info.PID)
+	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		if st[k] != "0000000000000000" {
+			t.Errorf("QEMU %d %s: %s, want 0000000000000000", info.PID, k, st[k])
+		}
+	}
+	if st["NoNewPrivs"] != "1" {
+		t.Errorf("QEMU %d NoNewPrivs %q, want 1", info.PID, st["NoNewPrivs"])
+	}
+}

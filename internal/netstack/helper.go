@@ -238,6 +238,9 @@ func LaunchHelper(bin, configPath, stderrPath string, hc HelperConfig) (*Helper,
 	}
 	defer errf.Close()
 	cmd := exec.Command(bin, configPath)
+	// The box's gateway, which a guest may take over: none of the caller's
+	// secrets, only the variables it reads.
+	cmd.Env = helperEnv()
 	cmd.Stderr = errf
 	cmd.ExtraFiles = []*os.File{pw}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -258,6 +261,13 @@ func LaunchHelper(bin, configPath, stderrPath string, hc HelperConfig) (*Helper,
 		h.ready <- readyResult{m, err}
 	}()
 	return h, nil
+}
+
+// helperEnv is the network helper's environment: defaults.ChildEnv with
+// the Go runtime's settings and the two variables the helper reads
+// (UpstreamEnv, TestInternetEnv).
+func helperEnv() []string {
+	return defaults.ChildEnv(append([]string{UpstreamEnv, TestInternetEnv}, defaults.GoRuntimeEnv...)...)
 }
 
 // Wait waits until the helper is connected to QEMU and serving, and
