@@ -355,7 +355,8 @@ func qmp(t *testing.T, sock string, cmds ...map[string]any) []string {
 // TestConfinedNetworkAndVolumes checks, on one box started by root with a
 // network and 9p volumes: its QEMU is in a network namespace of its own
 // (the network helper's socket is a descriptor), the helper runs as a uid
-// of its own with no_new_privs and only CAP_NET_RAW, in its own cgroup;
+// of its own with no_new_privs, an empty bounding set and at most
+// CAP_NET_RAW (none where ping_group_range covers it), in its own cgroup;
 // the volumes are in the jail, what the box writes on the host belongs to
 // the directory's owner, and a read-only volume stays read-only.
 func TestConfinedNetworkAndVolumes(t *testing.T) {
@@ -390,8 +391,19 @@ func TestConfinedNetworkAndVolumes(t *testing.T) {
 	hp, _ := strconv.Atoi(strings.Fields(string(raw))[0])
 	h := procStatus(t, hp)
 	hu := strings.Fields(h["Uid"] + " 0")[0]
-	if hu == "0" || hu == strings.Fields(q["Uid"] + " 0")[0] || h["NoNewPrivs"] != "1" || h["CapEff"] != "0000000000002000" {
-		t.Errorf("network helper: Uid %q (QEMU %q), NoNewPrivs %q, CapEff %q; want its own non-root uid, 1, CAP_NET_RAW only", h["Uid"], q["Uid"], h["NoNewPrivs"], h["CapEff"])
+	// CAP_NET_RAW only where the host allows the helper's gid no
+	// unprivileged ICMP socket; never in its bounding set.
+	wantEff := "0000000000002000"
+	if pr, err := os.ReadFile("/proc/sys/net/ipv4/ping_group_range"); err == nil {
+		f := strings.Fields(string(pr))
+		lo, _ := strconv.Atoi(f[0])
+		hi, _ := strconv.Atoi(f[1])
+		if g, _ := strconv.Atoi(strings.Fields(h["Gid"] + " -1")[0]); g >= lo && g <= hi {
+			wantEff = "0000000000000000"
+		}
+	}
+	if hu == "0" || hu == strings.Fields(q["Uid"] + " 0")[0] || h["NoNewPrivs"] != "1" || h["CapEff"] != wantEff || h["CapBnd"] != "0000000000000000" {
+		t.Errorf("network helper: Uid %q (QEMU %q), NoNewPrivs %q, CapEff %q, CapBnd %q; want its own non-root uid, 1, %s, none", h["Uid"], q["Uid"], h["NoNewPrivs"], h["CapEff"], h["CapBnd"], wantEff)
 	}
 	if runtime.GOARCH == "amd64" && h["Seccomp"] != "2" {
 		t.Errorf("network helper: Seccomp %q, want 2 (its seccomp allowlist)", h["Seccomp"])
