@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -34,6 +35,22 @@ const (
 	// argv is DrainArg0, the log's path, its cap and the uid to run as; the
 	// pipe is descriptor 3 (see DrainConsole).
 	DrainArg0 = "airlock-console-drain"
+	// ToolArg0 (with Env=1) marks a re-execution as the launcher of a
+	// program that reads a box's disk (e2fsck and debugfs, for airlock
+	// commit): argv is ToolArg0, the uid (and gid) to run as, the
+	// directory to work in, then the program's path and arguments (see
+	// RunTool).
+	ToolArg0 = "airlock-confined-tool"
+)
+
+// Resource limits of a program RunTool starts: its address space, open
+// files, core dumps, and tasks of its uid. The kernel counts threads and
+// refuses the exec when the uid already has the limit's number: the
+// stage's own threads (start it with GOMAXPROCS=1) take the uid with it.
+const (
+	ToolMaxMemory = 4 << 30
+	toolMaxFiles  = 64
+	toolMaxProcs  = 16
 )
 
 // DefaultConsoleMax is the default size cap of a confined box's console
@@ -134,6 +151,14 @@ func init() {
 		uid, _ := strconv.Atoi(os.Args[3])
 		DrainConsole(os.NewFile(3, "console"), os.Args[1], max, uid)
 		os.Exit(0)
+	}
+	if len(os.Args) >= 4 && os.Args[0] == ToolArg0 && os.Getenv(stageEnv) == "1" {
+		uid, err := strconv.Atoi(os.Args[1])
+		if err == nil {
+			err = RunTool(uid, os.Args[2], os.Args[3], os.Args[3:])
+		}
+		fmt.Fprintf(os.Stderr, "airlock confined tool: %v\n", err)
+		os.Exit(126)
 	}
 	if len(os.Args) > 0 && os.Args[0] == Arg0+"-probe" {
 		os.Exit(0) // UserNSAllowed's probe
@@ -347,6 +372,42 @@ func Confine(uid, gid int, groups []int) error {
 		}
 	}
 	return nil
+}
+
+// RunTool runs the program bin (argv) confined, in place of the calling
+// process: it changes to dir (as root, so that dir's parents need not be
+// open to uid), sets resource limits (ToolMaxMemory of address space, 64
+// files, no core dumps, 16 tasks of uid), gives up its privileges
+// for uid (Confine: uid and gid, no groups, no capabilities, an empty
+// bounding set, no_new_privs) and execs bin with an environment without
+// the stage's marker. The namespaces (network, IPC, UTS, PID, mount) are
+// the starter's clone flags. It returns only on an error.
+func RunTool(uid int, dir, bin string, argv []string) error {
+	runtime.LockOSThread()
+	if uid <= 0 {
+		return fmt.Errorf("uid %d: a tool runs as a uid of its own", uid)
+	}
+	if err := unix.Chdir(dir); err != nil {
+		return fmt.Errorf("chdir %s: %w", dir, err)
+	}
+	for _, l := range []struct {
+		res int
+		max uint64
+	}{{unix.RLIMIT_AS, ToolMaxMemory}, {unix.RLIMIT_NOFILE, toolMaxFiles}, {unix.RLIMIT_CORE, 0}, {unix.RLIMIT_NPROC, toolMaxProcs}} {
+		if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: l.max, Max: l.max}); err != nil {
+			return fmt.Errorf("setrlimit %d: %w", l.res, err)
+		}
+	}
+	if err := Confine(uid, uid, []int{}); err != nil {
+		return err
+	}
+	var env []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, stageEnv+"=") {
+			env = append(env, e)
+		}
+	}
+	return fmt.Errorf("exec %s: %w", bin, unix.Exec(bin, argv, env))
 }
 
 // moveFD makes fd descriptor number to (close-on-exec) and closes fd.
