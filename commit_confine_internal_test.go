@@ -17,7 +17,8 @@ import (
 
 // TestHostileGuestCommitToolsConfined: the e2fsprogs a commit runs on a
 // box's disk (which the guest wrote) run as a box uid of their own, with
-// no capability (bounding set included), no_new_privs, resource limits,
+// no capability (bounding set included), no_new_privs, a seccomp filter
+// (no signals to any process, itself included, here), resource limits,
 // an empty network namespace and none of the caller's secrets; and the
 // layer still comes out right.
 func TestHostileGuestCommitToolsConfined(t *testing.T) {
@@ -41,7 +42,7 @@ func TestHostileGuestCommitToolsConfined(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "in"), []byte("disk\n"), 0o600)
-	cmd := exec.Command("/bin/sh", "-c", `id -u; id -g; cat in; grep -E '^(Cap|NoNewPrivs)' /proc/self/status; tail -n +3 /proc/self/net/dev | cut -d: -f1 | tr -d ' '; ulimit -v; echo "token=$AIRLOCK_TOKEN"; echo out > out`)
+	cmd := exec.Command("/bin/sh", "-c", `id -u; id -g; cat in; grep -E '^(Cap|NoNewPrivs|Seccomp:)' /proc/self/status; kill -0 $$ 2>/dev/null && echo kill: ok || echo kill: EPERM; tail -n +3 /proc/self/net/dev | cut -d: -f1 | tr -d ' '; ulimit -v; echo "token=$AIRLOCK_TOKEN"; echo out > out`)
 	cmd.Dir = dir
 	if err := tool(cmd); err != nil {
 		t.Fatal(err)
@@ -56,7 +57,7 @@ func TestHostileGuestCommitToolsConfined(t *testing.T) {
 	}
 	got := string(out)
 	for _, want := range []string{"disk\n", "CapInh:\t0000000000000000\n", "CapPrm:\t0000000000000000\n", "CapEff:\t0000000000000000\n",
-		"CapBnd:\t0000000000000000\n", "CapAmb:\t0000000000000000\n", "NoNewPrivs:\t1\n", "\nlo\n", "4194304\n", "token=\n"} {
+		"CapBnd:\t0000000000000000\n", "CapAmb:\t0000000000000000\n", "NoNewPrivs:\t1\n", "Seccomp:\t2\n", "kill: EPERM\n", "\nlo\n", "4194304\n", "token=\n"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("tool output lacks %q:\n%s", want, got)
 		}

@@ -379,7 +379,9 @@ func Confine(uid, gid int, groups []int) error {
 // open to uid), sets resource limits (ToolMaxMemory of address space, 64
 // files, no core dumps, 16 tasks of uid), gives up its privileges
 // for uid (Confine: uid and gid, no groups, no capabilities, an empty
-// bounding set, no_new_privs) and execs bin with an environment without
+// bounding set, no_new_privs), installs a seccomp filter (toolSeccomp, on
+// amd64: no sockets, ptrace, signals to others, mounts, namespaces, or
+// kernel keyrings, modules, BPF, io_uring) and execs bin with an environment without
 // the stage's marker. The namespaces (network, IPC, UTS, PID, mount) are
 // the starter's clone flags. It returns only on an error.
 func RunTool(uid int, dir, bin string, argv []string) error {
@@ -399,6 +401,9 @@ func RunTool(uid int, dir, bin string, argv []string) error {
 		}
 	}
 	if err := Confine(uid, uid, []int{}); err != nil {
+		return err
+	}
+	if err := toolSeccomp(); err != nil {
 		return err
 	}
 	var env []string
