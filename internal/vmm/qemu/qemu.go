@@ -510,11 +510,6 @@ func writeTSCCache(p string, khz uint64) {
 	}
 }
 
-// mallocHugePagesEnv returns env with glibc's malloc told to ask for
-// transparent huge pages for its heaps (glibc.malloc.hugetlb=1, glibc 2.35+;
-// older ones ignore it), added to any GLIBC_TUNABLES already set. QEMU
-// allocates its device state, TCG's hash tables and its I/O buffers with
-// malloc: ~1.3k fewer page faults per box start, ~1 MiB more memory.
 // qemuEnv is QEMU's environment: the caller's allowlisted variables
 // (defaults.ChildEnv: no secret of the caller's, which code that took QEMU
 // over could read) and glibc's tunables, with malloc's huge pages unless
@@ -527,6 +522,11 @@ func qemuEnv(thp THPMode) []string {
 	return env
 }
 
+// mallocHugePagesEnv returns env with glibc's malloc told to ask for
+// transparent huge pages for its heaps (glibc.malloc.hugetlb=1, glibc 2.35+;
+// older ones ignore it), added to any GLIBC_TUNABLES already set. QEMU
+// allocates its device state, TCG's hash tables and its I/O buffers with
+// malloc: ~1.3k fewer page faults per box start, ~1 MiB more memory.
 func mallocHugePagesEnv(env []string) []string {
 	const tunable = "glibc.malloc.hugetlb=1"
 	out := make([]string, 0, len(env)+1)
