@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/image/unpack"
@@ -304,8 +305,8 @@ func writeEntry(tw *tar.Writer, d *debugfsRunner, e lsEntry, links map[uint64]st
 		if e.mode&0o170000 == 0o100000 && !dumped {
 			break // a hard link: the first name carries them
 		}
-		v, err := os.ReadFile(filepath.Join(d.dir, xattrName(e.ino, j)))
-		if err != nil || len(v) > 64<<10 {
+		v, err := readDumped(filepath.Join(d.dir, xattrName(e.ino, j)), 64<<10)
+		if err != nil {
 			continue // debugfs could not read it (or it is no xattr)
 		}
 		if hdr.PAXRecords == nil {
@@ -583,6 +584,33 @@ func (d *debugfsRunner) clean() {
 			os.Remove(filepath.Join(d.dir, n))
 		}
 	}
+}
+
+// readDumped reads a file the tool wrote, of at most max bytes. The tool
+// may run as another uid, and code that took it over could leave a
+// symlink, a fifo or a hard link there instead: only a regular file with
+// one link is read, without following a symlink or blocking.
+func readDumped(p string, max int64) ([]byte, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.Mode().IsRegular() || !ok || st.Nlink != 1 {
+		return nil, fmt.Errorf("%s is not a regular file of its own", p)
+	}
+	if fi.Size() > max {
+		return nil, fmt.Errorf("%s is larger than %d bytes", p, max)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && int64(len(b)) > max {
+		err = fmt.Errorf("%s is larger than %d bytes", p, max)
+	}
+	return b, err
 }
 
 // xattrName is the name (in the runner's directory) of the file debugfs
