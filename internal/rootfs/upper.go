@@ -119,10 +119,13 @@ func UpperLayerWith(ctx context.Context, disk, scratchDir string, w io.Writer, l
 			return st, fmt.Errorf("e2fsck on the writable layer: %w", err)
 		}
 	}
-	if out, err := fsck.CombinedOutput(); err != nil {
+	fsckOut := &capBuffer{max: maxToolMessage}
+	fsck.Stdout, fsck.Stderr = fsckOut, fsckOut
+	if err := fsck.Run(); err != nil {
+		out := fsckOut.String()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() > 1 {
-			return st, fmt.Errorf("e2fsck -E journal_only on the writable layer: %w: %s", err, strings.TrimSpace(string(out)))
+			return st, fmt.Errorf("e2fsck -E journal_only on the writable layer: %w: %s", err, strings.TrimSpace(out))
 		}
 	}
 	d := &debugfsRunner{bin: debugfs, dir: tmp, tool: tool}
@@ -532,8 +535,8 @@ func (d *debugfsRunner) stream(ctx context.Context, cmds []string, fn func(next 
 	if err != nil {
 		return err
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &capBuffer{max: maxToolMessage}
+	cmd.Stderr = stderr
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -666,8 +669,8 @@ func (d *debugfsRunner) run(ctx context.Context, cmds []string) ([]string, error
 	if err != nil {
 		return nil, err
 	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &capBuffer{max: maxToolMessage}
+	cmd.Stderr = stderr
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -724,3 +727,23 @@ func (d *debugfsRunner) run(ctx context.Context, cmds []string) ([]string, error
 	}
 	return outs, nil
 }
+
+// maxToolMessage bounds what is kept of an e2fsprogs run's messages
+// (stderr; e2fsck's output): the tool reads a disk the guest wrote, and
+// code that took it over could print without end.
+const maxToolMessage = 64 << 10
+
+// capBuffer keeps the first max bytes written to it and drops the rest.
+type capBuffer struct {
+	max int
+	buf bytes.Buffer
+}
+
+func (c *capBuffer) Write(p []byte) (int, error) {
+	if room := c.max - c.buf.Len(); room > 0 {
+		c.buf.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+func (c *capBuffer) String() string { return c.buf.String() }
