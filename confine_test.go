@@ -112,8 +112,10 @@ func TestConfinedQEMU(t *testing.T) {
 			if st["Seccomp"] != "2" || st["NoNewPrivs"] != "1" {
 				t.Errorf("QEMU %d: Seccomp %q NoNewPrivs %q, want 2 and 1", pid, st["Seccomp"], st["NoNewPrivs"])
 			}
-			if st["CapEff"] != "0000000000000000" {
-				t.Errorf("QEMU %d has capabilities %s", pid, st["CapEff"])
+			for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+				if st[k] != "0000000000000000" {
+					t.Errorf("QEMU %d %s: %s, want none", pid, k, st[k])
+				}
 			}
 		}
 		if procStatus(t, ia.PID)["Uid"] == procStatus(t, ib.PID)["Uid"] {
