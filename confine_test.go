@@ -542,6 +542,7 @@ done`)
 	if g := strings.Fields(st["Gid"] + " x")[0]; g != "1000" {
 		t.Errorf("exec -u 1000 (no passwd entry) runs with gid %q, want 1000", st["Gid"])
 	}
+	t.Logf("setuid copy of %q", strings.TrimSpace(suid))
 	switch strings.TrimSpace(suid) {
 	case "":
 		t.Log("the image has no id or python3 that is not busybox: the setuid check is skipped")
