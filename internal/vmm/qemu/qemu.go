@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -566,6 +567,18 @@ func writeTSCCache(p string, khz uint64) {
 	}
 }
 
+// qemuEnv is QEMU's environment: the caller's allowlisted variables
+// (defaults.ChildEnv: no secret of the caller's, which code that took QEMU
+// over could read) and glibc's tunables, with malloc's huge pages unless
+// thp is THPNone.
+func qemuEnv(thp THPMode) []string {
+	env := defaults.ChildEnv("GLIBC_TUNABLES")
+	if thp != THPNone {
+		env = mallocHugePagesEnv(env)
+	}
+	return env
+}
+
 // mallocHugePagesEnv returns env with glibc's malloc told to ask for
 // transparent huge pages for its heaps (glibc.malloc.hugetlb=1, glibc 2.35+;
 // older ones ignore it), added to any GLIBC_TUNABLES already set. QEMU
@@ -633,11 +646,10 @@ func Launch(ctx context.Context, c Config) (int, error) {
 			cmd.ExtraFiles = append(cmd.ExtraFiles, f)
 		}
 	}
+	cmd.Env = qemuEnv(c.THP)
 	start := cmd.Start
 	if c.THP == THPNone {
 		start = func() error { return startWithoutTHP(cmd) }
-	} else {
-		cmd.Env = mallocHugePagesEnv(os.Environ())
 	}
 	err = start()
 	if err == nil {
