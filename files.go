@@ -109,11 +109,19 @@ func (b *Box) Stat(ctx context.Context, p string) (FileInfo, error) {
 	return fileInfo(infos[0]), nil
 }
 
-// maxDirEntries bounds how many entries ReadDir accepts from a box.
-const maxDirEntries = 1 << 20
+// Bounds on what ReadDir accepts from a box (the box chooses what it
+// sends): entries, bytes of names and link targets in all, and bytes of
+// one name or link target (PATH_MAX; a real name has at most 255).
+const (
+	maxDirEntries = 1 << 20
+	maxDirBytes   = 64 << 20
+	maxPathBytes  = 4096
+)
 
 // ReadDir lists directory path in the box, sorted by name. Entries are not
-// followed: a symlink is reported as one, with its target in Link.
+// followed: a symlink is reported as one, with its target in Link. A
+// listing past 1 Mi entries or 64 MiB of names and link targets, or with
+// a name or link target longer than 4096 bytes, is an error.
 func (b *Box) ReadDir(ctx context.Context, p string) ([]FileInfo, error) {
 	c, err := b.client(ctx)
 	if err != nil {
@@ -125,21 +133,46 @@ func (b *Box) ReadDir(ctx context.Context, p string) ([]FileInfo, error) {
 	}
 	defer f.Close()
 	var out []FileInfo
+	size := 0
 	for {
 		r, err := f.Result()
 		if err != nil {
 			return nil, b.fileErr(err)
 		}
+		for _, i := range r.Infos {
+			if err := checkDirEntry(i); err != nil {
+				return nil, fmt.Errorf("box %s: readdir %s: %w", b.id, p, err)
+			}
+			size += len(i.Name) + len(i.Link)
+		}
+		if size > maxDirBytes {
+			return nil, fmt.Errorf("box %s: readdir %s: more than %d MiB of names: refused", b.id, p, maxDirBytes>>20)
+		}
+		if len(out)+len(r.Infos) > maxDirEntries {
+			return nil, fmt.Errorf("box %s: readdir %s: more than %d entries", b.id, p, maxDirEntries)
+		}
 		for _, i := range client.Infos(r) {
 			out = append(out, fileInfo(i))
-		}
-		if len(out) > maxDirEntries {
-			return nil, fmt.Errorf("box %s: readdir %s: more than %d entries", b.id, p, maxDirEntries)
 		}
 		if !r.More {
 			return out, nil
 		}
 	}
+}
+
+// checkDirEntry refuses a listing entry no directory can hold: an empty
+// name, one with "/" or NUL, "." or "..", or a name or link target past
+// maxPathBytes.
+func checkDirEntry(i *agentpb.FileInfo) error {
+	switch {
+	case len(i.Name) > maxPathBytes:
+		return fmt.Errorf("the box sent a name of %d bytes (at most %d): refused", len(i.Name), maxPathBytes)
+	case len(i.Link) > maxPathBytes:
+		return fmt.Errorf("the box sent a link target of %d bytes (at most %d): refused", len(i.Link), maxPathBytes)
+	case i.Name == "" || i.Name == "." || i.Name == ".." || strings.ContainsAny(i.Name, "/\x00"):
+		return fmt.Errorf("the box sent an entry named %q, which no directory holds: refused", i.Name)
+	}
+	return nil
 }
 
 // MkdirAll creates directory path in the box with its missing parents,
@@ -161,6 +194,10 @@ func (b *Box) RemovePath(ctx context.Context, p string) error {
 // what it sends. Use CopyOut or CopyOutTar for larger files.
 const MaxReadFile = 1 << 30
 
+// readFileHint bounds the buffer ReadFile sets aside for the size the box
+// declares before any data arrived.
+const readFileHint = 8 << 20
+
 // ReadFile returns the contents of the regular file path in the box (at
 // most MaxReadFile bytes, else an error).
 func (b *Box) ReadFile(ctx context.Context, p string) ([]byte, error) {
@@ -177,9 +214,11 @@ func (b *Box) ReadFile(ctx context.Context, p string) ([]byte, error) {
 	if err != nil {
 		return nil, b.fileErr(err)
 	}
+	// The size the box declares is a hint, not an allocation: the buffer
+	// grows with the data that arrives, from at most readFileHint.
 	var buf bytes.Buffer
-	if is := client.Infos(first); len(is) == 1 && is[0].Size <= MaxReadFile {
-		buf.Grow(int(is[0].Size))
+	if is := client.Infos(first); len(is) == 1 && is[0].Size > 0 {
+		buf.Grow(int(min(is[0].Size, readFileHint)))
 	}
 	for {
 		d, r, err := f.Next()
@@ -478,6 +517,16 @@ func (b *Box) copyOut(ctx context.Context, boxPath string) (*callReader, FileInf
 	return &callReader{b: b, f: f}, fileInfo(infos[0]), nil
 }
 
+// topName is the name of the top entry of a copy of boxPath from a box:
+// its base name, "." for the root directory.
+func topName(boxPath string) string {
+	n := path.Base(path.Clean("/" + boxPath))
+	if n == "/" {
+		return "."
+	}
+	return n
+}
+
 // CopyOutTar returns boxPath (a file or a directory tree) of the box as a
 // tar stream, entries named after boxPath's base name, as `docker cp
 // BOX:PATH -` does. Read it to the end (a failure in the box is the
@@ -526,8 +575,20 @@ func (b *Box) CopyOut(ctx context.Context, boxPath, hostPath string, opts ...Cop
 		return fmt.Errorf("copy %s from box %s: %w", boxPath, b.id, err)
 	}
 	defer root.Close()
+	// The box names the archive's top entry; it must be the one asked for
+	// (boxPath's base name), and every entry must be under it: the copy
+	// lands at the name the host chose, and a box that sends anything
+	// else fails the copy before it is written.
+	want := topName(boxPath)
+	if top.Name != want {
+		return fmt.Errorf("copy %s from box %s: the box sent an archive of %q, not %q: refused", boxPath, b.id, top.Name, want)
+	}
+	to := t.name
+	if to == "" {
+		to = want
+	}
 	eo := tarfs.ExtractOptions{
-		RenameFrom: top.Name, RenameTo: t.name, UID: -1, GID: -1,
+		RenameFrom: want, RenameTo: to, UID: -1, GID: -1,
 		Owners:       o.KeepOwners && os.Geteuid() == 0,
 		AllowDevices: o.AllowDevices, AllowSetuid: o.AllowSetuid, MaxBytes: o.MaxBytes,
 	}

@@ -225,3 +225,68 @@ func TestArchiveOfRootRenamed(t *testing.T) {
 		t.Fatalf("%q %v (top %q)", b, err, top.Name)
 	}
 }
+
+// With a rename set (a copy of one tree, as CopyOut makes), entries
+// outside the top entry are refused with an error naming them, whatever
+// the rename, and nothing is written outside the renamed tree: a hostile
+// guest answering `cp BOX:/out ~` with out/x plus .bashrc or
+// .ssh/authorized_keys replaces no host file and chmods no directory.
+func TestHostileAgentArchiveOutsideItsTop(t *testing.T) {
+	evil := func(t *testing.T) *bytes.Buffer {
+		return hostile(t,
+			tar.Header{Name: "out", Typeflag: tar.TypeDir, Mode: 0o755},
+			tar.Header{Name: "out/x", Typeflag: tar.TypeReg, Mode: 0o644},
+			tar.Header{Name: ".ssh", Typeflag: tar.TypeDir, Mode: 0o777},
+			tar.Header{Name: ".ssh/authorized_keys", Typeflag: tar.TypeReg, Mode: 0o644},
+			tar.Header{Name: ".bashrc", Typeflag: tar.TypeReg, Mode: 0o644},
+		)
+	}
+	for _, to := range []string{"", "out", "new", "."} {
+		t.Run("to="+to, func(t *testing.T) {
+			home := t.TempDir()
+			os.Mkdir(filepath.Join(home, ".ssh"), 0o700)
+			os.WriteFile(filepath.Join(home, ".ssh", "authorized_keys"), []byte("mine"), 0o600)
+			os.WriteFile(filepath.Join(home, ".bashrc"), []byte("mine"), 0o644)
+			r, err := OpenRoot(home, Beneath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			dir := "."
+			if to == "." {
+				os.Mkdir(filepath.Join(home, "dest"), 0o755)
+				dir = "dest"
+			}
+			_, err = r.Extract(dir, evil(t), ExtractOptions{RenameFrom: "out", RenameTo: to, UID: -1, GID: -1})
+			if err == nil || !strings.Contains(err.Error(), `".ssh"`) {
+				t.Fatalf("err = %v, want a refusal naming .ssh", err)
+			}
+			for _, f := range []string{".bashrc", ".ssh/authorized_keys"} {
+				if b, _ := os.ReadFile(filepath.Join(home, f)); string(b) != "mine" {
+					t.Errorf("%s replaced: %q", f, b)
+				}
+			}
+			if fi, _ := os.Stat(filepath.Join(home, ".ssh")); fi.Mode().Perm() != 0o700 {
+				t.Errorf(".ssh chmodded to %v", fi.Mode().Perm())
+			}
+		})
+	}
+	// A hard link to a host file outside the top is refused too.
+	home := t.TempDir()
+	os.WriteFile(filepath.Join(home, ".bashrc"), []byte("mine"), 0o644)
+	r, err := OpenRoot(home, Beneath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	_, err = r.Extract(".", hostile(t,
+		tar.Header{Name: "out", Typeflag: tar.TypeDir, Mode: 0o755},
+		tar.Header{Name: "out/rc", Typeflag: tar.TypeLink, Linkname: ".bashrc"},
+	), ExtractOptions{RenameFrom: "out", RenameTo: "out", UID: -1, GID: -1})
+	if err == nil || !strings.Contains(err.Error(), ".bashrc") {
+		t.Fatalf("hard link out of the top: err = %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(home, "out", "rc")); err == nil {
+		t.Error("hard link to a file outside the top was made")
+	}
+}

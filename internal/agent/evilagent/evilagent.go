@@ -79,6 +79,25 @@ func (a *Agent) logf(format string, args ...any) {
 	}
 }
 
+// SetCall scripts method (nil: no script) from now on; safe while the
+// agent serves.
+func (a *Agent) SetCall(method string, s Script) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.Calls == nil {
+		a.Calls = map[string]Script{}
+	}
+	a.Calls[method] = s
+}
+
+// SetRaw sets Raw for the connections from now on; safe while the agent
+// serves.
+func (a *Agent) SetRaw(raw func(conn net.Conn) error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.Raw = raw
+}
+
 // Seen returns the methods the host called, in order.
 func (a *Agent) Seen() []string {
 	a.mu.Lock()
@@ -131,6 +150,7 @@ func fileConn(fd int, name string) (net.Conn, error) {
 func (a *Agent) Serve(conn net.Conn, real func(context.Context) (net.Conn, error)) error {
 	a.mu.Lock()
 	a.conns = append(a.conns, conn)
+	raw := a.Raw
 	a.mu.Unlock()
 	defer conn.Close()
 	ver := a.Version
@@ -141,8 +161,8 @@ func (a *Agent) Serve(conn net.Conn, real func(context.Context) (net.Conn, error
 		a.logf("evilagent: handshake: %v", err)
 		return err
 	}
-	if a.Raw != nil {
-		return a.Raw(conn)
+	if raw != nil {
+		return raw(conn)
 	}
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = io.Discard
@@ -176,8 +196,9 @@ func (a *Agent) serveStream(st *yamux.Stream, px *proxy) {
 	c.Method = string(p)
 	a.mu.Lock()
 	a.seen = append(a.seen, c.Method)
+	s := a.Calls[c.Method]
 	a.mu.Unlock()
-	if s := a.Calls[c.Method]; s != nil {
+	if s != nil {
 		if err := s(c); err != nil {
 			a.logf("evilagent: %s: %v", c.Method, err)
 		}
