@@ -6,6 +6,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/airlock-run/airlock/internal/agent/agentpb"
 )
 
 func yamuxFrame(typ byte, flags uint16, id, length uint32, payload []byte) []byte {
@@ -45,4 +47,57 @@ func TestGuardFollowsFrames(t *testing.T) {
 	if !errors.Is(err, ErrHostileAgent) {
 		t.Fatalf("after %d pings at once: %v, want ErrHostileAgent", 20+pingBurst, err)
 	}
+}
+
+// FuzzHostReadsGuestFrames feeds arbitrary bytes, as a guest sends them on
+// a call's stream, to the host's frame reader and to the decoders of the
+// messages the host reads (file and exec replies): errors, never a panic,
+// and nothing decoded is larger than its frame.
+func FuzzHostReadsGuestFrames(f *testing.F) {
+	frame := func(kind byte, p []byte) []byte {
+		b := binary.BigEndian.AppendUint32(nil, uint32(len(p)+1))
+		return append(append(b, kind), p...)
+	}
+	f.Add(frame(frameMsg, []byte{0x0a, 0x04, 'e', 'v', 'i', 'l'}))                          // FileDown data
+	f.Add(frame(frameMsg, []byte{0x12, 0x06, 0x0a, 0x04, 0x0a, 0x02, 'o', 'k'}))            // FileDown result with one info
+	f.Add(frame(frameError, []byte("no such file")))                                        // a failed call
+	f.Add(append(frame(frameMsg, nil), frame(frameMsg, []byte{0x22, 0x02, 0x08, 0x01})...)) // exec: exit 1
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, frameMsg})                                         // 4 GiB announced
+	f.Add([]byte{0x00, 0x40, 0x00, 0x01, frameMsg, 1, 2, 3})                                // 4 MiB announced, 3 sent
+	f.Add(frame(frameMsg, []byte{0x12, 0xff, 0xff, 0xff, 0xff, 0x0f}))                      // a length past the frame
+	f.Add(frame(frameMsg, bytes.Repeat([]byte{0x0a, 0x80, 0x80, 0x80, 0x80, 0x10}, 100)))   // huge varint lengths
+	f.Add(frame(7, []byte("kind 7")))                                                       // an unknown kind
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := bytes.NewReader(data)
+		var hdr [frameHeader]byte
+		for {
+			kind, p, err := readFrame(r, &hdr, "Fuzz")
+			if err != nil {
+				return
+			}
+			if len(p) > MaxFrame || len(p) > len(data) {
+				t.Fatalf("a frame of %d bytes from %d bytes of input", len(p), len(data))
+			}
+			if kind != frameMsg {
+				continue
+			}
+			var fd agentpb.FileDown
+			if fd.UnmarshalWire(p) == nil {
+				if d, ok := fd.Msg.(*agentpb.FileDown_Data); ok && len(d.Data) > len(p) {
+					t.Fatalf("data of %d bytes from a frame of %d", len(d.Data), len(p))
+				}
+				if res, ok := fd.Msg.(*agentpb.FileDown_Result); ok && res.Result != nil {
+					for _, i := range res.Result.Infos {
+						if len(i.Name)+len(i.Link) > len(p) {
+							t.Fatalf("names of %d bytes from a frame of %d", len(i.Name)+len(i.Link), len(p))
+						}
+					}
+				}
+			}
+			var ev agentpb.ExecEvent
+			ev.UnmarshalWire(p)
+			var hr agentpb.HelloResponse
+			hr.UnmarshalWire(p)
+		}
+	})
 }

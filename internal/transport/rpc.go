@@ -105,21 +105,58 @@ func (s *Stream) writeFrame(buf []byte) error {
 }
 
 func (s *Stream) readFrame() (byte, []byte, error) {
-	if _, err := io.ReadFull(s.st, s.rhdr[:]); err != nil {
+	return readFrame(s.st, &s.rhdr, s.method)
+}
+
+// readFrame reads one frame of call method from r into a new buffer,
+// using hdr for its header. A frame past MaxFrame is an error before
+// anything is allocated for it; the buffer grows with the payload that
+// arrives (a peer that announces 4 MiB and sends nothing costs nothing).
+func readFrame(r io.Reader, hdr *[frameHeader]byte, method string) (byte, []byte, error) {
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		if err == io.ErrUnexpectedEOF {
-			err = fmt.Errorf("agent protocol: %s: stream ended inside a frame", s.method)
+			err = fmt.Errorf("agent protocol: %s: stream ended inside a frame", method)
 		}
 		return 0, nil, err
 	}
-	n := binary.BigEndian.Uint32(s.rhdr[:4])
+	n := binary.BigEndian.Uint32(hdr[:4])
 	if n == 0 || n-1 > MaxFrame {
-		return 0, nil, fmt.Errorf("agent protocol: %s: bad frame length %d", s.method, n)
+		return 0, nil, fmt.Errorf("agent protocol: %s: bad frame length %d", method, n)
 	}
-	p := make([]byte, n-1)
-	if _, err := io.ReadFull(s.st, p); err != nil {
-		return 0, nil, fmt.Errorf("agent protocol: %s: stream ended inside a frame: %w", s.method, err)
+	p, err := readN(r, int(n-1))
+	if err != nil {
+		return 0, nil, fmt.Errorf("agent protocol: %s: stream ended inside a frame: %w", method, err)
 	}
-	return s.rhdr[4], p, nil
+	return hdr[4], p, nil
+}
+
+// frameChunk is how much of a frame's payload is allocated ahead of the
+// bytes that arrive: the agent's data chunks (256 KiB) fit in it, and the
+// stream's window (streamWindow) is what a peer can send ahead anyway.
+const frameChunk = streamWindow
+
+// readN reads exactly n bytes from r, allocating as they arrive.
+func readN(r io.Reader, n int) ([]byte, error) {
+	if n <= frameChunk {
+		p := make([]byte, n)
+		_, err := io.ReadFull(r, p)
+		return p, err
+	}
+	p := make([]byte, 0, frameChunk)
+	for len(p) < n {
+		if len(p) == cap(p) {
+			p = append(p, 0)[:len(p)]
+		}
+		k, err := r.Read(p[len(p):min(cap(p), n)])
+		p = p[:len(p)+k]
+		if err != nil && len(p) < n {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	return p, nil
 }
 
 // Message is a message of the agent protocol: it encodes itself in the
