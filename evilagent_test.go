@@ -9,11 +9,13 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"io"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -151,6 +153,8 @@ func TestEvilAgentCopyOutStaysInDestination(t *testing.T) {
 // heapDuring returns the most heap this process had in use while f ran
 // (sampled every millisecond) above what it had before.
 func heapDuring(f func()) uint64 {
+	// Little garbage headroom, so that the peak is about live memory.
+	defer debug.SetGCPercent(debug.SetGCPercent(10))
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -297,4 +301,115 @@ func TestEvilAgentPingFloodEndsTheSession(t *testing.T) {
 		}
 	}
 
+}
+
+// Calls a box answers with broken frames, half-closed streams, endless
+// output, nothing at all, or yamux frames for streams the host never
+// opened: each ends with an error (or the caller's deadline) in bounded
+// time and bounded host memory, and the host process stays up.
+func TestEvilAgentMisbehavingCalls(t *testing.T) {
+	fileReq := func(c *evilagent.Call) bool { _, err := c.FileRequest(); return err == nil }
+	cases := []struct {
+		what   string
+		method string
+		script evilagent.Script
+		raw    func(net.Conn) error
+		want   string // in the error; "" for the caller's deadline
+		long   bool   // skipped with -short
+	}{
+		{what: "frame past MaxFrame", method: "Stat", script: func(c *evilagent.Call) error {
+			fileReq(c)
+			return c.FrameHeader(evilagent.FrameMsg, 0xffffffff)
+		}, want: "bad frame length"},
+		{what: "4 MiB frame announced, never sent", method: "Stat", script: func(c *evilagent.Call) error {
+			fileReq(c)
+			c.FrameHeader(evilagent.FrameMsg, 4<<20)
+			c.Hang()
+			return nil
+		}},
+		{what: "stream half-closed without a result", method: "Stat", script: func(c *evilagent.Call) error {
+			fileReq(c)
+			return nil // the stream closes
+		}, want: "without a result"},
+		{what: "unknown frame kind", method: "Stat", script: func(c *evilagent.Call) error {
+			fileReq(c)
+			return c.Frame(9, []byte("?"))
+		}, want: "unexpected frame kind"},
+		{what: "garbage message", method: "Stat", script: func(c *evilagent.Call) error {
+			fileReq(c)
+			return c.Frame(evilagent.FrameMsg, []byte{0x12, 0xff, 0xff, 0xff, 0xff, 0x0f})
+		}, want: "agent message"},
+		{what: "never answering an exec", method: "Exec", script: func(c *evilagent.Call) error {
+			c.Hang()
+			return nil
+		}, long: true},
+		{what: "endless exec output, no exit", method: "Exec", script: func(c *evilagent.Call) error {
+			c.Recv(new(agentpb.ExecRequest))
+			c.Send(&agentpb.ExecEvent{Msg: &agentpb.ExecEvent_Started{Started: &agentpb.ExecStarted{Pid: 1}}})
+			chunk := bytes.Repeat([]byte("y"), 256<<10)
+			for {
+				if err := c.Send(&agentpb.ExecEvent{Msg: &agentpb.ExecEvent_Stdout{Stdout: chunk}}); err != nil {
+					return nil
+				}
+			}
+		}},
+		{what: "frames for streams the host never opened", raw: func(conn net.Conn) error {
+			var b []byte
+			for id := uint32(2); id < 2000; id += 2 {
+				b = append(b, evilagent.YamuxHeader(evilagent.YamuxData, evilagent.YamuxSYN, id, 16)...)
+				b = append(b, make([]byte, 16)...)
+				b = append(b, evilagent.YamuxHeader(evilagent.YamuxWindowUpdate, evilagent.YamuxFIN, id+1, 1<<30)...)
+			}
+			// Data announced for a stream that does not exist, 4 GiB of
+			// it, of which a little comes.
+			b = append(b, evilagent.YamuxHeader(evilagent.YamuxData, 0, 999, 0xffffffff)...)
+			b = append(b, make([]byte, 1<<20)...)
+			conn.Write(b)
+			io.Copy(io.Discard, conn)
+			return nil
+		}},
+	}
+	for _, c := range cases {
+		t.Run(strings.ReplaceAll(c.what, " ", "_"), func(t *testing.T) {
+			if c.long && testing.Short() {
+				t.Skip("waits out the host's exec slack; skipped with -short")
+			}
+			// A box of its own: an exec the agent does not end makes
+			// the host give up on the box (Box.Unhealthy, then killed).
+			a := &evilagent.Agent{}
+			b := evilBox(t, a)
+			a.Close() // the next call connects again
+			a.SetRaw(c.raw)
+			if c.method != "" {
+				a.SetCall(c.method, c.script)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			var err error
+			t0 := time.Now()
+			grew := heapDuring(func() {
+				if c.method == "Exec" {
+					_, err = b.Exec(ctx, "true", nil, airlock.ExecOptions{})
+				} else {
+					_, err = b.Stat(ctx, "/x")
+				}
+			})
+			d := time.Since(t0)
+			t.Logf("%s: %v after %s, heap +%d MiB", c.what, err, d.Round(time.Millisecond), grew>>20)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if c.want != "" && !strings.Contains(err.Error(), c.want) {
+				t.Errorf("err = %v, want %q in it", err, c.want)
+			}
+			// An exec's deadline is the agent's timeout; the host then
+			// waits its grace (2 s) and slack for the agent's report.
+			if limit := 2*time.Second + 2*time.Second + airlock.HostSlack + 3*time.Second; d > limit {
+				t.Errorf("took %s with a 2 s deadline (limit %s)", d, limit)
+			}
+			if grew > 64<<20 {
+				t.Errorf("the host's heap grew by %d MiB", grew>>20)
+			}
+		})
+	}
 }

@@ -39,3 +39,7 @@ func OpenConfinedWithout(opts Options, layers ...qemu.Layer) (*Runtime, error) {
 	qo.Jail.TestWithout = layers
 	return openWith(opts, qemu.New(qo))
 }
+
+// HostSlack is how long the host waits past an exec's timeout and grace
+// for the agent's report (tests only).
+const HostSlack = hostSlack
