@@ -420,3 +420,43 @@ func TestEvilAgentMisbehavingCalls(t *testing.T) {
 		})
 	}
 }
+
+// The measure: a ping flood from the agent for 10 s (the host
+// calling it all along, each call on a new connection that the flood cuts
+// off) leaves this process within 32 MiB of its RSS before the flood.
+func TestEvilAgentPingFloodRSS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("floods for 10 s; skipped with -short")
+	}
+	a := &evilagent.Agent{Raw: func(conn net.Conn) error {
+		_, err := evilagent.PingFlood(conn, 10*time.Second)
+		return err
+	}}
+	b := evilBoxCreated(t, a)
+	runtime.GC()
+	debug.FreeOSMemory()
+	before := hostRSS(t)
+	stop := peakRSS(t)
+	end := time.Now().Add(10 * time.Second)
+	calls, cut := 0, 0
+	b.Start(context.Background())
+	for time.Now().Before(end) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := b.ReadFile(ctx, "/etc/hostname")
+		cancel()
+		calls++
+		if err != nil && strings.Contains(err.Error(), "pings") {
+			cut++
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	peak := stop()
+	t.Logf("10 s of ping floods: %d calls, %d cut off naming the pings; host RSS %d MiB before, %d MiB at the peak (+%d MiB); %d goroutines now",
+		calls, cut, before>>20, peak>>20, (peak-before)>>20, runtime.NumGoroutine())
+	if cut == 0 {
+		t.Error("no call was cut off")
+	}
+	if peak-before > 32<<20 {
+		t.Errorf("host RSS grew by %d MiB during the flood (limit: 32 MiB)", (peak-before)>>20)
+	}
+}
