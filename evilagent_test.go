@@ -460,3 +460,59 @@ func TestEvilAgentPingFloodRSS(t *testing.T) {
 		t.Errorf("host RSS grew by %d MiB during the flood (limit: 32 MiB)", (peak-before)>>20)
 	}
 }
+
+// CopyOutTar (`airlock cp BOX:/out -`, the REST archive download) passes
+// on only the tree asked for: an entry outside it ends the stream with an
+// error naming it, before its header reaches the reader.
+func TestEvilAgentCopyOutTarStaysInTop(t *testing.T) {
+	good := tarOf(t,
+		tar.Header{Name: "out", Typeflag: tar.TypeDir, Mode: 0o755},
+		tar.Header{Name: "out/x", Typeflag: tar.TypeReg, Mode: 0o644},
+	)
+	a := &evilagent.Agent{Calls: map[string]evilagent.Script{"CopyOut": copyOutScript("out", good)}}
+	b := evilBox(t, a)
+	ctx := context.Background()
+	names := func(t *testing.T) ([]string, error) {
+		rc, err := b.CopyOutTar(ctx, "/out")
+		if err != nil {
+			return nil, err
+		}
+		defer rc.Close()
+		tr := tar.NewReader(rc)
+		var ns []string
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				return ns, nil
+			}
+			if err != nil {
+				return ns, err
+			}
+			ns = append(ns, h.Name)
+		}
+	}
+	ns, err := names(t)
+	if err != nil || strings.Join(ns, " ") != "out out/x" {
+		t.Fatalf("a box's good archive: %q %v", ns, err)
+	}
+	for what, evil := range map[string][]byte{
+		"entry outside": tarOf(t,
+			tar.Header{Name: "out/x", Typeflag: tar.TypeReg, Mode: 0o644},
+			tar.Header{Name: ".bashrc", Typeflag: tar.TypeReg, Mode: 0o644},
+		),
+		"dot-dot entry": tarOf(t, tar.Header{Name: "out/../.ssh/authorized_keys", Typeflag: tar.TypeReg, Mode: 0o644}),
+		"hard link out": tarOf(t, tar.Header{Name: "out/k", Typeflag: tar.TypeLink, Linkname: ".bashrc"}),
+	} {
+		a.SetCall("CopyOut", copyOutScript("out", evil))
+		ns, err := names(t)
+		t.Logf("%s: passed on %q, then %v", what, ns, err)
+		if err == nil || !strings.Contains(err.Error(), "refused") {
+			t.Errorf("%s: err = %v, want a refusal", what, err)
+		}
+		for _, n := range ns {
+			if n != "out" && !strings.HasPrefix(n, "out/") || strings.Contains(n, "..") {
+				t.Errorf("%s: passed on entry %q", what, n)
+			}
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package airlock
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -533,12 +534,89 @@ func topName(boxPath string) string {
 // reader's error) and close it; closing early abandons the copy. The
 // stream has backpressure: a slow reader slows the box down, it does not
 // grow host memory.
+//
+// The archive holds only boxPath's tree: the box's stream is read entry
+// by entry and written again, and an entry with an absolute name, "..",
+// or a name outside the top entry (or a hard link to one) ends the stream
+// with an error naming it, so that a box cannot make the archive write
+// elsewhere when it is extracted.
 func (b *Box) CopyOutTar(ctx context.Context, boxPath string) (io.ReadCloser, error) {
-	t, _, err := b.copyOut(ctx, boxPath)
+	t, top, err := b.copyOut(ctx, boxPath)
 	if err != nil {
 		return nil, err
 	}
-	return t, nil
+	want := topName(boxPath)
+	if top.Name != want {
+		t.Close()
+		return nil, fmt.Errorf("copy %s from box %s: the box sent an archive of %q, not %q: refused", boxPath, b.id, top.Name, want)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		err := checkedTar(pw, t, want)
+		if err != nil {
+			err = fmt.Errorf("copy %s from box %s: %w", boxPath, b.id, err)
+		}
+		pw.CloseWithError(err)
+	}()
+	return &checkedReader{PipeReader: pr, src: t}, nil
+}
+
+// checkedReader is CopyOutTar's stream: closing it abandons the copy.
+type checkedReader struct {
+	*io.PipeReader
+	src *callReader
+}
+
+func (c *checkedReader) Close() error {
+	c.PipeReader.Close()
+	return c.src.Close()
+}
+
+// checkedTar copies the tar stream src to w, entry by entry, refusing any
+// entry that is not top or under top/ (top "." accepts every relative
+// name), and any hard link to such an entry. What follows the archive's
+// end (the box's result) is read to its end.
+func checkedTar(w io.Writer, src io.Reader, top string) error {
+	tr := tar.NewReader(src)
+	tw := tar.NewWriter(w)
+	inside := func(n string) bool {
+		if n == "" || strings.HasPrefix(n, "/") {
+			return false
+		}
+		for _, c := range strings.Split(n, "/") {
+			if c == ".." {
+				return false
+			}
+		}
+		c := path.Clean(n)
+		return top == "." || c == top || strings.HasPrefix(c, top+"/")
+	}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("reading the box's archive: %w", err)
+		}
+		if !inside(h.Name) {
+			return fmt.Errorf("entry %q is outside %q: refused", h.Name, top)
+		}
+		if h.Typeflag == tar.TypeLink && !inside(h.Linkname) {
+			return fmt.Errorf("hard link %q to %q, outside %q: refused", h.Name, h.Linkname, top)
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	_, err := io.Copy(io.Discard, src)
+	return err
 }
 
 // CopyOut copies boxPath (a file or a directory tree) of the box to
