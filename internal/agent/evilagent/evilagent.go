@@ -12,8 +12,9 @@
 // On the fake driver (internal/vmm/fake, Driver.TestAgent = Agent.Dial)
 // the whole host stack (airlock.Box's calls) runs against it, with the real
 // agent process still standing for the machine: calls a test does not
-// script are passed on to that real agent. cmd/evilagent in the tests of
-// package airlock runs it inside a real box.
+// script are passed on to that real agent. Its command evilguest runs it
+// inside a real box, in the real agent's place
+// (TestHostileGuestTakesOverAgent in package airlock).
 package evilagent
 
 import (
@@ -164,6 +165,36 @@ func (a *Agent) Serve(conn net.Conn, real func(context.Context) (net.Conn, error
 	if raw != nil {
 		return raw(conn)
 	}
+	return a.session(conn, real)
+}
+
+// ServePort runs one handshake and session on a virtio-serial port f (in
+// a guest), leaving f open for the next host: ending the session sets f's
+// deadline to now (a read in progress ends), and the next ServePort clears
+// it. While no host is connected, a read of the port ends at once: the
+// caller retries after a pause.
+func (a *Agent) ServePort(f *os.File) error {
+	if err := f.SetDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("the port takes no deadline: %w", err)
+	}
+	ver := a.Version
+	if ver == "" {
+		ver = agentpb.Version
+	}
+	if err := transport.GuestHandshakeAuth(f, ver, a.Secret); err != nil {
+		return err
+	}
+	return a.session(portSession{f}, nil)
+}
+
+// portSession is a port as one session's connection: Close ends the
+// session's reads and writes but leaves the port open.
+type portSession struct{ *os.File }
+
+func (p portSession) Close() error { return p.SetDeadline(time.Now()) }
+
+// session serves one yamux session on conn.
+func (a *Agent) session(conn io.ReadWriteCloser, real func(context.Context) (net.Conn, error)) error {
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = io.Discard
 	cfg.EnableKeepAlive = false
