@@ -516,3 +516,37 @@ func TestEvilAgentCopyOutTarStaysInTop(t *testing.T) {
 		}
 	}
 }
+
+// A result message packed with empty file entries (2 bytes each on the
+// wire, some 100 decoded) is refused, not decoded into 50 times its size.
+func TestEvilAgentPackedEntries(t *testing.T) {
+	packed := bytes.Repeat([]byte{0x0a, 0x00}, 2<<20-16) // 2 Mi empty FileInfos in one frame
+	a := &evilagent.Agent{Calls: map[string]evilagent.Script{"Stat": func(c *evilagent.Call) error {
+		if _, err := c.FileRequest(); err != nil {
+			return err
+		}
+		// FileDown{result: FileResult{infos...}}: field 2, length-delimited.
+		msg := append([]byte{0x12}, protowireLen(len(packed))...)
+		return c.Frame(evilagent.FrameMsg, append(msg, packed...))
+	}}}
+	b := evilBox(t, a)
+	var err error
+	grew := heapDuring(func() { _, err = b.Stat(context.Background(), "/x") })
+	t.Logf("stat: %v; heap +%d MiB", err, grew>>20)
+	if err == nil || !strings.Contains(err.Error(), "entries") {
+		t.Errorf("err = %v, want a refusal of the entries", err)
+	}
+	if grew > 48<<20 {
+		t.Errorf("a 4 MiB message grew the host's heap by %d MiB", grew>>20)
+	}
+}
+
+// protowireLen is n as a protobuf varint.
+func protowireLen(n int) []byte {
+	var b []byte
+	for n >= 0x80 {
+		b = append(b, byte(n)|0x80)
+		n >>= 7
+	}
+	return append(b, byte(n))
+}
