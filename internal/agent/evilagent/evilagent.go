@@ -184,6 +184,12 @@ func (a *Agent) ServePort(f *os.File) error {
 	if err := transport.GuestHandshakeAuth(f, ver, a.Secret); err != nil {
 		return err
 	}
+	a.mu.Lock()
+	raw := a.Raw
+	a.mu.Unlock()
+	if raw != nil {
+		return raw(portConn{f})
+	}
 	return a.session(portSession{f}, nil)
 }
 
@@ -192,6 +198,19 @@ func (a *Agent) ServePort(f *os.File) error {
 type portSession struct{ *os.File }
 
 func (p portSession) Close() error { return p.SetDeadline(time.Now()) }
+
+// portConn is a port as a net.Conn, for Raw scripts: Close ends its use
+// as portSession's does.
+type portConn struct{ *os.File }
+
+func (p portConn) Close() error         { return p.SetDeadline(time.Now()) }
+func (p portConn) LocalAddr() net.Addr  { return portAddr(p.Name()) }
+func (p portConn) RemoteAddr() net.Addr { return portAddr("host") }
+
+type portAddr string
+
+func (a portAddr) Network() string { return "virtio-serial" }
+func (a portAddr) String() string  { return string(a) }
 
 // session serves one yamux session on conn.
 func (a *Agent) session(conn io.ReadWriteCloser, real func(context.Context) (net.Conn, error)) error {

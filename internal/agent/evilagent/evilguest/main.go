@@ -11,7 +11,7 @@
 // ReadDir with names of 4 MiB. The agent stays stopped while this program
 // runs.
 //
-// Usage (as root in the box, detached): evilguest [-delay 1s]
+// Usage (as root in the box, detached): evilguest [-delay 1s] [-flood 10s]
 package main
 
 import (
@@ -20,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -35,15 +36,16 @@ import (
 
 func main() {
 	delay := flag.Duration("delay", time.Second, "wait before taking over (the exec that started this returns)")
+	flood := flag.Duration("flood", 0, "instead of answering calls, flood each host connection with yamux pings for this long")
 	flag.Parse()
 	time.Sleep(*delay)
-	if err := run(); err != nil {
+	if err := run(*flood); err != nil {
 		fmt.Fprintln(os.Stderr, "evilguest:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+func run(flood time.Duration) error {
 	runtime.LockOSThread() // ptrace: the tracer is this thread
 	stopped, err := stopAgent()
 	if err != nil {
@@ -59,6 +61,13 @@ func run() error {
 		"CopyOut": copyOut,
 		"ReadDir": readDir,
 	}}
+	if flood > 0 {
+		a.Raw = func(conn net.Conn) error {
+			n, err := evilagent.PingFlood(conn, flood)
+			fmt.Fprintf(os.Stderr, "evilguest: %d pings written: %v\n", n, err)
+			return err
+		}
+	}
 	for _, p := range ports {
 		go serve(a, p)
 	}
