@@ -37,6 +37,8 @@ func TestPackageRules(t *testing.T) {
 		"internal/netstack":     {"internal/defaults"},
 		"cmd/airlock-net":       {"internal/netstack"},
 		"internal/agent/client": {"internal/agent/agentpb", "internal/transport"},
+		// Test helper: a hostile guest agent, speaking the protocol itself.
+		"internal/agent/evilagent": {"internal/agent/agentpb", "internal/transport"},
 		// Guest side: never a host package.
 		"internal/agent":     {"internal/agent/agentpb", "internal/transport", "internal/tarfs", "internal/headtail"},
 		"internal/guestinit": {"internal/guestabi", "internal/tarfs"},

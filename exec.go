@@ -311,15 +311,20 @@ func (b *Box) callErr(err error) error {
 	if de := b.deadErr(1500 * time.Millisecond); de != nil {
 		return de
 	}
+	var cut error
 	b.mu.Lock()
 	if b.conn != nil {
 		select {
 		case <-b.conn.Done():
+			cut = b.conn.Err()
 			b.conn = nil
 		default:
 		}
 	}
 	b.mu.Unlock()
+	if errors.Is(cut, client.ErrHostileAgent) {
+		return fmt.Errorf("box %s: %w", b.id, cut)
+	}
 	return fmt.Errorf("box %s: lost the connection to its agent (%v); the box may be overloaded or stopping — its console log %s may say why", b.id, err, b.ConsoleLog())
 }
 

@@ -66,3 +66,7 @@ func WriteTestSnapshot(b *Box, name string) error {
 	}
 	return os.WriteFile(filepath.Join(dir, snapshotMetaFile), raw, 0o600)
 }
+
+// HostSlack is how long the host waits past an exec's timeout and grace
+// for the agent's report (tests only).
+const HostSlack = hostSlack

@@ -1,6 +1,7 @@
 package airlock
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -109,11 +110,19 @@ func (b *Box) Stat(ctx context.Context, p string) (FileInfo, error) {
 	return fileInfo(infos[0]), nil
 }
 
-// maxDirEntries bounds how many entries ReadDir accepts from a box.
-const maxDirEntries = 1 << 20
+// Bounds on what ReadDir accepts from a box (the box chooses what it
+// sends): entries, bytes of names and link targets in all, and bytes of
+// one name or link target (PATH_MAX; a real name has at most 255).
+const (
+	maxDirEntries = 1 << 20
+	maxDirBytes   = 64 << 20
+	maxPathBytes  = 4096
+)
 
 // ReadDir lists directory path in the box, sorted by name. Entries are not
-// followed: a symlink is reported as one, with its target in Link.
+// followed: a symlink is reported as one, with its target in Link. A
+// listing past 1 Mi entries or 64 MiB of names and link targets, or with
+// a name or link target longer than 4096 bytes, is an error.
 func (b *Box) ReadDir(ctx context.Context, p string) ([]FileInfo, error) {
 	c, err := b.client(ctx)
 	if err != nil {
@@ -125,21 +134,46 @@ func (b *Box) ReadDir(ctx context.Context, p string) ([]FileInfo, error) {
 	}
 	defer f.Close()
 	var out []FileInfo
+	size := 0
 	for {
 		r, err := f.Result()
 		if err != nil {
 			return nil, b.fileErr(err)
 		}
+		for _, i := range r.Infos {
+			if err := checkDirEntry(i); err != nil {
+				return nil, fmt.Errorf("box %s: readdir %s: %w", b.id, p, err)
+			}
+			size += len(i.Name) + len(i.Link)
+		}
+		if size > maxDirBytes {
+			return nil, fmt.Errorf("box %s: readdir %s: more than %d MiB of names: refused", b.id, p, maxDirBytes>>20)
+		}
+		if len(out)+len(r.Infos) > maxDirEntries {
+			return nil, fmt.Errorf("box %s: readdir %s: more than %d entries", b.id, p, maxDirEntries)
+		}
 		for _, i := range client.Infos(r) {
 			out = append(out, fileInfo(i))
-		}
-		if len(out) > maxDirEntries {
-			return nil, fmt.Errorf("box %s: readdir %s: more than %d entries", b.id, p, maxDirEntries)
 		}
 		if !r.More {
 			return out, nil
 		}
 	}
+}
+
+// checkDirEntry refuses a listing entry no directory can hold: an empty
+// name, one with "/" or NUL, "." or "..", or a name or link target past
+// maxPathBytes.
+func checkDirEntry(i *agentpb.FileInfo) error {
+	switch {
+	case len(i.Name) > maxPathBytes:
+		return fmt.Errorf("the box sent a name of %d bytes (at most %d): refused", len(i.Name), maxPathBytes)
+	case len(i.Link) > maxPathBytes:
+		return fmt.Errorf("the box sent a link target of %d bytes (at most %d): refused", len(i.Link), maxPathBytes)
+	case i.Name == "" || i.Name == "." || i.Name == ".." || strings.ContainsAny(i.Name, "/\x00"):
+		return fmt.Errorf("the box sent an entry named %q, which no directory holds: refused", i.Name)
+	}
+	return nil
 }
 
 // MkdirAll creates directory path in the box with its missing parents,
@@ -161,6 +195,10 @@ func (b *Box) RemovePath(ctx context.Context, p string) error {
 // what it sends. Use CopyOut or CopyOutTar for larger files.
 const MaxReadFile = 1 << 30
 
+// readFileHint bounds the buffer ReadFile sets aside for the size the box
+// declares before any data arrived.
+const readFileHint = 8 << 20
+
 // ReadFile returns the contents of the regular file path in the box (at
 // most MaxReadFile bytes, else an error).
 func (b *Box) ReadFile(ctx context.Context, p string) ([]byte, error) {
@@ -177,9 +215,11 @@ func (b *Box) ReadFile(ctx context.Context, p string) ([]byte, error) {
 	if err != nil {
 		return nil, b.fileErr(err)
 	}
+	// The size the box declares is a hint, not an allocation: the buffer
+	// grows with the data that arrives, from at most readFileHint.
 	var buf bytes.Buffer
-	if is := client.Infos(first); len(is) == 1 && is[0].Size <= MaxReadFile {
-		buf.Grow(int(is[0].Size))
+	if is := client.Infos(first); len(is) == 1 && is[0].Size > 0 {
+		buf.Grow(int(min(is[0].Size, readFileHint)))
 	}
 	for {
 		d, r, err := f.Next()
@@ -478,18 +518,105 @@ func (b *Box) copyOut(ctx context.Context, boxPath string) (*callReader, FileInf
 	return &callReader{b: b, f: f}, fileInfo(infos[0]), nil
 }
 
+// topName is the name of the top entry of a copy of boxPath from a box:
+// its base name, "." for the root directory.
+func topName(boxPath string) string {
+	n := path.Base(path.Clean("/" + boxPath))
+	if n == "/" {
+		return "."
+	}
+	return n
+}
+
 // CopyOutTar returns boxPath (a file or a directory tree) of the box as a
 // tar stream, entries named after boxPath's base name, as `docker cp
 // BOX:PATH -` does. Read it to the end (a failure in the box is the
 // reader's error) and close it; closing early abandons the copy. The
 // stream has backpressure: a slow reader slows the box down, it does not
 // grow host memory.
+//
+// The archive holds only boxPath's tree: the box's stream is read entry
+// by entry and written again, and an entry with an absolute name, "..",
+// or a name outside the top entry (or a hard link to one) ends the stream
+// with an error naming it, so that a box cannot make the archive write
+// elsewhere when it is extracted.
 func (b *Box) CopyOutTar(ctx context.Context, boxPath string) (io.ReadCloser, error) {
-	t, _, err := b.copyOut(ctx, boxPath)
+	t, top, err := b.copyOut(ctx, boxPath)
 	if err != nil {
 		return nil, err
 	}
-	return t, nil
+	want := topName(boxPath)
+	if top.Name != want {
+		t.Close()
+		return nil, fmt.Errorf("copy %s from box %s: the box sent an archive of %q, not %q: refused", boxPath, b.id, top.Name, want)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		err := checkedTar(pw, t, want)
+		if err != nil {
+			err = fmt.Errorf("copy %s from box %s: %w", boxPath, b.id, err)
+		}
+		pw.CloseWithError(err)
+	}()
+	return &checkedReader{PipeReader: pr, src: t}, nil
+}
+
+// checkedReader is CopyOutTar's stream: closing it abandons the copy.
+type checkedReader struct {
+	*io.PipeReader
+	src *callReader
+}
+
+func (c *checkedReader) Close() error {
+	c.PipeReader.Close()
+	return c.src.Close()
+}
+
+// checkedTar copies the tar stream src to w, entry by entry, refusing any
+// entry that is not top or under top/ (top "." accepts every relative
+// name), and any hard link to such an entry. What follows the archive's
+// end (the box's result) is read to its end.
+func checkedTar(w io.Writer, src io.Reader, top string) error {
+	tr := tar.NewReader(src)
+	tw := tar.NewWriter(w)
+	inside := func(n string) bool {
+		if n == "" || strings.HasPrefix(n, "/") {
+			return false
+		}
+		for _, c := range strings.Split(n, "/") {
+			if c == ".." {
+				return false
+			}
+		}
+		c := path.Clean(n)
+		return top == "." || c == top || strings.HasPrefix(c, top+"/")
+	}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("reading the box's archive: %w", err)
+		}
+		if !inside(h.Name) {
+			return fmt.Errorf("entry %q is outside %q: refused", h.Name, top)
+		}
+		if h.Typeflag == tar.TypeLink && !inside(h.Linkname) {
+			return fmt.Errorf("hard link %q to %q, outside %q: refused", h.Name, h.Linkname, top)
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	_, err := io.Copy(io.Discard, src)
+	return err
 }
 
 // CopyOut copies boxPath (a file or a directory tree) of the box to
@@ -526,8 +653,20 @@ func (b *Box) CopyOut(ctx context.Context, boxPath, hostPath string, opts ...Cop
 		return fmt.Errorf("copy %s from box %s: %w", boxPath, b.id, err)
 	}
 	defer root.Close()
+	// The box names the archive's top entry; it must be the one asked for
+	// (boxPath's base name), and every entry must be under it: the copy
+	// lands at the name the host chose, and a box that sends anything
+	// else fails the copy before it is written.
+	want := topName(boxPath)
+	if top.Name != want {
+		return fmt.Errorf("copy %s from box %s: the box sent an archive of %q, not %q: refused", boxPath, b.id, top.Name, want)
+	}
+	to := t.name
+	if to == "" {
+		to = want
+	}
 	eo := tarfs.ExtractOptions{
-		RenameFrom: top.Name, RenameTo: t.name, UID: -1, GID: -1,
+		RenameFrom: want, RenameTo: to, UID: -1, GID: -1,
 		Owners:       o.KeepOwners && os.Geteuid() == 0,
 		AllowDevices: o.AllowDevices, AllowSetuid: o.AllowSetuid, MaxBytes: o.MaxBytes,
 	}

@@ -20,7 +20,12 @@ type ExtractOptions struct {
 	// Rename gives the archive's top-level entry From the name To: entries
 	// "From" and "From/x" become "To" and "To/x". To "." puts From's
 	// contents straight into the destination directory (From's own
-	// metadata is then not applied). From or To "" renames nothing.
+	// metadata is then not applied); To "" keeps the name. With From set
+	// (other than "."), the archive may hold nothing else: an entry that
+	// is not From or under From/ (or a hard link to one) is an error that
+	// names it, and the extraction stops there. From "" accepts any entry
+	// and renames nothing; From "." (an archive of a root directory)
+	// accepts any entry and puts it under To.
 	RenameFrom, RenameTo string
 	// Owners applies the archive's uid/gid to what is created; with
 	// UID/GID >= 0 every entry gets that owner instead. Without Owners and
@@ -64,24 +69,35 @@ func cleanName(n string) (string, error) {
 	return path.Clean(n), nil
 }
 
+// rename maps entry n (cleaned) to its name in the destination; ok is
+// false for an entry outside RenameFrom.
 func (o *ExtractOptions) rename(n string) (string, bool) {
-	if o.RenameFrom == "" || o.RenameTo == "" {
+	if o.RenameFrom == "" {
 		return n, true
 	}
 	if o.RenameFrom == "." {
 		// An archive of a root directory: every entry is under ".".
 		return path.Join(o.RenameTo, n), true
 	}
+	to := o.RenameTo
+	if to == "" {
+		to = o.RenameFrom
+	}
 	switch {
 	case n == o.RenameFrom:
-		if o.RenameTo == "." {
+		if to == "." {
 			return ".", true
 		}
-		return o.RenameTo, true
+		return to, true
 	case strings.HasPrefix(n, o.RenameFrom+"/"):
-		return path.Join(o.RenameTo, n[len(o.RenameFrom)+1:]), true
+		return path.Join(to, n[len(o.RenameFrom)+1:]), true
 	}
-	return n, true
+	return "", false
+}
+
+// outside is the error for an entry that is not under RenameFrom.
+func (o *ExtractOptions) outside(what, n string) error {
+	return fmt.Errorf("%s %q is outside the archive's top entry %q: refused (nothing is written outside the destination)", what, n, o.RenameFrom)
 }
 
 type dirMeta struct {
@@ -151,7 +167,10 @@ func (r *Root) Extract(dir string, src io.Reader, o ExtractOptions) (stats Stats
 		if err != nil {
 			return stats, err
 		}
-		name, _ = o.rename(name)
+		name, ok := o.rename(name)
+		if !ok {
+			return stats, o.outside("entry", h.Name)
+		}
 		if name == "." {
 			continue // the destination directory itself
 		}
@@ -220,7 +239,10 @@ func (r *Root) Extract(dir string, src io.Reader, o ExtractOptions) (stats Stats
 			if err != nil {
 				return stats, fmt.Errorf("hard link %s: %w", p, err)
 			}
-			target, _ = o.rename(target)
+			target, ok := o.rename(target)
+			if !ok || target == "." {
+				return stats, fmt.Errorf("hard link %s: %w", p, o.outside("link target", h.Linkname))
+			}
 			tp := path.Join(dir, target)
 			tfd, tbase, err := r.Parent(tp)
 			if err != nil {

@@ -225,3 +225,133 @@ func TestArchiveOfRootRenamed(t *testing.T) {
 		t.Fatalf("%q %v (top %q)", b, err, top.Name)
 	}
 }
+
+// With a rename set (a copy of one tree, as CopyOut makes), entries
+// outside the top entry are refused with an error naming them, whatever
+// the rename, and nothing is written outside the renamed tree: a hostile
+// guest answering `cp BOX:/out ~` with out/x plus .bashrc or
+// .ssh/authorized_keys replaces no host file and chmods no directory.
+func TestHostileAgentArchiveOutsideItsTop(t *testing.T) {
+	evil := func(t *testing.T) *bytes.Buffer {
+		return hostile(t,
+			tar.Header{Name: "out", Typeflag: tar.TypeDir, Mode: 0o755},
+			tar.Header{Name: "out/x", Typeflag: tar.TypeReg, Mode: 0o644},
+			tar.Header{Name: ".ssh", Typeflag: tar.TypeDir, Mode: 0o777},
+			tar.Header{Name: ".ssh/authorized_keys", Typeflag: tar.TypeReg, Mode: 0o644},
+			tar.Header{Name: ".bashrc", Typeflag: tar.TypeReg, Mode: 0o644},
+		)
+	}
+	for _, to := range []string{"", "out", "new", "."} {
+		t.Run("to="+to, func(t *testing.T) {
+			home := t.TempDir()
+			os.Mkdir(filepath.Join(home, ".ssh"), 0o700)
+			os.WriteFile(filepath.Join(home, ".ssh", "authorized_keys"), []byte("mine"), 0o600)
+			os.WriteFile(filepath.Join(home, ".bashrc"), []byte("mine"), 0o644)
+			r, err := OpenRoot(home, Beneath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			dir := "."
+			if to == "." {
+				os.Mkdir(filepath.Join(home, "dest"), 0o755)
+				dir = "dest"
+			}
+			_, err = r.Extract(dir, evil(t), ExtractOptions{RenameFrom: "out", RenameTo: to, UID: -1, GID: -1})
+			if err == nil || !strings.Contains(err.Error(), `".ssh"`) {
+				t.Fatalf("err = %v, want a refusal naming .ssh", err)
+			}
+			for _, f := range []string{".bashrc", ".ssh/authorized_keys"} {
+				if b, _ := os.ReadFile(filepath.Join(home, f)); string(b) != "mine" {
+					t.Errorf("%s replaced: %q", f, b)
+				}
+			}
+			if fi, _ := os.Stat(filepath.Join(home, ".ssh")); fi.Mode().Perm() != 0o700 {
+				t.Errorf(".ssh chmodded to %v", fi.Mode().Perm())
+			}
+		})
+	}
+	// A hard link to a host file outside the top is refused too.
+	home := t.TempDir()
+	os.WriteFile(filepath.Join(home, ".bashrc"), []byte("mine"), 0o644)
+	r, err := OpenRoot(home, Beneath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	_, err = r.Extract(".", hostile(t,
+		tar.Header{Name: "out", Typeflag: tar.TypeDir, Mode: 0o755},
+		tar.Header{Name: "out/rc", Typeflag: tar.TypeLink, Linkname: ".bashrc"},
+	), ExtractOptions{RenameFrom: "out", RenameTo: "out", UID: -1, GID: -1})
+	if err == nil || !strings.Contains(err.Error(), ".bashrc") {
+		t.Fatalf("hard link out of the top: err = %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(home, "out", "rc")); err == nil {
+		t.Error("hard link to a file outside the top was made")
+	}
+}
+
+// FuzzExtractFromGuest extracts arbitrary bytes as a tar stream from a
+// guest (a copy-out of "out" into home/new): whatever it holds, nothing
+// outside home/new is created, replaced or changed, and nothing is left
+// at all when the extraction fails.
+func FuzzExtractFromGuest(f *testing.F) {
+	add := func(entries ...tar.Header) {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for _, h := range entries {
+			h.Format = tar.FormatPAX
+			if h.Typeflag == tar.TypeReg {
+				h.Size = 4
+			}
+			tw.WriteHeader(&h)
+			if h.Typeflag == tar.TypeReg {
+				tw.Write([]byte("evil"))
+			}
+		}
+		tw.Close()
+		f.Add(buf.Bytes())
+	}
+	add(tar.Header{Name: "out", Typeflag: tar.TypeDir, Mode: 0o755}, tar.Header{Name: "out/x", Typeflag: tar.TypeReg, Mode: 0o644})
+	add(tar.Header{Name: "out/x", Typeflag: tar.TypeReg}, tar.Header{Name: ".bashrc", Typeflag: tar.TypeReg})
+	add(tar.Header{Name: "out", Typeflag: tar.TypeSymlink, Linkname: ".."}, tar.Header{Name: "out/.bashrc", Typeflag: tar.TypeReg})
+	add(tar.Header{Name: "out/l", Typeflag: tar.TypeSymlink, Linkname: "/"}, tar.Header{Name: "out/l/x", Typeflag: tar.TypeReg})
+	add(tar.Header{Name: "out/h", Typeflag: tar.TypeLink, Linkname: "keep"})
+	add(tar.Header{Name: "out/../keep", Typeflag: tar.TypeReg})
+	add(tar.Header{Name: "/keep", Typeflag: tar.TypeReg})
+	add(tar.Header{Name: "out/./../keep", Typeflag: tar.TypeReg})
+	add(tar.Header{Name: "out", Typeflag: tar.TypeDir, Mode: 0o7777}, tar.Header{Name: ".", Typeflag: tar.TypeDir, Mode: 0o777})
+	add(tar.Header{Name: "out/d", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3})
+	f.Add([]byte("not a tar stream"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		home := t.TempDir()
+		keep := filepath.Join(home, "keep")
+		if err := os.WriteFile(keep, []byte("mine"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(home, 0o700)
+		r, err := OpenRoot(home, Beneath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		_, xerr := r.Extract(".", bytes.NewReader(data), ExtractOptions{RenameFrom: "out", RenameTo: "new", UID: -1, GID: -1, MaxBytes: 1 << 20, MaxEntries: 1000})
+		ents, _ := os.ReadDir(home)
+		for _, e := range ents {
+			if e.Name() != "keep" && (e.Name() != "new" || xerr != nil) {
+				t.Errorf("left %s in home (extract: %v)", e.Name(), xerr)
+			}
+		}
+		if b, err := os.ReadFile(keep); err != nil || string(b) != "mine" {
+			t.Errorf("keep changed: %q %v", b, err)
+		}
+		if fi, err := os.Stat(home); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("home's mode changed: %v", fi.Mode())
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(keep, &st) == nil && st.Nlink != 1 {
+			t.Errorf("keep has %d links", st.Nlink)
+		}
+		os.RemoveAll(filepath.Join(home, "new"))
+	})
+}

@@ -71,6 +71,7 @@ type Stream struct {
 	stop   func() bool        // client: stops the ctx watcher
 	wmu    sync.Mutex
 	gone   bool // server: the client abandoned the call, guarded by wmu
+	client bool // the host's side of a call (Client.Call)
 	rhdr   [frameHeader]byte
 
 	abortMu  sync.Mutex
@@ -95,6 +96,18 @@ func (s *Stream) writeFrame(buf []byte) error {
 		return fmt.Errorf("agent protocol: %s: frame of %d bytes exceeds %d", s.method, n, MaxFrame)
 	}
 	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
+	if s.client {
+		// A guest that stops reading blocks yamux's writes up to its
+		// write timeout (30 s), whatever the call's context says: the
+		// caller returns when the context ends, the write goes on alone
+		// (its frame is its own) until it completes, times out or the
+		// session ends.
+		return waitCtx(s.ctx, func() error { return s.write(buf) })
+	}
+	return s.write(buf)
+}
+
+func (s *Stream) write(buf []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.gone {
@@ -104,22 +117,75 @@ func (s *Stream) writeFrame(buf []byte) error {
 	return err
 }
 
+// waitCtx runs f and returns its error, or ctx's error as soon as ctx
+// ends (f then finishes on its own).
+func waitCtx(ctx context.Context, f func() error) error {
+	if ctx.Done() == nil {
+		return f()
+	}
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (s *Stream) readFrame() (byte, []byte, error) {
-	if _, err := io.ReadFull(s.st, s.rhdr[:]); err != nil {
+	return readFrame(s.st, &s.rhdr, s.method)
+}
+
+// readFrame reads one frame of call method from r into a new buffer,
+// using hdr for its header. A frame past MaxFrame is an error before
+// anything is allocated for it; the buffer grows with the payload that
+// arrives (a peer that announces 4 MiB and sends nothing costs nothing).
+func readFrame(r io.Reader, hdr *[frameHeader]byte, method string) (byte, []byte, error) {
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		if err == io.ErrUnexpectedEOF {
-			err = fmt.Errorf("agent protocol: %s: stream ended inside a frame", s.method)
+			err = fmt.Errorf("agent protocol: %s: stream ended inside a frame", method)
 		}
 		return 0, nil, err
 	}
-	n := binary.BigEndian.Uint32(s.rhdr[:4])
+	n := binary.BigEndian.Uint32(hdr[:4])
 	if n == 0 || n-1 > MaxFrame {
-		return 0, nil, fmt.Errorf("agent protocol: %s: bad frame length %d", s.method, n)
+		return 0, nil, fmt.Errorf("agent protocol: %s: bad frame length %d", method, n)
 	}
-	p := make([]byte, n-1)
-	if _, err := io.ReadFull(s.st, p); err != nil {
-		return 0, nil, fmt.Errorf("agent protocol: %s: stream ended inside a frame: %w", s.method, err)
+	p, err := readN(r, int(n-1))
+	if err != nil {
+		return 0, nil, fmt.Errorf("agent protocol: %s: stream ended inside a frame: %w", method, err)
 	}
-	return s.rhdr[4], p, nil
+	return hdr[4], p, nil
+}
+
+// frameChunk is how much of a frame's payload is allocated ahead of the
+// bytes that arrive: the agent's data chunks (256 KiB) fit in it, and the
+// stream's window (streamWindow) is what a peer can send ahead anyway.
+const frameChunk = streamWindow
+
+// readN reads exactly n bytes from r, allocating as they arrive.
+func readN(r io.Reader, n int) ([]byte, error) {
+	if n <= frameChunk {
+		p := make([]byte, n)
+		_, err := io.ReadFull(r, p)
+		return p, err
+	}
+	p := make([]byte, 0, frameChunk)
+	for len(p) < n {
+		if len(p) == cap(p) {
+			p = append(p, 0)[:len(p)]
+		}
+		k, err := r.Read(p[len(p):min(cap(p), n)])
+		p = p[:len(p)+k]
+		if err != nil && len(p) < n {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	return p, nil
 }
 
 // Message is a message of the agent protocol: it encodes itself in the
@@ -199,14 +265,16 @@ func (s *Stream) aborted() error {
 	return s.abortErr
 }
 
-// abort abandons a client call: the agent sees the stream end, a blocked
-// Recv returns err.
+// abort abandons a client call: a blocked Recv returns err at once, and
+// the agent sees the stream end. The Recv is released first: closing the
+// stream sends a frame, which waits (up to yamux's write timeout) while
+// the guest does not read.
 func (s *Stream) abort(err error) {
 	s.abortMu.Lock()
 	s.abortErr = err
 	s.abortMu.Unlock()
-	s.st.Close()
 	s.st.SetReadDeadline(time.Now())
+	s.st.Close()
 }
 
 // Call starts method on the agent. Ending ctx abandons the call: a blocked
@@ -216,13 +284,29 @@ func (c *Client) Call(ctx context.Context, method string) (*Stream, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	st, err := c.Session.OpenStream()
+	// Opening a stream sends a frame: see writeFrame.
+	var st *yamux.Stream
+	opened := make(chan struct{})
+	err := waitCtx(ctx, func() error {
+		defer close(opened)
+		var err error
+		st, err = c.Session.OpenStream()
+		return err
+	})
 	if err != nil {
+		if ctx.Err() != nil {
+			go func() {
+				<-opened
+				if st != nil {
+					st.Close()
+				}
+			}()
+		}
 		return nil, fmt.Errorf("agent %s: %w", method, err)
 	}
-	s := &Stream{st: st, method: method, ctx: ctx}
+	s := &Stream{st: st, method: method, ctx: ctx, client: true}
 	if err := s.writeFrame(append(newFrame(frameCall, len(method)), method...)); err != nil {
-		st.Close()
+		go st.Close()
 		return nil, fmt.Errorf("agent %s: %w", method, err)
 	}
 	s.stop = context.AfterFunc(ctx, func() { s.abort(ctx.Err()) })

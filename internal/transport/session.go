@@ -26,6 +26,8 @@ type Client struct {
 	Session      *yamux.Session
 	AgentVersion string
 
+	guard *guardConn // the connection below yamux
+
 	mu      sync.Mutex
 	err     error       // why the session was ended by keepalive
 	stalled func() bool // SetStalled
@@ -49,7 +51,9 @@ func NewClientAuth(conn net.Conn, deadline time.Time, secret []byte) (*Client, e
 	}
 	cfg := yamuxConfig()
 	cfg.EnableKeepAlive = false // keepalive below, with its own timeout
-	sess, err := yamux.Client(conn, cfg)
+	// The guard bounds what the guest can make yamux do for it (pings).
+	guard := newGuardConn(conn)
+	sess, err := yamux.Client(guard, cfg)
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -58,9 +62,12 @@ func NewClientAuth(conn net.Conn, deadline time.Time, secret []byte) (*Client, e
 	// before allocating anything for it.
 	if err := sess.GoAway(); err != nil {
 		sess.Close()
+		if gerr := guard.cutErr(); gerr != nil {
+			return nil, gerr
+		}
 		return nil, err
 	}
-	c := &Client{Session: sess, AgentVersion: ver}
+	c := &Client{Session: sess, AgentVersion: ver, guard: guard}
 	go c.keepalive(KeepAliveInterval, KeepAliveTimeout)
 	return c, nil
 }
@@ -131,9 +138,13 @@ func (c *Client) fail(err error) {
 	c.Session.Close()
 }
 
-// Err returns why keepalive ended the session (it wraps
-// ErrAgentUnresponsive), or nil.
+// Err returns why the host ended the session: the agent stopped answering
+// keepalive pings (it wraps ErrAgentUnresponsive) or broke the protocol's
+// limits (ErrHostileAgent); nil otherwise.
 func (c *Client) Err() error {
+	if err := c.guard.cutErr(); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err

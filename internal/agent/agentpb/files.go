@@ -1,6 +1,10 @@
 package agentpb
 
-import "google.golang.org/protobuf/encoding/protowire"
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
 
 // Messages of the file calls (Stat, ReadDir, MkdirAll, Remove, ReadFile,
 // WriteFile, CopyIn, CopyOut; see agent.proto). Each call's client messages
@@ -168,12 +172,22 @@ func (m *FileResult) AppendWire(b []byte) []byte {
 	return appendBool(b, 7, m.More)
 }
 
-// UnmarshalWire replaces m with the message encoded in b.
+// MaxInfos bounds the entries one FileResult may carry (the agent sends
+// ReadDir in batches of 512): an entry can be encoded in 2 bytes and
+// decodes into some 100, so a message of empty entries must not make its
+// reader allocate fifty times its size.
+const MaxInfos = 4096
+
+// UnmarshalWire replaces m with the message encoded in b. More than
+// MaxInfos entries are an error.
 func (m *FileResult) UnmarshalWire(b []byte) error {
 	*m = FileResult{}
 	return eachField(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.isBytes():
+			if len(m.Infos) == MaxInfos {
+				return fmt.Errorf("agent message: more than %d file entries in one result", MaxInfos)
+			}
 			i := &FileInfo{}
 			m.Infos = append(m.Infos, i)
 			return i.UnmarshalWire(f.p)

@@ -18,6 +18,11 @@ import (
 	"github.com/airlock-run/airlock/internal/transport"
 )
 
+// ErrHostileAgent is the cause of a connection the host cut off because
+// the agent broke the protocol's limits (Client.Err): code in the box may
+// have replaced it.
+var ErrHostileAgent = transport.ErrHostileAgent
+
 // Client is a connection to one guest agent.
 type Client struct {
 	t     *transport.Client
@@ -122,6 +127,11 @@ func (c *Client) SetStalled(f func() bool) { c.t.SetStalled(f) }
 
 // AgentVersion is the version the agent announced in the handshake.
 func (c *Client) AgentVersion() string { return c.t.AgentVersion }
+
+// Err returns why the host ended the connection: the agent stopped
+// answering (transport.ErrAgentUnresponsive) or broke the protocol's
+// limits (transport.ErrHostileAgent); nil otherwise.
+func (c *Client) Err() error { return c.t.Err() }
 
 // Done is closed when the connection has ended.
 func (c *Client) Done() <-chan struct{} { return c.t.Done() }

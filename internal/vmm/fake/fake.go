@@ -51,6 +51,12 @@ type Driver struct {
 	// so that a test of the host caps is not thrown by other tests' fake
 	// machines on the host. Empty: Usage counts every fake machine.
 	Scope string
+	// TestAgent is TEST-ONLY: when set, DialAgent asks it for the host's
+	// connection instead of dialing the agent's socket, giving it the box
+	// id and a dial of the real agent (whose process still stands for the
+	// machine), so that a test can play the guest agent behind the whole
+	// host stack or stand between host and agent (internal/agent/evilagent).
+	TestAgent func(ctx context.Context, boxID string, real func(context.Context) (net.Conn, error)) (net.Conn, error)
 }
 
 var _ vmm.Driver = (*Driver)(nil)
@@ -186,12 +192,13 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 
 // Attach returns the machine h of spec's box.
 func (d *Driver) Attach(spec vmm.Spec, h vmm.Handle) vmm.Machine {
-	return &machine{dir: spec.Dir, sock: boxdir.SockPath(spec.Dir, spec.ID, boxdir.FakeAgent), h: h}
+	return &machine{dir: spec.Dir, id: spec.ID, sock: boxdir.SockPath(spec.Dir, spec.ID, boxdir.FakeAgent), h: h, testAgent: d.TestAgent}
 }
 
 type machine struct {
-	dir, sock string
-	h         vmm.Handle
+	dir, id, sock string
+	h             vmm.Handle
+	testAgent     func(ctx context.Context, boxID string, real func(context.Context) (net.Conn, error)) (net.Conn, error)
 
 	once sync.Once
 	exit <-chan struct{}
@@ -230,24 +237,33 @@ func (m *machine) Release() {}
 // DialAgent connects to the agent's socket, waiting (within ctx) for the
 // agent to create it.
 func (m *machine) DialAgent(ctx context.Context) (*client.Client, error) {
-	return client.Dial(ctx, func(ctx context.Context) (net.Conn, error) {
-		for {
-			var d net.Dialer
-			c, err := d.DialContext(ctx, "unix", m.sock)
-			if err == nil {
-				return c, nil
-			}
-			if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ECONNREFUSED) {
-				return nil, err
-			}
-			if !m.h.Alive() {
-				return nil, fmt.Errorf("agent process %d is gone", m.h.PID)
-			}
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(5 * time.Millisecond):
-			}
+	if m.testAgent != nil {
+		return client.Dial(ctx, func(ctx context.Context) (net.Conn, error) {
+			return m.testAgent(ctx, m.id, m.dialSocket)
+		})
+	}
+	return client.Dial(ctx, m.dialSocket)
+}
+
+// dialSocket connects to the agent's socket, waiting (within ctx) for the
+// agent to create it.
+func (m *machine) dialSocket(ctx context.Context) (net.Conn, error) {
+	for {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "unix", m.sock)
+		if err == nil {
+			return c, nil
 		}
-	})
+		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ECONNREFUSED) {
+			return nil, err
+		}
+		if !m.h.Alive() {
+			return nil, fmt.Errorf("agent process %d is gone", m.h.PID)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }

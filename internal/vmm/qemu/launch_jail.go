@@ -494,12 +494,12 @@ func waitReady(ctx context.Context, sock string, deadline time.Time, exited <-ch
 		// the machine is built; a command's answer comes from the main
 		// loop, which runs once QEMU has finished starting.
 		rd := bufio.NewReader(conn)
-		_, err = rd.ReadBytes('\n')
+		_, err = readQMPLine(rd)
 		if err == nil {
 			_, err = conn.Write([]byte(`{"execute":"qmp_capabilities"}` + "\n"))
 		}
 		if err == nil {
-			_, err = rd.ReadBytes('\n')
+			_, err = readQMPLine(rd)
 		}
 		close(done)
 		stop()

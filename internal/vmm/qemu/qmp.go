@@ -4,10 +4,38 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"time"
 )
+
+// maxQMPLine bounds one line QEMU sends on QMP (1 MiB; the replies airlock
+// asks for are a few KiB): code that took over QEMU is the guest, and a
+// line without an end must not grow the host's memory.
+const maxQMPLine = 1 << 20
+
+// errQMPLine is the error for a QMP line past maxQMPLine.
+var errQMPLine = fmt.Errorf("qmp: QEMU sent a line longer than %d bytes: refused (QEMU may be compromised: stop the box)", maxQMPLine)
+
+// readQMPLine reads one '\n'-terminated line of at most maxQMPLine bytes
+// from r (newline included).
+func readQMPLine(r *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		frag, err := r.ReadSlice('\n')
+		if len(line)+len(frag) > maxQMPLine {
+			return nil, errQMPLine
+		}
+		line = append(line, frag...)
+		if err == nil {
+			return line, nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
+	}
+}
 
 // QMP is a minimal client for the QEMU Machine Protocol on a unix socket
 // (one command at a time; asynchronous events are skipped).
@@ -30,7 +58,7 @@ func DialQMP(ctx context.Context, path string) (*QMP, error) {
 	} else {
 		conn.SetDeadline(time.Now().Add(10 * time.Second))
 	}
-	if _, err := q.r.ReadBytes('\n'); err != nil { // greeting
+	if _, err := readQMPLine(q.r); err != nil { // greeting
 		conn.Close()
 		return nil, fmt.Errorf("qmp greeting: %w", err)
 	}

@@ -257,7 +257,7 @@ func (q *QMP) executeWithFile(cmd string, args any, f *os.File) (json.RawMessage
 // (events and replies to other ids are skipped).
 func (q *QMP) readReturn(cmd string, id int) (json.RawMessage, error) {
 	for {
-		line, err := q.r.ReadBytes('\n')
+		line, err := readQMPLine(q.r)
 		if err != nil {
 			return nil, err
 		}
