@@ -31,7 +31,9 @@ func serveListener(t *testing.T, secret []byte, lim agent.ListenLimits) string {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- agent.ServeListener(l, fixedKey(secret), agent.NewServer(agent.Config{Root: "/"}).Handle, lim) }()
+	go func() {
+		done <- agent.ServeListener(l, fixedKey(secret), agent.NewServer(agent.Config{Root: "/"}).Handle, lim)
+	}()
 	t.Cleanup(func() {
 		l.Close()
 		if err := <-done; !errors.Is(err, net.ErrClosed) {
