@@ -109,7 +109,7 @@ func (s *Server) spawnTTY(st *agentpb.ExecStart, bin, wd string, env []string, u
 		return nil, err
 	}
 	errW.Close()
-	p := &process{stdin: in, stdout: master, stderr: errR, tty: master}
+	p := &process{stdin: in, stdout: master, stderr: errR, tty: master, pidfd: -1}
 	cleanup := func() {
 		master.Close()
 		in.Close()
@@ -126,6 +126,7 @@ func (s *Server) spawnTTY(st *agentpb.ExecStart, bin, wd string, env []string, u
 	if root := s.cfg.Root; root != "" && root != "/" {
 		sys.Chroot = root
 	}
+	withPidfd(sys, &p.pidfd)
 	var cgfd int
 	p.cgroup, cgfd = s.enterCgroup(sys)
 	proc, err := os.StartProcess(bin, st.Argv, &os.ProcAttr{
