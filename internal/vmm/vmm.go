@@ -56,6 +56,13 @@ type Spec struct {
 	// ExtraCmdline is added to the guest kernel's command line (the boot
 	// benchmark's AIRLOCK_BARE=1).
 	ExtraCmdline []string
+
+	// DieWithCaller ends the machine (SIGKILL) when the process that
+	// starts it ends, whether it exits or is killed: an AutoRemove box's
+	// record goes with its owner, and no machine may run that no record
+	// lists. Drivers that cannot do it ignore it (the QEMU driver does it
+	// for a confined QEMU).
+	DieWithCaller bool
 }
 
 // Volume is storage attached to a machine and mounted by the guest agent
