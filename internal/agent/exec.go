@@ -335,6 +335,7 @@ func (s *Server) newCgroup() string {
 		return ""
 	}
 	s.limitCgroup(dir)
+	s.freezeNew(dir)
 	return dir
 }
 
