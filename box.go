@@ -632,6 +632,15 @@ func (b *Box) remove(ctx context.Context, force bool) error {
 			return fmt.Errorf("box %s: %w", b.id, err)
 		}
 	}
+	// A machine no record names (a start cut short before its record)
+	// goes before the record does.
+	if sk, ok := b.r.drv.(vmm.StrayKiller); ok {
+		_, cfg := b.snapshot()
+		if err := sk.KillStray(b.vmSpec(rec, cfg)); err != nil {
+			b.stopNet()
+			return err
+		}
+	}
 	b.stopNet()
 	b.dropConn()
 	if err := b.r.db.Delete(ctx, b.id); err != nil {

@@ -160,6 +160,17 @@ type Death struct {
 	ConsoleTail string
 }
 
+// StrayKiller is a driver that can find a machine of a box that no record
+// names: one whose start was cut short (its process killed) between the
+// launch and the record of its handle. Removing a box kills it before the
+// box's record goes, so that no machine runs that no record lists.
+type StrayKiller interface {
+	// KillStray kills the machine of spec's box that still runs, if any,
+	// and waits for it to go. The caller holds the box's lock (no start
+	// of the box is under way).
+	KillStray(spec Spec) error
+}
+
 // UsageReporter is a driver that can count the machines of its kind that
 // run on this host, of every airlock home and user (for host-wide
 // capacity caps).

@@ -329,6 +329,10 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 		return 0, fmt.Errorf("start the QEMU launcher: %w (set AIRLOCK_CONFINE=off to start QEMU unconfined)", err)
 	}
 	pid := cmd.Process.Pid
+	// The pid file names the process from its start, not only once QEMU
+	// is up: a start cut short (this process killed) leaves a QEMU that a
+	// removal of the box finds there (KillStray).
+	os.WriteFile(c.PIDFile, []byte(strconv.Itoa(pid)+"\n"), 0o600)
 	logOwned = true
 	exited := make(chan struct{})
 	var waitErr error
