@@ -200,13 +200,11 @@ func (b *Box) Snapshot(ctx context.Context, name string) (_ SnapshotInfo, err er
 // snapshot's RNG state), and returns what continues them in this box. A
 // paused box's agent cannot answer: its snapshot is taken as it is.
 func (b *Box) freezeForSnapshot(ctx context.Context, rec *store.Box) (thaw func(), err error) {
-	b.mu.Lock()
-	c := b.conn
-	b.mu.Unlock()
-	if c == nil && b.pausedNow(ctx, rec) {
+	if b.pausedNow(ctx, rec) {
 		return func() {}, nil
 	}
-	if c, err = b.client(ctx); err != nil {
+	c, err := b.client(ctx)
+	if err != nil {
 		return nil, err
 	}
 	fctx, cancel := context.WithTimeout(ctx, freezeTimeout)
