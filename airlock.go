@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/store"
@@ -98,9 +99,12 @@ type Options struct {
 	// user), checked when a box starts. Default $AIRLOCK_MAX_BOXES, else
 	// DefaultMaxBoxes.
 	MaxBoxes int
-	// MaxMemoryMiB caps the guest memory of the boxes running on this
-	// host, checked at create and start. Default $AIRLOCK_MAX_MEMORY, else
-	// host RAM minus the larger of 2 GiB and a tenth.
+	// MaxMemoryMiB caps the host memory of the boxes running on this
+	// host, checked at create and start: each box counts with its guest
+	// memory plus a fixed overhead for QEMU's own memory, its network
+	// helper and virtiofsd (see CapacityError). Default
+	// $AIRLOCK_MAX_MEMORY, else host RAM minus the larger of 2 GiB and a
+	// tenth.
 	MaxMemoryMiB int
 	// Pool lists warm pools (see PoolOptions and docs/pool.md): boxes kept
 	// ready, which Create with the same options takes instead of booting.
@@ -355,7 +359,7 @@ func (r *Runtime) resolveImage(ctx context.Context, ref string) (*image.Image, e
 	if ev.Start != nil {
 		ev.Start(ref)
 	}
-	img, err = r.images.Pull(ctx, ref, image.PullOptions{Progress: ev.Progress})
+	img, err = r.images.Pull(ctx, ref, image.PullOptions{Progress: ev.Progress, CheckAddr: pullCheck(ctx)})
 	if ev.Done != nil {
 		if err != nil {
 			ev.Done(ref, "", err)
@@ -543,6 +547,10 @@ type BoxInfo struct {
 	// Suspended says the stopped box was paused to disk (Box.Suspend):
 	// Start or Resume continue it from its saved memory.
 	Suspended bool
+	// DiskBytes is what the box's writable layer takes on the host's
+	// disk now (its allocated blocks: it grows towards
+	// Options.DiskSizeMiB as the box writes).
+	DiskBytes int64
 }
 
 // List returns every box of this home, oldest first.
@@ -569,6 +577,7 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 		} else {
 			info.Suspended = suspendedIn(dir) != ""
 		}
+		info.DiskBytes = allocatedBytes(filepath.Join(dir, boxdir.RW))
 		out = append(out, info)
 	}
 	return out, nil

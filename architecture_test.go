@@ -48,7 +48,9 @@ func TestPackageRules(t *testing.T) {
 		// The launcher stage of a confined QEMU: the standard library only
 		// (its init runs early in a re-executed program).
 		"internal/vmm/qemu/jailstage": {},
-		"internal/vmm/qemu":           {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/rootfs", "internal/image"},
+		// defaults: the allowlisted environment of QEMU and its helpers
+		// (defaults.ChildEnv), never a setting.
+		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/rootfs", "internal/image", "internal/defaults"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
 		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs", "internal/headtail", "internal/netstack"},
 		"codebox": {""},

@@ -117,6 +117,7 @@ func (b *Box) Info(ctx context.Context) (BoxInfo, error) {
 	} else {
 		info.Suspended = b.suspendedDir() != ""
 	}
+	info.DiskBytes = allocatedBytes(filepath.Join(b.dir, boxdir.RW))
 	return info, nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/vmm"
+	"github.com/airlock-run/airlock/internal/vmm/qemu"
 )
 
 // A box archive (Box.Export, ImportBox) is a plain tar of fixed entries:
@@ -418,8 +419,10 @@ type ImportResult struct {
 // checksums it declares, within the box's disk and memory sizes, are
 // accepted, for a box whose memory is within the host memory cap
 // (CapacityError), whose disk is at most 1 TiB, and whose entries fit the
-// home's free space; anything else is refused with an error (ErrLimit for
-// sizes). Importing memory runs QEMU on the
+// home's free space; a memory archive's kernel command line may hold only
+// the parameters airlock writes (qemu.CheckCmdline: no init=, module
+// parameters or "--" tail); anything else is refused with an error
+// (ErrLimit for sizes). Importing memory runs QEMU on the
 // archive's device state, which QEMU does not treat as untrusted: import
 // archives with memory only from hosts you trust.
 func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOptions) (ImportResult, error) {
@@ -599,6 +602,13 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 			p := filepath.Join(tmp, af.Name)
 			if err := writeChecked(ctx, tr, p, af); err != nil {
 				return err
+			}
+			if af.Name == snapMachineFile {
+				// Its kernel command line reaches QEMU's -append.
+				b, _ := os.ReadFile(p)
+				if err := qemu.CheckMachineFile(b); err != nil {
+					return fmt.Errorf("the archive's %w", err)
+				}
 			}
 			if af.Name == snapshotMetaFile {
 				b, _ := os.ReadFile(p)

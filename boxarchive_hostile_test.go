@@ -259,6 +259,43 @@ func TestImportRefusesOddNames(t *testing.T) {
 	}
 }
 
+// TestHostileArchiveKernelCmdline: a memory archive's machine.json holds
+// the kernel command line its restore hands to QEMU's -append. One with a
+// parameter airlock does not write (init=/bin/sh, a module parameter, a
+// "--" tail for /init) is refused on import, naming the parameter, and
+// leaves no snapshot.
+func TestHostileArchiveKernelCmdline(t *testing.T) {
+	digest := archiveImageDigest(t)
+	r := openRuntime(t, "")
+	ctx := context.Background()
+	data := []byte("data")
+	const snap = `{"agent_version":"1","driver":"qemu"}`
+	for _, bad := range []string{"init=/bin/sh", "rdinit=/bin/sh", "usbcore.authorized_default=1", "--"} {
+		machine := fmt.Sprintf(`{"qemu_version":"10.0.0","config":{"Cmdline":"console=ttyS0 panic=-1 %s airlock.hostname=x"}}`, bad)
+		m := hostileMeta(digest, 512, 16, [][2]int64{{4096, 4}}, 4, sha256Hex(data))
+		m["kind"], m["snapshot"] = "snapshot", "cmdline"
+		m["files"] = []map[string]any{{"name": "rw.ext4.data", "size": 4, "sha256": sha256Hex(data)},
+			{"name": "snapshot.json", "size": len(snap), "sha256": sha256Hex([]byte(snap))},
+			{"name": "machine.json", "size": len(machine), "sha256": sha256Hex([]byte(machine))},
+			{"name": "state", "size": 2, "sha256": sha256Hex([]byte("{}"))}}
+		arc := archive(t, m, [2]string{"rw.ext4.data", "data"}, [2]string{"snapshot.json", snap},
+			[2]string{"machine.json", machine}, [2]string{"state", "{}"})
+		_, err := r.ImportBox(ctx, bytes.NewReader(arc), airlock.ImportOptions{})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", bad)) || !strings.Contains(err.Error(), "kernel command line") {
+			t.Errorf("import of a memory archive whose kernel command line has %s: %v, want it refused naming it", bad, err)
+		} else {
+			t.Logf("%s: %v", bad, err)
+		}
+	}
+	if snaps, _ := r.Snapshots(ctx); len(snaps) != 0 {
+		t.Errorf("refused imports left snapshots: %+v", snaps)
+	}
+	ents, _ := os.ReadDir(filepath.Join(r.Home(), "snapshots"))
+	for _, e := range ents {
+		t.Errorf("a refused import left %s in the snapshots directory", e.Name())
+	}
+}
+
 // TestImportRecordsTheBoxLast: while an archive's disk data is still being
 // read, no box is listed (an import killed then leaves no half box with a
 // partial disk); once it is complete, the box is there, with its data.

@@ -5,15 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/unpack"
 	"github.com/airlock-run/airlock/internal/rootfs"
 	scratchfs "github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/vmm"
+	"github.com/airlock-run/airlock/internal/vmm/qemu"
+	"github.com/airlock-run/airlock/internal/vmm/qemu/jailstage"
 )
 
 // CommitOptions tune Box.Commit. The zero value is ready to use.
@@ -54,6 +60,7 @@ var ErrLimit = unpack.ErrLimit
 // filesystems (it runs `sync`, which the image must have), then is paused
 // while its disk is copied (milliseconds) and runs on. Of extended
 // attributes, user.* and security.* (file capabilities) are carried.
+// The e2fsprogs that read the disk run confined (see diskTool).
 // Errors: ErrImageNotFound when the box's
 // image is gone, ErrLimit, vmm.ErrNotSupported for a driver that cannot
 // pause a running box.
@@ -86,7 +93,11 @@ func (b *Box) Commit(ctx context.Context, ref string, opts CommitOptions) (Commi
 	}
 	defer os.Remove(layer.Name())
 	defer layer.Close()
-	st, err := rootfs.UpperLayer(ctx, disk, scratch, layer, opts.Limits)
+	tool, err := b.r.diskTool()
+	if err != nil {
+		return res, fmt.Errorf("commit box %s: %w", b.id, err)
+	}
+	st, err := rootfs.UpperLayerWith(ctx, disk, scratch, layer, opts.Limits, tool)
 	if err != nil {
 		return res, fmt.Errorf("commit box %s: %w", b.id, err)
 	}
@@ -168,4 +179,63 @@ func (b *Box) stableDisk(ctx context.Context, scratch string) (disk string, paus
 		return "", 0, nil, fmt.Errorf("copy the writable layer of box %s: %w", b.id, cerr)
 	}
 	return copyPath, paused, func() { os.Remove(copyPath) }, nil
+}
+
+// diskTool returns how Commit runs e2fsck and debugfs on a box's disk: a
+// file system the guest made attacks those tools, so they run as the box
+// QEMU does. As root and confined (the default), each run gets a uid of
+// the box uid range of its own (qemu.AllocUID; its working directory and
+// files are handed to it), new network (empty), IPC, UTS, PID and mount
+// namespaces, an empty capability bounding set, no capability,
+// no_new_privs and resource limits (jailstage.RunTool). Otherwise it runs
+// as the caller. Either way its environment is the allowlisted one
+// (defaults.ChildEnv).
+func (r *Runtime) diskTool() (rootfs.ToolRunner, error) {
+	if r.opts.Unconfined || os.Geteuid() != 0 {
+		return func(cmd *exec.Cmd) error {
+			cmd.Env = defaults.ChildEnv()
+			return nil
+		}, nil
+	}
+	rng, err := qemu.BoxUIDRange(r.opts.UIDRange)
+	if err != nil {
+		return nil, err
+	}
+	return func(cmd *exec.Cmd) error {
+		uid, err := qemu.AllocUID(rng)
+		if err != nil {
+			return err
+		}
+		if err := chownDir(cmd.Dir, uid); err != nil {
+			return err
+		}
+		bin := cmd.Path
+		cmd.Args = append([]string{jailstage.ToolArg0, strconv.Itoa(uid), cmd.Dir, bin}, cmd.Args[1:]...)
+		cmd.Path = "/proc/self/exe"
+		cmd.Dir = ""
+		// One P: the stage's threads count against the tool's task limit.
+		cmd.Env = append(defaults.ChildEnv(), "GOMAXPROCS=1", jailstage.Env+"=1")
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
+		}
+		return nil
+	}, nil
+}
+
+// chownDir gives dir and the entries directly in it (no deeper: the tools'
+// directory holds files only) to uid:uid, without following symlinks.
+func chownDir(dir string, uid int) error {
+	if err := os.Lchown(dir, uid, uid); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.Lchown(filepath.Join(dir, e.Name()), uid, uid); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
 }

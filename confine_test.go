@@ -112,8 +112,10 @@ func TestConfinedQEMU(t *testing.T) {
 			if st["Seccomp"] != "2" || st["NoNewPrivs"] != "1" {
 				t.Errorf("QEMU %d: Seccomp %q NoNewPrivs %q, want 2 and 1", pid, st["Seccomp"], st["NoNewPrivs"])
 			}
-			if st["CapEff"] != "0000000000000000" {
-				t.Errorf("QEMU %d has capabilities %s", pid, st["CapEff"])
+			for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+				if st[k] != "0000000000000000" {
+					t.Errorf("QEMU %d %s: %s, want none", pid, k, st[k])
+				}
 			}
 		}
 		if procStatus(t, ia.PID)["Uid"] == procStatus(t, ib.PID)["Uid"] {
@@ -355,7 +357,8 @@ func qmp(t *testing.T, sock string, cmds ...map[string]any) []string {
 // TestConfinedNetworkAndVolumes checks, on one box started by root with a
 // network and 9p volumes: its QEMU is in a network namespace of its own
 // (the network helper's socket is a descriptor), the helper runs as a uid
-// of its own with no_new_privs and only CAP_NET_RAW, in its own cgroup;
+// of its own with no_new_privs, an empty bounding set and at most
+// CAP_NET_RAW (none where ping_group_range covers it), in its own cgroup;
 // the volumes are in the jail, what the box writes on the host belongs to
 // the directory's owner, and a read-only volume stays read-only.
 func TestConfinedNetworkAndVolumes(t *testing.T) {
@@ -390,8 +393,19 @@ func TestConfinedNetworkAndVolumes(t *testing.T) {
 	hp, _ := strconv.Atoi(strings.Fields(string(raw))[0])
 	h := procStatus(t, hp)
 	hu := strings.Fields(h["Uid"] + " 0")[0]
-	if hu == "0" || hu == strings.Fields(q["Uid"] + " 0")[0] || h["NoNewPrivs"] != "1" || h["CapEff"] != "0000000000002000" {
-		t.Errorf("network helper: Uid %q (QEMU %q), NoNewPrivs %q, CapEff %q; want its own non-root uid, 1, CAP_NET_RAW only", h["Uid"], q["Uid"], h["NoNewPrivs"], h["CapEff"])
+	// CAP_NET_RAW only where the host allows the helper's gid no
+	// unprivileged ICMP socket; never in its bounding set.
+	wantEff := "0000000000002000"
+	if pr, err := os.ReadFile("/proc/sys/net/ipv4/ping_group_range"); err == nil {
+		f := strings.Fields(string(pr))
+		lo, _ := strconv.Atoi(f[0])
+		hi, _ := strconv.Atoi(f[1])
+		if g, _ := strconv.Atoi(strings.Fields(h["Gid"] + " -1")[0]); g >= lo && g <= hi {
+			wantEff = "0000000000000000"
+		}
+	}
+	if hu == "0" || hu == strings.Fields(q["Uid"] + " 0")[0] || h["NoNewPrivs"] != "1" || h["CapEff"] != wantEff || h["CapBnd"] != "0000000000000000" {
+		t.Errorf("network helper: Uid %q (QEMU %q), NoNewPrivs %q, CapEff %q, CapBnd %q; want its own non-root uid, 1, %s, none", h["Uid"], q["Uid"], h["NoNewPrivs"], h["CapEff"], h["CapBnd"], wantEff)
 	}
 	if runtime.GOARCH == "amd64" && h["Seccomp"] != "2" {
 		t.Errorf("network helper: Seccomp %q, want 2 (its seccomp allowlist)", h["Seccomp"])
@@ -424,5 +438,124 @@ func TestConfinedNetworkAndVolumes(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ro, "x")); err == nil {
 		t.Error("the box wrote into its read-only volume")
+	}
+}
+
+// TestHostileGuestNoHostSecretInHelpers: code that takes over a box's
+// QEMU, network helper or virtiofsd reads its own /proc/self/environ; none
+// of them holds the caller's secrets (AIRLOCK_TOKEN, API keys). As root,
+// QEMU also holds no capability, not even in its bounding set, and runs
+// with no_new_privs.
+func TestHostileGuestNoHostSecretInHelpers(t *testing.T) {
+	vmtest.Require(t)
+	t.Setenv("AIRLOCK_TOKEN", "host-token-x")
+	t.Setenv("OPENAI_API_KEY", "sk-host-key-y")
+	opts := airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}}
+	if os.Geteuid() == 0 {
+		opts.VolumeTransport = "virtiofs" // the C virtiofsd needs root
+	}
+	r, err := airlock.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	ctx := context.Background()
+	vol := t.TempDir()
+	b, err := r.Create(ctx, airlock.BoxOptions{Volumes: []airlock.Volume{{Source: vol, Target: "/v"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Remove(context.Background(), true) })
+	info, err := b.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := map[string]int{"QEMU": info.PID}
+	if raw, err := os.ReadFile(filepath.Join(boxDir(r, b), "net.pid")); err == nil {
+		pids["network helper"], _ = strconv.Atoi(strings.Fields(string(raw))[0])
+	} else {
+		t.Errorf("no network helper: %v", err)
+	}
+	for i, pid := range virtiofsds(vol) {
+		pids["virtiofsd "+strconv.Itoa(i)] = pid
+	}
+	if opts.VolumeTransport == "virtiofs" && len(pids) < 3 {
+		t.Errorf("no virtiofsd found for %s", vol)
+	}
+	for name, pid := range pids {
+		env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		if err != nil {
+			t.Errorf("%s %d: %v", name, pid, err)
+			continue
+		}
+		for _, e := range strings.Split(string(env), "\x00") {
+			if strings.Contains(e, "host-token-x") || strings.Contains(e, "sk-host-key-y") || strings.HasPrefix(e, "AIRLOCK_TOKEN=") || strings.HasPrefix(e, "OPENAI_API_KEY=") {
+				t.Errorf("%s %d has %q in its environment", name, pid, e)
+			}
+		}
+	}
+	if os.Geteuid() != 0 || os.Getenv("AIRLOCK_CONFINE") == "off" {
+		return
+	}
+	st := procStatus(t, info.PID)
+	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		if st[k] != "0000000000000000" {
+			t.Errorf("QEMU %d %s: %s, want 0000000000000000", info.PID, k, st[k])
+		}
+	}
+	if st["NoNewPrivs"] != "1" {
+		t.Errorf("QEMU %d NoNewPrivs %q, want 1", info.PID, st["NoNewPrivs"])
+	}
+}
+
+// TestHostileGuestExecUserStaysUser: `exec -u 1000` of a setuid-root
+// binary in the image runs with euid 1000, not box root, and the exec runs
+// with no_new_privs and an empty bounding set; a numeric uid without a
+// passwd entry gets its own gid, not 0.
+func TestHostileGuestExecUserStaysUser(t *testing.T) {
+	vmtest.Require(t)
+	r := openRuntime(t, "")
+	ctx := context.Background()
+	b, err := r.Create(ctx, airlock.BoxOptions{Network: airlock.NetworkDisabled})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Remove(context.Background(), true) })
+	// A setuid-root copy of a real (not busybox) id or python3, where the
+	// image has one.
+	suid := sh(t, b, `mkdir -p /opt/suid && chmod 755 /opt/suid
+for p in /usr/bin/id /bin/id /usr/bin/python3; do
+  if [ -f "$p" ] && ! [ -L "$p" ] && ! "$p" --help 2>&1 | grep -qi busybox; then
+    cp "$p" /opt/suid/x && chmod 4755 /opt/suid/x && echo "$p" && break
+  fi
+done`)
+	res := exec(t, b, airlock.ExecOptions{User: "1000"}, "cat", "/proc/self/status")
+	st := map[string]string{}
+	for _, l := range strings.Split(string(res.Stdout), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			st[k] = strings.TrimSpace(v)
+		}
+	}
+	if st["NoNewPrivs"] != "1" || st["CapBnd"] != "0000000000000000" || st["CapEff"] != "0000000000000000" {
+		t.Errorf("exec -u 1000: NoNewPrivs %q CapBnd %q CapEff %q; want 1 and none", st["NoNewPrivs"], st["CapBnd"], st["CapEff"])
+	}
+	if g := strings.Fields(st["Gid"] + " x")[0]; g != "1000" {
+		t.Errorf("exec -u 1000 (no passwd entry) runs with gid %q, want 1000", st["Gid"])
+	}
+	t.Logf("setuid copy of %q", strings.TrimSpace(suid))
+	switch strings.TrimSpace(suid) {
+	case "":
+		t.Log("the image has no id or python3 that is not busybox: the setuid check is skipped")
+	case "/usr/bin/python3":
+		res = exec(t, b, airlock.ExecOptions{User: "1000"}, "/opt/suid/x", "-c", "import os; print(os.geteuid())")
+	default:
+		res = exec(t, b, airlock.ExecOptions{User: "1000"}, "/opt/suid/x", "-u")
+	}
+	if suid != "" && strings.TrimSpace(string(res.Stdout)) != "1000" {
+		t.Errorf("a setuid-root %s run by exec -u 1000 has euid %q (stderr %q), want 1000", strings.TrimSpace(suid), res.Stdout, res.Stderr)
+	}
+	// Root stays root.
+	if res := exec(t, b, airlock.ExecOptions{}, "sh", "-c", "grep NoNewPrivs /proc/self/status"); !strings.Contains(string(res.Stdout), "0") {
+		t.Errorf("exec as root: %q", res.Stdout)
 	}
 }

@@ -1,6 +1,11 @@
 package airlock
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"time"
+
 	"github.com/airlock-run/airlock/internal/vmm"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
 )
@@ -38,4 +43,26 @@ func OpenConfinedWithout(opts Options, layers ...qemu.Layer) (*Runtime, error) {
 	qo := qemuOptions(opts)
 	qo.Jail.TestWithout = layers
 	return openWith(opts, qemu.New(qo))
+}
+
+// BoxOverheadMiB is the host memory the capacity caps count for each box
+// besides its guest memory.
+const BoxOverheadMiB = boxOverheadMiB
+
+// WriteTestSnapshot records a snapshot named name of box b in its home as
+// Box.Snapshot does, without its memory or disk (tests only: the snapshot
+// caps, on a driver that cannot snapshot).
+func WriteTestSnapshot(b *Box, name string) error {
+	rec, cfg := b.snapshot()
+	dir := filepath.Join(b.r.snapshotsDir(), name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	m := snapshotMeta{Version: 1, Name: name, Box: b.id, Created: time.Now().UTC(), Image: rec.Image,
+		ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), Driver: b.r.drv.Name()}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, snapshotMetaFile), raw, 0o600)
 }

@@ -3,6 +3,7 @@ package airlock
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/image"
@@ -20,6 +21,26 @@ type ImageInfo struct {
 	Created time.Time
 	// Source says where the image came from ("registry", or what built it).
 	Source string
+}
+
+type pullCheckKey struct{}
+
+// WithPullCheck returns a context under which the image pulls PullImage
+// and Create make ask check about every address they connect to (the
+// registry, each redirect, the token realm): host is the name as it was
+// to be reached, addr the address it resolved to, asked at connect time so
+// that a name resolving elsewhere later (DNS rebinding) is checked too. An
+// error from check refuses that connection and fails the pull with an
+// error wrapping check's error. Under a check, pulls connect directly,
+// never through an HTTP proxy from the environment. airlock serve applies
+// its network grants to the pulls its clients cause this way.
+func WithPullCheck(ctx context.Context, check func(host string, addr netip.Addr) error) context.Context {
+	return context.WithValue(ctx, pullCheckKey{}, check)
+}
+
+func pullCheck(ctx context.Context) func(string, netip.Addr) error {
+	f, _ := ctx.Value(pullCheckKey{}).(func(string, netip.Addr) error)
+	return f
 }
 
 func imageInfo(im *image.Image) ImageInfo {
@@ -49,7 +70,7 @@ func (r *Runtime) PullImage(ctx context.Context, ref string, ev PullEvents) (Ima
 		ev.Start(ref)
 	}
 	t0 := time.Now()
-	img, err := r.images.Pull(ctx, ref, image.PullOptions{Progress: ev.Progress})
+	img, err := r.images.Pull(ctx, ref, image.PullOptions{Progress: ev.Progress, CheckAddr: pullCheck(ctx)})
 	if ev.Done != nil {
 		if err != nil {
 			ev.Done(ref, "", err)

@@ -39,7 +39,10 @@ type BoxOptions struct {
 	// WorkingDir overrides the image's working directory for every exec.
 	WorkingDir string
 	// User overrides the image's user: "name", "uid", "name:group" or
-	// "uid:gid".
+	// "uid:gid". A numeric uid the box's /etc/passwd does not list gets
+	// the gid of the same number. A user other than root runs with
+	// no_new_privs and an empty capability bounding set: setuid and
+	// file-capability binaries in the image do not make it root again.
 	User string
 	// AutoRemove removes the box (VM, writable layer, record) when it is
 	// stopped or closed.

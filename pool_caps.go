@@ -85,12 +85,13 @@ func (s *poolSet) noRoom(ctx context.Context, memMiB int) string {
 			return fmt.Sprintf("at the host cap of %d running boxes (Options.MaxBoxes, or AIRLOCK_MAX_BOXES=N): %d run, %d more are being made or started",
 				maxBoxes, u.Machines, filling+starting)
 		}
-		if m := u.MemoryMiB + fillingMiB + startingMiB; m+memMiB > maxMem {
-			return fmt.Sprintf("at the host memory cap of %d MiB (Options.MaxMemoryMiB, or AIRLOCK_MAX_MEMORY=MiB): running boxes use %d MiB, %d MiB are being made or started, a pool box takes %d MiB",
-				maxMem, u.MemoryMiB, fillingMiB+startingMiB, memMiB)
+		pending := fillingMiB + startingMiB + (filling+starting)*boxOverheadMiB
+		if m := usageMiB(u) + pending; m+hostMiB(memMiB) > maxMem {
+			return fmt.Sprintf("at the host memory cap of %d MiB (Options.MaxMemoryMiB, or AIRLOCK_MAX_MEMORY=MiB): running boxes take %d MiB, %d MiB are being made or started, a pool box takes %d MiB (its memory and %d MiB for QEMU and its helpers)",
+				maxMem, usageMiB(u), pending, hostMiB(memMiB), boxOverheadMiB)
 		}
-	} else if memMiB > maxMem {
-		return fmt.Sprintf("a pool box's %d MiB of memory is more than the host memory cap of %d MiB (Options.MaxMemoryMiB)", memMiB, maxMem)
+	} else if hostMiB(memMiB) > maxMem {
+		return fmt.Sprintf("a pool box's %d MiB of memory (and %d MiB for QEMU and its helpers) is more than the host memory cap of %d MiB (Options.MaxMemoryMiB)", memMiB, boxOverheadMiB, maxMem)
 	}
 	if s.homeLimit > 0 {
 		users, err := s.homeBoxes(ctx, "")
@@ -180,12 +181,12 @@ func (r *Runtime) reserveLaunch(ctx context.Context, id string, memMiB int, user
 // progress), or the home's budget. Preconditions: s.roomMu held.
 func (s *poolSet) overCap(ctx context.Context, id string, memMiB int) bool {
 	maxBoxes, maxMem := s.r.capacityLimits()
-	if ur, ok := s.r.drv.(vmm.UsageReporter); ok && memMiB <= maxMem {
+	if ur, ok := s.r.drv.(vmm.UsageReporter); ok && hostMiB(memMiB) <= maxMem {
 		u := ur.Usage(id)
 		s.mu.Lock()
 		n, mib := s.launching, s.launchingMiB
 		s.mu.Unlock()
-		if u.Machines+n+1 > maxBoxes || u.MemoryMiB+mib+memMiB > maxMem {
+		if u.Machines+n+1 > maxBoxes || usageMiB(u)+mib+n*boxOverheadMiB+hostMiB(memMiB) > maxMem {
 			return true
 		}
 	}

@@ -205,26 +205,31 @@ func TestPoolCaps(t *testing.T) {
 	})
 
 	t.Run("MaxMemoryMiB", func(t *testing.T) {
+		// Each box counts with its memory and the per-box overhead (ov):
+		// the cap fits two pool boxes and a small box, not three pool
+		// boxes nor two small boxes more.
+		ov := airlock.BoxOverheadMiB
+		limit := 700 + 3*ov
 		big := pooled
 		big.MemoryMiB = 256
-		e := open(t, airlock.Options{MaxMemoryMiB: 700, Pool: []airlock.PoolOptions{{BoxOptions: big, Size: 4}}})
+		e := open(t, airlock.Options{MaxMemoryMiB: limit, Pool: []airlock.PoolOptions{{BoxOptions: big, Size: 4}}})
 		wait(t, e.r)
 		p := waitReady(t, e.r, 2)
 		if p.Ready != 2 || !strings.Contains(p.HeldBack, "MaxMemoryMiB") {
-			t.Fatalf("pool of 4 × 256 MiB under a cap of 700 MiB: %+v, want 2 ready, held back by MaxMemoryMiB", p)
+			t.Fatalf("pool of 4 × 256 MiB under a cap of %d MiB: %+v, want 2 ready, held back by MaxMemoryMiB", limit, p)
 		}
 		small := other
 		small.MemoryMiB = 128
-		create(t, e.r, small) // 640 MiB: fits, nothing removed
+		create(t, e.r, small) // 640 MiB + 3 overheads: fits, nothing removed
 		if p := e.r.Pools()[0]; p.Ready != 2 || p.Evicted != 0 {
 			t.Fatalf("a box that fits removed a pool box: %+v", p)
 		}
-		create(t, e.r, small) // 768 MiB: one pool box makes room
+		create(t, e.r, small) // 768 MiB + 4 overheads: one pool box makes room
 		if p := e.r.Pools()[0]; p.Ready != 1 || p.Evicted != 1 {
 			t.Fatalf("a box past the memory cap: %+v, want 1 ready, 1 evicted", p)
 		}
-		if u := e.drv.Usage(""); u.MemoryMiB > 700 {
-			t.Fatalf("running boxes use %d MiB at a cap of 700", u.MemoryMiB)
+		if u := e.drv.Usage(""); u.MemoryMiB+u.Machines*ov > limit {
+			t.Fatalf("running boxes take %d MiB (%d boxes) at a cap of %d", u.MemoryMiB+u.Machines*ov, u.Machines, limit)
 		}
 	})
 

@@ -191,7 +191,7 @@ func (s *Server) spawn(st *agentpb.ExecStart) (*process, error) {
 	withPidfd(sys, &p.pidfd)
 	var cgfd int
 	p.cgroup, cgfd = s.enterCgroup(sys)
-	proc, err := os.StartProcess(bin, st.Argv, &os.ProcAttr{
+	proc, err := startProcess(u.Uid, bin, st.Argv, &os.ProcAttr{
 		Dir:   wd,
 		Env:   env,
 		Files: files[:],

@@ -5,6 +5,7 @@ package agent
 import (
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -81,6 +82,13 @@ func execUser(root, spec string) (*user.ExecUser, error) {
 		return u, nil
 	}
 	def := &user.ExecUser{Uid: 0, Gid: 0, Home: "/"}
+	// A numeric uid that /etc/passwd does not list gets the gid of the
+	// same number (the default's), not root's group 0.
+	if name, _, _ := strings.Cut(spec, ":"); name != "" {
+		if n, err := strconv.Atoi(name); err == nil && n > 0 {
+			def.Gid = n
+		}
+	}
 	u, err := func() (*user.ExecUser, error) {
 		if spec == "" {
 			if u, err := user.GetExecUserPath("root", def, passwd, group); err == nil {

@@ -168,7 +168,7 @@ func (s *Server) spawnTTY(st *agentpb.ExecStart, bin, wd string, env []string, u
 	withPidfd(sys, &p.pidfd)
 	var cgfd int
 	p.cgroup, cgfd = s.enterCgroup(sys)
-	proc, err := os.StartProcess(bin, st.Argv, &os.ProcAttr{
+	proc, err := startProcess(u.Uid, bin, st.Argv, &os.ProcAttr{
 		Dir: wd, Env: env, Files: []*os.File{slave, slave, slave}, Sys: sys,
 	})
 	if cgfd >= 0 {

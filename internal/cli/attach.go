@@ -97,8 +97,16 @@ func attach(cmd *cobra.Command, b *airlock.Box, argv []string, opts airlock.Exec
 			opts.Rows, opts.Cols = tty.size()
 		}
 	}
-	out := &brokenPipeWriter{w: cmd.OutOrStdout(), broken: make(chan struct{})}
-	var stdout, stderr io.Writer = out, cmd.ErrOrStderr()
+	// Without -t the box's output reaches a host terminal escaped (a pipe
+	// or a file gets it unchanged); with -t it is the box's terminal, raw.
+	termOut, termErr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	flushOut, flushErr := func() error { return nil }, func() error { return nil }
+	if !ef.tty {
+		termOut, flushOut = terminalSafe(termOut)
+		termErr, flushErr = terminalSafe(termErr)
+	}
+	out := &brokenPipeWriter{w: termOut, broken: make(chan struct{})}
+	var stdout, stderr io.Writer = out, termErr
 	if ef.main {
 		// The main command's output is also kept for airlock logs.
 		if l, err := openMainLog(b); err == nil {
@@ -146,6 +154,9 @@ func attach(cmd *cobra.Command, b *airlock.Box, argv []string, opts airlock.Exec
 		}
 	}
 	res, err := p.Wait()
+	// The command's last bytes before any line of airlock's own.
+	flushOut()
+	flushErr()
 	if brokenPipe {
 		// As a shell pipeline: the writer of a closed pipe dies of SIGPIPE.
 		return 128 + int(syscall.SIGPIPE), nil

@@ -207,3 +207,60 @@ func TestCLIInteractive(t *testing.T) {
 
 	})
 }
+
+// TestHostileGuestTerminalCLI: a box's command prints an OSC 52 clipboard
+// write and a screen clear. `exec` (no -t) and `logs` show them on the
+// user's terminal as text (\x1b...), never as sequences the terminal
+// obeys; a pipe gets the bytes unchanged; `exec -t` (the box's own
+// terminal, asked for) passes them raw. One box for all of it.
+func TestHostileGuestTerminalCLI(t *testing.T) {
+	vmtest.Require(t)
+	c := cli{t, t.TempDir()}
+	const evil = `printf 'a\033]52;c;ZXZpbA==\007b\033[2Jc\n'`
+	id, errs, code := c.run("run", "-d", "--network", "disabled", "python:slim", "sh", "-c", evil+"; sleep 600")
+	if code != 0 {
+		t.Fatalf("run -d: %d %s", code, errs)
+	}
+	id = strings.TrimSpace(id)
+	t.Cleanup(func() { c.run("rm", "-f", id) })
+	const escaped, raw = `a\x1b]52;c;ZXZpbA==\x07b\x1b[2Jc`, "a\x1b]52;c;ZXZpbA==\ab\x1b[2Jc"
+	onTerminal := func(args ...string) string {
+		t.Helper()
+		m, s := hostPTY(t, 24, 80)
+		cmd := c.command(args...)
+		cmd.Stdout, cmd.Stderr = s, s
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		var got bytes.Buffer
+		done := make(chan struct{})
+		go func() { got.ReadFrom(m); close(done) }()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			m.Close()
+			<-done
+		}
+		return got.String()
+	}
+	for _, args := range [][]string{{"exec", id, "sh", "-c", evil}, {"exec", id, "sh", "-c", evil + " >&2"}, {"logs", id}} {
+		got := onTerminal(args...)
+		for deadline := time.Now().Add(10 * time.Second); got == "" && args[0] == "logs" && time.Now().Before(deadline); {
+			time.Sleep(200 * time.Millisecond) // the main command's output is logged as it comes
+			got = onTerminal(args...)
+		}
+		if strings.ContainsAny(got, "\x1b\x07") || !strings.Contains(got, escaped) {
+			t.Errorf("%v on a terminal showed %q, want %q as text", args, got, escaped)
+		}
+	}
+	if got := onTerminal("exec", "-t", id, "sh", "-c", evil); !strings.Contains(got, raw) {
+		t.Errorf("exec -t on a terminal showed %q, want the box's bytes %q", got, raw)
+	}
+	if out, _, code := c.run("exec", id, "sh", "-c", evil); code != 0 || out != raw+"\n" {
+		t.Errorf("exec into a pipe: %d %q, want the box's bytes %q", code, out, raw+"\n")
+	}
+}

@@ -168,11 +168,13 @@ func scanLog(r io.Reader, since time.Time) (n int64, out []logEntry) {
 	}
 }
 
-func writeEntries(cmd *cobra.Command, entries []logEntry, timestamps bool) {
+// writeEntries prints entries, stdout's to out and stderr's to errw (each
+// through terminalSafe where it is a terminal).
+func writeEntries(out, errw io.Writer, entries []logEntry, timestamps bool) {
 	for _, e := range entries {
-		w := cmd.OutOrStdout()
+		w := out
 		if e.Stream == "stderr" {
-			w = cmd.ErrOrStderr()
+			w = errw
 		}
 		if timestamps {
 			fmt.Fprint(w, e.Time.Format(time.RFC3339Nano)+" ")
@@ -241,8 +243,14 @@ starts from the last N lines; --since 10m (or a time) skips older lines.`,
 			if console {
 				return consoleLogs(cmd, b, tail, follow)
 			}
+			// The box wrote this output (and the names in its network
+			// log): a terminal gets it escaped, a pipe or file unchanged.
+			out, flushOut := terminalSafe(cmd.OutOrStdout())
+			errw, flushErr := terminalSafe(cmd.ErrOrStderr())
+			defer flushErr()
+			defer flushOut()
 			if network {
-				return printNetworkLog(cmd.OutOrStdout(), b)
+				return printNetworkLog(out, b)
 			}
 			dir := boxDir(b)
 			if _, err := os.Stat(filepath.Join(dir, fileMainLog)); err != nil {
@@ -250,11 +258,11 @@ starts from the last N lines; --since 10m (or a time) skips older lines.`,
 				return nil
 			}
 			entries, off := readLog(dir, sinceT, tail)
-			writeEntries(cmd, entries, timestamps)
+			writeEntries(out, errw, entries, timestamps)
 			if !follow {
 				return nil
 			}
-			return followLog(cmd, b, dir, off, sinceT, timestamps)
+			return followLog(cmd, out, errw, b, dir, off, sinceT, timestamps)
 		},
 	}
 	fl := cmd.Flags()
@@ -280,7 +288,7 @@ func mainDone(cmd *cobra.Command, b *airlock.Box) bool {
 
 // followLog prints what is added to main.log from offset off until the
 // main command ends or the command is interrupted.
-func followLog(cmd *cobra.Command, b *airlock.Box, dir string, off int64, since time.Time, ts bool) error {
+func followLog(cmd *cobra.Command, out, errw io.Writer, b *airlock.Box, dir string, off int64, since time.Time, ts bool) error {
 	p := filepath.Join(dir, fileMainLog)
 	for {
 		done := mainDone(cmd, b)
@@ -294,7 +302,7 @@ func followLog(cmd *cobra.Command, b *airlock.Box, dir string, off int64, since 
 			n, entries := scanLog(f, since)
 			f.Close()
 			off += n
-			writeEntries(cmd, entries, ts)
+			writeEntries(out, errw, entries, ts)
 		}
 		if done {
 			return nil

@@ -470,8 +470,13 @@ The image needs a ps (procps or busybox).`,
 			if res.ExitCode == 127 {
 				return fmt.Errorf("box %s has no ps: its image needs procps or busybox for airlock top", b.ID())
 			}
-			cmd.OutOrStdout().Write(res.Stdout)
-			cmd.ErrOrStderr().Write(res.Stderr)
+			// Process names and arguments are the box's: escaped on a terminal.
+			out, flushOut := terminalSafe(cmd.OutOrStdout())
+			errw, flushErr := terminalSafe(cmd.ErrOrStderr())
+			out.Write(res.Stdout)
+			errw.Write(res.Stderr)
+			flushOut()
+			flushErr()
 			if res.ExitCode != 0 {
 				return &ExitError{res.ExitCode}
 			}

@@ -58,8 +58,11 @@ box started at a cap takes the place of a ready pool box (docs/pool.md).
 Clients get no more of the host than the policy flags grant (403
 policy_denied otherwise): host volumes (--allow-volume), host ports
 (--allow-host-port), published ports (--allow-publish), private allow_net
-ranges (--allow-private-net), and the caps --max-boxes, --max-cpus,
---max-memory. The grants and caps are server-wide: the server has one
+ranges and image pulls from loopback or private registries
+(--allow-private-net), and the caps --max-boxes, --max-cpus,
+--max-memory, and what they can make it write: --max-disk per box,
+--min-free-disk kept free in the home, --max-volumes and --max-volume-space
+for named volumes, --max-snapshots (these have defaults). The grants and caps are server-wide: the server has one
 token, so they are not per token (--max-execs is per client: the token, or
 the unix socket).`,
 		Args: cobra.NoArgs,
@@ -84,6 +87,13 @@ the unix socket).`,
 			}
 			policy.AllowVolumeDirs = dirs
 			policy.DenyNamedVolumes = !allowNamedVolumes
+			// 0 on the command line is no limit, as for the other caps;
+			// in Policy it is the default.
+			for _, c := range []*int{&policy.MaxSnapshots, &policy.MaxDiskMiB, &policy.MinFreeDiskMiB, &policy.MaxVolumes, &policy.MaxVolumesMiB} {
+				if *c <= 0 {
+					*c = server.NoLimit
+				}
+			}
 			for _, p := range publish {
 				g, err := server.ParsePublishGrant(p)
 				if err != nil {
@@ -157,7 +167,9 @@ the unix socket).`,
 				}
 			}
 			log.Info("grants", "allow_volume", policy.AllowVolumeDirs, "allow_named_volumes", allowNamedVolumes,
-				"allow_host_port", policy.AllowHostPorts, "allow_private_net", policy.AllowPrivateNet, "allow_publish", publish)
+				"allow_host_port", policy.AllowHostPorts, "allow_private_net", policy.AllowPrivateNet, "allow_publish", publish,
+				"max_disk", policy.MaxDiskMiB, "min_free_disk", policy.MinFreeDiskMiB, "max_volumes", policy.MaxVolumes,
+				"max_volume_space", policy.MaxVolumesMiB, "max_snapshots", policy.MaxSnapshots)
 			return server.New(cfg).Serve(cmd.Context(), ls...)
 		},
 	}
@@ -171,13 +183,17 @@ the unix socket).`,
 	f.Int64Var(&maxUpload, "max-upload", server.DefaultMaxUploadBytes, "largest file or tar upload in bytes (streamed, never held in memory)")
 	f.StringVar(&logFormat, "log-format", "text", "access log format: text or json")
 	f.IntVar(&policy.MaxBoxes, "max-boxes", 0, "most boxes not stopped at once (0: no limit); more are refused with 403")
-	f.IntVar(&policy.MaxSnapshots, "max-snapshots", 0, "most memory snapshots clients may keep (0: no limit); more are refused with 403")
+	f.IntVar(&policy.MaxSnapshots, "max-snapshots", server.DefaultMaxSnapshots, "most memory snapshots clients may keep (0: no limit); more are refused with 403")
+	f.IntVar(&policy.MaxDiskMiB, "max-disk", server.DefaultMaxDiskMiB, "most MiB of disk (disk_size_mib, the writable layer a box can fill) per box (0: no limit)")
+	f.IntVar(&policy.MinFreeDiskMiB, "min-free-disk", server.DefaultMinFreeDiskMiB, "MiB that creates, starts, forks, snapshots and pauses to disk must leave free on the airlock home's filesystem, counting disks as if full (0: no check)")
+	f.IntVar(&policy.MaxVolumes, "max-volumes", server.DefaultMaxVolumes, "most named volumes in the home when a create makes new ones (0: no limit)")
+	f.IntVar(&policy.MaxVolumesMiB, "max-volume-space", server.DefaultMaxVolumesMiB, "most MiB of named volumes in the home when a create makes new ones (0: no limit)")
 	f.IntVar(&policy.MaxCPUs, "max-cpus", 0, "most vCPUs per box (0: no limit)")
 	f.IntVar(&policy.MaxMemoryMiB, "max-memory", 0, "most MiB of RAM per box (0: no limit)")
 	f.StringArrayVar(&policy.AllowVolumeDirs, "allow-volume", nil, "let clients attach host directories under DIR as volumes (symlinks resolved); repeatable; none by default")
 	f.BoolVar(&allowNamedVolumes, "allow-named-volumes", true, "let clients create and attach named volumes")
 	f.IntSliceVar(&policy.AllowHostPorts, "allow-host-port", nil, "let a box's network open this host port (allow_host_ports); repeatable; none by default")
-	f.BoolVar(&policy.AllowPrivateNet, "allow-private-net", false, "let allow_net list IPs/CIDRs in private ranges (RFC 1918, CGNAT, ULA)")
+	f.BoolVar(&policy.AllowPrivateNet, "allow-private-net", false, "let allow_net list IPs/CIDRs in private ranges (RFC 1918, CGNAT, ULA), and image pulls reach registries there and on loopback")
 	f.StringArrayVar(&publish, "allow-publish", nil, "let clients publish box ports on these host ports: [ADDR:]LOW[-HIGH][/tcp|udp], ADDR 127.0.0.1 by default (another address must be named; 0.0.0.0 or :: covers every address of its family); a range from 0 also grants host_port 0 (a free port); repeatable; none by default")
 	f.StringVar(&auditPath, "audit-log", "", `exec audit log, JSON lines (default audit.log in the home; "off": none)`)
 	f.Int64Var(&auditMax, "audit-max", server.DefaultAuditMaxBytes, "audit log size at which it is rotated to .1 (at most twice this is kept)")

@@ -28,7 +28,7 @@
 //	AIRLOCK_CPU_LIMIT    host CPUs one box's QEMU may use (cgroup)      default no limit
 //	AIRLOCK_UID_RANGE    START:COUNT of uids for box QEMUs (as root)    default /etc/subuid's "airlock"
 //	AIRLOCK_MAX_BOXES    cap on boxes running on this host              default 128
-//	AIRLOCK_MAX_MEMORY   cap on their guest memory, MiB                 default host RAM minus a reserve
+//	AIRLOCK_MAX_MEMORY   cap on their memory (guest + overhead), MiB    default host RAM minus a reserve
 package defaults
 
 import (
@@ -190,4 +190,52 @@ func MaxMemory() (int, error) {
 		return 0, fmt.Errorf("AIRLOCK_MAX_MEMORY=%q: want MiB, 64 or more", v)
 	}
 	return n, nil
+}
+
+// BaseChildEnv are the variables of this process's environment every
+// helper process next to a box keeps (see ChildEnv): the search path and
+// the locale and time zone, none of them a secret. LC_* matches every
+// locale category.
+var BaseChildEnv = []string{"PATH", "LANG", "LANGUAGE", "LC_*", "TZ"}
+
+// GoRuntimeEnv are the Go runtime's settings, which a helper written in
+// Go (the launcher stage, the network helper) keeps.
+var GoRuntimeEnv = []string{"GODEBUG", "GOGC", "GOMAXPROCS", "GOMEMLIMIT", "GOTRACEBACK"}
+
+// ChildEnv returns the environment for a process that runs next to a box
+// and that a hostile guest may take over (QEMU, the network helper,
+// virtiofsd, the e2fsprogs a commit runs on the box's disk): of this
+// process's environment only BaseChildEnv and the variables named in keep
+// (a trailing * matches a prefix). Everything else, AIRLOCK_TOKEN and API
+// keys included, stays out: code in such a process can read its own
+// /proc/self/environ.
+func ChildEnv(keep ...string) []string { return FilterEnv(os.Environ(), keep...) }
+
+// FilterEnv returns the entries of environ ("NAME=value") whose name is
+// in BaseChildEnv or keep (a trailing * matches a prefix), in their order.
+func FilterEnv(environ []string, keep ...string) []string {
+	out := []string{}
+	for _, e := range environ {
+		name, _, ok := strings.Cut(e, "=")
+		if !ok || name == "" {
+			continue
+		}
+		if envNameIn(name, BaseChildEnv) || envNameIn(name, keep) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func envNameIn(name string, pats []string) bool {
+	for _, p := range pats {
+		if pre, ok := strings.CutSuffix(p, "*"); ok {
+			if strings.HasPrefix(name, pre) {
+				return true
+			}
+		} else if name == p {
+			return true
+		}
+	}
+	return false
 }

@@ -129,3 +129,54 @@ func ParseCmdline(cmdline string) Boot {
 	}
 	return p
 }
+
+// KnownParam reports whether f, one field of a kernel command line, is a
+// parameter Boot.Args or Volume.Arg writes (or BareParam), with a value of
+// the form the host writes. The host holds a command line that came from
+// elsewhere (a snapshot's, an imported memory archive's) to these before it
+// hands it to the VMM: anything else (init=, a module parameter, a "--"
+// tail for /init) is not airlock's.
+func KnownParam(f string) bool {
+	if f == UserNetIPParam || f == BareParam {
+		return true
+	}
+	k, v, ok := strings.Cut(f, "=")
+	if !ok {
+		return false
+	}
+	switch k {
+	case "airlock.root", "airlock.rw":
+		d, ok := strings.CutPrefix(v, "/dev/vd")
+		return ok && d != "" && len(d) <= 3 && onlyOf(d, "abcdefghijklmnopqrstuvwxyz")
+	case "airlock.rootfstype":
+		return v != "" && len(v) <= 16 && onlyOf(v, "abcdefghijklmnopqrstuvwxyz0123456789")
+	case "airlock.port", "airlock.hostname":
+		// A spec without a hostname writes an empty one.
+		return (v != "" || k == "airlock.hostname") && len(v) <= 253 && onlyOf(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
+	case "airlock.net":
+		return v == NetUser
+	case "airlock.vsock":
+		_, err := strconv.ParseUint(v, 10, 32)
+		return err == nil
+	case "airlock.ports":
+		n, err := strconv.Atoi(v)
+		return err == nil && n > 0 && n <= 64
+	case "airlock.debug", "airlock.test_wedge_exec":
+		return v == "1"
+	case "airlock.vol":
+		vols, err := ParseVolumes(f)
+		return err == nil && len(vols) == 1 && vols[0].Source != "" &&
+			onlyOf(vols[0].Source, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
+	}
+	return false
+}
+
+// onlyOf reports whether every byte of s is one of set.
+func onlyOf(s, set string) bool {
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(set, s[i]) < 0 {
+			return false
+		}
+	}
+	return true
+}

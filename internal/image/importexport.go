@@ -143,7 +143,7 @@ func (s *Store) Import(ctx context.Context, p string, opts ImportOptions) ([]*Im
 	defer gl.Unlock()
 	var out []*Image
 	for _, n := range imgs {
-		md, err := s.storeImage(ctx, n.img, opts.Progress)
+		md, err := s.storeImage(ctx, n.img, opts.Progress, DefaultMaxImageBytes)
 		if err != nil {
 			return nil, fmt.Errorf("import %s: %w", abs, err)
 		}

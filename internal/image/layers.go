@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"syscall"
 
+	"github.com/dustin/go-humanize"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -187,7 +189,7 @@ func (s *Store) WriteImage(ctx context.Context, ref string, img v1.Image, source
 		return nil, err
 	}
 	defer gl.Unlock()
-	desc, err := s.storeImage(ctx, img, progress)
+	desc, err := s.storeImage(ctx, img, progress, DefaultMaxImageBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -199,8 +201,10 @@ func (s *Store) WriteImage(ctx context.Context, ref string, img v1.Image, source
 }
 
 // storeImage writes img's blobs (config and layers first, the manifest last)
-// and returns the manifest descriptor. The caller holds the gc lock shared.
-func (s *Store) storeImage(ctx context.Context, img v1.Image, progress ProgressFunc) (*v1.Descriptor, error) {
+// and returns the manifest descriptor; an image declaring more than
+// maxBytes (see checkManifest) is refused first. The caller holds the gc
+// lock shared.
+func (s *Store) storeImage(ctx context.Context, img v1.Image, progress ProgressFunc, maxBytes int64) (*v1.Descriptor, error) {
 	raw, err := img.RawManifest()
 	if err != nil {
 		return nil, fmt.Errorf("read manifest: %w", err)
@@ -215,6 +219,9 @@ func (s *Store) storeImage(ctx context.Context, img v1.Image, progress ProgressF
 	m, err := v1.ParseManifest(bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("parse manifest: %w", err)
+	}
+	if err := s.checkManifest(m, maxBytes); err != nil {
+		return nil, err
 	}
 	var mu sync.Mutex
 	report := func(d v1.Hash, done, total int64) {
@@ -236,11 +243,9 @@ func (s *Store) storeImage(ctx context.Context, img v1.Image, progress ProgressF
 	}, nil); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	// Layers, up to 3 at a time.
-	sem := make(chan struct{}, 3)
-	errs := make([]error, len(m.Layers))
-	var wg sync.WaitGroup
-	for i, ld := range m.Layers {
+	// Layers, by 3 workers: the first error stops the others.
+	var todo []v1.Descriptor
+	for _, ld := range m.Layers {
 		if !ld.MediaType.IsDistributable() {
 			return nil, fmt.Errorf("layer %s is a foreign layer (%s), which airlock does not support", ld.Digest, ld.MediaType)
 		}
@@ -248,38 +253,97 @@ func (s *Store) storeImage(ctx context.Context, img v1.Image, progress ProgressF
 			report(ld.Digest, ld.Size, ld.Size)
 			continue
 		}
+		todo = append(todo, ld)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan v1.Descriptor)
+	errc := make(chan error, layerWorkers)
+	var wg sync.WaitGroup
+	for range min(layerWorkers, len(todo)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				errs[i] = ctx.Err()
-				return
-			}
-			defer func() { <-sem }()
-			report(ld.Digest, 0, ld.Size)
-			errs[i] = s.ensureBlob(ctx, ld.Digest, ld.Size, func() (io.ReadCloser, error) {
-				l, err := img.LayerByDigest(ld.Digest)
+			for ld := range next {
+				report(ld.Digest, 0, ld.Size)
+				err := s.ensureBlob(wctx, ld.Digest, ld.Size, func() (io.ReadCloser, error) {
+					l, err := img.LayerByDigest(ld.Digest)
+					if err != nil {
+						return nil, err
+					}
+					return l.Compressed()
+				}, func(done int64) { report(ld.Digest, done, ld.Size) })
 				if err != nil {
-					return nil, err
+					errc <- fmt.Errorf("layer: %w", err)
+					cancel()
+					return
 				}
-				return l.Compressed()
-			}, func(done int64) { report(ld.Digest, done, ld.Size) })
-			if errs[i] != nil {
-				errs[i] = fmt.Errorf("layer: %w", errs[i])
 			}
 		}()
 	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
+feed:
+	for _, ld := range todo {
+		select {
+		case next <- ld:
+		case <-wctx.Done():
+			break feed
 		}
+	}
+	close(next)
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	h, err := s.putBytes(ctx, raw)
 	if err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
 	return &v1.Descriptor{MediaType: mt, Size: int64(len(raw)), Digest: h}, nil
+}
+
+// layerWorkers is how many layers a pull or import fetches at once.
+const layerWorkers = 3
+
+// checkManifest refuses an image whose manifest declares more than the
+// host should hold: more than MaxLayers layers, a config of unknown size
+// or over MaxConfigBytes, a layer of negative size (no bound on its
+// stream), a total over maxBytes, or more missing bytes than the store's
+// filesystem has free. Each error wraps ErrTooLarge and says the limit.
+func (s *Store) checkManifest(m *v1.Manifest, maxBytes int64) error {
+	if len(m.Layers) > MaxLayers {
+		return fmt.Errorf("the image has %d layers, more than the %d airlock accepts: %w", len(m.Layers), MaxLayers, ErrTooLarge)
+	}
+	if m.Config.Size < 0 || m.Config.Size > MaxConfigBytes {
+		return fmt.Errorf("the image config %s declares %d bytes; airlock accepts configs of 0 to %s: %w",
+			m.Config.Digest, m.Config.Size, humanize.IBytes(MaxConfigBytes), ErrTooLarge)
+	}
+	total, missing := m.Config.Size, int64(0)
+	if !s.hasBlob(m.Config.Digest, m.Config.Size) {
+		missing = m.Config.Size
+	}
+	for _, l := range m.Layers {
+		if l.Size < 0 {
+			return fmt.Errorf("layer %s declares %d bytes; a registry must give each layer's size: %w", l.Digest, l.Size, ErrTooLarge)
+		}
+		if l.Size > maxBytes-total {
+			return fmt.Errorf("the image declares more than %s (layer %s alone: %s), the most this pull accepts: %w",
+				humanize.IBytes(uint64(maxBytes)), l.Digest, humanize.IBytes(uint64(l.Size)), ErrTooLarge)
+		}
+		total += l.Size
+		if !s.hasBlob(l.Digest, l.Size) {
+			missing += l.Size
+		}
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(s.dir, &st); err == nil {
+		if free := int64(st.Bavail) * int64(st.Bsize); free >= 0 && missing > free {
+			return fmt.Errorf("the image needs %s more in %s, whose filesystem has %s free: free space or set AIRLOCK_IMAGES to a larger store: %w",
+				humanize.IBytes(uint64(missing)), s.dir, humanize.IBytes(uint64(free)), ErrTooLarge)
+		}
+	}
+	return nil
 }

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -45,6 +47,23 @@ type PullOptions struct {
 	Transport http.RoundTripper
 	// Progress, if not nil, receives per-layer download progress.
 	Progress ProgressFunc
+	// MaxBytes bounds the image's size as its manifest declares it
+	// (config and layers, compressed as stored); 0 means
+	// DefaultMaxImageBytes. A larger image, or one larger than the store's
+	// free space, is refused before any layer is fetched (ErrTooLarge).
+	MaxBytes int64
+	// StallTimeout is how long the registry may send nothing (or under
+	// 1 KiB) before the pull fails with an error wrapping ErrStalled that
+	// names the registry and the blob; 0 means DefaultStallTimeout.
+	StallTimeout time.Duration
+	// CheckAddr, if not nil, is asked about every address the pull
+	// connects to (the registry, each redirect, the token realm), at dial
+	// time after name resolution: host is the name as it was to be
+	// reached, addr the resolved address. An error refuses the connection
+	// and fails the pull with a *RefusedError wrapping it. With CheckAddr
+	// the pull connects directly, never through an HTTP proxy (which would
+	// connect where the check does not see), and Transport must be nil.
+	CheckAddr func(host string, addr netip.Addr) error
 }
 
 // Pull fetches ref ("python:slim", "ghcr.io/o/r:tag", "name@sha256:...")
@@ -54,9 +73,18 @@ type PullOptions struct {
 // pulling a present image costs only the manifest requests. Every blob is
 // verified against its digest before it is kept.
 //
+// What a registry can make the host hold is bounded: manifests and other
+// responses but blobs to MaxManifestBytes, the config to MaxConfigBytes,
+// MaxLayers layers, each of a declared size, together at most
+// PullOptions.MaxBytes and the store's free space (checked before any
+// layer is fetched); a registry that stalls fails the pull after
+// PullOptions.StallTimeout; at most 3 layers download at once. A
+// registry's response bodies never appear in errors.
+//
 // Errors wrap ErrNotFound (no such image or tag in the registry),
-// ErrUnauthorized, ErrUnreachable, ErrNoPlatform or ErrDigestMismatch and
-// say what to do about it. Cancelling ctx stops the transfer.
+// ErrUnauthorized, ErrUnreachable, ErrNoPlatform, ErrDigestMismatch,
+// ErrTooLarge, ErrStalled or ErrAddressRefused and say what to do about
+// it. Cancelling ctx stops the transfer.
 func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image, error) {
 	r, err := parseRef(ref)
 	if err != nil {
@@ -79,14 +107,35 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image,
 	tr := opts.Transport
 	if tr == nil {
 		tr = remote.DefaultTransport
-		if base, ok := remote.DefaultTransport.(*http.Transport); ok && opts.Insecure {
+		base, ok := remote.DefaultTransport.(*http.Transport)
+		if !ok {
+			base = http.DefaultTransport.(*http.Transport)
+		}
+		if opts.Insecure || opts.CheckAddr != nil {
 			t := base.Clone()
-			if t.TLSClientConfig == nil {
-				t.TLSClientConfig = &tls.Config{}
+			if opts.Insecure {
+				if t.TLSClientConfig == nil {
+					t.TLSClientConfig = &tls.Config{}
+				}
+				t.TLSClientConfig.InsecureSkipVerify = true
 			}
-			t.TLSClientConfig.InsecureSkipVerify = true
+			if opts.CheckAddr != nil {
+				t.Proxy = nil
+				t.DialContext = checkedDialer(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}, opts.CheckAddr)
+			}
 			tr = t
 		}
+	} else if opts.CheckAddr != nil {
+		return nil, errors.New("pull: PullOptions.CheckAddr needs the default transport (Transport nil)")
+	}
+	stall := opts.StallTimeout
+	if stall <= 0 {
+		stall = DefaultStallTimeout
+	}
+	tr = &guardTransport{inner: tr, registry: reg, stall: stall}
+	maxBytes := opts.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxImageBytes
 	}
 	ropts := []remote.Option{
 		remote.WithContext(ctx),
@@ -139,7 +188,14 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image,
 			return nil, s.pullError(ref, norm, regName, err)
 		}
 		// ConfigName would fetch the config; the manifest names it.
-		if m, err := img.Manifest(); err == nil && !s.hasBlob(m.Config.Digest, m.Config.Size) {
+		m, err := img.Manifest()
+		if err != nil {
+			return nil, s.pullError(ref, norm, regName, err)
+		}
+		if err := s.checkManifest(m, maxBytes); err != nil {
+			return nil, fmt.Errorf("pull %s from %s: %w", norm, regName, err)
+		}
+		if !s.hasBlob(m.Config.Digest, m.Config.Size) {
 			// Only check the platform when we fetch the config anyway.
 			if c, err := img.ConfigFile(); err == nil && c.OS != "" && (c.OS != Platform.OS || c.Architecture != Platform.Architecture) {
 				return nil, fmt.Errorf("image %q is %s/%s; airlock runs linux/amd64 guests only: %w", norm, c.OS, c.Architecture, ErrNoPlatform)
@@ -154,7 +210,7 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image,
 		return nil, err
 	}
 	defer gl.Unlock()
-	md, err := s.storeImage(ctx, img, opts.Progress)
+	md, err := s.storeImage(ctx, img, opts.Progress, maxBytes)
 	if err != nil {
 		if errors.Is(err, ErrDigestMismatch) {
 			return nil, fmt.Errorf("pull %s: %w (nothing corrupt was kept; retry, and if it persists the registry or a proxy is serving bad data)", norm, err)
@@ -170,7 +226,18 @@ func (s *Store) Pull(ctx context.Context, ref string, opts PullOptions) (*Image,
 }
 
 // pullError turns a go-containerregistry error into one that says what to do.
+//
+// A registry's response body never reaches the error (a registry, or a
+// host a redirect names, must not be able to show its content through a
+// server's errors): only its status and error codes do.
 func (s *Store) pullError(ref, norm, reg string, err error) error {
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		return fmt.Errorf("pull %s from %s: %w", norm, reg, refused)
+	}
+	if errors.Is(err, ErrStalled) || errors.Is(err, ErrTooLarge) {
+		return fmt.Errorf("pull %s: %w", norm, err)
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("pull %s: %w", norm, err)
 	}
@@ -182,13 +249,13 @@ func (s *Store) pullError(ref, norm, reg string, err error) error {
 			if hasCode(terr, transport.NameUnknownErrorCode, transport.ManifestUnknownErrorCode) {
 				break
 			}
-			return fmt.Errorf("pull %s: %s refused access (HTTP %d): if the image is private, log in with 'docker login %s' (airlock reads ~/.docker/config.json); otherwise check the name: %w: %v",
-				norm, reg, terr.StatusCode, reg, ErrUnauthorized, terr)
+			return fmt.Errorf("pull %s: %s refused access (%s): if the image is private, log in with 'docker login %s' (airlock reads ~/.docker/config.json); otherwise check the name: %w",
+				norm, reg, statusText(terr), reg, ErrUnauthorized)
 		}
 		if terr.StatusCode == http.StatusNotFound || hasCode(terr, transport.NameUnknownErrorCode, transport.ManifestUnknownErrorCode) {
-			return fmt.Errorf("pull %s: %s has no such image or tag: %w: %v", norm, reg, ErrNotFound, terr)
+			return fmt.Errorf("pull %s: %s has no such image or tag (%s): %w", norm, reg, statusText(terr), ErrNotFound)
 		}
-		return fmt.Errorf("pull %s from %s: %w", norm, reg, err)
+		return fmt.Errorf("pull %s: %s answered %s", norm, reg, statusText(terr))
 	}
 	if isNetError(err) {
 		local := ""
@@ -200,6 +267,22 @@ func (s *Store) pullError(ref, norm, reg string, err error) error {
 			ref, s.Dir(), reg, ErrUnreachable, err)
 	}
 	return fmt.Errorf("pull %s: %w", norm, err)
+}
+
+// statusText says what a registry's error response was, from its status
+// and error codes only ("HTTP 404, MANIFEST_UNKNOWN"): codes of the
+// registry API's form (upper case letters and underscores, short), never
+// the body or the registry's messages.
+func statusText(e *transport.Error) string {
+	out := fmt.Sprintf("HTTP %d", e.StatusCode)
+	for i, d := range e.Errors {
+		c := string(d.Code)
+		if i >= 4 || len(c) > 40 || strings.Trim(c, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_") != "" {
+			break
+		}
+		out += ", " + c
+	}
+	return out
 }
 
 func hasCode(e *transport.Error, codes ...transport.ErrorCode) bool {

@@ -379,8 +379,11 @@ func (s *Store) Tag(src, dst string) error {
 
 // Remove removes a name from the store. If ref is a bare digest or digest
 // prefix, every name pointing at that manifest is removed. Blobs no longer
-// used by any name are then deleted. It returns an error wrapping ErrNotFound
-// when nothing matches.
+// used by any name are then deleted, unless a pull, import or build is
+// writing to the store at the time (it holds the gc lock for as long as
+// its registry sends): then they are left for a later Remove or GC rather
+// than waited for. It returns an error wrapping ErrNotFound when nothing
+// matches.
 func (s *Store) Remove(ref string) error {
 	desc, norm, err := s.lookup(ref)
 	if err != nil {
@@ -405,9 +408,21 @@ func (s *Store) Remove(ref string) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.GC()
+	ctx, cancel := context.WithTimeout(context.Background(), removeGCWait)
+	defer cancel()
+	_, err = s.gc(ctx)
+	if errors.Is(err, errStoreBusy) {
+		return nil
+	}
 	return err
 }
+
+// removeGCWait is how long Remove waits for writers before it leaves the
+// blobs it freed for later.
+const removeGCWait = 2 * time.Second
+
+// errStoreBusy: the gc lock was not free within the caller's time.
+var errStoreBusy = errors.New("image store busy: a pull, import or build is writing to it")
 
 func mustNormalize(ref string) string {
 	n, _ := Normalize(ref)
@@ -418,8 +433,16 @@ func mustNormalize(ref string) string {
 // left by crashed writers more than a day ago, waiting for running pulls, imports and builds to finish first. It
 // returns the number of bytes freed.
 func (s *Store) GC() (int64, error) {
+	return s.gc(context.Background())
+}
+
+// gc is GC waiting for the gc lock until ctx ends (errStoreBusy then).
+func (s *Store) gc(ctx context.Context) (int64, error) {
 	gl := s.gcLock()
-	if err := gl.Lock(); err != nil {
+	if ok, err := gl.TryLockContext(ctx, 50*time.Millisecond); !ok || err != nil {
+		if ctx.Err() != nil {
+			return 0, errStoreBusy
+		}
 		return 0, fmt.Errorf("lock image store for gc: %w", err)
 	}
 	defer gl.Unlock()

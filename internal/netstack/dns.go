@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -176,4 +177,47 @@ func hasA(rrs []dns.RR) bool {
 		}
 	}
 	return false
+}
+
+// flowListener admits the box's TCP connections to a service of the
+// gateway itself (its resolver) as the flows they are: each counts against
+// maxFlows and the new-flow rate while it is open, and one beyond them is
+// closed at once and counted as denied, so that a box cannot hold more
+// connections, or open them faster, on the gateway than anywhere else.
+type flowListener struct {
+	net.Listener
+	e   *Engine
+	dst netip.AddrPort
+}
+
+// Accept returns the next admitted connection; refused ones are closed
+// without reaching the caller.
+func (l *flowListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if why := l.e.admit(); why != "" {
+			l.e.Deny("tcp", l.dst.String(), why)
+			c.Close()
+			continue
+		}
+		fc := &flowConn{Conn: c}
+		fc.untrack = l.e.track(&flow{proto: "tcp", dst: l.dst, gateway: true, close: func() { c.Close() }})
+		return fc, nil
+	}
+}
+
+// flowConn is an admitted connection that leaves the flow count when it
+// is closed.
+type flowConn struct {
+	net.Conn
+	once    sync.Once
+	untrack func()
+}
+
+func (c *flowConn) Close() error {
+	c.once.Do(c.untrack)
+	return c.Conn.Close()
 }

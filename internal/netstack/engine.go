@@ -92,6 +92,9 @@ func (e *Engine) SetPolicy(p Policy) (int, error) {
 	e.pol = c
 	var stale []*flow
 	for f := range e.flows {
+		if f.gateway {
+			continue
+		}
 		if v := e.checkLocked(f.proto, f.dst); !v.Allow {
 			stale = append(stale, f)
 		}
@@ -253,6 +256,9 @@ type flow struct {
 	proto string
 	dst   netip.AddrPort
 	close func()
+	// gateway marks a connection to the gateway's own services (DNS over
+	// TCP): it counts as a flow, but no policy closes it.
+	gateway bool
 }
 
 // track registers an open flow; the returned func unregisters it.

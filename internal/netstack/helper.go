@@ -36,8 +36,9 @@ type HelperConfig struct {
 	// UID and GID, when UID is non-zero (airlock runs as root and confines
 	// its boxes), are what the helper runs as once it has bound its ports
 	// and sockets, opened its log and connected to QEMU: no other box's
-	// process runs as them, and it keeps only CAP_NET_RAW (see
-	// dropPrivileges).
+	// process runs as them, and it keeps no capability but CAP_NET_RAW,
+	// and that only where the host allows GID no unprivileged ICMP
+	// sockets (see dropPrivileges).
 	UID int `json:"uid,omitempty"`
 	GID int `json:"gid,omitempty"`
 	// Root, when set, is an empty directory the helper chroots into once
@@ -132,6 +133,10 @@ func Main(args []string) int {
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+	// Whether the pings need CAP_NET_RAW: read before the chroot hides
+	// /proc.
+	pingSysctl, _ := os.ReadFile(pingGroupRange)
+	pingRaw := !pingAllowed(string(pingSysctl), hc.GID)
 	if hc.Root != "" {
 		if err := syscall.Chroot(hc.Root); err != nil {
 			return fail(fmt.Errorf("confine the network helper: chroot %s: %w", hc.Root, err))
@@ -141,7 +146,7 @@ func Main(args []string) int {
 		}
 	}
 	if hc.UID != 0 {
-		if err := dropPrivileges(hc.UID, hc.GID); err != nil {
+		if err := dropPrivileges(hc.UID, hc.GID, pingRaw); err != nil {
 			return fail(fmt.Errorf("confine the network helper: %w", err))
 		}
 	}
@@ -238,6 +243,9 @@ func LaunchHelper(bin, configPath, stderrPath string, hc HelperConfig) (*Helper,
 	}
 	defer errf.Close()
 	cmd := exec.Command(bin, configPath)
+	// The box's gateway, which a guest may take over: none of the caller's
+	// secrets, only the variables it reads.
+	cmd.Env = helperEnv()
 	cmd.Stderr = errf
 	cmd.ExtraFiles = []*os.File{pw}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -258,6 +266,13 @@ func LaunchHelper(bin, configPath, stderrPath string, hc HelperConfig) (*Helper,
 		h.ready <- readyResult{m, err}
 	}()
 	return h, nil
+}
+
+// helperEnv is the network helper's environment: defaults.ChildEnv with
+// the Go runtime's settings and the two variables the helper reads
+// (UpstreamEnv, TestInternetEnv).
+func helperEnv() []string {
+	return defaults.ChildEnv(append([]string{UpstreamEnv, TestInternetEnv}, defaults.GoRuntimeEnv...)...)
 }
 
 // Wait waits until the helper is connected to QEMU and serving, and

@@ -205,7 +205,8 @@ func (n *Net) Serve(conn net.Conn) error {
 		if err != nil {
 			return fmt.Errorf("DNS on %s: %w", a, err)
 		}
-		for _, srv := range []*dns.Server{{PacketConn: pc, Handler: res}, {Listener: tl, Handler: res, ReadTimeout: 10 * time.Second}} {
+		dl := &flowListener{Listener: tl, e: n.e, dst: netip.AddrPortFrom(a, 53)}
+		for _, srv := range []*dns.Server{{PacketConn: pc, Handler: res}, {Listener: dl, Handler: res, ReadTimeout: 10 * time.Second}} {
 			servers = append(servers, srv)
 			go srv.ActivateAndServe()
 		}

@@ -124,11 +124,17 @@ func ParseRule(s string) (Rule, error) {
 		if err != nil {
 			return Rule{}, fmt.Errorf("allow-net %q: malformed CIDR: %v", orig, err)
 		}
+		if p.Addr().Is4In6() {
+			return Rule{}, mappedError(orig, p)
+		}
 		r.Prefix = p.Masked()
 		return r, nil
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
-		r.Prefix = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		if a.Is4In6() {
+			return Rule{}, mappedError(orig, netip.PrefixFrom(a, a.BitLen()))
+		}
+		r.Prefix = netip.PrefixFrom(a, a.BitLen())
 		return r, nil
 	}
 	if looksNumeric(host) {
@@ -150,6 +156,22 @@ func ParseRule(s string) (Rule, error) {
 	}
 	r.Name = name
 	return r, nil
+}
+
+// mappedError refuses an IPv4-mapped IPv6 address or prefix
+// (::ffff:a.b.c.d): the box reaches such an address as the IPv4 one, so a
+// rule must say which IPv4 address it opens, where every check (the
+// private and always-denied ranges, a server's grants) sees it as one.
+func mappedError(orig string, p netip.Prefix) error {
+	want := p.Addr().Unmap().String()
+	if !p.IsSingleIP() {
+		bits := p.Bits() - 96
+		if bits < 0 {
+			bits = 0
+		}
+		want = netip.PrefixFrom(p.Addr().Unmap(), bits).Masked().String()
+	}
+	return fmt.Errorf("allow-net %q: an IPv4-mapped IPv6 address (::ffff:a.b.c.d) is not accepted: write the IPv4 form, %s", orig, want)
 }
 
 func looksNumeric(s string) bool {

@@ -259,3 +259,42 @@ func TestAdmit(t *testing.T) {
 		t.Errorf("flow beyond maxFlows: %q", why)
 	}
 }
+
+// TestHostileGuestMappedIPv4: an IPv4-mapped IPv6 address (::ffff:a.b.c.d)
+// is the IPv4 address to every check. A rule written that way is refused
+// with the IPv4 form to write instead (a server's grant check, which reads
+// the rule's text, would otherwise see an IPv6 address outside the private
+// ranges while the box reaches the IPv4 host), and mapped flow destinations
+// and DNS answers meet the IPv4 deny ranges.
+func TestHostileGuestMappedIPv4(t *testing.T) {
+	for in, want := range map[string]string{
+		"::ffff:10.0.0.5":        "write the IPv4 form, 10.0.0.5",
+		"[::ffff:10.0.0.5]:22":   "write the IPv4 form, 10.0.0.5",
+		"::ffff:10.0.0.0/104":    "write the IPv4 form, 10.0.0.0/8",
+		"::ffff:192.168.1.1/128": "write the IPv4 form, 192.168.1.1",
+		"::ffff:127.0.0.1":       "write the IPv4 form, 127.0.0.1",
+	} {
+		if r, err := ParseRule(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseRule(%q) = %v, %v; want an error with %q", in, r, err, want)
+		}
+	}
+	if err := (Policy{Mode: ModeAllowlist, Allow: []string{"::ffff:10.0.0.5"}}).Validate(); err == nil {
+		t.Error("a policy listing ::ffff:10.0.0.5 is valid")
+	}
+	pub, _ := NewEngine(Policy{Mode: ModePublic}, nil)
+	al, _ := NewEngine(Policy{Mode: ModeAllowlist, Allow: []string{"api.example.com", "0.0.0.0/0:443"}}, nil)
+	for _, e := range []*Engine{pub, al} {
+		for _, dst := range []string{"[::ffff:10.0.0.5]:443", "[::ffff:127.0.0.1]:443", "[::ffff:169.254.169.254]:80"} {
+			if v := e.Check("tcp", ap(dst)); v.Allow {
+				t.Errorf("%s: flow to %s allowed", e.Policy().Mode, dst)
+			}
+		}
+		// A DNS answer (an AAAA record, or an A record held as 16 bytes)
+		// naming a mapped private address is refused as the IPv4 one.
+		for _, a := range []string{"::ffff:10.0.0.5", "::ffff:127.0.0.1", "::ffff:169.254.169.254"} {
+			if why := e.Resolved("api.example.com", netip.MustParseAddr(a)); why == "" {
+				t.Errorf("%s: answer %s accepted", e.Policy().Mode, a)
+			}
+		}
+	}
+}

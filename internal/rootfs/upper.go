@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/image/unpack"
@@ -60,6 +61,22 @@ const maxDepth = 256
 // refused with an error (wrapping unpack.ErrLimit for the limits); zero
 // limits default from scratchDir's free space (unpack.DefaultLimits).
 func UpperLayer(ctx context.Context, disk, scratchDir string, w io.Writer, lim unpack.Limits) (LayerStats, error) {
+	return UpperLayerWith(ctx, disk, scratchDir, w, lim, nil)
+}
+
+// ToolRunner prepares each run of e2fsck and debugfs on a box's disk
+// before it starts; a crafted file system attacks those tools, so airlock
+// runs them confined. The command works in cmd.Dir, a directory of its own
+// that holds the disk's copy, the command file and the files the tool
+// writes, and names them relative to it (cmd.Path is the tool, cmd.Args[1:]
+// its arguments): the runner may change the command's credentials and
+// namespaces, or make it a launcher that execs the tool. An error stops
+// the read with that error.
+type ToolRunner func(cmd *exec.Cmd) error
+
+// UpperLayerWith is UpperLayer with each e2fsprogs run prepared by tool
+// (nil: run as they are).
+func UpperLayerWith(ctx context.Context, disk, scratchDir string, w io.Writer, lim unpack.Limits, tool ToolRunner) (LayerStats, error) {
 	var st LayerStats
 	debugfs, err := exec.LookPath("debugfs")
 	if err != nil {
@@ -87,7 +104,7 @@ func UpperLayer(ctx context.Context, disk, scratchDir string, w io.Writer, lim u
 	if strings.ContainsAny(tmp, "\"\n") {
 		return st, fmt.Errorf("scratch directory %q: debugfs cannot take a path with '\"' or a newline", tmp)
 	}
-	img := filepath.Join(tmp, "disk.ext4")
+	img := filepath.Join(tmp, diskName)
 	if err := CopyDisk(disk, img); err != nil {
 		return st, fmt.Errorf("copy the writable layer: %w", err)
 	}
@@ -95,14 +112,23 @@ func UpperLayer(ctx context.Context, disk, scratchDir string, w io.Writer, lim u
 	// journal to replay; exit status 1 means it was.
 	fctx, cancel := context.WithTimeout(ctx, fsckTimeout)
 	defer cancel()
-	fsck := exec.CommandContext(fctx, e2fsck, "-p", "-E", "journal_only", img)
-	if out, err := fsck.CombinedOutput(); err != nil {
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() > 1 {
-			return st, fmt.Errorf("e2fsck -E journal_only on the writable layer: %w: %s", err, strings.TrimSpace(string(out)))
+	fsck := exec.CommandContext(fctx, e2fsck, "-p", "-E", "journal_only", diskName)
+	fsck.Dir = tmp
+	if tool != nil {
+		if err := tool(fsck); err != nil {
+			return st, fmt.Errorf("e2fsck on the writable layer: %w", err)
 		}
 	}
-	d := &debugfsRunner{bin: debugfs, img: img, dir: tmp}
+	fsckOut := &capBuffer{max: maxToolMessage}
+	fsck.Stdout, fsck.Stderr = fsckOut, fsckOut
+	if err := fsck.Run(); err != nil {
+		out := fsckOut.String()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() > 1 {
+			return st, fmt.Errorf("e2fsck -E journal_only on the writable layer: %w: %s", err, strings.TrimSpace(out))
+		}
+	}
+	d := &debugfsRunner{bin: debugfs, dir: tmp, tool: tool}
 	root, err := d.rootInode(ctx)
 	if err != nil {
 		return st, err
@@ -199,7 +225,7 @@ func upperChunk(ctx context.Context, tw *tar.Writer, d *debugfsRunner, ents []ls
 		ents[i].st = si
 		if _, linked := links[e.ino]; !linked && e.mode&0o170000 != 0o020000 {
 			for j, name := range si.xattrs {
-				dump = append(dump, fmt.Sprintf(`ea_get -f "%s" <%d> %s`, d.xattrFile(e.ino, j), e.ino, name))
+				dump = append(dump, fmt.Sprintf(`ea_get -f "%s" <%d> %s`, xattrName(e.ino, j), e.ino, name))
 			}
 		}
 		switch e.mode & 0o170000 {
@@ -282,8 +308,8 @@ func writeEntry(tw *tar.Writer, d *debugfsRunner, e lsEntry, links map[uint64]st
 		if e.mode&0o170000 == 0o100000 && !dumped {
 			break // a hard link: the first name carries them
 		}
-		v, err := os.ReadFile(d.xattrFile(e.ino, j))
-		if err != nil || len(v) > 64<<10 {
+		v, err := readDumped(filepath.Join(d.dir, xattrName(e.ino, j)), 64<<10)
+		if err != nil {
 			continue // debugfs could not read it (or it is no xattr)
 		}
 		if hdr.PAXRecords == nil {
@@ -466,7 +492,29 @@ func parseStat(out string) statInfo {
 
 // debugfsRunner runs batches of debugfs commands on one image.
 type debugfsRunner struct {
-	bin, img, dir string
+	bin, dir string
+	tool     ToolRunner
+}
+
+// Names, relative to debugfsRunner.dir (the tools' working directory), of
+// the disk's copy and the command file.
+const (
+	diskName   = "disk.ext4"
+	scriptName = "cmds"
+)
+
+// command returns the debugfs run of the command file on the disk's copy
+// (read-only, catastrophic mode: bitmaps are not read), prepared by the
+// runner's tool.
+func (d *debugfsRunner) command(ctx context.Context) (*exec.Cmd, error) {
+	cmd := exec.CommandContext(ctx, d.bin, "-c", "-f", scriptName, diskName)
+	cmd.Dir = d.dir
+	if d.tool != nil {
+		if err := d.tool(cmd); err != nil {
+			return nil, fmt.Errorf("debugfs on the writable layer: %w", err)
+		}
+	}
+	return cmd, nil
 }
 
 // stream runs cmds (cat commands) in one debugfs and calls fn with next:
@@ -477,15 +525,18 @@ func (d *debugfsRunner) stream(ctx context.Context, cmds []string, fn func(next 
 	if len(cmds) == 0 {
 		return fn(func(int) (io.Reader, error) { return nil, errors.New("no content expected") })
 	}
-	script := filepath.Join(d.dir, "cmds")
+	script := filepath.Join(d.dir, scriptName)
 	if err := os.WriteFile(script, []byte(strings.Join(cmds, "\n")+"\n"), 0o600); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, debugfsTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, d.bin, "-c", "-f", script, d.img)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	cmd, err := d.command(ctx)
+	if err != nil {
+		return err
+	}
+	stderr := &capBuffer{max: maxToolMessage}
+	cmd.Stderr = stderr
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -532,15 +583,42 @@ func (d *debugfsRunner) stream(ctx context.Context, cmds []string, fn func(next 
 func (d *debugfsRunner) clean() {
 	ents, _ := os.ReadDir(d.dir)
 	for _, e := range ents {
-		if n := e.Name(); n != "disk.ext4" && n != "cmds" {
+		if n := e.Name(); n != diskName && n != scriptName {
 			os.Remove(filepath.Join(d.dir, n))
 		}
 	}
 }
 
-func (d *debugfsRunner) xattrFile(ino uint64, i int) string {
-	return filepath.Join(d.dir, fmt.Sprintf("x%d-%d", ino, i))
+// readDumped reads a file the tool wrote, of at most max bytes. The tool
+// may run as another uid, and code that took it over could leave a
+// symlink, a fifo or a hard link there instead: only a regular file with
+// one link is read, without following a symlink or blocking.
+func readDumped(p string, max int64) ([]byte, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.Mode().IsRegular() || !ok || st.Nlink != 1 {
+		return nil, fmt.Errorf("%s is not a regular file of its own", p)
+	}
+	if fi.Size() > max {
+		return nil, fmt.Errorf("%s is larger than %d bytes", p, max)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && int64(len(b)) > max {
+		err = fmt.Errorf("%s is larger than %d bytes", p, max)
+	}
+	return b, err
 }
+
+// xattrName is the name (in the runner's directory) of the file debugfs
+// dumps extended attribute i of inode ino to.
+func xattrName(ino uint64, i int) string { return fmt.Sprintf("x%d-%d", ino, i) }
 
 // rootInode returns the inode of UpperDir, 0 if there is none.
 func (d *debugfsRunner) rootInode(ctx context.Context) (uint64, error) {
@@ -581,15 +659,18 @@ func (d *debugfsRunner) run(ctx context.Context, cmds []string) ([]string, error
 	if len(cmds) == 0 {
 		return outs, nil
 	}
-	script := filepath.Join(d.dir, "cmds")
+	script := filepath.Join(d.dir, scriptName)
 	if err := os.WriteFile(script, []byte(strings.Join(cmds, "\n")+"\n"), 0o600); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, debugfsTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, d.bin, "-c", "-f", script, d.img)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	cmd, err := d.command(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stderr := &capBuffer{max: maxToolMessage}
+	cmd.Stderr = stderr
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -646,3 +727,23 @@ func (d *debugfsRunner) run(ctx context.Context, cmds []string) ([]string, error
 	}
 	return outs, nil
 }
+
+// maxToolMessage bounds what is kept of an e2fsprogs run's messages
+// (stderr; e2fsck's output): the tool reads a disk the guest wrote, and
+// code that took it over could print without end.
+const maxToolMessage = 64 << 10
+
+// capBuffer keeps the first max bytes written to it and drops the rest.
+type capBuffer struct {
+	max int
+	buf bytes.Buffer
+}
+
+func (c *capBuffer) Write(p []byte) (int, error) {
+	if room := c.max - c.buf.Len(); room > 0 {
+		c.buf.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+func (c *capBuffer) String() string { return c.buf.String() }

@@ -121,7 +121,7 @@ func (s *Server) registerBoxes() {
 		OperationID: "create-box", Method: http.MethodPost, Path: "/v1/boxes", Tags: []string{"boxes"},
 		Summary:       "Create a box",
 		Description:   "Creates a box from an image (pulled if absent) and boots it, or restores it from a memory snapshot (from_snapshot): when the call returns, execs can run.",
-		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusBadGateway},
+		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusBadGateway, http.StatusServiceUnavailable},
 	}, func(ctx context.Context, in *struct{ Body BoxSpec }) (*boxOutput, error) {
 		sp := in.Body
 		opts := airlock.BoxOptions{Image: sp.Image, Name: sp.Name, CPUs: sp.CPUs, MemoryMiB: sp.MemoryMiB,
@@ -133,18 +133,22 @@ func (s *Server) registerBoxes() {
 		for _, p := range sp.Ports {
 			opts.Ports = append(opts.Ports, airlock.PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Protocol})
 		}
+		var release func()
+		var err error
 		if sp.FromSnapshot != "" {
 			if opts.Image == airlock.DefaultImage {
 				opts.Image = "" // huma's default: the snapshot names its image
 			}
 			opts.FromSnapshot = sp.FromSnapshot
-			if err := s.checkRestore(ctx, opts); err != nil {
-				return nil, err
-			}
-		} else if err := s.checkCreate(ctx, &opts); err != nil {
+			release, err = s.checkRestore(ctx, opts)
+		} else {
+			release, err = s.checkCreate(ctx, &opts)
+		}
+		if err != nil {
 			return nil, err
 		}
-		b, err := s.rt.Create(ctx, opts)
+		b, err := s.rt.Create(s.pullContext(ctx), opts)
+		release()
 		if err != nil {
 			if len(opts.Ports) > 0 && strings.Contains(err.Error(), "address already in use") {
 				return nil, &Problem{Status: http.StatusConflict, Title: http.StatusText(http.StatusConflict), Code: CodePortInUse,
@@ -188,10 +192,13 @@ func (s *Server) registerBoxes() {
 	huma.Register(s.api, huma.Operation{
 		OperationID: "start-box", Method: http.MethodPost, Path: "/v1/boxes/{id}/start", Tags: []string{"boxes"},
 		Summary: "Start a box", Description: "Boots the box's VM if it is not running and waits for its agent.",
-		Errors: boxErrors,
+		Errors: append([]int{http.StatusForbidden, http.StatusServiceUnavailable}, boxErrors...),
 	}, func(ctx context.Context, in *boxIDInput) (*boxOutput, error) {
 		b, err := s.getBox(ctx, in.ID)
 		if err != nil {
+			return nil, err
+		}
+		if err := s.checkStart(ctx, b); err != nil {
 			return nil, err
 		}
 		if err := b.Start(ctx); err != nil {

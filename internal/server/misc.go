@@ -106,7 +106,7 @@ func (s *Server) registerPull() {
 		func(ctx context.Context, in *struct{ Body PullRequest }, send sse.Sender) {
 			var mu sync.Mutex
 			last := map[string]time.Time{}
-			img, err := s.rt.PullImage(ctx, in.Body.Ref, airlock.PullEvents{Progress: func(digest string, done, total int64) {
+			img, err := s.rt.PullImage(s.pullContext(ctx), in.Body.Ref, airlock.PullEvents{Progress: func(digest string, done, total int64) {
 				mu.Lock()
 				defer mu.Unlock()
 				if done < total && time.Since(last[digest]) < 100*time.Millisecond {

@@ -40,6 +40,10 @@ const (
 	CodeSnapshotExists = "snapshot_exists"
 	// CodeNotSupported: the server's VM driver cannot do that (501).
 	CodeNotSupported = "not_supported"
+	// CodeHostCapacity: the box would pass a host-wide cap on running
+	// boxes or their memory (airlock.CapacityError; 503): retry once
+	// boxes have stopped, or ask for less memory.
+	CodeHostCapacity = "host_capacity"
 )
 
 // Problem is an RFC 9457 problem details object with airlock's stable
@@ -50,7 +54,7 @@ type Problem struct {
 	Status   int                 `json:"status,omitempty" doc:"HTTP status code."`
 	Detail   string              `json:"detail,omitempty" doc:"What happened in this occurrence, and what to do."`
 	Instance string              `json:"instance,omitempty" doc:"The request id of this occurrence."`
-	Code     string              `json:"code" enum:"box_not_found,image_not_found,context_not_found,box_not_running,box_running,name_in_use,box_died,timeout,canceled,too_many_execs,unauthorized,body_too_large,invalid_request,not_found,internal,policy_denied,no_lease,exec_not_found,file_not_found,not_a_directory,is_a_directory,file_exists,permission_denied,read_only_filesystem,no_space,invalid_path,not_a_regular_file,port_in_use,snapshot_not_found,snapshot_exists,not_supported" doc:"Stable machine-readable code."`
+	Code     string              `json:"code" enum:"box_not_found,image_not_found,context_not_found,box_not_running,box_running,name_in_use,box_died,timeout,canceled,too_many_execs,unauthorized,body_too_large,invalid_request,not_found,internal,policy_denied,no_lease,exec_not_found,file_not_found,not_a_directory,is_a_directory,file_exists,permission_denied,read_only_filesystem,no_space,invalid_path,not_a_regular_file,port_in_use,snapshot_not_found,snapshot_exists,not_supported,host_capacity" doc:"Stable machine-readable code."`
 	Cause    string              `json:"cause,omitempty" doc:"For box_died: why the VM ended (guest kernel panic, QEMU process exited, ...)."`
 	Errors   []*huma.ErrorDetail `json:"errors,omitempty" doc:"Individual validation errors."`
 }
@@ -116,7 +120,10 @@ func problem(err error) error {
 	}
 	var died *airlock.DiedError
 	var mbe *http.MaxBytesError
+	var ce *airlock.CapacityError
 	switch {
+	case errors.As(err, &ce):
+		return mk(http.StatusServiceUnavailable, CodeHostCapacity)
 	case errors.As(err, &died):
 		p := mk(http.StatusBadGateway, CodeBoxDied)
 		p.Cause = died.Cause

@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -113,6 +114,7 @@ type Server struct {
 	shutdown chan struct{} // closed when Serve starts shutting down
 
 	volumeDirs []string // Policy.AllowVolumeDirs, resolved
+	caps       capState // named volumes and snapshots being made (policy.go)
 
 	mu        sync.Mutex
 	lifetimes map[string]*lifetime  // by box id
@@ -140,6 +142,7 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	cfg.Policy = cfg.Policy.withDefaults()
 	s := &Server{cfg: cfg, rt: cfg.Runtime, log: cfg.Logger, mux: http.NewServeMux(),
 		events: cfg.Events, shutdown: make(chan struct{}), lifetimes: map[string]*lifetime{}, busy: map[string]int{},
 		codeboxes: map[string]*codeState{}, execs: map[string]*execEntry{}, slots: map[string]chan struct{}{}, wsConns: map[*wsConn]struct{}{}}
@@ -264,31 +267,74 @@ func LoadToken(home, explicit string) (token, path string, err error) {
 	return t, p, nil
 }
 
-// ListenUnix listens on a unix socket at path, owner-only (0600). A stale
-// socket file (nothing accepting on it) is replaced; a live one is an
-// error, since another server is using it.
+// ListenUnix listens on a unix socket at path, owner-only (0600) from
+// the moment the path exists: the socket is bound in a new directory only
+// the owner can enter (next to path, so on the same filesystem), made
+// 0600 there and then linked to path. So no other local user can connect
+// in between, whatever the process umask, and the umask (process-wide)
+// is left alone. A stale socket file (nothing accepting on it) is
+// replaced; a live one is an error, since another server is using it.
+// Closing the listener removes path.
 func ListenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(path); err == nil {
+	if _, err := os.Lstat(path); err == nil {
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 			c.Close()
 			return nil, fmt.Errorf("another airlock server is listening on %s (stop it, or use --socket)", path)
 		}
 		os.Remove(path)
 	}
-	// The umask makes the socket owner-only from the start; chmod makes
-	// sure of it.
-	l, err := net.Listen("unix", path)
+	priv, err := os.MkdirTemp(dir, ".sock-") // 0700
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		l.Close()
+	defer os.RemoveAll(priv)
+	tmp := filepath.Join(priv, "s")
+	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
 		return nil, err
 	}
-	return l, nil
+	ul.SetUnlinkOnClose(false) // the path to unlink is path, not tmp
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		ul.Close()
+		return nil, err
+	}
+	// link(2), unlike rename(2), fails if path exists (another server
+	// started meanwhile) instead of replacing it.
+	if err := os.Link(tmp, path); err != nil {
+		ul.Close()
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("another airlock server started on %s meanwhile (stop it, or use --socket)", path)
+		}
+		return nil, err
+	}
+	if listenUnixHook != nil {
+		listenUnixHook(path)
+	}
+	return &unixListener{UnixListener: ul, addr: &net.UnixAddr{Name: path, Net: "unix"}}, nil
+}
+
+// listenUnixHook, when set (by tests), is called by ListenUnix as soon as
+// the socket exists at its path.
+var listenUnixHook func(path string)
+
+// unixListener is a unix socket listener bound elsewhere and linked to
+// addr's path: it shows that path and removes it when closed.
+type unixListener struct {
+	*net.UnixListener
+	addr      *net.UnixAddr
+	closeOnce sync.Once
+}
+
+func (l *unixListener) Addr() net.Addr { return l.addr }
+
+func (l *unixListener) Close() error {
+	err := l.UnixListener.Close()
+	l.closeOnce.Do(func() { os.Remove(l.addr.Name) })
+	return err
 }
 
 type ctxKey int

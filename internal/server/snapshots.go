@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -63,34 +65,58 @@ type snapshotNameInput struct {
 	Name string `path:"name" maxLength:"128" doc:"Snapshot name."`
 }
 
-// checkSnapshotRoom refuses a snapshot past Policy.MaxSnapshots.
-func (s *Server) checkSnapshotRoom(ctx context.Context) error {
-	max := s.cfg.Policy.MaxSnapshots
-	if max <= 0 {
-		return nil
+// reserveSnapshot refuses a snapshot of box info past
+// Policy.MaxSnapshots or Policy.MinFreeDiskMiB (counting the box's memory
+// and disk in full) and counts it as taken until release is called, so
+// that concurrent snapshots cannot pass the cap together.
+func (s *Server) reserveSnapshot(ctx context.Context, info airlock.BoxInfo) (release func(), err error) {
+	c := &s.caps
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if max := s.cfg.Policy.MaxSnapshots; max > 0 {
+		list, err := s.rt.Snapshots(ctx)
+		if err != nil {
+			return nil, problem(err)
+		}
+		if n := len(list) + c.snapshots; n >= max {
+			return nil, denied("%d snapshots exist or are being taken; this server keeps at most %d (airlock serve --max-snapshots): remove one first (DELETE /v1/snapshots/{name})", n, max)
+		}
 	}
-	list, err := s.rt.Snapshots(ctx)
-	if err != nil {
-		return problem(err)
+	o := info.Options
+	if err := s.checkFreeDisk(ctx, fmt.Sprintf("a snapshot of a box with %d MiB of memory and a disk of %d MiB", o.MemoryMiB, o.DiskSizeMiB),
+		int64(o.MemoryMiB)+int64(o.DiskSizeMiB)); err != nil {
+		return nil, err
 	}
-	if len(list) >= max {
-		return denied("%d snapshots exist; this server keeps at most %d (airlock serve --max-snapshots): remove one first (DELETE /v1/snapshots/{name})", len(list), max)
-	}
-	return nil
+	c.snapshots++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.mu.Lock()
+			c.snapshots--
+			c.mu.Unlock()
+		})
+	}, nil
 }
 
-// checkFork refuses a fork into n boxes past Policy.MaxBoxes.
-func (s *Server) checkFork(ctx context.Context, n int) error {
-	return s.checkBoxRoom(ctx, n, "a fork into %d boxes with %d not stopped would pass this server's limit of %d (airlock serve --max-boxes): remove boxes first, or fork into fewer")
+// checkFork refuses a fork of box info into n boxes past Policy.MaxBoxes
+// or Policy.MinFreeDiskMiB (counting the fork's own snapshot and the n
+// children's disks in full).
+func (s *Server) checkFork(ctx context.Context, info airlock.BoxInfo, n int) error {
+	if err := s.checkBoxRoom(ctx, n, "a fork into %d boxes with %d not stopped would pass this server's limit of %d (airlock serve --max-boxes): remove boxes first, or fork into fewer"); err != nil {
+		return err
+	}
+	o := info.Options
+	return s.checkFreeDisk(ctx, fmt.Sprintf("a fork into %d boxes of a box with %d MiB of memory and a disk of %d MiB", n, o.MemoryMiB, o.DiskSizeMiB),
+		int64(o.MemoryMiB)+int64(n+1)*int64(o.DiskSizeMiB))
 }
 
 // checkRestore checks a create from a snapshot as a create of the box
 // the restore would make (airlock.Runtime.RestoreOptions): the snapshot's
 // machine with the request's network policy and published ports.
-func (s *Server) checkRestore(ctx context.Context, opts airlock.BoxOptions) error {
+func (s *Server) checkRestore(ctx context.Context, opts airlock.BoxOptions) (release func(), err error) {
 	eff, err := s.rt.RestoreOptions(ctx, opts)
 	if err != nil {
-		return problem(err)
+		return nil, problem(err)
 	}
 	return s.checkCreate(ctx, &eff)
 }
@@ -170,10 +196,16 @@ func (s *Server) registerSnapshots() {
 		if err != nil {
 			return nil, err
 		}
-		if err := s.checkSnapshotRoom(ctx); err != nil {
+		bi, err := b.Info(ctx)
+		if err != nil {
+			return nil, problem(err)
+		}
+		release, err := s.reserveSnapshot(ctx, bi)
+		if err != nil {
 			return nil, err
 		}
 		info, err := b.Snapshot(ctx, in.Body.Name)
+		release()
 		if err != nil {
 			return nil, problem(err)
 		}
@@ -199,7 +231,11 @@ func (s *Server) registerSnapshots() {
 		if err != nil {
 			return nil, err
 		}
-		if err := s.checkFork(ctx, n); err != nil {
+		bi, err := b.Info(ctx)
+		if err != nil {
+			return nil, problem(err)
+		}
+		if err := s.checkFork(ctx, bi, n); err != nil {
 			return nil, err
 		}
 		life := s.lifetimeOf(b.ID())
@@ -227,7 +263,7 @@ func (s *Server) registerSnapshots() {
 		Summary: "Pause a running box",
 		Description: "Stops the box's vCPUs (no guest CPU; its memory stays allocated; calls into it wait), or with to_disk " +
 			"saves it to disk and ends its VM. POST /v1/boxes/{id}/resume lets it run on, with its clock stepped to the host's.",
-		Errors: pauseErrors,
+		Errors: append([]int{http.StatusForbidden}, pauseErrors...),
 	}, func(ctx context.Context, in *struct {
 		ID   string `path:"id" maxLength:"128" doc:"Box id, unique id prefix, or name."`
 		Body PauseRequest
@@ -237,6 +273,15 @@ func (s *Server) registerSnapshots() {
 			return nil, err
 		}
 		if in.Body.ToDisk {
+			// Its memory and device state go into its directory.
+			info, err := b.Info(ctx)
+			if err != nil {
+				return nil, problem(err)
+			}
+			mem := int64(info.Options.MemoryMiB)
+			if err := s.checkFreeDisk(ctx, fmt.Sprintf("pausing to disk a box with %d MiB of memory", mem), mem); err != nil {
+				return nil, err
+			}
 			s.dropCodebox(b.ID())
 			err = b.Suspend(ctx)
 		} else {
@@ -252,10 +297,13 @@ func (s *Server) registerSnapshots() {
 		OperationID: "resume-box", Method: http.MethodPost, Path: "/v1/boxes/{id}/resume", Tags: []string{"snapshots"},
 		Summary:     "Resume a paused box",
 		Description: "Lets a paused box run on, or continues one paused to disk from its saved memory (same id, files and processes). A running box is left as it is.",
-		Errors:      pauseErrors,
+		Errors:      append([]int{http.StatusForbidden, http.StatusServiceUnavailable}, pauseErrors...),
 	}, func(ctx context.Context, in *boxIDInput) (*boxOutput, error) {
 		b, err := s.getBox(ctx, in.ID)
 		if err != nil {
+			return nil, err
+		}
+		if err := s.checkStart(ctx, b); err != nil {
 			return nil, err
 		}
 		if err := b.Resume(ctx); err != nil {

@@ -138,6 +138,12 @@ type Registry struct {
 	blobGets atomic.Int64
 	mu       sync.Mutex
 	corrupt  map[string]bool
+	scripts  []script
+}
+
+type script struct {
+	suffix string
+	h      http.HandlerFunc
 }
 
 // NewRegistry starts a registry on loopback, closed when the test ends.
@@ -146,6 +152,19 @@ func NewRegistry(t testing.TB) *Registry {
 	r := &Registry{corrupt: map[string]bool{}}
 	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		var sh http.HandlerFunc
+		for _, sc := range r.scripts {
+			if strings.HasSuffix(req.URL.Path, sc.suffix) {
+				sh = sc.h
+				break
+			}
+		}
+		r.mu.Unlock()
+		if sh != nil && req.Method == http.MethodGet {
+			sh(w, req)
+			return
+		}
 		if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/sha256:") {
 			r.blobGets.Add(1)
 			if os.Getenv("IMAGETEST_DEBUG") != "" {

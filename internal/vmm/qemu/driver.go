@@ -335,7 +335,7 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 		// reads the agent in a few large requests instead of ~60 of 128 KiB
 		// (its start ~60 ms sooner under TCG here, same QEMU memory).
 		disks = append([]Disk{{Path: boot.agentDisk, ReadOnly: true, OptIOSize: boot.agentDiskIO}}, disks...)
-		extra = []string{"root=/dev/vda", "rootfstype=erofs", "ro", "init=/init"}
+		extra = append([]string(nil), agentDiskParams...)
 		p.Root, p.RW = "/dev/vdb", "/dev/vdc"
 	}
 	p.Hostname, p.Ports, p.Debug = spec.Hostname, agentPorts, d.o.Debug
@@ -354,7 +354,7 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 	// the others get only periodic 4 ms ticks (no high-resolution timers).
 	noACPI := boot.accel.Accel == AccelTCG && boot.kernel.BootsWithoutACPI && spec.CPUs <= 1
 	if noACPI {
-		extra = append(extra, "noapictimer")
+		extra = append(extra, noAPICTimer)
 	}
 	transport, _ := CheckTransport(d.o.VolumeTransport)
 	volDisks, shares, fsShares, volParams := volumeDevices(spec, transport, len(disks))

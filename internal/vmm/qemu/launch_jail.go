@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/defaults"
 )
 
 // startTimeout bounds how long a confined QEMU may take to come up (its
@@ -164,11 +165,7 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	if !inJail(qemuPath) {
 		spec.Binds = append(spec.Binds, filepath.Dir(qemuPath))
 	}
-	env := os.Environ()
-	if c.THP != THPNone {
-		env = mallocHugePagesEnv(env)
-	}
-	spec.Env = env
+	spec.Env = qemuEnv(c.THP)
 	if spec.Root != "" {
 		if err := os.MkdirAll(spec.Root, 0o700); err != nil {
 			return 0, fmt.Errorf("jail root: %w", err)
@@ -282,7 +279,7 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	cmd := &exec.Cmd{
 		Path:       "/proc/self/exe",
 		Args:       []string{stageArg0},
-		Env:        append(os.Environ(), stageEnv+"=1"),
+		Env:        stageEnviron(),
 		Stdout:     logW,
 		Stderr:     logW,
 		ExtraFiles: append(append([]*os.File{specR, fd4, fd5, console}, usernsFiles...), ramFiles...),
@@ -461,6 +458,14 @@ func onLaunchThread(f func() error) error {
 	return <-done
 }
 
+// stageEnviron is the launcher stage's environment: the allowlisted
+// variables (defaults.ChildEnv), the Go runtime's settings and the marker
+// that makes the program a stage. The stage runs as root until it execs
+// QEMU with the spec's environment; neither holds a secret of the caller's.
+func stageEnviron() []string {
+	return append(defaults.ChildEnv(defaults.GoRuntimeEnv...), stageEnv+"=1")
+}
+
 // idmapUserns returns a user namespace (its /proc/PID/ns/user, open) that
 // maps only uid and gid inside to boxUID and boxGID outside: a mount
 // idmapped through it shows the files of uid:gid as boxUID:boxGID's, and
@@ -468,6 +473,7 @@ func onLaunchThread(f func() error) error {
 func idmapUserns(uid, gid, boxUID, boxGID int) (*os.File, error) {
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{stageArg0 + "-hold"}
+	cmd.Env = defaults.ChildEnv(defaults.GoRuntimeEnv...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -597,6 +603,7 @@ func UserNSAllowed() error {
 		}
 		cmd := exec.Command("/proc/self/exe")
 		cmd.Args = []string{stageArg0 + "-probe"}
+		cmd.Env = defaults.ChildEnv(defaults.GoRuntimeEnv...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{
 			Cloneflags:  unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET,
 			UidMappings: []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}},

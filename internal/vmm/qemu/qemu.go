@@ -7,11 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 
+	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -401,14 +403,9 @@ func escapeComma(s string) string { return strings.ReplaceAll(s, ",", ",,") }
 // tscKHz is the host's TSC rate (TSCkHz), used only under TCG; 0 measures it
 // without a cache.
 func KernelCmdline(accel string, debug bool, tscKHz uint64, extra ...string) string {
-	p := []string{
-		"console=ttyS0", "reboot=t", "panic=-1",
-		"no_timer_check", "i8042.noaux", "i8042.nopnp", "i8042.dumbkbd",
-		"random.trust_cpu=on", "audit=0", "nokaslr", "mitigations=off", "pty.legacy_count=0",
-		"8250.nr_uarts=1", // one UART: ttyS0; probing the default four costs ~60 ms under TCG
-	}
+	p := append([]string(nil), baseParams...)
 	if !debug {
-		p = append(p, "quiet", "loglevel=1")
+		p = append(p, quietParams...)
 	}
 	if accel == AccelTCG {
 		// TCG's PIT calibration fails on microvm (the boot can hang); tell
@@ -420,7 +417,8 @@ func KernelCmdline(accel string, debug bool, tscKHz uint64, extra ...string) str
 		if tscKHz == 0 {
 			tscKHz = TSCkHz("")
 		}
-		p = append(p, "tsc_early_khz="+strconv.FormatUint(tscKHz, 10), "tsc=reliable", "noreplace-smp")
+		p = append(p, tscKHzParam+strconv.FormatUint(tscKHz, 10))
+		p = append(p, tcgParams...)
 		// No address-space randomization in the guest: QEMU's TCG (before
 		// 8.0 on x86) finds translated code by virtual address, so with
 		// randomized mmap bases every process start translated the dynamic
@@ -428,9 +426,69 @@ func KernelCmdline(accel string, debug bool, tscKHz uint64, extra ...string) str
 		// guest instead of ~5 ms. Randomization inside a box protects
 		// nothing: its processes are the untrusted code, and the wall is
 		// the VM.
-		p = append(p, "norandmaps")
+		p = append(p, noRandMaps)
 	}
 	return strings.Join(append(p, extra...), " ")
+}
+
+// The kernel parameters KernelCmdline and the driver write, other than
+// guestabi's airlock.* ones: CheckCmdline accepts these and no others.
+var (
+	baseParams = []string{
+		"console=ttyS0", "reboot=t", "panic=-1",
+		"no_timer_check", "i8042.noaux", "i8042.nopnp", "i8042.dumbkbd",
+		"random.trust_cpu=on", "audit=0", "nokaslr", "mitigations=off", "pty.legacy_count=0",
+		"8250.nr_uarts=1", // one UART: ttyS0; probing the default four costs ~60 ms under TCG
+	}
+	quietParams = []string{"quiet", "loglevel=1"}
+	tcgParams   = []string{"tsc=reliable", "noreplace-smp"}
+	// agentDiskParams boot the agent disk as the kernel's root (no
+	// initramfs): Driver.config.
+	agentDiskParams = []string{"root=/dev/vda", "rootfstype=erofs", "ro", "init=/init"}
+)
+
+const (
+	tscKHzParam    = "tsc_early_khz="
+	noRandMaps     = "norandmaps"
+	noAPICTimer    = "noapictimer"
+	maxCmdlineSize = 4096 // bytes; the kernel's own limit on x86 is 2048
+)
+
+// CheckCmdline returns an error naming the first parameter of cmdline that
+// airlock does not write: the kernel command line of a snapshot or an
+// imported memory archive reaches QEMU's -append, and one that came from
+// elsewhere could carry init=, rdinit=, module parameters or a "--" tail
+// for /init. Accepted are KernelCmdline's parameters, the driver's own
+// (agent disk root, noapictimer) and guestabi.KnownParam's, each with a
+// value of the form airlock writes; quotes, control bytes and command lines
+// over 4096 bytes are refused.
+func CheckCmdline(cmdline string) error {
+	if len(cmdline) > maxCmdlineSize {
+		return fmt.Errorf("kernel command line of %d bytes (airlock writes at most %d): refused", len(cmdline), maxCmdlineSize)
+	}
+	for i := 0; i < len(cmdline); i++ {
+		if c := cmdline[i]; c == '"' || c < 0x20 && c != ' ' || c >= 0x7f {
+			return fmt.Errorf("kernel command line has byte %#x (airlock writes printable ASCII, no quotes): refused", c)
+		}
+	}
+	for _, f := range strings.Fields(cmdline) {
+		if !knownParam(f) {
+			return fmt.Errorf("kernel command line has parameter %q, which airlock does not write: refused (a snapshot or memory archive that was not written by airlock, or was altered)", f)
+		}
+	}
+	return nil
+}
+
+func knownParam(f string) bool {
+	if slices.Contains(baseParams, f) || slices.Contains(quietParams, f) || slices.Contains(tcgParams, f) ||
+		slices.Contains(agentDiskParams, f) || f == noRandMaps || f == noAPICTimer || guestabi.KnownParam(f) {
+		return true
+	}
+	if v, ok := strings.CutPrefix(f, tscKHzParam); ok {
+		n, err := strconv.ParseUint(v, 10, 64)
+		return err == nil && n > 0 && len(v) <= 10
+	}
+	return false
 }
 
 var tscOnce struct {
@@ -509,6 +567,18 @@ func writeTSCCache(p string, khz uint64) {
 	}
 }
 
+// qemuEnv is QEMU's environment: the caller's allowlisted variables
+// (defaults.ChildEnv: no secret of the caller's, which code that took QEMU
+// over could read) and glibc's tunables, with malloc's huge pages unless
+// thp is THPNone.
+func qemuEnv(thp THPMode) []string {
+	env := defaults.ChildEnv("GLIBC_TUNABLES")
+	if thp != THPNone {
+		env = mallocHugePagesEnv(env)
+	}
+	return env
+}
+
 // mallocHugePagesEnv returns env with glibc's malloc told to ask for
 // transparent huge pages for its heaps (glibc.malloc.hugetlb=1, glibc 2.35+;
 // older ones ignore it), added to any GLIBC_TUNABLES already set. QEMU
@@ -576,11 +646,10 @@ func Launch(ctx context.Context, c Config) (int, error) {
 			cmd.ExtraFiles = append(cmd.ExtraFiles, f)
 		}
 	}
+	cmd.Env = qemuEnv(c.THP)
 	start := cmd.Start
 	if c.THP == THPNone {
 		start = func() error { return startWithoutTHP(cmd) }
-	} else {
-		cmd.Env = mallocHugePagesEnv(os.Environ())
 	}
 	err = start()
 	if err == nil {

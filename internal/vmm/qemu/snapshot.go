@@ -679,6 +679,12 @@ func (d *Driver) checkSnapshot(ctx context.Context, spec vmm.Spec, dir string) (
 	if err != nil {
 		return Config{}, mm, err
 	}
+	// The guest's kernel runs on from its memory image, but the command
+	// line the restore launches with still goes to QEMU's -append: only
+	// airlock's parameters (an imported archive's included).
+	if err := CheckCmdline(mm.Config.Cmdline); err != nil {
+		return Config{}, mm, fmt.Errorf("snapshot %s: %w", dir, err)
+	}
 	need := []string{snapState, snapDisk}
 	if len(mm.RAMParts) > 0 && !mm.Transient {
 		need = append(need, snapRAM)
@@ -714,6 +720,21 @@ func (d *Driver) checkSnapshot(ctx context.Context, spec vmm.Spec, dir string) (
 	}
 	qc.Cmdline = mm.Config.Cmdline
 	return qc, mm, nil
+}
+
+// CheckMachineFile checks a snapshot's machine description (the
+// machine.json a snapshot directory and a memory archive hold, b its
+// bytes) before it is stored: its kernel command line must be one airlock
+// writes (CheckCmdline). The restore checks the rest against this host.
+func CheckMachineFile(b []byte) error {
+	var mm machineMeta
+	if err := json.Unmarshal(b, &mm); err != nil {
+		return fmt.Errorf("%s: %w", snapMachine, err)
+	}
+	if err := CheckCmdline(mm.Config.Cmdline); err != nil {
+		return fmt.Errorf("%s: %w", snapMachine, err)
+	}
+	return nil
 }
 
 func diffFiles(was, now []fileID) string {

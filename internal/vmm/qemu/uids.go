@@ -3,6 +3,7 @@ package qemu
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -129,20 +130,52 @@ func AllocUID(r UIDRange) (int, error) {
 	return 0, fmt.Errorf("box uid: all %d uids of the range %d-%d are in use", r.Count, r.Start, r.Start+r.Count-1)
 }
 
-// procUIDs returns the real uids of all processes.
+// procUIDs returns every uid and gid (real, effective, saved and file
+// system) any process runs as, from the Uid: and Gid: lines of
+// /proc/PID/status. Not the owner of /proc/PID: a process that changed its
+// uid without an exec (the network helper, the console drainer) is not
+// dumpable, and its /proc/PID belongs to root. (Box uids and gids are the
+// same numbers, so a gid in use holds its uid too.)
 func procUIDs() map[int]bool {
 	used := map[int]bool{}
 	ents, _ := os.ReadDir("/proc")
+	buf := make([]byte, 4096)
 	for _, e := range ents {
 		if e.Name()[0] < '0' || e.Name()[0] > '9' {
 			continue
 		}
-		var st syscall.Stat_t
-		if syscall.Stat("/proc/"+e.Name(), &st) == nil {
-			used[int(st.Uid)] = true
+		for _, id := range statusIDs("/proc/"+e.Name()+"/status", buf) {
+			used[id] = true
 		}
 	}
 	return used
+}
+
+// statusIDs returns the uids and gids on the Uid: and Gid: lines of a
+// /proc/PID/status file (nil if it cannot be read: the process is gone).
+func statusIDs(path string, buf []byte) []int {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	n, _ := io.ReadFull(f, buf)
+	f.Close()
+	var ids []int
+	for _, l := range strings.Split(string(buf[:n]), "\n") {
+		rest, ok := strings.CutPrefix(l, "Uid:")
+		if !ok {
+			rest, ok = strings.CutPrefix(l, "Gid:")
+		}
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Fields(rest) {
+			if id, err := strconv.Atoi(f); err == nil {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
 }
 
 // KVMGroup returns the group that owns /dev/kvm (-1 if none).

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -165,6 +166,9 @@ func startShare(ctx context.Context, path string, sh share, g *Cgroup) (vmm.Hand
 	}
 	defer log.Close()
 	cmd := exec.Command(path, virtiofsdArgs(sh)...)
+	// Root, and serving a guest: none of the caller's secrets. PATH stays
+	// for the wrapper shell's mount.
+	cmd.Env = defaults.ChildEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if sh.ro || g != nil {
 		script := `exec "$@"`

@@ -621,8 +621,10 @@ export class SimpleBox implements AsyncDisposable {
 
   /**
    * Copies a file or directory tree of the box to the host, as `docker cp`: into `hostPath` when it is an
-   * existing directory, else to `hostPath` itself. Nothing is written outside the destination: absolute and
-   * `..` names, symlinks leading out, hard links and devices are refused; no symlink is followed.
+   * existing directory, else to `hostPath` itself. Nothing is written outside the destination: entries not
+   * under the copied path's name, absolute and `..` names, symlinks leading out of the copy, hard links and
+   * devices are refused with AirlockError `unsafe_archive` (naming the entry, ending the copy); no symlink is
+   * followed.
    * `maxBytes` bounds the archive (default: no bound).
    */
   async copyOut(boxPath: string, hostPath: string, options: { maxBytes?: number } = {}): Promise<void> {

@@ -137,31 +137,63 @@ function parsePax(b: Buffer): Record<string, string> {
 const MAX_META = 1 << 20;
 
 /**
- * Unpacks a tar stream into destDir, never writing outside it: absolute and
- * `..` names are refused, no symlink is followed while creating files (those
- * already there included), symlinks leading out of destDir, hard links,
- * devices and FIFOs are refused, setuid/setgid bits cleared. The top entry
- * is renamed to `rename` when given.
+ * The name of the top entry of the box's archive of boxPath: its base name,
+ * `.` for the root (the agent names entries so).
  */
-export async function untar(src: AsyncIterable<Buffer>, destDir: string, rename?: string): Promise<void> {
+export function topName(boxPath: string): string {
+  const base = path.posix.basename(path.posix.normalize("/" + boxPath));
+  return base === "" || base === "/" ? "." : base;
+}
+
+function refuse(entry: string, why: string): AirlockError {
+  return new AirlockError(0, "unsafe_archive", `copyOut: refusing archive entry ${JSON.stringify(entry)}: ${why}; the copy is aborted`);
+}
+
+/** Whether the clean relative name is top or under it (everything is under "."). */
+function under(name: string, top: string): boolean {
+  return top === "." || name === top || name.startsWith(top + "/");
+}
+
+/**
+ * Unpacks a tar stream (the box's archive of a path whose top entry is named
+ * `top`) into destDir, never writing outside it. The box chooses every byte,
+ * so each entry is checked before anything of it is written: it must be `top`
+ * or under `top/` (any other name, `.bashrc` beside `out/x`, would land beside
+ * the destination); absolute and `..` names are refused; no symlink is
+ * followed while creating files (one the archive made or one already there);
+ * symlinks leading out of the copied tree, hard links, devices and FIFOs are
+ * refused; setuid/setgid bits cleared. The top entry is renamed to `rename`
+ * when given. The first refused entry throws AirlockError (`unsafe_archive`,
+ * naming it) and ends the copy: what was written until then stays, all of it
+ * inside destDir.
+ */
+export async function untar(src: AsyncIterable<Buffer>, destDir: string, top: string, rename?: string): Promise<void> {
   const root = path.resolve(destDir);
   const rd = new ChunkReader(src);
-  let top: string | undefined;
+  const topParts = top === "." ? [] : top.split("/");
+  if (topParts.length > 1 || topParts.includes("..")) throw new Error(`copyOut: bad top name ${JSON.stringify(top)}`);
+  // Where the copied tree lands: writes and symlink targets stay inside it.
+  const copyRoot = path.join(root, rename ?? (top === "." ? "" : top));
   let pax: Record<string, string> = {};
   let longName: string | undefined;
   const safe = async (name: string): Promise<string> => {
     const parts = name.split("/").filter((p) => p !== "" && p !== ".");
-    if (name.startsWith("/") || parts.includes("..") || parts.length === 0) {
-      throw new Error(`copyOut: refusing archive entry ${JSON.stringify(name)} (absolute or climbing out)`);
+    if (name.startsWith("/") || parts.includes("..") || name.includes("\0")) {
+      throw refuse(name, "absolute or climbing out");
     }
-    if (top === undefined) top = parts[0];
-    if (rename && parts[0] === top) parts[0] = rename;
+    if (!under(parts.join("/") || ".", top)) throw refuse(name, `it is outside ${JSON.stringify(top)}, the path copied`);
+    if (top === ".") {
+      if (rename) parts.unshift(rename);
+    } else if (rename) {
+      parts[0] = rename;
+    }
+    if (parts.length === 0) return root;
     // No component below root may be a symlink (one the archive made, or one already there).
     let p = root;
     for (const part of parts.slice(0, -1)) {
       p = path.join(p, part);
       const st = await fsp.lstat(p).catch(() => undefined);
-      if (st?.isSymbolicLink()) throw new Error(`copyOut: refusing to write through the symlink ${p}`);
+      if (st?.isSymbolicLink()) throw refuse(name, `it would be written through the symlink ${p}`);
     }
     return path.join(root, ...parts);
   };
@@ -198,9 +230,12 @@ export async function untar(src: AsyncIterable<Buffer>, destDir: string, rename?
     const mode = num(h, 100, 8) & 0o1777;
     const mtime = num(h, 136, 12);
     switch (type) {
-      case "5":
+      case "5": {
+        const st = await fsp.lstat(dst).catch(() => undefined);
+        if (dst !== root && st?.isSymbolicLink()) throw refuse(name, `it would be written through the symlink ${dst}`);
         await fsp.mkdir(dst, { recursive: true, mode: mode || 0o755 });
         break;
+      }
       case "0":
       case "\0":
       case "7": {
@@ -223,15 +258,15 @@ export async function untar(src: AsyncIterable<Buffer>, destDir: string, rename?
       }
       case "2": {
         const target = path.resolve(path.dirname(dst), linkname);
-        if (path.isAbsolute(linkname) || (target !== root && !target.startsWith(root + path.sep))) {
-          throw new Error(`copyOut: refusing symlink ${name} -> ${linkname} (it leads out of ${destDir})`);
+        if (path.isAbsolute(linkname) || linkname.includes("\0") || (target !== copyRoot && !target.startsWith(copyRoot + path.sep))) {
+          throw refuse(name, `a symlink to ${JSON.stringify(linkname)} leads out of the copy at ${copyRoot}`);
         }
         await fsp.rm(dst, { force: true });
         await fsp.symlink(linkname, dst);
         break;
       }
       default:
-        throw new Error(`copyOut: refusing archive entry ${name} of type ${JSON.stringify(type)} (hard links, devices and FIFOs are not copied)`);
+        throw refuse(name, `type ${JSON.stringify(type)} (hard links, devices and FIFOs are not copied)`);
     }
   }
 }
@@ -296,7 +331,7 @@ export class Files {
     const [dir, rename] = st?.isDirectory() ? [hostPath, undefined] : [path.dirname(hostPath), path.basename(hostPath)];
     const res = await this.client.transfer("GET", await this.url("archive", boxPath));
     try {
-      await untar(bounded(res as AsyncIterable<Buffer>, maxBytes), dir, rename);
+      await untar(bounded(res as AsyncIterable<Buffer>, maxBytes), dir, topName(boxPath), rename);
     } finally {
       res.destroy();
     }

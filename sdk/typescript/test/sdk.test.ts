@@ -354,7 +354,7 @@ describe("files", () => {
       await box.exec("sh", "-c", "mkdir -p /tmp/tsevil && ln -sf /etc /tmp/tsevil/etc && ln -sf ../../.. /tmp/tsevil/up");
       const dest = path.join(tmp, "dest");
       mkdirSync(dest);
-      await assert.rejects(box.copyOut("/tmp/tsevil", dest), /refusing symlink/);
+      await assert.rejects(box.copyOut("/tmp/tsevil", dest), /leads out of the copy/);
       assert.deepEqual(readdirSync(tmp).sort(), ["dest", "out", "src"]);
       const big2 = await box.copyOut("/tmp/tscp/tree", path.join(tmp, "bounded"), { maxBytes: 1 << 20 }).then(() => assert.fail("copied"), (e: unknown) => e);
       assert.ok(big2 instanceof AirlockError && big2.code === "too_large", `${big2}`);

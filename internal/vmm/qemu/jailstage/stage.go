@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -34,6 +35,22 @@ const (
 	// argv is DrainArg0, the log's path, its cap and the uid to run as; the
 	// pipe is descriptor 3 (see DrainConsole).
 	DrainArg0 = "airlock-console-drain"
+	// ToolArg0 (with Env=1) marks a re-execution as the launcher of a
+	// program that reads a box's disk (e2fsck and debugfs, for airlock
+	// commit): argv is ToolArg0, the uid (and gid) to run as, the
+	// directory to work in, then the program's path and arguments (see
+	// RunTool).
+	ToolArg0 = "airlock-confined-tool"
+)
+
+// Resource limits of a program RunTool starts: its address space, open
+// files, core dumps, and tasks of its uid. The kernel counts threads and
+// refuses the exec when the uid already has the limit's number: the
+// stage's own threads (start it with GOMAXPROCS=1) take the uid with it.
+const (
+	ToolMaxMemory = 4 << 30
+	toolMaxFiles  = 64
+	toolMaxProcs  = 16
 )
 
 // DefaultConsoleMax is the default size cap of a confined box's console
@@ -141,6 +158,14 @@ func init() {
 		DrainConsole(os.NewFile(3, "console"), os.Args[1], max, uid)
 		os.Exit(0)
 	}
+	if len(os.Args) >= 4 && os.Args[0] == ToolArg0 && os.Getenv(stageEnv) == "1" {
+		uid, err := strconv.Atoi(os.Args[1])
+		if err == nil {
+			err = RunTool(uid, os.Args[2], os.Args[3], os.Args[3:])
+		}
+		fmt.Fprintf(os.Stderr, "airlock confined tool: %v\n", err)
+		os.Exit(126)
+	}
 	if len(os.Args) > 0 && os.Args[0] == Arg0+"-probe" {
 		os.Exit(0) // UserNSAllowed's probe
 	}
@@ -241,22 +266,8 @@ func stage() error {
 	if s.THPOff {
 		unix.Prctl(unix.PR_SET_THP_DISABLE, 1, 0, 0, 0)
 	}
-	if s.UID != 0 {
-		if err := unix.Setgroups(s.Groups); err != nil {
-			return fmt.Errorf("setgroups: %w", err)
-		}
-		if err := unix.Setresgid(s.GID, s.GID, s.GID); err != nil {
-			return fmt.Errorf("setgid %d: %w", s.GID, err)
-		}
-		if err := unix.Setresuid(s.UID, s.UID, s.UID); err != nil {
-			return fmt.Errorf("setuid %d: %w", s.UID, err)
-		}
-	}
-	if err := dropCaps(); err != nil {
+	if err := Confine(s.UID, s.GID, s.Groups); err != nil {
 		return err
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("no_new_privs: %w", err)
 	}
 	// Every descriptor but stdio and the ones QEMU is told about closes
 	// at exec.
@@ -305,26 +316,142 @@ func dieWithLauncher(lease int) error {
 	return nil
 }
 
-// dropCaps empties the calling thread's capability sets, bounding set
-// included, and makes uid 0 grant none at exec (SECBIT_NOROOT): in a user
-// namespace the stage is uid 0 there, and so is QEMU.
-func dropCaps() error {
-	const secbitNoroot, secbitNorootLocked = 1 << 0, 1 << 1
-	if err := unix.Prctl(unix.PR_SET_SECUREBITS, secbitNoroot|secbitNorootLocked, 0, 0, 0); err != nil && os.Geteuid() == 0 {
-		return fmt.Errorf("securebits: %w", err)
-	}
-	for c := 0; c < 64; c++ {
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err == unix.EINVAL {
-			break
-		}
-	}
-	unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+// Confine gives up the calling thread's privileges for good, before it
+// execs: it empties the capability bounding set and sets the secure bits
+// (SECBIT_NOROOT: uid 0 grants no capability at exec; no ambient
+// capabilities; all locked) while it still holds CAP_SETPCAP, then, when
+// uid is non-zero, takes groups, gid and uid, then empties the permitted,
+// effective, inheritable and ambient sets and sets no_new_privs. It checks
+// the result (an empty bounding set, no capabilities) and returns an error
+// saying which step failed; nothing fails silently. In a user namespace
+// (uid 0 there) the same holds within the namespace.
+// The caller must have locked its OS thread: credentials and no_new_privs
+// are per thread, and the thread must be the one that execs.
+func Confine(uid, gid int, groups []int) error {
+	const (
+		secbitNoroot                  = 1 << 0
+		secbitNorootLocked            = 1 << 1
+		secbitKeepCapsLocked          = 1 << 5
+		secbitNoCapAmbientRaise       = 1 << 6
+		secbitNoCapAmbientRaiseLocked = 1 << 7
+	)
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	if data[0].Effective&(1<<unix.CAP_SETPCAP) == 0 {
+		// An unprivileged caller without a user namespace: nothing to
+		// drop, and no way to (no_new_privs keeps exec from granting any).
+		if uid != 0 || data[0].Permitted|data[1].Permitted != 0 {
+			return fmt.Errorf("cannot drop capabilities: no CAP_SETPCAP (permitted %#x %#x)", data[0].Permitted, data[1].Permitted)
+		}
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("no_new_privs: %w", err)
+		}
+		return nil
+	}
+	// First the bounding set: dropping from it needs CAP_SETPCAP, which a
+	// uid change from root takes away (the drops would fail after it).
+	for c := 0; c < 64; c++ {
+		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+		if err == unix.EINVAL {
+			break // past the kernel's last capability
+		}
+		if err != nil {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, secbitNoroot|secbitNorootLocked|secbitKeepCapsLocked|
+		secbitNoCapAmbientRaise|secbitNoCapAmbientRaiseLocked, 0, 0, 0); err != nil {
+		return fmt.Errorf("securebits: %w", err)
+	}
+	if uid != 0 {
+		if groups == nil {
+			groups = []int{}
+		}
+		if err := unix.Setgroups(groups); err != nil {
+			return fmt.Errorf("setgroups: %w", err)
+		}
+		if err := unix.Setresgid(gid, gid, gid); err != nil {
+			return fmt.Errorf("setgid %d: %w", gid, err)
+		}
+		if err := unix.Setresuid(uid, uid, uid); err != nil {
+			return fmt.Errorf("setuid %d: %w", uid, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && err != unix.EINVAL {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	hdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data = [2]unix.CapUserData{}
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("drop capabilities: %w", err)
 	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	// Check: the bounding set is empty and no capability is left.
+	for c := 0; c < 64; c++ {
+		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
+		if err == unix.EINVAL {
+			break
+		}
+		if err != nil || in != 0 {
+			return fmt.Errorf("capability %d is still in the bounding set (%v)", c, err)
+		}
+	}
+	hdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	for _, d := range data {
+		if d.Effective|d.Permitted|d.Inheritable != 0 {
+			return fmt.Errorf("capabilities left after the drop: %+v", data)
+		}
+	}
 	return nil
+}
+
+// RunTool runs the program bin (argv) confined, in place of the calling
+// process: it changes to dir (as root, so that dir's parents need not be
+// open to uid), sets resource limits (ToolMaxMemory of address space, 64
+// files, no core dumps, 16 tasks of uid), gives up its privileges
+// for uid (Confine: uid and gid, no groups, no capabilities, an empty
+// bounding set, no_new_privs), installs a seccomp filter (toolSeccomp, on
+// amd64: no sockets, ptrace, signals to others, mounts, namespaces, or
+// kernel keyrings, modules, BPF, io_uring) and execs bin with an environment without
+// the stage's marker. The namespaces (network, IPC, UTS, PID, mount) are
+// the starter's clone flags. It returns only on an error.
+func RunTool(uid int, dir, bin string, argv []string) error {
+	runtime.LockOSThread()
+	if uid <= 0 {
+		return fmt.Errorf("uid %d: a tool runs as a uid of its own", uid)
+	}
+	if err := unix.Chdir(dir); err != nil {
+		return fmt.Errorf("chdir %s: %w", dir, err)
+	}
+	for _, l := range []struct {
+		res int
+		max uint64
+	}{{unix.RLIMIT_AS, ToolMaxMemory}, {unix.RLIMIT_NOFILE, toolMaxFiles}, {unix.RLIMIT_CORE, 0}, {unix.RLIMIT_NPROC, toolMaxProcs}} {
+		if err := unix.Setrlimit(l.res, &unix.Rlimit{Cur: l.max, Max: l.max}); err != nil {
+			return fmt.Errorf("setrlimit %d: %w", l.res, err)
+		}
+	}
+	if err := Confine(uid, uid, []int{}); err != nil {
+		return err
+	}
+	if err := toolSeccomp(); err != nil {
+		return err
+	}
+	var env []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, stageEnv+"=") {
+			env = append(env, e)
+		}
+	}
+	return fmt.Errorf("exec %s: %w", bin, unix.Exec(bin, argv, env))
 }
 
 // moveFD makes fd descriptor number to (close-on-exec) and closes fd.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import posixpath
+import stat
 import tarfile
 import threading
 from dataclasses import dataclass
@@ -140,29 +141,123 @@ def _copy_in(http: httpx.Client, box: str, host_path: Path, box_dir: str, arcnam
         raise err[0]
 
 
-def _copy_out(http: httpx.Client, box: str, box_path: str, dest_dir: Path, rename: Optional[str],
-              max_bytes: Optional[int]) -> None:
-    top: List[str] = []
+def _top_name(box_path: str) -> str:
+    """The name of the top entry of the box's archive of ``box_path``: its
+    base name, ``.`` for the root (the agent names entries so)."""
+    name = posixpath.basename(posixpath.normpath("/" + box_path))
+    return name or "."
+
+
+def _refuse(entry: str, why: str) -> AirlockError:
+    return AirlockError(0, "unsafe_archive", f"copy_out: entry {entry!r} {why}: refused, the copy is aborted")
+
+
+def _under(name: str, top: str) -> bool:
+    return top == "." or name == top or name.startswith(top + "/")
+
+
+def _clean(entry: str, name: str) -> str:
+    """``name`` of an archive entry, normalized; absolute names, ``..`` and
+    NUL bytes refused."""
+    if "\x00" in name:
+        raise _refuse(entry, "has a NUL byte")
+    if name.startswith("/"):
+        raise _refuse(entry, "is absolute")
+    if ".." in name.split("/"):
+        raise _refuse(entry, "has a '..' component")
+    return posixpath.normpath(name)
+
+
+def _extract(fileobj: Any, dest_dir: Path, top: str, rename: Optional[str]) -> None:
+    """Extracts the tar stream ``fileobj`` (the box's archive of a path whose
+    top entry is ``top``) into ``dest_dir``, ``top`` renamed to ``rename``
+    (when given). The box chooses every byte of the stream, so each entry is
+    checked before anything of it is written:
+
+    - it is ``top`` or under ``top/`` (no other name: ``.bashrc`` next to
+      ``out/x`` would land beside the destination);
+    - no symlink is followed while writing: not one from this archive, not
+      one already on the host below ``dest_dir`` (an entry that would go
+      through one is refused);
+    - a symlink's target stays inside the copy (relative, lexically under
+      the top), a hard link's target is a regular file this archive wrote
+      earlier;
+    - tarfile's ``data`` filter then refuses device files and links leading
+      out, and clears setuid bits (PEP 706).
+
+    An existing regular file is replaced, never written in place (it may
+    have other hard links). The first refused entry raises AirlockError
+    (``unsafe_archive``) naming it and ends the copy: what was written until
+    then stays, all of it inside the destination.
+    """
+    base = os.path.realpath(dest_dir)
+    new_top = rename if rename else top
+    links: set = set()  # symlinks this archive made (renamed names)
+    files: set = set()  # regular files this archive made (renamed names)
+
+    def ren(name: str) -> str:
+        if top == ".":
+            return posixpath.normpath(posixpath.join(new_top, name))
+        if name == top:
+            return new_top
+        return posixpath.join(new_top, name[len(top) + 1:])
+
+    def check_path(entry: str, name: str, m: tarfile.TarInfo) -> None:
+        parts = name.split("/") if name != "." else []
+        cur = base
+        for i, part in enumerate(parts):
+            cur = os.path.join(cur, part)
+            rel = "/".join(parts[:i + 1])
+            last = i == len(parts) - 1
+            if rel in links and not (last and m.issym()):
+                raise _refuse(entry, f"goes through the symlink {rel!r} it made")
+            try:
+                st = os.lstat(cur)
+            except FileNotFoundError:
+                return
+            if stat.S_ISLNK(st.st_mode) and not (last and m.issym()):
+                raise _refuse(entry, f"goes through the host symlink {cur!r}")
+            if last and (m.isreg() or m.islnk()) and not stat.S_ISDIR(st.st_mode):
+                os.unlink(cur)  # replaced, not written through other hard links
 
     def filt(m: tarfile.TarInfo, dest: str) -> Optional[tarfile.TarInfo]:
-        if not top:
-            top.append(m.name.split("/")[0])
-        if rename:
-            def ren(name: str) -> str:
-                head, sep, rest = name.partition("/")
-                return rename + sep + rest if head == top[0] else name
-            m = m.replace(name=ren(m.name), linkname=ren(m.linkname) if m.islnk() else m.linkname, deep=False)
-        # Refuses absolute names, "..", links leading out of dest and device
-        # files; clears setuid bits (PEP 706).
-        return tarfile.data_filter(m, dest)
+        entry = m.name
+        name = _clean(entry, m.name)
+        if not _under(name, top):
+            raise _refuse(entry, f"is outside {top!r}, the path copied")
+        name = ren(name)
+        linkname = m.linkname
+        if m.issym():
+            if linkname.startswith("/") or "\x00" in linkname:
+                raise _refuse(entry, f"is a symlink to {linkname!r}, outside the copy")
+            target = posixpath.normpath(posixpath.join(posixpath.dirname(name), linkname))
+            if target.startswith("../") or target == ".." or not _under(target, new_top):
+                raise _refuse(entry, f"is a symlink to {linkname!r}, outside the copy")
+        elif m.islnk():
+            target = _clean(entry, linkname)
+            if not _under(target, top) or ren(target) not in files:
+                raise _refuse(entry, f"is a hard link to {linkname!r}, not a file this copy wrote")
+            linkname = ren(target)
+        m = tarfile.data_filter(m.replace(name=name, linkname=linkname, deep=False), dest)
+        check_path(entry, name, m)
+        if m.issym():
+            links.add(name)
+        elif m.isreg() or m.islnk():
+            files.add(name)
+        return m
 
+    with tarfile.open(fileobj=fileobj, mode="r|") as tf:  # type: ignore[call-overload]
+        tf.extractall(base, filter=filt)
+
+
+def _copy_out(http: httpx.Client, box: str, box_path: str, dest_dir: Path, rename: Optional[str],
+              max_bytes: Optional[int]) -> None:
     try:
         with http.stream("GET", f"/v1/boxes/{box}/archive", params={"path": box_path}) as r:
             if r.status_code >= 400:
                 r.read()
                 _raise_for_problem(r)
-            with tarfile.open(fileobj=_RawStream(r, max_bytes), mode="r|") as tf:  # type: ignore[call-overload]
-                tf.extractall(str(dest_dir), filter=filt)
+            _extract(_RawStream(r, max_bytes), dest_dir, _top_name(box_path), rename)
     except httpx.RemoteProtocolError as e:
         raise AirlockError(0, "transfer_cut", f"copy out {box_path}: the server cut the transfer ({e})") from e
 
@@ -266,9 +361,12 @@ class FilesMixin:
         """Copies a file or directory tree of the box to the host, as ``docker
         cp``: into ``host_path`` when it is an existing directory, else to
         ``host_path`` itself. Nothing is written outside the destination:
-        absolute and ``..`` names, links leading out, and device files are
-        refused, setuid bits cleared (tarfile's ``data`` filter). ``max_bytes``
-        bounds the archive (the box chooses its size; default: no bound)."""
+        an entry not under the copied path's name, an absolute or ``..``
+        name, a write through any symlink, a link leading out of the copy
+        and a device file are refused with AirlockError (``unsafe_archive``,
+        naming the entry), which ends the copy; setuid bits are cleared.
+        ``max_bytes`` bounds the archive (the box chooses its size; default:
+        no bound)."""
         box = await self._box()
         dst = Path(host_path)
         if dst.is_dir():

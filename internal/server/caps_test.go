@@ -1,0 +1,54 @@
+package server
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// TestHostileClientSocketNoWindow: the API socket is owner-only from the
+// moment it exists at its path, even under umask 0 (where a socket bound
+// at its path and chmod'ed afterwards is 0777 until the chmod: any local
+// user could connect in between and drive the API).
+func TestHostileClientSocketNoWindow(t *testing.T) {
+	dir, err := os.MkdirTemp("", "airlock-sock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, SocketName)
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	var first os.FileMode
+	listenUnixHook = func(p string) {
+		if fi, err := os.Stat(p); err == nil {
+			first = fi.Mode()
+		}
+	}
+	defer func() { listenUnixHook = nil }()
+	l, err := ListenUnix(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Umask(old)
+	if first&os.ModeSocket == 0 || first.Perm() != 0o600 {
+		t.Errorf("socket at %s first seen with mode %v, want a socket of 0600", path, first)
+	}
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatalf("dial %s: %v", path, err)
+	}
+	c.Close()
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("%s holds %d entries, want only the socket (no private directory left)", dir, len(ents))
+	}
+	if l.Addr().String() != path {
+		t.Errorf("listener address %q, want %q", l.Addr(), path)
+	}
+	l.Close()
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Errorf("socket left after Close: %v", err)
+	}
+}

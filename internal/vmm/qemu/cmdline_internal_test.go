@@ -1,0 +1,75 @@
+package qemu
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-run/airlock/internal/guestabi"
+	"github.com/airlock-run/airlock/internal/vmm"
+)
+
+// TestCheckCmdlineTakesWhatTheDriverWrites: every command line the driver
+// builds (KVM and TCG, debug or quiet, agent disk or initramfs, network,
+// vsock, volumes over 9p and virtio-fs, the bench's bare init) passes
+// CheckCmdline, so a snapshot airlock took always restores.
+func TestCheckCmdlineTakesWhatTheDriverWrites(t *testing.T) {
+	spec := vmm.Spec{ID: "0123456789ab", Dir: t.TempDir(), CPUs: 1, MemoryMiB: 256, Hostname: "my-box.example",
+		Net: &vmm.NetSpec{Socket: "/b/net.sock", MTU: 65520}, ExtraCmdline: []string{guestabi.BareParam},
+		Volumes: []vmm.Volume{{HostDir: "/src", Target: "/src dir/with spaces", ReadOnly: true}, {Disk: "/v.ext4", Target: "/data"}}}
+	for _, accel := range []string{AccelTCG, AccelKVM} {
+		for _, o := range []Options{{}, {Debug: true, TestWedgeExec: true, VolumeTransport: TransportVirtioFS}} {
+			for _, agentDisk := range []string{"", "/agent.erofs"} {
+				boot := &bootAssets{accel: AccelChoice{Accel: accel}, agentDisk: agentDisk}
+				boot.kernel.IPConfig = true
+				for _, cid := range []uint32{0, 1234} {
+					c := New(o).config(spec, boot, "/base", cid)
+					if err := CheckCmdline(c.Cmdline); err != nil {
+						t.Errorf("%s %+v agent disk %q: %v\n%s", accel, o, agentDisk, err, c.Cmdline)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestHostileArchiveKernelCmdline: a memory archive's (or an altered
+// snapshot's) machine.json carries the kernel command line the restore
+// hands to QEMU's -append. Anything airlock does not write is refused,
+// with an error that names it, both where machine.json is checked on
+// import (CheckMachineFile) and where a restore reads it (CheckSnapshot).
+func TestHostileArchiveKernelCmdline(t *testing.T) {
+	good := New(Options{}).config(vmm.Spec{ID: "0123456789ab", Dir: t.TempDir(), CPUs: 1, MemoryMiB: 256},
+		&bootAssets{accel: AccelChoice{Accel: AccelTCG}, agentDisk: "/agent.erofs"}, "/base", 0).Cmdline
+	for _, bad := range []string{
+		"init=/bin/sh", "rdinit=/bin/sh", "init=/init2", "root=/dev/vdb", "rw", "--", "usbcore.authorized_default=1",
+		"airlock.net=slirp", "airlock.hostname=a;b", "airlock.ports=99999", "airlock.vol=9p:x:00:rw",
+		"airlock.root=/etc/shadow", "tsc_early_khz=x", "loglevel=8", "console=ttyS1", "systemd.unit=rescue.target",
+	} {
+		for _, cmdline := range []string{good + " " + bad, bad + " " + good} {
+			err := CheckCmdline(cmdline)
+			if err == nil || !strings.Contains(err.Error(), `"`+bad+`"`) {
+				t.Errorf("CheckCmdline(... %s ...) = %v, want it refused naming %q", bad, err, bad)
+			}
+			mm, _ := json.Marshal(machineMeta{Config: Config{Cmdline: cmdline}})
+			if err := CheckMachineFile(mm); err == nil || !strings.Contains(err.Error(), bad) {
+				t.Errorf("CheckMachineFile with %s: %v", bad, err)
+			}
+			dir := t.TempDir()
+			os.WriteFile(filepath.Join(dir, snapMachine), mm, 0o600)
+			if err := New(Options{}).CheckSnapshot(vmm.Spec{ID: "0123456789ab", Dir: t.TempDir()}, dir); err == nil || !strings.Contains(err.Error(), bad) {
+				t.Errorf("CheckSnapshot with %s: %v", bad, err)
+			}
+		}
+	}
+	for _, bad := range []string{good + ` airlock.hostname="a b"`, good + " airlock.hostname=a\x1b]0;x\x07", strings.Repeat("ro ", 2000)} {
+		if err := CheckCmdline(bad); err == nil {
+			t.Errorf("CheckCmdline(%q) passed", bad)
+		}
+	}
+	if err := CheckCmdline(good); err != nil {
+		t.Errorf("the driver's own command line: %v", err)
+	}
+}
