@@ -166,7 +166,17 @@ func (b *Box) lock(ctx context.Context) (func(), error) {
 func (b *Box) vmSpec(rec *store.Box, cfg boxConfig) vmm.Spec {
 	o := cfg.Options
 	return vmm.Spec{ID: b.id, Dir: b.dir, CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskSizeMiB: o.DiskSizeMiB,
-		Net: b.netSpec(cfg), Hostname: hostname(rec, cfg), Volumes: b.r.vmVolumes(o.Volumes)}
+		Net: b.netSpec(cfg), Hostname: hostname(rec, cfg), Volumes: b.r.vmVolumes(o.Volumes),
+		DieWithCaller: diesWithOwner(cfg)}
+}
+
+// diesWithOwner reports whether a machine this process starts for the
+// box must end when this process does: an AutoRemove box of this
+// process, whose record the next Open removes once the process is gone
+// (a VM no record lists must not run on). A warm pool's box is not: a
+// claim may hand it to a caller as a box that outlives the process.
+func diesWithOwner(cfg boxConfig) bool {
+	return cfg.Options.AutoRemove && cfg.OwnerPID == os.Getpid() && cfg.Pool == ""
 }
 
 // machine is the recorded boot of rec (it may have ended).
@@ -621,6 +631,15 @@ func (b *Box) remove(ctx context.Context, force bool) error {
 		if err := b.machine(rec, cfg).Kill(); err != nil {
 			b.stopNet()
 			return fmt.Errorf("box %s: %w", b.id, err)
+		}
+	}
+	// A machine no record names (a start cut short before its record)
+	// goes before the record does.
+	if sk, ok := b.r.drv.(vmm.StrayKiller); ok {
+		_, cfg := b.snapshot()
+		if err := sk.KillStray(b.vmSpec(rec, cfg)); err != nil {
+			b.stopNet()
+			return err
 		}
 	}
 	b.stopNet()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/scratch"
+	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -171,7 +172,12 @@ func (b *Box) Snapshot(ctx context.Context, name string) (_ SnapshotInfo, err er
 	defer os.RemoveAll(tmp) // gone after the rename, unless it failed
 	_, cfg := b.snapshot()
 	b.waitExecTails(ctx)
+	thaw, err := b.freezeForSnapshot(ctx, rec)
+	if err != nil {
+		return SnapshotInfo{}, fmt.Errorf("snapshot box %s: %w", b.id, err)
+	}
 	st, err := sn.SaveSnapshot(ctx, spec, handleOf(rec), tmp)
+	thaw()
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot box %s: %w", b.id, err)
 	}
@@ -187,6 +193,34 @@ func (b *Box) Snapshot(ctx context.Context, name string) (_ SnapshotInfo, err er
 	}
 	return b.r.snapshotInfo(m)
 }
+
+// freezeForSnapshot stops the box's processes (the agent's Freeze) for
+// the time of a snapshot, so that boxes restored from it run none of them
+// before Restored has reseeded their RNG (until then they share the
+// snapshot's RNG state), and returns what continues them in this box. A
+// paused box's agent cannot answer: its snapshot is taken as it is.
+func (b *Box) freezeForSnapshot(ctx context.Context, rec *store.Box) (thaw func(), err error) {
+	if b.pausedNow(ctx, rec) {
+		return func() {}, nil
+	}
+	c, err := b.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fctx, cancel := context.WithTimeout(ctx, freezeTimeout)
+	defer cancel()
+	if err := c.Freeze(fctx, true); err != nil {
+		return nil, fmt.Errorf("stop its processes for the snapshot: %w", b.callErr(err))
+	}
+	return func() {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), freezeTimeout)
+		defer cancel()
+		c.Freeze(tctx, false) // else the agent continues them after agent.FreezeMax
+	}, nil
+}
+
+// freezeTimeout bounds each Freeze call of a snapshot.
+const freezeTimeout = 10 * time.Second
 
 // execTailWait bounds waitExecTails.
 const execTailWait = 200 * time.Millisecond

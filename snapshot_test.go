@@ -543,3 +543,82 @@ func procKiB(t testing.TB, path, key string) int64 {
 	t.Fatalf("no %s in %s", key, path)
 	return 0
 }
+
+// rngWriter is a Python process, started in the background, that appends
+// "MONOTONIC_NS RANDOM_HEX" lines to /root/r every 2 ms for as long as it
+// runs.
+const rngWriter = `setsid python3 -c '
+import os, time
+f = open("/root/r", "a", buffering=1)
+while True:
+    f.write("%d %s\n" % (time.monotonic_ns(), os.urandom(16).hex()))
+    time.sleep(0.002)
+' </dev/null >/dev/null 2>&1 &
+while [ ! -s /root/r ]; do sleep 0.05; done`
+
+// rngLines parses rngWriter's output: random value -> its timestamp.
+func rngLines(out string) map[string]string {
+	m := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) == 2 && len(f[1]) == 32 {
+			m[f[1]] = f[0]
+		}
+	}
+	return m
+}
+
+// Boxes restored from one snapshot draw no random number in common once
+// they run, not even a process that was running when the snapshot was
+// taken and draws the instant its box runs again: until the host's
+// Restored call reseeds a restored guest's RNG, every box restored from
+// the snapshot has the same RNG state. A value both boxes hold with the
+// same timestamp was drawn before the snapshot (a copy); the same value at
+// different times was drawn twice, after the restores.
+func TestSnapshotRestoredBoxesShareNoRandomness(t *testing.T) {
+	vmtest.Require(t)
+	ctx := context.Background()
+	r := openRuntime(t, "")
+	parent, err := r.Create(ctx, airlock.BoxOptions{Image: vmtest.DefaultImage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { parent.Remove(context.Background(), true) })
+	shIn(t, parent, rngWriter)
+	time.Sleep(300 * time.Millisecond)
+	if _, err := parent.Snapshot(ctx, "rng"); err != nil {
+		t.Fatal(err)
+	}
+	parent.Remove(ctx, true) // its CPU goes to the restores
+	var boxes []*airlock.Box
+	var firsts []string
+	for i := 0; i < 2; i++ {
+		b, err := r.Create(ctx, airlock.BoxOptions{FromSnapshot: "rng"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Remove(context.Background(), true) })
+		firsts = append(firsts, shIn(t, b, "head -c 16 /dev/urandom | od -An -tx1"))
+		boxes = append(boxes, b)
+	}
+	if firsts[0] == firsts[1] {
+		t.Fatalf("the first command of both restored boxes read the same 16 bytes from /dev/urandom: %s", firsts[0])
+	}
+	time.Sleep(time.Second) // the writers draw on
+	a, b := rngLines(shIn(t, boxes[0], "cat /root/r")), rngLines(shIn(t, boxes[1], "cat /root/r"))
+	copied, twice := 0, 0
+	for v, ts := range b {
+		switch ats, ok := a[v]; {
+		case ok && ats == ts:
+			copied++
+		case ok:
+			twice++
+		}
+	}
+	t.Logf("%d values drawn before the snapshot, %d and %d in all", copied, len(a), len(b))
+	if copied == 0 || len(a) <= copied || len(b) <= copied {
+		t.Fatalf("the process drawing random numbers did not run before the snapshot and after the restores (%d copied, %d and %d in all)", copied, len(a), len(b))
+	}
+	if twice > 0 {
+		t.Fatalf("both restored boxes drew %d of the same random values after their restore (the RNG state of the snapshot, shared until the host reseeds it)", twice)
+	}
+}

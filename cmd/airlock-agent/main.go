@@ -71,14 +71,9 @@ func serveHost(listen, root string) {
 		// A test-only fault, off unless the fake driver's test asked for it.
 		TestWedgeExec: os.Getenv(guestabi.HostTestWedgeExecEnv) == "1"}).Handle
 	fmt.Fprintf(os.Stderr, "%sready on %s (host mode)\n", guestabi.LogPrefix, path)
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "airlock-agent:", err)
-			os.Exit(1)
-		}
-		go serveConn(c, noKey{}, g)
-	}
+	err = agent.ServeListener(l, noKey{}, g, agent.ListenLimits{})
+	fmt.Fprintln(os.Stderr, "airlock-agent:", err)
+	os.Exit(1)
 }
 
 // noKey is the box secret of an agent whose host sent none: any host is
@@ -86,16 +81,6 @@ func serveHost(listen, root string) {
 type noKey struct{}
 
 func (noKey) Current() ([]byte, <-chan struct{}) { return nil, nil }
-
-// serveConn runs the handshake on one stream connection (unix socket,
-// vsock) and then serves its session.
-func serveConn(c net.Conn, key transport.GuestKey, g transport.Handler) {
-	if err := transport.GuestHandshakeKey(c, agent.Version, key); err != nil {
-		c.Close()
-		return
-	}
-	transport.Serve(c, g)
-}
 
 // bareInit is the trivial init of the boot benchmark (AIRLOCK_BARE=1 on the
 // kernel command line): it mounts the image's root filesystem read-only,
@@ -220,21 +205,17 @@ func runInit() {
 // serveVsock serves the agent on an AF_VSOCK port, for hosts with
 // vhost-vsock: every connection is independent, so any number of host
 // processes can connect. The same handshake runs first, for one code path.
+// Any local user of the host can connect too (the box's CID shows in ps):
+// ServeListener bounds the connections that wait in the handshake, and
+// how long they may.
 func serveVsock(port uint32, secret transport.GuestKey, g transport.Handler) {
 	l, err := vsock.Listen(port, nil)
 	if err != nil {
 		guestinit.Logf("vsock port %d: %v (serving on virtio-serial only)", port, err)
 		return
 	}
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			guestinit.Logf("vsock accept: %v", err)
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		go serveConn(c, secret, g)
-	}
+	err = agent.ServeListener(l, secret, g, agent.ListenLimits{})
+	guestinit.Logf("vsock port %d: %v (serving on virtio-serial only)", port, err)
 }
 
 // servePort serves one virtio-serial port forever: wait for a host, run the

@@ -41,6 +41,49 @@ type process struct {
 	stdout *os.File
 	stderr *os.File
 	tty    *os.File // the PTY master of a tty exec, else nil
+
+	// sigMu guards pidfd and ended: a signal from the host can arrive
+	// after the process exited and was reaped, when its pid may already
+	// be another process's (the guest's pid_max is small).
+	sigMu sync.Mutex
+	// pidfd refers to the process itself, not its pid: a signal sent
+	// through it after the reap fails (ESRCH) instead of reaching a
+	// process that reused the pid. -1 without one (kernels before 5.3).
+	pidfd int
+	ended bool // the exec is over: no signal goes to pid any more
+}
+
+// signal sends sig to the exec's process (not to its tree), unless it
+// has been reaped.
+func (p *process) signal(sig unix.Signal) {
+	p.sigMu.Lock()
+	defer p.sigMu.Unlock()
+	if p.ended {
+		return
+	}
+	if p.pidfd >= 0 {
+		unix.PidfdSendSignal(p.pidfd, sig, nil, 0)
+		return
+	}
+	unix.Kill(p.pid, sig)
+}
+
+// end marks the exec over (no signal reaches its pid from now on) and
+// closes its pidfd.
+func (p *process) end() {
+	p.sigMu.Lock()
+	defer p.sigMu.Unlock()
+	p.ended = true
+	if p.pidfd >= 0 {
+		unix.Close(p.pidfd)
+		p.pidfd = -1
+	}
+}
+
+// withPidfd makes sys return a pidfd of the process it starts in *fd.
+func withPidfd(sys *syscall.SysProcAttr, fd *int) {
+	*fd = -1
+	sys.PidFD = fd
 }
 
 // spawnError is a failure to start the command that the caller sees as an
@@ -97,7 +140,7 @@ func (s *Server) spawn(st *agentpb.ExecStart) (*process, error) {
 			f.Close()
 		}
 	}()
-	p := &process{}
+	p := &process{pidfd: -1}
 	if st.Stdin {
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -145,6 +188,7 @@ func (s *Server) spawn(st *agentpb.ExecStart) (*process, error) {
 	if root != "" && root != "/" {
 		sys.Chroot = root
 	}
+	withPidfd(sys, &p.pidfd)
 	var cgfd int
 	p.cgroup, cgfd = s.enterCgroup(sys)
 	proc, err := startProcess(u.Uid, bin, st.Argv, &os.ProcAttr{
@@ -291,6 +335,7 @@ func (s *Server) newCgroup() string {
 		return ""
 	}
 	s.limitCgroup(dir)
+	s.freezeNew(dir)
 	return dir
 }
 
@@ -431,6 +476,7 @@ func (s *Server) Exec(stream execStream) error {
 			ExitCode: se.code, Error: strings.TrimSpace(se.msg), GuestNs: int64(time.Since(t0)),
 		}}})
 	}
+	defer p.end()
 	spawnNs := time.Since(t0)
 	if err := send(&agentpb.ExecEvent{Msg: &agentpb.ExecEvent_Started{Started: &agentpb.ExecStarted{
 		Pid: int32(p.pid), SpawnNs: int64(spawnNs),
@@ -492,7 +538,7 @@ func (s *Server) Exec(stream execStream) error {
 					p.stdin.Close()
 				}
 			case *agentpb.ExecRequest_Signal:
-				unix.Kill(p.pid, unix.Signal(x.Signal))
+				p.signal(unix.Signal(x.Signal))
 			case *agentpb.ExecRequest_Kill:
 				kill(0)
 			case *agentpb.ExecRequest_Resize:
@@ -557,6 +603,8 @@ wait:
 	for {
 		select {
 		case ws = <-p.wait:
+			// Reaped: its pid may be another process's from now on.
+			p.end()
 			close(exited)
 			break wait
 		case <-timeout:

@@ -3,10 +3,13 @@
 package agent
 
 import (
+	"os/exec"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-run/airlock/internal/agent/agentpb"
 )
 
 func TestReaperHandsEarlyStatusOnlyWhileFresh(t *testing.T) {
@@ -44,5 +47,50 @@ func TestReaperHandsEarlyStatusOnlyWhileFresh(t *testing.T) {
 	defer r.mu.Unlock()
 	if len(r.early) != 0 {
 		t.Fatalf("early statuses kept: %v", r.early)
+	}
+}
+
+// A signal the host sends for an exec whose process has exited and been
+// reaped reaches nobody, even when its pid already names another process
+// (pid reuse; the guest's pid_max is small), and one sent while it runs
+// reaches it.
+func TestSignalAfterReapSparesReusedPid(t *testing.T) {
+	s := NewServer(Config{Root: "/"})
+	env := []string{"PATH=/usr/bin:/bin"}
+	p, err := s.spawn(&agentpb.ExecStart{Argv: []string{"sleep", "30"}, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.signal(unix.SIGTERM)
+	select {
+	case ws := <-p.wait:
+		if ws.Signal() != unix.SIGTERM {
+			t.Fatalf("running exec: status %v, want killed by SIGTERM", ws)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a signal to a running exec did not reach it")
+	}
+	p.end()
+
+	p, err = s.spawn(&agentpb.ExecStart{Argv: []string{"true"}, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.end()
+	<-p.wait // reaped; the Exec handler has not seen it yet
+	// Another process takes the pid number.
+	other := exec.Command("sleep", "30")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer other.Process.Kill()
+	gone := make(chan struct{})
+	go func() { other.Wait(); close(gone) }()
+	p.pid, p.pgid = other.Process.Pid, other.Process.Pid
+	p.signal(unix.SIGKILL)
+	select {
+	case <-gone:
+		t.Fatal("a signal for an exec that had been reaped killed the process that reused its pid")
+	case <-time.After(300 * time.Millisecond):
 	}
 }

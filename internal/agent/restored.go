@@ -25,13 +25,18 @@ const (
 // itself), so that /dev/urandom and getrandom differ between boxes
 // restored from one snapshot from their first read; the wall clock is stepped to the host's
 // time (it lags by as long as the snapshot was stored) and the hostname is
-// set. The first step that fails ends the call with its error.
+// set; then the processes frozen for the snapshot (Freeze) run again. The
+// first step that fails ends the call with its error (the processes run
+// again all the same).
 func (s *Server) Restored(req *agentpb.RestoredRequest) (*agentpb.RestoredResponse, error) {
+	// Processes frozen for the snapshot (Freeze) run again once the RNG
+	// is reseeded and the clock stepped.
+	defer s.thaw()
 	if e := req.Entropy; len(e) > 0 {
 		if len(e) > agentpb.MaxRestoredEntropy {
 			e = e[:agentpb.MaxRestoredEntropy]
 		}
-		if err := addEntropy(e); err != nil {
+		if err := reseed(e); err != nil {
 			return nil, err
 		}
 	}
@@ -50,22 +55,24 @@ func (s *Server) Restored(req *agentpb.RestoredRequest) (*agentpb.RestoredRespon
 	return &resp, nil
 }
 
-// addEntropy mixes b into the kernel's entropy pool, credited at 8 bits a
-// byte, and reseeds the kernel's CRNG from the pool (both ioctls need
-// CAP_SYS_ADMIN: the agent is root).
-func addEntropy(b []byte) error {
+// reseed mixes b into the kernel's entropy pool, credited at 8 bits a
+// byte (nothing when b is empty), and reseeds the kernel's CRNG from the
+// pool (both ioctls need CAP_SYS_ADMIN: the agent is root).
+func reseed(b []byte) error {
 	f, err := os.OpenFile("/dev/urandom", os.O_WRONLY, 0)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	// struct rand_pool_info { int entropy_count; int buf_size; __u32 buf[]; }
-	buf := make([]byte, 8+(len(b)+3)/4*4)
-	*(*int32)(unsafe.Pointer(&buf[0])) = int32(len(b) * 8)
-	*(*int32)(unsafe.Pointer(&buf[4])) = int32(len(b))
-	copy(buf[8:], b)
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), rndAddEntropy, uintptr(unsafe.Pointer(&buf[0]))); errno != 0 {
-		return os.NewSyscallError("ioctl RNDADDENTROPY", errno)
+	if len(b) > 0 {
+		// struct rand_pool_info { int entropy_count; int buf_size; __u32 buf[]; }
+		buf := make([]byte, 8+(len(b)+3)/4*4)
+		*(*int32)(unsafe.Pointer(&buf[0])) = int32(len(b) * 8)
+		*(*int32)(unsafe.Pointer(&buf[4])) = int32(len(b))
+		copy(buf[8:], b)
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), rndAddEntropy, uintptr(unsafe.Pointer(&buf[0]))); errno != 0 {
+			return os.NewSyscallError("ioctl RNDADDENTROPY", errno)
+		}
 	}
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, f.Fd(), rndReseedCRNG, 0); errno != 0 {
 		return os.NewSyscallError("ioctl RNDRESEEDCRNG", errno)

@@ -64,6 +64,8 @@ type Server struct {
 	// box does not make one either. "" when none; guarded by cgMu.
 	cgMu        sync.Mutex
 	spareCgroup string
+
+	fr freezer // Freeze
 }
 
 // NewServer returns an agent service for cfg. With a CgroupRoot it enables
@@ -97,6 +99,16 @@ func (s *Server) Handle(method string, st *transport.Stream) error {
 			return err
 		}
 		resp, err := s.Restored(req)
+		if err != nil {
+			return err
+		}
+		return st.Send(resp)
+	case agentpb.MethodFreeze:
+		req := new(agentpb.FreezeRequest)
+		if err := st.Recv(req); err != nil {
+			return err
+		}
+		resp, err := s.Freeze(req)
 		if err != nil {
 			return err
 		}

@@ -72,6 +72,41 @@ func openPTY(root string, rows, cols uint32) (master, slave *os.File, err error)
 	return m, os.NewFile(uintptr(sfd), "pty"), nil
 }
 
+// ttyGroup returns the gid of the box's "tty" group (/etc/group under
+// root), or def when it has none.
+func ttyGroup(root string, def int) int {
+	p, err := inRoot(root, "/etc/group")
+	if err != nil {
+		return def
+	}
+	gs, err := user.ParseGroupFileFilter(p, func(g user.Group) bool { return g.Name == "tty" })
+	if err != nil || len(gs) == 0 {
+		return def
+	}
+	return gs[0].Gid
+}
+
+// giveTTY makes the PTY slave the exec user's, as login and sshd do:
+// owned by uid, group gid (the tty group), mode 0620. A slave left to
+// root could not be opened again by its own process (tty, /dev/pts/N,
+// mesg), and its mode is what the user decides.
+func giveTTY(slave *os.File, uid, gid int) error {
+	rc, err := slave.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	rc.Control(func(fd uintptr) {
+		if ferr = unix.Fchown(int(fd), uid, gid); ferr == nil {
+			ferr = unix.Fchmod(int(fd), 0o620)
+		}
+	})
+	if ferr != nil {
+		return fmt.Errorf("PTY owner: %w", ferr)
+	}
+	return nil
+}
+
 // resize sets the PTY's size; the kernel sends the process group SIGWINCH.
 func (p *process) resize(sz *agentpb.TTYSize) {
 	if p.tty == nil || sz == nil || sz.Rows == 0 || sz.Cols == 0 {
@@ -97,6 +132,10 @@ func (s *Server) spawnTTY(st *agentpb.ExecStart, bin, wd string, env []string, u
 		return nil, err
 	}
 	defer slave.Close()
+	if err := giveTTY(slave, u.Uid, ttyGroup(s.cfg.Root, u.Gid)); err != nil {
+		master.Close()
+		return nil, err
+	}
 	in, err := dupFile(master)
 	if err != nil {
 		master.Close()
@@ -109,7 +148,7 @@ func (s *Server) spawnTTY(st *agentpb.ExecStart, bin, wd string, env []string, u
 		return nil, err
 	}
 	errW.Close()
-	p := &process{stdin: in, stdout: master, stderr: errR, tty: master}
+	p := &process{stdin: in, stdout: master, stderr: errR, tty: master, pidfd: -1}
 	cleanup := func() {
 		master.Close()
 		in.Close()
@@ -126,6 +165,7 @@ func (s *Server) spawnTTY(st *agentpb.ExecStart, bin, wd string, env []string, u
 	if root := s.cfg.Root; root != "" && root != "/" {
 		sys.Chroot = root
 	}
+	withPidfd(sys, &p.pidfd)
 	var cgfd int
 	p.cgroup, cgfd = s.enterCgroup(sys)
 	proc, err := startProcess(u.Uid, bin, st.Argv, &os.ProcAttr{

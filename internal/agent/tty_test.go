@@ -5,10 +5,14 @@ package agent_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/moby/sys/user"
 
 	"github.com/airlock-run/airlock/internal/agent/client"
 )
@@ -53,4 +57,21 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// The terminal of a tty exec is its user's, as after login: owner the
+// exec user, group tty, mode 0620.
+func TestExecTTYOwnedByExecUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (exec as another user)")
+	}
+	want := "65534 65534 620"
+	if gs, err := user.ParseGroupFileFilter("/etc/group", func(g user.Group) bool { return g.Name == "tty" }); err == nil && len(gs) > 0 {
+		want = fmt.Sprintf("65534 %d 620", gs[0].Gid)
+	}
+	c := startAgent(t)
+	ex, out, errs := run(t, c, client.Spec{Argv: []string{"sh", "-c", `stat -c '%u %g %a' "$(tty)"`}, User: "65534:65534", TTY: true})
+	if ex.Code != 0 || strings.TrimSpace(out) != want {
+		t.Fatalf("exit %d, terminal %q (stderr %q), want %q", ex.Code, out, errs, want)
+	}
 }

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
@@ -288,4 +290,97 @@ func netHelpersOf(home string) []string {
 		}
 	}
 	return pids
+}
+
+// keepaliveWindow is how long a host takes to notice a dead agent
+// (transport.KeepAliveInterval + KeepAliveTimeout): the longest a box's VM
+// may outlive a client that was killed.
+const keepaliveWindow = 10 * time.Second
+
+// liveProc reports whether pid runs (a zombie does not: nothing here
+// need reap it).
+func liveProc(pid string) bool {
+	st, err := os.ReadFile("/proc/" + pid + "/stat")
+	return err == nil && !strings.Contains(string(st), ") Z ")
+}
+
+// boxRecords lists the ids of the box records of home as stored, without
+// what opening the runtime does to them (an Open reconciles).
+func boxRecords(t *testing.T, home string) []string {
+	t.Helper()
+	db, err := store.Open(filepath.Join(home, "state.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	recs, err := db.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range recs {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
+
+// The VM of a killed `airlock run --rm` ends on its own within the
+// keepalive window, with nothing of airlock running; and no VM of the
+// home runs at any moment while its box is not listed (its record goes
+// only after the VM): counted by /proc state for 15 s.
+func TestCLIRunKilledVMGoesWithItsRecord(t *testing.T) {
+	vmtest.Require(t)
+	c := cli{t, t.TempDir()}
+	t.Cleanup(func() { vmtest.KillHome(c.home) })
+	cmd := exec.Command(airlockBin, "run", "--rm", "--network", "disabled", "python:slim", "sh", "-c", "echo up; exec sleep 600")
+	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+c.home, "AIRLOCK_IMAGES="+vmtest.ImagesDir())
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "up\n" {
+		t.Fatalf("box did not start: %q %v", buf, err)
+	}
+	q := qemuOf(c.home)
+	if len(q) != 1 {
+		t.Fatalf("want one QEMU while running, got %v", q)
+	}
+	cmd.Process.Kill() // SIGKILL: no chance to clean up
+	cmd.Wait()
+	t0 := time.Now()
+	// Until the window is over nothing of airlock runs (every airlock
+	// command reconciles the home): the records are read from the store.
+	gone := time.Duration(-1)
+	for time.Since(t0) < keepaliveWindow {
+		recs := boxRecords(t, c.home)
+		if liveProc(q[0]) {
+			if len(recs) == 0 {
+				t.Fatalf("QEMU %s runs %s after its client was killed while no box is recorded", q[0], time.Since(t0).Round(time.Millisecond))
+			}
+		} else if gone < 0 {
+			gone = time.Since(t0)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if gone < 0 {
+		t.Fatalf("QEMU %s of a killed run --rm still runs %s after the kill (its client's keepalive window)", q[0], keepaliveWindow)
+	}
+	t.Logf("QEMU gone %s after its client was killed", gone.Round(time.Millisecond))
+	// Then as a user sees it: ls -a lists no box (the next airlock
+	// command removes the dead client's box), and no VM of the home runs
+	// while none is listed.
+	for time.Since(t0) < 15*time.Second {
+		listed, _, _ := c.run("ls", "-aq")
+		if live := qemuOf(c.home); len(live) > 0 && strings.TrimSpace(listed) == "" {
+			t.Fatalf("QEMU %v runs while ls -a lists no box", live)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if listed, _, _ := c.run("ls", "-aq"); strings.TrimSpace(listed) != "" {
+		t.Fatalf("the killed client's --rm box is still listed: %q", listed)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -230,21 +231,40 @@ func rewrite(p string, content []byte) error {
 // Package rootfs puts empty files in every base to mount over. Where the
 // image has no regular file there (a base of an older recipe, or a symlink)
 // it is written into the box root instead when create is set.
+//
+// The image (and, in a box restored from a snapshot, the box's own root
+// processes) decide what /etc and /etc/name are: /etc is resolved as the
+// box would resolve it and never out of the box root's file system, and a
+// symlink at /etc/name is replaced, never followed (see openEtc and
+// createEtcFile): an image's /etc/hosts -> /proc/sys/kernel/... or a /etc
+// pointing into the agent's own mounts must not make the agent write there.
 func provideEtcFile(name string, content []byte, create bool) error {
-	dst := filepath.Join(NewRoot, "etc", name)
 	if etcBound[name] {
 		if err := rewrite(filepath.Join(etcDir, name), content); err == nil {
 			return nil
 		}
 	}
-	if fi, err := os.Lstat(dst); err == nil && fi.Mode().IsRegular() {
-		if !etcMounted {
+	etc, err := openEtc(NewRoot)
+	if err != nil {
+		Logf("/etc/%s not provided: %v", name, err)
+		return err
+	}
+	defer unix.Close(etc)
+	if dst, err := unix.Openat(etc, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+		var st unix.Stat_t
+		regular := unix.Fstat(dst, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
+		if regular && !etcMounted {
 			if err := mount("tmpfs", etcDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=1m"); err == nil {
 				etcMounted = true
 			}
 		}
 		src := filepath.Join(etcDir, name)
-		if etcMounted && os.WriteFile(src, content, 0o644) == nil && unix.Mount(src, dst, "", unix.MS_BIND, "") == nil {
+		// The mount goes on the file dst holds, named through its
+		// descriptor: a path would be resolved again, symlinks and all.
+		bound := regular && etcMounted && os.WriteFile(src, content, 0o644) == nil &&
+			unix.Mount(src, "/proc/self/fd/"+strconv.Itoa(dst), "", unix.MS_BIND, "") == nil
+		unix.Close(dst)
+		if bound {
 			etcBound[name] = true
 			return nil
 		}
@@ -252,8 +272,48 @@ func provideEtcFile(name string, content []byte, create bool) error {
 	if !create {
 		return nil
 	}
-	os.Remove(dst) // may be a dangling symlink
-	return os.WriteFile(dst, content, 0o644)
+	return createEtcFile(etc, name, content)
+}
+
+// openEtc opens (O_PATH) the /etc directory of the box root at root,
+// resolving symlinks on the way as the box would (inside root), and
+// refusing one that leads onto another file system (/proc, /sys, a
+// volume) or through a /proc magic link.
+func openEtc(root string) (int, error) {
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(rfd)
+	fd, err := unix.Openat2(rfd, "etc", &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+	})
+	if err != nil {
+		return -1, fmt.Errorf("the box's /etc: %w", err)
+	}
+	return fd, nil
+}
+
+// createEtcFile writes content to a new regular file name in the
+// directory etc (a descriptor), mode 0644, in place of whatever non-directory
+// was there: a symlink (maybe dangling, maybe to a file outside the box)
+// is removed, not followed, and a symlink made meanwhile makes the create
+// fail (O_EXCL, O_NOFOLLOW) rather than be followed.
+func createEtcFile(etc int, name string, content []byte) error {
+	if err := unix.Unlinkat(etc, name, 0); err != nil && err != unix.ENOENT {
+		return fmt.Errorf("/etc/%s: %w", name, err)
+	}
+	fd, err := unix.Openat(etc, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return fmt.Errorf("/etc/%s: %w", name, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	_, err = f.Write(content)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // PowerOff stops every process, flushes and unmounts the writable layer and

@@ -56,6 +56,13 @@ type Spec struct {
 	// ExtraCmdline is added to the guest kernel's command line (the boot
 	// benchmark's AIRLOCK_BARE=1).
 	ExtraCmdline []string
+
+	// DieWithCaller ends the machine (SIGKILL) when the process that
+	// starts it ends, whether it exits or is killed: an AutoRemove box's
+	// record goes with its owner, and no machine may run that no record
+	// lists. Drivers that cannot do it ignore it (the QEMU driver does it
+	// for a confined QEMU).
+	DieWithCaller bool
 }
 
 // Volume is storage attached to a machine and mounted by the guest agent
@@ -151,6 +158,17 @@ type Machine interface {
 type Death struct {
 	Cause       string // "guest kernel panic (...)", "its QEMU process (pid 7) exited unexpectedly"
 	ConsoleTail string
+}
+
+// StrayKiller is a driver that can find a machine of a box that no record
+// names: one whose start was cut short (its process killed) between the
+// launch and the record of its handle. Removing a box kills it before the
+// box's record goes, so that no machine runs that no record lists.
+type StrayKiller interface {
+	// KillStray kills the machine of spec's box that still runs, if any,
+	// and waits for it to go. The caller holds the box's lock (no start
+	// of the box is under way).
+	KillStray(spec Spec) error
 }
 
 // UsageReporter is a driver that can count the machines of its kind that

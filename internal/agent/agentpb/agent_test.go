@@ -43,6 +43,10 @@ var golden = []struct {
 	{"zero exit", &ExecEvent{Msg: &ExecEvent_Exit{Exit: &ExecExit{}}}, "2200"},
 	{"restored", &RestoredRequest{Entropy: []byte{1, 2}, UnixNs: 5, Hostname: "h"}, "0a02010210051a0168"},
 	{"restored reply", &RestoredResponse{StepNs: 300}, "08ac02"},
+	// A bool field 1 is tag 0x08 and varint 1; false is left out.
+	{"freeze", &FreezeRequest{Freeze: true}, "0801"},
+	{"thaw", &FreezeRequest{}, ""},
+	{"freeze reply", &FreezeResponse{}, ""},
 }
 
 func TestWireFormatMatchesProtobuf(t *testing.T) {

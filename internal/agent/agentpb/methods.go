@@ -8,4 +8,7 @@ const (
 	MethodShutdown = "Shutdown"
 	// MethodRestored: the box was restored from a memory snapshot.
 	MethodRestored = "Restored"
+	// MethodFreeze: stop or continue the box's processes around a memory
+	// snapshot.
+	MethodFreeze = "Freeze"
 )

@@ -191,6 +191,15 @@ func (c *Client) Restored(ctx context.Context, entropy []byte, unixNs int64, hos
 	return time.Duration(r.StepNs), nil
 }
 
+// Freeze stops (freeze true) or continues the box's processes, every one
+// an exec started, around a memory snapshot: a box restored from the
+// snapshot runs none of them before Restored, which reseeds its RNG and
+// then continues them. The agent continues them by itself after
+// agent.FreezeMax.
+func (c *Client) Freeze(ctx context.Context, freeze bool) error {
+	return c.t.Unary(ctx, agentpb.MethodFreeze, &agentpb.FreezeRequest{Freeze: freeze}, new(agentpb.FreezeResponse))
+}
+
 // Spec describes one process to run in the guest.
 type Spec struct {
 	Argv       []string

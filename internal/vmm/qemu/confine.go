@@ -90,6 +90,7 @@ func (d *Driver) confine(spec vmm.Spec, qc *Config) error {
 	qc.Jail.HostNetwork = qc.Network && qc.NetSocket == "" || o.without(LayerNetNS)
 	qc.Jail.NoSeccomp = o.without(LayerSeccomp)
 	qc.Jail.NoPivot = o.without(LayerJail)
+	qc.Jail.DieWithCaller = spec.DieWithCaller
 	qc.ConsoleMax = o.ConsoleMax
 	if os.Geteuid() != 0 {
 		return nil

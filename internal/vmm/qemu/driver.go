@@ -415,6 +415,28 @@ func randomCID() uint32 {
 	return 3 + binary.LittleEndian.Uint32(b[:])%(1<<31)
 }
 
+// KillStray kills the QEMU of spec's box that its pid file names, if it
+// still runs (see vmm.StrayKiller), and releases what its boot held.
+func (d *Driver) KillStray(spec vmm.Spec) error {
+	raw, err := os.ReadFile(filepath.Join(spec.Dir, boxdir.PID))
+	if err != nil {
+		return nil
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil || pid <= 0 {
+		return nil
+	}
+	h := vmm.Handle{PID: pid, Start: vmm.StartTime(pid)}
+	if h.Start == 0 || !isVM(pid, "airlock-"+spec.ID) {
+		return nil
+	}
+	if err := vmm.Kill(h); err != nil {
+		return fmt.Errorf("box %s: its QEMU %w", spec.ID, err)
+	}
+	release(spec.Dir)
+	return nil
+}
+
 // Attach returns the QEMU machine h of spec's box.
 func (d *Driver) Attach(spec vmm.Spec, h vmm.Handle) vmm.Machine {
 	return &machine{id: spec.ID, dir: spec.Dir, h: h, warn: d.warn}

@@ -50,6 +50,10 @@ type Jail struct {
 	// NoSeccomp and NoPivot are TEST-ONLY (JailOptions.TestWithout): no
 	// -sandbox filter; no namespaces and no jail root.
 	NoSeccomp, NoPivot bool
+	// DieWithCaller makes the kernel kill QEMU (SIGKILL) when the process
+	// that launched it ends (vmm.Spec.DieWithCaller): the stage sets
+	// QEMU's parent-death signal.
+	DieWithCaller bool
 }
 
 // SandboxArg is QEMU's seccomp filter for a confined QEMU.

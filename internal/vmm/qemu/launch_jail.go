@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,13 +212,22 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 			spec.Shares[i].UsernsFD = fd
 		}
 	}
-	// The RAM images come after the user namespaces in ExtraFiles.
+	// The RAM images come after the user namespaces in ExtraFiles, the
+	// lease after them.
 	var ramFiles []*os.File
 	for _, f := range c.RAMImages {
 		if f != nil {
 			spec.Inherit[len(ramFiles)] = fdUsernsBase + len(usernsFiles) + len(ramFiles)
 			ramFiles = append(ramFiles, f)
 		}
+	}
+	if c.Jail.DieWithCaller {
+		l, err := lease()
+		if err != nil {
+			return 0, err
+		}
+		spec.Lease = fdUsernsBase + len(usernsFiles) + len(ramFiles)
+		ramFiles = append(ramFiles, l)
 	}
 	os.Remove(ExitFile(c))
 	// A socket of an earlier boot would make bind fail.
@@ -303,13 +313,23 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 		cmd.SysProcAttr.GidMappingsEnableSetgroups = false
 		spec.Groups = nil
 	}
-	err = cmd.Start()
+	if c.Jail.DieWithCaller {
+		// The stage's parent-death signal follows the thread that
+		// started it: one that never ends.
+		err = onLaunchThread(cmd.Start)
+	} else {
+		err = cmd.Start()
+	}
 	logW.Close()
 	console.Close() // QEMU holds the pipe now: the drainer ends when QEMU does
 	if err != nil {
 		return 0, fmt.Errorf("start the QEMU launcher: %w (set AIRLOCK_CONFINE=off to start QEMU unconfined)", err)
 	}
 	pid := cmd.Process.Pid
+	// The pid file names the process from its start, not only once QEMU
+	// is up: a start cut short (this process killed) leaves a QEMU that a
+	// removal of the box finds there (KillStray).
+	os.WriteFile(c.PIDFile, []byte(strconv.Itoa(pid)+"\n"), 0o600)
 	logOwned = true
 	exited := make(chan struct{})
 	var waitErr error
@@ -398,6 +418,44 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	}
 	os.WriteFile(c.PIDFile, []byte(strconv.Itoa(pid)+"\n"), 0o600)
 	return pid, nil
+}
+
+// lease returns the read end of a pipe whose write end this process
+// holds open until it ends (made once): a stage that gets it sees it hang
+// up only once this process is gone (see jailstage.Spec.Lease).
+var lease = sync.OnceValues(func() (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("QEMU lease pipe: %w", err)
+	}
+	leaseW = w
+	return r, nil
+})
+
+// leaseW is lease's write end, never closed.
+var leaseW *os.File
+
+// launchThread runs the functions sent to it on one OS thread that never
+// ends (a goroutine locked to it that never returns). A process's
+// parent-death signal is sent when the thread that forked it ends, and
+// the Go runtime may end other threads (one whose locked goroutine
+// returned).
+var launchThread = sync.OnceValue(func() chan<- func() {
+	ch := make(chan func())
+	go func() {
+		runtime.LockOSThread()
+		for f := range ch {
+			f()
+		}
+	}()
+	return ch
+})
+
+// onLaunchThread runs f on launchThread and returns its error.
+func onLaunchThread(f func() error) error {
+	done := make(chan error, 1)
+	launchThread() <- func() { done <- f() }
+	return <-done
 }
 
 // stageEnviron is the launcher stage's environment: the allowlisted

@@ -4,9 +4,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -63,5 +65,55 @@ func TestUsageCountsBoxQEMUs(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("Usage did not give two equal scans in 10 s")
 		}
+	}
+}
+
+// KillStray kills the QEMU a box's pid file names when it is that box's
+// (-name airlock-ID), and nothing else: a pid file may name a process
+// that reused the pid.
+func TestKillStrayKillsOnlyTheBoxQEMU(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(name string) (*exec.Cmd, <-chan struct{}) {
+		cmd := &exec.Cmd{
+			Path: exe,
+			Args: []string{"qemu-system-x86_64", "-test.run=^TestUsageHelperProcess$", "--", "-name", name, "-m", "64"},
+			Env:  append(os.Environ(), "AIRLOCK_TEST_USAGE_HELPER=1"),
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		t.Cleanup(func() { cmd.Process.Kill(); <-done })
+		return cmd, done
+	}
+	d := &Driver{}
+	dir := t.TempDir()
+	spec := vmm.Spec{ID: "straytest", Dir: dir}
+	other, otherDone := start("airlock-someotherbox")
+	os.WriteFile(filepath.Join(dir, boxdir.PID), []byte(strconv.Itoa(other.Process.Pid)+"\n"), 0o600)
+	if err := d.KillStray(spec); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-otherDone:
+		t.Fatal("KillStray killed a process that is not the box's QEMU")
+	case <-time.After(100 * time.Millisecond):
+	}
+	stray, strayDone := start("airlock-straytest")
+	os.WriteFile(filepath.Join(dir, boxdir.PID), []byte(strconv.Itoa(stray.Process.Pid)+"\n"), 0o600)
+	if err := d.KillStray(spec); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-strayDone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("KillStray left the box's QEMU running")
+	}
+	if err := d.KillStray(vmm.Spec{ID: "nopidfile", Dir: t.TempDir()}); err != nil {
+		t.Fatalf("a box without a pid file: %v", err)
 	}
 }

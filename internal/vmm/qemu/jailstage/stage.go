@@ -122,6 +122,12 @@ type Spec struct {
 	// NoMigrate, without Root, is where the stage writes the migration
 	// blocker image (a host path).
 	NoMigrate string
+	// Lease, when non-zero, is a descriptor of the stage: the read end of
+	// a pipe whose write end only the launching process holds. The stage
+	// then gives QEMU SIGKILL as its parent-death signal, and exits
+	// instead of starting QEMU when the lease has hung up already (the
+	// launcher died before the signal was set).
+	Lease int
 }
 
 type BindFile struct{ Src, Dst string }
@@ -273,8 +279,41 @@ func stage() error {
 			return fmt.Errorf("fd %d: %w", fd, err)
 		}
 	}
+	if s.Lease > 0 {
+		if err := dieWithLauncher(s.Lease); err != nil {
+			return err
+		}
+	}
 	err := unix.Exec(s.QEMU, append([]string{s.QEMU}, s.Args...), s.Env)
 	return fmt.Errorf("exec %s: %w", s.QEMU, err)
+}
+
+// dieWithLauncher makes the kernel send SIGKILL to this process (QEMU,
+// after the exec) when the thread that launched it ends; then, since
+// that may have happened already, it checks the lease (a pipe only the
+// launching process writes to): a hang-up means the launcher is gone, and
+// the stage exits instead of starting a machine nothing owns. It must run
+// after the last uid change (a credential change clears the signal) on
+// the thread that execs.
+func dieWithLauncher(lease int) error {
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return fmt.Errorf("parent-death signal: %w", err)
+	}
+	fds := []unix.PollFd{{Fd: int32(lease), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("lease: %w", err)
+		}
+		break
+	}
+	if fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
+		return fmt.Errorf("the process that launched QEMU is gone")
+	}
+	return nil
 }
 
 // Confine gives up the calling thread's privileges for good, before it
