@@ -21,7 +21,9 @@ func newServeCmd() *cobra.Command {
 	var (
 		socket, listen, token, logFormat string
 		idleExit                         time.Duration
-		maxExecs                         int
+		maxExecs, maxConns, maxSubs      int
+		maxOutput                        int64
+		writeStall                       time.Duration
 		maxBody, maxUpload               int64
 		allowNamedVolumes                bool
 		printSpec                        bool
@@ -137,7 +139,8 @@ the unix socket).`,
 			ms := mcpserver.New(rt, mcpserver.Options{Version: server.Version()})
 			defer ms.Close()
 			cfg := server.Config{Runtime: rt, Audit: audit, MCP: ms.HTTPHandler(), Logger: log, MaxExecsPerClient: maxExecs, MaxBodyBytes: maxBody, MaxUploadBytes: maxUpload,
-				IdleExit: idleExit, Metrics: metrics, Events: events, Policy: policy}
+				IdleExit: idleExit, Metrics: metrics, Events: events, Policy: policy,
+				MaxOutputBytes: maxOutput, MaxConns: maxConns, MaxSubscribers: maxSubs, WriteStall: writeStall}
 			if listen != "" {
 				tok, where, err := server.LoadToken(rt.Home(), token)
 				if err != nil {
@@ -169,6 +172,10 @@ the unix socket).`,
 	f.IntVar(&maxExecs, "max-execs", server.DefaultMaxExecsPerClient, "concurrent execs per client (token, or the unix socket)")
 	f.Int64Var(&maxBody, "max-body", server.DefaultMaxBodyBytes, "largest request body in bytes")
 	f.Int64Var(&maxUpload, "max-upload", server.DefaultMaxUploadBytes, "largest file or tar upload in bytes (streamed, never held in memory)")
+	f.Int64Var(&maxOutput, "max-output", server.DefaultMaxOutputBytes, "bytes of each of stdout and stderr a buffered exec returns: past it the head and tail are kept and the result says truncated")
+	f.IntVar(&maxConns, "max-conns", server.DefaultMaxConns, "connections at once on each listener; more wait until one closes")
+	f.IntVar(&maxSubs, "max-subscribers", server.DefaultMaxSubscribers, "event streams (/v1/events) open at once; more get 503")
+	f.DurationVar(&writeStall, "write-stall", server.DefaultWriteStall, "cut off a client that does not take a write (response, event, exec stream) for this long")
 	f.StringVar(&logFormat, "log-format", "text", "access log format: text or json")
 	f.IntVar(&policy.MaxBoxes, "max-boxes", 0, "most boxes not stopped at once (0: no limit); more are refused with 403")
 	f.IntVar(&policy.MaxSnapshots, "max-snapshots", 0, "most memory snapshots clients may keep (0: no limit); more are refused with 403")
