@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -22,6 +23,7 @@ func newServeCmd() *cobra.Command {
 		socket, listen, token, logFormat string
 		idleExit                         time.Duration
 		maxExecs, maxConns, maxSubs      int
+		maxMCPSessions                   int
 		maxOutput                        int64
 		writeStall                       time.Duration
 		maxBody, maxUpload               int64
@@ -136,7 +138,17 @@ the unix socket).`,
 				}
 				defer audit.Close()
 			}
-			ms := mcpserver.New(rt, mcpserver.Options{Version: server.Version()})
+			// The MCP endpoint obeys the server's policy: its session
+			// boxes are checked as REST creates are, and its tool calls
+			// take exec slots (srv is set before Serve accepts anything).
+			var srv *server.Server
+			ms := mcpserver.New(rt, mcpserver.Options{Version: server.Version(),
+				CheckBox: func(ctx context.Context, o *airlock.BoxOptions) error { return srv.CheckBox(ctx, o) },
+				AcquireExec: func(ctx context.Context) (func(), error) {
+					return srv.AcquireExec(ctx, server.MCPClient)
+				},
+				MaxSessions: maxMCPSessions,
+			})
 			defer ms.Close()
 			cfg := server.Config{Runtime: rt, Audit: audit, MCP: ms.HTTPHandler(), Logger: log, MaxExecsPerClient: maxExecs, MaxBodyBytes: maxBody, MaxUploadBytes: maxUpload,
 				IdleExit: idleExit, Metrics: metrics, Events: events, Policy: policy,
@@ -161,7 +173,8 @@ the unix socket).`,
 			}
 			log.Info("grants", "allow_volume", policy.AllowVolumeDirs, "allow_named_volumes", allowNamedVolumes,
 				"allow_host_port", policy.AllowHostPorts, "allow_private_net", policy.AllowPrivateNet, "allow_publish", publish)
-			return server.New(cfg).Serve(cmd.Context(), ls...)
+			srv = server.New(cfg)
+			return srv.Serve(cmd.Context(), ls...)
 		},
 	}
 	f := cmd.Flags()
@@ -174,6 +187,7 @@ the unix socket).`,
 	f.Int64Var(&maxUpload, "max-upload", server.DefaultMaxUploadBytes, "largest file or tar upload in bytes (streamed, never held in memory)")
 	f.Int64Var(&maxOutput, "max-output", server.DefaultMaxOutputBytes, "bytes of each of stdout and stderr a buffered exec returns: past it the head and tail are kept and the result says truncated")
 	f.IntVar(&maxConns, "max-conns", server.DefaultMaxConns, "connections at once on each listener; more wait until one closes")
+	f.IntVar(&maxMCPSessions, "max-mcp-sessions", mcpserver.DefaultMaxSessions, "MCP sessions (/mcp) open at once, each with its own box; more get 503")
 	f.IntVar(&maxSubs, "max-subscribers", server.DefaultMaxSubscribers, "event streams (/v1/events) open at once; more get 503")
 	f.DurationVar(&writeStall, "write-stall", server.DefaultWriteStall, "cut off a client that does not take a write (response, event, exec stream) for this long")
 	f.StringVar(&logFormat, "log-format", "text", "access log format: text or json")
