@@ -65,7 +65,9 @@ policy_denied otherwise): host volumes (--allow-volume), host ports
 ranges (--allow-private-net), and the caps --max-boxes, --max-cpus,
 --max-memory. The grants and caps are server-wide: the server has one
 token, so they are not per token (--max-execs is per client: the token, or
-the unix socket).`,
+the unix socket). The MCP endpoint (/mcp) obeys them too: a session's box is
+checked as a REST create is, and its tool calls take the exec slots of one
+client, "mcp" (--max-mcp-sessions bounds the sessions).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if printSpec {
