@@ -14,6 +14,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-run/airlock/internal/measure"
 	"github.com/airlock-run/airlock/internal/vmtest"
@@ -93,4 +96,59 @@ func TestHostileGuestServeExecOutputBounded(t *testing.T) {
 	}
 	srv.Process.Signal(syscall.SIGTERM)
 	srv.Wait()
+}
+
+// TestHostileClientServeMCPObeysPolicy: on `airlock serve`, an MCP
+// session's box is checked against the server's policy as a REST create
+// is: with --max-memory 64 the default box (512 MiB) is refused, and no box
+// is made. (On 51527f3 MCP made its boxes through the runtime directly.)
+func TestHostileClientServeMCPObeysPolicy(t *testing.T) {
+	vmtest.Require(t)
+	home := t.TempDir()
+	dir, _ := os.MkdirTemp("", "airlock-serve-")
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "a.sock")
+	srv := exec.Command(airlockBin, "serve", "--max-memory", "64")
+	srv.Env = append(os.Environ(), "AIRLOCK_HOME="+home, "AIRLOCK_IMAGES="+vmtest.ImagesDir(), "AIRLOCK_SOCKET="+sock, "AIRLOCK_URL=")
+	se, _ := srv.StderrPipe()
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Process.Kill()
+	t.Cleanup(func() { vmtest.KillHome(home) })
+	readLines(se).waitFor(t, regexp.MustCompile(`listening.*socket=`))
+	uc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: "http://airlock/mcp", HTTPClient: uc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_command", Arguments: map[string]any{"command": "echo made"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			text.WriteString(tc.Text)
+		}
+	}
+	if !r.IsError || !strings.Contains(text.String(), "--max-memory") {
+		t.Errorf("execute_command under --max-memory 64: error %v, %q; want the policy's refusal", r.IsError, text.String())
+	}
+	resp, err := uc.Get("http://airlock/v1/boxes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct{ Boxes []json.RawMessage }
+	json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if len(list.Boxes) != 0 {
+		t.Errorf("boxes after the refused call: %s", list.Boxes)
+	}
 }
