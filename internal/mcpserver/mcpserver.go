@@ -11,6 +11,7 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -244,16 +245,19 @@ func (s *Server) HTTPHandler() http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
 		&mcp.StreamableHTTPOptions{SessionTimeout: 10 * time.Minute})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" {
+		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" || !isInitialize(r) {
 			h.ServeHTTP(w, r)
 			return
 		}
 		// A new session: counted while it initializes, then as one of
-		// the MCP server's sessions.
+		// the MCP server's initialized sessions (a client's probe of a
+		// newer protocol makes a session that is never initialized).
 		s.mu.Lock()
 		n := s.opening
-		for range s.mcp.Sessions() {
-			n++
+		for ss := range s.mcp.Sessions() {
+			if ss.InitializeParams() != nil {
+				n++
+			}
 		}
 		if n >= s.opts.MaxSessions {
 			s.mu.Unlock()
@@ -271,6 +275,21 @@ func (s *Server) HTTPHandler() http.Handler {
 		}()
 		h.ServeHTTP(w, r)
 	})
+}
+
+// isInitialize reports whether r's body is an initialize request (the
+// one that opens a session); the body is kept for the MCP handler, which
+// bounds its size.
+func isInitialize(r *http.Request) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, mcp.DefaultMaxRequestBodyBytes+1))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+	var msg struct {
+		Method string `json:"method"`
+	}
+	return err == nil && json.Unmarshal(body, &msg) == nil && msg.Method == "initialize"
 }
 
 // Serve runs one MCP session over t (mcp.StdioTransport for airlock mcp)
@@ -493,7 +512,9 @@ func newServer(state sessionOf, opts Options) *mcp.Server {
 				data = data[:MaxReadBytes]
 				note = fmt.Sprintf("\n[cut at %d bytes]", MaxReadBytes)
 			}
-			return &mcp.CallToolResult{Content: []mcp.Content{text("%s%s", bytes.ToValidUTF8(data, []byte("\uFFFD")), note)}}, nil, nil
+			// NULs and the like cost up to 6 bytes each once JSON-encoded.
+			content := clipTo(string(bytes.ToValidUTF8(data, []byte("\uFFFD"))), 2*MaxReadBytes)
+			return &mcp.CallToolResult{Content: []mcp.Content{text("%s%s", content, note)}}, nil, nil
 		})
 
 	mcp.AddTool(srv, &mcp.Tool{Name: "install_packages", Description: "pip install Python packages in the microVM (needs the package index to be reachable from the box)."},

@@ -79,11 +79,17 @@ func decode(s, enc string) ([]byte, error) {
 	return []byte(s), nil
 }
 
+// maxMessage bounds, in bytes of JSON, an exec's error_message (which the
+// guest's agent writes).
+const maxMessage = 64 << 10
+
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func resultOf(r *airlock.ExecResult) ExecResult {
 	out := ExecResult{ExitCode: r.ExitCode, Signal: r.Signal, TimedOut: r.TimedOut, ErrorMessage: r.ErrorMessage, DurationMS: ms(r.Duration),
 		Truncated: r.Truncated, StdoutDropped: r.StdoutDropped, StderrDropped: r.StderrDropped}
+	// The agent's word on why the process failed: bounded like output.
+	out.ErrorMessage, _ = clipText(r.ErrorMessage, maxMessage)
 	out.Stdout, out.StdoutEncoding = encode(r.Stdout)
 	out.Stderr, out.StderrEncoding = encode(r.Stderr)
 	return out

@@ -250,7 +250,7 @@ func (s *Server) handleExecWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msg, _ := json.Marshal(wsExit{Type: "exit", ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut,
-		ErrorMessage: res.ErrorMessage, DurationMS: ms(res.Duration)})
+		ErrorMessage: resultOf(res).ErrorMessage, DurationMS: ms(res.Duration)})
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer wcancel()
 	if c.Write(wctx, websocket.MessageText, msg) == nil {
