@@ -90,6 +90,21 @@ func (b *Box) DefaultCommand() []string {
 // opts.MaxOutput (16 MiB) per stream; past that its head and tail are kept,
 // the middle is dropped inside the box and ExecResult.Truncated is set.
 func (b *Box) Exec(ctx context.Context, cmd string, args []string, opts ExecOptions) (*ExecResult, error) {
+	p, err := b.ExecStart(ctx, cmd, args, opts)
+	if err != nil {
+		return nil, err
+	}
+	return p.Wait()
+}
+
+// ExecStart is Exec without the wait: it starts cmd and returns at once,
+// so that the process can be signalled or killed (Process.Kill) while it
+// runs. Process.Wait then returns what Exec would: the output kept as Exec
+// keeps it (opts.MaxOutput per stream; past it the head and the tail,
+// Truncated and the Dropped counts set). Process.Stdout and Stderr read
+// nothing; the process reads opts.Stdin, or /dev/null when it is nil. The
+// errors are Exec's.
+func (b *Box) ExecStart(ctx context.Context, cmd string, args []string, opts ExecOptions) (*Process, error) {
 	max := opts.maxOutput()
 	// The agent drops the middle; the host caps again what arrives, so a
 	// misbehaving guest cannot grow host memory past 2*max either.
@@ -101,14 +116,7 @@ func (b *Box) Exec(ctx context.Context, cmd string, args []string, opts ExecOpti
 	if opts.Stdin != nil {
 		go p.copyStdin(opts.Stdin)
 	}
-	res, err := p.Wait()
-	if res != nil {
-		res.Stdout, res.Stderr = out.Bytes(), errb.Bytes()
-		res.StdoutDropped += out.Dropped()
-		res.StderrDropped += errb.Dropped()
-		res.Truncated = res.StdoutDropped > 0 || res.StderrDropped > 0
-	}
-	return res, err
+	return p, nil
 }
 
 // ExecStream starts cmd and returns at once. Read its output from
@@ -198,6 +206,9 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 	// The call itself must outlive ctx long enough to hear the result.
 	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &Process{b: b, t0: time.Now(), cancel: cancel, done: make(chan struct{})}
+	// ExecStart's buffers: the result carries what they kept.
+	keptOut, _ := stdout.(*headtail.Buffer)
+	keptErr, _ := stderr.(*headtail.Buffer)
 	for _, w := range []io.Writer{stdout, stderr} {
 		if bp, ok := w.(*boundedPipe); ok {
 			p.pipes = append(p.pipes, bp)
@@ -227,6 +238,16 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 	go func() {
 		defer close(p.done)
 		defer b.r.execEnded(p)
+		if keptOut != nil && keptErr != nil {
+			defer func() {
+				if res := p.res; res != nil {
+					res.Stdout, res.Stderr = keptOut.Bytes(), keptErr.Bytes()
+					res.StdoutDropped += keptOut.Dropped()
+					res.StderrDropped += keptErr.Dropped()
+					res.Truncated = res.StdoutDropped > 0 || res.StderrDropped > 0
+				}
+			}()
+		}
 		defer cancel()
 		if stopTimer != nil {
 			defer stopTimer()

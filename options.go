@@ -103,10 +103,11 @@ type ExecOptions struct {
 	// gets a pipe written through Process.Stdin (ExecStream).
 	Stdin io.Reader
 	// MaxOutput bounds, in bytes, how much of each of stdout and stderr
-	// Exec keeps (default DefaultMaxOutput, 16 MiB; negative keeps every
-	// byte, in host memory). Past it Exec keeps the first and the last
-	// MaxOutput/2 bytes, drops the middle inside the box (it never crosses
-	// to the host) and sets ExecResult.Truncated and the Dropped counts.
+	// Exec and ExecStart keep (default DefaultMaxOutput, 16 MiB; negative
+	// keeps every byte, in host memory). Past it they keep the first and
+	// the last MaxOutput/2 bytes, drop the middle inside the box (it never
+	// crosses to the host) and set ExecResult.Truncated and the Dropped
+	// counts.
 	// ExecStream and ExecStreamWriters ignore it: they deliver every byte,
 	// with backpressure.
 	MaxOutput int64

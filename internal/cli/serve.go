@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -21,7 +22,10 @@ func newServeCmd() *cobra.Command {
 	var (
 		socket, listen, token, logFormat string
 		idleExit                         time.Duration
-		maxExecs                         int
+		maxExecs, maxConns, maxSubs      int
+		maxMCPSessions                   int
+		maxOutput                        int64
+		writeStall                       time.Duration
 		maxBody, maxUpload               int64
 		allowNamedVolumes                bool
 		printSpec                        bool
@@ -64,7 +68,9 @@ ranges and image pulls from loopback or private registries
 --min-free-disk kept free in the home, --max-volumes and --max-volume-space
 for named volumes, --max-snapshots (these have defaults). The grants and caps are server-wide: the server has one
 token, so they are not per token (--max-execs is per client: the token, or
-the unix socket).`,
+the unix socket). The MCP endpoint (/mcp) obeys them too: a session's box is
+checked as a REST create is, and its tool calls take the exec slots of one
+client, "mcp" (--max-mcp-sessions bounds the sessions).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if printSpec {
@@ -144,10 +150,21 @@ the unix socket).`,
 				}
 				defer audit.Close()
 			}
-			ms := mcpserver.New(rt, mcpserver.Options{Version: server.Version()})
+			// The MCP endpoint obeys the server's policy: its session
+			// boxes are checked as REST creates are, and its tool calls
+			// take exec slots (srv is set before Serve accepts anything).
+			var srv *server.Server
+			ms := mcpserver.New(rt, mcpserver.Options{Version: server.Version(),
+				CheckBox: srv.CheckBox,
+				AcquireExec: func(ctx context.Context) (func(), error) {
+					return srv.AcquireExec(ctx, server.MCPClient)
+				},
+				MaxSessions: maxMCPSessions,
+			})
 			defer ms.Close()
 			cfg := server.Config{Runtime: rt, Audit: audit, MCP: ms.HTTPHandler(), Logger: log, MaxExecsPerClient: maxExecs, MaxBodyBytes: maxBody, MaxUploadBytes: maxUpload,
-				IdleExit: idleExit, Metrics: metrics, Events: events, Policy: policy}
+				IdleExit: idleExit, Metrics: metrics, Events: events, Policy: policy,
+				MaxOutputBytes: maxOutput, MaxConns: maxConns, MaxSubscribers: maxSubs, WriteStall: writeStall}
 			if listen != "" {
 				tok, where, err := server.LoadToken(rt.Home(), token)
 				if err != nil {
@@ -170,7 +187,8 @@ the unix socket).`,
 				"allow_host_port", policy.AllowHostPorts, "allow_private_net", policy.AllowPrivateNet, "allow_publish", publish,
 				"max_disk", policy.MaxDiskMiB, "min_free_disk", policy.MinFreeDiskMiB, "max_volumes", policy.MaxVolumes,
 				"max_volume_space", policy.MaxVolumesMiB, "max_snapshots", policy.MaxSnapshots)
-			return server.New(cfg).Serve(cmd.Context(), ls...)
+			srv = server.New(cfg)
+			return srv.Serve(cmd.Context(), ls...)
 		},
 	}
 	f := cmd.Flags()
@@ -181,6 +199,11 @@ the unix socket).`,
 	f.IntVar(&maxExecs, "max-execs", server.DefaultMaxExecsPerClient, "concurrent execs per client (token, or the unix socket)")
 	f.Int64Var(&maxBody, "max-body", server.DefaultMaxBodyBytes, "largest request body in bytes")
 	f.Int64Var(&maxUpload, "max-upload", server.DefaultMaxUploadBytes, "largest file or tar upload in bytes (streamed, never held in memory)")
+	f.Int64Var(&maxOutput, "max-output", server.DefaultMaxOutputBytes, "bytes of each of stdout and stderr a buffered exec returns: past it the head and tail are kept and the result says truncated")
+	f.IntVar(&maxConns, "max-conns", server.DefaultMaxConns, "connections at once on each listener; more wait until one closes")
+	f.IntVar(&maxMCPSessions, "max-mcp-sessions", mcpserver.DefaultMaxSessions, "MCP sessions (/mcp) open at once, each with its own box; more get 503")
+	f.IntVar(&maxSubs, "max-subscribers", server.DefaultMaxSubscribers, "event streams (/v1/events) open at once; more get 503")
+	f.DurationVar(&writeStall, "write-stall", server.DefaultWriteStall, "cut off a client that does not take a write (response, event, exec stream) for this long")
 	f.StringVar(&logFormat, "log-format", "text", "access log format: text or json")
 	f.IntVar(&policy.MaxBoxes, "max-boxes", 0, "most boxes not stopped at once (0: no limit); more are refused with 403")
 	f.IntVar(&policy.MaxSnapshots, "max-snapshots", server.DefaultMaxSnapshots, "most memory snapshots clients may keep (0: no limit); more are refused with 403")

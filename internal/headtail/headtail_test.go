@@ -2,7 +2,9 @@ package headtail
 
 import (
 	"bytes"
+	"encoding/json"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -59,5 +61,34 @@ func TestLimiterHeadPassesAtOnce(t *testing.T) {
 	}
 	if string(l.Tail()) != "bcdef" || l.Dropped() != 6 {
 		t.Fatalf("tail %q dropped %d", l.Tail(), l.Dropped())
+	}
+}
+
+func TestClipTextBoundsJSON(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	alphabet := []string{"a", "\x00", "\n", "é", "\u2028", "\xff", "<", "日本"}
+	for i := 0; i < 2000; i++ {
+		var sb strings.Builder
+		for n := rng.IntN(200); n > 0; n-- {
+			sb.WriteString(alphabet[rng.IntN(len(alphabet))])
+		}
+		s, max := sb.String(), rng.IntN(300)
+		head, tail, dropped := ClipText(s, max)
+		enc, _ := json.Marshal(head + tail)
+		if len(enc)-2 > max && dropped > 0 {
+			t.Fatalf("ClipText(%q, %d): %d bytes encoded", s, max, len(enc)-2)
+		}
+		if dropped == 0 && head != s {
+			t.Fatalf("ClipText(%q, %d): nothing dropped but head %q", s, max, head)
+		}
+		if len(head)+len(tail)+dropped != len(s) || !strings.HasPrefix(s, head) || !strings.HasSuffix(s, tail) {
+			t.Fatalf("ClipText(%q, %d) = %q, %q, %d", s, max, head, tail, dropped)
+		}
+		if JSONSize(s) < len(enc)-2 && dropped == 0 {
+			t.Fatalf("JSONSize(%q) = %d, encoded %d", s, JSONSize(s), len(enc)-2)
+		}
+	}
+	if h, tl, d := ClipText(strings.Repeat("\x00", 600), 120); d != 580 || len(h) != 10 || len(tl) != 10 {
+		t.Errorf("NULs: head %d tail %d dropped %d, want 10 10 580", len(h), len(tl), d)
 	}
 }

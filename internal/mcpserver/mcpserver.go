@@ -11,6 +11,7 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/codebox"
+	"github.com/airlock-run/airlock/internal/headtail"
 )
 
 // Limits on what a tool call returns or accepts.
@@ -30,11 +32,25 @@ const (
 	// MaxReadBytes bounds read_file's content (1 MiB); longer files are
 	// cut and say so.
 	MaxReadBytes = 1 << 20
-	// MaxOutputBytes bounds the stdout and stderr text returned by a call
-	// (each); the rest is replaced by a note.
+	// MaxOutputBytes bounds each text a call returns (stdout, stderr, a
+	// value, a traceback), measured as JSON encodes it (a NUL byte takes
+	// 6): past it the head and the tail are kept, with a note between.
 	MaxOutputBytes = 256 << 10
+	// MaxErrorBytes bounds the text of an error returned to the model, as
+	// MaxOutputBytes does.
+	MaxErrorBytes = 16 << 10
+	// MaxImageBytes bounds the images (matplotlib figures) of one call,
+	// in all; figures past it are left out with a note.
+	MaxImageBytes = 4 << 20
 	// DefaultTimeout bounds a tool call that names no timeout.
 	DefaultTimeout = 5 * time.Minute
+	// DefaultMaxTimeout is Options.MaxTimeout's default: the longest
+	// timeout a model may ask for.
+	DefaultMaxTimeout = time.Hour
+	// DefaultMaxSessions is Options.MaxSessions's default.
+	DefaultMaxSessions = 16
+	// DefaultMaxCallsPerSession is Options.MaxCallsPerSession's default.
+	DefaultMaxCallsPerSession = 4
 )
 
 // Options configure the session's box.
@@ -44,6 +60,40 @@ type Options struct {
 	Box airlock.BoxOptions
 	// Version is reported to clients.
 	Version string
+	// CheckBox, when set, is asked before a session makes its box, with
+	// the options it would be made with; an error refuses the tool call,
+	// its text going to the model. airlock serve applies its policy here,
+	// as to a REST create (--max-boxes, --max-cpus, --max-memory, the
+	// grants). release is called once the box is made or its making
+	// failed.
+	CheckBox func(ctx context.Context, opts *airlock.BoxOptions) (release func(), err error)
+	// AcquireExec, when set, takes a slot for one tool call that runs
+	// something in the box (airlock serve: one of --max-execs); release
+	// gives it back. An error refuses the call.
+	AcquireExec func(ctx context.Context) (release func(), err error)
+	// MaxSessions bounds the sessions HTTPHandler serves at once (default
+	// DefaultMaxSessions, 16; each may have a box): a new one past it gets
+	// 503 until one ends.
+	MaxSessions int
+	// MaxCallsPerSession bounds the tool calls one session runs at once
+	// (default DefaultMaxCallsPerSession, 4); one more is refused.
+	MaxCallsPerSession int
+	// MaxTimeout caps the timeout a model may ask of a call (default
+	// DefaultMaxTimeout, 1 h).
+	MaxTimeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxSessions <= 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.MaxCallsPerSession <= 0 {
+		o.MaxCallsPerSession = DefaultMaxCallsPerSession
+	}
+	if o.MaxTimeout <= 0 {
+		o.MaxTimeout = DefaultMaxTimeout
+	}
+	return o
 }
 
 // session is the state of one MCP session: its box and Python context.
@@ -51,16 +101,52 @@ type session struct {
 	rt   *airlock.Runtime
 	opts Options
 
+	calls chan struct{} // one token per tool call running
+
 	mu  sync.Mutex
 	cb  *codebox.CodeBox
 	ctx *codebox.Context
 }
 
+// begin admits one tool call of the session (MaxCallsPerSession), and,
+// when it runs something in the box (exec), takes an exec slot
+// (AcquireExec); end returns what it took.
+func (s *session) begin(ctx context.Context, exec bool) (end func(), err error) {
+	select {
+	case s.calls <- struct{}{}:
+	default:
+		return nil, fmt.Errorf("this session already runs %d tool calls at once, the server's limit: wait for one to finish", cap(s.calls))
+	}
+	release := func() {}
+	if exec && s.opts.AcquireExec != nil {
+		if release, err = s.opts.AcquireExec(ctx); err != nil {
+			<-s.calls
+			return nil, err
+		}
+	}
+	return func() { release(); <-s.calls }, nil
+}
+
+// startTimeout bounds making a session's box and starting its Python.
+const startTimeout = 5 * time.Minute
+
 func (s *session) box(ctx context.Context) (*codebox.CodeBox, error) {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cb == nil {
-		cb, err := codebox.New(ctx, s.rt, codebox.Options{BoxOptions: s.opts.Box})
+		bo := s.opts.Box
+		release := func() {}
+		if s.opts.CheckBox != nil {
+			r, err := s.opts.CheckBox(ctx, &bo)
+			if err != nil {
+				return nil, err
+			}
+			release = r
+		}
+		cb, err := codebox.New(ctx, s.rt, codebox.Options{BoxOptions: bo})
+		release()
 		if err != nil {
 			return nil, err
 		}
@@ -74,6 +160,8 @@ func (s *session) pyContext(ctx context.Context) (*codebox.Context, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ctx == nil {
@@ -107,12 +195,14 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[*mcp.ServerSession]*session
 	closed   bool
+	opening  int // new sessions being initialized (HTTPHandler)
 }
 
 // New returns a Server; serve it with Serve (stdio) or HTTPHandler.
 func New(rt *airlock.Runtime, opts Options) *Server {
+	opts = opts.withDefaults()
 	s := &Server{rt: rt, opts: opts, sessions: map[*mcp.ServerSession]*session{}}
-	s.mcp = newServer(s.session, opts.Version)
+	s.mcp = newServer(s.session, opts)
 	return s
 }
 
@@ -123,7 +213,7 @@ func (s *Server) session(ss *mcp.ServerSession) *session {
 	defer s.mu.Unlock()
 	st := s.sessions[ss]
 	if st == nil {
-		st = &session{rt: s.rt, opts: s.opts}
+		st = &session{rt: s.rt, opts: s.opts, calls: make(chan struct{}, s.opts.MaxCallsPerSession)}
 		s.sessions[ss] = st
 		go func() {
 			ss.Wait()
@@ -155,10 +245,56 @@ func (s *Server) Close() error {
 
 // HTTPHandler serves MCP's streamable HTTP transport (airlock serve mounts
 // it at /mcp). A session idle for 10 minutes is closed, and its box
-// removed.
+// removed. Past Options.MaxSessions sessions a new one gets 503.
 func (s *Server) HTTPHandler() http.Handler {
-	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp },
 		&mcp.StreamableHTTPOptions{SessionTimeout: 10 * time.Minute})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" || !isInitialize(r) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		// A new session: counted while it initializes, then as one of
+		// the MCP server's initialized sessions (a client's probe of a
+		// newer protocol makes a session that is never initialized).
+		s.mu.Lock()
+		n := s.opening
+		for ss := range s.mcp.Sessions() {
+			if ss.InitializeParams() != nil {
+				n++
+			}
+		}
+		if n >= s.opts.MaxSessions {
+			s.mu.Unlock()
+			w.Header().Set("Retry-After", "30")
+			http.Error(w, fmt.Sprintf("%d MCP sessions are open, the server's limit: close one (its box goes with it), or retry later", s.opts.MaxSessions),
+				http.StatusServiceUnavailable)
+			return
+		}
+		s.opening++
+		s.mu.Unlock()
+		defer func() {
+			s.mu.Lock()
+			s.opening--
+			s.mu.Unlock()
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// isInitialize reports whether r's body is an initialize request (the
+// one that opens a session); the body is kept for the MCP handler, which
+// bounds its size.
+func isInitialize(r *http.Request) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, mcp.DefaultMaxRequestBodyBytes+1))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+	var msg struct {
+		Method string `json:"method"`
+	}
+	return err == nil && json.Unmarshal(body, &msg) == nil && msg.Method == "initialize"
 }
 
 // Serve runs one MCP session over t (mcp.StdioTransport for airlock mcp)
@@ -174,19 +310,31 @@ func text(format string, a ...any) *mcp.TextContent {
 }
 
 func errResult(err error) *mcp.CallToolResult {
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{text("%v", err)}}
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{text("%s", clipTo(err.Error(), MaxErrorBytes))}}
 }
 
-func clip(s string) string {
-	if len(s) <= MaxOutputBytes {
+// clipTo cuts s so that its JSON encoding fits in max bytes: the head and
+// the tail are kept, with a note between saying how many bytes were left
+// out.
+func clipTo(s string, max int) string {
+	const room = 64 // the note
+	head, tail, dropped := headtail.ClipText(s, max-room)
+	if dropped == 0 {
 		return s
 	}
-	return s[:MaxOutputBytes] + fmt.Sprintf("\n[... %d more bytes not shown]", len(s)-MaxOutputBytes)
+	return head + fmt.Sprintf("\n[... %d bytes not shown ...]\n", dropped) + tail
 }
 
-func timeoutOf(secs float64) time.Duration {
-	if secs <= 0 {
-		return DefaultTimeout
+func clip(s string) string { return clipTo(s, MaxOutputBytes) }
+
+// timeoutOf is the timeout of a call that asked for secs seconds: the
+// default for none, at most max (a huge or overflowing value included).
+func timeoutOf(secs float64, max time.Duration) time.Duration {
+	switch {
+	case secs <= 0 || secs != secs:
+		return min(DefaultTimeout, max)
+	case secs >= max.Seconds():
+		return max
 	}
 	return time.Duration(secs * float64(time.Second))
 }
@@ -194,13 +342,13 @@ func timeoutOf(secs float64) time.Duration {
 // PythonArgs are execute_python's arguments.
 type PythonArgs struct {
 	Code    string  `json:"code" jsonschema:"Python source to run; the value of a final expression is returned"`
-	Timeout float64 `json:"timeout,omitempty" jsonschema:"seconds (default 300); the cell is interrupted past it"`
+	Timeout float64 `json:"timeout,omitempty" jsonschema:"seconds (default 300, at most the server's limit, 3600 by default); the cell is interrupted past it"`
 }
 
 // CommandArgs are execute_command's arguments.
 type CommandArgs struct {
 	Command string  `json:"command" jsonschema:"shell command, run with sh -c in the box"`
-	Timeout float64 `json:"timeout,omitempty" jsonschema:"seconds (default 300); the process tree is killed past it"`
+	Timeout float64 `json:"timeout,omitempty" jsonschema:"seconds (default 300, at most the server's limit, 3600 by default); the process tree is killed past it"`
 }
 
 // WriteArgs are write_file's arguments.
@@ -231,19 +379,25 @@ func boxPath(p string) string {
 // sessionOf finds the state of the session a request came on.
 type sessionOf func(*mcp.ServerSession) *session
 
-func newServer(state sessionOf, version string) *mcp.Server {
-	srv := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: version}, nil)
+func newServer(state sessionOf, opts Options) *mcp.Server {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "airlock", Version: opts.Version}, nil)
 
 	mcp.AddTool(srv, &mcp.Tool{Name: "execute_python",
 		Description: "Run Python code in an isolated microVM. State (variables, imports, functions) persists between calls. " +
 			"Returns stdout, stderr, the value of the last expression, the exception if one was raised, and matplotlib figures as PNG images."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in PythonArgs) (*mcp.CallToolResult, any, error) {
 			s := state(req.Session)
+			end, err := s.begin(ctx, true)
+			if err != nil {
+				return errResult(err), nil, nil
+			}
+			defer end()
 			x, err := s.pyContext(ctx)
 			if err != nil {
 				return errResult(err), nil, nil
 			}
-			rctx, cancel := context.WithTimeout(ctx, timeoutOf(in.Timeout))
+			rctx, cancel := context.WithTimeout(ctx, timeoutOf(in.Timeout, opts.MaxTimeout))
+			defer cancel()
 			defer cancel()
 			r, err := x.Run(rctx, in.Code)
 			if r == nil {
@@ -268,16 +422,25 @@ func newServer(state sessionOf, version string) *mcp.Server {
 				b.WriteString("note: the interpreter was restarted; earlier variables are gone\n")
 			}
 			if r.Error != nil {
-				fmt.Fprintf(&b, "error: %s: %s\n%s", r.Error.Name, r.Error.Value, clip(r.Error.Traceback))
+				fmt.Fprintf(&b, "error: %s: %s\n%s", clipTo(r.Error.Name, 1<<10), clip(r.Error.Value), clip(r.Error.Traceback))
 				res.IsError = true
 			}
 			if b.Len() == 0 {
 				b.WriteString("(no output)")
 			}
-			res.Content = append(res.Content, text("%s", strings.TrimRight(b.String(), "\n")))
+			images, left := 0, 0
 			for _, im := range r.Images {
+				if images+len(im.Data) > MaxImageBytes || im.MIMEType != "image/png" {
+					left++
+					continue
+				}
+				images += len(im.Data)
 				res.Content = append(res.Content, &mcp.ImageContent{Data: im.Data, MIMEType: im.MIMEType})
 			}
+			if left > 0 {
+				fmt.Fprintf(&b, "\nnote: %d figure(s) left out: a call returns at most %d bytes of PNG", left, MaxImageBytes)
+			}
+			res.Content = append([]mcp.Content{text("%s", strings.TrimRight(b.String(), "\n"))}, res.Content...)
 			return res, nil, nil
 		})
 
@@ -285,11 +448,17 @@ func newServer(state sessionOf, version string) *mcp.Server {
 		Description: "Run a shell command (sh -c) in the isolated microVM; returns the exit code, stdout and stderr."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in CommandArgs) (*mcp.CallToolResult, any, error) {
 			s := state(req.Session)
+			end, err := s.begin(ctx, true)
+			if err != nil {
+				return errResult(err), nil, nil
+			}
+			defer end()
 			cb, err := s.box(ctx)
 			if err != nil {
 				return errResult(err), nil, nil
 			}
-			r, err := cb.Exec(ctx, "sh", []string{"-c", in.Command}, airlock.ExecOptions{Timeout: timeoutOf(in.Timeout)})
+			// Each stream's head and tail within what the model sees.
+			r, err := cb.Exec(ctx, "sh", []string{"-c", in.Command}, airlock.ExecOptions{Timeout: timeoutOf(in.Timeout, opts.MaxTimeout), MaxOutput: 4 * MaxOutputBytes})
 			if err != nil {
 				return errResult(err), nil, nil
 			}
@@ -303,6 +472,13 @@ func newServer(state sessionOf, version string) *mcp.Server {
 	mcp.AddTool(srv, &mcp.Tool{Name: "write_file", Description: "Write a text file in the microVM (parent directories are created)."},
 		func(ctx context.Context, req *mcp.CallToolRequest, in WriteArgs) (*mcp.CallToolResult, any, error) {
 			s := state(req.Session)
+			end, err := s.begin(ctx, false)
+			if err != nil {
+				return errResult(err), nil, nil
+			}
+			defer end()
+			ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+			defer cancel()
 			cb, err := s.box(ctx)
 			if err != nil {
 				return errResult(err), nil, nil
@@ -316,6 +492,13 @@ func newServer(state sessionOf, version string) *mcp.Server {
 	mcp.AddTool(srv, &mcp.Tool{Name: "read_file", Description: fmt.Sprintf("Read a text file in the microVM (at most %d bytes).", MaxReadBytes)},
 		func(ctx context.Context, req *mcp.CallToolRequest, in ReadArgs) (*mcp.CallToolResult, any, error) {
 			s := state(req.Session)
+			end, err := s.begin(ctx, false)
+			if err != nil {
+				return errResult(err), nil, nil
+			}
+			defer end()
+			ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+			defer cancel()
 			cb, err := s.box(ctx)
 			if err != nil {
 				return errResult(err), nil, nil
@@ -334,7 +517,9 @@ func newServer(state sessionOf, version string) *mcp.Server {
 				data = data[:MaxReadBytes]
 				note = fmt.Sprintf("\n[cut at %d bytes]", MaxReadBytes)
 			}
-			return &mcp.CallToolResult{Content: []mcp.Content{text("%s%s", bytes.ToValidUTF8(data, []byte("\uFFFD")), note)}}, nil, nil
+			// NULs and the like cost up to 6 bytes each once JSON-encoded.
+			content := clipTo(string(bytes.ToValidUTF8(data, []byte("\uFFFD"))), 2*MaxReadBytes)
+			return &mcp.CallToolResult{Content: []mcp.Content{text("%s%s", content, note)}}, nil, nil
 		})
 
 	mcp.AddTool(srv, &mcp.Tool{Name: "install_packages", Description: "pip install Python packages in the microVM (needs the package index to be reachable from the box)."},
@@ -343,6 +528,13 @@ func newServer(state sessionOf, version string) *mcp.Server {
 			if len(in.Packages) == 0 {
 				return errResult(errors.New("no packages given")), nil, nil
 			}
+			end, err := s.begin(ctx, true)
+			if err != nil {
+				return errResult(err), nil, nil
+			}
+			defer end()
+			ctx, cancel := context.WithTimeout(ctx, opts.MaxTimeout)
+			defer cancel()
 			cb, err := s.box(ctx)
 			if err != nil {
 				return errResult(err), nil, nil

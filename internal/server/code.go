@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/codebox"
+	"github.com/airlock-run/airlock/internal/headtail"
 )
 
 // codeState is the server's CodeBox for one box and its contexts.
@@ -28,7 +30,7 @@ func (s *Server) codeboxFor(b *airlock.Box) *codeState {
 	defer s.mu.Unlock()
 	cs, ok := s.codeboxes[b.ID()]
 	if !ok {
-		cs = &codeState{cb: codebox.Attach(b, codebox.Options{}), contexts: map[string]*codebox.Context{}}
+		cs = &codeState{cb: codebox.Attach(b, codebox.Options{MaxOutput: s.cfg.MaxOutputBytes}), contexts: map[string]*codebox.Context{}}
 		s.codeboxes[b.ID()] = cs
 	}
 	return cs
@@ -123,10 +125,49 @@ type contextPath struct {
 }
 
 func withTimeout(ctx context.Context, secs float64) (context.Context, context.CancelFunc) {
-	if secs <= 0 {
+	d := seconds(secs)
+	if d <= 0 {
 		return context.WithCancel(ctx)
 	}
-	return context.WithTimeout(ctx, time.Duration(secs*float64(time.Second)))
+	return context.WithTimeout(ctx, d)
+}
+
+// clipText cuts s so that its JSON encoding fits in max bytes: its head
+// and tail are kept, with a note between them saying how many bytes were
+// left out. clipped says whether it cut.
+func clipText(s string, max int64) (_ string, clipped bool) {
+	const room = 160 // the note
+	head, tail, dropped := headtail.ClipText(s, int(max-room))
+	if dropped == 0 {
+		return s, false
+	}
+	return head + fmt.Sprintf("\n[airlock serve: %d bytes left out here: past %d bytes of JSON (--max-output)]\n", dropped, max) + tail, true
+}
+
+// textLimit is what one output field of a code run, cell or install may
+// take in a response: twice the stream limit, as for a buffered exec.
+func (s *Server) textLimit() int64 { return 2 * s.cfg.MaxOutputBytes }
+
+// clipRun bounds the text of a code run's result (clipText).
+func (s *Server) clipRun(r *RunResult) {
+	r.Stdout, _ = clipText(r.Stdout, s.textLimit())
+	r.Stderr, _ = clipText(r.Stderr, s.textLimit())
+	r.Error, _ = clipText(r.Error, s.textLimit()/4)
+}
+
+// clipCell bounds the text of a cell's result (clipText); Truncated is set
+// when it cut.
+func (s *Server) clipCell(r *CellResult) {
+	var c [5]bool
+	r.Stdout, c[0] = clipText(r.Stdout, s.textLimit())
+	r.Stderr, c[1] = clipText(r.Stderr, s.textLimit())
+	r.Value, c[2] = clipText(r.Value, s.textLimit()/4)
+	if e := r.Error; e != nil {
+		e.Name, _ = clipText(e.Name, 4<<10)
+		e.Value, c[3] = clipText(e.Value, s.textLimit()/4)
+		e.Traceback, c[4] = clipText(e.Traceback, s.textLimit()/4)
+	}
+	r.Truncated = r.Truncated || c[0] || c[1] || c[2] || c[3] || c[4]
 }
 
 func newContextID() string {
@@ -171,6 +212,7 @@ func (s *Server) registerCode() {
 			return nil, problem(err)
 		}
 		s.audit(ctx, AuditEntry{Kind: "code_run", BoxID: b.ID(), Code: in.Body.Code, ExitCode: intp(res.ExitCode), TimedOut: res.TimedOut}, t0, nil)
+		s.clipRun(&res)
 		return &struct{ Body RunResult }{res}, nil
 	})
 
@@ -191,7 +233,7 @@ func (s *Server) registerCode() {
 		}
 		defer release()
 		defer s.execBegin(b.ID())()
-		cb := codebox.Attach(b, codebox.Options{IndexURL: in.Body.IndexURL})
+		cb := codebox.Attach(b, codebox.Options{IndexURL: in.Body.IndexURL, MaxOutput: s.cfg.MaxOutputBytes})
 		t0 := time.Now()
 		out, err := cb.InstallPackages(ctx, in.Body.Packages...)
 		res := InstallResult{Output: out}
@@ -206,6 +248,7 @@ func (s *Server) registerCode() {
 		}
 		ae.ExitCode = intp(res.ExitCode)
 		s.audit(ctx, ae, t0, nil)
+		res.Output, _ = clipText(res.Output, s.textLimit())
 		return &struct{ Body InstallResult }{res}, nil
 	})
 
@@ -291,6 +334,7 @@ func (s *Server) registerCode() {
 		for _, im := range r.Images {
 			out.Images = append(out.Images, CellImage{MIMEType: im.MIMEType, Data: im.Data})
 		}
+		s.clipCell(&out)
 		return &struct{ Body CellResult }{out}, nil
 	})
 

@@ -162,7 +162,9 @@ func (s *Server) registerEvents() {
 		OperationID: "events", Method: http.MethodGet, Path: "/v1/events", Tags: []string{"server"},
 		Summary: "Stream events (Server-Sent Events)",
 		Description: "Box created/started/stopped/removed/died and exec started/ended, as they happen, one SSE `message` " +
-			"per event (JSON). A client that falls 1024 events behind is disconnected.",
+			"per event (JSON). A client that falls 1024 events behind, or does not read for 30 s (airlock serve --write-stall), is disconnected; " +
+			"past the server's limit of open streams (--max-subscribers, 64 by default) a new one gets 503 too_many_subscribers.",
+		Errors: []int{http.StatusServiceUnavailable},
 	}, map[string]any{"message": Event{}}, func(ctx context.Context, _ *struct{}, send sse.Sender) {
 		if s.events == nil {
 			return

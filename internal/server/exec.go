@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"math"
 	"net/http"
 	"time"
 	"unicode/utf8"
@@ -12,6 +13,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/headtail"
 )
 
 // Output encodings (ExecResult.StdoutEncoding, ExecRequest.StdinEncoding).
@@ -41,10 +43,13 @@ type ExecResult struct {
 	ExitCode       int     `json:"exit_code" doc:"Exit status; 128+N when killed by signal N; 127 command not found."`
 	Signal         int     `json:"signal,omitempty" doc:"Signal that killed the process, 0 otherwise."`
 	Stdout         string  `json:"stdout"`
-	StdoutEncoding string  `json:"stdout_encoding" enum:"utf-8,base64" doc:"base64 when stdout is not valid UTF-8 (bytes are never mangled)."`
+	StdoutEncoding string  `json:"stdout_encoding" enum:"utf-8,base64" doc:"base64 when stdout is not valid UTF-8, or when escaping it for JSON would more than double it (control characters such as NUL); bytes are never mangled."`
 	Stderr         string  `json:"stderr"`
 	StderrEncoding string  `json:"stderr_encoding" enum:"utf-8,base64"`
 	TimedOut       bool    `json:"timed_out"`
+	Truncated      bool    `json:"truncated" doc:"Output was cut: past the server's limit (airlock serve --max-output, 16 MiB a stream by default) only the first and the last half of it are kept, and stdout_dropped / stderr_dropped bytes between them are left out."`
+	StdoutDropped  int64   `json:"stdout_dropped,omitempty" doc:"Bytes of stdout left out between its kept head and tail."`
+	StderrDropped  int64   `json:"stderr_dropped,omitempty" doc:"Bytes of stderr left out between its kept head and tail."`
 	ErrorMessage   string  `json:"error_message,omitempty" doc:"Set when the process could not run or died for a reason not in its output."`
 	DurationMS     float64 `json:"duration_ms" doc:"Host-side duration of the exec."`
 }
@@ -52,9 +57,12 @@ type ExecResult struct {
 var errEmptyCmd = &Problem{Status: http.StatusUnprocessableEntity, Title: "Unprocessable Entity", Code: CodeInvalid,
 	Detail: "cmd must name a command: [\"ls\", \"-l\"]"}
 
-// encode returns b as a UTF-8 string when it is valid UTF-8, else base64.
+// encode returns b as a UTF-8 string when it is valid UTF-8 and its JSON
+// encoding is at most twice its size, else base64 (4/3 of it): output full
+// of NULs, which JSON writes as \u0000, costs no more than twice its bytes
+// in the response either way.
 func encode(b []byte) (string, string) {
-	if utf8.Valid(b) {
+	if utf8.Valid(b) && headtail.JSONSize(string(b)) <= 2*len(b) {
 		return string(b), EncodingUTF8
 	}
 	return base64.StdEncoding.EncodeToString(b), EncodingBase64
@@ -71,10 +79,17 @@ func decode(s, enc string) ([]byte, error) {
 	return []byte(s), nil
 }
 
+// maxMessage bounds, in bytes of JSON, an exec's error_message (which the
+// guest's agent writes).
+const maxMessage = 64 << 10
+
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func resultOf(r *airlock.ExecResult) ExecResult {
-	out := ExecResult{ExitCode: r.ExitCode, Signal: r.Signal, TimedOut: r.TimedOut, ErrorMessage: r.ErrorMessage, DurationMS: ms(r.Duration)}
+	out := ExecResult{ExitCode: r.ExitCode, Signal: r.Signal, TimedOut: r.TimedOut, ErrorMessage: r.ErrorMessage, DurationMS: ms(r.Duration),
+		Truncated: r.Truncated, StdoutDropped: r.StdoutDropped, StderrDropped: r.StderrDropped}
+	// The agent's word on why the process failed: bounded like output.
+	out.ErrorMessage, _ = clipText(r.ErrorMessage, maxMessage)
 	out.Stdout, out.StdoutEncoding = encode(r.Stdout)
 	out.Stderr, out.StderrEncoding = encode(r.Stderr)
 	return out
@@ -82,7 +97,7 @@ func resultOf(r *airlock.ExecResult) ExecResult {
 
 func (req *ExecRequest) options() airlock.ExecOptions {
 	return airlock.ExecOptions{Env: req.Env, User: req.User, WorkingDir: req.WorkingDir,
-		Timeout: time.Duration(req.Timeout * float64(time.Second)), TTY: req.TTY, Rows: req.Rows, Cols: req.Cols}
+		Timeout: seconds(req.Timeout), TTY: req.TTY, Rows: req.Rows, Cols: req.Cols}
 }
 
 func (s *Server) registerExec() {
@@ -133,20 +148,30 @@ func (s *Server) registerExec() {
 }
 
 // execBuffered is Box.Exec, with the process listed in s.execs (so that
-// it can be killed by id) while it runs.
+// it can be killed by id) while it runs. Each stream keeps at most
+// Config.MaxOutputBytes (its head and tail past that), as Box.Exec does.
 func (s *Server) execBuffered(ctx context.Context, b *airlock.Box, cmd []string, opts airlock.ExecOptions) (*airlock.ExecResult, error) {
-	var out, errb bytes.Buffer
-	p, err := b.ExecStreamWriters(ctx, cmd[0], cmd[1:], opts, &out, &errb)
+	opts.MaxOutput = s.cfg.MaxOutputBytes
+	p, err := b.ExecStart(ctx, cmd[0], cmd[1:], opts)
 	if err != nil {
 		return nil, err
 	}
 	_, forget := s.register(ctx, "exec", b.ID(), cmd, p)
 	defer forget()
-	res, err := p.Wait()
-	if res != nil {
-		res.Stdout, res.Stderr = out.Bytes(), errb.Bytes()
+	return p.Wait()
+}
+
+// seconds converts a client's timeout in seconds to a Duration; one past
+// what a Duration holds (about 292 years) saturates rather than wrapping to
+// a negative value.
+func seconds(secs float64) time.Duration {
+	if secs <= 0 || secs != secs {
+		return 0
 	}
-	return res, err
+	if secs >= float64(math.MaxInt64)/float64(time.Second) {
+		return math.MaxInt64
+	}
+	return time.Duration(secs * float64(time.Second))
 }
 
 // wsOperation documents the exec WebSocket in the OpenAPI document; it is

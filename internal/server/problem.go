@@ -44,6 +44,9 @@ const (
 	// boxes or their memory (airlock.CapacityError; 503): retry once
 	// boxes have stopped, or ask for less memory.
 	CodeHostCapacity = "host_capacity"
+	// CodeTooManySubscribers: the server's event streams are all taken
+	// (503; airlock serve --max-subscribers).
+	CodeTooManySubscribers = "too_many_subscribers"
 )
 
 // Problem is an RFC 9457 problem details object with airlock's stable
@@ -54,7 +57,7 @@ type Problem struct {
 	Status   int                 `json:"status,omitempty" doc:"HTTP status code."`
 	Detail   string              `json:"detail,omitempty" doc:"What happened in this occurrence, and what to do."`
 	Instance string              `json:"instance,omitempty" doc:"The request id of this occurrence."`
-	Code     string              `json:"code" enum:"box_not_found,image_not_found,context_not_found,box_not_running,box_running,name_in_use,box_died,timeout,canceled,too_many_execs,unauthorized,body_too_large,invalid_request,not_found,internal,policy_denied,no_lease,exec_not_found,file_not_found,not_a_directory,is_a_directory,file_exists,permission_denied,read_only_filesystem,no_space,invalid_path,not_a_regular_file,port_in_use,snapshot_not_found,snapshot_exists,not_supported,host_capacity" doc:"Stable machine-readable code."`
+	Code     string              `json:"code" enum:"box_not_found,image_not_found,context_not_found,box_not_running,box_running,name_in_use,box_died,timeout,canceled,too_many_execs,unauthorized,body_too_large,invalid_request,not_found,internal,policy_denied,no_lease,exec_not_found,file_not_found,not_a_directory,is_a_directory,file_exists,permission_denied,read_only_filesystem,no_space,invalid_path,not_a_regular_file,port_in_use,snapshot_not_found,snapshot_exists,not_supported,host_capacity,too_many_subscribers" doc:"Stable machine-readable code."`
 	Cause    string              `json:"cause,omitempty" doc:"For box_died: why the VM ended (guest kernel panic, QEMU process exited, ...)."`
 	Errors   []*huma.ErrorDetail `json:"errors,omitempty" doc:"Individual validation errors."`
 }

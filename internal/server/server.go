@@ -37,6 +37,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"golang.org/x/net/netutil"
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/defaults"
@@ -47,6 +48,16 @@ const (
 	DefaultMaxBodyBytes      = 16 << 20
 	DefaultMaxExecsPerClient = 32
 	DefaultDrainTimeout      = 30 * time.Second
+	// DefaultMaxOutputBytes is Config.MaxOutputBytes's default, the
+	// library's own (airlock.DefaultMaxOutput, 16 MiB a stream).
+	DefaultMaxOutputBytes = airlock.DefaultMaxOutput
+	// DefaultMaxConns is Config.MaxConns's default: connections at once
+	// on each listener.
+	DefaultMaxConns = 256
+	// DefaultMaxSubscribers is Config.MaxSubscribers's default.
+	DefaultMaxSubscribers = 64
+	// DefaultWriteStall is Config.WriteStall's default.
+	DefaultWriteStall = 30 * time.Second
 	// SocketName is the unix socket's file name in the airlock home.
 	SocketName = "airlock.sock"
 	// TokenName is the file in the airlock home holding the generated
@@ -75,6 +86,25 @@ type Config struct {
 	// context cells, installs) one client runs at once (default 32); one
 	// more gets 429. A client is one bearer token, or the unix socket.
 	MaxExecsPerClient int
+	// MaxOutputBytes bounds, in bytes, each of stdout and stderr that a
+	// buffered exec keeps (default DefaultMaxOutputBytes, 16 MiB): past it
+	// the head and the tail are kept and the result says truncated, with
+	// the bytes dropped. Text fields of code runs, cells and installs are
+	// cut, with a note, where their JSON encoding passes twice this.
+	MaxOutputBytes int64
+	// MaxConns bounds the connections Serve keeps open at once on each
+	// listener (default DefaultMaxConns, 256); more wait in the listen
+	// queue until one closes. The unix socket has its own count, so TCP
+	// clients cannot lock its owner out.
+	MaxConns int
+	// MaxSubscribers bounds the /v1/events streams open at once (default
+	// DefaultMaxSubscribers, 64); one more gets 503.
+	MaxSubscribers int
+	// WriteStall bounds how long one write to a client may block (default
+	// DefaultWriteStall, 30 s): a client that stops reading a response,
+	// an event stream or an exec WebSocket is cut off past it, and what
+	// it held (an exec slot, buffers) is let go.
+	WriteStall time.Duration
 	// DrainTimeout bounds how long Serve waits for in-flight requests and
 	// exec streams at shutdown (default 30 s); then they are cut.
 	DrainTimeout time.Duration
@@ -107,6 +137,7 @@ type Server struct {
 	mux *http.ServeMux
 
 	inflight atomic.Int64 // requests and streams in progress
+	subs     atomic.Int64 // /v1/events streams open
 	lastBusy atomic.Int64 // unix nanos of the last request end
 	streams  sync.WaitGroup
 
@@ -138,6 +169,18 @@ func New(cfg Config) *Server {
 	}
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = DefaultDrainTimeout
+	}
+	if cfg.MaxOutputBytes <= 0 {
+		cfg.MaxOutputBytes = DefaultMaxOutputBytes
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.MaxSubscribers <= 0 {
+		cfg.MaxSubscribers = DefaultMaxSubscribers
+	}
+	if cfg.WriteStall <= 0 {
+		cfg.WriteStall = DefaultWriteStall
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -403,18 +446,44 @@ func (s *Server) limits(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		if r.Method == http.MethodGet && r.URL.Path == "/v1/events" {
+			if n := s.subs.Add(1); n > int64(s.cfg.MaxSubscribers) {
+				s.subs.Add(-1)
+				w.Header().Set("Retry-After", "10")
+				writeProblem(w, &Problem{Status: http.StatusServiceUnavailable, Title: "Service Unavailable", Code: CodeTooManySubscribers,
+					Detail: fmt.Sprintf("%d event streams are open, the server's limit (airlock serve --max-subscribers): close one, or retry later", s.cfg.MaxSubscribers)})
+				return
+			}
+			defer s.subs.Add(-1)
+		}
 		next.ServeHTTP(w, r)
 	})
 }
 
 var boxPath = regexp.MustCompile(`^/v1/boxes/([^/]+)`)
 
-// statusWriter records the status for the access log. Unwrap lets
-// websocket.Accept find the Hijacker.
+// statusWriter records the status for the access log, and bounds each
+// write to the client (writeStall): a client that stops reading a
+// response is cut off rather than holding the handler, and what it
+// buffered, forever. Unwrap lets websocket.Accept find the Hijacker.
 type statusWriter struct {
 	http.ResponseWriter
+	rc     *http.ResponseController
+	stall  time.Duration
 	status int
 	bytes  int64
+}
+
+// writeChunk is the most written under one deadline, so that a large
+// response to a slow but live client is not cut.
+const writeChunk = 1 << 20
+
+// deadline gives the next write writeStall to complete. Errors (a
+// recorder, a hijacked connection) leave writes unbounded.
+func (w *statusWriter) deadline() {
+	if w.rc != nil {
+		w.rc.SetWriteDeadline(time.Now().Add(w.stall))
+	}
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -428,14 +497,25 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
-	n, err := w.ResponseWriter.Write(b)
-	w.bytes += int64(n)
-	return n, err
+	total := 0
+	for len(b) > 0 {
+		n := min(len(b), writeChunk)
+		w.deadline()
+		n, err := w.ResponseWriter.Write(b[:n])
+		total += n
+		w.bytes += int64(n)
+		if err != nil {
+			return total, err
+		}
+		b = b[n:]
+	}
+	return total, nil
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *statusWriter) Flush() {
+	w.deadline()
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
@@ -460,9 +540,14 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 			id = newRequestID()
 		}
 		w.Header().Set("X-Request-Id", id)
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &statusWriter{ResponseWriter: w, rc: http.NewResponseController(w), stall: s.cfg.WriteStall}
+		// No deadline left from an earlier request on this connection
+		// (http.Server sets none itself without a WriteTimeout); each
+		// write sets its own, and the last one covers the final flush.
+		sw.rc.SetWriteDeadline(time.Time{})
 		info := &reqInfo{id: id}
 		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), reqInfoKey, info)))
+		sw.deadline()
 		attrs := []any{"request_id", id, "method", r.Method, "path", r.URL.Path, "status", sw.status,
 			"duration_ms", float64(time.Since(t0).Microseconds()) / 1000, "client", clientOf(r.Context())}
 		if m := boxPath.FindStringSubmatch(r.URL.Path); m != nil {
@@ -515,6 +600,7 @@ func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
 	errc := make(chan error, len(listeners))
 	for _, l := range listeners {
 		_, isUnix := l.Addr().(*net.UnixAddr)
+		l = netutil.LimitListener(l, s.cfg.MaxConns)
 		hs := &http.Server{
 			Handler:           s.Handler(!isUnix),
 			ReadHeaderTimeout: 10 * time.Second,

@@ -101,6 +101,16 @@ func (s *Server) closeStreams() {
 	}
 }
 
+// wsWrite writes one message, waiting at most Config.WriteStall for the
+// client to take it: past that the connection is closed (coder/websocket
+// closes it when a write's context ends), so a client that stops reading
+// holds no goroutine, exec or buffer beyond it.
+func (s *Server) wsWrite(ctx context.Context, c *websocket.Conn, typ websocket.MessageType, msg []byte) error {
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.WriteStall)
+	defer cancel()
+	return c.Write(wctx, typ, msg)
+}
+
 // handleExecWS serves GET /v1/boxes/{id}/exec/ws (see wsOperation).
 func (s *Server) handleExecWS(w http.ResponseWriter, r *http.Request) {
 	b, err := s.rt.Get(r.Context(), r.PathValue("id"))
@@ -157,7 +167,7 @@ func (s *Server) handleExecWS(w http.ResponseWriter, r *http.Request) {
 	execID, forget := s.register(r.Context(), "exec_stream", b.ID(), req.Cmd, p)
 	defer forget()
 	started, _ := json.Marshal(map[string]string{"type": "started", "exec_id": execID})
-	if err := c.Write(ctx, websocket.MessageText, started); err != nil {
+	if err := s.wsWrite(ctx, c, websocket.MessageText, started); err != nil {
 		p.Kill()
 		p.Wait()
 		return
@@ -171,7 +181,7 @@ func (s *Server) handleExecWS(w http.ResponseWriter, r *http.Request) {
 		for {
 			n, err := rd.Read(buf[1:])
 			if n > 0 {
-				if werr := c.Write(ctx, websocket.MessageBinary, buf[:1+n]); werr != nil {
+				if werr := s.wsWrite(ctx, c, websocket.MessageBinary, buf[:1+n]); werr != nil {
 					p.Kill()
 					io.Copy(io.Discard, rd)
 					return
@@ -240,7 +250,7 @@ func (s *Server) handleExecWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msg, _ := json.Marshal(wsExit{Type: "exit", ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut,
-		ErrorMessage: res.ErrorMessage, DurationMS: ms(res.Duration)})
+		ErrorMessage: resultOf(res).ErrorMessage, DurationMS: ms(res.Duration)})
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer wcancel()
 	if c.Write(wctx, websocket.MessageText, msg) == nil {

@@ -478,7 +478,7 @@ export interface paths {
         };
         /**
          * Stream events (Server-Sent Events)
-         * @description Box created/started/stopped/removed/died and exec started/ended, as they happen, one SSE `message` per event (JSON). A client that falls 1024 events behind is disconnected.
+         * @description Box created/started/stopped/removed/died and exec started/ended, as they happen, one SSE `message` per event (JSON). A client that falls 1024 events behind, or does not read for 30 s (airlock serve --write-stall), is disconnected; past the server's limit of open streams (--max-subscribers, 64 by default) a new one gets 503 too_many_subscribers.
          */
         get: operations["events"];
         put?: never;
@@ -854,15 +854,27 @@ export interface components {
              */
             signal?: number;
             stderr: string;
+            /**
+             * Format: int64
+             * @description Bytes of stderr left out between its kept head and tail.
+             */
+            stderr_dropped?: number;
             /** @enum {string} */
             stderr_encoding: "utf-8" | "base64";
             stdout: string;
             /**
-             * @description base64 when stdout is not valid UTF-8 (bytes are never mangled).
+             * Format: int64
+             * @description Bytes of stdout left out between its kept head and tail.
+             */
+            stdout_dropped?: number;
+            /**
+             * @description base64 when stdout is not valid UTF-8, or when escaping it for JSON would more than double it (control characters such as NUL); bytes are never mangled.
              * @enum {string}
              */
             stdout_encoding: "utf-8" | "base64";
             timed_out: boolean;
+            /** @description Output was cut: past the server's limit (airlock serve --max-output, 16 MiB a stream by default) only the first and the last half of it are kept, and stdout_dropped / stderr_dropped bytes between them are left out. */
+            truncated: boolean;
         };
         FileInfo: {
             /** Format: int64 */
@@ -1016,7 +1028,7 @@ export interface components {
              * @description Stable machine-readable code.
              * @enum {string}
              */
-            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use" | "snapshot_not_found" | "snapshot_exists" | "not_supported" | "host_capacity";
+            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use" | "snapshot_not_found" | "snapshot_exists" | "not_supported" | "host_capacity" | "too_many_subscribers";
             /** @description What happened in this occurrence, and what to do. */
             detail?: string;
             /** @description Individual validation errors. */
@@ -3244,8 +3256,17 @@ export interface operations {
                     }[];
                 };
             };
-            /** @description Error */
-            default: {
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

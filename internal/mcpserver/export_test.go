@@ -1,0 +1,4 @@
+package mcpserver
+
+// TimeoutOf is timeoutOf, for tests.
+var TimeoutOf = timeoutOf

@@ -1,0 +1,28 @@
+package server
+
+import (
+	"context"
+
+	"github.com/airlock-run/airlock"
+)
+
+// CheckBox applies the server's policy to a box another front end of the
+// server makes on a client's behalf (the MCP endpoint's session boxes),
+// as to a REST create: the grants, the per-box caps and --max-boxes. A
+// refusal is a *Problem whose Detail says why and which flag grants it.
+// Call release once the box is made (or its making failed): until then
+// the named volumes it makes count against the volume caps.
+func (s *Server) CheckBox(ctx context.Context, opts *airlock.BoxOptions) (release func(), err error) {
+	return s.checkCreate(ctx, opts)
+}
+
+// MCPClient is the client whose exec slots (Config.MaxExecsPerClient) the
+// MCP endpoint's tool calls take, all sessions together.
+const MCPClient = "mcp"
+
+// AcquireExec takes one of client's exec slots (Config.MaxExecsPerClient)
+// for a run that does not come through a REST handler; release gives it
+// back. With none free it is a *Problem (429 too_many_execs).
+func (s *Server) AcquireExec(ctx context.Context, client string) (release func(), err error) {
+	return s.acquire(context.WithValue(ctx, clientKey, client))
+}
