@@ -183,8 +183,8 @@ func (b *Box) stableDisk(ctx context.Context, scratch string) (disk string, paus
 
 // diskTool returns how Commit runs e2fsck and debugfs on a box's disk: a
 // file system the guest made attacks those tools, so they run as the box
-// QEMU does. As root and confined (the default), each run gets a uid of
-// the box uid range of its own (qemu.AllocUID; its working directory and
+// QEMU does. As root and confined (the default), the runs of one commit
+// get a uid of the box uid range of their own (qemu.AllocUID; its working directory and
 // files are handed to it), new network (empty), IPC, UTS, PID and mount
 // namespaces, an empty capability bounding set, no capability,
 // no_new_privs and resource limits (jailstage.RunTool). Otherwise it runs
@@ -201,13 +201,24 @@ func (r *Runtime) diskTool() (rootfs.ToolRunner, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One uid for the commit's runs: a uid per run would hold a claim on
+	// the range for each, and handing the directory over again would
+	// chown what an earlier run left there. The directory is handed over
+	// once, before any tool has run in it.
+	uid, handed := -1, map[string]bool{}
 	return func(cmd *exec.Cmd) error {
-		uid, err := qemu.AllocUID(rng)
-		if err != nil {
-			return err
+		if uid < 0 {
+			u, err := qemu.AllocUID(rng)
+			if err != nil {
+				return err
+			}
+			uid = u
 		}
-		if err := chownDir(cmd.Dir, uid); err != nil {
-			return err
+		if !handed[cmd.Dir] {
+			if err := chownDir(cmd.Dir, uid); err != nil {
+				return err
+			}
+			handed[cmd.Dir] = true
 		}
 		bin := cmd.Path
 		cmd.Args = append([]string{jailstage.ToolArg0, strconv.Itoa(uid), cmd.Dir, bin}, cmd.Args[1:]...)

@@ -502,6 +502,10 @@ func TestEvilAgentCopyOutTarStaysInTop(t *testing.T) {
 		),
 		"dot-dot entry": tarOf(t, tar.Header{Name: "out/../.ssh/authorized_keys", Typeflag: tar.TypeReg, Mode: 0o644}),
 		"hard link out": tarOf(t, tar.Header{Name: "out/k", Typeflag: tar.TypeLink, Linkname: ".bashrc"}),
+		"through a symlink": tarOf(t,
+			tar.Header{Name: "out/l", Typeflag: tar.TypeSymlink, Linkname: "/etc"},
+			tar.Header{Name: "out/l/cron.d/x", Typeflag: tar.TypeReg, Mode: 0o644},
+		),
 	} {
 		a.SetCall("CopyOut", copyOutScript("out", evil))
 		ns, err := names(t)

@@ -574,11 +574,23 @@ func (c *checkedReader) Close() error {
 
 // checkedTar copies the tar stream src to w, entry by entry, refusing any
 // entry that is not top or under top/ (top "." accepts every relative
-// name), and any hard link to such an entry. What follows the archive's
-// end (the box's result) is read to its end.
+// name), any hard link to such an entry, and any entry under a symlink
+// the archive made earlier (a reader that extracts it would write through
+// the link). What follows the archive's end (the box's result) is read to
+// its end.
 func checkedTar(w io.Writer, src io.Reader, top string) error {
 	tr := tar.NewReader(src)
 	tw := tar.NewWriter(w)
+	links := map[string]bool{} // cleaned names of the symlinks so far
+	underLink := func(n string) string {
+		c := path.Clean(n)
+		for d := path.Dir(c); d != "." && d != "/"; d = path.Dir(d) {
+			if links[d] {
+				return d
+			}
+		}
+		return ""
+	}
 	inside := func(n string) bool {
 		if n == "" || strings.HasPrefix(n, "/") {
 			return false
@@ -604,6 +616,14 @@ func checkedTar(w io.Writer, src io.Reader, top string) error {
 		}
 		if h.Typeflag == tar.TypeLink && !inside(h.Linkname) {
 			return fmt.Errorf("hard link %q to %q, outside %q: refused", h.Name, h.Linkname, top)
+		}
+		if l := underLink(h.Name); l != "" {
+			return fmt.Errorf("entry %q is under the symlink %q: refused", h.Name, l)
+		}
+		if h.Typeflag == tar.TypeSymlink {
+			links[path.Clean(h.Name)] = true
+		} else {
+			delete(links, path.Clean(h.Name))
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return err

@@ -155,7 +155,9 @@ client, "mcp" (--max-mcp-sessions bounds the sessions).`,
 			// take exec slots (srv is set before Serve accepts anything).
 			var srv *server.Server
 			ms := mcpserver.New(rt, mcpserver.Options{Version: server.Version(),
-				CheckBox: srv.CheckBox,
+				CheckBox: func(ctx context.Context, o *airlock.BoxOptions) (func(), error) {
+					return srv.CheckBox(ctx, o) // srv is set below, before Serve
+				},
 				AcquireExec: func(ctx context.Context) (func(), error) {
 					return srv.AcquireExec(ctx, server.MCPClient)
 				},

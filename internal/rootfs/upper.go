@@ -496,18 +496,18 @@ type debugfsRunner struct {
 	tool     ToolRunner
 }
 
-// Names, relative to debugfsRunner.dir (the tools' working directory), of
-// the disk's copy and the command file.
-const (
-	diskName   = "disk.ext4"
-	scriptName = "cmds"
-)
+// diskName is the name, relative to debugfsRunner.dir (the tools' working
+// directory), of the disk's copy.
+const diskName = "disk.ext4"
 
-// command returns the debugfs run of the command file on the disk's copy
-// (read-only, catastrophic mode: bitmaps are not read), prepared by the
-// runner's tool.
-func (d *debugfsRunner) command(ctx context.Context) (*exec.Cmd, error) {
-	cmd := exec.CommandContext(ctx, d.bin, "-c", "-f", scriptName, diskName)
+// command returns the debugfs run of cmds on the disk's copy (read-only,
+// catastrophic mode: bitmaps are not read), prepared by the runner's tool.
+// The commands go on debugfs's standard input, not in a file: the tool may
+// run as a uid that owns its working directory, and code that took it
+// over could leave a symlink where the host would write the next batch.
+func (d *debugfsRunner) command(ctx context.Context, cmds []string) (*exec.Cmd, error) {
+	cmd := exec.CommandContext(ctx, d.bin, "-c", "-f", "-", diskName)
+	cmd.Stdin = strings.NewReader(strings.Join(cmds, "\n") + "\n")
 	cmd.Dir = d.dir
 	if d.tool != nil {
 		if err := d.tool(cmd); err != nil {
@@ -525,13 +525,9 @@ func (d *debugfsRunner) stream(ctx context.Context, cmds []string, fn func(next 
 	if len(cmds) == 0 {
 		return fn(func(int) (io.Reader, error) { return nil, errors.New("no content expected") })
 	}
-	script := filepath.Join(d.dir, scriptName)
-	if err := os.WriteFile(script, []byte(strings.Join(cmds, "\n")+"\n"), 0o600); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, debugfsTimeout)
 	defer cancel()
-	cmd, err := d.command(ctx)
+	cmd, err := d.command(ctx, cmds)
 	if err != nil {
 		return err
 	}
@@ -583,7 +579,7 @@ func (d *debugfsRunner) stream(ctx context.Context, cmds []string, fn func(next 
 func (d *debugfsRunner) clean() {
 	ents, _ := os.ReadDir(d.dir)
 	for _, e := range ents {
-		if n := e.Name(); n != diskName && n != scriptName {
+		if n := e.Name(); n != diskName {
 			os.Remove(filepath.Join(d.dir, n))
 		}
 	}
@@ -659,13 +655,9 @@ func (d *debugfsRunner) run(ctx context.Context, cmds []string) ([]string, error
 	if len(cmds) == 0 {
 		return outs, nil
 	}
-	script := filepath.Join(d.dir, scriptName)
-	if err := os.WriteFile(script, []byte(strings.Join(cmds, "\n")+"\n"), 0o600); err != nil {
-		return nil, err
-	}
 	ctx, cancel := context.WithTimeout(ctx, debugfsTimeout)
 	defer cancel()
-	cmd, err := d.command(ctx)
+	cmd, err := d.command(ctx, cmds)
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,7 @@ const (
 	yamuxHeader   = 12
 	yamuxTypeData = 0
 	yamuxTypePing = 2
+	yamuxFlagSYN  = 1
 )
 
 // guardConn is the host's side of an agent connection below yamux: it
@@ -92,6 +93,13 @@ func (g *guardConn) scan(b []byte) error {
 		case yamuxTypeData:
 			g.skip = binary.BigEndian.Uint32(g.hdr[8:12])
 		case yamuxTypePing:
+			// Only a ping request (SYN) makes yamux start a goroutine
+			// that answers it; answers to the host's own pings are a
+			// map lookup, and a box unpaused after a long pause sends
+			// a backlog of them at once.
+			if binary.BigEndian.Uint16(g.hdr[2:4])&yamuxFlagSYN == 0 {
+				continue
+			}
 			if err := g.ping(); err != nil {
 				return err
 			}
@@ -100,7 +108,7 @@ func (g *guardConn) scan(b []byte) error {
 	return nil
 }
 
-// ping takes a token for one inbound ping frame.
+// ping takes a token for one inbound ping request.
 func (g *guardConn) ping() error {
 	now := time.Now()
 	g.tokens = min(pingBurst, g.tokens+now.Sub(g.last).Seconds()*pingRate)

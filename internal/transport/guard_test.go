@@ -101,3 +101,15 @@ func FuzzHostReadsGuestFrames(f *testing.F) {
 		}
 	})
 }
+
+// A box unpaused after a long pause answers the host's queued keepalive
+// pings at once: answers (ACK) are no ping requests and do not count.
+func TestGuardLetsPingAnswersThrough(t *testing.T) {
+	ack := yamuxFrame(yamuxTypePing, 2, 0, 7, nil)
+	g := newGuardConn(nil)
+	for i := 0; i < 10*pingBurst; i++ {
+		if err := g.scan(ack); err != nil {
+			t.Fatalf("ping answer %d cut the connection: %v", i, err)
+		}
+	}
+}
