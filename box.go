@@ -593,9 +593,10 @@ func (b *Box) dropConnLocked() {
 }
 
 // Close releases this handle's connection; the box keeps running. An
-// AutoRemove box is stopped and removed.
+// AutoRemove box that this process created is stopped and removed; one
+// another process created (a handle from Get or List) is left to it.
 func (b *Box) Close() error {
-	if _, cfg := b.snapshot(); cfg.Options.AutoRemove {
+	if _, cfg := b.snapshot(); cfg.Options.AutoRemove && (cfg.OwnerPID == 0 || cfg.OwnerPID == os.Getpid()) {
 		return b.remove(context.Background(), true)
 	}
 	b.dropConn()
