@@ -68,9 +68,12 @@ def server_env(airlock_bin: Path) -> Iterator[dict]:
     # Host volumes only under tmp/volumes (the tests check both sides).
     (tmp / "volumes").mkdir()
     env["AIRLOCK_TEST_VOLUMES"] = str(tmp / "volumes")
-    # Published ports only on free ports of 127.0.0.1 (host_port 0).
+    # Published ports only on free ports of 127.0.0.1 (host_port 0). Pulls
+    # from loopback are granted: the start-failure test names an image on a
+    # loopback registry that refuses the connection.
     proc = subprocess.Popen([str(airlock_bin), "serve", "--socket", str(sock), "--listen", "127.0.0.1:0",
-                             "--token", TOKEN, "--allow-volume", str(tmp / "volumes"), "--allow-publish", "127.0.0.1:0"],
+                             "--token", TOKEN, "--allow-volume", str(tmp / "volumes"), "--allow-publish", "127.0.0.1:0",
+                             "--allow-private-net"],
                             env=env, stdout=log, stderr=log)
     deadline = time.monotonic() + 30
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://airlock") as c:
