@@ -2,11 +2,14 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -128,4 +131,54 @@ func TestPullAddrGrants(t *testing.T) {
 			t.Errorf("%s with --allow-private-net: %v", tc.addr, err)
 		}
 	}
+}
+
+// A request refused for its token is logged as unauthenticated, not as
+// the token holder's.
+func TestHostileClientWrongTokenLoggedAsUnauthenticated(t *testing.T) {
+	var logBuf syncBuffer
+	s := New(Config{Runtime: openRuntime(t), Token: "right", Logger: slog.New(slog.NewJSONHandler(&logBuf, nil))})
+	ts := httptest.NewServer(s.Handler(true))
+	defer ts.Close()
+	for _, tok := range []string{"wrong", "right"} {
+		req, _ := http.NewRequest("GET", ts.URL+"/v1/boxes", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	clients := map[int]string{}
+	for _, line := range strings.Split(strings.TrimSpace(logBuf.String()), "\n") {
+		var e struct {
+			Path   string `json:"path"`
+			Status int    `json:"status"`
+			Client string `json:"client"`
+		}
+		if json.Unmarshal([]byte(line), &e) == nil && e.Path == "/v1/boxes" {
+			clients[e.Status] = e.Client
+		}
+	}
+	if clients[http.StatusUnauthorized] != "unauthenticated" || !strings.HasPrefix(clients[http.StatusOK], "token:") {
+		t.Fatalf("logged clients by status: %v", clients)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

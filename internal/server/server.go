@@ -548,8 +548,14 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		info := &reqInfo{id: id}
 		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), reqInfoKey, info)))
 		sw.deadline()
+		client := clientOf(r.Context())
+		if sw.status == http.StatusUnauthorized {
+			// The listener's client is the token holder: a request
+			// refused for its token is not theirs.
+			client = "unauthenticated"
+		}
 		attrs := []any{"request_id", id, "method", r.Method, "path", r.URL.Path, "status", sw.status,
-			"duration_ms", float64(time.Since(t0).Microseconds()) / 1000, "client", clientOf(r.Context())}
+			"duration_ms", float64(time.Since(t0).Microseconds()) / 1000, "client", client}
 		if m := boxPath.FindStringSubmatch(r.URL.Path); m != nil {
 			attrs = append(attrs, "box", m[1])
 		}
