@@ -1,11 +1,15 @@
 package server
 
 import (
+	"context"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/airlock-run/airlock"
 )
 
 // TestHostileClientSocketNoWindow: the API socket is owner-only from the
@@ -51,4 +55,35 @@ func TestHostileClientSocketNoWindow(t *testing.T) {
 	if _, err := os.Lstat(path); !os.IsNotExist(err) {
 		t.Errorf("socket left after Close: %v", err)
 	}
+}
+
+// TestHostileClientConcurrentDisks: a create in progress holds its disk
+// against the free-space reserve until it is made (and listed) or fails,
+// so creates at the same moment cannot each take the same free space.
+func TestHostileClientConcurrentDisks(t *testing.T) {
+	s := New(Config{Runtime: openRuntime(t), Policy: Policy{MaxDiskMiB: NoLimit}})
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(s.rt.Home(), &fs); err != nil {
+		t.Fatal(err)
+	}
+	free := int(int64(fs.Bavail) * fs.Bsize >> 20)
+	if free-3072 > 1<<20 || free < 3072+64 {
+		t.Skipf("%d MiB free: outside the API's disk sizes", free)
+	}
+	ctx := context.Background()
+	big := airlock.BoxOptions{Image: "x", DiskSizeMiB: free - 3072}
+	release, err := s.checkCreate(ctx, &big)
+	if err != nil {
+		t.Fatalf("the first big disk: %v", err)
+	}
+	second := big
+	if _, err := s.checkCreate(ctx, &second); err == nil || !strings.Contains(err.Error(), "--min-free-disk") {
+		t.Fatalf("a second big disk while the first is being made: %v, want a refusal naming --min-free-disk", err)
+	}
+	release()
+	r2, err := s.checkCreate(ctx, &second)
+	if err != nil {
+		t.Fatalf("the second big disk once the first create is over (it failed): %v", err)
+	}
+	r2()
 }

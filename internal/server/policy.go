@@ -277,7 +277,7 @@ func (s *Server) checkCreate(ctx context.Context, opts *airlock.BoxOptions) (rel
 	if err := s.checkBoxRoom(ctx, 1, ""); err != nil {
 		return nil, err
 	}
-	volMiB, release, err := s.reserveVolumes(ctx, opts.Volumes)
+	volMiB, releaseVolumes, err := s.reserveVolumes(ctx, opts.Volumes)
 	if err != nil {
 		return nil, err
 	}
@@ -285,11 +285,23 @@ func (s *Server) checkCreate(ctx context.Context, opts *airlock.BoxOptions) (rel
 	if volMiB > 0 {
 		what += fmt.Sprintf(" and %d MiB of new named volumes", volMiB)
 	}
-	if err := s.checkFreeDisk(ctx, what, int64(disk)+int64(volMiB)); err != nil {
-		release()
+	want := int64(disk) + int64(volMiB)
+	if err := s.checkFreeDisk(ctx, what, want); err != nil {
+		releaseVolumes()
 		return nil, err
 	}
-	return release, nil
+	// Until the box is made (and listed, its disk counted as owed),
+	// creates beside this one count its disk as taken.
+	c := &s.caps
+	c.mu.Lock()
+	c.diskMiB += want
+	c.mu.Unlock()
+	return func() {
+		releaseVolumes()
+		c.mu.Lock()
+		c.diskMiB -= want
+		c.mu.Unlock()
+	}, nil
 }
 
 // capState counts what requests in progress are making that the caps
@@ -298,6 +310,7 @@ type capState struct {
 	mu        sync.Mutex
 	volumes   map[string]int // named volumes being created: MiB by name
 	snapshots int            // snapshots being taken
+	diskMiB   int64          // disks (and new volumes) of creates in progress
 }
 
 // reserveVolumes checks the named volumes that vols would create (those
@@ -393,10 +406,13 @@ func (s *Server) checkFreeDisk(ctx context.Context, what string, wantMiB int64) 
 			owed += max(0, int64(i.Options.DiskSizeMiB)-i.DiskBytes>>20)
 		}
 	}
+	s.caps.mu.Lock()
+	owed += s.caps.diskMiB // creates in progress, not listed yet
+	s.caps.mu.Unlock()
 	if free-owed-wantMiB >= reserve {
 		return nil
 	}
-	return denied("%s: the filesystem of the airlock home (%s) has %d MiB free, the boxes not stopped may still write %d MiB into their disks and this request %d MiB, and this server keeps %d MiB free (airlock serve --min-free-disk): remove boxes, snapshots or volumes, or ask for less",
+	return denied("%s: the filesystem of the airlock home (%s) has %d MiB free, the boxes not stopped and the creates in progress may still write %d MiB into their disks and this request %d MiB, and this server keeps %d MiB free (airlock serve --min-free-disk): remove boxes, snapshots or volumes, or ask for less",
 		what, home, free, owed, wantMiB, reserve)
 }
 
