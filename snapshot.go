@@ -111,8 +111,7 @@ func (r *Runtime) snapshotter() (vmm.Snapshotter, error) {
 
 // Snapshot saves the running box's memory, device state and writable
 // layer as snapshot name under Home/snapshots: the box is paused while its
-// state is written and its disk copied (about half a second under TCG for
-// a small box), then runs on. Boxes restored from it (Create with
+// state is written and its disk copied, then runs on. Boxes restored from it (Create with
 // BoxOptions.FromSnapshot) start where it was, with its running processes.
 // Errors: ErrBoxNotRunning, ErrSnapshotExists, vmm.ErrNotSupported for a
 // driver without snapshots.

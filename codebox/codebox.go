@@ -1,5 +1,5 @@
 // Package codebox runs Python in an airlock box: one-off snippets
-// (CodeBox.Run, as BoxLite's CodeBox.run) and stateful, notebook-like
+// (CodeBox.Run) and stateful, notebook-like
 // contexts (CodeBox.NewContext) that keep variables, imports and functions
 // between calls and return the value of the last expression, the exception
 // and any matplotlib figures.
@@ -8,14 +8,13 @@
 // Everything the code does happens inside the box's VM; the host only sends
 // source text and reads output back.
 //
-// Differences from BoxLite's CodeBox:
+// Failures and limits:
 //   - Run returns the stdout it got and, when Python exits non-zero, an
 //     *ExecError carrying the exit code, stdout and stderr (the traceback).
-//     BoxLite's run() returns stdout only and hides the failure.
 //   - Timeouts are enforced: Options.Timeout or a context deadline kills the
 //     Python process and everything it started, and the error says it timed
-//     out. BoxLite accepts run(timeout=...) but does not enforce it.
-//   - Close stops and removes the box (BoxLite's async context exit).
+//     out.
+//   - Close stops and removes the box.
 package codebox
 
 import (
@@ -195,9 +194,8 @@ func lastLine(s string) string {
 const maxArg = 96 << 10
 
 // Run runs code with `python -c` in a fresh interpreter and returns its
-// standard output. Unlike BoxLite's run(), which returns stdout only, a
-// non-zero exit returns the stdout produced so far together with an
-// *ExecError (exit code, stdout, stderr with the traceback), and
+// standard output. A non-zero exit returns the stdout produced so far
+// together with an *ExecError (exit code, stdout, stderr with the traceback), and
 // Options.Timeout or a ctx deadline is enforced: the Python process tree
 // is killed and the *ExecError has TimedOut set. Other errors: the box is
 // not running or died (airlock.ErrBoxNotRunning, airlock.ErrBoxDied), or
@@ -294,7 +292,7 @@ func (c *CodeBox) writeFile(ctx context.Context, p string, data []byte) error {
 
 // InstallPackage runs `python -m pip install pkg` in the box (pkg is any
 // pip requirement: "requests", "numpy==1.26.4") and returns pip's stdout
-// followed by its stderr, as BoxLite does. A failed install returns that
+// followed by its stderr. A failed install returns that
 // output and an *ExecError. Options.IndexURL selects the package index.
 func (c *CodeBox) InstallPackage(ctx context.Context, pkg string) (string, error) {
 	return c.InstallPackages(ctx, pkg)
@@ -329,7 +327,7 @@ func (c *CodeBox) InstallPackages(ctx context.Context, pkgs ...string) (string, 
 }
 
 // Exec runs any command in the box; it is Box.Exec (a non-zero exit is in
-// the result, not an error). It is BoxLite's exec().
+// the result, not an error).
 func (c *CodeBox) Exec(ctx context.Context, cmd string, args []string, opts airlock.ExecOptions) (*airlock.ExecResult, error) {
 	return c.box.Exec(ctx, cmd, args, opts)
 }

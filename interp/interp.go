@@ -10,7 +10,7 @@
 //     the last expression, the exception with its traceback, and a note of
 //     the images produced. The loop ends when the model answers without tool
 //     calls, or after MaxSteps rounds.
-//   - OneShot: the loop of BoxLite's "code interpreter in ten minutes": ask
+//   - OneShot: for endpoints without tool calls: ask
 //     the model for code, take the fenced ```python block (or the whole
 //     reply), run it once with CodeBox.Run, and return its output.
 //

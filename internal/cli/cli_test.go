@@ -151,6 +151,24 @@ func TestCLIRun(t *testing.T) {
 
 // TestCLIFlagErrors: bad flag values fail with status 125 before anything
 // boots, with a hint about the flag at fault.
+// TestCLIMCPFlagsMatchRun: airlock mcp takes run's network flags and size
+// syntax, with run's help (it once documented the old mode names).
+func TestCLIMCPFlagsMatchRun(t *testing.T) {
+	c := cli{t, t.TempDir()}
+	out, _, code := c.run("mcp", "--help")
+	if code != 0 {
+		t.Fatalf("mcp --help: exit %d", code)
+	}
+	for _, want := range []string{`"public" (default`, `"allowlist"`, `"none"`, "--allow-net", "--allow-host-port", "512m, 2g"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("mcp --help lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "enabled") || strings.Contains(out, "disabled") {
+		t.Errorf("mcp --help names the old network modes:\n%s", out)
+	}
+}
+
 func TestCLIFlagErrors(t *testing.T) {
 	c := cli{t, t.TempDir()}
 	for _, tc := range []struct {
@@ -165,6 +183,7 @@ func TestCLIFlagErrors(t *testing.T) {
 		{[]string{"run", "--memory", "1q", "python:slim", "true"}, "want a size such as 512m or 2g", "duration"},
 		{[]string{"run", "--memory", "100000g", "python:slim", "true"}, "more than this host's RAM", ""},
 		{[]string{"run", "--disk-size", "abc", "python:slim", "true"}, "--disk-size \"abc\"", ""},
+		{[]string{"mcp", "--memory", "1q"}, "want a size such as 512m or 2g", ""},
 		{[]string{"run", "--bogus", "python:slim"}, "unknown flag: --bogus", "MiB"},
 		{[]string{"fork", "somebox", "-n", "0"}, "fork: -n 0: want 1..64", ""},
 		{[]string{"fork", "somebox", "-n", "65"}, "fork: -n 65: want 1..64", ""},

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"fmt"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
@@ -13,6 +15,8 @@ func init() { extraCommands = append(extraCommands, newMCPCmd) }
 
 func newMCPCmd() *cobra.Command {
 	var opts airlock.BoxOptions
+	var nf netFlags
+	var memory string
 	cmd := &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve the Model Context Protocol over stdio (tools that run code in a box)",
@@ -27,6 +31,14 @@ Example client configuration:
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// stdout is the protocol: warnings and pull progress go to stderr.
+			mem, err := sizeFlag("memory", memory)
+			if err != nil {
+				return usagef(cmd, "%v", err)
+			}
+			opts.MemoryMiB = mem
+			if err := nf.apply(&opts); err != nil {
+				return err
+			}
 			rt, err := openRuntime(cmd)
 			if err != nil {
 				return err
@@ -38,7 +50,7 @@ Example client configuration:
 	f := cmd.Flags()
 	f.StringVar(&opts.Image, "image", airlock.DefaultImage, "image of the session's box (needs Python)")
 	f.IntVar(&opts.CPUs, "cpus", 0, "vCPUs of the box (default 1)")
-	f.IntVar(&opts.MemoryMiB, "memory", 0, "RAM of the box in MiB (default 512)")
-	f.StringVar(&opts.Network, "network", "", "enabled (default) or disabled")
+	f.StringVarP(&memory, "memory", "m", "", fmt.Sprintf("guest memory: 512m, 2g; a bare number is MiB (default %d MiB)", airlock.DefaultMemoryMiB))
+	nf.add(cmd, false)
 	return cmd
 }

@@ -181,7 +181,7 @@ func (s *Server) registerCode() {
 	huma.Register(s.api, huma.Operation{
 		OperationID: "code-run", Method: http.MethodPost, Path: "/v1/boxes/{id}/code/run", Tags: []string{"code"},
 		Summary:     "Run Python code (python -c) in a fresh interpreter",
-		Description: "Like BoxLite's CodeBox.run, but the timeout is enforced and a failure is reported in exit_code, stderr and error.",
+		Description: "The timeout is enforced (the Python process tree is killed) and a failure is reported in exit_code, stderr and error.",
 		Errors:      errs,
 	}, func(ctx context.Context, in *struct {
 		ID   string `path:"id" maxLength:"128"`

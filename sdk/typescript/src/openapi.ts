@@ -101,7 +101,7 @@ export interface paths {
         put?: never;
         /**
          * Run Python code (python -c) in a fresh interpreter
-         * @description Like BoxLite's CodeBox.run, but the timeout is enforced and a failure is reported in exit_code, stderr and error.
+         * @description The timeout is enforced (the Python process tree is killed) and a failure is reported in exit_code, stderr and error.
          */
         post: operations["code-run"];
         delete?: never;
