@@ -32,6 +32,9 @@ func TestPackageRules(t *testing.T) {
 		"internal/image/unpack": {"internal/image"},
 		"internal/rootfs":       {"internal/image", "internal/guestabi", "internal/scratch"},
 		"internal/assets":       {"internal/defaults"},
+		// The box archive format: hostile input read against limits its
+		// caller gives; no VM driver (checks that need one are passed in).
+		"internal/boxarchive": {"internal/image"},
 		// The box network: a user-mode stack in a helper process per box,
 		// which knows nothing of VMs or boxes.
 		"internal/netstack":     {"internal/defaults"},
@@ -54,7 +57,7 @@ func TestPackageRules(t *testing.T) {
 		// (defaults.ChildEnv), never a setting.
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/rootfs", "internal/image", "internal/defaults"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs", "internal/headtail", "internal/netstack"},
+		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs", "internal/headtail", "internal/netstack", "internal/boxarchive"},
 		"codebox": {""},
 		"interp":  {"codebox"},
 	}

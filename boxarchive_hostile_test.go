@@ -1,7 +1,6 @@
 package airlock_test
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -49,80 +48,6 @@ func hostileMeta(digest string, memMiB, diskMiB int64, extents [][2]int64, dataL
 		"image_digest": digest, "config": json.RawMessage(cfg),
 		"disk":  map[string]any{"size": diskMiB << 20, "extents": extents},
 		"files": []map[string]any{{"name": "rw.ext4.data", "size": dataLen, "sha256": sum}}}
-}
-
-// ustarHeader is a raw ustar header block (archive/tar's writer does not
-// write the records a sparse entry needs).
-func ustarHeader(name string, typ byte, size int) []byte {
-	b := make([]byte, 512)
-	copy(b[0:], name)
-	copy(b[100:], "0000600\x00")
-	copy(b[108:], "0000000\x00")
-	copy(b[116:], "0000000\x00")
-	copy(b[124:], fmt.Sprintf("%011o\x00", size))
-	copy(b[136:], "00000000000\x00")
-	b[156] = typ
-	copy(b[257:], "ustar\x0000")
-	copy(b[148:], "        ")
-	sum := 0
-	for _, c := range b {
-		sum += int(c)
-	}
-	copy(b[148:], fmt.Sprintf("%06o\x00 ", sum))
-	return b
-}
-
-func padBlock(b []byte) []byte {
-	if r := len(b) % 512; r != 0 {
-		b = append(b, make([]byte, 512-r)...)
-	}
-	return b
-}
-
-func paxRecord(k, v string) string {
-	n := len(k) + len(v) + 3
-	for {
-		s := fmt.Sprintf("%d %s=%s\n", n, k, v)
-		if len(s) == n {
-			return s
-		}
-		n = len(s)
-	}
-}
-
-// TestImportRefusesSparseBomb: a tar entry in GNU sparse format (PAX
-// GNU.sparse.* records) reads as its full "real" size of zeros, which
-// archive/tar expands without bound: a 4 KiB archive would write the
-// whole disk (or state file) the metadata declares onto the host. Such an
-// entry is refused and leaves no box.
-func TestImportRefusesSparseBomb(t *testing.T) {
-	digest := archiveImageDigest(t)
-	r := openRuntime(t, "")
-	const real = 16 << 20
-	meta, _ := json.Marshal(hostileMeta(digest, 512, 16, [][2]int64{{0, real}}, real, sha256Hex(make([]byte, real))))
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "airlock-box.json", Size: int64(len(meta)), Mode: 0o600, Typeflag: tar.TypeReg})
-	tw.Write(meta)
-	tw.Flush()
-	pax := paxRecord("GNU.sparse.major", "1") + paxRecord("GNU.sparse.minor", "0") +
-		paxRecord("GNU.sparse.name", "rw.ext4.data") + paxRecord("GNU.sparse.realsize", fmt.Sprint(real))
-	buf.Write(ustarHeader("PaxHeaders/rw.ext4.data", tar.TypeXHeader, len(pax)))
-	buf.Write(padBlock([]byte(pax)))
-	// The sparse map (one 4-byte data region at the end), then the data.
-	body := append(padBlock([]byte(fmt.Sprintf("1\n%d\n4\n", real-4))), 0, 0, 0, 0)
-	buf.Write(ustarHeader("GNUSparseFile.0/rw.ext4.data", tar.TypeReg, len(body)))
-	buf.Write(padBlock(body))
-	buf.Write(make([]byte, 1024))
-	t.Logf("archive: %d bytes for %d bytes of disk data", buf.Len(), real)
-
-	_, err := r.ImportBox(context.Background(), &buf, airlock.ImportOptions{})
-	if err == nil || !strings.Contains(err.Error(), "sparse") {
-		t.Errorf("import of a sparse tar entry: %v, want it refused as sparse", err)
-	}
-	if boxes, _ := r.List(context.Background()); len(boxes) != 0 {
-		t.Errorf("a refused import left boxes: %d", len(boxes))
-	}
 }
 
 // TestImportBoundsSizes: what an archive's box configuration declares is
@@ -217,7 +142,9 @@ func TestImportFailureLeavesNothing(t *testing.T) {
 // its snapshot.json's agent version, end up in the imported snapshot's
 // record (airlock snapshot ls prints the id, inspect the rest): control
 // characters (a terminal escape) and ids that are no box id are refused,
-// and leave no snapshot.
+// and leave no snapshot. (internal/boxarchive's TestHostileArchiveRefused
+// has more of the ids it refuses; the name and agent version are checked
+// here, by the root package.)
 func TestImportRefusesOddNames(t *testing.T) {
 	digest := archiveImageDigest(t)
 	r := openRuntime(t, "")
@@ -242,7 +169,6 @@ func TestImportRefusesOddNames(t *testing.T) {
 		want string
 	}{
 		"escape in the box id":        {func(m map[string]any) { m["box"] = "\x1b[2J\x1b[31mrm -rf" }, "{}", "box id"},
-		"path as the box id":          {func(m map[string]any) { m["box"] = "../../x" }, "{}", "box id"},
 		"newline in the name":         {func(m map[string]any) { m["box_name"] = "ok\nINJECTED" }, "{}", "box name"},
 		"escape in the name":          {func(m map[string]any) { m["box_name"] = "a\x1b]0;title\x07" }, "{}", "box name"},
 		"escape in the agent version": {nil, `{"agent_version":"1\u001b[2J","driver":"qemu"}`, "agent version"},

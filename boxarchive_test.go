@@ -279,9 +279,13 @@ func archive(t *testing.T, meta any, entries ...[2]string) []byte {
 	return buf.Bytes()
 }
 
-// TestImportRefusesHostileArchives: entries out of place, links, sizes
-// past the box's, data outside the disk, a wrong checksum and an unknown
-// image are refused, and leave no box.
+// TestImportRefusesHostileArchives: ImportBox refuses what
+// internal/boxarchive refuses (its TestHostileArchiveRefused has the
+// format's cases: entries out of place, links, sizes past the box's, data
+// outside the disk, a wrong checksum), sizing the disk and RAM image from
+// the archive's box configuration, and an unknown image; a refused archive
+// leaves no box; a well-formed one is imported without the host resources
+// its configuration names.
 func TestImportRefusesHostileArchives(t *testing.T) {
 	ctx := context.Background()
 	r := openRuntime(t, "")
@@ -304,48 +308,24 @@ func TestImportRefusesHostileArchives(t *testing.T) {
 			{"name": "snapshot.json", "size": 2, "sha256": sum("{}")}, {"name": "machine.json", "size": 2, "sha256": sum("{}")},
 			{"name": "state", "size": 2, "sha256": sum("{}")}, {"name": "ram.data", "size": ramData, "sha256": sum("")}}
 	}
+	// The format's own checks are internal/boxarchive's tests
+	// (TestHostileArchiveRefused); here, that ImportBox applies them and
+	// the root package's own.
 	cases := []struct {
 		name string
 		arc  []byte
 		want string
 	}{
 		{"not an archive", []byte("hello"), "read archive"},
-		{"other first entry", archive(t, nil)[:0], "ends before"},
 		{"unknown image", archive(t, meta(nil), [2]string{"rw.ext4.data", "data"}), "not in the image store"},
-		{"newer format", archive(t, meta(func(m map[string]any) { m["v"] = 2 })), "format version 2"},
-		{"extent outside the disk", archive(t, meta(func(m map[string]any) {
-			m["disk"] = map[string]any{"size": 16 << 20, "extents": [][2]int64{{16 << 20, 4}}}
-		})), "outside"},
 		{"disk bigger than the box's", archive(t, meta(func(m map[string]any) {
 			m["disk"] = map[string]any{"size": 1 << 40, "extents": [][2]int64{}}
 		})), "not the 16 MiB"},
-		{"state past the memory size", archive(t, meta(func(m map[string]any) {
-			m["kind"] = "snapshot"
-			m["files"] = []map[string]any{{"name": "rw.ext4.data", "size": 4, "sha256": sum("data")},
-				{"name": "snapshot.json", "size": 2, "sha256": sum("{}")}, {"name": "machine.json", "size": 2, "sha256": sum("{}")},
-				{"name": "state", "size": int64(8) << 30, "sha256": sum("")}}
-		})), "over what its box allows"},
 		{"RAM image bigger than the box's memory", archive(t, meta(func(m map[string]any) {
 			m["kind"] = "snapshot"
 			m["ram"] = map[string]any{"size": 1 << 40, "extents": [][2]int64{}}
 			m["files"] = withRAM(4096)
 		})), "not the 512 MiB"},
-		{"RAM image range outside its size", archive(t, meta(func(m map[string]any) {
-			m["kind"] = "snapshot"
-			m["ram"] = map[string]any{"size": 512 << 20, "extents": [][2]int64{{512 << 20, 4096}}}
-			m["files"] = withRAM(4096)
-		})), "RAM image map has a range"},
-		{"RAM image data longer than its map", archive(t, meta(func(m map[string]any) {
-			m["kind"] = "snapshot"
-			m["ram"] = map[string]any{"size": 512 << 20, "extents": [][2]int64{{0, 4096}}}
-			m["files"] = withRAM(1 << 30)
-		})), "over what its box allows"},
-		{"a RAM image in an archive without memory", archive(t, meta(func(m map[string]any) {
-			m["ram"] = map[string]any{"size": 512 << 20, "extents": [][2]int64{}}
-		})), "not of a snapshot"},
-		{"a path instead of an entry name", archive(t, meta(func(m map[string]any) {
-			m["files"] = []map[string]any{{"name": "../../etc/passwd", "size": 4, "sha256": sum("data")}}
-		})), "where rw.ext4.data belongs"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -357,8 +337,8 @@ func TestImportRefusesHostileArchives(t *testing.T) {
 	}
 
 	// With the real image: a symlink entry, a wrong checksum and data
-	// past the declared size are refused after the box is recorded, and
-	// the box is gone again.
+	// short of the declared size are refused while the disk is read,
+	// before the box is recorded, and leave no box.
 	s, err := image.Open(vmtest.ImagesDir())
 	if err != nil {
 		t.Skip(err)
