@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/vmm"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
 )
@@ -20,16 +22,29 @@ func OpenWithDriver(opts Options, drv vmm.Driver) (*Runtime, error) {
 	return openWith(opts, drv)
 }
 
+// RequireTestFaults skips t, saying why, unless this test binary carries
+// the test-only faults and seams (go test -tags airlock_testfaults, as
+// hack/test.sh runs the tests that need them).
+func RequireTestFaults(t testing.TB) {
+	t.Helper()
+	if !guestabi.TestFaults {
+		t.Skip("needs the test-only faults: go test -tags airlock_testfaults (hack/test.sh passes it)")
+	}
+}
+
 // OpenWedgedQEMU opens a runtime on the QEMU driver whose guest agents
-// never report the end of an exec (tests only: qemu.Options.TestWedgeExec).
+// never report the end of an exec (tests only: qemu.WedgeExec, in builds
+// with the airlock_testfaults tag; without it, an error says so).
 func OpenWedgedQEMU(opts Options) (*Runtime, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	qo := qemuOptions(opts)
-	qo.TestWedgeExec = true
-	return openWith(opts, qemu.New(qo))
+	d := qemu.New(qemuOptions(opts))
+	if err := wedgeExec(d); err != nil {
+		return nil, err
+	}
+	return openWith(opts, d)
 }
 
 // OpenConfinedWithout opens a runtime on the QEMU driver whose boxes are

@@ -20,6 +20,7 @@ func TestWedgedAgentFake(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out the host's ~9 s exec timer")
 	}
+	airlock.RequireTestFaults(t)
 	drv := fake.New(os.Getenv("AIRLOCK_AGENT"))
 	drv.TestWedgeExec = true
 	h := fakeHarnessOn(t, drv)

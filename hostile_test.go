@@ -277,6 +277,7 @@ func TestHostile(t *testing.T) {
 // with ErrBoxDied and the output so far is kept.
 func TestHostileWedgedAgentAndKilledVM(t *testing.T) {
 	vmtest.Require(t)
+	airlock.RequireTestFaults(t)
 	t0 := time.Now()
 	r, err := airlock.OpenWedgedQEMU(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
 	if err != nil {
@@ -292,7 +293,7 @@ func TestHostileWedgedAgentAndKilledVM(t *testing.T) {
 
 	res := exec(t, b, airlock.ExecOptions{Timeout: time.Second, KillGrace: 100 * time.Millisecond}, "sh", "-c", "echo before; sleep 600")
 	if !res.TimedOut || string(res.Stdout) != "before\n" || !strings.Contains(res.ErrorMessage, "unhealthy") {
-		t.Fatalf("wedged exec: %+v", res)
+		t.Fatalf("wedged exec (is the agent built with -tags airlock_testfaults? vmtest.BuildAgent does so in such builds): %+v", res)
 	}
 	if b.Unhealthy() == "" {
 		t.Fatal("box not marked unhealthy")

@@ -28,6 +28,7 @@ import (
 // connection setup as the box sees it, and the helper's RSS.
 func BenchmarkNetwork(b *testing.B) {
 	vmtest.Require(b)
+	RequireTestFaults(b) // the slirp yardstick is a test-only seam
 	const runs, mib = 5, 32
 	srv := newBenchServer(b, mib)
 	r, err := Open(Options{Home: b.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
@@ -46,7 +47,7 @@ func BenchmarkNetwork(b *testing.B) {
 		// Rotate the order each run: the host's load drifts.
 		for j := range order {
 			k := order[(i+j)%len(order)]
-			slirpForBench.Store(k == "slirp")
+			setBenchSlirp(k == "slirp")
 			opts := BoxOptions{Network: NetworkPublic, AllowHostPorts: []int{srv.port, srv.port + 1}}
 			if k == "none" {
 				opts = BoxOptions{Network: NetworkNone}
@@ -89,7 +90,7 @@ func BenchmarkNetwork(b *testing.B) {
 			box.Remove(ctx, true)
 		}
 	}
-	slirpForBench.Store(false)
+	setBenchSlirp(false)
 	med := func(v []float64) float64 {
 		if len(v) == 0 {
 			return 0

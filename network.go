@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -177,11 +176,6 @@ func hasNetwork(cfg boxConfig) bool {
 	return netMode(o.Network, o.AllowNet) != NetworkNone
 }
 
-// slirpForBench, set only by the network benchmark, gives boxes QEMU's
-// user-mode networking (slirp) instead of the helper, to compare the two.
-// It is not a user option: slirp lets a box reach the host's loopback.
-var slirpForBench atomic.Bool
-
 // sockPath is where the box's unix socket name lives (see boxdir.SockPath).
 func (b *Box) sockPath(name string) string { return boxdir.SockPath(b.dir, b.id, name) }
 
@@ -191,7 +185,7 @@ func (b *Box) netSpec(cfg boxConfig) *vmm.NetSpec {
 	if !hasNetwork(cfg) {
 		return nil
 	}
-	if slirpForBench.Load() {
+	if benchSlirp() {
 		return &vmm.NetSpec{}
 	}
 	return &vmm.NetSpec{Socket: b.sockPath(boxdir.NetSock), MTU: netstack.MTU}
@@ -219,7 +213,7 @@ func (n *netStart) joined() {
 func (b *Box) startNet(cfg boxConfig) (n *netStart, err error) {
 	b.stopNet()
 	os.Remove(filepath.Join(b.dir, boxdir.NetPorts))
-	if !hasNetwork(cfg) || slirpForBench.Load() {
+	if !hasNetwork(cfg) || benchSlirp() {
 		return nil, nil
 	}
 	bin := b.r.opts.NetHelper

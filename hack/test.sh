@@ -4,7 +4,12 @@
 # AIRLOCK_REQUIRE_VM=1 (the default here) a missing QEMU, kernel or image is a
 # failure, not a skip. First, every test that needs no VM (-short: the unit
 # tests and the lifecycle suite on the fake driver) runs under the race
-# detector. Extra arguments go to both `go test` runs (e.g. -run TestBox).
+# detector, built as released (no test-only faults: they must be absent and
+# refused there). Then every test runs, built with -tags airlock_testfaults
+# (the test-only faults and seams, e.g. the wedged agent of
+# TestHostileWedgedAgentAndKilledVM; tests that need them skip, saying so,
+# without the tag). Extra arguments go to both `go test` runs (e.g. -run
+# TestBox).
 # Then the Python SDK's tests (pytest in sdk/python/.venv, made by setup.sh)
 # run against a real airlock serve; AIRLOCK_SKIP_PYTHON=1 skips them. Then
 # the TypeScript SDK's: its generated API types are checked against
@@ -28,8 +33,9 @@ stage() {
 	fi
 }
 stage "go vet" go vet ./...
+stage "go vet (test faults)" go vet -tags airlock_testfaults ./...
 stage "go test -race -short" go test -race -short -count=1 -timeout 30m "$@" ./...
-stage "go test (with VMs)" go test -count=1 -timeout 60m "$@" ./...
+stage "go test (with VMs, test faults)" go test -tags airlock_testfaults -count=1 -timeout 60m "$@" ./...
 if [ "${AIRLOCK_SKIP_PYTHON:-0}" != 1 ]; then
 	if [ ! -x sdk/python/.venv/bin/python ]; then
 		echo "sdk/python/.venv missing: run hack/setup.sh (or AIRLOCK_SKIP_PYTHON=1)" >&2

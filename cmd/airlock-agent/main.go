@@ -67,9 +67,8 @@ func serveHost(listen, root string) {
 		fmt.Fprintln(os.Stderr, "airlock-agent:", err)
 		os.Exit(1)
 	}
-	g := agent.NewServer(agent.Config{Root: root, ReapAll: os.Getpid() == 1, Shutdown: func() { os.Exit(0) },
-		// A test-only fault, off unless the fake driver's test asked for it.
-		TestWedgeExec: os.Getenv(guestabi.HostTestWedgeExecEnv) == "1"}).Handle
+	hostTestFaults()
+	g := agent.NewServer(agent.Config{Root: root, ReapAll: os.Getpid() == 1, Shutdown: func() { os.Exit(0) }}).Handle
 	fmt.Fprintf(os.Stderr, "%sready on %s (host mode)\n", guestabi.LogPrefix, path)
 	err = agent.ServeListener(l, noKey{}, g, agent.ListenLimits{})
 	fmt.Fprintln(os.Stderr, "airlock-agent:", err)
@@ -165,14 +164,13 @@ func runInit() {
 		guestinit.Logf("network: %v", err)
 	}
 	stamp("network up")
+	guestTestFaults()
 	srv := agent.NewServer(agent.Config{
-		Root:       guestinit.NewRoot,
-		CgroupRoot: filepath.Join(guestinit.NewRoot, "sys/fs/cgroup"),
-		ReapAll:    true,
-		Shutdown:   guestinit.PowerOff,
-		// A test-only fault, off unless the host asked for it.
-		TestWedgeExec: p.TestWedgeExec,
-		SetHostname:   guestinit.Hostname,
+		Root:        guestinit.NewRoot,
+		CgroupRoot:  filepath.Join(guestinit.NewRoot, "sys/fs/cgroup"),
+		ReapAll:     true,
+		Shutdown:    guestinit.PowerOff,
+		SetHostname: guestinit.Hostname,
 	})
 	go srv.Prewarm()
 	g := srv.Handle

@@ -581,8 +581,9 @@ func (s *Server) Exec(stream execStream) error {
 		pump(p.stderr, drain, readSize, capped(errLim, sendErr))
 	}()
 
-	if s.cfg.TestWedgeExec {
-		// Test-only fault (Config.TestWedgeExec): output still flows, but
+	if wedgeExec() {
+		// Test-only fault (TestWedgeExec, in builds with the
+		// airlock_testfaults tag only): output still flows, but
 		// the timeout and the exit are never acted on or reported, until
 		// the host gives up on the call.
 		<-ctx.Done()

@@ -43,11 +43,6 @@ type Config struct {
 	// Each exec's memory.max is the guest's memory less a reserve for the
 	// agent (see limits.go).
 	ExecPids int
-	// TestWedgeExec is a test-only fault: the Exec handler starts the
-	// process and forwards its output, but never enforces its timeout nor
-	// reports its exit, as a wedged agent would. The guest agent sets it from
-	// airlock.test_wedge_exec=1 on the kernel command line.
-	TestWedgeExec bool
 	// SetHostname, when set, gives the box a new hostname (Restored).
 	SetHostname func(name string)
 }

@@ -42,12 +42,6 @@ type Boot struct {
 	VsockPort  uint32 // airlock.vsock: also serve on this AF_VSOCK port (0 = not)
 	Ports      int    // airlock.ports: how many agent ports to expect (0 = any)
 	Debug      bool   // airlock.debug: log boot phases with their uptime
-	// TestWedgeExec (airlock.test_wedge_exec=1) is a TEST-ONLY fault: the
-	// agent's exec handler starts the process but never reports its end
-	// nor enforces its timeout, as a wedged agent would
-	// (agent.Config.TestWedgeExec). Only tests set it (the QEMU driver's
-	// Options.TestWedgeExec); nothing a user configures reaches it.
-	TestWedgeExec bool
 	// KernelIP is set when the command line has ip=: the kernel (with
 	// CONFIG_IP_PNP) has already brought lo and eth0 up with their address
 	// and default route. Args adds UserNetIPParam for it.
@@ -85,9 +79,6 @@ func (b Boot) Args() []string {
 	if b.Debug {
 		a = append(a, "airlock.debug=1")
 	}
-	if b.TestWedgeExec {
-		a = append(a, "airlock.test_wedge_exec=1")
-	}
 	if b.KernelIP {
 		a = append(a, UserNetIPParam)
 	}
@@ -119,8 +110,6 @@ func ParseCmdline(cmdline string) Boot {
 			p.KernelIP = v != "" && v != "off" && v != "none"
 		case "airlock.debug":
 			p.Debug = v != "0"
-		case "airlock.test_wedge_exec":
-			p.TestWedgeExec = v == "1"
 		case "airlock.vsock":
 			if n, err := strconv.ParseUint(v, 10, 32); err == nil {
 				p.VsockPort = uint32(n)
@@ -137,7 +126,7 @@ func ParseCmdline(cmdline string) Boot {
 // hands it to the VMM: anything else (init=, a module parameter, a "--"
 // tail for /init) is not airlock's.
 func KnownParam(f string) bool {
-	if f == UserNetIPParam || f == BareParam {
+	if f == UserNetIPParam || f == BareParam || testFaultParam(f) {
 		return true
 	}
 	k, v, ok := strings.Cut(f, "=")
@@ -161,7 +150,7 @@ func KnownParam(f string) bool {
 	case "airlock.ports":
 		n, err := strconv.Atoi(v)
 		return err == nil && n > 0 && n <= 64
-	case "airlock.debug", "airlock.test_wedge_exec":
+	case "airlock.debug":
 		return v == "1"
 	case "airlock.vol":
 		vols, err := ParseVolumes(f)

@@ -10,7 +10,7 @@ func TestBootRoundTrip(t *testing.T) {
 	for _, b := range []Boot{
 		Defaults(),
 		{Root: "/dev/vdb", RootFSType: "erofs", RW: "/dev/vdc", Port: PortPrefix, Hostname: "web-1", Net: NetUser, Ports: 4, KernelIP: true},
-		{Root: "/dev/vda", RootFSType: "ext4", RW: "/dev/vdb", Port: "other.", Hostname: "0123456789ab", VsockPort: 1024, Debug: true, TestWedgeExec: true},
+		{Root: "/dev/vda", RootFSType: "ext4", RW: "/dev/vdb", Port: "other.", Hostname: "0123456789ab", VsockPort: 1024, Debug: true},
 	} {
 		line := "console=ttyS0 quiet " + strings.Join(b.Args(), " ") + " panic=-1"
 		if got := ParseCmdline(line); !reflect.DeepEqual(got, b) {
@@ -31,5 +31,16 @@ func TestParseCmdline(t *testing.T) {
 	}
 	if p := ParseCmdline("airlock.ports=x airlock.vsock=-1"); p.Ports != 0 || p.VsockPort != 0 {
 		t.Errorf("malformed numbers: %+v", p)
+	}
+}
+
+// TestKnownParamTestFault: only a build with the airlock_testfaults tag
+// knows the test-only exec wedge's kernel parameter.
+func TestKnownParamTestFault(t *testing.T) {
+	if got := KnownParam("airlock.test_wedge_exec=1"); got != TestFaults {
+		t.Errorf("KnownParam(airlock.test_wedge_exec=1) = %v in a build with TestFaults = %v", got, TestFaults)
+	}
+	if KnownParam("airlock.test_wedge_exec=0") || KnownParam("airlock.test_wedge_exec") {
+		t.Error("a wedge parameter airlock never writes is known")
 	}
 }

@@ -25,11 +25,6 @@ const (
 // namespace. The kernel never sets it.
 const HostListenEnv = "AIRLOCK_AGENT_LISTEN"
 
-// HostTestWedgeExecEnv=1 in a host-mode agent's environment is the
-// TEST-ONLY fault of Boot.TestWedgeExec (the fake VM driver's
-// TestWedgeExec): the agent never reports the end of an exec.
-const HostTestWedgeExecEnv = "AIRLOCK_AGENT_TEST_WEDGE_EXEC"
-
 // SecretPort is the virtio-serial port on which the host gives the guest
 // agent the box's per-boot secret (one line, then EOF); the agent then
 // serves only hosts that prove they know it (transport handshake). A guest

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-run/airlock/internal/assets"
 	"github.com/airlock-run/airlock/internal/defaults"
+	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
 )
 
@@ -21,12 +22,19 @@ import (
 const DefaultImage = "python:slim"
 
 // BuildAgent compiles cmd/airlock-agent (static) into dir and returns its
-// path. Call it from TestMain.
+// path. Call it from TestMain. A test binary built with -tags
+// airlock_testfaults gets an agent built with it too.
 func BuildAgent(dir string) (string, error) {
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
 	out := filepath.Join(dir, "airlock-agent")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./cmd/airlock-agent")
+	args := []string{"build", "-trimpath", "-ldflags=-s -w", "-o", out}
+	if guestabi.TestFaults {
+		// This test binary was built with the test-only faults: so is the
+		// agent, whose half of them (the exec wedge) the tests turn on.
+		args = append(args, "-tags", "airlock_testfaults")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/airlock-agent")...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

@@ -43,8 +43,9 @@ import (
 type Driver struct {
 	Agent string
 	// TestWedgeExec is a TEST-ONLY fault: the agent never reports the end
-	// of an exec (guestabi.HostTestWedgeExecEnv), for tests of the host's
-	// own exec timer.
+	// of an exec, for tests of the host's own exec timer. It needs a build
+	// with the airlock_testfaults tag, of the agent too (vmtest.Main builds
+	// it so in such builds); without it, Start fails saying so.
 	TestWedgeExec bool
 	// Scope is TEST-ONLY: when set, this driver's machines carry it and
 	// its Usage counts only the machines of drivers with the same Scope,
@@ -165,7 +166,11 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 		cmd.Args = []string{arg0}
 		cmd.Env = append(os.Environ(), guestabi.HostListenEnv+"=unix:"+sock)
 		if d.TestWedgeExec {
-			cmd.Env = append(cmd.Env, guestabi.HostTestWedgeExecEnv+"=1")
+			env, err := wedgeEnv()
+			if err != nil {
+				return nil, err
+			}
+			cmd.Env = append(cmd.Env, env)
 		}
 		cmd.Stdout, cmd.Stderr = console, console
 		if nic != nil {

@@ -20,7 +20,7 @@ func TestCheckCmdlineTakesWhatTheDriverWrites(t *testing.T) {
 		Net: &vmm.NetSpec{Socket: "/b/net.sock", MTU: 65520}, ExtraCmdline: []string{guestabi.BareParam},
 		Volumes: []vmm.Volume{{HostDir: "/src", Target: "/src dir/with spaces", ReadOnly: true}, {Disk: "/v.ext4", Target: "/data"}}}
 	for _, accel := range []string{AccelTCG, AccelKVM} {
-		for _, o := range []Options{{}, {Debug: true, TestWedgeExec: true, VolumeTransport: TransportVirtioFS}} {
+		for _, o := range []Options{{}, {Debug: true, VolumeTransport: TransportVirtioFS}} {
 			for _, agentDisk := range []string{"", "/agent.erofs"} {
 				boot := &bootAssets{accel: AccelChoice{Accel: accel}, agentDisk: agentDisk}
 				boot.kernel.IPConfig = true
@@ -71,5 +71,26 @@ func TestHostileArchiveKernelCmdline(t *testing.T) {
 	}
 	if err := CheckCmdline(good); err != nil {
 		t.Errorf("the driver's own command line: %v", err)
+	}
+}
+
+// TestHostileArchiveTestFaultParam: the test-only exec wedge's kernel
+// parameter is not part of a release build: its driver never writes it
+// and a snapshot's or memory archive's command line that carries it is
+// refused. (A build with -tags airlock_testfaults accepts it:
+// TestWedgeExecCmdline.)
+func TestHostileArchiveTestFaultParam(t *testing.T) {
+	const wedge = "airlock.test_wedge_exec=1"
+	good := New(Options{Debug: true}).config(vmm.Spec{ID: "0123456789ab", Dir: t.TempDir(), CPUs: 1, MemoryMiB: 256},
+		&bootAssets{accel: AccelChoice{Accel: AccelTCG}, agentDisk: "/agent.erofs"}, "/base", 0).Cmdline
+	if strings.Contains(good, "wedge") {
+		t.Fatalf("the driver wrote the test fault unasked: %s", good)
+	}
+	err := CheckCmdline(good + " " + wedge)
+	switch {
+	case guestabi.TestFaults && err != nil:
+		t.Errorf("test-fault build: CheckCmdline(... %s) = %v", wedge, err)
+	case !guestabi.TestFaults && (err == nil || !strings.Contains(err.Error(), wedge)):
+		t.Errorf("release build: CheckCmdline(... %s) = %v, want it refused naming it", wedge, err)
 	}
 }

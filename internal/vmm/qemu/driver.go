@@ -47,11 +47,6 @@ type Options struct {
 	// per driver): too many vCPUs under TCG, all agent ports busy. What
 	// to say once a box has booted is in BootInfo.Warnings instead.
 	Warn func(msg string)
-	// TestWedgeExec is a TEST-ONLY fault (guestabi.Boot.TestWedgeExec):
-	// the guest agent of every box this driver starts never reports the
-	// end of an exec. No airlock.Options field leads here; only tests of
-	// the host's own exec timer set it.
-	TestWedgeExec bool
 	// Jail says how box QEMUs are confined (docs/confinement.md).
 	Jail JailOptions
 	// VolumeTransport is how host directories are shared: Transport9p
@@ -339,7 +334,6 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 		p.Root, p.RW = "/dev/vdb", "/dev/vdc"
 	}
 	p.Hostname, p.Ports, p.Debug = spec.Hostname, agentPorts, d.o.Debug
-	p.TestWedgeExec = d.o.TestWedgeExec
 	if spec.Net != nil {
 		p.Net = guestabi.NetUser
 		p.KernelIP = boot.kernel.IPConfig
@@ -348,6 +342,7 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 		p.VsockPort = vsockPort
 	}
 	extra = append(extra, p.Args()...)
+	extra = append(extra, d.testFaultArgs()...)
 	// One vCPU under TCG: the PIT instead of a local APIC timer that the
 	// kernel would first calibrate for 100 ms (see Config.NoACPI).
 	// With more vCPUs each keeps its own APIC timer: with the PIT alone
