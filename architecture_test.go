@@ -135,3 +135,42 @@ func TestOnlyDefaultsReadsTheEnvironment(t *testing.T) {
 		return nil
 	})
 }
+
+// TestReleaseBinariesCarryNoTestFaults builds the release binaries (the
+// CLI, the guest agent, the network helper) as they ship, without the
+// airlock_testfaults tag, and checks that none holds a test-only fault or
+// seam (the exec wedge, the network benchmark's slirp switch) or links a
+// test-only package.
+func TestReleaseBinariesCarryNoTestFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the three release binaries")
+	}
+	dir := t.TempDir()
+	for _, cmd := range []string{"airlock", "airlock-agent", "airlock-net"} {
+		deps, err := osexec.Command("go", "list", "-deps", "./cmd/"+cmd).Output()
+		if err != nil {
+			t.Fatalf("go list -deps ./cmd/%s: %v", cmd, err)
+		}
+		for _, p := range strings.Fields(string(deps)) {
+			if strings.HasSuffix(p, "/internal/vmm/fake") || strings.HasSuffix(p, "/internal/vmtest") || strings.HasSuffix(p, "/evilagent") {
+				t.Errorf("%s links the test-only package %s", cmd, p)
+			}
+		}
+		bin := filepath.Join(dir, cmd)
+		build := osexec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/"+cmd)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build ./cmd/%s: %v\n%s", cmd, err, out)
+		}
+		b, err := os.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		low := strings.ToLower(string(b))
+		for _, s := range []string{"wedge", "slirpforbench", "benchslirp", "airlock_testfaults"} {
+			if strings.Contains(low, s) {
+				t.Errorf("release %s holds %q", cmd, s)
+			}
+		}
+	}
+}
