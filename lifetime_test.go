@@ -273,3 +273,40 @@ func TestServerRestartKeepsLifetimes(t *testing.T) {
 		t.Errorf("GET the reaped box: %d", resp.StatusCode)
 	}
 }
+
+// TestHostileClientHugeLifetimes: a ttl, idle_timeout or lease past what
+// a duration holds is the longest limit, not one overflowing into the
+// past (which would remove the box at once), and a negative one is
+// refused.
+func TestHostileClientHugeLifetimes(t *testing.T) {
+	open, ref := lifeHome(t)
+	r := open(20 * time.Millisecond)
+	ts := httptest.NewServer(server.New(server.Config{Runtime: r}).Handler(false))
+	defer ts.Close()
+	post := func(body map[string]any, out any) int {
+		t.Helper()
+		raw, _ := json.Marshal(body)
+		resp, err := http.Post(ts.URL+"/v1/boxes", "application/json", bytes.NewReader(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		json.NewDecoder(resp.Body).Decode(out)
+		return resp.StatusCode
+	}
+	var b server.Box
+	if st := post(map[string]any{"image": ref, "network": "none", "ttl": 1e300, "idle_timeout": 1e19, "lease": 9.3e9}, &b); st != 201 {
+		t.Fatalf("create: %d", st)
+	}
+	if b.ExpiresAt.Before(time.Now().AddDate(100, 0, 0)) {
+		t.Errorf("expires_at %v for a ttl of 1e300 s", b.ExpiresAt)
+	}
+	time.Sleep(200 * time.Millisecond) // ten reap passes
+	if gone(t, r, b.ID) {
+		t.Fatal("a box with the longest limits was reaped")
+	}
+	var p server.Problem
+	if st := post(map[string]any{"image": ref, "network": "none", "lease": -1}, &p); st != 400 && st != 422 {
+		t.Errorf("negative lease: %d %+v", st, p)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/image"
@@ -94,7 +95,23 @@ func durMs(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
+}
+
+// msDur is durMs's inverse, saturating (a stored value past what a
+// Duration holds is the longest one, not a negative one).
+func msDur(ms int64) time.Duration {
+	if ms <= 0 {
+		return 0
+	}
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // msTime is unixMs's inverse.
@@ -296,8 +313,7 @@ func (r boxRecord) config() (boxConfig, error) {
 			Env: r.Env, WorkingDir: r.WorkingDir, User: r.User, AutoRemove: r.AutoRemove, Network: n, Hostname: r.Hostname, Volumes: vols,
 			AllowNet: r.AllowNet, AllowHostPorts: r.AllowHostPorts, Ports: portMappings(r.Ports),
 			FromSnapshot: r.FromSnapshot,
-			TTL:          time.Duration(r.TTLMs) * time.Millisecond, IdleTimeout: time.Duration(r.IdleMs) * time.Millisecond,
-			Lease: time.Duration(r.LeaseMs) * time.Millisecond},
+			TTL:          msDur(r.TTLMs), IdleTimeout: msDur(r.IdleMs), Lease: msDur(r.LeaseMs)},
 		Image: image.ImageConfig{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
 		OwnerPID: r.OwnerPID, OwnerStart: r.OwnerStart, Pool: r.Pool,

@@ -1,6 +1,7 @@
 package airlock
 
 import (
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -50,6 +51,13 @@ func TestRecordLifetimes(t *testing.T) {
 	// A sub-millisecond limit stays a limit.
 	if got, _ := decodeConfig(&store.Box{ID: "x", Config: encodeConfig(boxConfig{Options: BoxOptions{Network: NetworkNone, TTL: time.Microsecond}})}); got.Options.TTL != time.Millisecond {
 		t.Errorf("1us ttl stored as %v", got.Options.TTL)
+	}
+	// The longest limits stay the longest, not negative ones.
+	long := boxConfig{Options: BoxOptions{Network: NetworkNone, TTL: math.MaxInt64, IdleTimeout: math.MaxInt64, Lease: math.MaxInt64}}
+	long.startLife(now)
+	if got, err := decodeConfig(&store.Box{ID: "x", Config: encodeConfig(long)}); err != nil || got.Options.TTL != math.MaxInt64 ||
+		got.Options.Lease != math.MaxInt64 || got.reapReason(now.Add(100*365*24*time.Hour), now) != "" {
+		t.Errorf("longest limits: %+v %v", got, err)
 	}
 	// What the previous version wrote: no lifetime fields.
 	old := `{"v":1,"image":"a","cpus":1,"memory_mib":512,"disk_mib":4096,"network":"none","image_config":{}}`
