@@ -33,6 +33,10 @@ const DataImage = "airlock/python-data:latest"
 var agentPath string
 
 func TestMain(m *testing.M) {
+	isolated, err := vmtest.Isolate()
+	if err != nil {
+		panic(err)
+	}
 	dir, err := os.MkdirTemp("", "codebox-test-")
 	if err != nil {
 		panic(err)
@@ -50,6 +54,10 @@ func TestMain(m *testing.M) {
 	os.Setenv("AIRLOCK_NET_HELPER", helper)
 	code := m.Run()
 	os.RemoveAll(dir)
+	if err := isolated(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = max(code, 1)
+	}
 	os.Exit(code)
 }
 
