@@ -284,10 +284,19 @@ func TestEvilAgentPingFloodEndsTheSession(t *testing.T) {
 		_, err := evilagent.PingFlood(conn, 10*time.Second)
 		return err
 	}
-	a := &evilagent.Agent{Raw: flood}
+	// The box is made with a well-behaved agent (a flood from its first
+	// connection cuts off the create's own, or not, by timing); then its
+	// connection ends, and every connection from now on floods.
+	a := &evilagent.Agent{}
 	b := evilBoxCreated(t, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	a.SetRaw(flood)
+	a.Close()
+	// The first call may find the old connection ended.
+	if _, err := b.ReadFile(ctx, "/etc/hostname"); err == nil || !strings.Contains(err.Error(), "pings") && !strings.Contains(err.Error(), "lost the connection") {
+		t.Fatalf("ReadFile after the agent's connection ended: %v, want it lost or an error naming the pings", err)
+	}
 	before := runtime.NumGoroutine()
 	// The handshake completes before the flood: Start may see it or not.
 	if err := b.Start(ctx); err != nil && !strings.Contains(err.Error(), "pings") {
