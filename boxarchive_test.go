@@ -18,7 +18,6 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/assets"
-	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
@@ -334,7 +333,7 @@ func TestImportRefusesHostileArchives(t *testing.T) {
 	// With the real image: a symlink entry, a wrong checksum and data
 	// past the declared size are refused after the box is recorded, and
 	// the box is gone again.
-	s, err := image.Open(vmtest.ImagesDir())
+	s, err := vmtest.OpenImages()
 	if err != nil {
 		t.Skip(err)
 	}

@@ -22,7 +22,6 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/codebox"
-	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
@@ -293,7 +292,7 @@ func TestCodeBox(t *testing.T) {
 // TestContextPNG needs the data image (numpy, pandas, matplotlib).
 func TestContextPNG(t *testing.T) {
 	vmtest.Require(t)
-	s, err := image.Open(vmtest.ImagesDir())
+	s, err := vmtest.OpenImages()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/airlock-run/airlock/internal/defaults"
+	"github.com/airlock-run/airlock/internal/image"
 )
 
 // The user's directories as the environment named them before Isolate
@@ -53,11 +54,17 @@ var isolatedEnv = []string{"AIRLOCK_HOME", "AIRLOCK_IMAGES", "AIRLOCK_CACHE", "A
 // the user's image store gained or lost images while the tests ran.
 func Isolate() (done func() error, err error) {
 	captureShared()
-	before := storeRefs(shared.images)
 	dir, err := os.MkdirTemp("", "airlock-test-home-")
 	if err != nil {
 		return nil, err
 	}
+	if _, err := os.Stat(filepath.Join(shared.images, "index.json")); err != nil {
+		// No shared store (hack/setup.sh not run): VM tests skip, and
+		// the tests that open ImagesDir get an empty one of their own
+		// rather than creating one in the user's home.
+		shared.images = filepath.Join(dir, "shared-images")
+	}
+	before := storeRefs(shared.images)
 	for _, k := range isolatedEnv {
 		os.Unsetenv(k)
 	}
@@ -119,7 +126,8 @@ func diff(before, after []string) (added, removed []string) {
 
 // ImagesDir is the shared image store that VM tests boot their images
 // from: the user's (AIRLOCK_IMAGES, else ~/.airlock/images, as the
-// environment said before Isolate), where hack/setup.sh builds them. Tests
+// environment said before Isolate), where hack/setup.sh builds them; where
+// the user has none, an empty directory of the test binary's. Tests
 // only read it; a test that pulls, commits, imports, tags or removes images
 // uses PrivateImages.
 func ImagesDir() string {
@@ -182,4 +190,15 @@ func copyFile(from, to string, perm os.FileMode) error {
 		return err
 	}
 	return out.Close()
+}
+
+// OpenImages opens the shared image store (ImagesDir) for reading. Unlike
+// image.Open it creates nothing: where no store exists it returns an
+// error saying to run hack/setup.sh.
+func OpenImages() (*image.Store, error) {
+	dir := ImagesDir()
+	if _, err := os.Stat(filepath.Join(dir, "index.json")); err != nil {
+		return nil, fmt.Errorf("no image store at %s (run hack/setup.sh): %w", dir, err)
+	}
+	return image.Open(dir)
 }
