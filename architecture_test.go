@@ -174,3 +174,54 @@ func TestReleaseBinariesCarryNoTestFaults(t *testing.T) {
 		}
 	}
 }
+
+// TestTestsIsolateTheirHome: every package whose tests can open a Runtime,
+// start `airlock serve` or run the CLI (they import one of these packages,
+// or are one) isolates its test binary from the user's home and image
+// store in TestMain (vmtest.Main or vmtest.Isolate), so that a test that
+// takes a default directory never writes into the user's.
+func TestTestsIsolateTheirHome(t *testing.T) {
+	const mod = "github.com/airlock-run/airlock"
+	opens := map[string]bool{mod: true, mod + "/codebox": true, mod + "/interp": true,
+		mod + "/internal/cli": true, mod + "/internal/server": true, mod + "/internal/mcpserver": true}
+	out, err := osexec.Command("go", "list", "-json=ImportPath,Dir,TestGoFiles,XTestGoFiles,TestImports,XTestImports", "./...").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p struct {
+			ImportPath, Dir           string
+			TestGoFiles, XTestGoFiles []string
+			TestImports, XTestImports []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		files := append(p.TestGoFiles, p.XTestGoFiles...)
+		if len(files) == 0 {
+			continue
+		}
+		needs := opens[p.ImportPath]
+		for _, imp := range append(p.TestImports, p.XTestImports...) {
+			needs = needs || opens[imp]
+		}
+		if !needs {
+			continue
+		}
+		isolated := false
+		for _, f := range files {
+			b, err := os.ReadFile(filepath.Join(p.Dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := string(b)
+			if strings.Contains(src, "func TestMain(") && (strings.Contains(src, "vmtest.Main(") || strings.Contains(src, "vmtest.Isolate(")) {
+				isolated = true
+			}
+		}
+		if !isolated {
+			t.Errorf("%s: its tests can open a Runtime or run the CLI but no TestMain calls vmtest.Main or vmtest.Isolate: they would use the user's home and image store", p.ImportPath)
+		}
+	}
+}

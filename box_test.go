@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -26,7 +27,13 @@ func openRuntime(t *testing.T, home string) *airlock.Runtime {
 	if home == "" {
 		home = t.TempDir()
 	}
-	r, err := airlock.Open(airlock.Options{Home: home, ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
+	// The shared store, read only; where there is none, an empty one of
+	// the test's (opening a store creates it).
+	images := vmtest.ImagesDir()
+	if _, err := os.Stat(filepath.Join(images, "index.json")); err != nil {
+		images = t.TempDir()
+	}
+	r, err := airlock.Open(airlock.Options{Home: home, ImagesDir: images, Warn: func(string) {}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
@@ -26,7 +25,7 @@ import (
 // test is skipped without it.
 func archiveImageDigest(t *testing.T) string {
 	t.Helper()
-	s, err := image.Open(vmtest.ImagesDir())
+	s, err := vmtest.OpenImages()
 	if err != nil {
 		t.Skip(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	osexec "os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,37 +18,12 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/assets"
-	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
 // privateImages gives the test an image store of its own holding the
-// default image (hard links to the shared store's blobs, or copies), so
-// that committed images never reach the shared store.
-func privateImages(t *testing.T) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "images")
-	if out, err := osexec.Command("cp", "-al", vmtest.ImagesDir(), dir).CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		if out, err := osexec.Command("cp", "-a", vmtest.ImagesDir(), dir).CombinedOutput(); err != nil {
-			t.Fatalf("copy the image store: %v: %s", err, out)
-		}
-	} else if len(out) > 0 {
-		t.Log(string(out))
-	}
-	// index.json is rewritten by rename; the hard-linked copy must not be
-	// written through.
-	idx := filepath.Join(dir, "index.json")
-	b, err := os.ReadFile(idx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Remove(idx)
-	if err := os.WriteFile(idx, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
+// default image, so that committed images never reach the shared store.
+func privateImages(t *testing.T) string { return vmtest.PrivateImages(t) }
 
 // TestExportImportCommitQEMU: a box's writable layer becomes an image
 // layer (new, changed, deleted files, a replaced directory, links) that a
@@ -339,7 +313,7 @@ func TestImportRefusesHostileArchives(t *testing.T) {
 	// With the real image: a symlink entry, a wrong checksum and data
 	// short of the declared size are refused while the disk is read,
 	// before the box is recorded, and leave no box.
-	s, err := image.Open(vmtest.ImagesDir())
+	s, err := vmtest.OpenImages()
 	if err != nil {
 		t.Skip(err)
 	}

@@ -45,7 +45,7 @@ func BenchmarkRootfsBase(b *testing.B) {
 		b.Skip("mkfs.erofs not installed (erofs-utils)")
 	}
 	ctx := context.Background()
-	s, err := image.Open(vmtest.ImagesDir())
+	s, err := vmtest.OpenImages()
 	if err != nil {
 		b.Fatal(err)
 	}

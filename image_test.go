@@ -32,7 +32,7 @@ import (
 // are used as stored, without recompressing them.
 func defaultImage(t testing.TB) v1.Image {
 	t.Helper()
-	s, err := image.Open(vmtest.ImagesDir())
+	s, err := vmtest.OpenImages()
 	if err != nil {
 		t.Fatal(err)
 	}

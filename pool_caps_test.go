@@ -48,14 +48,32 @@ func TestPoolCaps(t *testing.T) {
 		}
 		return r.Pools()[0]
 	}
-	// waitReady waits for the pool to hold n ready boxes with none
-	// filling (WaitPools returns at once while it is held back).
-	waitReady := func(t *testing.T, r *airlock.Runtime, n int) airlock.PoolInfo {
+	// settled waits for the pool to settle: no fill in progress, and
+	// either full or held back. Right after a fill ends the pool is
+	// neither for a moment (its fill loop checks the caps again: see
+	// poolSet.recheck), so a status read then says nothing yet.
+	settled := func(t *testing.T, r *airlock.Runtime) airlock.PoolInfo {
 		t.Helper()
 		deadline := time.Now().Add(time.Minute)
 		for {
 			p := r.Pools()[0]
-			if p.Ready == n && p.Filling == 0 {
+			if p.Filling == 0 && (p.Ready >= p.Size || p.HeldBack != "") {
+				return p
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pool %+v did not settle (full, or held back with no fill in progress)", p)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// waitReady waits for the pool to settle with n ready boxes
+	// (WaitPools returns at once while it is held back).
+	waitReady := func(t *testing.T, r *airlock.Runtime, n int) airlock.PoolInfo {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			p := settled(t, r)
+			if p.Ready == n {
 				return p
 			}
 			if time.Now().After(deadline) {
@@ -114,8 +132,8 @@ func TestPoolCaps(t *testing.T) {
 		if !claimed.FromPool() {
 			t.Fatal("the claim did not come from the pool")
 		}
-		time.Sleep(1500 * time.Millisecond)
-		if p := e.r.Pools()[0]; p.Ready != 1 || p.Filling != 0 || p.Evicted != 1 || p.HeldBack == "" {
+		time.Sleep(1500 * time.Millisecond) // a refill past the cap would start by now
+		if p := settled(t, e.r); p.Ready != 1 || p.Filling != 0 || p.Evicted != 1 || p.HeldBack == "" {
 			t.Fatalf("after a claim at the cap: %+v, want 1 ready, none filling, held back", p)
 		}
 		if n := machines(e); n != 3 {
@@ -140,9 +158,9 @@ func TestPoolCaps(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		p = waitReady(t, e.r, 2)
-		time.Sleep(1500 * time.Millisecond)
-		if p = e.r.Pools()[0]; p.Ready != 2 || p.HeldBack == "" {
+		waitReady(t, e.r, 2)
+		time.Sleep(1500 * time.Millisecond) // a refill past the cap would start by now
+		if p = settled(t, e.r); p.Ready != 2 || p.HeldBack == "" {
 			t.Fatalf("refill with room for 2: %+v", p)
 		}
 		if n := machines(e); n != 3 {
@@ -245,16 +263,16 @@ func TestPoolCaps(t *testing.T) {
 			t.Fatalf("a box past the home's budget: %+v, want 1 ready, 1 evicted", p)
 		}
 		create(t, e.r, pooled)
-		time.Sleep(1500 * time.Millisecond)
-		if p := e.r.Pools()[0]; p.Ready != 0 || p.Filling != 0 {
+		time.Sleep(1500 * time.Millisecond) // a refill past the budget would start by now
+		if p := settled(t, e.r); p.Ready != 0 || p.Filling != 0 {
 			t.Fatalf("after a claim at the home's budget: %+v, want the pool empty", p)
 		}
 		if err := cold.Remove(ctx, true); err != nil {
 			t.Fatal(err)
 		}
 		waitReady(t, e.r, 1)
-		time.Sleep(1500 * time.Millisecond)
-		if p := e.r.Pools()[0]; p.Ready != 1 || p.HeldBack == "" {
+		time.Sleep(1500 * time.Millisecond) // a refill past the budget would start by now
+		if p := settled(t, e.r); p.Ready != 1 || p.HeldBack == "" {
 			t.Fatalf("refill with room for 1: %+v", p)
 		}
 		if l, _ := e.r.List(ctx); len(l) != 1 {

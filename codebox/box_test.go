@@ -22,7 +22,6 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/codebox"
-	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
@@ -33,6 +32,10 @@ const DataImage = "airlock/python-data:latest"
 var agentPath string
 
 func TestMain(m *testing.M) {
+	isolated, err := vmtest.Isolate()
+	if err != nil {
+		panic(err)
+	}
 	dir, err := os.MkdirTemp("", "codebox-test-")
 	if err != nil {
 		panic(err)
@@ -50,6 +53,10 @@ func TestMain(m *testing.M) {
 	os.Setenv("AIRLOCK_NET_HELPER", helper)
 	code := m.Run()
 	os.RemoveAll(dir)
+	if err := isolated(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = max(code, 1)
+	}
 	os.Exit(code)
 }
 
@@ -285,7 +292,7 @@ func TestCodeBox(t *testing.T) {
 // TestContextPNG needs the data image (numpy, pandas, matplotlib).
 func TestContextPNG(t *testing.T) {
 	vmtest.Require(t)
-	s, err := image.Open(vmtest.ImagesDir())
+	s, err := vmtest.OpenImages()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	isolated, err := vmtest.Isolate()
+	if err != nil {
+		panic(err)
+	}
 	dir, err := os.MkdirTemp("", "interp-test-")
 	if err != nil {
 		panic(err)
@@ -58,6 +62,10 @@ func TestMain(m *testing.M) {
 	}
 	printBenchSummary()
 	os.RemoveAll(dir)
+	if err := isolated(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = max(code, 1)
+	}
 	os.Exit(code)
 }
 

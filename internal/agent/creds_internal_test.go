@@ -94,19 +94,17 @@ func TestHostileGuestExecUserNoNewPrivs(t *testing.T) {
 	// No thread that runs Go code was left with no_new_privs: the one
 	// that started the process ended (or, if it was the main thread, is
 	// parked for good by the runtime).
-	time.Sleep(10 * time.Millisecond)
-	tasks, _ := os.ReadDir("/proc/self/task")
-	for _, task := range tasks {
-		if task.Name() == strconv.Itoa(os.Getpid()) {
-			continue // the main thread
+	// A locked thread ends shortly after its goroutine: wait (with a
+	// deadline) for the ones that set no_new_privs to be gone.
+	var kept []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		kept = threadsWithNoNewPrivs()
+		if len(kept) == 0 || time.Now().After(deadline) {
+			break
 		}
-		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/status")
-		if err != nil {
-			continue
-		}
-		if s := statusOf(string(b)); s["NoNewPrivs"] != "0" {
-			t.Errorf("thread %s of the agent has NoNewPrivs %q", task.Name(), s["NoNewPrivs"])
-		}
+	}
+	for _, k := range kept {
+		t.Errorf("thread of the agent with no_new_privs: %s", k)
 	}
 	for i := 0; i < 8; i++ {
 		done := make(chan string)
@@ -138,4 +136,24 @@ func TestExecUserNumericWithoutPasswdEntry(t *testing.T) {
 			t.Errorf("execUser(%q) = %d:%d, want %d:%d", spec, u.Uid, u.Gid, want[0], want[1])
 		}
 	}
+}
+
+// threadsWithNoNewPrivs lists the threads of this process but its main
+// one whose NoNewPrivs is set (task id: value).
+func threadsWithNoNewPrivs() []string {
+	var out []string
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, task := range tasks {
+		if task.Name() == strconv.Itoa(os.Getpid()) {
+			continue // the main thread
+		}
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		if s := statusOf(string(b)); s["NoNewPrivs"] != "0" {
+			out = append(out, task.Name()+": NoNewPrivs "+s["NoNewPrivs"])
+		}
+	}
+	return out
 }

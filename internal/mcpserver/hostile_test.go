@@ -29,7 +29,20 @@ func mcpOn(t *testing.T, srvCfg server.Config, opts mcpserver.Options) (*mcpserv
 	if opts.CheckBox == nil {
 		opts.CheckBox = func(ctx context.Context, o *airlock.BoxOptions) (func(), error) { return srv.CheckBox(ctx, o) }
 	}
-	opts.AcquireExec = func(ctx context.Context) (func(), error) { return srv.AcquireExec(ctx, server.MCPClient) }
+	// The server's exec slots, then the test's AcquireExec if it has one.
+	also := opts.AcquireExec
+	opts.AcquireExec = func(ctx context.Context) (func(), error) {
+		release, err := srv.AcquireExec(ctx, server.MCPClient)
+		if err != nil || also == nil {
+			return release, err
+		}
+		more, err := also(ctx)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		return func() { more(); release() }, nil
+	}
 	opts.Box.Image = noImage
 	ms := mcpserver.New(srvCfg.Runtime, opts)
 	t.Cleanup(func() { ms.Close() })
@@ -107,7 +120,14 @@ func TestHostileClientMCPSessionsAndCallsLimited(t *testing.T) {
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(block) }) }
 	defer unblock()
+	// An exec call asks AcquireExec once it holds its place among the
+	// session's calls: the test knows then that the call counts.
+	admitted := make(chan struct{}, 8)
 	_, _, connect := mcpOn(t, server.Config{Runtime: rt}, mcpserver.Options{MaxSessions: 2, MaxCallsPerSession: 2,
+		AcquireExec: func(context.Context) (func(), error) {
+			admitted <- struct{}{}
+			return func() {}, nil
+		},
 		CheckBox: func(ctx context.Context, _ *airlock.BoxOptions) (func(), error) {
 			select {
 			case <-block:
@@ -133,7 +153,15 @@ func TestHostileClientMCPSessionsAndCallsLimited(t *testing.T) {
 			cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "execute_command", Arguments: map[string]any{"command": "true"}})
 		}()
 	}
-	time.Sleep(300 * time.Millisecond) // both calls wait in CheckBox
+	// Both calls are admitted, and stay: one waits in CheckBox, the other
+	// for the session's box.
+	for i := 0; i < 2; i++ {
+		select {
+		case <-admitted:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of the 2 calls were admitted within 10 s", i)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	r, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "read_file", Arguments: map[string]any{"path": "/etc/hostname"}})
 	cancel()

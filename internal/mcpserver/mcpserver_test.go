@@ -16,7 +16,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlock-run/airlock"
-	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/mcpserver"
 	"github.com/airlock-run/airlock/internal/server"
 	"github.com/airlock-run/airlock/internal/vmtest"
@@ -57,7 +56,7 @@ func TestMCPStdio(t *testing.T) {
 	vmtest.Require(t)
 	img := vmtest.DefaultImage
 	haveData := false
-	if s, err := image.Open(vmtest.ImagesDir()); err == nil {
+	if s, err := vmtest.OpenImages(); err == nil {
 		if _, err := s.Resolve(dataImage); err == nil {
 			img, haveData = dataImage, true
 		}

@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/airlock-run/airlock/internal/assets"
-	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
 )
@@ -58,10 +57,11 @@ func BuildNetHelper(dir string) (string, error) {
 	return out, nil
 }
 
-// Main is a TestMain for packages with VM tests: it builds the guest agent
-// and the network helper into a temporary directory, points AIRLOCK_AGENT
-// and AIRLOCK_NET_HELPER at them, runs the tests and cleans up. It returns
-// the exit code for os.Exit.
+// Main is a TestMain for packages with VM tests: it isolates the test
+// binary from the user's home and image store (Isolate), builds the guest
+// agent and the network helper into a temporary directory, points
+// AIRLOCK_AGENT and AIRLOCK_NET_HELPER at them, runs the tests and cleans
+// up. It returns the exit code for os.Exit.
 func Main(m *testing.M) int {
 	if len(os.Args) > 1 && os.Args[1] == "__main" {
 		// A test ran the CLI in-process and it started a box's detached
@@ -71,6 +71,22 @@ func Main(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "vmtest: a test binary cannot be a detached main command (run -d through the in-process CLI); use the built airlock binary")
 		return 2
 	}
+	done, err := Isolate()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	code := mainIsolated(m)
+	if err := done(); err != nil {
+		fmt.Fprintln(os.Stderr, "vmtest:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+func mainIsolated(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "airlock-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -104,7 +120,10 @@ func Missing() string {
 	if _, err := exec.LookPath("mkfs.erofs"); err != nil {
 		return "mkfs.erofs not installed (run hack/setup.sh)"
 	}
-	dir := defaults.Images()
+	dir := ImagesDir()
+	if _, err := os.Stat(filepath.Join(dir, "index.json")); err != nil {
+		return fmt.Sprintf("no image store at %s (run hack/setup.sh)", dir)
+	}
 	s, err := image.Open(dir)
 	if err != nil {
 		return err.Error()
@@ -128,9 +147,4 @@ func Require(t testing.TB) {
 		}
 		t.Skipf("cannot boot boxes: %s", why)
 	}
-}
-
-// ImagesDir is the shared image store the VM tests read (the default one).
-func ImagesDir() string {
-	return defaults.Images()
 }
