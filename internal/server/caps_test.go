@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/airlock-run/airlock"
 )
@@ -79,6 +80,24 @@ func TestHostileClientConcurrentDisks(t *testing.T) {
 	second := big
 	if _, err := s.checkCreate(ctx, &second); err == nil || !strings.Contains(err.Error(), "--min-free-disk") {
 		t.Fatalf("a second big disk while the first is being made: %v, want a refusal naming --min-free-disk", err)
+	}
+	// A snapshot's check (it holds the caps' lock) reads the creates in
+	// progress too, without waiting on itself.
+	done := make(chan error, 1)
+	go func() {
+		r, err := s.reserveSnapshot(ctx, airlock.BoxInfo{Options: airlock.BoxOptions{MemoryMiB: 1024, DiskSizeMiB: 1024}})
+		if r != nil {
+			r()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "--min-free-disk") {
+			t.Errorf("a snapshot while the big create is in progress: %v, want a refusal naming --min-free-disk", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the snapshot check did not return in 10 s (deadlock on the caps' lock)")
 	}
 	release()
 	r2, err := s.checkCreate(ctx, &second)

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/airlock-run/airlock"
@@ -292,15 +293,10 @@ func (s *Server) checkCreate(ctx context.Context, opts *airlock.BoxOptions) (rel
 	}
 	// Until the box is made (and listed, its disk counted as owed),
 	// creates beside this one count its disk as taken.
-	c := &s.caps
-	c.mu.Lock()
-	c.diskMiB += want
-	c.mu.Unlock()
+	s.caps.diskMiB.Add(want)
 	return func() {
 		releaseVolumes()
-		c.mu.Lock()
-		c.diskMiB -= want
-		c.mu.Unlock()
+		s.caps.diskMiB.Add(-want)
 	}, nil
 }
 
@@ -310,7 +306,9 @@ type capState struct {
 	mu        sync.Mutex
 	volumes   map[string]int // named volumes being created: MiB by name
 	snapshots int            // snapshots being taken
-	diskMiB   int64          // disks (and new volumes) of creates in progress
+	// diskMiB: the disks (and new volumes) of creates in progress. Not
+	// under mu: checkFreeDisk reads it, and callers hold mu around it.
+	diskMiB atomic.Int64
 }
 
 // reserveVolumes checks the named volumes that vols would create (those
@@ -406,9 +404,7 @@ func (s *Server) checkFreeDisk(ctx context.Context, what string, wantMiB int64) 
 			owed += max(0, int64(i.Options.DiskSizeMiB)-i.DiskBytes>>20)
 		}
 	}
-	s.caps.mu.Lock()
-	owed += s.caps.diskMiB // creates in progress, not listed yet
-	s.caps.mu.Unlock()
+	owed += s.caps.diskMiB.Load() // creates in progress, not listed yet
 	if free-owed-wantMiB >= reserve {
 		return nil
 	}
