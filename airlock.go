@@ -397,19 +397,13 @@ func (r *Runtime) Create(ctx context.Context, opts BoxOptions) (*Box, error) {
 	if err := checkLife(opts); err != nil {
 		return nil, err
 	}
-	var b *Box
-	var err error
 	if opts.FromSnapshot != "" {
-		b, err = r.restore(ctx, opts)
-	} else if b, err = r.pool.claim(ctx, opts); b == nil && err == nil {
-		b, err = r.create(ctx, opts)
+		return r.restore(ctx, opts)
 	}
-	if err == nil && b != nil {
-		// A boot can take longer than a short lease or idle timeout:
-		// those count from when the caller gets the box.
-		b.lifeBegins(ctx)
+	if b, err := r.pool.claim(ctx, opts); b != nil || err != nil {
+		return b, err
 	}
-	return b, err
+	return r.create(ctx, opts)
 }
 
 // create is Create booting a new box.
