@@ -427,11 +427,13 @@ func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
 		}
 	}
 	cur.Options.Network, cur.Options.AllowNet, cur.Options.AllowHostPorts = o.Network, o.AllowNet, o.AllowHostPorts
-	if err := b.r.setConfig(ctx, b.id, cur); err != nil {
+	raw := encodeConfig(cur)
+	if err := b.r.db.SetConfig(ctx, b.id, raw); err != nil {
 		return fmt.Errorf("box %s: record its network: %w", b.id, err)
 	}
-	_, err = b.load(ctx)
-	return err
+	up := *rec
+	up.Config = raw
+	return b.refresh(&up)
 }
 
 // reconcileNet kills the network helper of a box whose QEMU is gone,
