@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-run/airlock/internal/assets"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -58,7 +59,16 @@ func TestHostileGuestLaunchAsRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer vmm.Kill(vmm.Handle{PID: pid, Start: vmm.StartTime(pid)})
+	defer func() {
+		vmm.Kill(vmm.Handle{PID: pid, Start: vmm.StartTime(pid)})
+		// This process reaps QEMU and then records how it ended in the
+		// box directory: wait for that record before TempDir's removal.
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(qemu.ExitFile(c)); err == nil {
+				return
+			}
+		}
+	}()
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		t.Fatal(err)
