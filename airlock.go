@@ -120,6 +120,10 @@ type Options struct {
 	// itself. The host caps (MaxBoxes, MaxMemoryMiB) hold pools the same
 	// way. `airlock serve --max-boxes` sets it. Default 0: no such limit.
 	PoolMaxHomeBoxes int
+	// ReapInterval is how often an open Runtime removes the boxes of its
+	// home past their BoxOptions.TTL, IdleTimeout or Lease (default
+	// DefaultReapInterval, 1 s; Open removes those already past).
+	ReapInterval time.Duration
 }
 
 // Runtime creates and manages boxes under one home directory. It is safe
@@ -141,6 +145,8 @@ type Runtime struct {
 	late sync.WaitGroup
 
 	pool *poolSet // warm pools (nil: none); immutable after Open
+
+	life lifeState // the reaper of boxes past their lifetime (lifetime.go)
 }
 
 // Open opens (creating if needed) the runtime home and reconciles box
@@ -198,6 +204,8 @@ func openWith(opts Options, drv vmm.Driver) (*Runtime, error) {
 		db.Close()
 		return nil, err
 	}
+	// Boxes whose TTL or lease ran out while no Runtime watched them.
+	r.Reap(context.Background())
 	// What a killed snapshot, import, export or commit left (disk copies
 	// and memory images can be gigabytes); other processes' work stays.
 	scratch.Sweep(filepath.Join(opts.Home, "tmp"))
@@ -207,6 +215,7 @@ func openWith(opts Options, drv vmm.Driver) (*Runtime, error) {
 		return nil, err
 	}
 	r.pool.start()
+	r.startReaper()
 	return r, nil
 }
 
@@ -275,6 +284,7 @@ func (r *Runtime) Close() error {
 	}
 	r.closed = true
 	r.mu.Unlock()
+	r.stopReaper()
 	r.pool.stop() // no fill left running, no unclaimed box left
 	r.mu.Lock()
 	boxes := make([]*Box, 0, len(r.boxes))
@@ -384,6 +394,9 @@ func (r *Runtime) resolveImage(ctx context.Context, ref string) (*image.Image, e
 // Errors: ErrNameInUse, ErrImageNotFound, boot failures (with the console
 // log's tail); on error nothing is left behind.
 func (r *Runtime) Create(ctx context.Context, opts BoxOptions) (*Box, error) {
+	if err := checkLife(opts); err != nil {
+		return nil, err
+	}
 	if opts.FromSnapshot != "" {
 		return r.restore(ctx, opts)
 	}
@@ -438,6 +451,9 @@ func withDefaults(opts BoxOptions) (BoxOptions, error) {
 	if err := checkVolumes(opts.Volumes); err != nil {
 		return opts, err
 	}
+	if err := checkLife(opts); err != nil {
+		return opts, err
+	}
 	return opts, nil
 }
 
@@ -467,6 +483,7 @@ func (r *Runtime) recordBox(ctx context.Context, opts BoxOptions, img *image.Ima
 		return nil, err
 	}
 	bc := boxConfig{Options: opts, Image: img.Config, Pool: poolMark(ctx)}
+	bc.startLife(time.Now())
 	if opts.AutoRemove {
 		bc.OwnerPID = os.Getpid()
 		bc.OwnerStart = vmm.StartTime(bc.OwnerPID)
@@ -551,6 +568,11 @@ type BoxInfo struct {
 	// disk now (its allocated blocks: it grows towards
 	// Options.DiskSizeMiB as the box writes).
 	DiskBytes int64
+	// ExpiresAt is when the box's TTL ends (zero: no TTL); LeaseUntil when
+	// its lease runs out unless renewed (zero: no lease); IdleDeadline
+	// when it is removed unless used before (zero: no idle timeout; the
+	// use it counts from is recorded every few seconds).
+	ExpiresAt, LeaseUntil, IdleDeadline time.Time
 }
 
 // List returns every box of this home, oldest first.
@@ -585,7 +607,8 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 
 func infoOf(rec *store.Box, cfg boxConfig) BoxInfo {
 	return BoxInfo{ID: rec.ID, Name: rec.Name, Image: rec.Image, ImageDigest: rec.ImageDigest, State: rec.State,
-		PID: rec.PID, Created: rec.Created, Started: rec.Started, Options: cfg.Options}
+		PID: rec.PID, Created: rec.Created, Started: rec.Started, Options: cfg.Options,
+		ExpiresAt: cfg.ExpiresAt, LeaseUntil: cfg.LeaseUntil, IdleDeadline: cfg.idleDeadline()}
 }
 
 // Remove deletes a box: its VM, writable layer and record. A running box

@@ -48,6 +48,10 @@ type Box struct {
 	// unhealthy says why the box was declared unhealthy ("" when it was
 	// not); reset by Start (health.go).
 	unhealthy string
+
+	// use is the box's use through this handle, for IdleTimeout
+	// (lifetime.go).
+	use useState
 }
 
 // newBox returns a handle for rec, whose configuration was decoded as cfg.

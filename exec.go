@@ -217,8 +217,10 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 	if b.r.opts.Observer != nil {
 		stdout, stderr = counting(stdout, &p.outBytes), counting(stderr, &p.outBytes)
 	}
+	used := b.useBegin(ctx)
 	proc, err := c.Exec(callCtx, spec, stdout, stderr)
 	if err != nil {
+		used()
 		cancel()
 		return nil, b.callErr(err)
 	}
@@ -237,6 +239,7 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 	}
 	go func() {
 		defer close(p.done)
+		defer used()
 		defer b.r.execEnded(p)
 		if keptOut != nil && keptErr != nil {
 			defer func() {

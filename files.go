@@ -80,6 +80,7 @@ func (b *Box) fileErr(err error) error {
 }
 
 func (b *Box) simpleFile(ctx context.Context, method string, req *client.FileRequest) (*agentpb.FileResult, error) {
+	defer b.useBegin(ctx)()
 	c, err := b.client(ctx)
 	if err != nil {
 		return nil, err
@@ -124,6 +125,7 @@ const (
 // listing past 1 Mi entries or 64 MiB of names and link targets, or with
 // a name or link target longer than 4096 bytes, is an error.
 func (b *Box) ReadDir(ctx context.Context, p string) ([]FileInfo, error) {
+	defer b.useBegin(ctx)()
 	c, err := b.client(ctx)
 	if err != nil {
 		return nil, err
@@ -202,6 +204,7 @@ const readFileHint = 8 << 20
 // ReadFile returns the contents of the regular file path in the box (at
 // most MaxReadFile bytes, else an error).
 func (b *Box) ReadFile(ctx context.Context, p string) ([]byte, error) {
+	defer b.useBegin(ctx)()
 	c, err := b.client(ctx)
 	if err != nil {
 		return nil, err
@@ -260,6 +263,7 @@ func (b *Box) WriteFile(ctx context.Context, p string, data []byte, perm fs.File
 // what a pending Read returns is dropped. A src that
 // is an io.Closer (CopyIn's own pipe) is closed, which ends such a Read.
 func (b *Box) sendFile(ctx context.Context, method string, req *client.FileRequest, src io.Reader) (*agentpb.FileResult, error) {
+	defer b.useBegin(ctx)()
 	c, err := b.client(ctx)
 	if err != nil {
 		return nil, err
@@ -496,6 +500,7 @@ func (t *callReader) Close() error {
 }
 
 func (b *Box) copyOut(ctx context.Context, boxPath string) (*callReader, FileInfo, error) {
+	b.touch(ctx)
 	c, err := b.client(ctx)
 	if err != nil {
 		return nil, FileInfo{}, err

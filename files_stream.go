@@ -29,6 +29,7 @@ func (b *Box) WriteFileFrom(ctx context.Context, p string, r io.Reader, perm fs.
 // failure in the box is the reader's error) and close it; closing early
 // abandons the transfer. A slow reader slows the box down (backpressure).
 func (b *Box) OpenFile(ctx context.Context, p string) (io.ReadCloser, FileInfo, error) {
+	b.touch(ctx)
 	c, err := b.client(ctx)
 	if err != nil {
 		return nil, FileInfo{}, err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -33,6 +34,13 @@ func (b *Box) ForkWith(ctx context.Context, n int, opts ForkOptions) ([]*Box, er
 		return nil, err
 	}
 	defer b.r.RemoveSnapshot(context.WithoutCancel(ctx), name)
+	// Children get the box's lease and idle timeout and what is left of
+	// its TTL.
+	_, cfg := b.snapshot()
+	life := BoxOptions{FromSnapshot: name, AutoRemove: opts.AutoRemove, IdleTimeout: cfg.Options.IdleTimeout, Lease: cfg.Options.Lease}
+	if !cfg.ExpiresAt.IsZero() {
+		life.TTL = max(time.Until(cfg.ExpiresAt), time.Millisecond)
+	}
 	kids := make([]*Box, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -40,7 +48,7 @@ func (b *Box) ForkWith(ctx context.Context, n int, opts ForkOptions) ([]*Box, er
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			kids[i], errs[i] = b.r.Create(ctx, BoxOptions{FromSnapshot: name, AutoRemove: opts.AutoRemove})
+			kids[i], errs[i] = b.r.Create(ctx, life)
 		}(i)
 	}
 	wg.Wait()

@@ -71,6 +71,18 @@ func TestStateV0Migrates(t *testing.T) {
 		t.Errorf("box recorded running under a gone pid: %+v", crashed)
 	}
 
+	// Records from before lifetimes: boxes without limits, which no reap
+	// pass removes.
+	for _, bi := range list {
+		o := bi.Options
+		if o.TTL != 0 || o.IdleTimeout != 0 || o.Lease != 0 || !bi.ExpiresAt.IsZero() || !bi.LeaseUntil.IsZero() || !bi.IdleDeadline.IsZero() {
+			t.Errorf("old box %s has lifetime limits: %+v", bi.ID, bi)
+		}
+	}
+	if reaped := r.Reap(ctx); len(reaped) != 0 {
+		t.Errorf("old boxes reaped: %+v", reaped)
+	}
+
 	for _, ref := range []string{"web", "0a0b0c0d0e0f", "crashed"} {
 		b, err := r.Get(ctx, ref)
 		if err != nil {

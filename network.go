@@ -427,13 +427,11 @@ func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
 		}
 	}
 	cur.Options.Network, cur.Options.AllowNet, cur.Options.AllowHostPorts = o.Network, o.AllowNet, o.AllowHostPorts
-	raw := encodeConfig(cur)
-	if err := b.r.db.SetConfig(ctx, b.id, raw); err != nil {
+	if err := b.r.setConfig(ctx, b.id, cur); err != nil {
 		return fmt.Errorf("box %s: record its network: %w", b.id, err)
 	}
-	up := *rec
-	up.Config = raw
-	return b.refresh(&up)
+	_, err = b.load(ctx)
+	return err
 }
 
 // reconcileNet kills the network helper of a box whose QEMU is gone,

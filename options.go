@@ -77,6 +77,21 @@ type BoxOptions struct {
 	// Ports are published: the host listens on them at each start and
 	// forwards connections into the box. A host port in use fails Start.
 	Ports []PortMapping `json:",omitempty"`
+	// TTL, when positive, is how long the box lives: the library removes
+	// it (running or not) once TTL has passed since Create. The deadline
+	// is stored with the box (BoxInfo.ExpiresAt): every Runtime open on
+	// the home enforces it, at Open and while it stays open (see
+	// Options.ReapInterval). 0: no limit; negative: ErrInvalidArgument.
+	TTL time.Duration `json:",omitempty"`
+	// IdleTimeout, when positive, removes the box once no exec, file or
+	// snapshot call went through a Box for that long (an exec in flight
+	// counts as use). Use is recorded with the box at most every few
+	// seconds, so other processes on the home see it. 0: no limit.
+	IdleTimeout time.Duration `json:",omitempty"`
+	// Lease, when positive, removes the box unless Box.RenewLease is
+	// called within Lease of Create or of the last renewal: a client
+	// that crashes leaves no box behind. 0: no lease.
+	Lease time.Duration `json:",omitempty"`
 }
 
 // ExecOptions tune one Exec. Env, User and WorkingDir override the box's

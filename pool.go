@@ -155,6 +155,7 @@ func poolKey(opts BoxOptions) (key string, o BoxOptions, ok bool) {
 	}
 	k := o
 	k.Name, k.Hostname, k.AutoRemove = "", "", false
+	k.TTL, k.IdleTimeout, k.Lease = 0, 0, 0 // the claimer's, from its claim
 	if len(k.Env) == 0 {
 		k.Env = nil
 	}
@@ -580,7 +581,9 @@ func (s *poolSet) personalise(ctx context.Context, pb pooledBox, opts BoxOptions
 			return err
 		}
 	}
-	if err := s.r.db.SetConfig(ctx, b.id, encodeConfig(c)); err != nil {
+	c.Options.TTL, c.Options.IdleTimeout, c.Options.Lease = opts.TTL, opts.IdleTimeout, opts.Lease
+	c.startLife(time.Now())
+	if err := s.r.setConfig(ctx, b.id, c); err != nil {
 		return fmt.Errorf("box %s: record it: %w", b.id, err)
 	}
 	if _, err := b.load(ctx); err != nil {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/store"
@@ -22,6 +24,10 @@ type boxConfig struct {
 	// Pool is the key of the warm pool holding the box, "" once claimed
 	// (or never pooled): such a box is not listed and Get does not find it.
 	Pool string
+	// The lifetime deadlines (lifetime.go): when the TTL ends, when the
+	// lease runs out, and the last use recorded (for IdleTimeout). Zero
+	// when the box has no such limit.
+	ExpiresAt, LeaseUntil, LastUse time.Time
 }
 
 // recordVersion is the schema version of boxRecord. A change that an older
@@ -64,6 +70,56 @@ type boxRecord struct {
 	FromSnapshot string `json:"from_snapshot,omitempty"`
 	// Pool: the warm pool holding the box (boxConfig.Pool); optional.
 	Pool string `json:"pool,omitempty"`
+	// Lifetimes: optional, added in version 1 without a bump (absent =
+	// none; an older airlock reading them ignores them, and does not
+	// enforce them). Durations in milliseconds, times in Unix
+	// milliseconds.
+	TTLMs        int64 `json:"ttl_ms,omitempty"`
+	IdleMs       int64 `json:"idle_timeout_ms,omitempty"`
+	LeaseMs      int64 `json:"lease_ms,omitempty"`
+	ExpiresAtMs  int64 `json:"expires_at_ms,omitempty"`
+	LeaseUntilMs int64 `json:"lease_until_ms,omitempty"`
+	LastUseMs    int64 `json:"last_use_ms,omitempty"`
+}
+
+// unixMs is t in Unix milliseconds, 0 for the zero time.
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// durMs is d in milliseconds, rounded up (a positive d stays a limit).
+func durMs(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
+}
+
+// msDur is durMs's inverse, saturating (a stored value past what a
+// Duration holds is the longest one, not a negative one).
+func msDur(ms int64) time.Duration {
+	if ms <= 0 {
+		return 0
+	}
+	if ms > math.MaxInt64/int64(time.Millisecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// msTime is unixMs's inverse.
+func msTime(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
 }
 
 // volumeRecord is the stored form of a Volume.
@@ -147,7 +203,9 @@ func encodeConfig(c boxConfig) []byte {
 		Network: storedNetwork(o.Network), AllowNet: o.AllowNet, AllowHostPorts: o.AllowHostPorts, Ports: portRecords(o.Ports), Hostname: o.Hostname,
 		ImageConfig: imageRecord{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
-		OwnerPID: c.OwnerPID, OwnerStart: c.OwnerStart, FromSnapshot: o.FromSnapshot, Pool: c.Pool}
+		OwnerPID: c.OwnerPID, OwnerStart: c.OwnerStart, FromSnapshot: o.FromSnapshot, Pool: c.Pool,
+		TTLMs: durMs(o.TTL), IdleMs: durMs(o.IdleTimeout), LeaseMs: durMs(o.Lease),
+		ExpiresAtMs: unixMs(c.ExpiresAt), LeaseUntilMs: unixMs(c.LeaseUntil), LastUseMs: unixMs(c.LastUse)}
 	for _, v := range o.Volumes {
 		r.Volumes = append(r.Volumes, volumeRecord{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}
@@ -254,10 +312,12 @@ func (r boxRecord) config() (boxConfig, error) {
 		Options: BoxOptions{Image: r.Image, Name: r.Name, CPUs: r.CPUs, MemoryMiB: r.MemoryMiB, DiskSizeMiB: r.DiskSizeMiB,
 			Env: r.Env, WorkingDir: r.WorkingDir, User: r.User, AutoRemove: r.AutoRemove, Network: n, Hostname: r.Hostname, Volumes: vols,
 			AllowNet: r.AllowNet, AllowHostPorts: r.AllowHostPorts, Ports: portMappings(r.Ports),
-			FromSnapshot: r.FromSnapshot},
+			FromSnapshot: r.FromSnapshot,
+			TTL:          msDur(r.TTLMs), IdleTimeout: msDur(r.IdleMs), Lease: msDur(r.LeaseMs)},
 		Image: image.ImageConfig{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
 		OwnerPID: r.OwnerPID, OwnerStart: r.OwnerStart, Pool: r.Pool,
+		ExpiresAt: msTime(r.ExpiresAtMs), LeaseUntil: msTime(r.LeaseUntilMs), LastUse: msTime(r.LastUseMs),
 	}, nil
 }
 

@@ -1,9 +1,11 @@
 package airlock
 
 import (
+	"math"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/store"
@@ -23,6 +25,48 @@ func TestRecordRoundTrip(t *testing.T) {
 	got, err := decodeConfig(&store.Box{ID: "x", Config: raw})
 	if err != nil || !reflect.DeepEqual(got, c) {
 		t.Fatalf("round trip:\n got %+v %v\nwant %+v", got, err, c)
+	}
+}
+
+// TestRecordLifetimes: a box's lifetime options and deadlines are stored,
+// and a version 1 record written before them (no such fields) loads as a
+// box without limits.
+func TestRecordLifetimes(t *testing.T) {
+	now := time.UnixMilli(time.Now().UnixMilli())
+	c := boxConfig{Options: BoxOptions{Image: "a", Network: NetworkNone, TTL: time.Hour, IdleTimeout: 90 * time.Second, Lease: 1500 * time.Millisecond},
+		ExpiresAt: now.Add(time.Hour), LeaseUntil: now.Add(1500 * time.Millisecond), LastUse: now}
+	raw := encodeConfig(c)
+	for _, f := range []string{`"ttl_ms":3600000`, `"idle_timeout_ms":90000`, `"lease_ms":1500`, `"expires_at_ms":`, `"lease_until_ms":`, `"last_use_ms":`} {
+		if !strings.Contains(string(raw), f) {
+			t.Errorf("stored form lacks %s: %s", f, raw)
+		}
+	}
+	got, err := decodeConfig(&store.Box{ID: "x", Config: raw})
+	if err != nil || !reflect.DeepEqual(got, c) {
+		t.Fatalf("round trip:\n got %+v %v\nwant %+v", got, err, c)
+	}
+	if d := got.idleDeadline(); !d.Equal(now.Add(90 * time.Second)) {
+		t.Errorf("idle deadline %v", d)
+	}
+	// A sub-millisecond limit stays a limit.
+	if got, _ := decodeConfig(&store.Box{ID: "x", Config: encodeConfig(boxConfig{Options: BoxOptions{Network: NetworkNone, TTL: time.Microsecond}})}); got.Options.TTL != time.Millisecond {
+		t.Errorf("1us ttl stored as %v", got.Options.TTL)
+	}
+	// The longest limits stay the longest, not negative ones.
+	long := boxConfig{Options: BoxOptions{Network: NetworkNone, TTL: math.MaxInt64, IdleTimeout: math.MaxInt64, Lease: math.MaxInt64}}
+	long.startLife(now)
+	if got, err := decodeConfig(&store.Box{ID: "x", Config: encodeConfig(long)}); err != nil || got.Options.TTL != math.MaxInt64 ||
+		got.Options.Lease != math.MaxInt64 || got.reapReason(now.Add(100*365*24*time.Hour), now) != "" {
+		t.Errorf("longest limits: %+v %v", got, err)
+	}
+	// What the previous version wrote: no lifetime fields.
+	old := `{"v":1,"image":"a","cpus":1,"memory_mib":512,"disk_mib":4096,"network":"none","image_config":{}}`
+	got, err = decodeConfig(&store.Box{ID: "x", Config: []byte(old)})
+	if err != nil || got.hasLife() || !got.ExpiresAt.IsZero() || !got.LeaseUntil.IsZero() || !got.LastUse.IsZero() || !got.idleDeadline().IsZero() {
+		t.Fatalf("previous version's record: %+v %v", got, err)
+	}
+	if why := got.reapReason(time.Now().Add(1000*time.Hour), time.Time{}); why != "" {
+		t.Errorf("a box without limits reaped for %q", why)
 	}
 }
 
@@ -71,7 +115,11 @@ func fill(t *testing.T, v reflect.Value, name string) {
 	case reflect.String:
 		v.SetString("v-" + name)
 	case reflect.Int, reflect.Int64:
-		v.SetInt(int64(len(name)))
+		n := int64(len(name))
+		if v.Type() == reflect.TypeOf(time.Duration(0)) {
+			n *= int64(time.Millisecond) // durations are stored in ms
+		}
+		v.SetInt(n)
 	case reflect.Bool:
 		v.SetBool(true)
 	case reflect.Slice:

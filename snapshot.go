@@ -202,6 +202,7 @@ func (b *Box) freezeForSnapshot(ctx context.Context, rec *store.Box) (thaw func(
 	if b.pausedNow(ctx, rec) {
 		return func() {}, nil
 	}
+	b.touch(ctx)
 	c, err := b.client(ctx)
 	if err != nil {
 		return nil, err
@@ -425,6 +426,7 @@ func restoreOptions(info SnapshotInfo, m snapshotMeta, opts BoxOptions) (BoxOpti
 	}
 	o := so
 	o.Name, o.AutoRemove, o.FromSnapshot = opts.Name, opts.AutoRemove, name
+	o.TTL, o.IdleTimeout, o.Lease = opts.TTL, opts.IdleTimeout, opts.Lease // the caller's, not the snapshot's box's
 	if err := restoredHostSide(&o, opts, name); err != nil {
 		return BoxOptions{}, err
 	}

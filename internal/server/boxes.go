@@ -28,9 +28,9 @@ type BoxSpec struct {
 	Volumes        []VolumeSpec `json:"volumes,omitempty" maxItems:"32" doc:"Host directories (under a directory granted by airlock serve --allow-volume) and named volumes attached to the box."`
 	Ports          []PortSpec   `json:"ports,omitempty" maxItems:"64" doc:"Published ports (Docker's -p): host address and port forwarded to a port in the box; each must be granted by airlock serve --allow-publish. Needs a network (not none)."`
 	AutoRemove     bool         `json:"auto_remove,omitempty" doc:"Remove the box when it stops."`
-	TTL            float64      `json:"ttl,omitempty" minimum:"0" doc:"Seconds: the server removes the box this long after creating it."`
-	IdleTimeout    float64      `json:"idle_timeout,omitempty" minimum:"0" doc:"Seconds: the server removes the box after this long with no exec or code call on it."`
-	Lease          float64      `json:"lease,omitempty" minimum:"0" doc:"Seconds: the server removes the box unless POST /v1/boxes/{id}/lease renews it within this time (the SDKs do, while their process lives)."`
+	TTL            float64      `json:"ttl,omitempty" minimum:"0" doc:"Seconds: the box is removed this long after creating it (stored with the box: a server restart keeps it)."`
+	IdleTimeout    float64      `json:"idle_timeout,omitempty" minimum:"0" doc:"Seconds: the box is removed after this long with no exec, file or code call on it (stored with the box: a server restart keeps it)."`
+	Lease          float64      `json:"lease,omitempty" minimum:"0" doc:"Seconds: the box is removed unless POST /v1/boxes/{id}/lease renews it within this time (the SDKs do, while their process lives; stored with the box: a server restart keeps it)."`
 	FromSnapshot   string       `json:"from_snapshot,omitempty" maxLength:"128" doc:"Restore this memory snapshot (POST /v1/boxes/{id}/snapshot) instead of booting: the box runs on from where the snapshot's box was, with its processes and files. Image, cpus, memory_mib, disk_size_mib and network come from the snapshot (leave them out, or give the snapshot's); env, working_dir, user, allow_net and allow_host_ports default to its box's (allow_net makes it an allowlist box); name, ports (never the snapshot box's) and the network policy are the request's, checked as for any create; volumes are refused."`
 }
 
@@ -61,13 +61,17 @@ type Box struct {
 	Started        time.Time    `json:"started,omitzero"`
 	Paused         bool         `json:"paused,omitempty" doc:"The running box's vCPUs are stopped (POST /v1/boxes/{id}/pause): calls into it wait until it is resumed."`
 	Suspended      bool         `json:"suspended,omitempty" doc:"The stopped box was paused to disk (pause with to_disk): resume or start continues it from its saved memory."`
+	ExpiresAt      time.Time    `json:"expires_at,omitzero" doc:"When the box's ttl ends and it is removed (absent: no ttl)."`
+	LeaseUntil     time.Time    `json:"lease_until,omitzero" doc:"When the box is removed unless its lease is renewed (absent: no lease)."`
+	IdleDeadline   time.Time    `json:"idle_deadline,omitzero" doc:"When the box is removed unless used before (absent: no idle_timeout). Use is recorded every few seconds, so this may lag a recent call by that much."`
 }
 
 func boxOf(i airlock.BoxInfo) Box {
 	b := Box{ID: i.ID, Name: i.Name, Image: i.Image, ImageDigest: i.ImageDigest, State: i.State,
 		CPUs: i.Options.CPUs, MemoryMiB: i.Options.MemoryMiB, DiskSizeMiB: i.Options.DiskSizeMiB,
 		Network: i.Options.Network, AutoRemove: i.Options.AutoRemove, Created: i.Created, Started: i.Started,
-		AllowNet: i.Options.AllowNet, AllowHostPorts: i.Options.AllowHostPorts, Suspended: i.Suspended}
+		AllowNet: i.Options.AllowNet, AllowHostPorts: i.Options.AllowHostPorts, Suspended: i.Suspended,
+		ExpiresAt: i.ExpiresAt, LeaseUntil: i.LeaseUntil, IdleDeadline: i.IdleDeadline}
 	for _, v := range i.Options.Volumes {
 		b.Volumes = append(b.Volumes, VolumeSpec{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}
@@ -126,7 +130,8 @@ func (s *Server) registerBoxes() {
 		sp := in.Body
 		opts := airlock.BoxOptions{Image: sp.Image, Name: sp.Name, CPUs: sp.CPUs, MemoryMiB: sp.MemoryMiB,
 			DiskSizeMiB: sp.DiskSizeMiB, Env: sp.Env, WorkingDir: sp.WorkingDir, User: sp.User,
-			AutoRemove: sp.AutoRemove, Network: sp.Network, AllowNet: sp.AllowNet, AllowHostPorts: sp.AllowHostPorts}
+			AutoRemove: sp.AutoRemove, Network: sp.Network, AllowNet: sp.AllowNet, AllowHostPorts: sp.AllowHostPorts,
+			TTL: secs(sp.TTL), IdleTimeout: secs(sp.IdleTimeout), Lease: secs(sp.Lease)}
 		for _, v := range sp.Volumes {
 			opts.Volumes = append(opts.Volumes, airlock.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 		}
@@ -156,7 +161,6 @@ func (s *Server) registerBoxes() {
 			}
 			return nil, problem(err)
 		}
-		s.track(b.ID(), sp)
 		s.events.publish(Event{Type: EventBoxCreated, BoxID: b.ID()})
 		return s.boxOut(ctx, b)
 	})
@@ -245,7 +249,6 @@ func (s *Server) registerBoxes() {
 		if err := b.Remove(ctx, in.Force); err != nil {
 			return nil, problem(err)
 		}
-		s.forget(b.ID())
 		s.events.publish(Event{Type: EventBoxRemoved, BoxID: b.ID(), Reason: "removed"})
 		return nil, nil
 	})

@@ -197,7 +197,6 @@ func (s *Server) registerCode() {
 		}
 		defer release()
 		cs := s.codeboxFor(b)
-		defer s.execBegin(b.ID())()
 		rctx, cancel := withTimeout(ctx, in.Body.Timeout)
 		defer cancel()
 		t0 := time.Now()
@@ -232,7 +231,6 @@ func (s *Server) registerCode() {
 			return nil, err
 		}
 		defer release()
-		defer s.execBegin(b.ID())()
 		cb := codebox.Attach(b, codebox.Options{IndexURL: in.Body.IndexURL, MaxOutput: s.cfg.MaxOutputBytes})
 		t0 := time.Now()
 		out, err := cb.InstallPackages(ctx, in.Body.Packages...)
@@ -302,7 +300,6 @@ func (s *Server) registerCode() {
 		if err != nil {
 			return nil, err
 		}
-		defer s.execBegin(cs.cb.Box().ID())()
 		release, err := s.acquire(ctx)
 		if err != nil {
 			return nil, err

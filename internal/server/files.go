@@ -160,7 +160,6 @@ func (s *Server) fileOp(ctx context.Context, id, p string, f func(b *airlock.Box
 	if err != nil {
 		return err
 	}
-	defer s.execBegin(b.ID())()
 	if err := f(b, p); err != nil {
 		return fileProblem(err)
 	}
@@ -270,7 +269,6 @@ func (s *Server) handleReadFile(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer s.execBegin(b.ID())()
 	rc, info, err := b.OpenFile(r.Context(), p)
 	if err != nil {
 		writeFileProblem(w, err)
@@ -307,7 +305,6 @@ func (s *Server) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 		}
 		perm = fileMode(int(u))
 	}
-	defer s.execBegin(b.ID())()
 	if q.Get("parents") == "true" {
 		if err := b.MkdirAll(r.Context(), path.Dir(path.Clean(p)), 0o755); err != nil {
 			writeFileProblem(w, err)
@@ -329,7 +326,6 @@ func (s *Server) handleCopyOut(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer s.execBegin(b.ID())()
 	rc, err := b.CopyOutTar(r.Context(), p)
 	if err != nil {
 		writeFileProblem(w, err)
@@ -351,7 +347,6 @@ func (s *Server) handleCopyIn(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer s.execBegin(b.ID())()
 	body := newUploadBody(w, r)
 	defer body.end()
 	if err := b.CopyInTar(r.Context(), p, body); err != nil {

@@ -119,8 +119,10 @@ type Config struct {
 	// Events, when set, is served at /v1/events and fed by the server;
 	// pass it (in Observers, with Metrics) as airlock.Options.Observer too.
 	Events *Events
-	// ReapInterval is how often boxes past their ttl, idle_timeout or
-	// lease are looked for (default 1 s).
+	// ReapInterval, when positive, makes the server look for boxes past
+	// their ttl, idle_timeout or lease this often, besides the Runtime's
+	// own reaper (airlock.Options.ReapInterval, which enforces them
+	// whether or not a server runs). Default 0: the Runtime's alone.
 	ReapInterval time.Duration
 	// MCP, when set, is served at /mcp (MCP's streamable HTTP transport).
 	MCP http.Handler
@@ -148,8 +150,6 @@ type Server struct {
 	caps       capState // named volumes and snapshots being made (policy.go)
 
 	mu        sync.Mutex
-	lifetimes map[string]*lifetime  // by box id
-	busy      map[string]int        // execs in flight by box id
 	codeboxes map[string]*codeState // by box id
 	execs     map[string]*execEntry // running execs by exec id
 	slots     map[string]chan struct{}
@@ -187,9 +187,12 @@ func New(cfg Config) *Server {
 	}
 	cfg.Policy = cfg.Policy.withDefaults()
 	s := &Server{cfg: cfg, rt: cfg.Runtime, log: cfg.Logger, mux: http.NewServeMux(),
-		events: cfg.Events, shutdown: make(chan struct{}), lifetimes: map[string]*lifetime{}, busy: map[string]int{},
+		events: cfg.Events, shutdown: make(chan struct{}),
 		codeboxes: map[string]*codeState{}, execs: map[string]*execEntry{}, slots: map[string]chan struct{}{}, wsConns: map[*wsConn]struct{}{}}
 	s.lastBusy.Store(time.Now().UnixNano())
+	if s.rt != nil {
+		s.rt.OnReap(s.reaped)
+	}
 	if dirs, err := ResolveVolumeDirs(cfg.Policy.AllowVolumeDirs); err == nil {
 		s.volumeDirs = dirs
 	} else {

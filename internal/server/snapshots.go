@@ -121,23 +121,6 @@ func (s *Server) checkRestore(ctx context.Context, opts airlock.BoxOptions) (rel
 	return s.checkCreate(ctx, &eff)
 }
 
-// lifetimeOf returns the spec whose lifetime limits a fork child takes
-// over from box id: the same lease and idle timeout, and what is left of
-// its TTL.
-func (s *Server) lifetimeOf(id string) BoxSpec {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l := s.lifetimes[id]
-	if l == nil {
-		return BoxSpec{}
-	}
-	sp := BoxSpec{Lease: l.lease.Seconds(), IdleTimeout: l.idle.Seconds()}
-	if !l.expires.IsZero() {
-		sp.TTL = max(time.Until(l.expires).Seconds(), 0.001)
-	}
-	return sp
-}
-
 // fork forks box b into n children; a box with contexts is forked as a
 // CodeBox, so that each child has them under the same ids.
 func (s *Server) fork(ctx context.Context, b *airlock.Box, n int) ([]*airlock.Box, error) {
@@ -209,7 +192,6 @@ func (s *Server) registerSnapshots() {
 		if err != nil {
 			return nil, problem(err)
 		}
-		s.touch(b.ID())
 		return &struct{ Body Snapshot }{snapshotOf(info)}, nil
 	})
 
@@ -238,16 +220,13 @@ func (s *Server) registerSnapshots() {
 		if err := s.checkFork(ctx, bi, n); err != nil {
 			return nil, err
 		}
-		life := s.lifetimeOf(b.ID())
 		kids, err := s.fork(ctx, b, n)
 		if err != nil {
 			return nil, problem(err)
 		}
-		s.touch(b.ID())
 		out := &struct{ Body ForkResult }{}
 		out.Body.Boxes = make([]Box, 0, len(kids))
 		for _, k := range kids {
-			s.track(k.ID(), life)
 			s.events.publish(Event{Type: EventBoxCreated, BoxID: k.ID()})
 			info, err := k.Info(ctx)
 			if err != nil {
@@ -309,7 +288,6 @@ func (s *Server) registerSnapshots() {
 		if err := b.Resume(ctx); err != nil {
 			return nil, problem(err)
 		}
-		s.touch(b.ID())
 		return s.boxOut(ctx, b)
 	})
 

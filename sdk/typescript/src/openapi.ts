@@ -635,10 +635,25 @@ export interface components {
             created: string;
             /** Format: int64 */
             disk_size_mib: number;
+            /**
+             * Format: date-time
+             * @description When the box's ttl ends and it is removed (absent: no ttl).
+             */
+            expires_at?: string;
             /** @description Box id (12 hex digits). */
             id: string;
+            /**
+             * Format: date-time
+             * @description When the box is removed unless used before (absent: no idle_timeout). Use is recorded every few seconds, so this may lag a recent call by that much.
+             */
+            idle_deadline?: string;
             image: string;
             image_digest?: string;
+            /**
+             * Format: date-time
+             * @description When the box is removed unless its lease is renewed (absent: no lease).
+             */
+            lease_until?: string;
             /** Format: int64 */
             memory_mib: number;
             name?: string;
@@ -681,7 +696,7 @@ export interface components {
             from_snapshot?: string;
             /**
              * Format: double
-             * @description Seconds: the server removes the box after this long with no exec or code call on it.
+             * @description Seconds: the box is removed after this long with no exec, file or code call on it (stored with the box: a server restart keeps it).
              */
             idle_timeout?: number;
             /**
@@ -691,7 +706,7 @@ export interface components {
             image: string;
             /**
              * Format: double
-             * @description Seconds: the server removes the box unless POST /v1/boxes/{id}/lease renews it within this time (the SDKs do, while their process lives).
+             * @description Seconds: the box is removed unless POST /v1/boxes/{id}/lease renews it within this time (the SDKs do, while their process lives; stored with the box: a server restart keeps it).
              */
             lease?: number;
             /**
@@ -710,7 +725,7 @@ export interface components {
             ports?: components["schemas"]["PortSpec"][] | null;
             /**
              * Format: double
-             * @description Seconds: the server removes the box this long after creating it.
+             * @description Seconds: the box is removed this long after creating it (stored with the box: a server restart keeps it).
              */
             ttl?: number;
             /** @description User of every exec: name, uid, name:group or uid:gid. */

@@ -1,0 +1,312 @@
+package airlock_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/server"
+	"github.com/airlock-run/airlock/internal/vmm/fake"
+)
+
+// lifeHome opens runtimes of the fake driver on one home: open(reap)
+// opens one more whose reaper runs every reap.
+func lifeHome(t *testing.T) (open func(reap time.Duration) *airlock.Runtime, ref string) {
+	t.Helper()
+	ref = "test/fake:v1"
+	drv := fake.New(os.Getenv("AIRLOCK_AGENT"))
+	home, images, cache := t.TempDir(), fakeImageStore(t, ref), t.TempDir()
+	var mu sync.Mutex
+	var opened []*airlock.Runtime
+	t.Cleanup(func() { // boxes first: their agents are host processes
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range opened {
+			boxes, _ := r.List(context.Background())
+			for _, b := range boxes {
+				r.Remove(context.Background(), b.ID, true)
+			}
+			r.Close()
+		}
+	})
+	return func(reap time.Duration) *airlock.Runtime {
+		t.Helper()
+		r, err := airlock.OpenWithDriver(airlock.Options{Home: home, ImagesDir: images, CacheDir: cache, Warn: func(string) {}, ReapInterval: reap}, drv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		opened = append(opened, r)
+		mu.Unlock()
+		return r
+	}, ref
+}
+
+// gone says whether box id no longer exists in r's home.
+func gone(t *testing.T, r *airlock.Runtime, id string) bool {
+	t.Helper()
+	_, err := r.Get(context.Background(), id)
+	if err != nil && !errors.Is(err, airlock.ErrBoxNotFound) {
+		t.Fatalf("get %s: %v", id, err)
+	}
+	return err != nil
+}
+
+// waitGone waits until box id is gone, failing past limit.
+func waitGone(t *testing.T, r *airlock.Runtime, id string, limit time.Duration) time.Time {
+	t.Helper()
+	for end := time.Now().Add(limit); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if gone(t, r, id) {
+			return time.Now()
+		}
+	}
+	t.Fatalf("box %s still there after %s", id, limit)
+	return time.Time{}
+}
+
+// TestLifetimes: the library removes a box at its TTL, one left idle past
+// its idle timeout and one whose lease is not renewed; use and renewals
+// keep the latter two; BoxInfo shows the deadlines.
+func TestLifetimes(t *testing.T) {
+	open, ref := lifeHome(t)
+	r := open(50 * time.Millisecond)
+	var mu sync.Mutex
+	reasons := map[string]string{}
+	r.OnReap(func(ev airlock.BoxReapedEvent) {
+		mu.Lock()
+		reasons[ev.BoxID] = ev.Reason
+		mu.Unlock()
+	})
+	ctx := context.Background()
+	create := func(o airlock.BoxOptions) *airlock.Box {
+		o.Image, o.Network = ref, airlock.NetworkNone
+		b, err := r.Create(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if _, err := r.Create(ctx, airlock.BoxOptions{Image: ref, Network: airlock.NetworkNone, TTL: -time.Second}); !errors.Is(err, airlock.ErrInvalidArgument) {
+		t.Errorf("negative ttl: %v", err)
+	}
+	t0 := time.Now()
+	ttl := create(airlock.BoxOptions{TTL: 1500 * time.Millisecond})
+	idle := create(airlock.BoxOptions{IdleTimeout: 600 * time.Millisecond})
+	leased := create(airlock.BoxOptions{Lease: 600 * time.Millisecond})
+	plain := create(airlock.BoxOptions{})
+	for _, c := range []struct {
+		b    *airlock.Box
+		what string
+		f    func(airlock.BoxInfo) time.Time
+	}{{ttl, "ExpiresAt", func(i airlock.BoxInfo) time.Time { return i.ExpiresAt }},
+		{idle, "IdleDeadline", func(i airlock.BoxInfo) time.Time { return i.IdleDeadline }},
+		{leased, "LeaseUntil", func(i airlock.BoxInfo) time.Time { return i.LeaseUntil }}} {
+		info, err := c.b.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := c.f(info); d.Before(t0) || d.After(time.Now().Add(1500*time.Millisecond)) {
+			t.Errorf("%s of box %s: %v (created at %v)", c.what, c.b.ID(), d, t0)
+		}
+	}
+	if err := plain.RenewLease(ctx); !errors.Is(err, airlock.ErrNoLease) {
+		t.Errorf("renew a box without lease: %v", err)
+	}
+	// Use the idle box and renew the lease for well past their limits.
+	for end := time.Now().Add(1200 * time.Millisecond); time.Now().Before(end); time.Sleep(150 * time.Millisecond) {
+		if _, err := idle.Exec(ctx, "true", nil, airlock.ExecOptions{}); err != nil {
+			t.Fatalf("exec in the idle box: %v", err)
+		}
+		if err := leased.RenewLease(ctx); err != nil {
+			t.Fatalf("renew: %v", err)
+		}
+	}
+	if gone(t, r, idle.ID()) || gone(t, r, leased.ID()) {
+		t.Fatalf("a box in use or renewed was removed: %v", reasons)
+	}
+	// Left alone, the idle and leased boxes go; the TTL box goes at its
+	// TTL, not before.
+	at := waitGone(t, r, ttl.ID(), 3*time.Second)
+	if at.Sub(t0) < 1500*time.Millisecond {
+		t.Errorf("ttl box removed %s after create, before its ttl", at.Sub(t0))
+	}
+	waitGone(t, r, idle.ID(), 3*time.Second)
+	waitGone(t, r, leased.ID(), 3*time.Second)
+	if gone(t, r, plain.ID()) {
+		t.Error("a box without limits was removed")
+	}
+	// OnReap is called once Remove returned: shortly after the box is gone.
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		n := len(reasons)
+		mu.Unlock()
+		if n >= 3 {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]string{ttl.ID(): airlock.ReapTTL, idle.ID(): airlock.ReapIdle, leased.ID(): airlock.ReapLease}
+	for id, why := range want {
+		if reasons[id] != why {
+			t.Errorf("box %s reaped for %q, want %q", id, reasons[id], why)
+		}
+	}
+}
+
+// TestLifetimesOutliveTheRuntime: the limits are stored with the box: a
+// box whose TTL or lease ended while no Runtime was open is removed by the
+// next Open; one whose idle timeout has not ended is kept, and another
+// process sees its use.
+func TestLifetimesOutliveTheRuntime(t *testing.T) {
+	open, ref := lifeHome(t)
+	r1 := open(time.Hour) // no reaping but Open's
+	ctx := context.Background()
+	mk := func(o airlock.BoxOptions) *airlock.Box {
+		o.Image, o.Network = ref, airlock.NetworkNone
+		b, err := r1.Create(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	ttl := mk(airlock.BoxOptions{TTL: 300 * time.Millisecond})
+	leased := mk(airlock.BoxOptions{Lease: 300 * time.Millisecond})
+	idle := mk(airlock.BoxOptions{IdleTimeout: 5 * time.Second})
+	r1.Close()
+	time.Sleep(400 * time.Millisecond)
+	r2 := open(time.Hour)
+	if !gone(t, r2, ttl.ID()) || !gone(t, r2, leased.ID()) {
+		t.Errorf("boxes past their ttl or lease survived Open")
+	}
+	if gone(t, r2, idle.ID()) {
+		t.Errorf("a box within its idle timeout was removed at Open")
+	}
+	// A use through r2 is recorded: a third runtime reads it.
+	b, err := r2.Get(ctx, idle.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := b.Info(ctx)
+	time.Sleep(2100 * time.Millisecond) // past usePersistEvery since the box's create
+	if _, err := b.Exec(ctx, "true", nil, airlock.ExecOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r3 := open(time.Hour)
+	b3, err := r3.Get(ctx, idle.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := b3.Info(ctx)
+	if !after.IdleDeadline.After(before.IdleDeadline.Add(time.Second)) {
+		t.Errorf("idle deadline seen by another runtime: %v, before the exec %v", after.IdleDeadline, before.IdleDeadline)
+	}
+}
+
+// TestServerRestartKeepsLifetimes: a box created with ttl and lease
+// through airlock serve's API keeps them across a restart of the server
+// (a new server and Runtime on the same home): the lease can still be
+// renewed, the box JSON shows the deadlines, and the box is removed at its
+// TTL.
+func TestServerRestartKeepsLifetimes(t *testing.T) {
+	open, ref := lifeHome(t)
+	post := func(url, path string, body any, out any) int {
+		t.Helper()
+		raw, _ := json.Marshal(body)
+		resp, err := http.Post(url+path, "application/json", bytes.NewReader(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if out != nil {
+			json.NewDecoder(resp.Body).Decode(out)
+		}
+		return resp.StatusCode
+	}
+	r1 := open(time.Hour)
+	ts1 := httptest.NewServer(server.New(server.Config{Runtime: r1}).Handler(false))
+	t0 := time.Now()
+	var b server.Box
+	if st := post(ts1.URL, "/v1/boxes", map[string]any{"image": ref, "network": "none", "ttl": 2.5, "lease": 60}, &b); st != 201 {
+		t.Fatalf("create: %d", st)
+	}
+	if b.ExpiresAt.IsZero() || b.LeaseUntil.IsZero() || !b.IdleDeadline.IsZero() {
+		t.Errorf("box JSON deadlines: expires_at %v lease_until %v idle_deadline %v", b.ExpiresAt, b.LeaseUntil, b.IdleDeadline)
+	}
+	ts1.Close()
+	r1.Close()
+
+	r2 := open(50 * time.Millisecond)
+	ts2 := httptest.NewServer(server.New(server.Config{Runtime: r2}).Handler(false))
+	defer ts2.Close()
+	var again server.Box
+	resp, err := http.Get(ts2.URL + "/v1/boxes/" + b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&again)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !again.ExpiresAt.Equal(b.ExpiresAt) {
+		t.Fatalf("after the restart: %d, expires_at %v, was %v", resp.StatusCode, again.ExpiresAt, b.ExpiresAt)
+	}
+	if st := post(ts2.URL, "/v1/boxes/"+b.ID+"/lease", nil, nil); st != 204 {
+		t.Errorf("renew the lease after the restart: %d, want 204", st)
+	}
+	at := waitGone(t, r2, b.ID, 5*time.Second)
+	if d := at.Sub(t0); d < 2500*time.Millisecond {
+		t.Errorf("removed %s after create, before its ttl", d)
+	}
+	resp, err = http.Get(ts2.URL + "/v1/boxes/" + b.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Errorf("GET the reaped box: %d", resp.StatusCode)
+	}
+}
+
+// TestHostileClientHugeLifetimes: a ttl, idle_timeout or lease past what
+// a duration holds is the longest limit, not one overflowing into the
+// past (which would remove the box at once), and a negative one is
+// refused.
+func TestHostileClientHugeLifetimes(t *testing.T) {
+	open, ref := lifeHome(t)
+	r := open(20 * time.Millisecond)
+	ts := httptest.NewServer(server.New(server.Config{Runtime: r}).Handler(false))
+	defer ts.Close()
+	post := func(body map[string]any, out any) int {
+		t.Helper()
+		raw, _ := json.Marshal(body)
+		resp, err := http.Post(ts.URL+"/v1/boxes", "application/json", bytes.NewReader(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		json.NewDecoder(resp.Body).Decode(out)
+		return resp.StatusCode
+	}
+	var b server.Box
+	if st := post(map[string]any{"image": ref, "network": "none", "ttl": 1e300, "idle_timeout": 1e19, "lease": 9.3e9}, &b); st != 201 {
+		t.Fatalf("create: %d", st)
+	}
+	if b.ExpiresAt.Before(time.Now().AddDate(100, 0, 0)) {
+		t.Errorf("expires_at %v for a ttl of 1e300 s", b.ExpiresAt)
+	}
+	time.Sleep(200 * time.Millisecond) // ten reap passes
+	if gone(t, r, b.ID) {
+		t.Fatal("a box with the longest limits was reaped")
+	}
+	var p server.Problem
+	if st := post(map[string]any{"image": ref, "network": "none", "lease": -1}, &p); st != 400 && st != 422 {
+		t.Errorf("negative lease: %d %+v", st, p)
+	}
+}
