@@ -397,13 +397,19 @@ func (r *Runtime) Create(ctx context.Context, opts BoxOptions) (*Box, error) {
 	if err := checkLife(opts); err != nil {
 		return nil, err
 	}
+	var b *Box
+	var err error
 	if opts.FromSnapshot != "" {
-		return r.restore(ctx, opts)
+		b, err = r.restore(ctx, opts)
+	} else if b, err = r.pool.claim(ctx, opts); b == nil && err == nil {
+		b, err = r.create(ctx, opts)
 	}
-	if b, err := r.pool.claim(ctx, opts); b != nil || err != nil {
-		return b, err
+	if err == nil && b != nil {
+		// A boot can take longer than a short lease or idle timeout:
+		// those count from when the caller gets the box.
+		b.lifeBegins(ctx)
 	}
-	return r.create(ctx, opts)
+	return b, err
 }
 
 // create is Create booting a new box.

@@ -243,6 +243,27 @@ func (b *Box) touch(ctx context.Context) {
 	})
 }
 
+// lifeBegins restarts the lease and the idle clock of a box just handed
+// to its caller (its boot or restore may have taken longer than either).
+func (b *Box) lifeBegins(ctx context.Context) {
+	_, cfg := b.snapshot()
+	if cfg.Options.Lease <= 0 && cfg.Options.IdleTimeout <= 0 {
+		return
+	}
+	now := time.Now()
+	if cfg.Options.IdleTimeout > 0 {
+		b.use.last.Store(now.UnixNano())
+	}
+	_ = b.r.updateConfig(context.WithoutCancel(ctx), b.id, func(c *boxConfig) {
+		if c.Options.Lease > 0 && now.Add(c.Options.Lease).After(c.LeaseUntil) {
+			c.LeaseUntil = now.Add(c.Options.Lease)
+		}
+		if c.Options.IdleTimeout > 0 && now.After(c.LastUse) {
+			c.LastUse = now
+		}
+	})
+}
+
 // RenewLease extends the box's lease (BoxOptions.Lease) to Lease from now.
 // Errors: ErrNoLease for a box without a lease; ErrBoxNotFound once it is
 // gone.
