@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,8 +56,12 @@ type useState struct {
 	persisted atomic.Int64 // last use written to the record, unix ns
 }
 
-// startLife sets the lifetime deadlines of a box created at now from its
-// options.
+// startLife sets the lifetime deadlines of a box whose record is made at
+// now, before its boot. The TTL counts from now; the lease and the idle
+// clock count from when Create hands the box over (lifeBegins), so until
+// then they leave the boot bootTimeout (a reaper, of this process or
+// another, must not take a box that is still booting; one whose creator
+// died while it booted goes once that grace ends).
 func (c *boxConfig) startLife(now time.Time) {
 	o := c.Options
 	c.ExpiresAt, c.LeaseUntil, c.LastUse = time.Time{}, time.Time{}, time.Time{}
@@ -64,10 +69,14 @@ func (c *boxConfig) startLife(now time.Time) {
 		c.ExpiresAt = now.Add(o.TTL)
 	}
 	if o.Lease > 0 {
-		c.LeaseUntil = now.Add(o.Lease)
+		grace := o.Lease
+		if grace < math.MaxInt64-bootTimeout {
+			grace += bootTimeout
+		}
+		c.LeaseUntil = now.Add(grace)
 	}
 	if o.IdleTimeout > 0 {
-		c.LastUse = now
+		c.LastUse = now.Add(bootTimeout)
 	}
 }
 
@@ -255,10 +264,10 @@ func (b *Box) lifeBegins(ctx context.Context) {
 		b.use.last.Store(now.UnixNano())
 	}
 	_ = b.r.updateConfig(context.WithoutCancel(ctx), b.id, func(c *boxConfig) {
-		if c.Options.Lease > 0 && now.Add(c.Options.Lease).After(c.LeaseUntil) {
+		if c.Options.Lease > 0 {
 			c.LeaseUntil = now.Add(c.Options.Lease)
 		}
-		if c.Options.IdleTimeout > 0 && now.After(c.LastUse) {
+		if c.Options.IdleTimeout > 0 {
 			c.LastUse = now
 		}
 	})
@@ -312,20 +321,4 @@ func (r *Runtime) updateConfig(ctx context.Context, id string, f func(*boxConfig
 		return fmt.Errorf("box %s: record it: %w", id, err)
 	}
 	return nil
-}
-
-// setConfig stores c as box id's configuration, keeping the later of its
-// and the stored record's last use and lease end (which a renewal or use
-// may have moved since c was read).
-func (r *Runtime) setConfig(ctx context.Context, id string, c boxConfig) error {
-	return r.updateConfig(ctx, id, func(s *boxConfig) {
-		lu, ll := s.LastUse, s.LeaseUntil
-		*s = c
-		if lu.After(s.LastUse) {
-			s.LastUse = lu
-		}
-		if ll.After(s.LeaseUntil) && s.Options.Lease > 0 {
-			s.LeaseUntil = ll
-		}
-	})
 }

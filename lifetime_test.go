@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,11 +19,15 @@ import (
 )
 
 // lifeHome opens runtimes of the fake driver on one home: open(reap)
-// opens one more whose reaper runs every reap.
-func lifeHome(t *testing.T) (open func(reap time.Duration) *airlock.Runtime, ref string) {
+// opens one more whose reaper runs every reap. The driver is set up by
+// each of with.
+func lifeHome(t *testing.T, with ...func(*fake.Driver)) (open func(reap time.Duration) *airlock.Runtime, ref string) {
 	t.Helper()
 	ref = "test/fake:v1"
 	drv := fake.New(os.Getenv("AIRLOCK_AGENT"))
+	for _, f := range with {
+		f(drv)
+	}
 	home, images, cache := t.TempDir(), fakeImageStore(t, ref), t.TempDir()
 	var mu sync.Mutex
 	var opened []*airlock.Runtime
@@ -158,6 +163,40 @@ func TestLifetimes(t *testing.T) {
 	for id, why := range want {
 		if reasons[id] != why {
 			t.Errorf("box %s reaped for %q, want %q", id, reasons[id], why)
+		}
+	}
+}
+
+// TestLeaseCountsFromHandOver: a box whose boot takes longer than its
+// lease and idle timeout is not reaped while it boots (by this process's
+// reaper or another's); both count from when Create returns.
+func TestLeaseCountsFromHandOver(t *testing.T) {
+	const boot = 900 * time.Millisecond
+	open, ref := lifeHome(t, func(d *fake.Driver) {
+		d.TestAgent = func(ctx context.Context, _ string, real func(context.Context) (net.Conn, error)) (net.Conn, error) {
+			select { // a slow boot: the agent answers late
+			case <-time.After(boot):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return real(ctx)
+		}
+	})
+	r, other := open(20*time.Millisecond), open(20*time.Millisecond)
+	ctx := context.Background()
+	for _, o := range []airlock.BoxOptions{{Lease: 300 * time.Millisecond}, {IdleTimeout: 300 * time.Millisecond}} {
+		o.Image, o.Network = ref, airlock.NetworkNone
+		b, err := r.Create(ctx, o)
+		if err != nil {
+			t.Fatalf("create with lease %s, idle timeout %s (boot %s): %v", o.Lease, o.IdleTimeout, boot, err)
+		}
+		handed := time.Now()
+		if _, err := b.Exec(ctx, "true", nil, airlock.ExecOptions{}); err != nil {
+			t.Fatalf("exec right after create: %v", err)
+		}
+		at := waitGone(t, other, b.ID(), 5*time.Second)
+		if d := at.Sub(handed); d < 300*time.Millisecond {
+			t.Errorf("box (lease %s, idle timeout %s) reaped %s after Create returned", o.Lease, o.IdleTimeout, d)
 		}
 	}
 }

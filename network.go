@@ -426,8 +426,11 @@ func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
 			return fmt.Errorf("box %s: set network policy: %w", b.id, err)
 		}
 	}
-	cur.Options.Network, cur.Options.AllowNet, cur.Options.AllowHostPorts = o.Network, o.AllowNet, o.AllowHostPorts
-	if err := b.r.setConfig(ctx, b.id, cur); err != nil {
+	// Only the network fields: a use or lease renewal since cur was read
+	// must stay.
+	if err := b.r.updateConfig(ctx, b.id, func(c *boxConfig) {
+		c.Options.Network, c.Options.AllowNet, c.Options.AllowHostPorts = o.Network, o.AllowNet, o.AllowHostPorts
+	}); err != nil {
 		return fmt.Errorf("box %s: record its network: %w", b.id, err)
 	}
 	_, err = b.load(ctx)

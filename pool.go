@@ -583,7 +583,8 @@ func (s *poolSet) personalise(ctx context.Context, pb pooledBox, opts BoxOptions
 	}
 	c.Options.TTL, c.Options.IdleTimeout, c.Options.Lease = opts.TTL, opts.IdleTimeout, opts.Lease
 	c.startLife(time.Now())
-	if err := s.r.setConfig(ctx, b.id, c); err != nil {
+	// A pool box is nobody's until now: its record is c, whole.
+	if err := s.r.updateConfig(ctx, b.id, func(s *boxConfig) { *s = c }); err != nil {
 		return fmt.Errorf("box %s: record it: %w", b.id, err)
 	}
 	if _, err := b.load(ctx); err != nil {

@@ -617,7 +617,7 @@ func TestServerLifetimes(t *testing.T) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		leased, stopLease, leasedAt = keep(BoxSpec{Network: "disabled", Lease: 1, TTL: 6}, func(id string) {
+		leased, stopLease, leasedAt = keep(BoxSpec{Network: "disabled", Lease: 2, TTL: 7}, func(id string) {
 			c.do("POST", "/v1/boxes/"+id+"/lease", nil, nil)
 		})
 	}()
@@ -636,16 +636,16 @@ func TestServerLifetimes(t *testing.T) {
 	defer rt.Remove(context.Background(), idle.ID, true)
 	defer close(stopLease)
 
-	// 2.5 s of renewals and execs: both stay, well past their lease and
-	// idle timeout.
-	time.Sleep(2500 * time.Millisecond)
+	// 3 s of renewals and execs: both stay, past their lease and idle
+	// timeout.
+	time.Sleep(3 * time.Second)
 	if !exists(leased.ID) || !exists(idle.ID) {
 		t.Fatalf("removed while renewed/used: leased %v idle %v", exists(leased.ID), exists(idle.ID))
 	}
 	// Left alone, the idle box goes after ~1 s; the leased one, still
-	// renewed, goes when its 6 s TTL ends.
+	// renewed, goes when its 7 s TTL ends.
 	close(stopIdle)
-	deadline := leasedAt.Add(12 * time.Second)
+	deadline := leasedAt.Add(13 * time.Second)
 	var leasedGone time.Time
 	for time.Now().Before(deadline) && (exists(idle.ID) || leasedGone.IsZero()) {
 		if leasedGone.IsZero() && !exists(leased.ID) {
@@ -658,8 +658,8 @@ func TestServerLifetimes(t *testing.T) {
 	}
 	if leasedGone.IsZero() {
 		t.Error("box past its TTL not removed")
-	} else if d := leasedGone.Sub(leasedAt); d < 6*time.Second {
-		t.Errorf("TTL box removed %v after its creation began, before its 6 s TTL", d)
+	} else if d := leasedGone.Sub(leasedAt); d < 7*time.Second {
+		t.Errorf("TTL box removed %v after its creation began, before its 7 s TTL", d)
 	}
 	var p Problem
 	if st := c.do("POST", "/v1/boxes/"+leased.ID+"/lease", nil, &p); st != 404 {
