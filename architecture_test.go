@@ -37,9 +37,18 @@ func TestPackageRules(t *testing.T) {
 		"internal/boxarchive": {"internal/image"},
 		// The box network: a user-mode stack in a helper process per box,
 		// which knows nothing of VMs or boxes.
-		"internal/netstack":     {"internal/defaults"},
-		"cmd/airlock-net":       {"internal/netstack"},
-		"internal/agent/client": {"internal/agent/agentpb", "internal/transport"},
+		"internal/netstack": {"internal/defaults"},
+		"cmd/airlock-net":   {"internal/netstack"},
+		// The helper's supervisor on the host (start, confine, wait, stop,
+		// reconcile, control calls); vmm only for process handles.
+		"internal/netstack/helper": {"internal/netstack", "internal/confine", "internal/boxdir", "internal/vmm"},
+		// Confinement shared by QEMU, the network helper, virtio-fs daemons
+		// and commit's disk tools: cgroups, box uids, the jail.
+		"internal/confine": {"internal/confine/jailstage", "internal/defaults"},
+		// The launcher stage of a confined program: the standard library
+		// only (its init runs early in a re-executed program).
+		"internal/confine/jailstage": {},
+		"internal/agent/client":      {"internal/agent/agentpb", "internal/transport"},
 		// Test helper: a hostile guest agent, speaking the protocol itself.
 		"internal/agent/evilagent": {"internal/agent/agentpb", "internal/transport"},
 		// Guest side: never a host package.
@@ -50,14 +59,11 @@ func TestPackageRules(t *testing.T) {
 		// is made of, never the lifecycle code or the box store.
 		"internal/vmm":      {"internal/agent/client", "internal/guestabi", "internal/image"},
 		"internal/vmm/fake": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi"},
-		// The launcher stage of a confined QEMU: the standard library only
-		// (its init runs early in a re-executed program).
-		"internal/vmm/qemu/jailstage": {},
 		// defaults: the allowlisted environment of QEMU and its helpers
 		// (defaults.ChildEnv), never a setting.
-		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/rootfs", "internal/image", "internal/defaults"},
+		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/rootfs", "internal/image", "internal/defaults", "internal/confine"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs", "internal/headtail", "internal/netstack", "internal/boxarchive"},
+		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine"},
 		"codebox": {""},
 		"interp":  {"codebox"},
 	}
@@ -123,9 +129,9 @@ func TestOnlyDefaultsReadsTheEnvironment(t *testing.T) {
 			return nil
 		}
 		b, _ := os.ReadFile(p)
-		// Not a setting: the QEMU driver marks its re-executions of this
-		// program (launcher stage, console drainer) with a variable it
-		// sets itself.
+		// Not a setting: package confine and the QEMU driver mark their
+		// re-executions of this program (launcher stage, console drainer,
+		// disk tools) with a variable they set themselves.
 		src := strings.ReplaceAll(string(b), "os.Getenv(stageEnv)", "")
 		for _, f := range []string{"os.Getenv(", "os.LookupEnv("} {
 			if strings.Contains(src, f) {
@@ -223,5 +229,32 @@ func TestTestsIsolateTheirHome(t *testing.T) {
 		if !isolated {
 			t.Errorf("%s: its tests can open a Runtime or run the CLI but no TestMain calls vmtest.Main or vmtest.Isolate: they would use the user's home and image store", p.ImportPath)
 		}
+	}
+}
+
+// TestOneRootFileImportsQEMU: of the root package's files, only the one
+// that constructs the QEMU driver imports it; everything else goes through
+// the driver seam (internal/vmm) or the shared confinement
+// (internal/confine).
+func TestOneRootFileImportsQEMU(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), `"github.com/airlock-run/airlock/internal/vmm/qemu"`) {
+			got = append(got, f)
+		}
+	}
+	if len(got) != 1 || got[0] != "airlock.go" {
+		t.Errorf("root files importing internal/vmm/qemu: %v, want only airlock.go (which constructs the driver)", got)
 	}
 }

@@ -275,7 +275,7 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 		return err
 	}
 	stopNet := func() {
-		nh.joined()
+		nh.Joined()
 		b.stopNet()
 	}
 	m, err := start(ctx, spec)
@@ -284,7 +284,7 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 		stopNet()
 		return fmt.Errorf("box %s: %w", b.id, err)
 	}
-	if err := b.waitNet(ctx, nh); err != nil {
+	if err := nh.Wait(ctx); err != nil {
 		m.Kill()
 		stopNet()
 		return err

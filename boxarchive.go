@@ -22,7 +22,6 @@ import (
 	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/vmm"
-	"github.com/airlock-run/airlock/internal/vmm/qemu"
 )
 
 // A box archive (Box.Export, ImportBox) is internal/boxarchive's format;
@@ -359,7 +358,7 @@ func archiveOptions(m *boxarchive.Manifest, name string) (BoxOptions, error) {
 func checkSnapshotFile(name string, b []byte) error {
 	switch name {
 	case boxarchive.MachineFile:
-		if err := qemu.CheckMachineFile(b); err != nil {
+		if err := checkMachineFile(b); err != nil {
 			return fmt.Errorf("the archive's %w", err)
 		}
 	case snapshotMetaFile:

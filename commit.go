@@ -7,19 +7,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/confine"
 	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/unpack"
 	"github.com/airlock-run/airlock/internal/rootfs"
 	scratchfs "github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/vmm"
-	"github.com/airlock-run/airlock/internal/vmm/qemu"
-	"github.com/airlock-run/airlock/internal/vmm/qemu/jailstage"
 )
 
 // CommitOptions tune Box.Commit. The zero value is ready to use.
@@ -184,10 +181,10 @@ func (b *Box) stableDisk(ctx context.Context, scratch string) (disk string, paus
 // diskTool returns how Commit runs e2fsck and debugfs on a box's disk: a
 // file system the guest made attacks those tools, so they run as the box
 // QEMU does. As root and confined (the default), the runs of one commit
-// get a uid of the box uid range of their own (qemu.AllocUID; its working directory and
+// get a uid of the box uid range of their own (confine.AllocUID; its working directory and
 // files are handed to it), new network (empty), IPC, UTS, PID and mount
 // namespaces, an empty capability bounding set, no capability,
-// no_new_privs and resource limits (jailstage.RunTool). Otherwise it runs
+// no_new_privs and resource limits (confine.ToolCmd). Otherwise it runs
 // as the caller. Either way its environment is the allowlisted one
 // (defaults.ChildEnv).
 func (r *Runtime) diskTool() (rootfs.ToolRunner, error) {
@@ -197,7 +194,7 @@ func (r *Runtime) diskTool() (rootfs.ToolRunner, error) {
 			return nil
 		}, nil
 	}
-	rng, err := qemu.BoxUIDRange(r.opts.UIDRange)
+	rng, err := confine.BoxUIDRange(r.opts.UIDRange)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +205,7 @@ func (r *Runtime) diskTool() (rootfs.ToolRunner, error) {
 	uid, handed := -1, map[string]bool{}
 	return func(cmd *exec.Cmd) error {
 		if uid < 0 {
-			u, err := qemu.AllocUID(rng)
+			u, err := confine.AllocUID(rng)
 			if err != nil {
 				return err
 			}
@@ -220,15 +217,7 @@ func (r *Runtime) diskTool() (rootfs.ToolRunner, error) {
 			}
 			handed[cmd.Dir] = true
 		}
-		bin := cmd.Path
-		cmd.Args = append([]string{jailstage.ToolArg0, strconv.Itoa(uid), cmd.Dir, bin}, cmd.Args[1:]...)
-		cmd.Path = "/proc/self/exe"
-		cmd.Dir = ""
-		// One P: the stage's threads count against the tool's task limit.
-		cmd.Env = append(defaults.ChildEnv(), "GOMAXPROCS=1", jailstage.Env+"=1")
-		cmd.SysProcAttr = &syscall.SysProcAttr{
-			Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
-		}
+		confine.ToolCmd(cmd, uid)
 		return nil
 	}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/measure"
+	"github.com/airlock-run/airlock/internal/netstack/helper"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
@@ -65,7 +66,7 @@ func BenchmarkNetwork(b *testing.B) {
 			}
 			f := res[k]
 			f.cold = append(f.cold, float64(time.Since(t0).Milliseconds()))
-			if pid, ok := netHelperPID(box.dir); ok {
+			if pid, ok := helper.PID(box.dir); ok {
 				f.idle = append(f.idle, float64(measure.ProcStatusKiB(pid, "VmRSS"))/1024)
 			}
 			if k != "none" {
@@ -82,7 +83,7 @@ func BenchmarkNetwork(b *testing.B) {
 				f.connect = append(f.connect, connectUS)
 				f.up = append(f.up, <-srv.up)
 				f.down = append(f.down, <-srv.down)
-				if pid, ok := netHelperPID(box.dir); ok {
+				if pid, ok := helper.PID(box.dir); ok {
 					f.rss = append(f.rss, float64(measure.ProcStatusKiB(pid, "VmRSS"))/1024)
 					f.hwm = append(f.hwm, float64(measure.ProcStatusKiB(pid, "VmHWM"))/1024)
 				}

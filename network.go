@@ -2,19 +2,15 @@ package airlock
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
-	"time"
-
-	"github.com/gofrs/flock"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/netstack"
+	"github.com/airlock-run/airlock/internal/netstack/helper"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -176,8 +172,8 @@ func hasNetwork(cfg boxConfig) bool {
 	return netMode(o.Network, o.AllowNet) != NetworkNone
 }
 
-// sockPath is where the box's unix socket name lives (see boxdir.SockPath).
-func (b *Box) sockPath(name string) string { return boxdir.SockPath(b.dir, b.id, name) }
+// netBox is the box as its network helper's supervisor knows it.
+func (b *Box) netBox() helper.Box { return helper.Box{ID: b.id, Dir: b.dir} }
 
 // netSpec is the NIC of a box of configuration cfg (nil: none): a socket
 // its machine listens on and its network helper connects to.
@@ -188,145 +184,31 @@ func (b *Box) netSpec(cfg boxConfig) *vmm.NetSpec {
 	if benchSlirp() {
 		return &vmm.NetSpec{}
 	}
-	return &vmm.NetSpec{Socket: b.sockPath(boxdir.NetSock), MTU: netstack.MTU}
+	return &vmm.NetSpec{Socket: b.netBox().NetSocket(), MTU: netstack.MTU}
 }
 
-// netStart is a network helper being started (nil: the box has none).
-// Its cgroup is made while the machine starts, off the start's critical
-// path; the box is not reported running before the helper is in it.
-type netStart struct {
-	h      *netstack.Helper
-	cgroup chan struct{} // closed once the helper is in its cgroup (or runs without one)
-}
-
-// joined waits until the helper's cgroup is set up.
-func (n *netStart) joined() {
-	if n != nil {
-		<-n.cgroup
-	}
-}
-
-// startNet launches the box's network helper (when it has a network),
-// before its QEMU: the helper binds the published ports and then connects
-// to QEMU's network socket once QEMU has made it, while QEMU starts. waitNet
-// waits for it.
-func (b *Box) startNet(cfg boxConfig) (n *netStart, err error) {
-	b.stopNet()
-	os.Remove(filepath.Join(b.dir, boxdir.NetPorts))
+// startNet launches the box's network helper (when it has a network; nil
+// otherwise), before its machine: the helper binds the published ports
+// and then connects to the machine's network socket once the machine has
+// made it, while the machine starts. Its Wait waits for it.
+func (b *Box) startNet(cfg boxConfig) (*helper.Starting, error) {
 	if !hasNetwork(cfg) || benchSlirp() {
+		b.stopNet()
+		os.Remove(filepath.Join(b.dir, boxdir.NetPorts))
 		return nil, nil
 	}
-	bin := b.r.opts.NetHelper
-	if bin == "" {
-		if bin, err = netstack.FindHelper(); err != nil {
-			return nil, err
-		}
-	}
-	if err := boxdir.PrepareSockDir(b.dir, b.id, boxdir.NetSock, boxdir.NetControl); err != nil {
-		return nil, err
-	}
 	o := cfg.Options
-	hc := netstack.HelperConfig{
-		Policy:        policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts),
-		Upstream:      b.r.opts.DNSUpstream,
-		NetSocket:     b.sockPath(boxdir.NetSock),
-		ControlSocket: b.sockPath(boxdir.NetControl),
-		Log:           filepath.Join(b.dir, boxdir.NetLog),
-	}
+	var pub []netstack.Publish
 	for _, p := range o.Ports {
-		hc.Publish = append(hc.Publish, netstack.Publish{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Proto: p.Protocol})
+		pub = append(pub, netstack.Publish{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Proto: p.Protocol})
 	}
-	if hc.UID, err = b.netHelperUID(); err != nil {
-		return nil, fmt.Errorf("box %s network: %w", b.id, err)
-	}
-	hc.GID = hc.UID
-	if hc.UID != 0 {
-		hc.Root = filepath.Join(b.dir, boxdir.NetRoot)
-		if err := os.MkdirAll(hc.Root, 0o700); err != nil {
-			return nil, fmt.Errorf("box %s network: %w", b.id, err)
-		}
-	}
-	os.Remove(hc.NetSocket)
-	h, err := netstack.LaunchHelper(bin, filepath.Join(b.dir, boxdir.NetConfig), filepath.Join(b.dir, boxdir.NetStderr), hc)
-	if err != nil {
-		return nil, fmt.Errorf("box %s network: %w", b.id, err)
-	}
-	if err := os.WriteFile(filepath.Join(b.dir, boxdir.NetPID), []byte(fmt.Sprintf("%d %d\n", h.Pid(), vmm.StartTime(h.Pid()))), 0o600); err != nil {
-		// Unrecorded, nothing could find it to stop it.
-		h.Kill()
-		return nil, fmt.Errorf("box %s network: record its helper: %w", b.id, err)
-	}
-	n = &netStart{h: h, cgroup: make(chan struct{})}
-	go func() {
-		defer close(n.cgroup)
-		b.netCgroup(h.Pid())
-	}()
-	return n, nil
+	ho := helper.Options{Bin: b.r.opts.NetHelper, Upstream: b.r.opts.DNSUpstream,
+		Unconfined: b.r.opts.Unconfined, UIDRange: b.r.opts.UIDRange, Warn: b.r.warn}
+	return helper.Start(b.netBox(), ho, policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts), pub)
 }
 
-// waitNet waits until the helper n (nil: none) is in its cgroup and serves
-// the box, and records the published ports as bound.
-func (b *Box) waitNet(ctx context.Context, n *netStart) error {
-	if n == nil {
-		return nil
-	}
-	n.joined()
-	h := n.h
-	pub, err := h.Wait(ctx)
-	if err != nil {
-		b.stopNet()
-		return fmt.Errorf("box %s network: %w", b.id, err)
-	}
-	if h.Unconfined != "" {
-		b.r.warn(h.Unconfined)
-	}
-	var ports []PortMapping
-	for _, p := range pub {
-		ports = append(ports, PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Proto})
-	}
-	raw, _ := json.Marshal(ports)
-	return os.WriteFile(filepath.Join(b.dir, boxdir.NetPorts), raw, 0o600)
-}
-
-// stopNet kills the box's network helper, if one runs.
-func (b *Box) stopNet() { stopNetIn(b.dir) }
-
-func stopNetIn(dir string) {
-	h, ok := netHelper(dir)
-	if !ok {
-		return
-	}
-	if h.Alive() {
-		syscall.Kill(h.PID, syscall.SIGTERM)
-		deadline := time.Now().Add(time.Second)
-		for h.Alive() && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		vmm.Kill(h)
-	}
-	removeNetCgroup(dir)
-	os.Remove(filepath.Join(dir, boxdir.NetPID))
-}
-
-// netHelper returns the recorded network helper of the box in dir (ok:
-// one was recorded; it may have ended since).
-func netHelper(dir string) (h vmm.Handle, ok bool) {
-	raw, err := os.ReadFile(filepath.Join(dir, boxdir.NetPID))
-	if err != nil {
-		return vmm.Handle{}, false
-	}
-	if _, err := fmt.Sscan(string(raw), &h.PID, &h.Start); err != nil || h.PID <= 0 {
-		return vmm.Handle{}, false
-	}
-	return h, true
-}
-
-// netHelperPID reports the pid of the box's network helper and whether it
-// runs (for tests and diagnostics).
-func netHelperPID(dir string) (int, bool) {
-	h, ok := netHelper(dir)
-	return h.PID, ok && h.Alive()
-}
+// stopNet stops the box's network helper, if one runs.
+func (b *Box) stopNet() { helper.Stop(b.dir) }
 
 // Ports returns the box's published ports as bound by its current start
 // (a HostPort of 0 replaced by the port picked); nil when it publishes
@@ -342,13 +224,13 @@ func (b *Box) Ports(ctx context.Context) ([]PortMapping, error) {
 	return readPorts(b.dir), nil
 }
 
+// readPorts returns the published ports of the box in dir as its network
+// helper bound them.
 func readPorts(dir string) []PortMapping {
-	raw, err := os.ReadFile(filepath.Join(dir, boxdir.NetPorts))
-	if err != nil {
-		return nil
-	}
 	var ports []PortMapping
-	json.Unmarshal(raw, &ports)
+	for _, p := range helper.Ports(dir) {
+		ports = append(ports, PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Proto})
+	}
 	return ports
 }
 
@@ -393,7 +275,7 @@ func (b *Box) netCall(ctx context.Context, req netstack.Request) (netstack.Respo
 	if _, cfg := b.snapshot(); !hasNetwork(cfg) {
 		return netstack.Response{}, fmt.Errorf("box %s has no network (mode %s)", b.id, NetworkNone)
 	}
-	return netstack.Call(ctx, b.sockPath(boxdir.NetControl), req)
+	return helper.Call(ctx, b.netBox(), req)
 }
 
 // SetNetwork changes the box's network policy, in its record (for later
@@ -416,13 +298,13 @@ func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
 		return err
 	}
 	// The NIC of this boot is there when its helper runs.
-	_, nic := netHelperPID(b.dir)
+	_, nic := helper.PID(b.dir)
 	if running(rec) && !nic && o.Network != NetworkNone {
 		return fmt.Errorf("box %s was started without a network device: stop it, then set its network and start it again", b.id)
 	}
 	if running(rec) && nic {
 		pol := policyOf(o.Network, o.AllowNet, o.AllowHostPorts)
-		if _, err := netstack.Call(ctx, b.sockPath(boxdir.NetControl), netstack.Request{Op: "policy", Policy: &pol}); err != nil {
+		if _, err := helper.Call(ctx, b.netBox(), netstack.Request{Op: "policy", Policy: &pol}); err != nil {
 			return fmt.Errorf("box %s: set network policy: %w", b.id, err)
 		}
 	}
@@ -437,21 +319,10 @@ func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
 	return err
 }
 
-// reconcileNet kills the network helper of a box whose QEMU is gone,
-// unless someone holds the box's lock (a Start in progress: its helper runs
-// before its QEMU does).
+// reconcileNet stops the network helper of a box whose machine is gone,
+// unless a Start holds the box's lock (see helper.Reconcile).
 func reconcileNet(home string, rec *store.Box) {
-	if running(rec) {
-		return
+	if !running(rec) {
+		helper.Reconcile(filepath.Join(home, "boxes", rec.ID))
 	}
-	dir := filepath.Join(home, "boxes", rec.ID)
-	if _, err := os.Stat(filepath.Join(dir, boxdir.NetPID)); err != nil {
-		return
-	}
-	fl := flock.New(filepath.Join(dir, boxdir.Lock))
-	if ok, err := fl.TryLock(); err != nil || !ok {
-		return
-	}
-	defer fl.Unlock()
-	stopNetIn(dir)
 }

@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/confine"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -98,7 +100,7 @@ func (d *Driver) confine(spec vmm.Spec, qc *Config) error {
 	// The cgroup is made while the uid is chosen (both write to the
 	// host's file systems; neither needs the other).
 	type made struct {
-		g   *Cgroup
+		g   *confine.Cgroup
 		err error
 	}
 	cg := make(chan made, 1)
@@ -108,7 +110,7 @@ func (d *Driver) confine(spec vmm.Spec, qc *Config) error {
 			cg <- made{}
 			return
 		}
-		g, err := NewCgroup("box-"+spec.ID, Limits{
+		g, err := confine.NewCgroup("box-"+spec.ID, confine.Limits{
 			MemoryBytes: int64(spec.MemoryMiB+MemoryOverheadMiB(qc.Accel)) << 20,
 			Pids:        PidsLimit(spec.CPUs),
 			CPUs:        o.CPULimit,
@@ -116,7 +118,7 @@ func (d *Driver) confine(spec vmm.Spec, qc *Config) error {
 		cg <- made{g, err}
 	}()
 	if !o.without(LayerUID) && !o.without(LayerJail) {
-		uid, err := allocBoxUID(o.UIDRange)
+		uid, err := confine.AllocBoxUID(o.UIDRange)
 		if err != nil {
 			if m := <-cg; m.g != nil {
 				m.g.Remove()
@@ -141,19 +143,33 @@ func (d *Driver) confine(spec vmm.Spec, qc *Config) error {
 		return nil
 	}
 	qc.Jail.Cgroup = g
-	SaveCgroup(filepath.Join(spec.Dir, boxdir.Cgroup), g)
+	confine.SaveCgroup(filepath.Join(spec.Dir, boxdir.Cgroup), g)
 	return nil
 }
 
-// allocBoxUID claims a free uid, as AllocUID does, of the box uid range
-// spec names ("START:COUNT", or "" for the /etc/subuid entry: see
-// BoxUIDRange).
-func allocBoxUID(spec string) (int, error) {
-	r, err := BoxUIDRange(spec)
-	if err != nil {
-		return 0, err
+// MemoryOverheadMiB is what a box's QEMU may use on top of the guest's RAM
+// before its cgroup's memory limit stops it: under TCG the translated-code
+// buffer and its tables (QEMU 7.2 reserves up to 1 GiB, used as code is
+// translated; here ~30-60 MiB), device state and I/O buffers. An idle
+// airlock-kernel box used ~115-140 MiB in total for 512 MiB of RAM.
+func MemoryOverheadMiB(accel string) int {
+	if accel == AccelKVM {
+		return 128
 	}
-	return AllocUID(r)
+	return 384
+}
+
+// PidsLimit is the thread cap of a box's QEMU with cpus vCPUs: its main
+// loop, RCU and vCPU threads and up to 64 block I/O workers.
+func PidsLimit(cpus int) int { return 128 + 2*cpus }
+
+// KVMGroup returns the group that owns /dev/kvm (-1 if none).
+func KVMGroup() int {
+	var st syscall.Stat_t
+	if syscall.Stat("/dev/kvm", &st) != nil {
+		return -1
+	}
+	return int(st.Gid)
 }
 
 // boxSecret returns the agent secret of the current boot of the box in dir
@@ -172,5 +188,5 @@ func boxSecret(dir string) []byte {
 // themselves when QEMU closes their sockets) and their cgroup.
 func release(dir string) {
 	releaseShares(dir)
-	RemoveSavedCgroup(filepath.Join(dir, boxdir.Cgroup))
+	confine.RemoveSavedCgroup(filepath.Join(dir, boxdir.Cgroup))
 }

@@ -7,7 +7,8 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/airlock-run/airlock/internal/vmm/qemu/jailstage"
+	"github.com/airlock-run/airlock/internal/confine"
+	"github.com/airlock-run/airlock/internal/confine/jailstage"
 )
 
 // DefaultConsoleMax is the default size cap of a confined box's console
@@ -24,11 +25,11 @@ const drainArg0 = jailstage.DrainArg0
 // path, keeping at most max bytes (the newest; see drainConsole). It ends
 // when QEMU has exited and the pipe is drained. With uid non-zero (the
 // box's QEMU uid, as root) it runs as uid once it has opened the log.
-func startDrainer(r *os.File, path string, max int64, g *Cgroup, uid int) error {
+func startDrainer(r *os.File, path string, max int64, g *confine.Cgroup, uid int) error {
 	cmd := &exec.Cmd{
 		Path:        "/proc/self/exe",
 		Args:        []string{drainArg0, path, strconv.FormatInt(max, 10), strconv.Itoa(uid)},
-		Env:         []string{stageEnv + "=1"},
+		Env:         []string{jailstage.Env + "=1"},
 		ExtraFiles:  []*os.File{r},
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}

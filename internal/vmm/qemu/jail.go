@@ -3,15 +3,16 @@ package qemu
 import (
 	"strings"
 
-	"github.com/airlock-run/airlock/internal/vmm/qemu/jailstage"
+	"github.com/airlock-run/airlock/internal/confine"
 )
 
 // Jail says how Launch confines QEMU (see docs/confinement.md). The zero
 // value confines it as far as the caller's privileges allow.
 //
-// A confined QEMU is started by a launcher stage (this program, re-executed
-// from /proc/self/exe, see package jailstage) in new mount, pid, IPC and UTS
-// namespaces (and a new, empty network namespace unless HostNetwork), as in
+// A confined QEMU is started by confine.Start's launcher stage (this
+// program, re-executed from /proc/self/exe, see package
+// internal/confine/jailstage) in new mount, pid, IPC and UTS namespaces
+// (and a new, empty network namespace unless HostNetwork), as in
 // Firecracker's jailer. The stage creates the listening sockets and opens
 // the disks and the console log as the caller, pivots into a read-only
 // tmpfs root that holds only the system's library directories, the kernel
@@ -46,7 +47,7 @@ type Jail struct {
 	UserNS bool
 	// Cgroup, when set, holds QEMU's limits; Launch puts QEMU in it
 	// before QEMU runs.
-	Cgroup *Cgroup
+	Cgroup *confine.Cgroup
 	// NoSeccomp and NoPivot are TEST-ONLY (JailOptions.TestWithout): no
 	// -sandbox filter; no namespaces and no jail root.
 	NoSeccomp, NoPivot bool
@@ -59,31 +60,40 @@ type Jail struct {
 // SandboxArg is QEMU's seccomp filter for a confined QEMU.
 const SandboxArg = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
 
-// The launcher stage lives in package jailstage (its init runs early in
-// a re-executed program); these are its names here.
+// QEMU's descriptors (confine.Spec.Keep, and the same numbers for an
+// unconfined QEMU): the agent secret port's socket (Config.Secret), the
+// other end of its socket pair, held open (see secretPair), and the write
+// end of the console drainer's pipe.
 const (
-	stageArg0    = jailstage.Arg0
-	stageEnv     = jailstage.Env
-	fdSecret     = jailstage.FDSecret
-	fdSecretPeer = jailstage.FDSecretPeer
-	fdConsole    = jailstage.FDConsole
-	fdUsernsBase = jailstage.FDUsernsBase
-	fdBase       = jailstage.FDBase
-	jailKernel   = jailstage.Kernel
-	jailInitrd   = jailstage.Initrd
-	jailNoMig    = jailstage.NoMigrate
-	jailShares   = jailstage.Shares
+	fdSecret     = confine.FDFirst
+	fdSecretPeer = confine.FDFirst + 1
+	fdConsole    = confine.FDFirst + 2
+	// fdBase is the first of the sockets and files the stage opens
+	// (confine.Spec.Listen, Connect, Open, Inherit).
+	fdBase = confine.FDBase
 )
 
-type (
-	stageSpec  = jailstage.Spec
-	bindFile   = jailstage.BindFile
-	shareMount = jailstage.ShareMount
-	openFile   = jailstage.OpenFile
+// Paths inside QEMU's jail.
+const (
+	jailKernel = "/boot/kernel"
+	jailInitrd = "/boot/initrd"
+	jailNoMig  = "/nomigrate.qcow"
+	jailShares = "/shares" // the 9p shares' directories, by share ID
 )
 
-// noMigrateQcow is jailstage.NoMigrateQcow, the migration blocker image.
-func noMigrateQcow() []byte { return jailstage.NoMigrateQcow() }
+// noMigrateQcow returns an empty qcow (version 1) image of 512 bytes.
+// QEMU registers a migration blocker for every open qcow v1 node, so with
+// one attached (read-only, to no device) `migrate` fails before it opens
+// its URI: `migrate exec:CMD` cannot run CMD.
+func noMigrateQcow() []byte {
+	b := make([]byte, 560)
+	copy(b, "QFI\xfb")
+	b[7] = 1                 // version 1
+	b[0x1e] = 0x02           // size 512 (big-endian u64 at 0x18)
+	b[0x20], b[0x21] = 12, 9 // cluster_bits, l2_bits
+	b[0x2f] = 0x30           // l1_table_offset
+	return b
+}
 
 // NoMigrateNode is the block node name of the migration blocker (see
 // noMigrateQcow). Snapshots (SaveSnapshot) delete the node for the time

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/confine"
 	"github.com/airlock-run/airlock/internal/vmm"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
 )
@@ -92,7 +93,7 @@ func TestLaunchUnprivileged(t *testing.T) {
 	if u := strings.Fields(got["Uid"] + " x")[0]; os.Geteuid() == 0 && u != "65534" {
 		t.Errorf("QEMU uid %q, want the caller's 65534", got["Uid"])
 	}
-	if qemu.UserNSAllowed() == nil || os.Geteuid() == 0 {
+	if confine.UserNSAllowed() == nil || os.Geteuid() == 0 {
 		// Root can always make the namespaces; check the jail held.
 		if got["netns"] != "own" || got["root"] != "jail" {
 			t.Errorf("unprivileged QEMU: network namespace %q, root %q; want own and jail\n%s", got["netns"], got["root"], out)

@@ -3,25 +3,21 @@ package qemu
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
-	"github.com/airlock-run/airlock/internal/defaults"
+	"github.com/airlock-run/airlock/internal/confine"
 )
 
 // startTimeout bounds how long a confined QEMU may take to come up (its
@@ -33,14 +29,15 @@ const startTimeout = 60 * time.Second
 // empty directory).
 func jailRoot(c Config) string { return filepath.Join(filepath.Dir(c.PIDFile), boxdir.Jail) }
 
-// jailedArgs returns QEMU's arguments for a confined start and the stage
-// spec (without Args, Env and QEMU) that makes them true.
+// jailedArgs returns QEMU's arguments for a confined start and the
+// confinement (without Path, Args, Env and the caller's files) that makes
+// them true.
 // Without pivot (an unprivileged caller that may not create user
 // namespaces) QEMU sees the host's file system: the kernel, initramfs
 // and migration blocker are named by host paths, and only the seccomp
 // filter, no_new_privs and the descriptors remain.
-func (c Config) jailedArgs(pivot bool) ([]string, stageSpec) {
-	var s stageSpec
+func (c Config) jailedArgs(pivot bool) ([]string, confine.Spec) {
+	s := confine.Spec{Name: "QEMU"}
 	fd := fdBase
 	listen := func(path string) int {
 		s.Listen = append(s.Listen, path)
@@ -52,10 +49,10 @@ func (c Config) jailedArgs(pivot bool) ([]string, stageSpec) {
 	if pivot {
 		noMig = jailNoMig
 		refs.kernel = jailKernel
-		s.Files = append(s.Files, bindFile{Src: c.Kernel, Dst: jailKernel})
+		s.Files = append(s.Files, confine.BindFile{Src: c.Kernel, Dst: jailKernel})
 		if c.Initrd != "" {
 			refs.initrd = jailInitrd
-			s.Files = append(s.Files, bindFile{Src: c.Initrd, Dst: jailInitrd})
+			s.Files = append(s.Files, confine.BindFile{Src: c.Initrd, Dst: jailInitrd})
 		}
 	}
 	for _, sock := range c.AgentSockets {
@@ -81,7 +78,7 @@ func (c Config) jailedArgs(pivot bool) ([]string, stageSpec) {
 		p := sh.HostDir
 		if pivot {
 			p = jailShares + "/" + sh.ID
-			s.Shares = append(s.Shares, shareMount{Src: sh.HostDir, Dst: p, ReadOnly: sh.ReadOnly})
+			s.Shares = append(s.Shares, confine.ShareMount{Src: sh.HostDir, Dst: p, ReadOnly: sh.ReadOnly})
 		}
 		refs.shares = append(refs.shares, p)
 	}
@@ -92,7 +89,7 @@ func (c Config) jailedArgs(pivot bool) ([]string, stageSpec) {
 	open := func(path string, flags ...int) string {
 		set := strconv.Itoa(fd)
 		for _, fl := range flags {
-			s.Open = append(s.Open, openFile{Path: path, Flags: fl})
+			s.Open = append(s.Open, confine.OpenFile{Path: path, Flags: fl})
 			tail = append(tail, "-add-fd", "fd="+strconv.Itoa(fd)+",set="+set)
 			fd++
 		}
@@ -109,9 +106,9 @@ func (c Config) jailedArgs(pivot bool) ([]string, stageSpec) {
 	// stage moves after the opened files; QEMU opens each through its own
 	// /proc/self/fd (memory-backend-file takes a path).
 	ramFDs := c.ramImageFDs(fd)
-	for _, v := range ramFDs {
-		if v >= 0 {
-			s.Inherit = append(s.Inherit, -1) // launchJailed fills in the stage's number
+	for _, f := range c.RAMImages {
+		if f != nil {
+			s.Inherit = append(s.Inherit, f)
 			fd++
 		}
 	}
@@ -131,11 +128,15 @@ func (c Config) jailedArgs(pivot bool) ([]string, stageSpec) {
 	}
 	tail = append(tail, "-blockdev", noMigrateBlockdev(noMig))
 	refs.tail = tail
+	s.HostNetwork = c.Jail.HostNetwork
+	s.Cgroup = c.Jail.Cgroup
+	s.DieWithCaller = c.Jail.DieWithCaller
 	if !pivot {
-		s.NoMigrate = noMig
+		s.Write = []confine.WriteFile{{Path: noMig, Data: noMigrateQcow(), Mode: 0o600}}
 		s.UID, s.GID = c.Jail.UID, c.Jail.GID
 		return c.args(refs), s
 	}
+	s.Write = []confine.WriteFile{{Path: noMig, Data: noMigrateQcow(), Mode: 0o444}}
 	s.Binds = append(s.Binds, systemDirs...)
 	s.Devices = []string{"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"}
 	if c.Accel == AccelKVM {
@@ -146,101 +147,28 @@ func (c Config) jailedArgs(pivot bool) ([]string, stageSpec) {
 	}
 	s.Root = jailRoot(c)
 	s.UID, s.GID, s.Groups = c.Jail.UID, c.Jail.GID, c.Jail.Groups
-	if s.Groups == nil {
-		s.Groups = []int{}
-	}
 	s.THPOff = c.THP == THPNone
 	return c.args(refs), s
 }
 
-// launchJailed starts QEMU through the launcher stage (see Jail).
+// launchJailed starts QEMU through the launcher stage (see Jail and
+// confine.Start).
 func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	if c.Jail.UID != 0 && os.Geteuid() != 0 {
 		return 0, fmt.Errorf("confinement: running QEMU as uid %d needs root", c.Jail.UID)
 	}
-	pivot := (os.Geteuid() == 0 || UserNSAllowed() == nil) && !c.Jail.NoPivot
+	pivot := confine.JailAllowed() && !c.Jail.NoPivot
 	args, spec := c.jailedArgs(pivot)
 	spec.Args = args
-	spec.QEMU = qemuPath
+	spec.Path = qemuPath
 	if !inJail(qemuPath) {
 		spec.Binds = append(spec.Binds, filepath.Dir(qemuPath))
 	}
 	spec.Env = qemuEnv(c.THP)
-	if spec.Root != "" {
-		if err := os.MkdirAll(spec.Root, 0o700); err != nil {
-			return 0, fmt.Errorf("jail root: %w", err)
-		}
-	}
-	if c.Jail.UID != 0 {
-		// QEMU opens the kernel and initramfs itself (no descriptor
-		// passing for -kernel), as another uid: they must be readable by
-		// all. They hold nothing secret (a kernel; the agent and kernel
-		// modules).
-		for _, f := range spec.Files {
-			if err := worldReadable(f.Src); err != nil {
-				return 0, err
-			}
-		}
-	}
-	// Shares of a QEMU that runs as the box's uid are idmapped: the
-	// directory's owner appears as that uid in the jail.
-	var usernsFiles []*os.File
-	defer func() {
-		for _, f := range usernsFiles {
-			f.Close()
-		}
-	}()
-	if spec.Root != "" && c.Jail.UID != 0 {
-		byOwner := map[[2]int]int{}
-		for i := range spec.Shares {
-			fi, err := os.Stat(spec.Shares[i].Src)
-			if err != nil {
-				return 0, fmt.Errorf("volume %s: %w", spec.Shares[i].Src, err)
-			}
-			st := fi.Sys().(*syscall.Stat_t)
-			owner := [2]int{int(st.Uid), int(st.Gid)}
-			fd, ok := byOwner[owner]
-			if !ok {
-				f, err := idmapUserns(owner[0], owner[1], c.Jail.UID, c.Jail.GID)
-				if err != nil {
-					return 0, fmt.Errorf("volume %s: %w", spec.Shares[i].Src, err)
-				}
-				usernsFiles = append(usernsFiles, f)
-				fd = fdUsernsBase + len(usernsFiles) - 1
-				byOwner[owner] = fd
-			}
-			spec.Shares[i].UsernsFD = fd
-		}
-	}
-	// The RAM images come after the user namespaces in ExtraFiles, the
-	// lease after them.
-	var ramFiles []*os.File
-	for _, f := range c.RAMImages {
-		if f != nil {
-			spec.Inherit[len(ramFiles)] = fdUsernsBase + len(usernsFiles) + len(ramFiles)
-			ramFiles = append(ramFiles, f)
-		}
-	}
-	if c.Jail.DieWithCaller {
-		l, err := lease()
-		if err != nil {
-			return 0, err
-		}
-		spec.Lease = fdUsernsBase + len(usernsFiles) + len(ramFiles)
-		ramFiles = append(ramFiles, l)
-	}
+	spec.PIDFile = c.PIDFile
+	spec.StartHint = "set AIRLOCK_CONFINE=off to start QEMU unconfined"
 	os.Remove(ExitFile(c))
-	// A socket of an earlier boot would make bind fail.
-	for _, p := range spec.Listen {
-		os.Remove(p)
-	}
 
-	specR, specW, err := os.Pipe()
-	if err != nil {
-		return 0, err
-	}
-	defer specR.Close()
-	defer specW.Close()
 	logR, logW, err := os.Pipe()
 	if err != nil {
 		return 0, err
@@ -251,7 +179,7 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 			logR.Close()
 		}
 	}()
-	fd4, fd5 := (*os.File)(nil), (*os.File)(nil)
+	var fd4, fd5 *os.File // nil: /dev/null (descriptor numbers stay fixed)
 	if c.Secret != nil {
 		sp, peer, err := secretPair(c.Secret)
 		if err != nil {
@@ -276,60 +204,20 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 		}
 	}()
 	defer console.Close()
-	cmd := &exec.Cmd{
-		Path:       "/proc/self/exe",
-		Args:       []string{stageArg0},
-		Env:        stageEnviron(),
-		Stdout:     logW,
-		Stderr:     logW,
-		ExtraFiles: append(append([]*os.File{specR, fd4, fd5, console}, usernsFiles...), ramFiles...),
-		SysProcAttr: &syscall.SysProcAttr{
-			Setsid:     true,
-			Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
-		},
-	}
-	if fd4 == nil {
-		// Keep descriptor numbers fixed: fd 4 is /dev/null.
-		null, err := os.Open(os.DevNull)
-		if err != nil {
-			logW.Close()
-			return 0, err
-		}
-		defer null.Close()
-		cmd.ExtraFiles[1], cmd.ExtraFiles[2] = null, null
-	}
-	if !c.Jail.HostNetwork {
-		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWNET
-	}
-	if !pivot {
-		cmd.SysProcAttr.Cloneflags = 0
-	} else if os.Geteuid() != 0 {
-		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWUSER
-		// uid 0 in the namespace (the caller's uid outside): the stage
-		// keeps the namespace's capabilities across its exec to build
-		// the jail, then drops them all before QEMU (see dropCaps).
-		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
-		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
-		cmd.SysProcAttr.GidMappingsEnableSetgroups = false
-		spec.Groups = nil
-	}
-	if c.Jail.DieWithCaller {
-		// The stage's parent-death signal follows the thread that
-		// started it: one that never ends.
-		err = onLaunchThread(cmd.Start)
-	} else {
-		err = cmd.Start()
-	}
+	spec.Keep = []*os.File{fd4, fd5, console} // fdSecret, fdSecretPeer, fdConsole
+	spec.Stdout, spec.Stderr = logW, logW
+	st, err := confine.Start(spec)
 	logW.Close()
 	console.Close() // QEMU holds the pipe now: the drainer ends when QEMU does
 	if err != nil {
-		return 0, fmt.Errorf("start the QEMU launcher: %w (set AIRLOCK_CONFINE=off to start QEMU unconfined)", err)
+		return 0, err
 	}
-	pid := cmd.Process.Pid
-	// The pid file names the process from its start, not only once QEMU
-	// is up: a start cut short (this process killed) leaves a QEMU that a
-	// removal of the box finds there (KillStray).
-	os.WriteFile(c.PIDFile, []byte(strconv.Itoa(pid)+"\n"), 0o600)
+	cmd := st.Cmd
+	// The pid file names the process from its start (confine.Start wrote
+	// it), not only once QEMU is up: a start cut short (this process
+	// killed) leaves a QEMU that a removal of the box finds there
+	// (KillStray).
+	pid := st.Pid()
 	logOwned = true
 	exited := make(chan struct{})
 	var waitErr error
@@ -366,15 +254,9 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 		<-exited
 		return 0, err
 	}
-	if g := c.Jail.Cgroup; g != nil {
-		if err := g.Add(pid); err != nil {
-			return fail(err)
-		}
+	if err := st.Go(); err != nil {
+		return fail(err)
 	}
-	if err := json.NewEncoder(specW).Encode(&spec); err != nil {
-		return fail(fmt.Errorf("send the QEMU launcher its spec: %w", err))
-	}
-	specW.Close()
 	// The drainer (a fork and exec of this program) starts while QEMU
 	// does, not before: QEMU's start waits for nothing of it. A drainer
 	// that cannot start ends QEMU, and the launch fails saying why.
@@ -418,99 +300,6 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 	}
 	os.WriteFile(c.PIDFile, []byte(strconv.Itoa(pid)+"\n"), 0o600)
 	return pid, nil
-}
-
-// lease returns the read end of a pipe whose write end this process
-// holds open until it ends (made once): a stage that gets it sees it hang
-// up only once this process is gone (see jailstage.Spec.Lease).
-var lease = sync.OnceValues(func() (*os.File, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("QEMU lease pipe: %w", err)
-	}
-	leaseW = w
-	return r, nil
-})
-
-// leaseW is lease's write end, never closed.
-var leaseW *os.File
-
-// launchThread runs the functions sent to it on one OS thread that never
-// ends (a goroutine locked to it that never returns). A process's
-// parent-death signal is sent when the thread that forked it ends, and
-// the Go runtime may end other threads (one whose locked goroutine
-// returned).
-var launchThread = sync.OnceValue(func() chan<- func() {
-	ch := make(chan func())
-	go func() {
-		runtime.LockOSThread()
-		for f := range ch {
-			f()
-		}
-	}()
-	return ch
-})
-
-// onLaunchThread runs f on launchThread and returns its error.
-func onLaunchThread(f func() error) error {
-	done := make(chan error, 1)
-	launchThread() <- func() { done <- f() }
-	return <-done
-}
-
-// stageEnviron is the launcher stage's environment: the allowlisted
-// variables (defaults.ChildEnv), the Go runtime's settings and the marker
-// that makes the program a stage. The stage runs as root until it execs
-// QEMU with the spec's environment; neither holds a secret of the caller's.
-func stageEnviron() []string {
-	return append(defaults.ChildEnv(defaults.GoRuntimeEnv...), stageEnv+"=1")
-}
-
-// idmapUserns returns a user namespace (its /proc/PID/ns/user, open) that
-// maps only uid and gid inside to boxUID and boxGID outside: a mount
-// idmapped through it shows the files of uid:gid as boxUID:boxGID's, and
-// files boxUID creates there belong to uid:gid on disk.
-func idmapUserns(uid, gid, boxUID, boxGID int) (*os.File, error) {
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{stageArg0 + "-hold"}
-	cmd.Env = defaults.ChildEnv(defaults.GoRuntimeEnv...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:                 unix.CLONE_NEWUSER,
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: uid, HostID: boxUID, Size: 1}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: gid, HostID: boxGID, Size: 1}},
-		GidMappingsEnableSetgroups: false,
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("user namespace for an idmapped mount: %w", err)
-	}
-	defer func() {
-		stdin.Close()
-		cmd.Wait()
-	}()
-	f, err := os.Open("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/user")
-	if err != nil {
-		return nil, fmt.Errorf("user namespace for an idmapped mount: %w", err)
-	}
-	return f, nil
-}
-
-// worldReadable makes file readable by every uid, if it is not.
-func worldReadable(file string) error {
-	fi, err := os.Stat(file)
-	if err != nil {
-		return err
-	}
-	if fi.Mode().Perm()&0o004 != 0 {
-		return nil
-	}
-	if err := os.Chmod(file, fi.Mode().Perm()|0o444); err != nil {
-		return fmt.Errorf("%s must be readable by the box's QEMU uid: %w (chmod a+r it)", file, err)
-	}
-	return nil
 }
 
 // ExitFile is where Launch records how a confined QEMU it started ended,
@@ -593,36 +382,6 @@ func secretPair(secret []byte) (qemuEnd, peer *os.File, err error) {
 	}
 	return os.NewFile(uintptr(fds[1]), "secret"), os.NewFile(uintptr(fds[0]), "secret-peer"), nil
 }
-
-// UserNSAllowed returns nil if this process may create a user namespace
-// (with mount, pid and network namespaces in it), else why not.
-func UserNSAllowed() error {
-	userNSOnce.Do(func() {
-		if os.Geteuid() == 0 {
-			return
-		}
-		cmd := exec.Command("/proc/self/exe")
-		cmd.Args = []string{stageArg0 + "-probe"}
-		cmd.Env = defaults.ChildEnv(defaults.GoRuntimeEnv...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{
-			Cloneflags:  unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}},
-		}
-		if err := cmd.Start(); err != nil {
-			userNSErr = fmt.Errorf("cannot create a user namespace: %w (kernel.unprivileged_userns_clone, user.max_user_namespaces or an AppArmor/SELinux policy forbids it)", err)
-			return
-		}
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	return userNSErr
-}
-
-var (
-	userNSOnce sync.Once
-	userNSErr  error
-)
 
 // stderrKeep is how much of a confined QEMU's stderr is kept, at each end.
 const stderrKeep = 16 << 10

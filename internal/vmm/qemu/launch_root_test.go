@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/assets"
+	"github.com/airlock-run/airlock/internal/confine"
 	"github.com/airlock-run/airlock/internal/vmm"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
 )
@@ -34,11 +35,11 @@ func TestHostileGuestLaunchAsRoot(t *testing.T) {
 	if err != nil {
 		t.Skipf("no guest kernel: %v", err)
 	}
-	rng, err := qemu.BoxUIDRange("")
+	rng, err := confine.BoxUIDRange("")
 	if err != nil {
 		t.Skipf("no box uid range: %v", err)
 	}
-	uid, err := qemu.AllocUID(rng)
+	uid, err := confine.AllocUID(rng)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"sort"
 	"strings"
+
+	"github.com/airlock-run/airlock/internal/confine"
 )
 
 // Protection is one layer of QEMU's confinement, as `airlock doctor`
@@ -38,18 +39,18 @@ func Protections(o JailOptions) []Protection {
 	switch {
 	case root:
 		ps = append(ps, Protection{Name: "jail", On: true, Detail: "own mount, pid, IPC, UTS namespaces; read-only root with only system libraries, kernel and device nodes (and a box's 9p volumes, idmapped to its uid); disks and sockets passed as descriptors, virtio-fs daemons' sockets too (the daemons stay root outside the jail, sandboxed by themselves, in a cgroup of their own)"})
-	case UserNSAllowed() == nil:
+	case confine.UserNSAllowed() == nil:
 		ps = append(ps, Protection{Name: "jail", On: true, Detail: "in a user namespace: own mount, pid, IPC, UTS namespaces; read-only root with only system libraries, kernel and device nodes"})
 	default:
-		ps = append(ps, Protection{Name: "jail", Detail: "not in effect: " + UserNSAllowed().Error() + "; QEMU sees the host's file system as " + who()})
+		ps = append(ps, Protection{Name: "jail", Detail: "not in effect: " + confine.UserNSAllowed().Error() + "; QEMU sees the host's file system as " + who()})
 	}
-	if root || UserNSAllowed() == nil {
+	if root || confine.UserNSAllowed() == nil {
 		ps = append(ps, Protection{Name: "network ns", On: true, Detail: "QEMU in an empty network namespace; a box's network is the network helper's, reached through a socket passed as a descriptor"})
 	} else {
 		ps = append(ps, Protection{Name: "network ns", Detail: "not in effect (no user namespaces)"})
 	}
 	if root {
-		if r, err := BoxUIDRange(o.UIDRange); err != nil {
+		if r, err := confine.BoxUIDRange(o.UIDRange); err != nil {
 			ps = append(ps, Protection{Name: "box uid", Detail: err.Error(), Problem: true})
 		} else {
 			ps = append(ps, Protection{Name: "box uid", On: true, Detail: fmt.Sprintf("each box's QEMU runs as its own uid from %d-%d (%s)", r.Start, r.Start+r.Count-1, r.Source)})
@@ -60,18 +61,7 @@ func Protections(o JailOptions) []Protection {
 	} else {
 		ps = append(ps, Protection{Name: "box uid", Detail: "not in effect: airlock is not root, so QEMU runs as " + who() + " (a uid per box needs root)"})
 	}
-	s := ProbeCgroups()
-	_, _, missing := s.plan("probe")
-	var have []string
-	for c := range s.V1 {
-		have = append(have, c+" (v1)")
-	}
-	sort.Strings(have)
-	for _, c := range cgroupControllers {
-		if _, ok := s.V1[c]; !ok && !contains(missing, c) {
-			have = append(have, c+" (v2)")
-		}
-	}
+	have, missing := confine.ProbeCgroups().Controllers()
 	switch {
 	case !root:
 		ps = append(ps, Protection{Name: "cgroup", Detail: "not in effect: creating cgroups needs root"})
@@ -91,15 +81,6 @@ func Protections(o JailOptions) []Protection {
 	}
 	ps = append(ps, Protection{Name: "agent auth", On: true, Detail: "per-boot secret (box dir, 0600) given to the guest on a virtio-serial port; every connection proves it"})
 	return ps
-}
-
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func who() string {

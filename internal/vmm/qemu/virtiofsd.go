@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/confine"
 	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -103,7 +104,7 @@ const (
 // spec's box (n shares) run in, when QEMU is confined and this process is
 // root (nil otherwise, or where the host offers no cgroups: then with a
 // warning), and records it in the box directory for release.
-func (d *Driver) shareCgroup(spec vmm.Spec, qc Config, n int) *Cgroup {
+func (d *Driver) shareCgroup(spec vmm.Spec, qc Config, n int) *confine.Cgroup {
 	if n == 0 || qc.Jail.Off || os.Geteuid() != 0 {
 		return nil
 	}
@@ -111,12 +112,12 @@ func (d *Driver) shareCgroup(spec vmm.Spec, qc Config, n int) *Cgroup {
 	if mem <= 0 {
 		mem = 512
 	}
-	g, err := NewCgroup("fs-"+spec.ID, Limits{MemoryBytes: shareMemory + int64(mem)<<20, Pids: sharePids * n})
+	g, err := confine.NewCgroup("fs-"+spec.ID, confine.Limits{MemoryBytes: shareMemory + int64(mem)<<20, Pids: sharePids * n})
 	if err != nil {
 		d.warn("airlock: warning: virtio-fs daemons run without a cgroup: " + err.Error())
 		return nil
 	}
-	SaveCgroup(filepath.Join(spec.Dir, boxdir.FSCgroup), g)
+	confine.SaveCgroup(filepath.Join(spec.Dir, boxdir.FSCgroup), g)
 	return g
 }
 
@@ -124,7 +125,7 @@ func (d *Driver) shareCgroup(spec vmm.Spec, qc Config, n int) *Cgroup {
 // and returns once each listens on its socket (bounded by ctx and 15 s).
 // On error none is left running. The daemons outlive this process; each
 // ends when its QEMU does.
-func startShares(ctx context.Context, bin string, shares []share, g *Cgroup) error {
+func startShares(ctx context.Context, bin string, shares []share, g *confine.Cgroup) error {
 	if len(shares) == 0 {
 		return nil
 	}
@@ -154,7 +155,7 @@ func startShares(ctx context.Context, bin string, shares []share, g *Cgroup) err
 	return nil
 }
 
-func startShare(ctx context.Context, path string, sh share, g *Cgroup) (vmm.Handle, error) {
+func startShare(ctx context.Context, path string, sh share, g *confine.Cgroup) (vmm.Handle, error) {
 	src, err := filepath.EvalSymlinks(sh.source)
 	if err != nil {
 		return vmm.Handle{}, err
@@ -240,7 +241,7 @@ func releaseShares(dir string) {
 	for _, f := range files {
 		stopStale(f)
 	}
-	RemoveSavedCgroup(filepath.Join(dir, boxdir.FSCgroup))
+	confine.RemoveSavedCgroup(filepath.Join(dir, boxdir.FSCgroup))
 }
 
 // stopStale kills the daemon a pid file names if it still runs (a start

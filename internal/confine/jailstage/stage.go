@@ -1,12 +1,14 @@
-// Package jailstage is the launcher stage of a confined box QEMU (see
-// qemu.Jail and docs/confinement.md): the QEMU driver re-executes the
+// Package jailstage is the launcher stage of a confined program (see
+// package confine and docs/confinement.md): confine.Start re-executes the
 // calling program with Arg0 and Env set, and this package's init, which
 // runs before the init of most of the packages of the program (this one
 // imports only the standard library and x/sys/unix), builds the jail and
-// execs QEMU; it also runs the console drainer. Dispatching here rather
-// than in package qemu saves the re-executed program most of the init of
-// everything else it links (~1.5 ms per box start, docs/confinement.md
-// "Cost").
+// execs the program (a box's QEMU). It also runs the other re-executions
+// that must start lean: the console drainer of a box's QEMU and the
+// confined disk tools of airlock commit. Dispatching here rather than in
+// a package with more dependencies saves the re-executed program most of
+// the init of everything else it links (~1.5 ms per box start,
+// docs/confinement.md "Cost").
 package jailstage
 
 import (
@@ -26,7 +28,7 @@ import (
 // Arg0 (as argv[0]) and Env=1 (in the environment) mark a re-execution
 // of this program as the launcher stage (both must be present). Arg0
 // with "-probe" (exits at once) and "-hold" (lives until its stdin
-// closes) are helpers of the QEMU driver's.
+// closes) are helpers of package confine's (UserNSAllowed, IdmapUserns).
 const (
 	Arg0     = "airlock-qemu-jail"
 	Env      = stageEnv
@@ -57,38 +59,32 @@ const (
 // log in bytes (8 MiB).
 const DefaultConsoleMax = 8 << 20
 
-// Descriptor numbers in the stage and in QEMU.
+// Descriptor numbers in the stage and in the program it execs.
 const (
-	FDSpec   = 3 // the stage's spec (a pipe)
-	FDSecret = 4 // the agent secret port's socket (qemu.Config.Secret)
-	// FDSecretPeer is the other end of FDSecret's socket pair, held open
-	// (see the driver's secretPair).
-	FDSecretPeer = 5
-	// FDConsole is the write end of the console drainer's pipe.
-	FDConsole = 6
-	// FDUsernsBase is the first of the user namespaces of idmapped share
-	// mounts (see ShareMount), in the stage only.
-	FDUsernsBase = 7
+	FDSpec = 3 // the stage's spec (a pipe)
+	// FDFirst is the first descriptor the launcher passes on (the
+	// caller's files, kept at their numbers across the exec: see
+	// Spec.Keep; then the user namespaces of idmapped share mounts, the
+	// inherited files and the lease, each named by number in the spec).
+	FDFirst = 4
 	// FDBase is the first of the sockets and files the stage opens and
 	// moves to fixed numbers: high enough never to be a descriptor the Go
 	// runtime of the stage opened for itself (its epoll instance).
 	FDBase = 100
 )
 
-// Paths inside the jail.
-const (
-	Kernel    = "/boot/kernel"
-	Initrd    = "/boot/initrd"
-	NoMigrate = "/nomigrate.qcow"
-	oldRoot   = "/.oldroot"
-	Shares    = "/shares" // the 9p shares' directories, by share ID
-)
+// oldRoot is where the host's root is, in the jail, until it is detached.
+const oldRoot = "/.oldroot"
 
 // Spec is what the launcher stage does, sent as JSON on FDSpec.
 type Spec struct {
-	QEMU string   // QEMU binary, a host path (visible in the jail)
-	Args []string // QEMU's arguments, naming jail paths and descriptors
+	Path string   // the program, a host path (visible in the jail)
+	Args []string // its arguments (without argv[0]), naming jail paths and descriptors
 	Env  []string
+	// Keep are descriptors of the stage the program gets at the same
+	// numbers (every other one but stdio and those the stage places
+	// closes at the exec).
+	Keep []int
 	// Root is an empty directory the stage mounts the jail's tmpfs on.
 	Root string
 	// Binds are host paths bound read-only into the jail at the same path
@@ -112,25 +108,37 @@ type Spec struct {
 	// Proc mounts the jail's own /proc (QEMU opens its RAM images through
 	// /proc/self/fd).
 	Proc bool
+	// Write are files the stage writes: in the jail (Path a jail path,
+	// before the root is made read-only) with Root, else at host paths
+	// (as the caller, before it gives up its privileges).
+	Write []WriteFile
 	// Shares are the 9p share directories, mounted at Dst in the jail
 	// (idmapped when Userns is set).
 	Shares []ShareMount
 	UID    int
 	GID    int
 	Groups []int
+	// THPOff disables transparent huge pages for the program
+	// (PR_SET_THP_DISABLE, inherited across the exec).
 	THPOff bool
-	// NoMigrate, without Root, is where the stage writes the migration
-	// blocker image (a host path).
-	NoMigrate string
 	// Lease, when non-zero, is a descriptor of the stage: the read end of
 	// a pipe whose write end only the launching process holds. The stage
-	// then gives QEMU SIGKILL as its parent-death signal, and exits
-	// instead of starting QEMU when the lease has hung up already (the
+	// then gives the program SIGKILL as its parent-death signal, and exits
+	// instead of starting it when the lease has hung up already (the
 	// launcher died before the signal was set).
 	Lease int
 }
 
+// BindFile is a host file bound read-only into the jail at another path.
 type BindFile struct{ Src, Dst string }
+
+// WriteFile is a file the stage writes with Data and permissions Mode
+// (see Spec.Write).
+type WriteFile struct {
+	Path string
+	Data []byte
+	Mode os.FileMode
+}
 
 // ShareMount is a host directory mounted into the jail for a 9p share.
 // With UsernsFD (a descriptor of the stage) the mount is idmapped through
@@ -143,6 +151,8 @@ type ShareMount struct {
 	UsernsFD int
 }
 
+// OpenFile is a file the stage opens (as the caller, before the jail)
+// with Flags (O_CLOEXEC added) and passes on as a descriptor.
 type OpenFile struct {
 	Path  string
 	Flags int
@@ -177,8 +187,8 @@ func init() {
 	}
 }
 
-// runStage is the launcher stage: it never returns (execs QEMU or exits 1
-// with a message on stderr).
+// runStage is the launcher stage: it never returns (execs the program or
+// exits 1 with a message on stderr).
 func runStage() {
 	// no_new_privs is per thread: set it on the thread that execs.
 	runtime.LockOSThread()
@@ -216,7 +226,7 @@ func stage() error {
 		return fmt.Errorf("read spec: %w", err)
 	}
 	// Sockets and files first, as the caller, with host paths.
-	keep := []int{FDSecret, FDSecretPeer, FDConsole} // the secret's socket pair (or /dev/null), the console pipe
+	keep := append([]int{}, s.Keep...) // the caller's descriptors (QEMU: the secret's socket pair or /dev/null, the console pipe)
 	next := FDBase
 	// place makes fd the next descriptor QEMU is told about.
 	place := func(fd int, err error) error {
@@ -258,9 +268,11 @@ func stage() error {
 		if err := buildRoot(&s); err != nil {
 			return err
 		}
-	} else if s.NoMigrate != "" {
-		if err := os.WriteFile(s.NoMigrate, NoMigrateQcow(), 0o600); err != nil {
-			return err
+	} else {
+		for _, w := range s.Write {
+			if err := os.WriteFile(w.Path, w.Data, w.Mode); err != nil {
+				return err
+			}
 		}
 	}
 	if s.THPOff {
@@ -269,8 +281,8 @@ func stage() error {
 	if err := Confine(s.UID, s.GID, s.Groups); err != nil {
 		return err
 	}
-	// Every descriptor but stdio and the ones QEMU is told about closes
-	// at exec.
+	// Every descriptor but stdio and the ones the program is told about
+	// closes at exec.
 	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fmt.Errorf("close_range: %w", err)
 	}
@@ -280,22 +292,22 @@ func stage() error {
 		}
 	}
 	if s.Lease > 0 {
-		if err := dieWithLauncher(s.Lease); err != nil {
+		if err := dieWithLauncher(s.Lease, filepath.Base(s.Path)); err != nil {
 			return err
 		}
 	}
-	err := unix.Exec(s.QEMU, append([]string{s.QEMU}, s.Args...), s.Env)
-	return fmt.Errorf("exec %s: %w", s.QEMU, err)
+	err := unix.Exec(s.Path, append([]string{s.Path}, s.Args...), s.Env)
+	return fmt.Errorf("exec %s: %w", s.Path, err)
 }
 
-// dieWithLauncher makes the kernel send SIGKILL to this process (QEMU,
-// after the exec) when the thread that launched it ends; then, since
+// dieWithLauncher makes the kernel send SIGKILL to this process (the
+// program, after the exec) when the thread that launched it ends; then, since
 // that may have happened already, it checks the lease (a pipe only the
 // launching process writes to): a hang-up means the launcher is gone, and
 // the stage exits instead of starting a machine nothing owns. It must run
 // after the last uid change (a credential change clears the signal) on
 // the thread that execs.
-func dieWithLauncher(lease int) error {
+func dieWithLauncher(lease int, prog string) error {
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 		return fmt.Errorf("parent-death signal: %w", err)
 	}
@@ -311,7 +323,7 @@ func dieWithLauncher(lease int) error {
 		break
 	}
 	if fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
-		return fmt.Errorf("the process that launched QEMU is gone")
+		return fmt.Errorf("the process that launched %s is gone", prog)
 	}
 	return nil
 }
@@ -558,8 +570,10 @@ func buildRoot(s *Spec) error {
 			return fmt.Errorf("mount /proc in the jail: %w", err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(r, NoMigrate), NoMigrateQcow(), 0o444); err != nil {
-		return err
+	for _, w := range s.Write {
+		if err := os.WriteFile(filepath.Join(r, w.Path), w.Data, w.Mode); err != nil {
+			return err
+		}
 	}
 	if err := os.MkdirAll(filepath.Join(r, oldRoot), 0o700); err != nil {
 		return err
@@ -632,20 +646,6 @@ func bindInto(root, src, dst string) error {
 		return fmt.Errorf("remount %s read-only: %w", dst, err)
 	}
 	return nil
-}
-
-// NoMigrateQcow returns an empty qcow (version 1) image of 512 bytes.
-// QEMU registers a migration blocker for every open qcow v1 node, so with
-// one attached (read-only, to no device) `migrate` fails before it opens
-// its URI: `migrate exec:CMD` cannot run CMD.
-func NoMigrateQcow() []byte {
-	b := make([]byte, 560)
-	copy(b, "QFI\xfb")
-	b[7] = 1                 // version 1
-	b[0x1e] = 0x02           // size 512 (big-endian u64 at 0x18)
-	b[0x20], b[0x21] = 12, 9 // cluster_bits, l2_bits
-	b[0x2f] = 0x30           // l1_table_offset
-	return b
 }
 
 // mountShare mounts a 9p share's host directory at sh.Dst under root,

@@ -1,4 +1,4 @@
-package qemu
+package confine
 
 import (
 	"bufio"
@@ -6,49 +6,38 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// Limits are the host resources one box's QEMU may use.
+// Limits are the host resources the processes of one cgroup may use (a
+// box's QEMU, its network helper, its virtio-fs daemons).
 type Limits struct {
-	// MemoryBytes caps QEMU's memory (guest RAM plus QEMU's own
-	// overhead, see MemoryOverheadMiB); 0 = no cap.
+	// MemoryBytes caps their memory, in bytes (QEMU: guest RAM plus its
+	// own overhead, qemu.MemoryOverheadMiB); 0 = no cap.
 	MemoryBytes int64
-	// Pids caps QEMU's threads; 0 = no cap.
+	// Pids caps their threads; 0 = no cap.
 	Pids int
-	// CPUs caps QEMU's CPU time, in host CPUs (1.5 = one and a half
+	// CPUs caps their CPU time, in host CPUs (1.5 = one and a half
 	// cores); 0 = no cap.
 	CPUs float64
 }
 
-// MemoryOverheadMiB is what a box's QEMU may use on top of the guest's RAM
-// before its cgroup's memory limit stops it: under TCG the translated-code
-// buffer and its tables (QEMU 7.2 reserves up to 1 GiB, used as code is
-// translated; here ~30-60 MiB), device state and I/O buffers. An idle
-// airlock-kernel box used ~115-140 MiB in total for 512 MiB of RAM.
-func MemoryOverheadMiB(accel string) int {
-	if accel == AccelKVM {
-		return 128
-	}
-	return 384
-}
-
-// PidsLimit is the thread cap of a box's QEMU with cpus vCPUs: its main
-// loop, RCU and vCPU threads and up to 64 block I/O workers.
-func PidsLimit(cpus int) int { return 128 + 2*cpus }
-
-// Cgroup is one box's QEMU cgroup: a directory per controller hierarchy
-// (cgroup v2: one directory; v1: one in each of the memory, pids and cpu
-// hierarchies that are mounted).
+// Cgroup is one cgroup of airlock's (a box's QEMU's, "box-ID"; its
+// network helper's, "net-ID"; its virtio-fs daemons', "fs-ID"): a
+// directory per controller hierarchy (cgroup v2: one directory; v1: one in
+// each of the memory, pids and cpu hierarchies that are mounted), under
+// an "airlock" group.
 type Cgroup struct {
 	// Dirs are the cgroup directories, created with the limits set.
 	Dirs []string
 }
 
 // CgroupSupport says which cgroup hierarchies this host offers for box
-// limits and why one is missing.
+// limits (ProbeCgroups).
 type CgroupSupport struct {
 	// V2 is the cgroup v2 mount point ("" if none); V1 maps a v1 controller
 	// (memory, pids, cpu) to its mount point.
@@ -60,6 +49,23 @@ type CgroupSupport struct {
 
 // cgroupControllers are the controllers box limits use.
 var cgroupControllers = []string{"memory", "pids", "cpu"}
+
+// Controllers returns the controllers box limits use ("memory", "pids",
+// "cpu") that the host offers, each as "NAME (v1)" or "NAME (v2)" (v1
+// ones first, sorted), and those it lacks (for airlock doctor).
+func (s CgroupSupport) Controllers() (have, missing []string) {
+	_, _, missing = s.plan("probe")
+	for c := range s.V1 {
+		have = append(have, c+" (v1)")
+	}
+	sort.Strings(have)
+	for _, c := range cgroupControllers {
+		if _, ok := s.V1[c]; !ok && !slices.Contains(missing, c) {
+			have = append(have, c+" (v2)")
+		}
+	}
+	return have, missing
+}
 
 // ProbeCgroups reads /proc/self/mountinfo for cgroup hierarchies.
 func ProbeCgroups() CgroupSupport {
@@ -156,7 +162,7 @@ func (s CgroupSupport) plan(name string) (v1 map[string]string, v2 string, missi
 	return v1, v2, missing
 }
 
-// NewCgroup creates the cgroup of box name with limits l: cgroup v2 where
+// NewCgroup creates the cgroup name (see Cgroup) with limits l: cgroup v2 where
 // the host has the controllers there, v1 controllers otherwise. It needs
 // write access to the hierarchies (root). Controllers the host lacks are
 // skipped and named in the error only if none could be used.
@@ -269,7 +275,7 @@ func (g *Cgroup) Add(pid int) error {
 }
 
 // Remove deletes the cgroup's directories once their processes are gone
-// (waiting up to a second for an exiting QEMU to leave).
+// (waiting up to a second for an exiting process to leave).
 func (g *Cgroup) Remove() error {
 	if g == nil {
 		return nil
@@ -307,7 +313,8 @@ func RemoveSavedCgroup(file string) error {
 	}
 	g := &Cgroup{}
 	for _, l := range strings.Split(string(b), "\n") {
-		if l = strings.TrimSpace(l); l != "" && strings.HasPrefix(l, "/sys/fs/cgroup/") && filepath.Base(filepath.Dir(l)) == "airlock" {
+		// Cleaned first: "/sys/fs/cgroup/../../x/airlock/y" is no cgroup.
+		if l = filepath.Clean(strings.TrimSpace(l)); l != "" && strings.HasPrefix(l, "/sys/fs/cgroup/") && filepath.Base(filepath.Dir(l)) == "airlock" {
 			g.Dirs = append(g.Dirs, l)
 		}
 	}

@@ -1,4 +1,4 @@
-package qemu
+package confine
 
 import (
 	"bufio"
@@ -9,14 +9,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/gofrs/flock"
 )
 
 // UIDRangeOwner is the /etc/subuid (and /etc/subgid) entry whose range
-// holds the uids boxes' QEMUs run as when airlock runs as root; hack/setup.sh
+// holds the uids boxes' processes (QEMU, the network helper, commit's
+// disk tools) run as when airlock runs as root; hack/setup.sh
 // reserves "airlock:<start>:65536". AIRLOCK_UID_RANGE=start:count
 // overrides it.
 const UIDRangeOwner = "airlock"
@@ -29,8 +29,8 @@ type UIDRange struct {
 	Source string
 }
 
-// BoxUIDRange returns the range box QEMUs take their uids from: v
-// ("START:COUNT", from JailOptions.UIDRange or AIRLOCK_UID_RANGE) when set,
+// BoxUIDRange returns the range box processes take their uids from: v
+// ("START:COUNT", from Options.UIDRange or AIRLOCK_UID_RANGE) when set,
 // else the UIDRangeOwner entry of /etc/subuid; or an error saying how to
 // reserve one.
 func BoxUIDRange(v string) (UIDRange, error) {
@@ -83,8 +83,8 @@ func subidRange(file, owner string) (UIDRange, error) {
 }
 
 // uidClaimDir holds a file per uid handed out in the last minutes, so that
-// two boxes starting at once do not pick the same uid before either QEMU
-// runs as it.
+// two boxes starting at once do not pick the same uid before either
+// process runs as it.
 const uidClaimDir = "/run/airlock/uids"
 
 // claimTTL is how long a claim protects a uid no process runs as yet.
@@ -128,6 +128,17 @@ func AllocUID(r UIDRange) (int, error) {
 		return uid, nil
 	}
 	return 0, fmt.Errorf("box uid: all %d uids of the range %d-%d are in use", r.Count, r.Start, r.Start+r.Count-1)
+}
+
+// AllocBoxUID claims a free uid, as AllocUID does, of the box uid range
+// spec names ("START:COUNT", or "" for the /etc/subuid entry: see
+// BoxUIDRange).
+func AllocBoxUID(spec string) (int, error) {
+	r, err := BoxUIDRange(spec)
+	if err != nil {
+		return 0, err
+	}
+	return AllocUID(r)
 }
 
 // procUIDs returns every uid and gid (real, effective, saved and file
@@ -176,13 +187,4 @@ func statusIDs(path string, buf []byte) []int {
 		}
 	}
 	return ids
-}
-
-// KVMGroup returns the group that owns /dev/kvm (-1 if none).
-func KVMGroup() int {
-	var st syscall.Stat_t
-	if syscall.Stat("/dev/kvm", &st) != nil {
-		return -1
-	}
-	return int(st.Gid)
 }

@@ -1,0 +1,106 @@
+package confine
+
+import (
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestStartJail starts a program (a shell) confined as root would start a
+// box's QEMU: as a uid of its own, in a read-only jail root that holds only
+// the system directories bound into it and the files written there, in
+// its own network namespace, in a cgroup, with no capability and
+// no_new_privs, and with its listening socket as descriptor FDBase.
+func TestStartJail(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (a uid of its own, the jail's namespaces)")
+	}
+	uid := 0x6b000000 + rand.IntN(1<<20)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "prog.sock")
+	var g *Cgroup
+	if cg, err := NewCgroup("test-start-"+filepath.Base(dir), Limits{Pids: 32}); err == nil {
+		g = cg
+		defer g.Remove()
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	script := `cat /proc/self/status; echo "ROOT $(ls / | tr '\n' ' ')"; echo "HELLO $(cat /hello)"; ` +
+		`echo "FD100 $(readlink /proc/self/fd/100)"; echo "NETNS $(readlink /proc/self/ns/net)"; ` +
+		`echo "CGROUP $(cat /proc/self/cgroup | tr '\n' ' ')"; touch /x 2>/dev/null && echo WRITABLE; true`
+	st, err := Start(Spec{
+		Name: "test", Path: "/bin/sh", Args: []string{"-c", script}, Env: []string{"PATH=/usr/bin:/bin"},
+		Root:   filepath.Join(dir, "jail"),
+		Binds:  []string{"/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/ld.so.cache"},
+		Proc:   true,
+		Listen: []string{sock},
+		Write:  []WriteFile{{Path: "/hello", Data: []byte("from the caller"), Mode: 0o444}},
+		UID:    uid, GID: uid,
+		Stdout: w, Stderr: w, Cgroup: g,
+	})
+	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Go(); err != nil {
+		st.Cmd.Process.Kill()
+		st.Cmd.Wait()
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(r)
+	if err := st.Cmd.Wait(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	got := map[string]string{}
+	for _, l := range strings.Split(string(out), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && !strings.Contains(k, " ") {
+			got[k] = strings.TrimSpace(v)
+		}
+		if k, v, ok := strings.Cut(l, " "); ok && strings.ToUpper(k) == k {
+			got[k] = strings.TrimSpace(v)
+		}
+	}
+	if u := strings.Fields(got["Uid"] + " x")[0]; u != strconv.Itoa(uid) {
+		t.Errorf("Uid %q, want %d\n%s", got["Uid"], uid, out)
+	}
+	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		if got[k] != "0000000000000000" {
+			t.Errorf("%s %s, want none", k, got[k])
+		}
+	}
+	if got["NoNewPrivs"] != "1" {
+		t.Errorf("NoNewPrivs %q", got["NoNewPrivs"])
+	}
+	for _, name := range strings.Fields(got["ROOT"]) {
+		switch name {
+		case "usr", "lib", "lib64", "bin", "sbin", "etc", "dev", "proc", "hello":
+		default:
+			t.Errorf("the jail root shows /%s (%s)", name, got["ROOT"])
+		}
+	}
+	if got["HELLO"] != "from the caller" {
+		t.Errorf("/hello holds %q", got["HELLO"])
+	}
+	if !strings.HasPrefix(got["FD100"], "socket:") {
+		t.Errorf("descriptor %d is %q, want the listening socket", FDBase, got["FD100"])
+	}
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("listening socket %s: %v %v, want mode 0600", sock, fi, err)
+	}
+	if own, _ := os.Readlink("/proc/self/ns/net"); got["NETNS"] == "" || got["NETNS"] == own {
+		t.Errorf("network namespace %q, the caller's is %q: want one of its own", got["NETNS"], own)
+	}
+	if g != nil && !strings.Contains(got["CGROUP"], "/airlock/test-start-") {
+		t.Errorf("cgroups %q, want the test's", got["CGROUP"])
+	}
+	if _, ok := got["WRITABLE"]; ok || strings.Contains(string(out), "WRITABLE") {
+		t.Error("the jail root is writable")
+	}
+}
