@@ -2,6 +2,8 @@ package airlock_test
 
 import (
 	"encoding/json"
+	"go/parser"
+	"go/token"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -26,11 +28,13 @@ func TestPackageRules(t *testing.T) {
 		"internal/tarfs":         {},
 		"internal/headtail":      {},
 		"internal/measure":       {},
+		// Sparse copies of disk images, for rootfs and the drivers.
+		"internal/sparse": {},
 		// Scratch names that say which process made them (pid and start
 		// time, read as the driver seam does).
 		"internal/scratch":      {"internal/vmm"},
 		"internal/image/unpack": {"internal/image"},
-		"internal/rootfs":       {"internal/image", "internal/guestabi", "internal/scratch"},
+		"internal/rootfs":       {"internal/image", "internal/guestabi", "internal/scratch", "internal/sparse"},
 		"internal/assets":       {"internal/defaults"},
 		// The box archive format: hostile input read against limits its
 		// caller gives; no VM driver (checks that need one are passed in).
@@ -48,14 +52,16 @@ func TestPackageRules(t *testing.T) {
 		"cmd/airlock-agent":  {"internal/agent", "internal/guestinit", "internal/guestabi", "internal/transport"},
 		// The driver seam: drivers know the seam and the parts a machine
 		// is made of, never the lifecycle code or the box store.
-		"internal/vmm":      {"internal/agent/client", "internal/guestabi", "internal/image"},
+		// The seam names prepared disk files, never the image store.
+		"internal/vmm":      {"internal/agent/client", "internal/guestabi"},
 		"internal/vmm/fake": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi"},
 		// The launcher stage of a confined QEMU: the standard library only
 		// (its init runs early in a re-executed program).
 		"internal/vmm/qemu/jailstage": {},
 		// defaults: the allowlisted environment of QEMU and its helpers
 		// (defaults.ChildEnv), never a setting.
-		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/rootfs", "internal/image", "internal/defaults"},
+		// No rootfs, no image store: the lifecycle code builds the disks.
+		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
 		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs", "internal/headtail", "internal/netstack", "internal/boxarchive"},
 		"codebox": {""},
@@ -99,6 +105,41 @@ func TestPackageRules(t *testing.T) {
 	}
 	if seen != len(may) {
 		t.Errorf("go list listed %d of the %d packages with rules", seen, len(may))
+	}
+}
+
+// TestOneRootFileImportsTheQEMUDriver: the root package reaches the QEMU
+// driver through the vmm seam; only the file that constructs it (Open)
+// imports it. commit.go and netconfine.go still take box uids and cgroups
+// from it until confinement has its own package (issue #33, point 1).
+func TestOneRootFileImportsTheQEMUDriver(t *testing.T) {
+	const qemuPkg = "github.com/airlock-run/airlock/internal/vmm/qemu"
+	allowed := map[string]bool{"airlock.go": true, "commit.go": true, "netconfine.go": true}
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var importers []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range af.Imports {
+			if p := strings.Trim(imp.Path.Value, `"`); p == qemuPkg || strings.HasPrefix(p, qemuPkg+"/") {
+				importers = append(importers, f)
+				if !allowed[f] {
+					t.Errorf("%s imports %s: go through the vmm seam (an ability interface in internal/vmm) or an internal package", f, p)
+				}
+				break
+			}
+		}
+	}
+	if len(importers) == 0 {
+		t.Errorf("no root file imports %s: the test looks in the wrong place", qemuPkg)
 	}
 }
 
