@@ -163,12 +163,6 @@ func Open(opts Options) (*Runtime, error) {
 	return openWith(opts, qemu.New(qemuOptions(opts)))
 }
 
-// checkMachineFile checks a snapshot's machine file (machine.json, from
-// an archive) as the QEMU driver would load it: its kernel command line
-// reaches QEMU's -append. Named here so that this file is the root's one
-// importer of the QEMU driver.
-var checkMachineFile = qemu.CheckMachineFile
-
 // qemuOptions are the QEMU driver's options for opts (with its defaults).
 func qemuOptions(opts Options) qemu.Options {
 	return qemu.Options{Accel: opts.Accel, Kernel: opts.Kernel, AgentPath: opts.AgentPath,

@@ -26,11 +26,13 @@ func TestPackageRules(t *testing.T) {
 		"internal/tarfs":         {},
 		"internal/headtail":      {},
 		"internal/measure":       {},
+		// Sparse copies of disk images, for rootfs and the drivers.
+		"internal/sparse": {},
 		// Scratch names that say which process made them (pid and start
 		// time, read as the driver seam does).
 		"internal/scratch":      {"internal/vmm"},
 		"internal/image/unpack": {"internal/image"},
-		"internal/rootfs":       {"internal/image", "internal/guestabi", "internal/scratch"},
+		"internal/rootfs":       {"internal/image", "internal/guestabi", "internal/scratch", "internal/sparse"},
 		"internal/assets":       {"internal/defaults"},
 		// The box archive format: hostile input read against limits its
 		// caller gives; no VM driver (checks that need one are passed in).
@@ -57,11 +59,13 @@ func TestPackageRules(t *testing.T) {
 		"cmd/airlock-agent":  {"internal/agent", "internal/guestinit", "internal/guestabi", "internal/transport"},
 		// The driver seam: drivers know the seam and the parts a machine
 		// is made of, never the lifecycle code or the box store.
-		"internal/vmm":      {"internal/agent/client", "internal/guestabi", "internal/image"},
+		// The seam names prepared disk files, never the image store.
+		"internal/vmm":      {"internal/agent/client", "internal/guestabi"},
 		"internal/vmm/fake": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi"},
 		// defaults: the allowlisted environment of QEMU and its helpers
 		// (defaults.ChildEnv), never a setting.
-		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/rootfs", "internal/image", "internal/defaults", "internal/confine"},
+		// No rootfs, no image store: the lifecycle code builds the disks.
+		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
 		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine"},
 		"codebox": {""},

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-run/airlock/internal/agent/client"
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -129,17 +130,35 @@ func (b *Box) Info(ctx context.Context) (BoxInfo, error) {
 // agent messages of the current or last boot).
 func (b *Box) ConsoleLog() string { return filepath.Join(b.dir, boxdir.Console) }
 
-// specWithImage returns the machine spec of the box as recorded in rec,
-// with its image resolved.
-func (b *Box) specWithImage(rec *store.Box) (vmm.Spec, error) {
+// specWithDisks returns the machine spec of the box as recorded in rec,
+// with its image resolved and its disks named (see disks).
+func (b *Box) specWithDisks(ctx context.Context, rec *store.Box) (vmm.Spec, error) {
 	img, err := b.image(rec)
 	if err != nil {
 		return vmm.Spec{}, err
 	}
 	_, cfg := b.snapshot()
 	spec := b.vmSpec(rec, cfg)
-	spec.Images, spec.Image = b.r.images, img
+	if spec.Disks, err = b.r.disks(ctx, img, b.dir); err != nil {
+		return vmm.Spec{}, fmt.Errorf("box %s: %w", b.id, err)
+	}
 	return spec, nil
+}
+
+// disks returns the root filesystem disks of a box in dir, of img, for a
+// driver that boots from disks (vmm.DiskBooter; none for others): the
+// image's base, built first when the cache lacks it (internal/rootfs: a
+// check of its superblock when it is there), and where the box's writable
+// layer is (boxdir.RW, the name every release used).
+func (r *Runtime) disks(ctx context.Context, img *image.Image, dir string) (vmm.Disks, error) {
+	if d, ok := r.drv.(vmm.DiskBooter); !ok || !d.BootsFromDisks() {
+		return vmm.Disks{}, nil
+	}
+	base, err := rootfs.Base(ctx, r.images, img, r.opts.CacheDir)
+	if err != nil {
+		return vmm.Disks{}, fmt.Errorf("root filesystem for %s: %w", img.Ref, err)
+	}
+	return vmm.Disks{Base: base, Layer: filepath.Join(dir, boxdir.RW)}, nil
 }
 
 // lockLoad takes the box's lock (see lock) and reads its record; the
@@ -196,15 +215,24 @@ func running(rec *store.Box) bool {
 	return rec.State == store.StateRunning && handleOf(rec).Alive()
 }
 
-// create prepares the box directory and its writable layer.
-func (b *Box) create(ctx context.Context, img *image.Image, prepare func(context.Context, vmm.Spec) error) error {
+// create prepares the box directory: its disks (see disks), then the
+// driver's Create for a new box (with an empty writable layer), or prepare
+// when it is set (a restore or an import, which fill the layer).
+func (b *Box) create(ctx context.Context, img *image.Image, prepare func(context.Context, vmm.Spec) error) (err error) {
 	if err := os.MkdirAll(b.dir, 0o700); err != nil {
 		return fmt.Errorf("box %s: %w", b.id, err)
 	}
 	rec, cfg := b.snapshot()
 	spec := b.vmSpec(rec, cfg)
-	spec.Images, spec.Image = b.r.images, img
+	if spec.Disks, err = b.r.disks(ctx, img, b.dir); err != nil {
+		return fmt.Errorf("box %s: %w", b.id, err)
+	}
 	if prepare == nil {
+		if spec.Disks.Layer != "" {
+			if err := rootfs.NewDisk(spec.Disks.Layer, spec.DiskSizeMiB, b.r.opts.CacheDir); err != nil {
+				return fmt.Errorf("box %s: %w", b.id, err)
+			}
+		}
 		prepare = b.r.drv.Create
 	}
 	if err := prepare(ctx, spec); err != nil {
@@ -267,7 +295,9 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 	}
 	defer launched()
 	spec := b.vmSpec(rec, cfg)
-	spec.Images, spec.Image = b.r.images, img
+	if spec.Disks, err = b.r.disks(ctx, img, b.dir); err != nil {
+		return fmt.Errorf("box %s: %w", b.id, err)
+	}
 	// The network helper starts while the machine does: it binds the
 	// published ports, then connects to the machine's network socket.
 	nh, err := b.startNet(cfg)

@@ -173,7 +173,7 @@ type ImportResult struct {
 // accepted, for a box whose memory is within the host memory cap
 // (CapacityError), whose disk is at most 1 TiB, and whose entries fit the
 // home's free space; a memory archive's kernel command line may hold only
-// the parameters airlock writes (qemu.CheckCmdline: no init=, module
+// the parameters airlock writes (the QEMU driver's CheckCmdline: no init=, module
 // parameters or "--" tail); anything else is refused with an error
 // (ErrLimit for sizes). Importing memory runs QEMU on the
 // archive's device state, which QEMU does not treat as untrusted: import
@@ -195,7 +195,7 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 		if o.DiskSizeMiB > maxArchiveDiskMiB {
 			return boxarchive.Limits{}, fmt.Errorf("the archive's box has a disk of %d MiB, more than the %d MiB (1 TiB) an imported box may have: %w", o.DiskSizeMiB, maxArchiveDiskMiB, ErrLimit)
 		}
-		return boxarchive.Limits{DiskBytes: int64(o.DiskSizeMiB) << 20, MemoryBytes: int64(o.MemoryMiB) << 20, CheckFile: checkSnapshotFile}, nil
+		return boxarchive.Limits{DiskBytes: int64(o.DiskSizeMiB) << 20, MemoryBytes: int64(o.MemoryMiB) << 20, CheckFile: r.checkSnapshotFile}, nil
 	})
 	if err != nil {
 		return res, err
@@ -352,13 +352,18 @@ func archiveOptions(m *boxarchive.Manifest, name string) (BoxOptions, error) {
 }
 
 // checkSnapshotFile checks a memory archive's JSON entries (the
-// boxarchive.Limits.CheckFile hook): machine.json's kernel command line
-// reaches QEMU's -append; snapshot.json's agent version and driver are
-// kept in the snapshot's record and shown by inspect.
-func checkSnapshotFile(name string, b []byte) error {
+// boxarchive.Limits.CheckFile hook): machine.json is the driver's to check
+// (vmm.MachineFileChecker; QEMU: its kernel command line reaches
+// -append); snapshot.json's agent version and driver are kept in the
+// snapshot's record and shown by inspect.
+func (r *Runtime) checkSnapshotFile(name string, b []byte) error {
 	switch name {
 	case boxarchive.MachineFile:
-		if err := checkMachineFile(b); err != nil {
+		c, ok := r.drv.(vmm.MachineFileChecker)
+		if !ok {
+			return fmt.Errorf("archives with memory: %w (driver %s)", vmm.ErrNotSupported, r.drv.Name())
+		}
+		if err := c.CheckMachineFile(b); err != nil {
 			return fmt.Errorf("the archive's %w", err)
 		}
 	case snapshotMetaFile:

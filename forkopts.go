@@ -30,7 +30,7 @@ func (b *Box) ForkWith(ctx context.Context, n int, opts ForkOptions) ([]*Box, er
 	name := "fork-" + b.id + "-" + hex.EncodeToString(rnd[:])
 	// A transient snapshot: its RAM stays in this process's memory, which
 	// the children map copy-on-write, shared, and nothing is fsynced.
-	if _, err := b.Snapshot(vmm.WithTransientSnapshot(ctx), name); err != nil {
+	if _, err := b.snapshotWith(ctx, name, vmm.SaveOptions{Transient: true}); err != nil {
 		return nil, err
 	}
 	defer b.r.RemoveSnapshot(context.WithoutCancel(ctx), name)

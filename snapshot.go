@@ -115,7 +115,13 @@ func (r *Runtime) snapshotter() (vmm.Snapshotter, error) {
 // BoxOptions.FromSnapshot) start where it was, with its running processes.
 // Errors: ErrBoxNotRunning, ErrSnapshotExists, vmm.ErrNotSupported for a
 // driver without snapshots.
-func (b *Box) Snapshot(ctx context.Context, name string) (_ SnapshotInfo, err error) {
+func (b *Box) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
+	return b.snapshotWith(ctx, name, vmm.SaveOptions{})
+}
+
+// snapshotWith is Snapshot with the driver's save options (Fork's
+// snapshot is transient).
+func (b *Box) snapshotWith(ctx context.Context, name string, opts vmm.SaveOptions) (_ SnapshotInfo, err error) {
 	if err := checkSnapshotName(name); err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -140,7 +146,7 @@ func (b *Box) Snapshot(ctx context.Context, name string) (_ SnapshotInfo, err er
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
-	spec, err := b.specWithImage(rec)
+	spec, err := b.specWithDisks(ctx, rec)
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -175,7 +181,7 @@ func (b *Box) Snapshot(ctx context.Context, name string) (_ SnapshotInfo, err er
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot box %s: %w", b.id, err)
 	}
-	st, err := sn.SaveSnapshot(ctx, spec, handleOf(rec), tmp)
+	st, err := sn.SaveSnapshot(ctx, spec, handleOf(rec), tmp, opts)
 	thaw()
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot box %s: %w", b.id, err)

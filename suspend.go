@@ -57,7 +57,7 @@ func (b *Box) Suspend(ctx context.Context) error {
 	if !running(rec) {
 		return fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
 	}
-	spec, err := b.specWithImage(rec)
+	spec, err := b.specWithDisks(ctx, rec)
 	if err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func (b *Box) Suspend(ctx context.Context) error {
 	}
 	// The box keeps its own writable layer, which matches the saved state
 	// (the machine does not run again): linked, not copied.
-	if _, err := sn.SaveSnapshot(vmm.WithLinkedDisk(ctx), spec, h, tmp); err != nil {
+	if _, err := sn.SaveSnapshot(ctx, spec, h, tmp, vmm.SaveOptions{LinkDisk: true}); err != nil {
 		if !was {
 			p.Resume(context.WithoutCancel(ctx), spec, h)
 		}

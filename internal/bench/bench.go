@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/vmm"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
 )
@@ -193,8 +194,17 @@ func (k *kernelRuns) bareRun(ctx context.Context, i int) error {
 	}
 	defer os.RemoveAll(dir)
 	spec := vmm.Spec{ID: fmt.Sprintf("bare%08d", i), Dir: dir, CPUs: airlock.DefaultCPUs, MemoryMiB: airlock.DefaultMemoryMiB,
-		DiskSizeMiB: airlock.DefaultDiskSizeMiB, Net: &vmm.NetSpec{} /* QEMU slirp: nothing to connect it to */, Hostname: "bare", Images: k.images, Image: img,
+		DiskSizeMiB: airlock.DefaultDiskSizeMiB, Net: &vmm.NetSpec{} /* QEMU slirp: nothing to connect it to */, Hostname: "bare",
 		ExtraCmdline: []string{guestabi.BareParam}}
+	// The disks, as the lifecycle code prepares them for a box.
+	base, err := rootfs.Base(ctx, k.images, img, k.o.CacheDir)
+	if err != nil {
+		return err
+	}
+	spec.Disks = vmm.Disks{Base: base, Layer: filepath.Join(dir, boxdir.RW)}
+	if err := rootfs.NewDisk(spec.Disks.Layer, spec.DiskSizeMiB, k.o.CacheDir); err != nil {
+		return err
+	}
 	if err := k.drv.Create(ctx, spec); err != nil {
 		return err
 	}

@@ -15,7 +15,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -30,6 +29,7 @@ import (
 	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/unpack"
+	"github.com/airlock-run/airlock/internal/sparse"
 )
 
 // BaseOptions tunes BaseWith. The zero value is ready to use.
@@ -363,7 +363,7 @@ func NewDisk(path string, sizeMiB int, cacheDir string) error {
 			return err
 		}
 	}
-	return sparseCopy(tmpl, path)
+	return sparse.Copy(tmpl, path)
 }
 
 // rwTemplateVersion names the recipe of mkfsDisk in cached templates: change
@@ -408,96 +408,6 @@ func mkfsDisk(path string, sizeMiB int) error {
 		}
 	}
 	return fmt.Errorf("mkfs.ext4 %s (%s MiB): %w: %s", path, strconv.Itoa(sizeMiB), err, strings.TrimSpace(out.String()))
-}
-
-// sparseCopy copies src to a new file dst, leaving src's holes as holes.
-func sparseCopy(src, dst string) (err error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	fi, err := in.Stat()
-	if err != nil {
-		return err
-	}
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("create disk: %w", err)
-	}
-	defer func() {
-		if cerr := out.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			os.Remove(dst)
-		}
-	}()
-	size := fi.Size()
-	kernelCopy := true
-	if err := out.Truncate(size); err != nil {
-		return fmt.Errorf("create disk: %w", err)
-	}
-	for off := int64(0); off < size; {
-		data, err := unix.Seek(int(in.Fd()), off, unix.SEEK_DATA)
-		if err == unix.ENXIO {
-			break // only a hole left
-		}
-		if err != nil {
-			return fmt.Errorf("copy disk: %w", err)
-		}
-		hole, err := unix.Seek(int(in.Fd()), data, unix.SEEK_HOLE)
-		if err != nil {
-			return fmt.Errorf("copy disk: %w", err)
-		}
-		if err := copyRange(in, out, data, hole, &kernelCopy); err != nil {
-			if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
-				return fmt.Errorf("copy disk: the filesystem of %s is full (%w): free some space there, or put the airlock home elsewhere", filepath.Dir(dst), err)
-			}
-			return fmt.Errorf("copy disk: %w", err)
-		}
-		off = hole
-	}
-	return nil
-}
-
-// copyRange copies bytes [from, to) of in to the same offsets of out:
-// with copy_file_range while *kernel, else (other filesystems, which
-// copy_file_range refuses with EXDEV, or a kernel without it) with
-// reads and writes, setting *kernel to false.
-func copyRange(in, out *os.File, from, to int64, kernel *bool) error {
-	for r, w := from, from; *kernel && r < to; {
-		n, err := unix.CopyFileRange(int(in.Fd()), &r, int(out.Fd()), &w, int(to-r), 0)
-		switch {
-		case errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL):
-			*kernel = false
-			from = r
-		case err != nil:
-			return err
-		case n == 0:
-			return fmt.Errorf("%s shrank while copying", in.Name())
-		}
-	}
-	if *kernel {
-		return nil
-	}
-	buf := make([]byte, 1<<20)
-	for off := from; off < to; {
-		n, err := in.ReadAt(buf[:min(int64(len(buf)), to-off)], off)
-		if n > 0 {
-			if _, werr := out.WriteAt(buf[:n], off); werr != nil {
-				return werr
-			}
-			off += int64(n)
-		}
-		if err != nil && off < to {
-			if err == io.EOF {
-				return fmt.Errorf("%s shrank while copying", in.Name())
-			}
-			return err
-		}
-	}
-	return nil
 }
 
 // ReproducibleEpoch is the build time mkfs.erofs writes into a base's

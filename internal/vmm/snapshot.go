@@ -10,14 +10,15 @@ type Snapshotter interface {
 	// SaveSnapshot pauses machine h of spec's box, writes its state and a
 	// copy of its writable layer (taken while paused, so both agree) into
 	// dir (it exists and is empty), and lets the machine run on. It
-	// returns the bytes written.
-	SaveSnapshot(ctx context.Context, spec Spec, h Handle, dir string) (SnapshotStats, error)
+	// returns the bytes written. opts say what the snapshot is for.
+	SaveSnapshot(ctx context.Context, spec Spec, h Handle, dir string, opts SaveOptions) (SnapshotStats, error)
 	// CheckSnapshot says whether the snapshot in dir can be restored for
 	// spec by this driver: an error names what changed or is gone (the
 	// kernel, the agent, QEMU, the machine layout).
 	CheckSnapshot(spec Spec, dir string) error
 	// CreateFromSnapshot prepares a new box directory (spec.Dir exists)
-	// from the snapshot in dir: its own copy of the writable layer.
+	// from the snapshot in dir: its own copy of the writable layer, at
+	// spec.Disks.Layer.
 	CreateFromSnapshot(ctx context.Context, spec Spec, dir string) error
 	// StartFromSnapshot starts a machine for spec from the snapshot in
 	// dir, running where the snapshot's machine was; like Start it
@@ -32,6 +33,17 @@ type Snapshotter interface {
 // it before a snapshot leaves the host.
 type SnapshotSealer interface {
 	SealSnapshot(ctx context.Context, dir string) error
+}
+
+// MachineFileChecker is a Snapshotter whose snapshots can come from
+// another host (a memory archive): CheckMachineFile checks the machine
+// description such a snapshot carries (its machine.json, b its bytes)
+// before it is stored, where what reaches the machine unchecked at a
+// restore (QEMU: the kernel command line) must be what the driver writes.
+// The restore checks the rest against this host. A driver without it
+// cannot import memory archives.
+type MachineFileChecker interface {
+	CheckMachineFile(b []byte) error
 }
 
 // SnapshotStats describe a saved snapshot.
@@ -52,37 +64,20 @@ type Pauser interface {
 	Paused(ctx context.Context, spec Spec, h Handle) (bool, error)
 }
 
-type linkDiskKey struct{}
-
-// WithLinkedDisk marks ctx for a SaveSnapshot whose machine does not run
-// again before it is started from dir (a box paused to disk): a driver
-// may then make the snapshot's writable layer a hard link to the box's
-// own, which nothing changes meanwhile, rather than a copy of it.
-func WithLinkedDisk(ctx context.Context) context.Context {
-	return context.WithValue(ctx, linkDiskKey{}, true)
-}
-
-// LinkedDisk reports whether ctx was marked by WithLinkedDisk.
-func LinkedDisk(ctx context.Context) bool {
-	v, _ := ctx.Value(linkDiskKey{}).(bool)
-	return v
-}
-
-type transientKey struct{}
-
-// WithTransientSnapshot marks ctx for a SaveSnapshot whose snapshot only
-// this process starts machines from, at once, and removes afterwards
-// (Fork's): a driver may then keep the snapshot's memory in this
-// process's memory for those starts instead of writing it to dir, and
-// skip making the snapshot durable (no fsync). Such a snapshot cannot be
-// started from by another process, or once the driver let go of its
-// memory (StartFromSnapshot then fails saying so).
-func WithTransientSnapshot(ctx context.Context) context.Context {
-	return context.WithValue(ctx, transientKey{}, true)
-}
-
-// TransientSnapshot reports whether ctx was marked by WithTransientSnapshot.
-func TransientSnapshot(ctx context.Context) bool {
-	v, _ := ctx.Value(transientKey{}).(bool)
-	return v
+// SaveOptions tune SaveSnapshot. The zero value takes a snapshot that any
+// process can restore any time, with its own copy of the writable layer.
+type SaveOptions struct {
+	// LinkDisk: the machine does not run again before it is started from
+	// the snapshot (a box suspended to disk), so the driver may make the
+	// snapshot's writable layer a hard link to the box's own, which
+	// nothing changes meanwhile, rather than a copy of it.
+	LinkDisk bool
+	// Transient: only this process starts machines from the snapshot, at
+	// once, and removes it afterwards (Fork's). The driver may then keep
+	// the snapshot's memory in this process's memory for those starts
+	// instead of writing it to the directory, and skip making the
+	// snapshot durable (no fsync). Such a snapshot cannot be started from
+	// by another process, or once the driver let go of its memory
+	// (StartFromSnapshot then fails saying so).
+	Transient bool
 }

@@ -13,7 +13,7 @@
 //
 // A box's life, as the lifecycle code drives it:
 //
-//	d.Create(ctx, spec)         // once: the writable layer
+//	d.Create(ctx, spec)         // once, with spec.Disks made (DiskBooter)
 //	m, _ := d.Start(ctx, spec)  // each boot: the machine runs, agent not yet up
 //	c, _ := m.DialAgent(ctx)    // as often as needed, from any process
 //	<-m.Exited(); m.Death()     // unexpected end: why, with the console's tail
@@ -26,7 +26,6 @@ import (
 	"errors"
 
 	"github.com/airlock-run/airlock/internal/agent/client"
-	"github.com/airlock-run/airlock/internal/image"
 )
 
 // ErrNotSupported is returned for an ability the driver lacks.
@@ -45,9 +44,10 @@ type Spec struct {
 	Net      *NetSpec
 	Hostname string // the guest's hostname
 
-	// Images and Image are where the root filesystem comes from.
-	Images *image.Store
-	Image  *image.Image
+	// Disks are the files of the root filesystem, which the lifecycle
+	// code prepares for a driver that boots from disks (DiskBooter); zero
+	// for other drivers.
+	Disks Disks
 
 	// Volumes are attached in order: host directories shared with the
 	// guest and named-volume disk images.
@@ -63,6 +63,32 @@ type Spec struct {
 	// lists. Drivers that cannot do it ignore it (the QEMU driver does it
 	// for a confined QEMU).
 	DieWithCaller bool
+}
+
+// Disks name the prepared files a machine's root filesystem is made of.
+// The lifecycle code builds them (internal/rootfs) above the seam: the
+// driver is handed paths and never sees the image store.
+type Disks struct {
+	// Base is the root filesystem base of the box's image: an erofs image,
+	// read only, shared by every box of that image (in the cache
+	// directory). Set for Create, Start, SaveSnapshot, CreateFromSnapshot
+	// and StartFromSnapshot; the file exists.
+	Base string
+	// Layer is the box's writable layer: a sparse ext4 image of
+	// Spec.DiskSizeMiB MiB in the box directory (boxdir.RW), which the
+	// guest joins over the base with overlayfs. Create and Start find it
+	// made; CreateFromSnapshot makes it, a copy of the snapshot's.
+	Layer string
+}
+
+// DiskBooter is a driver whose machines boot from disk files: for it the
+// lifecycle code fills Spec.Disks, building the base (cached per image)
+// and, for a new box, an empty writable layer. A driver without it (the
+// fake, whose agent runs on the host's own filesystem) gets no Disks.
+type DiskBooter interface {
+	// BootsFromDisks reports whether the driver's machines need
+	// Spec.Disks.
+	BootsFromDisks() bool
 }
 
 // Volume is storage attached to a machine and mounted by the guest agent
@@ -111,8 +137,8 @@ type Handle struct {
 type Driver interface {
 	// Name is the driver's name ("qemu", "fake").
 	Name() string
-	// Create prepares a new box's directory (spec.Dir exists): its
-	// writable layer and whatever else outlives one boot.
+	// Create prepares a new box's directory (spec.Dir exists, and
+	// spec.Disks for a DiskBooter): whatever outlives one boot.
 	Create(ctx context.Context, spec Spec) error
 	// Start boots a machine for spec and returns once its process runs;
 	// the guest agent may not answer yet (DialAgent waits within ctx).

@@ -54,7 +54,7 @@ func TestHostileArchiveKernelCmdline(t *testing.T) {
 				t.Errorf("CheckCmdline(... %s ...) = %v, want it refused naming %q", bad, err, bad)
 			}
 			mm, _ := json.Marshal(machineMeta{Config: Config{Cmdline: cmdline}})
-			if err := CheckMachineFile(mm); err == nil || !strings.Contains(err.Error(), bad) {
+			if err := New(Options{}).CheckMachineFile(mm); err == nil || !strings.Contains(err.Error(), bad) {
 				t.Errorf("CheckMachineFile with %s: %v", bad, err)
 			}
 			dir := t.TempDir()

@@ -21,7 +21,6 @@ import (
 	"github.com/airlock-run/airlock/internal/assets"
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/guestabi"
-	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -69,6 +68,7 @@ type Driver struct {
 
 var _ vmm.Driver = (*Driver)(nil)
 var _ vmm.BootReporter = (*Driver)(nil)
+var _ vmm.DiskBooter = (*Driver)(nil)
 
 // New returns a QEMU driver.
 func New(o Options) *Driver {
@@ -208,16 +208,32 @@ func (d *Driver) BootInfo() (vmm.BootInfo, error) {
 		Initrd: b.initrd, AgentDisk: b.agentDisk, THP: b.thp.String(), Warnings: b.warnings}, nil
 }
 
-// Create resolves the boot assets, builds the image's root filesystem base
-// (cached) and the box's writable layer.
+// BootsFromDisks reports true: a box boots from its image's root
+// filesystem base and its writable layer (vmm.Spec.Disks).
+func (d *Driver) BootsFromDisks() bool { return true }
+
+// Create resolves the boot assets and checks that the box's disks
+// (spec.Disks, made by the caller) are there.
 func (d *Driver) Create(ctx context.Context, spec vmm.Spec) error {
 	if _, err := d.assets(); err != nil {
 		return err
 	}
-	if _, err := rootfs.Base(ctx, spec.Images, spec.Image, d.o.CacheDir); err != nil {
-		return fmt.Errorf("root filesystem for %s: %w", spec.Image.Ref, err)
+	return checkDisks(spec, true)
+}
+
+// checkDisks checks that spec names its root filesystem disks, and with
+// layer that the writable layer exists (the base is checked where it is
+// opened: by QEMU, or by a restore's check of its boot files).
+func checkDisks(spec vmm.Spec, layer bool) error {
+	if spec.Disks.Base == "" || spec.Disks.Layer == "" {
+		return fmt.Errorf("box %s: the machine spec names no root filesystem disks (vmm.Spec.Disks)", spec.ID)
 	}
-	return rootfs.NewDisk(filepath.Join(spec.Dir, boxdir.RW), spec.DiskSizeMiB, d.o.CacheDir)
+	if layer {
+		if _, err := os.Stat(spec.Disks.Layer); err != nil {
+			return fmt.Errorf("box %s: writable layer: %w", spec.ID, err)
+		}
+	}
+	return nil
 }
 
 // Start launches QEMU for spec, detached (it outlives this process).
@@ -242,10 +258,10 @@ func (d *Driver) Start(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) 
 			}
 		}
 	}
-	base, err := rootfs.Base(ctx, spec.Images, spec.Image, d.o.CacheDir)
-	if err != nil {
-		return nil, fmt.Errorf("root filesystem for %s: %w", spec.Image.Ref, err)
+	if err := checkDisks(spec, false); err != nil {
+		return nil, err
 	}
+	base := spec.Disks.Base
 	transport, err := CheckTransport(d.o.VolumeTransport)
 	if err != nil {
 		return nil, err
@@ -319,7 +335,7 @@ func (d *Driver) config(spec vmm.Spec, boot *bootAssets, base string, cid uint32
 	for i := 0; i < agentPorts; i++ {
 		agentSocks = append(agentSocks, boxdir.SockPath(spec.Dir, spec.ID, boxdir.AgentSock(i)))
 	}
-	disks := []Disk{{Path: base, ReadOnly: true}, {Path: filepath.Join(spec.Dir, boxdir.RW)}}
+	disks := []Disk{{Path: base, ReadOnly: true}, {Path: spec.Disks.Layer}}
 	p := guestabi.Defaults()
 	p.RW = "/dev/vdb"
 	var extra []string

@@ -33,7 +33,7 @@ import (
 // the guest RAM read-only (guest writes are lost), so a child could change
 // a file it maps for its siblings; it maps a sealed memfd instead
 // (F_SEAL_WRITE: no write(2), no shared writable mapping; private
-// mappings work). Fork's snapshot is transient (vmm.WithTransientSnapshot):
+// mappings work). Fork's snapshot is transient (vmm.SaveOptions.Transient):
 // the save copies QEMU's memfds straight into such sealed memfds, which
 // this process holds (ramImages) for the children and ramImageTTL after
 // the last of them started, and writes no image file.

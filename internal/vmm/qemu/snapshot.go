@@ -19,12 +19,13 @@ import (
 
 	"github.com/airlock-run/airlock/internal/assets"
 	"github.com/airlock-run/airlock/internal/boxdir"
-	"github.com/airlock-run/airlock/internal/rootfs"
+	"github.com/airlock-run/airlock/internal/sparse"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
 var _ vmm.Snapshotter = (*Driver)(nil)
 var _ vmm.Pauser = (*Driver)(nil)
+var _ vmm.MachineFileChecker = (*Driver)(nil)
 
 // Files of a snapshot directory.
 const (
@@ -49,7 +50,7 @@ type machineMeta struct {
 	// the stream.
 	RAMParts []int `json:"ram_parts,omitempty"`
 	// Transient says the RAM image is not in the snapshot's directory but
-	// in the memory of the process that took it (vmm.WithTransientSnapshot,
+	// in the memory of the process that took it (vmm.SaveOptions.Transient,
 	// ramImages.hold), for as long as it restores from it.
 	Transient bool `json:"transient,omitempty"`
 }
@@ -220,10 +221,10 @@ func (d *Driver) machineFor(ctx context.Context, spec vmm.Spec, cid uint32) (Con
 	if err != nil {
 		return Config{}, nil, err
 	}
-	base, err := rootfs.Base(ctx, spec.Images, spec.Image, d.o.CacheDir)
-	if err != nil {
-		return Config{}, nil, fmt.Errorf("root filesystem for %s: %w", spec.Image.Ref, err)
+	if err := checkDisks(spec, false); err != nil {
+		return Config{}, nil, err
 	}
+	base := spec.Disks.Base
 	qc := d.config(spec, boot, base, cid)
 	var files []fileID
 	for _, p := range []string{boot.kernel.Path, boot.initrd, boot.agentDisk, base} {
@@ -322,8 +323,11 @@ func (m *machine) qmp(ctx context.Context) (*QMP, error) {
 // SaveSnapshot stops the machine (QMP stop), streams its RAM and device
 // state into dir/state through a file descriptor passed over QMP (getfd,
 // migrate fd:; QEMU spawns nothing), copies the writable layer while it is
-// still stopped, and lets it run on (cont).
-func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, dir string) (vmm.SnapshotStats, error) {
+// still stopped, and lets it run on (cont). With opts.LinkDisk the
+// snapshot's writable layer is a hard link to the box's; with
+// opts.Transient its RAM image stays in this process's memory (ramImages)
+// and nothing is fsynced.
+func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, dir string, opts vmm.SaveOptions) (vmm.SnapshotStats, error) {
 	var st vmm.SnapshotStats
 	var cid uint32
 	if raw, err := os.ReadFile(filepath.Join(spec.Dir, boxdir.CID)); err == nil {
@@ -356,7 +360,7 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	}
 	// A transient snapshot (Fork's) keeps its RAM image in memory and is
 	// not made durable.
-	transient := vmm.TransientSnapshot(ctx)
+	transient := opts.Transient
 	// A box paused before (Pause) stays paused.
 	was, err := q.status()
 	if err != nil {
@@ -493,11 +497,11 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	}
 	// QEMU flushed and let go of its disks when the migration completed;
 	// the copy matches the guest state just saved. cont takes them back.
-	if vmm.LinkedDisk(ctx) {
-		if err := os.Link(filepath.Join(spec.Dir, boxdir.RW), filepath.Join(dir, snapDisk)); err != nil {
+	if opts.LinkDisk {
+		if err := os.Link(spec.Disks.Layer, filepath.Join(dir, snapDisk)); err != nil {
 			return st, fmt.Errorf("link the writable layer: %w", err)
 		}
-	} else if err := rootfs.CopyDisk(filepath.Join(spec.Dir, boxdir.RW), filepath.Join(dir, snapDisk)); err != nil {
+	} else if err := sparse.Copy(spec.Disks.Layer, filepath.Join(dir, snapDisk)); err != nil {
 		return st, fmt.Errorf("copy the writable layer: %w", err)
 	}
 	st.PausedNs = int64(time.Since(t0))
@@ -726,7 +730,8 @@ func (d *Driver) checkSnapshot(ctx context.Context, spec vmm.Spec, dir string) (
 // machine.json a snapshot directory and a memory archive hold, b its
 // bytes) before it is stored: its kernel command line must be one airlock
 // writes (CheckCmdline). The restore checks the rest against this host.
-func CheckMachineFile(b []byte) error {
+// The lifecycle code reaches it through the seam (vmm.MachineFileChecker).
+func (d *Driver) CheckMachineFile(b []byte) error {
 	var mm machineMeta
 	if err := json.Unmarshal(b, &mm); err != nil {
 		return fmt.Errorf("%s: %w", snapMachine, err)
@@ -760,7 +765,7 @@ func (d *Driver) CreateFromSnapshot(ctx context.Context, spec vmm.Spec, dir stri
 	if _, _, err := d.checkSnapshot(ctx, spec, dir); err != nil {
 		return err
 	}
-	return rootfs.CopyDisk(filepath.Join(dir, snapDisk), filepath.Join(spec.Dir, boxdir.RW))
+	return sparse.Copy(filepath.Join(dir, snapDisk), spec.Disks.Layer)
 }
 
 // StartFromSnapshot launches QEMU with the snapshot's machine layout and
@@ -782,7 +787,7 @@ func (d *Driver) StartFromSnapshot(ctx context.Context, spec vmm.Spec, dir strin
 	qc.NetSocket = live.NetSocket
 	for i := range qc.Disks {
 		if !qc.Disks[i].ReadOnly {
-			qc.Disks[i].Path = filepath.Join(spec.Dir, boxdir.RW)
+			qc.Disks[i].Path = spec.Disks.Layer
 		}
 	}
 	qc.Incoming = true
