@@ -44,6 +44,11 @@ type Config struct {
 	// agent (see limits.go).
 	ExecPids int
 	// SetHostname, when set, gives the box a new hostname (Restored).
+	// OnHost says the agent runs as a host process (host mode: the fake
+	// VM driver, tests), not as a guest's PID 1: the kernel RNG and the
+	// clock are the host's, and Restored leaves them alone (as root it
+	// would step the host's clock).
+	OnHost      bool
 	SetHostname func(name string)
 }
 
