@@ -7,8 +7,13 @@
 // a new PID namespace, so that its end — a crash or a kill — ends every
 // process it started, as a VM's end does.
 //
+// A box's writable layer is a host directory of its own (FilesDir) that
+// its commands may write to; otherwise they see the host's files.
+// Driver has no snapshots and cannot pause; Snapshotting (snapshot.go) is
+// the fake with both, modelled on the QEMU driver's contract.
+//
 // What it does not fake: disks (a box's files are the host's), network
-// traffic, hostnames, guest kernels. A Spec with Net gets a NIC with no
+// traffic, hostnames, guest kernels, a snapshot's processes. A Spec with Net gets a NIC with no
 // guest behind it: the agent process holds a listening socket at
 // Net.Socket, so that the network stack connects and ends with the machine
 // as it does with QEMU, but no frame ever crosses it; where it may (root)
