@@ -242,10 +242,13 @@ func (m *machine) Quit(ctx context.Context) error {
 	if !m.h.Alive() {
 		return nil
 	}
-	if err := unix.Kill(m.h.PID, unix.SIGTERM); err != nil {
-		return err
+	for _, sig := range []unix.Signal{unix.SIGTERM, unix.SIGCONT} {
+		// ESRCH: it ended meanwhile (on SIGTERM, fast).
+		if err := unix.Kill(m.h.PID, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+			return err
+		}
 	}
-	return unix.Kill(m.h.PID, unix.SIGCONT)
+	return nil
 }
 
 // Kill ends the agent (SIGKILL) and continues the processes it started if

@@ -43,7 +43,11 @@ func harness(d vmm.Driver) vmmtest.Harness {
 
 // TestDriverSuite: the fake driver without snapshots or pause passes the
 // driver conformance suite (those cases skipped).
-func TestDriverSuite(t *testing.T) { vmmtest.Suite(t, harness(fake.New(agent))) }
+func TestDriverSuite(t *testing.T) {
+	d := fake.New(agent)
+	d.Scope = t.Name() // Usage counts this test's machines only
+	vmmtest.Suite(t, harness(d))
+}
 
 // TestDriverSuiteSnapshotting: the fake driver with snapshots and pause
 // passes all of it.

@@ -3,8 +3,9 @@
 // one exported Suite runs the behaviour the lifecycle code relies on
 // against any vmm.Driver, so that every driver (qemu, and the FAKE
 // driver of internal/vmm/fake) is held to the same contract. Abilities a
-// driver may lack (vmm.UsageReporter, vmm.Pauser, vmm.Snapshotter,
-// vmm.StrayKiller) have their own cases, skipped for a driver without
+// driver may lack (vmm.BootReporter, vmm.UsageReporter, vmm.Pauser,
+// vmm.Snapshotter, vmm.SnapshotSealer, vmm.StrayKiller) have their own
+// cases, skipped for a driver without
 // them.
 //
 // The suite starts two machines (the second restored from a snapshot of
@@ -62,6 +63,7 @@ func Suite(t *testing.T, h Harness) {
 	}{
 		{"Create", s.create},
 		{"Start", s.start},
+		{"BootInfo", s.bootInfo},
 		{"DialAgentExec", s.dialExec},
 		{"Console", s.console},
 		{"Attach", s.attach},
@@ -208,6 +210,21 @@ func (s *suite) start(t *testing.T) {
 	}
 }
 
+// BootInfo says what the machines boot with.
+func (s *suite) bootInfo(t *testing.T) {
+	r, ok := s.h.Driver.(vmm.BootReporter)
+	if !ok {
+		t.Skip("the driver is no vmm.BootReporter")
+	}
+	bi, err := r.BootInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bi.Accel == "" || bi.Kernel == "" {
+		t.Fatalf("BootInfo %+v: want the accelerator and the kernel", bi)
+	}
+}
+
 // DialAgent connects to the agent, more than once, and commands run with
 // their output and exit codes.
 func (s *suite) dialExec(t *testing.T) {
@@ -280,14 +297,15 @@ func (s *suite) usage(t *testing.T) {
 		t.Skip("the driver is no vmm.UsageReporter")
 	}
 	// Other machines on the host may come and go meanwhile: read until
-	// two counts of all agree around the count without this box.
+	// the counts with and without this box each read the same twice in a
+	// row.
 	var all, without vmm.Usage
-	for try := 0; try < 20; try++ {
-		all = u.Usage("")
-		without = u.Usage(s.a.spec.ID)
-		if u.Usage("") == all {
+	for try := 0; try < 50; try++ {
+		all, without = u.Usage(""), u.Usage(s.a.spec.ID)
+		if u.Usage("") == all && u.Usage(s.a.spec.ID) == without {
 			break
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if d := (vmm.Usage{Machines: all.Machines - without.Machines, MemoryMiB: all.MemoryMiB - without.MemoryMiB}); d != (vmm.Usage{Machines: 1, MemoryMiB: s.a.spec.MemoryMiB}) {
 		t.Fatalf("Usage(\"\") %+v, Usage(this box) %+v: differ by %+v, want this machine (1, %d MiB)", all, without, d, s.a.spec.MemoryMiB)
@@ -386,6 +404,15 @@ func (s *suite) snapshot(t *testing.T) {
 	s.mark(t, s.a.c, s.a.spec, "after")
 	if err := sn.CheckSnapshot(s.a.spec, dir); err != nil {
 		t.Fatalf("CheckSnapshot for the same machine: %v", err)
+	}
+	// Sealed for another host, it still restores here (SecondMachine).
+	if sl, ok := s.h.Driver.(vmm.SnapshotSealer); ok {
+		if err := sl.SealSnapshot(ctx, dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := sn.CheckSnapshot(s.a.spec, dir); err != nil {
+			t.Fatalf("CheckSnapshot of the sealed snapshot: %v", err)
+		}
 	}
 	other := s.a.spec
 	other.MemoryMiB *= 2
