@@ -538,7 +538,7 @@ func (b *Box) StopTimeout(ctx context.Context, grace time.Duration) error {
 		// running box does, its processes told to end and its files
 		// flushed.
 		if err := b.resumeFromDisk(ctx, dir); err != nil {
-			os.RemoveAll(dir)
+			dropSuspended(dir)
 			b.r.warn(fmt.Sprintf("box %s: its saved state was discarded: %v", b.id, err))
 		}
 	}

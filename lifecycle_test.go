@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/imagetest"
+	"github.com/airlock-run/airlock/internal/vmm"
 	"github.com/airlock-run/airlock/internal/vmm/fake"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
@@ -41,7 +42,7 @@ func fakeHarness(t *testing.T) driverHarness {
 }
 
 // fakeHarnessOn is fakeHarness on a fake driver set up by the caller.
-func fakeHarnessOn(t *testing.T, drv *fake.Driver) driverHarness {
+func fakeHarnessOn(t *testing.T, drv vmm.Driver) driverHarness {
 	const ref = "test/fake:v1"
 	images := fakeImageStore(t, ref)
 	openOpts := func(t *testing.T, o airlock.Options) *airlock.Runtime {

@@ -95,7 +95,7 @@ func (b *Box) Suspend(ctx context.Context) error {
 	}
 	// Ended without a shutdown: the guest must not run on.
 	if err := b.stopLocked(ctx, 0); err != nil {
-		os.RemoveAll(final)
+		dropSuspended(final)
 		return err
 	}
 	return nil
@@ -105,14 +105,28 @@ func (b *Box) Suspend(ctx context.Context) error {
 // not suspended.
 func (b *Box) suspendedDir() string { return suspendedIn(b.dir) }
 
-// suspendedIn returns where the box in boxDir keeps its saved state (a
-// complete one: renamed into place last), "" when it is not suspended.
+// suspendedIn returns where the box in boxDir keeps its saved state, ""
+// when it is not suspended. The directory is complete whenever it exists,
+// whatever the driver keeps in it: Suspend renames it into place last and
+// dropSuspended renames it away first.
 func suspendedIn(boxDir string) string {
 	dir := filepath.Join(boxDir, boxdir.Suspended)
-	if _, err := os.Stat(filepath.Join(dir, boxdir.RW)); err != nil {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return ""
 	}
 	return dir
+}
+
+// dropSuspended deletes a box's saved state dir (suspendedIn's): renamed
+// away first, so that a deletion cut short leaves no part of it behind as
+// a saved state.
+func dropSuspended(dir string) {
+	gone := dir + ".drop"
+	os.RemoveAll(gone)
+	if os.Rename(dir, gone) == nil {
+		dir = gone
+	}
+	os.RemoveAll(dir)
 }
 
 // resumeFromDisk starts the suspended box from its saved state (dir) and
@@ -137,6 +151,6 @@ func (b *Box) resumeFromDisk(ctx context.Context, dir string) error {
 	if err != nil {
 		return fmt.Errorf("resume box %s from disk: %w (its saved state stays; 'airlock stop %s' discards it, and the next start boots the box)", b.id, err, b.id)
 	}
-	os.RemoveAll(dir)
+	dropSuspended(dir)
 	return nil
 }

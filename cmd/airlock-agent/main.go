@@ -52,8 +52,8 @@ func main() {
 }
 
 // serveHost serves the agent on a unix socket (listen is unix:PATH) in
-// host mode: it mounts nothing, makes no cgroups and touches no /etc, and
-// a Shutdown call ends the agent. As PID 1 (of a PID namespace) it reaps
+// host mode: it mounts nothing, makes no cgroups and touches no /etc, nor
+// the host's RNG or clock (Restored), and a Shutdown call ends the agent. As PID 1 (of a PID namespace) it reaps
 // every child, and its exit ends every process it started.
 func serveHost(listen, root string) {
 	path, ok := strings.CutPrefix(listen, "unix:")
@@ -68,7 +68,7 @@ func serveHost(listen, root string) {
 		os.Exit(1)
 	}
 	hostTestFaults()
-	g := agent.NewServer(agent.Config{Root: root, ReapAll: os.Getpid() == 1, Shutdown: func() { os.Exit(0) }}).Handle
+	g := agent.NewServer(agent.Config{Root: root, ReapAll: os.Getpid() == 1, OnHost: true, Shutdown: func() { os.Exit(0) }}).Handle
 	fmt.Fprintf(os.Stderr, "%sready on %s (host mode)\n", guestabi.LogPrefix, path)
 	err = agent.ServeListener(l, noKey{}, g, agent.ListenLimits{})
 	fmt.Fprintln(os.Stderr, "airlock-agent:", err)

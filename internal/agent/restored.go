@@ -27,11 +27,16 @@ const (
 // time (it lags by as long as the snapshot was stored) and the hostname is
 // set; then the processes frozen for the snapshot (Freeze) run again. The
 // first step that fails ends the call with its error (the processes run
-// again all the same).
+// again all the same). An agent on the host (Config.OnHost) touches
+// neither the RNG nor the clock: they are the host's.
 func (s *Server) Restored(req *agentpb.RestoredRequest) (*agentpb.RestoredResponse, error) {
 	// Processes frozen for the snapshot (Freeze) run again once the RNG
 	// is reseeded and the clock stepped.
 	defer s.thaw()
+	var resp agentpb.RestoredResponse
+	if s.cfg.OnHost {
+		return &resp, nil
+	}
 	if e := req.Entropy; len(e) > 0 {
 		if len(e) > agentpb.MaxRestoredEntropy {
 			e = e[:agentpb.MaxRestoredEntropy]
@@ -40,7 +45,6 @@ func (s *Server) Restored(req *agentpb.RestoredRequest) (*agentpb.RestoredRespon
 			return nil, err
 		}
 	}
-	var resp agentpb.RestoredResponse
 	if req.UnixNs > 0 {
 		now := time.Now().UnixNano()
 		ts := unix.NsecToTimespec(req.UnixNs)

@@ -45,6 +45,11 @@ type Config struct {
 	ExecPids int
 	// SetHostname, when set, gives the box a new hostname (Restored).
 	SetHostname func(name string)
+	// OnHost says the agent runs as a host process (host mode: the fake
+	// VM driver, tests), not as a guest's PID 1: the kernel RNG and the
+	// clock are the host's, and Restored leaves them alone (as root it
+	// would step the host's clock).
+	OnHost bool
 }
 
 // Server implements the Agent service of agentpb/agent.proto.

@@ -9,7 +9,8 @@
 // process, for lifecycle tests that need no VM. Abilities that only some
 // drivers have are separate small interfaces (BootReporter, Snapshotter,
 // Pauser), tested for with a type assertion; a driver without one returns
-// ErrNotSupported where the caller needs it.
+// ErrNotSupported where the caller needs it. The conformance suite
+// internal/vmm/vmmtest holds each driver to this contract.
 //
 // A box's life, as the lifecycle code drives it:
 //

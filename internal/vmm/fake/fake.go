@@ -7,8 +7,13 @@
 // a new PID namespace, so that its end — a crash or a kill — ends every
 // process it started, as a VM's end does.
 //
+// A box's writable layer is a host directory of its own (FilesDir) that
+// its commands may write to; otherwise they see the host's files.
+// Driver has no snapshots and cannot pause; Snapshotting (snapshot.go) is
+// the fake with both, modelled on the QEMU driver's contract.
+//
 // What it does not fake: disks (a box's files are the host's), network
-// traffic, hostnames, guest kernels. A Spec with Net gets a NIC with no
+// traffic, hostnames, guest kernels, a snapshot's processes. A Spec with Net gets a NIC with no
 // guest behind it: the agent process holds a listening socket at
 // Net.Socket, so that the network stack connects and ends with the machine
 // as it does with QEMU, but no frame ever crosses it; where it may (root)
@@ -105,10 +110,15 @@ func New(agent string) *Driver { return &Driver{Agent: agent} }
 // Name returns "fake".
 func (d *Driver) Name() string { return "fake" }
 
-// Create does nothing: the fake has no disks.
+// Create makes the box's writable layer: an empty host directory,
+// FilesDir(spec.Dir) (the fake has no disks; its commands run in the
+// host's root filesystem and may keep files there).
 func (d *Driver) Create(ctx context.Context, spec vmm.Spec) error {
 	if _, err := os.Stat(d.Agent); err != nil {
 		return fmt.Errorf("fake driver: agent binary: %w", err)
+	}
+	if err := os.Mkdir(FilesDir(spec.Dir), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("fake driver: writable layer: %w", err)
 	}
 	return nil
 }
@@ -226,15 +236,35 @@ func (m *machine) Console(n int) string {
 	return vmm.ConsoleTail(filepath.Join(m.dir, boxdir.Console), n)
 }
 
-// Quit sends the agent SIGTERM.
+// Quit sends the agent SIGTERM, and SIGCONT for a paused one (as QEMU
+// quits when paused).
 func (m *machine) Quit(ctx context.Context) error {
 	if !m.h.Alive() {
 		return nil
 	}
-	return unix.Kill(m.h.PID, unix.SIGTERM)
+	for _, sig := range []unix.Signal{unix.SIGTERM, unix.SIGCONT} {
+		// ESRCH: it ended meanwhile (on SIGTERM, fast).
+		if err := unix.Kill(m.h.PID, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+			return err
+		}
+	}
+	return nil
 }
 
-func (m *machine) Kill() error { return vmm.Kill(m.h) }
+// Kill ends the agent (SIGKILL) and continues the processes it started if
+// it was paused: where they outlive the agent (not root) none is left
+// stopped for good.
+func (m *machine) Kill() error {
+	var kids []int
+	if p, _ := paused(m.h); p {
+		kids = descendants(m.h.PID)
+	}
+	err := vmm.Kill(m.h)
+	for _, k := range kids {
+		unix.Kill(k, unix.SIGCONT)
+	}
+	return err
+}
 
 // Release does nothing: the fake holds nothing outside its process.
 func (m *machine) Release() {}

@@ -245,7 +245,11 @@ func launchJailed(ctx context.Context, qemuPath string, c Config) (int, error) {
 			if m := strings.TrimSpace(qlog.String()); m != "" {
 				rec += m + "\n"
 			}
-			os.WriteFile(ExitFile(c), []byte(rec), 0o600)
+			// Whole or not at all: a reader (exitRecord) takes the file as
+			// soon as it exists.
+			if tmp := ExitFile(c) + ".tmp"; os.WriteFile(tmp, []byte(rec), 0o600) == nil {
+				os.Rename(tmp, ExitFile(c))
+			}
 		}
 		close(exited)
 	}()
