@@ -315,6 +315,20 @@ func (r *Runtime) beginLate() bool {
 
 func (r *Runtime) endLate() { r.late.Done() }
 
+// BoxState is where a box is in its life (BoxInfo.State).
+type BoxState string
+
+// Box states.
+const (
+	// BoxCreated: made, never started.
+	BoxCreated BoxState = "created"
+	// BoxRunning: its VM runs (paused included: see Box.Paused).
+	BoxRunning BoxState = "running"
+	// BoxStopped: its VM ended (Stop, its main command's end, or a death:
+	// BoxInfo.Exit says which).
+	BoxStopped BoxState = "stopped"
+)
+
 // BootInfo describes what boxes of this runtime boot with.
 type BootInfo struct {
 	Accel       string // "kvm" or "tcg"
@@ -442,17 +456,17 @@ func withDefaults(opts BoxOptions) (BoxOptions, error) {
 	if err := checkNetwork(&opts); err != nil {
 		return opts, err
 	}
-	if opts.CPUs < 0 || opts.CPUs > 64 {
-		return opts, fmt.Errorf("cpus %d: want 1..64", opts.CPUs)
+	if opts.CPUs < 0 || opts.CPUs > MaxCPUs {
+		return opts, fmt.Errorf("%w: cpus %d: want 1..%d", ErrInvalidArgument, opts.CPUs, MaxCPUs)
 	}
-	if opts.MemoryMiB < 64 {
-		return opts, fmt.Errorf("memory %d MiB: want at least 64", opts.MemoryMiB)
+	if opts.MemoryMiB < MinMemoryMiB {
+		return opts, fmt.Errorf("%w: memory %d MiB: want at least %d", ErrInvalidArgument, opts.MemoryMiB, MinMemoryMiB)
 	}
 	if opts.Hostname != "" && !validHostname(opts.Hostname) {
 		return opts, fmt.Errorf("%w: hostname %q: want letters, digits and '-', at most 63", ErrInvalidArgument, opts.Hostname)
 	}
-	if opts.DiskSizeMiB < 16 {
-		return opts, fmt.Errorf("disk size %d MiB: want at least 16", opts.DiskSizeMiB)
+	if opts.DiskSizeMiB < MinDiskSizeMiB {
+		return opts, fmt.Errorf("%w: disk size %d MiB: want at least %d", ErrInvalidArgument, opts.DiskSizeMiB, MinDiskSizeMiB)
 	}
 	if err := checkVolumes(opts.Volumes); err != nil {
 		return opts, err
@@ -559,8 +573,8 @@ type BoxInfo struct {
 	Name        string
 	Image       string
 	ImageDigest string
-	State       string // "created", "running" or "stopped"
-	PID         int    // QEMU pid while running
+	State       BoxState
+	PID         int // QEMU pid while running
 	Created     time.Time
 	Started     time.Time
 	Options     BoxOptions
@@ -579,6 +593,9 @@ type BoxInfo struct {
 	// when it is removed unless used before (zero: no idle timeout; the
 	// use it counts from is recorded every few seconds).
 	ExpiresAt, LeaseUntil, IdleDeadline time.Time
+	// Exit says how the box's last boot ended; nil while it runs, when it
+	// never ran, or when no end was recorded.
+	Exit *ExitState
 }
 
 // List returns every box of this home, oldest first.
@@ -604,6 +621,7 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 			info.Ports = readPorts(dir)
 		} else {
 			info.Suspended = suspendedIn(dir) != ""
+			info.Exit = r.exitOf(info)
 		}
 		info.DiskBytes = allocatedBytes(filepath.Join(dir, boxdir.RW))
 		out = append(out, info)
@@ -612,7 +630,7 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 }
 
 func infoOf(rec *store.Box, cfg boxConfig) BoxInfo {
-	return BoxInfo{ID: rec.ID, Name: rec.Name, Image: rec.Image, ImageDigest: rec.ImageDigest, State: rec.State,
+	return BoxInfo{ID: rec.ID, Name: rec.Name, Image: rec.Image, ImageDigest: rec.ImageDigest, State: BoxState(rec.State),
 		PID: rec.PID, Created: rec.Created, Started: rec.Started, Options: cfg.Options,
 		ExpiresAt: cfg.ExpiresAt, LeaseUntil: cfg.LeaseUntil, IdleDeadline: cfg.idleDeadline()}
 }

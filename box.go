@@ -121,6 +121,7 @@ func (b *Box) Info(ctx context.Context) (BoxInfo, error) {
 		info.Ports = readPorts(b.dir)
 	} else {
 		info.Suspended = b.suspendedDir() != ""
+		info.Exit = b.r.exitOf(info)
 	}
 	info.DiskBytes = allocatedBytes(filepath.Join(b.dir, boxdir.RW))
 	return info, nil
@@ -524,15 +525,43 @@ func (b *Box) GuestInfo(ctx context.Context) (GuestInfo, error) {
 	return GuestInfo{AgentVersion: i.Version, Kernel: i.Kernel, Uptime: i.Uptime}, nil
 }
 
+// StopOptions tune Box.Stop.
+type StopOptions struct {
+	// Grace is how long the box has to shut down cleanly (its processes
+	// told to end, its files flushed) before its machine is told to quit:
+	// 0 means DefaultStopGrace; negative means at once.
+	Grace time.Duration
+}
+
+// DefaultStopGrace is StopOptions.Grace's default: 10 s.
+const DefaultStopGrace = defaultStopGrace
+
 // Stop shuts the box down: the agent stops all processes, syncs and
-// unmounts the writable layer and powers off; if that does not finish in
-// time, QEMU is told to quit, then killed. Stopping a stopped box is a
-// no-op. An AutoRemove box is removed.
-func (b *Box) Stop(ctx context.Context) error { return b.StopTimeout(ctx, defaultStopGrace) }
+// unmounts the writable layer and powers off; if that does not finish
+// within opts' Grace (at most one opts), QEMU is told to quit, then
+// killed. Stopping a stopped box is a no-op. An AutoRemove box is removed.
+func (b *Box) Stop(ctx context.Context, opts ...StopOptions) error {
+	grace := defaultStopGrace
+	switch {
+	case len(opts) > 1:
+		return fmt.Errorf("%w: stop: %d StopOptions, want at most one", ErrInvalidArgument, len(opts))
+	case len(opts) == 1 && opts[0].Grace < 0:
+		grace = 0
+	case len(opts) == 1 && opts[0].Grace > 0:
+		grace = opts[0].Grace
+	}
+	return b.stop(ctx, grace)
+}
 
 // StopTimeout is Stop with grace, instead of 10 s, as the time the box has
 // to shut down cleanly before its machine is told to quit (0: at once).
-func (b *Box) StopTimeout(ctx context.Context, grace time.Duration) error {
+//
+// Deprecated: use Stop(ctx, StopOptions{Grace: grace}) (a negative Grace
+// for at once).
+func (b *Box) StopTimeout(ctx context.Context, grace time.Duration) error { return b.stop(ctx, grace) }
+
+// stop is Stop with grace (0: at once).
+func (b *Box) stop(ctx context.Context, grace time.Duration) error {
 	if dir := b.suspendedDir(); dir != "" {
 		// Paused to disk: it goes on from there and shuts down as a
 		// running box does, its processes told to end and its files

@@ -59,7 +59,7 @@ var ErrLimit = unpack.ErrLimit
 // attributes, user.* and security.* (file capabilities) are carried.
 // The e2fsprogs that read the disk run confined (see diskTool).
 // Errors: ErrImageNotFound when the box's
-// image is gone, ErrLimit, vmm.ErrNotSupported for a driver that cannot
+// image is gone, ErrLimit, ErrNotSupported for a driver that cannot
 // pause a running box.
 func (b *Box) Commit(ctx context.Context, ref string, opts CommitOptions) (CommitResult, error) {
 	var res CommitResult

@@ -50,7 +50,7 @@ func BenchmarkConfinement(b *testing.B) {
 	}
 	name := map[bool]string{false: "on", true: "off"}
 	for i := 0; i < b.N; i++ {
-		for _, net := range []string{airlock.NetworkDisabled, airlock.NetworkPublic} {
+		for _, net := range []airlock.NetworkMode{airlock.NetworkNone, airlock.NetworkPublic} {
 			cold := map[bool][]time.Duration{}
 			for j := 0; j < 7; j++ {
 				for _, off := range []bool{j%2 == 0, j%2 != 0} {
@@ -60,9 +60,9 @@ func BenchmarkConfinement(b *testing.B) {
 				}
 			}
 			on, off := median(cold[false]), median(cold[true])
-			b.ReportMetric(float64(on.Milliseconds()), name[false]+"-start-"+net+"-ms")
-			b.ReportMetric(float64(off.Milliseconds()), name[true]+"-start-"+net+"-ms")
-			b.ReportMetric(float64(on)/float64(off), "start-"+net+"-ratio")
+			b.ReportMetric(float64(on.Milliseconds()), name[false]+"-start-"+string(net)+"-ms")
+			b.ReportMetric(float64(off.Milliseconds()), name[true]+"-start-"+string(net)+"-ms")
+			b.ReportMetric(float64(on)/float64(off), "start-"+string(net)+"-ratio")
 		}
 		// Execs: 4 pairs of boxes (a box's own luck, such as where its
 		// memory landed, moves its round trips by a few per cent), 50

@@ -3,6 +3,8 @@ package airlock
 import (
 	"errors"
 	"fmt"
+
+	"github.com/airlock-run/airlock/internal/vmm"
 )
 
 // Sentinel errors. They are wrapped with the box id and more detail; test
@@ -26,6 +28,9 @@ var (
 	// ErrInvalidArgument: a call was given an argument it cannot use (an
 	// empty command, a bad hostname). Nothing was sent to the box.
 	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrNotSupported: the VM driver lacks the ability the call needs
+	// (snapshots, pause, reading a running box's disk).
+	ErrNotSupported = vmm.ErrNotSupported
 )
 
 // DiedError describes a VM that ended unexpectedly. It matches ErrBoxDied.

@@ -120,12 +120,16 @@ func (b *Box) ExecStart(ctx context.Context, cmd string, args []string, opts Exe
 }
 
 // ExecStream starts cmd and returns at once. Read its output from
-// Process.Stdout and Process.Stderr while it runs (or use ExecStreamWriters
-// to have it written to writers); each stream is buffered up to 1 MiB, past
-// that the guest process is paused until the caller reads, so a command
-// printing gigabytes does not grow host memory. Write to Process.Stdin (when
-// opts.Stdin is nil). Call Wait for the result; see Exec for errors.
+// Process.Stdout and Process.Stderr while it runs, or set opts.Stdout and
+// opts.Stderr to have it written to writers; each stream is buffered up to
+// 1 MiB, past that the guest process is paused until the caller reads, so a
+// command printing gigabytes does not grow host memory. Write to
+// Process.Stdin (when opts.Stdin is nil). Call Wait for the result; see
+// Exec for errors.
 func (b *Box) ExecStream(ctx context.Context, cmd string, args []string, opts ExecOptions) (*Process, error) {
+	if opts.Stdout != nil || opts.Stderr != nil {
+		return b.execStreamTo(ctx, cmd, args, opts, orDiscard(opts.Stdout), orDiscard(opts.Stderr), true)
+	}
 	outR, outW := newBoundedPipe(1 << 20)
 	errR, errW := newBoundedPipe(1 << 20)
 	p, err := b.start(ctx, cmd, args, opts, outW, errW, true)
@@ -142,8 +146,18 @@ func (b *Box) ExecStream(ctx context.Context, cmd string, args []string, opts Ex
 // ExecStreamWriters is ExecStream with output written to stdout and stderr
 // as it arrives (a slow writer slows the guest process down). The process's
 // stdin is opts.Stdin, or /dev/null when that is nil.
+//
+// Deprecated: use ExecStream with ExecOptions.Stdout and Stderr (and
+// ExecOptions.Stdin for the input).
 func (b *Box) ExecStreamWriters(ctx context.Context, cmd string, args []string, opts ExecOptions, stdout, stderr io.Writer) (*Process, error) {
-	p, err := b.start(ctx, cmd, args, opts, stdout, stderr, opts.Stdin != nil)
+	return b.execStreamTo(ctx, cmd, args, opts, stdout, stderr, false)
+}
+
+// execStreamTo starts cmd with its output written to stdout and stderr;
+// its stdin is opts.Stdin, else Process.Stdin when pipe is set, else
+// /dev/null.
+func (b *Box) execStreamTo(ctx context.Context, cmd string, args []string, opts ExecOptions, stdout, stderr io.Writer, pipe bool) (*Process, error) {
+	p, err := b.start(ctx, cmd, args, opts, stdout, stderr, opts.Stdin != nil || pipe)
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +165,13 @@ func (b *Box) ExecStreamWriters(ctx context.Context, cmd string, args []string, 
 		go p.copyStdin(opts.Stdin)
 	}
 	return p, nil
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
 }
 
 // Process is a running exec started by ExecStream.
@@ -239,6 +260,14 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 	}
 	go func() {
 		defer close(p.done)
+		if opts.Main {
+			// Recorded before Wait returns.
+			defer func() {
+				if p.err == nil && p.res != nil {
+					b.recordMainExit(context.WithoutCancel(ctx), p.res)
+				}
+			}()
+		}
 		defer used()
 		defer b.r.execEnded(p)
 		if keptOut != nil && keptErr != nil {

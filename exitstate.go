@@ -14,17 +14,20 @@ import (
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
+// ExitReason is why a box's boot ended (ExitState.Reason).
+type ExitReason string
+
 // Why a box stopped (ExitState.Reason).
 const (
 	// ExitStopped: Stop (or airlock stop) shut the box down.
-	ExitStopped = "stopped"
+	ExitStopped ExitReason = "stopped"
 	// ExitExited: the box's main command ended; ExitCode is its status.
-	ExitExited = "exited"
+	ExitExited ExitReason = "exited"
 	// ExitOOMKilled: the guest kernel's OOM killer killed the main command.
-	ExitOOMKilled = "oom-killed"
+	ExitOOMKilled ExitReason = "oom-killed"
 	// ExitVMDied: the VM ended on its own (QEMU killed, guest kernel panic,
 	// guest out of memory); Cause says which.
-	ExitVMDied = "vm-died"
+	ExitVMDied ExitReason = "vm-died"
 )
 
 // ExitState says how a box's last boot ended. The zero value (Reason "")
@@ -32,7 +35,7 @@ const (
 // stopped before airlock recorded reasons).
 type ExitState struct {
 	// Reason is ExitStopped, ExitExited, ExitOOMKilled or ExitVMDied.
-	Reason string `json:"reason"`
+	Reason ExitReason `json:"reason"`
 	// ExitCode is the main command's exit status (ExitExited,
 	// ExitOOMKilled: 137); 0 otherwise. A main command that SIGKILL ended
 	// in a boot where the guest's OOM killer killed a process is taken to
@@ -102,18 +105,37 @@ func recordExit(home, id string, boot time.Time, e ExitState) {
 
 // ExitState returns how the box's last boot ended; ok is false when no end
 // is recorded for it (it is running, or never ran).
+//
+// Deprecated: use BoxInfo.Exit.
 func (r *Runtime) ExitState(info BoxInfo) (e ExitState, ok bool) {
-	if info.State == "running" {
-		return ExitState{}, false
+	if x := r.exitOf(info); x != nil {
+		return *x, true
 	}
-	return readExit(r.opts.Home, info.ID, info.Started)
+	return ExitState{}, false
+}
+
+// exitOf returns how the boot of info ended (nil: running, never ran, or
+// not recorded).
+func (r *Runtime) exitOf(info BoxInfo) *ExitState {
+	if info.State == BoxRunning {
+		return nil
+	}
+	if e, ok := readExit(r.opts.Home, info.ID, info.Started); ok {
+		return &e
+	}
+	return nil
 }
 
 // RecordMainExit records that the box's main command (the command of
 // airlock run, or of a detached run) ended with res: "exited (N)", or
 // "OOM killed" when the guest's OOM killer took it. It is a no-op when the
 // end of the current boot is already recorded.
-func (b *Box) RecordMainExit(ctx context.Context, res *ExecResult) {
+//
+// Deprecated: run the main command with ExecOptions.Main.
+func (b *Box) RecordMainExit(ctx context.Context, res *ExecResult) { b.recordMainExit(ctx, res) }
+
+// recordMainExit records the end of the box's main command (RecordMainExit).
+func (b *Box) recordMainExit(ctx context.Context, res *ExecResult) {
 	info, err := b.Info(ctx)
 	if err != nil || res == nil {
 		return

@@ -82,7 +82,7 @@ func BenchmarkFiles(b *testing.B) {
 		}
 		copyOut := time.Since(t0)
 		t0 = time.Now()
-		p, err := box.ExecStreamWriters(ctx, "cat", []string{"/tmp/in"}, airlock.ExecOptions{}, io.Discard, io.Discard)
+		p, err := box.ExecStream(ctx, "cat", []string{"/tmp/in"}, airlock.ExecOptions{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: io.Discard})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
-// ForkOptions tune Box.ForkWith. The zero value forks as Box.Fork.
+// ForkOptions tune Box.Fork.
 type ForkOptions struct {
 	// AutoRemove makes each child an AutoRemove box
 	// (BoxOptions.AutoRemove): removed by the next Open once the process
@@ -21,9 +21,16 @@ type ForkOptions struct {
 }
 
 // ForkWith is Fork with options.
+//
+// Deprecated: use Fork(ctx, n, opts).
 func (b *Box) ForkWith(ctx context.Context, n int, opts ForkOptions) ([]*Box, error) {
+	return b.fork(ctx, n, opts)
+}
+
+// fork is Fork with its options.
+func (b *Box) fork(ctx context.Context, n int, opts ForkOptions) ([]*Box, error) {
 	if n < 1 || n > MaxForks {
-		return nil, fmt.Errorf("fork into %d boxes: want 1..%d", n, MaxForks)
+		return nil, fmt.Errorf("%w: fork into %d boxes: want 1..%d", ErrInvalidArgument, n, MaxForks)
 	}
 	var rnd [4]byte
 	rand.Read(rnd[:])

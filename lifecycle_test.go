@@ -196,7 +196,7 @@ func testLifecycle(t *testing.T, h driverHarness) {
 		if stopped.State != "stopped" || stopped.PID != 0 {
 			t.Fatalf("info after stop: %+v", stopped)
 		}
-		if e, ok := r.ExitState(stopped); !ok || e.Reason != airlock.ExitStopped || !e.Boot.Equal(info.Started) {
+		if e, ok := exitOf(stopped); !ok || e.Reason != airlock.ExitStopped || !e.Boot.Equal(info.Started) {
 			t.Fatalf("exit state after Stop: %+v %v (boot %v)", e, ok, info.Started)
 		}
 		if _, err := b.Exec(ctx, "true", nil, airlock.ExecOptions{}); !errors.Is(err, airlock.ErrBoxNotRunning) {
@@ -213,7 +213,7 @@ func testLifecycle(t *testing.T, h driverHarness) {
 		}
 		if info, _ := b.Info(ctx); !info.Started.After(stopped.Started) {
 			t.Fatalf("restart did not record a new boot: %v then %v", stopped.Started, info.Started)
-		} else if e, ok := r.ExitState(info); ok {
+		} else if e, ok := exitOf(info); ok {
 			t.Fatalf("a running box has an exit state: %+v", e)
 		}
 		// Rename: the box is found by its new name only; a taken name is
@@ -248,12 +248,12 @@ func testLifecycle(t *testing.T, h driverHarness) {
 		}
 		// StopTimeout 0 does not wait for a clean shutdown.
 		oi, _ := other.Info(ctx)
-		if err := other.StopTimeout(ctx, 0); err != nil {
+		if err := other.Stop(ctx, airlock.StopOptions{Grace: -1}); err != nil {
 			t.Fatal(err)
 		}
 		pidGone(t, oi.PID)
 		oi, _ = other.Info(ctx)
-		if e, ok := r.ExitState(oi); !ok || e.Reason != airlock.ExitStopped {
+		if e, ok := exitOf(oi); !ok || e.Reason != airlock.ExitStopped {
 			t.Fatalf("exit state after StopTimeout 0: %+v %v", e, ok)
 		}
 		if err := r.Remove(ctx, other.ID(), false); err != nil {
@@ -307,7 +307,7 @@ func testLifecycle(t *testing.T, h driverHarness) {
 		if len(list) != 1 || list[0].State != "stopped" {
 			t.Fatalf("box not marked stopped: %+v", list)
 		}
-		if e, ok := r.ExitState(list[0]); !ok || e.Reason != airlock.ExitVMDied || !strings.Contains(e.Cause, h.died) {
+		if e, ok := exitOf(list[0]); !ok || e.Reason != airlock.ExitVMDied || !strings.Contains(e.Cause, h.died) {
 			t.Fatalf("exit state of a machine that died: %+v %v", e, ok)
 		}
 		if err := b.Start(ctx); err != nil {
@@ -329,7 +329,7 @@ func testLifecycle(t *testing.T, h driverHarness) {
 		syscall.Kill(di.PID, syscall.SIGKILL)
 		pidGone(t, di.PID)
 		r2 := h.open(t, home)
-		states := map[string]string{}
+		states := map[string]airlock.BoxState{}
 		list, err := r2.List(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -343,7 +343,7 @@ func testLifecycle(t *testing.T, h driverHarness) {
 		// Why the dead box stopped is recorded (by the runtime watching its
 		// machine, or the one that found it gone).
 		for _, bi := range list {
-			e, ok := r2.ExitState(bi)
+			e, ok := exitOf(bi)
 			if bi.Name == "alive" && ok {
 				t.Fatalf("running box with an exit state: %+v", e)
 			}
@@ -647,4 +647,12 @@ func fakeImageStore(t *testing.T, ref string) string {
 		t.Fatal(err)
 	}
 	return images
+}
+
+// exitOf returns info.Exit as the value and whether it is set.
+func exitOf(info airlock.BoxInfo) (airlock.ExitState, bool) {
+	if info.Exit == nil {
+		return airlock.ExitState{}, false
+	}
+	return *info.Exit, true
 }

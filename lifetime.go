@@ -19,11 +19,17 @@ const DefaultReapInterval = time.Second
 // kept in the handle, which this process's reaper reads.
 const usePersistEvery = 2 * time.Second
 
-// Reasons a box is reaped (BoxReapedEvent.Reason).
+// ReapReason is why the runtime removed a box (BoxReapedEvent.Reason).
+type ReapReason string
+
+// Reasons a box is reaped.
 const (
-	ReapTTL   = "ttl"
-	ReapIdle  = "idle_timeout"
-	ReapLease = "lease_expired"
+	// ReapTTL: its BoxOptions.TTL ended.
+	ReapTTL ReapReason = "ttl"
+	// ReapIdle: nothing used it for BoxOptions.IdleTimeout.
+	ReapIdle ReapReason = "idle_timeout"
+	// ReapLease: its BoxOptions.Lease was not renewed in time.
+	ReapLease ReapReason = "lease_expired"
 )
 
 // ErrNoLease is returned by Box.RenewLease for a box created without
@@ -33,9 +39,8 @@ var ErrNoLease = errors.New("box has no lease")
 // BoxReapedEvent describes a box the runtime removed because its lifetime
 // ended (see Runtime.OnReap).
 type BoxReapedEvent struct {
-	BoxID string
-	// Reason is ReapTTL, ReapIdle or ReapLease.
-	Reason string
+	BoxID  string
+	Reason ReapReason
 	// Err is Remove's error (nil: the box is gone).
 	Err error
 }
@@ -95,7 +100,7 @@ func (c *boxConfig) hasLife() bool {
 
 // reapReason returns why a box of c last used at lastUse goes at now, ""
 // to keep it.
-func (c *boxConfig) reapReason(now, lastUse time.Time) string {
+func (c *boxConfig) reapReason(now, lastUse time.Time) ReapReason {
 	switch {
 	case !c.ExpiresAt.IsZero() && now.After(c.ExpiresAt):
 		return ReapTTL

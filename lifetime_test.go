@@ -84,7 +84,7 @@ func TestLifetimes(t *testing.T) {
 	open, ref := lifeHome(t)
 	r := open(50 * time.Millisecond)
 	var mu sync.Mutex
-	reasons := map[string]string{}
+	reasons := map[string]airlock.ReapReason{}
 	r.OnReap(func(ev airlock.BoxReapedEvent) {
 		mu.Lock()
 		reasons[ev.BoxID] = ev.Reason
@@ -159,7 +159,7 @@ func TestLifetimes(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	want := map[string]string{ttl.ID(): airlock.ReapTTL, idle.ID(): airlock.ReapIdle, leased.ID(): airlock.ReapLease}
+	want := map[string]airlock.ReapReason{ttl.ID(): airlock.ReapTTL, idle.ID(): airlock.ReapIdle, leased.ID(): airlock.ReapLease}
 	for id, why := range want {
 		if reasons[id] != why {
 			t.Errorf("box %s reaped for %q, want %q", id, reasons[id], why)

@@ -15,6 +15,10 @@ import (
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
+// NetworkMode is what a box's network reaches (BoxOptions.Network,
+// NetworkPolicy.Mode).
+type NetworkMode string
+
 // Network modes for BoxOptions.Network.
 const (
 	// NetworkPublic (the default) lets the box reach the internet through
@@ -26,19 +30,23 @@ const (
 	// DNS and the ports AllowHostPorts opens. Names that resolve to those
 	// ranges are refused (DNS rebinding). The box has no IPv6 and cannot
 	// be reached from outside except through Ports.
-	NetworkPublic = "public"
+	NetworkPublic NetworkMode = "public"
 	// NetworkAllowlist lets the box reach only what AllowNet lists: only
 	// listed names resolve (others get NXDOMAIN, and the query never leaves
 	// the host), connections go only to addresses a listed name resolved
 	// to or to listed IPs/CIDRs, and DNS to any other server is refused.
-	NetworkAllowlist = "allowlist"
+	NetworkAllowlist NetworkMode = "allowlist"
 	// NetworkNone gives the box no network interface at all.
-	NetworkNone = "none"
+	NetworkNone NetworkMode = "none"
 
 	// NetworkEnabled is the former name of NetworkPublic, still accepted.
-	NetworkEnabled = "enabled"
+	//
+	// Deprecated: use NetworkPublic.
+	NetworkEnabled NetworkMode = "enabled"
 	// NetworkDisabled is the former name of NetworkNone, still accepted.
-	NetworkDisabled = "disabled"
+	//
+	// Deprecated: use NetworkNone.
+	NetworkDisabled NetworkMode = "disabled"
 )
 
 // HostName is the name under which a box reaches the host ports that
@@ -86,7 +94,7 @@ func ParsePortMapping(s string) (PortMapping, error) {
 type NetworkPolicy struct {
 	// Mode is NetworkPublic, NetworkAllowlist or NetworkNone; "" means
 	// NetworkAllowlist when AllowNet is set, else NetworkPublic.
-	Mode string
+	Mode NetworkMode
 	// AllowNet lists the destinations of NetworkAllowlist: names
 	// ("api.example.com"; "*.example.com" for any name below example.com),
 	// IPs and CIDRs ("203.0.113.7", "203.0.113.0/24"), each with an
@@ -100,7 +108,7 @@ type NetworkPolicy struct {
 }
 
 // netMode returns the canonical mode of a stored or given mode.
-func netMode(mode string, allow []string) string {
+func netMode(mode NetworkMode, allow []string) NetworkMode {
 	switch mode {
 	case "":
 		if len(allow) > 0 {
@@ -158,12 +166,12 @@ func checkNetwork(opts *BoxOptions) error {
 	return nil
 }
 
-func policyOf(mode string, allow []string, hostPorts []int) netstack.Policy {
+func policyOf(mode NetworkMode, allow []string, hostPorts []int) netstack.Policy {
 	if mode == NetworkNone {
 		// A running box switched to none: its NIC stays, reaching nothing.
 		return netstack.Policy{Mode: netstack.ModeAllowlist}
 	}
-	return netstack.Policy{Mode: mode, Allow: allow, HostPorts: hostPorts}
+	return netstack.Policy{Mode: string(mode), Allow: allow, HostPorts: hostPorts}
 }
 
 // hasNetwork reports whether a box of configuration cfg gets a NIC.

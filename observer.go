@@ -14,7 +14,7 @@ import (
 type Observer interface {
 	// BoxStarted reports a boot (Start of a box that was not running).
 	BoxStarted(BoxStartEvent)
-	// ExecEnded reports an exec (Exec, ExecStream, ExecStreamWriters)
+	// ExecEnded reports an exec (Exec, ExecStart, ExecStream)
 	// that ended.
 	ExecEnded(ExecEvent)
 	// BoxDied reports a VM that ended unexpectedly (not by Stop or

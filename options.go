@@ -13,6 +13,16 @@ const (
 	DefaultDiskSizeMiB = 4096
 )
 
+// Bounds of BoxOptions fields.
+const (
+	// MaxCPUs is the most vCPUs a box may have.
+	MaxCPUs = 64
+	// MinMemoryMiB is the least RAM a box may have, in MiB.
+	MinMemoryMiB = 64
+	// MinDiskSizeMiB is the smallest writable layer a box may have, in MiB.
+	MinDiskSizeMiB = 16
+)
+
 // BoxOptions describe a box. The zero value is a python:slim box with
 // 1 vCPU, 512 MiB of RAM, a 4 GiB writable layer and network mode
 // NetworkPublic (the internet, but not the host or private ranges).
@@ -50,7 +60,7 @@ type BoxOptions struct {
 	// Network is NetworkPublic (the default; NetworkEnabled is its old
 	// name), NetworkAllowlist (the default when AllowNet is set) or
 	// NetworkNone (no network device; NetworkDisabled is its old name).
-	Network string
+	Network NetworkMode
 	// Volumes are host directories and named volumes attached to the box
 	// (see Volume).
 	Volumes []Volume `json:",omitempty"`
@@ -123,9 +133,19 @@ type ExecOptions struct {
 	// the last MaxOutput/2 bytes, drop the middle inside the box (it never
 	// crosses to the host) and set ExecResult.Truncated and the Dropped
 	// counts.
-	// ExecStream and ExecStreamWriters ignore it: they deliver every byte,
-	// with backpressure.
+	// ExecStream ignores it: it delivers every byte, with backpressure.
 	MaxOutput int64
+	// Stdout and Stderr, when set, receive ExecStream's output as it
+	// arrives, instead of Process.Stdout and Process.Stderr (a slow writer
+	// slows the guest process down; a nil one of the two discards that
+	// stream). Exec and ExecStart ignore them.
+	Stdout, Stderr io.Writer
+	// Main marks the exec as the box's main command (what `airlock run`
+	// runs): when it ends, that is recorded as the end of the box's
+	// current boot (BoxInfo.Exit: ExitExited with its status, or
+	// ExitOOMKilled when the guest's OOM killer took it), unless an end of
+	// that boot is recorded already. Wait returns once it is recorded.
+	Main bool
 }
 
 // DefaultMaxOutput is ExecOptions.MaxOutput's default: 16 MiB per stream.

@@ -15,8 +15,7 @@ type PoolBox struct {
 	// Pool is the key of the pool holding it (PoolInfo.Key).
 	Pool  string
 	Image string
-	// State is "created", "running" or "stopped".
-	State string
+	State BoxState
 	// PID is its machine's process while it runs.
 	PID int
 	// OwnerPID is the process whose pool holds it; the box goes when that
@@ -41,7 +40,7 @@ func (r *Runtime) PoolBoxes(ctx context.Context) ([]PoolBox, error) {
 		if err != nil || cfg.Pool == "" {
 			continue
 		}
-		out = append(out, PoolBox{ID: rec.ID, Pool: cfg.Pool, Image: rec.Image, State: rec.State, PID: rec.PID,
+		out = append(out, PoolBox{ID: rec.ID, Pool: cfg.Pool, Image: rec.Image, State: BoxState(rec.State), PID: rec.PID,
 			OwnerPID: cfg.OwnerPID, Created: rec.Created, Dir: filepath.Join(r.opts.Home, "boxes", rec.ID)})
 	}
 	return out, nil

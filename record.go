@@ -172,7 +172,7 @@ const (
 
 // storedNetwork maps BoxOptions.Network (checked: checkNetwork) to its
 // stored name.
-func storedNetwork(opt string) string {
+func storedNetwork(opt NetworkMode) string {
 	switch opt {
 	case NetworkDisabled, NetworkNone:
 		return netNone
@@ -184,7 +184,7 @@ func storedNetwork(opt string) string {
 
 // optionNetwork maps a stored network mode (any version's) to
 // BoxOptions.Network.
-func optionNetwork(stored string) (string, error) {
+func optionNetwork(stored string) (NetworkMode, error) {
 	switch stored {
 	case netPublic, "enabled", "":
 		return NetworkPublic, nil
@@ -276,7 +276,7 @@ func decodeRecord(raw []byte) (boxRecord, error) {
 
 // mustNetwork maps an old stored mode, keeping an unknown one as public
 // (what version 0 did with any value but "disabled").
-func mustNetwork(stored string) string {
+func mustNetwork(stored string) NetworkMode {
 	n, err := optionNetwork(stored)
 	if err != nil {
 		return NetworkPublic

@@ -113,7 +113,7 @@ func (r *Runtime) snapshotter() (vmm.Snapshotter, error) {
 // layer as snapshot name under Home/snapshots: the box is paused while its
 // state is written and its disk copied, then runs on. Boxes restored from it (Create with
 // BoxOptions.FromSnapshot) start where it was, with its running processes.
-// Errors: ErrBoxNotRunning, ErrSnapshotExists, vmm.ErrNotSupported for a
+// Errors: ErrBoxNotRunning, ErrSnapshotExists, ErrNotSupported for a
 // driver without snapshots.
 func (b *Box) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
 	return b.snapshotWith(ctx, name, vmm.SaveOptions{})
@@ -394,13 +394,32 @@ func (r *Runtime) restore(ctx context.Context, opts BoxOptions) (*Box, error) {
 	return b, nil
 }
 
+// ResolveOptions returns the options a box made by Create with opts gets,
+// without making it: the defaults filled in and checked; for a restore
+// (opts.FromSnapshot set), the snapshot's machine, image and network with
+// the caller's host side (see BoxOptions.FromSnapshot). A server checks
+// its policy against them before it creates. Errors: those Create returns
+// for the options (ErrInvalidArgument), ErrSnapshotNotFound.
+func (r *Runtime) ResolveOptions(ctx context.Context, opts BoxOptions) (BoxOptions, error) {
+	if opts.FromSnapshot == "" {
+		if err := checkLife(opts); err != nil {
+			return BoxOptions{}, err
+		}
+		return withDefaults(opts)
+	}
+	return r.restoreOptionsOf(opts)
+}
+
 // RestoreOptions returns the options a box restored by Create with opts
-// (opts.FromSnapshot set) gets: the snapshot's machine, image and network
-// with the caller's host side (see BoxOptions.FromSnapshot); a server
-// checks its policy against them before it restores. It starts nothing.
-// Errors: ErrSnapshotNotFound, and those Create returns for options a
-// restore refuses (ErrInvalidArgument for volumes, a machine that differs).
+// (opts.FromSnapshot set) gets.
+//
+// Deprecated: use ResolveOptions.
 func (r *Runtime) RestoreOptions(ctx context.Context, opts BoxOptions) (BoxOptions, error) {
+	return r.restoreOptionsOf(opts)
+}
+
+// restoreOptionsOf is ResolveOptions for a restore.
+func (r *Runtime) restoreOptionsOf(opts BoxOptions) (BoxOptions, error) {
 	m, err := r.readSnapshot(opts.FromSnapshot)
 	if err != nil {
 		return BoxOptions{}, err
@@ -472,10 +491,19 @@ const MaxForks = 64
 // writable layer, running on from the same instant with the same
 // processes (a background process keeps its pid; files written before
 // are there), unnamed, with the box's options. The snapshot is removed
-// afterwards. On error no child is left. Errors: those of Snapshot and
-// Create. ForkWith takes options.
-func (b *Box) Fork(ctx context.Context, n int) ([]*Box, error) {
-	return b.ForkWith(ctx, n, ForkOptions{})
+// afterwards. On error no child is left. opts (at most one) tunes the
+// children. Errors: those of Snapshot and Create; ErrInvalidArgument for
+// n outside 1..MaxForks or more than one opts.
+func (b *Box) Fork(ctx context.Context, n int, opts ...ForkOptions) ([]*Box, error) {
+	var o ForkOptions
+	switch len(opts) {
+	case 0:
+	case 1:
+		o = opts[0]
+	default:
+		return nil, fmt.Errorf("%w: fork: %d ForkOptions, want at most one", ErrInvalidArgument, len(opts))
+	}
+	return b.fork(ctx, n, o)
 }
 
 func (b *Box) pauser() (vmm.Pauser, vmm.Spec, vmm.Handle, error) {

@@ -26,7 +26,7 @@ import (
 // filesystems are flushed first (it runs `sync`, as Commit does). It
 // takes about as long as Snapshot.
 // Errors: ErrBoxNotRunning; boxes with volumes are refused (as by
-// Snapshot); vmm.ErrNotSupported for a driver without snapshots.
+// Snapshot); ErrNotSupported for a driver without snapshots.
 func (b *Box) Suspend(ctx context.Context) error {
 	sn, err := b.r.snapshotter()
 	if err != nil {

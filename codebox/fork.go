@@ -73,7 +73,7 @@ func (c *CodeBox) Fork(ctx context.Context, n int) ([]*CodeBox, error) {
 	}
 	// Like New's boxes, the children go with this program (unless the
 	// CodeBox was attached to a box someone else manages).
-	kids, err := c.box.ForkWith(ctx, n, airlock.ForkOptions{AutoRemove: !c.attached})
+	kids, err := c.box.Fork(ctx, n, airlock.ForkOptions{AutoRemove: !c.attached})
 	if err != nil {
 		return nil, fmt.Errorf("codebox: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -115,7 +116,11 @@ func attach(cmd *cobra.Command, b *airlock.Box, argv []string, opts airlock.Exec
 			stdout, stderr = io.MultiWriter(stdout, ow), io.MultiWriter(stderr, ew)
 		}
 	}
-	p, err := b.ExecStreamWriters(ctx, argv[0], argv[1:], opts, stdout, stderr)
+	if opts.Stdin == nil {
+		opts.Stdin = strings.NewReader("") // without -i: no input, as /dev/null
+	}
+	opts.Stdout, opts.Stderr, opts.Main = stdout, stderr, ef.main
+	p, err := b.ExecStream(ctx, argv[0], argv[1:], opts)
 	if err != nil {
 		return 125, err
 	}
@@ -166,9 +171,6 @@ func attach(cmd *cobra.Command, b *airlock.Box, argv []string, opts airlock.Exec
 			return 130, nil
 		}
 		return 125, err
-	}
-	if ef.main {
-		b.RecordMainExit(ctx, res)
 	}
 	if res.OOMKilled {
 		// One line of airlock's own, after the command's last byte.

@@ -41,7 +41,7 @@ Memory, Created, Started, Ports.`,
 			}
 			var rows []boxRow
 			for _, b := range boxes {
-				if all || b.State == "running" || b.Suspended {
+				if all || b.State == airlock.BoxRunning || b.Suspended {
 					rows = append(rows, rowOf(r, b))
 				}
 			}
@@ -131,7 +131,7 @@ background, its output appended to what 'airlock logs' shows.`,
 				}
 				// A box with a main command runs it again, as a container
 				// does (not when it was running already).
-				if m, ok := readMainSpec(b); ok && info.State != "running" {
+				if m, ok := readMainSpec(b); ok && info.State != airlock.BoxRunning {
 					return startDetached(b, m)
 				}
 				return nil
@@ -155,7 +155,11 @@ for its next start.`,
 				return usagef(cmd, "stop: -t %d: want 0 or more seconds", seconds)
 			}
 			return eachBox(cmd, args, func(ctx context.Context, _ *airlock.Runtime, b *airlock.Box) error {
-				return b.StopTimeout(ctx, time.Duration(seconds)*time.Second)
+				grace := time.Duration(seconds) * time.Second
+				if seconds == 0 {
+					grace = -1 // at once
+				}
+				return b.Stop(ctx, airlock.StopOptions{Grace: grace})
 			})
 		},
 	}

@@ -31,9 +31,9 @@ func boxNames(ctx context.Context, keep func(airlock.BoxInfo) bool) []string {
 			continue
 		}
 		if b.Name != "" {
-			out = append(out, b.Name+"\t"+b.ID+" "+b.State)
+			out = append(out, b.Name+"\t"+b.ID+" "+string(b.State))
 		} else {
-			out = append(out, b.ID+"\t"+b.State)
+			out = append(out, b.ID+"\t"+string(b.State))
 		}
 	}
 	return out
@@ -136,8 +136,8 @@ func completeSnapshots(cmd *cobra.Command, args []string, to string) ([]string, 
 	return filterPrefix(volumeAndSnapshotNames(cmd.Context(), false), to), cobra.ShellCompDirectiveNoFileComp
 }
 
-func running(b airlock.BoxInfo) bool    { return b.State == "running" }
-func notRunning(b airlock.BoxInfo) bool { return b.State != "running" }
+func running(b airlock.BoxInfo) bool    { return b.State == airlock.BoxRunning }
+func notRunning(b airlock.BoxInfo) bool { return b.State != airlock.BoxRunning }
 
 // completions attaches the completion functions to the verbs of root by
 // name (verbs added by other files get theirs here too).

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/airlock-run/airlock"
 )
 
 func init() { extraCommands = append(extraCommands, newCpCmd) }
@@ -70,7 +72,7 @@ cleared.`,
 			}
 			// A stopped box is started for the copy and stopped again, as
 			// `docker cp` works on stopped containers.
-			if info, err := b.Info(ctx); err == nil && info.State != "running" {
+			if info, err := b.Info(ctx); err == nil && info.State != airlock.BoxRunning {
 				if err := b.Start(ctx); err != nil {
 					return err
 				}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -106,8 +107,9 @@ func newMainCmd() *cobra.Command {
 			// Interrupting this process (airlock stop sends none; a
 			// shutdown of the host may) kills the command.
 			ctx := cmd.Context()
-			res, err := func() (*airlock.ExecResult, error) {
-				p, err := b.ExecStreamWriters(ctx, m.Argv[0], m.Argv[1:], airlock.ExecOptions{Timeout: m.Timeout}, ow, ew)
+			_, err = func() (*airlock.ExecResult, error) {
+				p, err := b.ExecStream(ctx, m.Argv[0], m.Argv[1:], airlock.ExecOptions{Timeout: m.Timeout,
+					Stdin: strings.NewReader(""), Stdout: ow, Stderr: ew, Main: true})
 				if err != nil {
 					return nil, err
 				}
@@ -118,8 +120,6 @@ func newMainCmd() *cobra.Command {
 			if err != nil {
 				fmt.Fprintf(ew, "airlock: %v\n", err)
 				ew.flush()
-			} else {
-				b.RecordMainExit(context.WithoutCancel(ctx), res)
 			}
 			l.Close()
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

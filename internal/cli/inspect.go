@@ -194,12 +194,11 @@ func inspectOne(cmd *cobra.Command, r *airlock.Runtime, name, typ string) (any, 
 
 func inspectBox(r *airlock.Runtime, b *airlock.Box, info airlock.BoxInfo) boxInspect {
 	o := info.Options
-	e, ok := r.ExitState(info)
 	row := rowOf(r, info)
-	st := boxState{Status: info.State, Running: info.State == "running", Pid: info.PID, StartedAt: info.Started,
+	st := boxState{Status: string(info.State), Running: info.State == airlock.BoxRunning, Pid: info.PID, StartedAt: info.Started,
 		Description: row.Status, Paused: row.Paused, PausedToDisk: info.Suspended}
-	if ok {
-		st.Reason, st.ExitCode, st.FinishedAt = e.Reason, e.ExitCode, e.Finished
+	if e := info.Exit; e != nil {
+		st.Reason, st.ExitCode, st.FinishedAt = string(e.Reason), e.ExitCode, e.Finished
 		st.OOMKilled = e.Reason == airlock.ExitOOMKilled
 		st.Died = e.Reason == airlock.ExitVMDied
 		st.DiedCause = e.Cause
@@ -213,7 +212,7 @@ func inspectBox(r *airlock.Runtime, b *airlock.Box, info airlock.BoxInfo) boxIns
 		State: st,
 		Config: boxConfigView{Image: o.Image, Cmd: cmdline, Env: append([]string{}, o.Env...), WorkingDir: o.WorkingDir, User: o.User,
 			Hostname: b.Hostname(), CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskSizeMiB: o.DiskSizeMiB, AutoRemove: o.AutoRemove},
-		NetworkSettings: networkView{Mode: o.Network},
+		NetworkSettings: networkView{Mode: string(o.Network)},
 		Mounts:          mountsOf(o.Volumes),
 		Ports:           portsOf(info.Ports, o.Ports),
 		ConsoleLogPath:  b.ConsoleLog(),

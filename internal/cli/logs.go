@@ -279,7 +279,7 @@ starts from the last N lines; --since 10m (or a time) skips older lines.`,
 // stopped).
 func mainDone(cmd *cobra.Command, b *airlock.Box) bool {
 	info, err := b.Info(cmd.Context())
-	if err != nil || info.State != "running" {
+	if err != nil || info.State != airlock.BoxRunning {
 		return true
 	}
 	_, err = os.Stat(filepath.Join(boxDir(b), fileMainDone))
@@ -332,7 +332,7 @@ func consoleLogs(cmd *cobra.Command, b *airlock.Box, tail int, follow bool) erro
 	io.WriteString(cmd.OutOrStdout(), airlock.EscapeConsole(tailLines(string(raw), tail)))
 	for follow {
 		info, err := b.Info(cmd.Context())
-		if cerr := airlock.CopyConsole(cmd.OutOrStdout(), f); cerr != nil || err != nil || info.State != "running" {
+		if cerr := airlock.CopyConsole(cmd.OutOrStdout(), f); cerr != nil || err != nil || info.State != airlock.BoxRunning {
 			return nil
 		}
 		// A confined box's log is a ring: at its cap its newest half moves

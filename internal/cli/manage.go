@@ -103,7 +103,7 @@ much space that freed. On a terminal it asks first; elsewhere it needs -f.`,
 			failed := false
 			header := false
 			for _, info := range boxes {
-				if info.State == "running" {
+				if info.State == airlock.BoxRunning {
 					continue
 				}
 				b, err := r.Get(ctx, info.ID)
@@ -215,7 +215,7 @@ func newSystemCmd() *cobra.Command {
 				size := diskUsage(boxDir(b))
 				br.Total++
 				br.Size += size
-				if info.State == "running" {
+				if info.State == airlock.BoxRunning {
 					br.Active++
 				} else {
 					br.Reclaimable += size
@@ -233,7 +233,7 @@ func newSystemCmd() *cobra.Command {
 				pbSize[i] = diskUsage(pb.Dir)
 				pr.Total++
 				pr.Size += pbSize[i]
-				if pb.State == "running" {
+				if pb.State == airlock.BoxRunning {
 					pr.Active++
 				}
 			}
@@ -360,7 +360,7 @@ every 2 s until Ctrl-C; --no-stream prints one sample (taken over 0.5 s).`,
 					return nil, err
 				}
 				for _, i := range infos {
-					if i.State == "running" {
+					if i.State == airlock.BoxRunning {
 						if b, err := r.Get(ctx, i.ID); err == nil {
 							out = append(out, b)
 						}
@@ -385,7 +385,7 @@ every 2 s until Ctrl-C; --no-stream prints one sample (taken over 0.5 s).`,
 				}
 				infos := map[string]airlock.BoxInfo{}
 				for _, b := range boxes {
-					if info, err := b.Info(ctx); err == nil && info.State == "running" {
+					if info, err := b.Info(ctx); err == nil && info.State == airlock.BoxRunning {
 						infos[b.ID()] = info
 						if s, ok := sampleProc(info.PID); ok && first {
 							prev[b.ID()] = s

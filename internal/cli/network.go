@@ -39,7 +39,7 @@ func (f *netFlags) add(cmd *cobra.Command, withPublish bool) {
 
 // apply puts the flags into o.
 func (f *netFlags) apply(o *airlock.BoxOptions) error {
-	o.Network, o.AllowNet, o.AllowHostPorts = f.mode, f.allow, f.hostPorts
+	o.Network, o.AllowNet, o.AllowHostPorts = airlock.NetworkMode(f.mode), f.allow, f.hostPorts
 	for _, p := range f.publish {
 		pm, err := airlock.ParsePortMapping(p)
 		if err != nil {
@@ -114,7 +114,7 @@ denies are closed. Published ports (-p) are fixed at creation.`,
 					p.Mode, p.AllowNet = airlock.NetworkAllowlist, f.allow
 				}
 				if fl.Changed("network") {
-					p.Mode = f.mode
+					p.Mode = airlock.NetworkMode(f.mode)
 					if p.Mode != airlock.NetworkAllowlist && !fl.Changed("allow-net") {
 						p.AllowNet = nil
 					}

@@ -27,15 +27,17 @@ type boxRow struct {
 }
 
 func rowOf(r *airlock.Runtime, b airlock.BoxInfo) boxRow {
-	row := boxRow{ID: b.ID, Name: b.Name, Image: b.Image, State: b.State, CPUs: b.Options.CPUs,
+	row := boxRow{ID: b.ID, Name: b.Name, Image: b.Image, State: string(b.State), CPUs: b.Options.CPUs,
 		Memory: fmt.Sprintf("%d MiB", b.Options.MemoryMiB), Created: b.Created, Started: b.Started,
 		Ports: formatPorts(b.Ports)}
-	e, ok := r.ExitState(b)
+	var e airlock.ExitState
+	ok := b.Exit != nil
 	if ok {
-		row.Reason, row.Exit = e.Reason, e.ExitCode
+		e = *b.Exit
+		row.Reason, row.Exit = string(e.Reason), e.ExitCode
 	}
 	row.Status = statusText(b, e, ok, time.Now())
-	if b.State == "running" && paused(r, b.ID) {
+	if b.State == airlock.BoxRunning && paused(r, b.ID) {
 		row.Paused = true
 		row.Status += " (Paused)" // as docker ps
 	}
@@ -67,9 +69,9 @@ func paused(r *airlock.Runtime, id string) bool {
 // "Created".
 func statusText(b airlock.BoxInfo, e airlock.ExitState, ok bool, now time.Time) string {
 	switch b.State {
-	case "running":
+	case airlock.BoxRunning:
 		return "Up " + humanDuration(now.Sub(b.Started))
-	case "created":
+	case airlock.BoxCreated:
 		return "Created"
 	}
 	if !ok {

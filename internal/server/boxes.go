@@ -67,9 +67,9 @@ type Box struct {
 }
 
 func boxOf(i airlock.BoxInfo) Box {
-	b := Box{ID: i.ID, Name: i.Name, Image: i.Image, ImageDigest: i.ImageDigest, State: i.State,
+	b := Box{ID: i.ID, Name: i.Name, Image: i.Image, ImageDigest: i.ImageDigest, State: string(i.State),
 		CPUs: i.Options.CPUs, MemoryMiB: i.Options.MemoryMiB, DiskSizeMiB: i.Options.DiskSizeMiB,
-		Network: i.Options.Network, AutoRemove: i.Options.AutoRemove, Created: i.Created, Started: i.Started,
+		Network: string(i.Options.Network), AutoRemove: i.Options.AutoRemove, Created: i.Created, Started: i.Started,
 		AllowNet: i.Options.AllowNet, AllowHostPorts: i.Options.AllowHostPorts, Suspended: i.Suspended,
 		ExpiresAt: i.ExpiresAt, LeaseUntil: i.LeaseUntil, IdleDeadline: i.IdleDeadline}
 	for _, v := range i.Options.Volumes {
@@ -112,7 +112,7 @@ func (s *Server) boxOut(ctx context.Context, b *airlock.Box) (*boxOutput, error)
 		return nil, problem(err)
 	}
 	out := &boxOutput{Body: boxOf(info)}
-	if info.State == "running" {
+	if info.State == airlock.BoxRunning {
 		out.Body.Paused, _ = b.Paused(ctx) // false for a driver that cannot pause
 	}
 	return out, nil
@@ -130,7 +130,7 @@ func (s *Server) registerBoxes() {
 		sp := in.Body
 		opts := airlock.BoxOptions{Image: sp.Image, Name: sp.Name, CPUs: sp.CPUs, MemoryMiB: sp.MemoryMiB,
 			DiskSizeMiB: sp.DiskSizeMiB, Env: sp.Env, WorkingDir: sp.WorkingDir, User: sp.User,
-			AutoRemove: sp.AutoRemove, Network: sp.Network, AllowNet: sp.AllowNet, AllowHostPorts: sp.AllowHostPorts,
+			AutoRemove: sp.AutoRemove, Network: airlock.NetworkMode(sp.Network), AllowNet: sp.AllowNet, AllowHostPorts: sp.AllowHostPorts,
 			TTL: secs(sp.TTL), IdleTimeout: secs(sp.IdleTimeout), Lease: secs(sp.Lease)}
 		for _, v := range sp.Volumes {
 			opts.Volumes = append(opts.Volumes, airlock.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
@@ -229,7 +229,7 @@ func (s *Server) registerBoxes() {
 		if out, err := s.boxOut(ctx, b); err == nil {
 			return out, nil
 		}
-		info.State = "stopped" // removed on stop
+		info.State = airlock.BoxStopped // removed on stop
 		return &boxOutput{Body: boxOf(info)}, nil
 	})
 

@@ -33,7 +33,7 @@ func (s *Server) reaped(ev airlock.BoxReapedEvent) {
 	s.dropCodebox(ev.BoxID)
 	s.log.Info("box removed", "box", ev.BoxID, "reason", ev.Reason, "error", ev.Err)
 	if ev.Err == nil {
-		s.events.publish(Event{Type: EventBoxRemoved, BoxID: ev.BoxID, Reason: ev.Reason})
+		s.events.publish(Event{Type: EventBoxRemoved, BoxID: ev.BoxID, Reason: string(ev.Reason)})
 	}
 }
 

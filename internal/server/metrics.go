@@ -65,8 +65,8 @@ func NewMetrics(version string) *Metrics {
 		m.vmDeaths, m.imagePulls, m.httpRequests, m.httpSecs, m.boxesByState} {
 		f(c)
 	}
-	for _, st := range []string{"created", "running", "stopped"} {
-		m.boxesByState.WithLabelValues(st)
+	for _, st := range []airlock.BoxState{airlock.BoxCreated, airlock.BoxRunning, airlock.BoxStopped} {
+		m.boxesByState.WithLabelValues(string(st))
 	}
 	m.boxStarts.WithLabelValues("ok")
 	m.execs.WithLabelValues("ok")
@@ -96,12 +96,12 @@ func (m *Metrics) boxStates(infos []airlock.BoxInfo) {
 	if m == nil {
 		return
 	}
-	n := map[string]int{"created": 0, "running": 0, "stopped": 0}
+	n := map[airlock.BoxState]int{airlock.BoxCreated: 0, airlock.BoxRunning: 0, airlock.BoxStopped: 0}
 	for _, i := range infos {
 		n[i.State]++
 	}
 	for st, c := range n {
-		m.boxesByState.WithLabelValues(st).Set(float64(c))
+		m.boxesByState.WithLabelValues(string(st)).Set(float64(c))
 	}
 }
 

@@ -400,7 +400,7 @@ func (s *Server) checkFreeDisk(ctx context.Context, what string, wantMiB int64) 
 	}
 	var owed int64 // MiB
 	for _, i := range infos {
-		if i.State != "stopped" {
+		if i.State != airlock.BoxStopped {
 			owed += max(0, int64(i.Options.DiskSizeMiB)-i.DiskBytes>>20)
 		}
 	}
@@ -421,7 +421,7 @@ func (s *Server) checkStart(ctx context.Context, b *airlock.Box) error {
 	if err != nil {
 		return problem(err)
 	}
-	if info.State != "stopped" {
+	if info.State != airlock.BoxStopped {
 		return nil
 	}
 	if err := s.checkBoxRoom(ctx, 1, "starting a box: %[2]d boxes are not stopped; this server allows at most %[3]d (airlock serve --max-boxes): stop or remove one first"); err != nil {
@@ -445,7 +445,7 @@ func (s *Server) checkBoxRoom(ctx context.Context, n int, msg string) error {
 	}
 	up := 0
 	for _, i := range infos {
-		if i.State != "stopped" {
+		if i.State != airlock.BoxStopped {
 			up++
 		}
 	}

@@ -669,7 +669,7 @@ func (s *Server) watchIdle(ctx context.Context, stop func()) {
 		}
 		running := 0
 		for _, b := range boxes {
-			if b.State == "running" {
+			if b.State == airlock.BoxRunning {
 				running++
 			}
 		}

@@ -37,7 +37,7 @@ type Snapshot struct {
 
 func snapshotOf(i airlock.SnapshotInfo) Snapshot {
 	return Snapshot{Name: i.Name, Box: i.Box, BoxName: i.BoxName, Image: i.Image, ImageDigest: i.ImageDigest,
-		CPUs: i.Options.CPUs, MemoryMiB: i.Options.MemoryMiB, DiskSizeMiB: i.Options.DiskSizeMiB, Network: i.Options.Network,
+		CPUs: i.Options.CPUs, MemoryMiB: i.Options.MemoryMiB, DiskSizeMiB: i.Options.DiskSizeMiB, Network: string(i.Options.Network),
 		Created: i.Created, StateBytes: i.StateBytes, DiskBytes: i.DiskBytes, PausedMs: float64(i.Paused.Microseconds()) / 1000}
 }
 
@@ -111,10 +111,10 @@ func (s *Server) checkFork(ctx context.Context, info airlock.BoxInfo, n int) err
 }
 
 // checkRestore checks a create from a snapshot as a create of the box
-// the restore would make (airlock.Runtime.RestoreOptions): the snapshot's
+// the restore would make (airlock.Runtime.ResolveOptions): the snapshot's
 // machine with the request's network policy and published ports.
 func (s *Server) checkRestore(ctx context.Context, opts airlock.BoxOptions) (release func(), err error) {
-	eff, err := s.rt.RestoreOptions(ctx, opts)
+	eff, err := s.rt.ResolveOptions(ctx, opts)
 	if err != nil {
 		return nil, problem(err)
 	}
