@@ -333,11 +333,7 @@ func archiveOptions(m *boxarchive.Manifest, name string) (BoxOptions, error) {
 	if err := checkBoxName(m.BoxName); err != nil {
 		return BoxOptions{}, fmt.Errorf("the archive's box: %w: not an archive Box.Export wrote", err)
 	}
-	brec, err := decodeRecord(m.Config)
-	if err != nil {
-		return BoxOptions{}, fmt.Errorf("the archive's box configuration: %w", err)
-	}
-	cfg, err := brec.config()
+	cfg, err := configOf(m.Config)
 	if err != nil {
 		return BoxOptions{}, fmt.Errorf("the archive's box configuration: %w", err)
 	}

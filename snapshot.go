@@ -63,7 +63,7 @@ type snapshotMeta struct {
 	Created      time.Time       `json:"created"`
 	Image        string          `json:"image"`
 	ImageDigest  string          `json:"image_digest"`
-	Config       json.RawMessage `json:"config"` // the box's boxRecord
+	Config       json.RawMessage `json:"config"` // the box's boxrecord.Record
 	AgentVersion string          `json:"agent_version"`
 	Driver       string          `json:"driver"`
 	StateBytes   int64           `json:"state_bytes"`
@@ -246,11 +246,7 @@ func (b *Box) waitExecTails(ctx context.Context) {
 }
 
 func (r *Runtime) snapshotInfo(m snapshotMeta) (SnapshotInfo, error) {
-	rec, err := decodeRecord(m.Config)
-	if err != nil {
-		return SnapshotInfo{}, fmt.Errorf("snapshot %s: its box configuration: %w", m.Name, err)
-	}
-	cfg, err := rec.config()
+	cfg, err := configOf(m.Config)
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot %s: its box configuration: %w", m.Name, err)
 	}
