@@ -4,15 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -21,6 +18,7 @@ import (
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/scratch"
+	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -111,8 +109,8 @@ func (r *Runtime) exportSnapshot(ctx context.Context, name, label string, w io.W
 	if err != nil {
 		return ExportStats{}, err
 	}
-	lk := r.snapshotLock(name)
-	if err := lockWith(ctx, "snapshot "+name, lk.TryRLockContext); err != nil {
+	lk, err := snapmeta.Lock(ctx, r.snapshotsDir(), name, true)
+	if err != nil {
 		return ExportStats{}, err
 	}
 	defer lk.Unlock()
@@ -249,19 +247,19 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 	name := opts.Snapshot
 	if name == "" {
 		name = m.Snapshot
-		if name == "" || !snapshotName.MatchString(name) {
+		if name == "" || !snapmeta.ValidName(name) {
 			name = "import-" + m.Box
 		}
 	}
-	if err := checkSnapshotName(name); err != nil {
+	if err := snapmeta.CheckName(name); err != nil {
 		return res, err
 	}
 	dir := r.snapshotsDir()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return res, err
 	}
-	lk := r.snapshotLock(name)
-	if err := lockWith(ctx, "snapshot "+name, lk.TryLockContext); err != nil {
+	lk, err := snapmeta.Lock(ctx, dir, name, false)
+	if err != nil {
 		return res, err
 	}
 	final := filepath.Join(dir, name)
@@ -287,23 +285,18 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 			return err
 		}
 		// checkSnapshotFile has read it.
-		var sm snapshotMeta
-		b, err := os.ReadFile(filepath.Join(tmp, snapshotMetaFile))
+		sm, err := snapmeta.Load(tmp)
 		if err != nil {
-			return err
-		}
-		if err := json.Unmarshal(b, &sm); err != nil {
 			return err
 		}
 		// The snapshot's record is rebuilt from what was checked here,
 		// not taken from the archive.
-		sm = snapshotMeta{Version: 1, Name: name, Box: m.Box, BoxName: m.BoxName, Created: sm.Created,
+		sm = snapmeta.Meta{Version: snapmeta.Version, Name: name, Box: m.Box, BoxName: m.BoxName, Created: sm.Created,
 			Image: m.Image, ImageDigest: m.ImageDigest, Config: encodeConfig(boxConfig{Options: o, Image: img.Config}),
 			AgentVersion: sm.AgentVersion, Driver: sm.Driver,
 			StateBytes: allocatedBytes(filepath.Join(tmp, boxarchive.StateFile)) + allocatedBytes(filepath.Join(tmp, boxarchive.RAMFile)),
 			DiskBytes:  allocatedBytes(filepath.Join(tmp, boxarchive.DiskFile)), PausedNs: sm.PausedNs}
-		b, _ = json.MarshalIndent(sm, "", "  ")
-		if err := os.WriteFile(filepath.Join(tmp, snapshotMetaFile), b, 0o600); err != nil {
+		if err := snapmeta.Write(tmp, sm); err != nil {
 			return err
 		}
 		return os.Rename(tmp, final)
@@ -362,30 +355,10 @@ func (r *Runtime) checkSnapshotFile(name string, b []byte) error {
 		if err := c.CheckMachineFile(b); err != nil {
 			return fmt.Errorf("the archive's %w", err)
 		}
-	case snapshotMetaFile:
-		var sm snapshotMeta
-		if err := json.Unmarshal(b, &sm); err != nil {
-			return fmt.Errorf("archive's %s: %w", snapshotMetaFile, err)
-		}
-		if !printable(sm.AgentVersion, 64) || !printable(sm.Driver, 32) || sm.PausedNs < 0 {
-			return fmt.Errorf("the archive's %s has an agent version %q, driver %q or pause %d ns that no snapshot has: not an archive Box.Export wrote", snapshotMetaFile, sm.AgentVersion, sm.Driver, sm.PausedNs)
-		}
+	case snapmeta.File:
+		return snapmeta.CheckArchived(b)
 	}
 	return nil
-}
-
-// printable reports whether s is at most max bytes of printable text
-// (spaces allowed; no control characters, no invalid UTF-8).
-func printable(s string, max int) bool {
-	if len(s) > max || !utf8.ValidString(s) {
-		return false
-	}
-	for _, c := range s {
-		if !unicode.IsPrint(c) {
-			return false
-		}
-	}
-	return true
 }
 
 // maxArchiveDiskMiB bounds the disk size of an imported box (the

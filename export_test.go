@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/guestabi"
+	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/vmm"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
 )
@@ -73,13 +74,13 @@ func WriteTestSnapshot(b *Box, name string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	m := snapshotMeta{Version: 1, Name: name, Box: b.id, Created: time.Now().UTC(), Image: rec.Image,
+	m := snapmeta.Meta{Version: 1, Name: name, Box: b.id, Created: time.Now().UTC(), Image: rec.Image,
 		ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), Driver: b.r.drv.Name()}
 	raw, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, snapshotMetaFile), raw, 0o600)
+	return os.WriteFile(filepath.Join(dir, snapmeta.File), raw, 0o600)
 }
 
 // HostSlack is how long the host waits past an exec's timeout and grace

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/rootfs"
+	"github.com/airlock-run/airlock/internal/snapmeta"
 )
 
 // ErrImageInUse: the image's content would be removed while boxes use it.
@@ -146,16 +146,10 @@ func joinIDs(ids []string) string {
 // snapshotsOfImage returns the names of the snapshots of boxes of image
 // digest (snapshots it cannot read are left out).
 func (r *Runtime) snapshotsOfImage(digest string) []string {
-	ents, err := os.ReadDir(r.snapshotsDir())
-	if err != nil {
-		return nil
-	}
+	names, _ := snapmeta.List(r.snapshotsDir())
 	var out []string
-	for _, e := range ents {
-		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		if m, err := r.readSnapshot(e.Name()); err == nil && m.ImageDigest == digest {
+	for _, n := range names {
+		if m, err := r.readSnapshot(n); err == nil && m.ImageDigest == digest {
 			out = append(out, m.Name)
 		}
 	}

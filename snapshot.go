@@ -3,19 +3,16 @@ package airlock
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"time"
 
-	"github.com/gofrs/flock"
-
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/scratch"
+	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -23,7 +20,7 @@ import (
 // Snapshot errors; test them with errors.Is.
 var (
 	// ErrSnapshotNotFound: no snapshot has that name.
-	ErrSnapshotNotFound = errors.New("snapshot not found")
+	ErrSnapshotNotFound = snapmeta.ErrNotFound
 	// ErrSnapshotExists: a snapshot of that name already exists.
 	ErrSnapshotExists = errors.New("snapshot already exists")
 )
@@ -53,53 +50,7 @@ type SnapshotInfo struct {
 	Dir string
 }
 
-// snapshotMeta is the stored form of a SnapshotInfo (snapshot.json, written
-// last: a directory without it is an unfinished snapshot).
-type snapshotMeta struct {
-	Version      int             `json:"v"`
-	Name         string          `json:"name"`
-	Box          string          `json:"box"`
-	BoxName      string          `json:"box_name,omitempty"`
-	Created      time.Time       `json:"created"`
-	Image        string          `json:"image"`
-	ImageDigest  string          `json:"image_digest"`
-	Config       json.RawMessage `json:"config"` // the box's boxrecord.Record
-	AgentVersion string          `json:"agent_version"`
-	Driver       string          `json:"driver"`
-	StateBytes   int64           `json:"state_bytes"`
-	DiskBytes    int64           `json:"disk_bytes"`
-	PausedNs     int64           `json:"paused_ns"`
-}
-
-const snapshotMetaFile = "snapshot.json"
-
-var snapshotName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-
 func (r *Runtime) snapshotsDir() string { return filepath.Join(r.opts.Home, "snapshots") }
-
-// snapshotLock is the flock of snapshot name: shared while a box is
-// restored from it, exclusive while it is taken or removed.
-func (r *Runtime) snapshotLock(name string) *flock.Flock {
-	return flock.New(filepath.Join(r.snapshotsDir(), "."+name+".lock"))
-}
-
-func lockWith(ctx context.Context, what string, try func(context.Context, time.Duration) (bool, error)) error {
-	ok, err := try(ctx, 20*time.Millisecond)
-	if err != nil {
-		return fmt.Errorf("lock %s: %w", what, err)
-	}
-	if !ok {
-		return fmt.Errorf("lock %s: %w", what, ctx.Err())
-	}
-	return nil
-}
-
-func checkSnapshotName(name string) error {
-	if !snapshotName.MatchString(name) {
-		return fmt.Errorf("snapshot name %q: want 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", name)
-	}
-	return nil
-}
 
 func (r *Runtime) snapshotter() (vmm.Snapshotter, error) {
 	s, ok := r.drv.(vmm.Snapshotter)
@@ -122,7 +73,7 @@ func (b *Box) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
 // snapshotWith is Snapshot with the driver's save options (Fork's
 // snapshot is transient).
 func (b *Box) snapshotWith(ctx context.Context, name string, opts vmm.SaveOptions) (_ SnapshotInfo, err error) {
-	if err := checkSnapshotName(name); err != nil {
+	if err := snapmeta.CheckName(name); err != nil {
 		return SnapshotInfo{}, err
 	}
 	sn, err := b.r.snapshotter()
@@ -154,8 +105,8 @@ func (b *Box) snapshotWith(ctx context.Context, name string, opts vmm.SaveOption
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return SnapshotInfo{}, err
 	}
-	lk := b.r.snapshotLock(name)
-	if err := lockWith(ctx, "snapshot "+name, lk.TryLockContext); err != nil {
+	lk, err := snapmeta.Lock(ctx, dir, name, false)
+	if err != nil {
 		return SnapshotInfo{}, err
 	}
 	defer func() {
@@ -186,11 +137,10 @@ func (b *Box) snapshotWith(ctx context.Context, name string, opts vmm.SaveOption
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot box %s: %w", b.id, err)
 	}
-	m := snapshotMeta{Version: 1, Name: name, Box: b.id, BoxName: rec.Name, Created: time.Now().UTC(),
+	m := snapmeta.Meta{Version: snapmeta.Version, Name: name, Box: b.id, BoxName: rec.Name, Created: time.Now().UTC(),
 		Image: rec.Image, ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), AgentVersion: agentVersion,
 		Driver: b.r.drv.Name(), StateBytes: st.StateBytes, DiskBytes: st.DiskBytes, PausedNs: st.PausedNs}
-	raw, _ := json.MarshalIndent(m, "", "  ")
-	if err := os.WriteFile(filepath.Join(tmp, snapshotMetaFile), raw, 0o600); err != nil {
+	if err := snapmeta.Write(tmp, m); err != nil {
 		return SnapshotInfo{}, err
 	}
 	if err := os.Rename(tmp, final); err != nil {
@@ -245,7 +195,7 @@ func (b *Box) waitExecTails(ctx context.Context) {
 	}
 }
 
-func (r *Runtime) snapshotInfo(m snapshotMeta) (SnapshotInfo, error) {
+func (r *Runtime) snapshotInfo(m snapmeta.Meta) (SnapshotInfo, error) {
 	cfg, err := configOf(m.Config)
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot %s: its box configuration: %w", m.Name, err)
@@ -256,28 +206,8 @@ func (r *Runtime) snapshotInfo(m snapshotMeta) (SnapshotInfo, error) {
 		Dir: filepath.Join(r.snapshotsDir(), m.Name)}, nil
 }
 
-func (r *Runtime) readSnapshot(name string) (snapshotMeta, error) {
-	var m snapshotMeta
-	if err := checkSnapshotName(name); err != nil {
-		return m, err
-	}
-	raw, err := os.ReadFile(filepath.Join(r.snapshotsDir(), name, snapshotMetaFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return m, fmt.Errorf("%w: %q in %s", ErrSnapshotNotFound, name, r.snapshotsDir())
-	}
-	if err != nil {
-		return m, err
-	}
-	if len(raw) > 1<<20 {
-		return m, fmt.Errorf("snapshot %s: %s is larger than 1 MiB", name, snapshotMetaFile)
-	}
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return m, fmt.Errorf("snapshot %s: %s: %w", name, snapshotMetaFile, err)
-	}
-	if m.Version != 1 {
-		return m, fmt.Errorf("snapshot %s: format version %d is not one this airlock reads (1)", name, m.Version)
-	}
-	return m, nil
+func (r *Runtime) readSnapshot(name string) (snapmeta.Meta, error) {
+	return snapmeta.Read(r.snapshotsDir(), name)
 }
 
 // Snapshot returns the snapshot named name. Errors: ErrSnapshotNotFound.
@@ -292,19 +222,13 @@ func (r *Runtime) Snapshot(ctx context.Context, name string) (SnapshotInfo, erro
 // Snapshots returns every snapshot of this home, oldest first. Snapshots
 // that cannot be read are left out.
 func (r *Runtime) Snapshots(ctx context.Context) ([]SnapshotInfo, error) {
-	ents, err := os.ReadDir(r.snapshotsDir())
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+	names, err := snapmeta.List(r.snapshotsDir())
 	if err != nil {
 		return nil, err
 	}
 	var out []SnapshotInfo
-	for _, e := range ents {
-		if !e.IsDir() || !snapshotName.MatchString(e.Name()) {
-			continue
-		}
-		if m, err := r.readSnapshot(e.Name()); err == nil {
+	for _, n := range names {
+		if m, err := r.readSnapshot(n); err == nil {
 			if i, err := r.snapshotInfo(m); err == nil {
 				out = append(out, i)
 			}
@@ -322,8 +246,8 @@ func (r *Runtime) RemoveSnapshot(ctx context.Context, name string) error {
 	if _, err := r.readSnapshot(name); err != nil {
 		return err
 	}
-	lk := r.snapshotLock(name)
-	if err := lockWith(ctx, "snapshot "+name, lk.TryLockContext); err != nil {
+	lk, err := snapmeta.Lock(ctx, r.snapshotsDir(), name, false)
+	if err != nil {
 		return err
 	}
 	defer func() {
@@ -346,8 +270,8 @@ func (r *Runtime) restore(ctx context.Context, opts BoxOptions) (*Box, error) {
 	if err != nil {
 		return nil, err
 	}
-	lk := r.snapshotLock(name)
-	if err := lockWith(ctx, "snapshot "+name, lk.TryRLockContext); err != nil {
+	lk, err := snapmeta.Lock(ctx, r.snapshotsDir(), name, true)
+	if err != nil {
 		return nil, err
 	}
 	defer lk.Unlock()
@@ -428,7 +352,7 @@ func (r *Runtime) restoreOptionsOf(opts BoxOptions) (BoxOptions, error) {
 }
 
 // restoreOptions is RestoreOptions for the snapshot info and m describe.
-func restoreOptions(info SnapshotInfo, m snapshotMeta, opts BoxOptions) (BoxOptions, error) {
+func restoreOptions(info SnapshotInfo, m snapmeta.Meta, opts BoxOptions) (BoxOptions, error) {
 	name := opts.FromSnapshot
 	so := info.Options
 	if opts.Image != "" && opts.Image != so.Image && opts.Image != m.ImageDigest {

@@ -1,0 +1,179 @@
+// Package snapmeta is the on-disk form of a memory snapshot's record:
+// Home/snapshots/NAME/snapshot.json (File), written last, so that a
+// directory without it is an unfinished snapshot; the snapshot names; and
+// the flock that keeps a snapshot while it is taken, restored or removed.
+// The other files of a snapshot directory are the driver's (see
+// internal/boxarchive's names).
+package snapmeta
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/gofrs/flock"
+)
+
+// Version is the format version of Meta; Read refuses another.
+const Version = 1
+
+// File is the name of a snapshot's record in its directory.
+const File = "snapshot.json"
+
+// maxFile bounds File's size (Read).
+const maxFile = 1 << 20
+
+// ErrNotFound: no snapshot has that name (the root package's
+// ErrSnapshotNotFound).
+var ErrNotFound = errors.New("snapshot not found")
+
+// Meta is the stored record of a snapshot.
+type Meta struct {
+	Version      int             `json:"v"`
+	Name         string          `json:"name"`
+	Box          string          `json:"box"`
+	BoxName      string          `json:"box_name,omitempty"`
+	Created      time.Time       `json:"created"`
+	Image        string          `json:"image"`
+	ImageDigest  string          `json:"image_digest"`
+	Config       json.RawMessage `json:"config"` // the box's boxrecord.Record
+	AgentVersion string          `json:"agent_version"`
+	Driver       string          `json:"driver"`
+	StateBytes   int64           `json:"state_bytes"`
+	DiskBytes    int64           `json:"disk_bytes"`
+	PausedNs     int64           `json:"paused_ns"`
+}
+
+var name = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// ValidName reports whether s is a snapshot name (see CheckName).
+func ValidName(s string) bool { return name.MatchString(s) }
+
+// CheckName checks a snapshot name: 1-64 letters, digits, '.', '_' or
+// '-', starting with a letter or digit.
+func CheckName(s string) error {
+	if !ValidName(s) {
+		return fmt.Errorf("snapshot name %q: want 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit", s)
+	}
+	return nil
+}
+
+// Read reads the record of snapshot name in dir (Home/snapshots).
+// Errors: ErrNotFound; a bad name, a record over 1 MiB, unreadable or of
+// another Version.
+func Read(dir, name string) (Meta, error) {
+	var m Meta
+	if err := CheckName(name); err != nil {
+		return m, err
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, name, File))
+	if errors.Is(err, os.ErrNotExist) {
+		return m, fmt.Errorf("%w: %q in %s", ErrNotFound, name, dir)
+	}
+	if err != nil {
+		return m, err
+	}
+	if len(raw) > maxFile {
+		return m, fmt.Errorf("snapshot %s: %s is larger than 1 MiB", name, File)
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return m, fmt.Errorf("snapshot %s: %s: %w", name, File, err)
+	}
+	if m.Version != Version {
+		return m, fmt.Errorf("snapshot %s: format version %d is not one this airlock reads (1)", name, m.Version)
+	}
+	return m, nil
+}
+
+// Load reads the record in snapshot directory snap as it is, unchecked (a
+// snapshot being imported, whose record CheckArchived has checked).
+func Load(snap string) (Meta, error) {
+	var m Meta
+	b, err := os.ReadFile(filepath.Join(snap, File))
+	if err != nil {
+		return m, err
+	}
+	err = json.Unmarshal(b, &m)
+	return m, err
+}
+
+// Write writes m, indented, as the record of snapshot directory snap.
+func Write(snap string, m Meta) error {
+	raw, _ := json.MarshalIndent(m, "", "  ")
+	return os.WriteFile(filepath.Join(snap, File), raw, 0o600)
+}
+
+// List returns the names of the snapshot directories in dir, as it lists
+// them (none when dir does not exist); which of them hold a readable
+// record is Read's to say.
+func List(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && ValidName(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// Lock takes the flock of snapshot name in dir, within ctx: shared while
+// a box is restored from it or it is exported, exclusive while it is
+// taken, imported or removed. The caller unlocks it, and removes its
+// file (Path) when the snapshot is gone or was never made.
+func Lock(ctx context.Context, dir, name string, shared bool) (*flock.Flock, error) {
+	lk := flock.New(filepath.Join(dir, "."+name+".lock"))
+	try := lk.TryLockContext
+	if shared {
+		try = lk.TryRLockContext
+	}
+	ok, err := try(ctx, 20*time.Millisecond)
+	if err != nil {
+		return nil, fmt.Errorf("lock snapshot %s: %w", name, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("lock snapshot %s: %w", name, ctx.Err())
+	}
+	return lk, nil
+}
+
+// CheckArchived checks the record b of a snapshot in a box archive
+// (hostile input): the fields kept from it (the agent version, the driver
+// and the pause) must be ones a snapshot has.
+func CheckArchived(b []byte) error {
+	var sm Meta
+	if err := json.Unmarshal(b, &sm); err != nil {
+		return fmt.Errorf("archive's %s: %w", File, err)
+	}
+	if !printable(sm.AgentVersion, 64) || !printable(sm.Driver, 32) || sm.PausedNs < 0 {
+		return fmt.Errorf("the archive's %s has an agent version %q, driver %q or pause %d ns that no snapshot has: not an archive Box.Export wrote", File, sm.AgentVersion, sm.Driver, sm.PausedNs)
+	}
+	return nil
+}
+
+// printable reports whether s is at most max bytes of printable text
+// (spaces allowed; no control characters, no invalid UTF-8).
+func printable(s string, max int) bool {
+	if len(s) > max || !utf8.ValidString(s) {
+		return false
+	}
+	for _, c := range s {
+		if !unicode.IsPrint(c) {
+			return false
+		}
+	}
+	return true
+}
