@@ -32,6 +32,8 @@ func TestPackageRules(t *testing.T) {
 		"internal/boxrecord": {},
 		// A snapshot's record on disk (snapshot.json), its names and flock.
 		"internal/snapmeta": {},
+		// The named volume store (ext4 images under Home/volumes).
+		"internal/volume": {},
 		// Scratch names that say which process made them (pid and start
 		// time, read as the driver seam does).
 		"internal/scratch":      {"internal/vmm"},
@@ -74,7 +76,7 @@ func TestPackageRules(t *testing.T) {
 		// No rootfs, no image store: the lifecycle code builds the disks.
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxrecord", "internal/snapmeta"},
+		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxrecord", "internal/snapmeta", "internal/volume"},
 		"codebox": {""},
 		"interp":  {"codebox"},
 	}

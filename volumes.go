@@ -2,18 +2,15 @@ package airlock
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/vmm"
+	"github.com/airlock-run/airlock/internal/volume"
 )
 
 // Volume attaches storage to a box at Target (BoxOptions.Volumes).
@@ -53,9 +50,7 @@ type Volume struct {
 func (v Volume) IsHostDir() bool { return filepath.IsAbs(v.Source) }
 
 // DefaultVolumeSizeMiB is the size of a named volume created without one.
-const DefaultVolumeSizeMiB = 1024
-
-var volumeName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
+const DefaultVolumeSizeMiB = volume.DefaultSizeMiB
 
 // ParseVolume parses Docker's -v syntax: SOURCE:TARGET[:ro|:rw], where
 // SOURCE is a host directory (absolute, or starting with "." for one
@@ -91,7 +86,7 @@ func checkVolume(v Volume) error {
 	if !path.IsAbs(v.Target) || path.Clean(v.Target) == "/" {
 		return fmt.Errorf("volume %s: target %q must be an absolute path other than /", v.Source, v.Target)
 	}
-	if !v.IsHostDir() && !volumeName.MatchString(v.Source) {
+	if !v.IsHostDir() && !volume.ValidName(v.Source) {
 		return fmt.Errorf("volume %q: not an absolute host path, nor a volume name (letters, digits, _ . -)", v.Source)
 	}
 	return nil
@@ -121,15 +116,9 @@ type VolumeInfo struct {
 	UsedBy []string
 }
 
-type volumeMeta struct {
-	SizeMiB int       `json:"size_mib"`
-	Created time.Time `json:"created"`
-}
-
-func (r *Runtime) volumeDir(name string) string { return filepath.Join(r.opts.Home, "volumes", name) }
-
-func (r *Runtime) volumeImage(name string) string {
-	return filepath.Join(r.volumeDir(name), "volume.ext4")
+// volumes is the store of this home's named volumes.
+func (r *Runtime) volumes() volume.Store {
+	return volume.Store{Dir: filepath.Join(r.opts.Home, "volumes")}
 }
 
 // ErrVolumeInUse is returned by RemoveVolume for a volume a box attaches.
@@ -139,74 +128,27 @@ var ErrVolumeInUse = errors.New("volume in use")
 // DefaultVolumeSizeMiB): an ext4 image under Home/volumes, sparse on the
 // host. An existing volume is an error.
 func (r *Runtime) CreateVolume(ctx context.Context, name string, sizeMiB int) (VolumeInfo, error) {
-	if !volumeName.MatchString(name) {
-		return VolumeInfo{}, fmt.Errorf("volume name %q: want letters, digits, _ . - (up to 64)", name)
-	}
-	if sizeMiB == 0 {
-		sizeMiB = DefaultVolumeSizeMiB
-	}
-	if sizeMiB < 8 {
-		return VolumeInfo{}, fmt.Errorf("volume %s: size %d MiB: want at least 8", name, sizeMiB)
-	}
-	dir := r.volumeDir(name)
-	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
-		return VolumeInfo{}, err
-	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		if os.IsExist(err) {
-			return VolumeInfo{}, fmt.Errorf("volume %s already exists", name)
-		}
-		return VolumeInfo{}, err
-	}
-	fail := func(err error) (VolumeInfo, error) {
-		os.RemoveAll(dir)
-		return VolumeInfo{}, fmt.Errorf("create volume %s: %w", name, err)
-	}
-	img := r.volumeImage(name)
-	f, err := os.Create(img)
-	if err != nil {
-		return fail(err)
-	}
-	err = f.Truncate(int64(sizeMiB) << 20)
-	f.Close()
-	if err != nil {
-		return fail(err)
-	}
-	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-L", "airlock-vol",
-		"-E", "lazy_itable_init=0,lazy_journal_init=0,nodiscard", img).CombinedOutput()
-	if err != nil {
-		return fail(fmt.Errorf("mkfs.ext4: %v: %s", err, out))
-	}
-	m := volumeMeta{SizeMiB: sizeMiB, Created: time.Now().UTC()}
-	b, _ := json.Marshal(m)
-	if err := os.WriteFile(filepath.Join(dir, "volume.json"), b, 0o600); err != nil {
-		return fail(err)
-	}
-	return VolumeInfo{Name: name, SizeMiB: sizeMiB, Created: m.Created}, nil
+	i, err := r.volumes().Create(ctx, name, sizeMiB)
+	return VolumeInfo{Name: i.Name, SizeMiB: i.SizeMiB, Created: i.Created}, err
 }
 
-func (r *Runtime) volumeInfo(ctx context.Context, name string, boxes []BoxInfo) (VolumeInfo, error) {
-	b, err := os.ReadFile(filepath.Join(r.volumeDir(name), "volume.json"))
-	if err != nil {
-		return VolumeInfo{}, fmt.Errorf("volume %s: no such volume (airlock volume ls)", name)
-	}
-	var m volumeMeta
-	json.Unmarshal(b, &m)
-	vi := VolumeInfo{Name: name, SizeMiB: m.SizeMiB, Created: m.Created}
+// volumeInfo is i with the boxes that attach it.
+func volumeInfo(i volume.Info, boxes []BoxInfo) VolumeInfo {
+	vi := VolumeInfo{Name: i.Name, SizeMiB: i.SizeMiB, Created: i.Created}
 	for _, bi := range boxes {
 		for _, v := range bi.Options.Volumes {
-			if !v.IsHostDir() && v.Source == name {
+			if !v.IsHostDir() && v.Source == i.Name {
 				vi.UsedBy = append(vi.UsedBy, bi.ID)
 			}
 		}
 	}
-	return vi, nil
+	return vi
 }
 
 // Volumes lists the named volumes.
 func (r *Runtime) Volumes(ctx context.Context) ([]VolumeInfo, error) {
-	ents, err := os.ReadDir(filepath.Join(r.opts.Home, "volumes"))
-	if err != nil && !os.IsNotExist(err) {
+	vols, err := r.volumes().List()
+	if err != nil {
 		return nil, err
 	}
 	boxes, err := r.List(ctx)
@@ -214,10 +156,8 @@ func (r *Runtime) Volumes(ctx context.Context) ([]VolumeInfo, error) {
 		return nil, err
 	}
 	var out []VolumeInfo
-	for _, e := range ents {
-		if vi, err := r.volumeInfo(ctx, e.Name(), boxes); err == nil {
-			out = append(out, vi)
-		}
+	for _, i := range vols {
+		out = append(out, volumeInfo(i, boxes))
 	}
 	return out, nil
 }
@@ -230,14 +170,14 @@ func (r *Runtime) RemoveVolume(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	vi, err := r.volumeInfo(ctx, name, boxes)
+	i, err := r.volumes().Info(name)
 	if err != nil {
 		return err
 	}
-	if len(vi.UsedBy) > 0 {
+	if vi := volumeInfo(i, boxes); len(vi.UsedBy) > 0 {
 		return fmt.Errorf("%w: %s is attached to box %s: remove the box first", ErrVolumeInUse, name, strings.Join(vi.UsedBy, ", "))
 	}
-	return os.RemoveAll(r.volumeDir(name))
+	return r.volumes().Remove(name)
 }
 
 // prepareVolumes creates the named volumes vols attach that do not exist
@@ -248,10 +188,8 @@ func (r *Runtime) prepareVolumes(ctx context.Context, vols []Volume) error {
 		if v.IsHostDir() {
 			continue
 		}
-		if _, err := os.Stat(r.volumeImage(v.Source)); os.IsNotExist(err) {
-			if _, err := r.CreateVolume(ctx, v.Source, 0); err != nil {
-				return err
-			}
+		if err := r.volumes().Ensure(ctx, v.Source); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -265,7 +203,7 @@ func (r *Runtime) vmVolumes(vols []Volume) []vmm.Volume {
 		if v.IsHostDir() {
 			mv.HostDir = v.Source
 		} else {
-			mv.Disk = r.volumeImage(v.Source)
+			mv.Disk = r.volumes().Image(v.Source)
 		}
 		out = append(out, mv)
 	}
