@@ -30,8 +30,9 @@ func TestPackageRules(t *testing.T) {
 		"internal/sparse": {},
 		// The stored box record: its versions, encode and decode.
 		"internal/boxrecord": {},
-		// A snapshot's record on disk (snapshot.json), its names and flock.
-		"internal/snapmeta": {},
+		// A snapshot's record on disk (snapshot.json), its names and flock;
+		// scratch names the temporary directory a snapshot is made in.
+		"internal/snapmeta": {"internal/scratch"},
 		// The named volume store (ext4 images under Home/volumes).
 		"internal/volume": {},
 		// Scratch names that say which process made them (pid and start

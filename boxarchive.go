@@ -254,55 +254,26 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 	if err := snapmeta.CheckName(name); err != nil {
 		return res, err
 	}
-	dir := r.snapshotsDir()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return res, err
-	}
-	lk, err := snapmeta.Lock(ctx, dir, name, false)
-	if err != nil {
-		return res, err
-	}
-	final := filepath.Join(dir, name)
-	if _, err := os.Stat(final); err == nil {
-		lk.Unlock()
-		return res, fmt.Errorf("%w: %q (remove it, or import with another snapshot name)", ErrSnapshotExists, name)
-	}
-	err = func() (err error) {
-		defer func() {
-			lk.Unlock()
-			if err != nil {
-				// No snapshot of that name: its lock file goes too
-				// (as RemoveSnapshot's).
-				os.Remove(lk.Path())
-			}
-		}()
-		tmp, err := scratch.MkdirTemp(dir, "import-"+name)
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmp)
+	wrap := func(err error) error { return fmt.Errorf("import snapshot %s: %w", name, err) }
+	err = snapmeta.Make(ctx, r.snapshotsDir(), name, "import-", "remove it, or import with another snapshot name", wrap, func(tmp string) (snapmeta.Meta, error) {
 		if err := ar.Extract(ctx, tmp); err != nil {
-			return err
+			return snapmeta.Meta{}, err
 		}
 		// checkSnapshotFile has read it.
 		sm, err := snapmeta.Load(tmp)
 		if err != nil {
-			return err
+			return sm, err
 		}
 		// The snapshot's record is rebuilt from what was checked here,
 		// not taken from the archive.
-		sm = snapmeta.Meta{Version: snapmeta.Version, Name: name, Box: m.Box, BoxName: m.BoxName, Created: sm.Created,
+		return snapmeta.Meta{Version: snapmeta.Version, Name: name, Box: m.Box, BoxName: m.BoxName, Created: sm.Created,
 			Image: m.Image, ImageDigest: m.ImageDigest, Config: encodeConfig(boxConfig{Options: o, Image: img.Config}),
 			AgentVersion: sm.AgentVersion, Driver: sm.Driver,
 			StateBytes: allocatedBytes(filepath.Join(tmp, boxarchive.StateFile)) + allocatedBytes(filepath.Join(tmp, boxarchive.RAMFile)),
-			DiskBytes:  allocatedBytes(filepath.Join(tmp, boxarchive.DiskFile)), PausedNs: sm.PausedNs}
-		if err := snapmeta.Write(tmp, sm); err != nil {
-			return err
-		}
-		return os.Rename(tmp, final)
-	}()
+			DiskBytes:  allocatedBytes(filepath.Join(tmp, boxarchive.DiskFile)), PausedNs: sm.PausedNs}, nil
+	})
 	if err != nil {
-		return res, fmt.Errorf("import snapshot %s: %w", name, err)
+		return res, err
 	}
 	b, err := r.Create(ctx, BoxOptions{FromSnapshot: name, Name: opts.Name})
 	if err != nil {

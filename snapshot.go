@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/image"
-	"github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -22,7 +21,7 @@ var (
 	// ErrSnapshotNotFound: no snapshot has that name.
 	ErrSnapshotNotFound = snapmeta.ErrNotFound
 	// ErrSnapshotExists: a snapshot of that name already exists.
-	ErrSnapshotExists = errors.New("snapshot already exists")
+	ErrSnapshotExists = snapmeta.ErrExists
 )
 
 // SnapshotInfo describes a memory snapshot of a box (Box.Snapshot).
@@ -72,7 +71,7 @@ func (b *Box) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
 
 // snapshotWith is Snapshot with the driver's save options (Fork's
 // snapshot is transient).
-func (b *Box) snapshotWith(ctx context.Context, name string, opts vmm.SaveOptions) (_ SnapshotInfo, err error) {
+func (b *Box) snapshotWith(ctx context.Context, name string, opts vmm.SaveOptions) (SnapshotInfo, error) {
 	if err := snapmeta.CheckName(name); err != nil {
 		return SnapshotInfo{}, err
 	}
@@ -101,49 +100,25 @@ func (b *Box) snapshotWith(ctx context.Context, name string, opts vmm.SaveOption
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
-	dir := b.r.snapshotsDir()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return SnapshotInfo{}, err
-	}
-	lk, err := snapmeta.Lock(ctx, dir, name, false)
-	if err != nil {
-		return SnapshotInfo{}, err
-	}
-	defer func() {
-		if err != nil && !errors.Is(err, ErrSnapshotExists) {
-			// No snapshot of that name: its lock file goes too (as
-			// RemoveSnapshot's; a failed fork left one per try).
-			os.Remove(lk.Path())
+	var m snapmeta.Meta
+	err = snapmeta.Make(ctx, b.r.snapshotsDir(), name, "snapshot-", "remove it, or pick another name", nil, func(tmp string) (snapmeta.Meta, error) {
+		_, cfg := b.snapshot()
+		b.waitExecTails(ctx)
+		thaw, err := b.freezeForSnapshot(ctx, rec)
+		if err != nil {
+			return m, fmt.Errorf("snapshot box %s: %w", b.id, err)
 		}
-		lk.Unlock()
-	}()
-	final := filepath.Join(dir, name)
-	if _, err := os.Stat(final); err == nil {
-		return SnapshotInfo{}, fmt.Errorf("%w: %q (remove it, or pick another name)", ErrSnapshotExists, name)
-	}
-	tmp, err := scratch.MkdirTemp(dir, "snapshot-"+name)
+		st, err := sn.SaveSnapshot(ctx, spec, handleOf(rec), tmp, opts)
+		thaw()
+		if err != nil {
+			return m, fmt.Errorf("snapshot box %s: %w", b.id, err)
+		}
+		m = snapmeta.Meta{Version: snapmeta.Version, Name: name, Box: b.id, BoxName: rec.Name, Created: time.Now().UTC(),
+			Image: rec.Image, ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), AgentVersion: agentVersion,
+			Driver: b.r.drv.Name(), StateBytes: st.StateBytes, DiskBytes: st.DiskBytes, PausedNs: st.PausedNs}
+		return m, nil
+	})
 	if err != nil {
-		return SnapshotInfo{}, err
-	}
-	defer os.RemoveAll(tmp) // gone after the rename, unless it failed
-	_, cfg := b.snapshot()
-	b.waitExecTails(ctx)
-	thaw, err := b.freezeForSnapshot(ctx, rec)
-	if err != nil {
-		return SnapshotInfo{}, fmt.Errorf("snapshot box %s: %w", b.id, err)
-	}
-	st, err := sn.SaveSnapshot(ctx, spec, handleOf(rec), tmp, opts)
-	thaw()
-	if err != nil {
-		return SnapshotInfo{}, fmt.Errorf("snapshot box %s: %w", b.id, err)
-	}
-	m := snapmeta.Meta{Version: snapmeta.Version, Name: name, Box: b.id, BoxName: rec.Name, Created: time.Now().UTC(),
-		Image: rec.Image, ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), AgentVersion: agentVersion,
-		Driver: b.r.drv.Name(), StateBytes: st.StateBytes, DiskBytes: st.DiskBytes, PausedNs: st.PausedNs}
-	if err := snapmeta.Write(tmp, m); err != nil {
-		return SnapshotInfo{}, err
-	}
-	if err := os.Rename(tmp, final); err != nil {
 		return SnapshotInfo{}, err
 	}
 	return b.r.snapshotInfo(m)

@@ -19,6 +19,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/gofrs/flock"
+
+	"github.com/airlock-run/airlock/internal/scratch"
 )
 
 // Version is the format version of Meta; Read refuses another.
@@ -30,9 +32,13 @@ const File = "snapshot.json"
 // maxFile bounds File's size (Read).
 const maxFile = 1 << 20
 
-// ErrNotFound: no snapshot has that name (the root package's
-// ErrSnapshotNotFound).
-var ErrNotFound = errors.New("snapshot not found")
+// Errors (the root package's ErrSnapshotNotFound and ErrSnapshotExists).
+var (
+	// ErrNotFound: no snapshot has that name.
+	ErrNotFound = errors.New("snapshot not found")
+	// ErrExists: a snapshot of that name already exists.
+	ErrExists = errors.New("snapshot already exists")
+)
 
 // Meta is the stored record of a snapshot.
 type Meta struct {
@@ -128,6 +134,54 @@ func List(dir string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// Make makes snapshot name in dir (Home/snapshots, created if missing),
+// holding its exclusive lock: fill writes the snapshot's files into tmp,
+// a new directory in dir labelled prefix+name (scratch.MkdirTemp), and
+// returns its record, which Make writes last before it renames tmp to
+// dir/name. A failed Make leaves no directory, and no lock file unless
+// the snapshot exists. Errors: those of creating dir and of Lock, as they
+// are; ErrExists, the text ending in "(hint)"; the others (fill's, and a
+// failed write or rename) passed through wrap (nil: as they are).
+func Make(ctx context.Context, dir, name, prefix, hint string, wrap func(error) error, fill func(tmp string) (Meta, error)) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	lk, err := Lock(ctx, dir, name, false)
+	if err != nil {
+		return err
+	}
+	defer lk.Unlock()
+	final := filepath.Join(dir, name)
+	if _, err := os.Stat(final); err == nil {
+		return fmt.Errorf("%w: %q (%s)", ErrExists, name, hint)
+	}
+	err = func() error {
+		tmp, err := scratch.MkdirTemp(dir, prefix+name)
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp) // gone after the rename, unless it failed
+		m, err := fill(tmp)
+		if err != nil {
+			return err
+		}
+		if err := Write(tmp, m); err != nil {
+			return err
+		}
+		return os.Rename(tmp, final)
+	}()
+	if err != nil {
+		// No snapshot of that name: its lock file goes too (as a
+		// removal's; a failed fork left one per try).
+		os.Remove(lk.Path())
+		if wrap != nil {
+			err = wrap(err)
+		}
+		return err
+	}
+	return nil
 }
 
 // Lock takes the flock of snapshot name in dir, within ctx: shared while

@@ -120,3 +120,42 @@ func TestCheckArchived(t *testing.T) {
 		}
 	}
 }
+
+// TestMake: a snapshot appears whole (its files and record, no temporary
+// directory left) or not at all; an existing one is not touched.
+func TestMake(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "snapshots")
+	fill := func(tmp string) (Meta, error) {
+		return Meta{Version: Version, Name: "s"}, os.WriteFile(filepath.Join(tmp, "state"), []byte("x"), 0o600)
+	}
+	if err := Make(ctx, dir, "s", "snapshot-", "pick another", nil, fill); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := Read(dir, "s"); err != nil || m.Name != "s" {
+		t.Fatalf("made: %+v %v", m, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "s", "state")); string(b) != "x" {
+		t.Error("fill's file missing")
+	}
+	err := Make(ctx, dir, "s", "snapshot-", "pick another", nil, func(string) (Meta, error) { t.Fatal("filled an existing snapshot"); return Meta{}, nil })
+	if !errors.Is(err, ErrExists) || err.Error() != `snapshot already exists: "s" (pick another)` {
+		t.Errorf("existing: %v", err)
+	}
+	wrap := func(err error) error { return errors.New("wrapped: " + err.Error()) }
+	err = Make(ctx, dir, "t", "import-", "", wrap, func(tmp string) (Meta, error) {
+		os.WriteFile(filepath.Join(tmp, "state"), nil, 0o600)
+		return Meta{}, errors.New("fill failed")
+	})
+	if err == nil || err.Error() != "wrapped: fill failed" {
+		t.Errorf("failed fill: %v", err)
+	}
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if !reflect.DeepEqual(names, []string{".s.lock", "s"}) {
+		t.Errorf("left in the snapshots directory: %v", names)
+	}
+}
