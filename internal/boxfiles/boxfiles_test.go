@@ -227,6 +227,17 @@ func uploaders() int {
 	return strings.Count(string(buf), "boxfiles.(*Box).send.func")
 }
 
+// waitUploaders waits (at most 10 s, else fails with msg) until no
+// uploader runs.
+func waitUploaders(t *testing.T, msg string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); uploaders() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+	}
+}
+
 // An agent that fails the call ends it at once, even while a Read of the
 // source is pending; what that Read returns later is dropped.
 func TestSendEndsWhenTheAgentFails(t *testing.T) {
@@ -235,6 +246,7 @@ func TestSendEndsWhenTheAgentFails(t *testing.T) {
 	b, _ := boxOn(map[string]func(*client.FileRequest) *fakeCall{
 		"CopyIn": func(*client.FileRequest) *fakeCall { call = newCall(failed(enospc)); return call },
 	})
+	waitUploaders(t, "an earlier test's uploader still runs")
 	src := blockingReader{make(chan struct{})}
 	done := make(chan error, 1)
 	go func() { done <- b.CopyInTar(ctx, "/full", src, Options{}) }()
@@ -248,12 +260,11 @@ func TestSendEndsWhenTheAgentFails(t *testing.T) {
 	if !errors.Is(err, syscall.ENOSPC) || err.Error() != "box b1: write /full/f: no space left on device" {
 		t.Errorf("CopyInTar: %v", err)
 	}
-	close(src.release)
-	for deadline := time.Now().Add(10 * time.Second); uploaders() > 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the uploader still runs after its Read returned")
-		}
+	if n := uploaders(); n != 1 {
+		t.Fatalf("%d uploaders while the source's Read is pending, want 1 (is uploaders' name right?)", n)
 	}
+	close(src.release)
+	waitUploaders(t, "the uploader still runs after its Read returned")
 	if got := call.uploaded(); len(got) != 0 {
 		t.Errorf("the uploader sent %q after the call ended", got)
 	}
