@@ -58,6 +58,11 @@ func TestPackageRules(t *testing.T) {
 		// only (its init runs early in a re-executed program).
 		"internal/confine/jailstage": {},
 		"internal/agent/client":      {"internal/agent/agentpb", "internal/transport"},
+		// Files in and out of a box over the agent's file calls, behind a
+		// small interface over the client: no box lifecycle, no VM.
+		"internal/boxfiles": {"internal/agent/client", "internal/agent/agentpb", "internal/tarfs"},
+		// An exec's bounded output pipe.
+		"internal/boundedpipe": {},
 		// Test helper: a hostile guest agent, speaking the protocol itself.
 		"internal/agent/evilagent": {"internal/agent/agentpb", "internal/transport"},
 		// Guest side: never a host package.
@@ -77,7 +82,7 @@ func TestPackageRules(t *testing.T) {
 		// No rootfs, no image store: the lifecycle code builds the disks.
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxrecord", "internal/snapmeta", "internal/volume"},
+		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/boxrecord", "internal/snapmeta", "internal/volume"},
 		"codebox": {""},
 		"interp":  {"codebox"},
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/agent/client"
+	"github.com/airlock-run/airlock/internal/boundedpipe"
 	"github.com/airlock-run/airlock/internal/headtail"
 )
 
@@ -130,8 +131,8 @@ func (b *Box) ExecStream(ctx context.Context, cmd string, args []string, opts Ex
 	if opts.Stdout != nil || opts.Stderr != nil {
 		return b.execStreamTo(ctx, cmd, args, opts, orDiscard(opts.Stdout), orDiscard(opts.Stderr), true)
 	}
-	outR, outW := newBoundedPipe(1 << 20)
-	errR, errW := newBoundedPipe(1 << 20)
+	outR, outW := boundedpipe.New(1 << 20)
+	errR, errW := boundedpipe.New(1 << 20)
 	p, err := b.start(ctx, cmd, args, opts, outW, errW, true)
 	if err != nil {
 		return nil, err
@@ -181,7 +182,7 @@ type Process struct {
 	t0     time.Time
 	stdout io.Reader
 	stderr io.Reader
-	pipes  []*boundedPipe
+	pipes  []*boundedpipe.Pipe
 	cancel context.CancelFunc
 	done   chan struct{}
 	res    *ExecResult
@@ -231,7 +232,7 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 	keptOut, _ := stdout.(*headtail.Buffer)
 	keptErr, _ := stderr.(*headtail.Buffer)
 	for _, w := range []io.Writer{stdout, stderr} {
-		if bp, ok := w.(*boundedPipe); ok {
+		if bp, ok := w.(*boundedpipe.Pipe); ok {
 			p.pipes = append(p.pipes, bp)
 		}
 	}
@@ -321,7 +322,7 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 			// The call is over: a caller who stopped reading must not keep
 			// the receiver blocked on a full pipe (Wait would hang).
 			for _, bp := range p.pipes {
-				bp.dropWrites()
+				bp.DropWrites()
 			}
 		}
 		ex, err := proc.Wait()

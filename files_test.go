@@ -335,9 +335,9 @@ func TestFiles(t *testing.T) {
 }
 
 // uploaders counts the goroutines that upload a file call's data
-// (Box.sendFile's reader of the source).
+// (boxfiles.Box.send's reader of the source).
 func uploaders() int {
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
-	return strings.Count(string(buf), "airlock.(*Box).sendFile.func")
+	return strings.Count(string(buf), "boxfiles.(*Box).send.func")
 }

@@ -4,6 +4,7 @@ import { readFile } from "node:fs/promises";
 import path from "node:path";
 import type WebSocket from "ws";
 
+import { BOUNDS } from "./bounds.js";
 import { AirlockError, Client, problemError } from "./client.js";
 import { Files, type FileInfo } from "./files.js";
 import type { components } from "./openapi.js";
@@ -14,8 +15,8 @@ type Schemas = components["schemas"];
 type BoxSpec = Omit<Schemas["BoxSpec"], "image"> & { image?: string };
 type ExecRequest = Schemas["ExecRequest"];
 
-/** Most children one {@link SimpleBox.fork} makes (the server's bound). */
-export const MAX_FORK = 64;
+/** Most children one {@link SimpleBox.fork} makes (the server's bound, from the API's schema). */
+export const MAX_FORK: number = BOUNDS.ForkRequest.n.maximum;
 
 /** The image a CodeBox uses when none is given. */
 export const DEFAULT_IMAGE = "python:slim";

@@ -12,14 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
+from ._bounds import BOUNDS
 from ._client import AirlockError, Client, Endpoint, decode_output, sync_client
 from ._files import FilesMixin
 from ._snapshots import Snapshot
 
 _B = TypeVar("_B", bound="SimpleBox")
 
-#: Most children one :meth:`SimpleBox.fork` makes (the server's bound).
-MAX_FORK = 64
+#: Most children one :meth:`SimpleBox.fork` makes (the server's bound, from
+#: the API's schema).
+MAX_FORK = BOUNDS["ForkRequest"]["n"]["maximum"]
 
 DEFAULT_IMAGE = "python:slim"
 
