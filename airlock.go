@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/pool"
 	"github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -144,7 +145,7 @@ type Runtime struct {
 	// waits for them before it closes the store.
 	late sync.WaitGroup
 
-	pool *poolSet // warm pools (nil: none); immutable after Open
+	pool *pool.Set[*Box] // warm pools (nil: none); immutable after Open
 
 	life lifeState // the reaper of boxes past their lifetime (lifetime.go)
 }
@@ -214,7 +215,7 @@ func openWith(opts Options, drv vmm.Driver) (*Runtime, error) {
 		db.Close()
 		return nil, err
 	}
-	r.pool.start()
+	r.startPools()
 	r.startReaper()
 	return r, nil
 }
@@ -285,7 +286,7 @@ func (r *Runtime) Close() error {
 	r.closed = true
 	r.mu.Unlock()
 	r.stopReaper()
-	r.pool.stop() // no fill left running, no unclaimed box left
+	r.stopPools() // no fill left running, no unclaimed box left
 	r.mu.Lock()
 	boxes := make([]*Box, 0, len(r.boxes))
 	for _, b := range r.boxes {
@@ -414,9 +415,9 @@ func (r *Runtime) Create(ctx context.Context, opts BoxOptions) (*Box, error) {
 	var b *Box
 	var err error
 	if opts.FromSnapshot != "" {
-		b, err = r.restore(ctx, opts)
-	} else if b, err = r.pool.claim(ctx, opts); b == nil && err == nil {
-		b, err = r.create(ctx, opts)
+		b, err = r.restore(ctx, opts, "")
+	} else if b, err = r.claimPooled(ctx, opts); b == nil && err == nil {
+		b, err = r.create(ctx, opts, "")
 	}
 	if err == nil && b != nil {
 		// A boot can take longer than a short lease or idle timeout:
@@ -426,9 +427,10 @@ func (r *Runtime) Create(ctx context.Context, opts BoxOptions) (*Box, error) {
 	return b, err
 }
 
-// create is Create booting a new box.
-func (r *Runtime) create(ctx context.Context, opts BoxOptions) (*Box, error) {
-	b, err := r.newBox(ctx, opts)
+// create is Create booting a new box; forPool is the key of the warm pool
+// it is made for ("" for the caller's box: boxConfig.Pool).
+func (r *Runtime) create(ctx context.Context, opts BoxOptions, forPool string) (*Box, error) {
+	b, err := r.newBox(ctx, opts, forPool)
 	if err != nil {
 		return nil, err
 	}
@@ -477,8 +479,9 @@ func withDefaults(opts BoxOptions) (BoxOptions, error) {
 	return opts, nil
 }
 
-// newBox records a box and prepares its directory, without booting it.
-func (r *Runtime) newBox(ctx context.Context, opts BoxOptions) (*Box, error) {
+// newBox records a box (for warm pool forPool, if not "") and prepares
+// its directory, without booting it.
+func (r *Runtime) newBox(ctx context.Context, opts BoxOptions, forPool string) (*Box, error) {
 	opts, err := withDefaults(opts)
 	if err != nil {
 		if !errors.Is(err, ErrInvalidArgument) {
@@ -493,16 +496,18 @@ func (r *Runtime) newBox(ctx context.Context, opts BoxOptions) (*Box, error) {
 	if err != nil {
 		return nil, err
 	}
-	return r.recordBox(ctx, opts, img, nil)
+	return r.recordBox(ctx, opts, forPool, img, nil)
 }
 
 // recordBox records a box of img and prepares its directory: with the
-// driver's Create, or with prepare when it is set (a restore).
-func (r *Runtime) recordBox(ctx context.Context, opts BoxOptions, img *image.Image, prepare func(context.Context, vmm.Spec) error) (*Box, error) {
+// driver's Create, or with prepare when it is set (a restore). forPool is
+// the key of the warm pool the box is made for, "" for a caller's box
+// (boxConfig.Pool).
+func (r *Runtime) recordBox(ctx context.Context, opts BoxOptions, forPool string, img *image.Image, prepare func(context.Context, vmm.Spec) error) (*Box, error) {
 	if err := checkBoxName(opts.Name); err != nil {
 		return nil, err
 	}
-	bc := boxConfig{Options: opts, Image: img.Config, Pool: poolMark(ctx)}
+	bc := boxConfig{Options: opts, Image: img.Config, Pool: forPool}
 	bc.startLife(time.Now())
 	if opts.AutoRemove {
 		bc.OwnerPID = os.Getpid()

@@ -229,7 +229,7 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 			return res, fmt.Errorf("import box: %w", err)
 		}
 		disk := filepath.Join(tmp, boxarchive.DiskFile)
-		b, err := r.recordBox(ctx, o, img, func(ctx context.Context, spec vmm.Spec) error {
+		b, err := r.recordBox(ctx, o, "", img, func(ctx context.Context, spec vmm.Spec) error {
 			dst := filepath.Join(spec.Dir, boxdir.RW)
 			if os.Rename(disk, dst) == nil {
 				return nil

@@ -10,9 +10,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/pool"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -77,70 +77,71 @@ type PoolInfo struct {
 	Boxes []string
 }
 
-// poolSet is a runtime's warm pools.
-type poolSet struct {
-	r      *Runtime
-	pools  map[string]*pool // by key
-	order  []*pool
-	sem    chan struct{} // bounds concurrent fills across pools
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-
-	// homeLimit is Options.PoolMaxHomeBoxes (0: none).
-	homeLimit int
-	// roomMu serializes the cap checks (pool_caps.go) with the fill or
-	// the start they allow.
-	roomMu sync.Mutex
-
-	mu   sync.Mutex
-	warm map[string]any // claimed box id -> its Warm value, until taken
-	from map[string]bool
-	// launching and launchingMiB are the machines of this runtime that
-	// passed the cap check and are being launched (the driver does not
-	// count them yet), and their memory (pool_caps.go).
-	launching, launchingMiB int
-}
-
-type pool struct {
-	s    *poolSet
+// poolFactory makes the boxes of one warm pool (pool.Factory): boxes
+// recorded with the pool's key as their mark (boxConfig.Pool), which
+// keeps them out of List and Get until claimed.
+type poolFactory struct {
+	r    *Runtime
 	key  string
 	opts PoolOptions // BoxOptions with defaults
-	kick chan struct{}
-
-	mu       sync.Mutex
-	ready    []pooledBox
-	filling  int
-	template string // snapshot name, "" when none
-	booted   bool
-	claimed  int
-	claiming int // popped from ready, not yet the claimer's
-	evicted  int
-	lastErr  string
-	heldBack string
-	fails    int
-	tmplMu   sync.Mutex // serializes template builds
-	tmplBad  bool       // the driver cannot snapshot these boxes: boot them
-	tmplSeen bool
 }
 
-type pooledBox struct {
-	b    *Box
-	warm any
-	// restored: from the template snapshot (else booted).
-	restored bool
+// Template boots a box of the pool, runs Prepare in it, snapshots it and
+// removes it; pool.ErrNoTemplate where the driver cannot snapshot.
+func (f *poolFactory) Template(ctx context.Context) (string, error) {
+	if _, err := f.r.snapshotter(); err != nil {
+		return "", fmt.Errorf("%w: %w", pool.ErrNoTemplate, err)
+	}
+	b, err := f.Boot(ctx)
+	if err != nil {
+		return "", fmt.Errorf("template box: %w", err)
+	}
+	defer b.remove(context.WithoutCancel(ctx), true)
+	pid := vmm.Handle{PID: os.Getpid()}
+	name := fmt.Sprintf("%s%s-%d-%d-%s", templatePrefix, f.key[:8], pid.PID, vmm.StartTime(pid.PID), newID()[:6])
+	if _, err := b.Snapshot(ctx, name); err != nil {
+		if errors.Is(err, vmm.ErrNotSupported) {
+			return "", fmt.Errorf("%w: %w", pool.ErrNoTemplate, err)
+		}
+		return "", fmt.Errorf("template snapshot: %w", err)
+	}
+	return name, nil
 }
 
-// poolMarkKey carries the pool key a box is recorded under (recordBox).
-type poolMarkKey struct{}
-
-func withPoolMark(ctx context.Context, key string) context.Context {
-	return context.WithValue(ctx, poolMarkKey{}, key)
+// Restore starts a pool box from the template snapshot.
+func (f *poolFactory) Restore(ctx context.Context, template string) (*Box, error) {
+	return f.r.restore(ctx, BoxOptions{FromSnapshot: template, AutoRemove: true}, f.key)
 }
 
-func poolMark(ctx context.Context) string {
-	k, _ := ctx.Value(poolMarkKey{}).(string)
-	return k
+// Boot creates a pool box by booting it, and runs Prepare in it.
+func (f *poolFactory) Boot(ctx context.Context) (*Box, error) {
+	b, err := f.r.create(ctx, f.opts.BoxOptions, f.key)
+	if err != nil {
+		return nil, err
+	}
+	if f.opts.Prepare != nil {
+		if err := f.opts.Prepare(ctx, b); err != nil {
+			b.remove(context.WithoutCancel(ctx), true)
+			return nil, fmt.Errorf("prepare pool box: %w", err)
+		}
+	}
+	return b, nil
+}
+
+// Warm runs PoolOptions.Warm, if set.
+func (f *poolFactory) Warm(ctx context.Context, b *Box) (any, error) {
+	if f.opts.Warm == nil {
+		return nil, nil
+	}
+	return f.opts.Warm(ctx, b)
+}
+
+// Remove removes a pool box, killing its machine.
+func (f *poolFactory) Remove(ctx context.Context, b *Box) error { return b.remove(ctx, true) }
+
+// RemoveTemplate removes a template snapshot.
+func (f *poolFactory) RemoveTemplate(ctx context.Context, name string) error {
+	return f.r.RemoveSnapshot(ctx, name)
 }
 
 // poolKey is the key of the pool that boxes of opts come from, and opts
@@ -171,7 +172,7 @@ func poolKey(opts BoxOptions) (key string, o BoxOptions, ok bool) {
 }
 
 // newPools checks opts.Pool and makes the runtime's pools (not started).
-func newPools(r *Runtime, opts Options) (*poolSet, error) {
+func newPools(r *Runtime, opts Options) (*pool.Set[*Box], error) {
 	if len(opts.Pool) == 0 {
 		return nil, nil
 	}
@@ -179,8 +180,8 @@ func newPools(r *Runtime, opts Options) (*poolSet, error) {
 	if fills <= 0 {
 		fills = DefaultPoolFills
 	}
-	s := &poolSet{r: r, pools: map[string]*pool{}, sem: make(chan struct{}, fills), warm: map[string]any{}, from: map[string]bool{},
-		homeLimit: max(opts.PoolMaxHomeBoxes, 0)}
+	var specs []pool.Spec[*Box]
+	seen := map[string]bool{}
 	for i, po := range opts.Pool {
 		if len(po.Volumes) > 0 || len(po.Ports) > 0 {
 			return nil, fmt.Errorf("pool %d (%s): %w: pool boxes cannot have volumes or published ports; attach those to boxes created without a pool", i, po.Image, ErrInvalidArgument)
@@ -194,41 +195,52 @@ func newPools(r *Runtime, opts Options) (*poolSet, error) {
 			_, err := withDefaults(po.BoxOptions)
 			return nil, fmt.Errorf("pool %d (%s): %w", i, po.Image, err)
 		}
-		if _, dup := s.pools[key]; dup {
+		if seen[key] {
 			return nil, fmt.Errorf("pool %d (%s): %w: another pool has the same box options; give it a larger size instead", i, po.Image, ErrInvalidArgument)
 		}
+		seen[key] = true
 		o.Name, o.Hostname, o.AutoRemove = "", "", true
 		po.BoxOptions = o
-		p := &pool{s: s, key: key, opts: po, kick: make(chan struct{}, 1)}
-		s.pools[key] = p
-		s.order = append(s.order, p)
+		specs = append(specs, pool.Spec[*Box]{Key: key, Name: po.Image, Size: po.Size, MemoryMiB: o.MemoryMiB,
+			Factory: &poolFactory{r: r, key: key, opts: po}})
 	}
-	return s, nil
+	room := &poolRoom{r: r, homeLimit: max(opts.PoolMaxHomeBoxes, 0)}
+	return pool.New(specs, room, pool.Options{Fills: fills, Warn: r.warn, Live: r.holds}), nil
 }
 
-// start removes the template snapshots that crashed runtimes left and
-// starts filling.
-func (s *poolSet) start() {
-	if s == nil {
+// holds reports whether the runtime holds a handle for box id (it was
+// not removed or closed).
+func (r *Runtime) holds(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.boxes[id]
+	return ok
+}
+
+// startPools removes the template snapshots that crashed runtimes left
+// and starts filling the pools.
+func (r *Runtime) startPools() {
+	if r.pool == nil {
 		return
 	}
-	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.removeStaleTemplates()
-	for _, p := range s.order {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			p.run()
-		}()
-	}
+	r.removeStaleTemplates(context.Background())
+	r.pool.Start()
+}
+
+// stopPools ends the fills, waits for them, and removes the unclaimed
+// boxes and the templates.
+func (r *Runtime) stopPools() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r.pool.Stop(ctx)
 }
 
 // templatePrefix starts the names of pool template snapshots:
 // pool-KEY-PID-START, PID and START naming the runtime's process.
 const templatePrefix = "pool-"
 
-func (s *poolSet) removeStaleTemplates() {
-	snaps, err := s.r.Snapshots(s.ctx)
+func (r *Runtime) removeStaleTemplates(ctx context.Context) {
+	snaps, err := r.Snapshots(ctx)
 	if err != nil {
 		return
 	}
@@ -243,332 +255,41 @@ func (s *poolSet) removeStaleTemplates() {
 			continue
 		}
 		if !(vmm.Handle{PID: pid, Start: st}).Alive() {
-			s.r.RemoveSnapshot(s.ctx, sn.Name)
+			r.RemoveSnapshot(ctx, sn.Name)
 		}
 	}
 }
 
-// stop ends the fills, waits for them, and removes the unclaimed boxes
-// and the templates.
-func (s *poolSet) stop() {
-	if s == nil || s.cancel == nil {
-		return
-	}
-	s.cancel()
-	s.wg.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for _, p := range s.order {
-		p.mu.Lock()
-		ready, tmpl := p.ready, p.template
-		p.ready, p.template = nil, ""
-		p.mu.Unlock()
-		for _, pb := range ready {
-			pb.b.remove(ctx, true)
-		}
-		if tmpl != "" {
-			s.r.RemoveSnapshot(ctx, tmpl)
-		}
-	}
-}
-
-// run keeps the pool filled until the pool set stops.
-func (p *pool) run() {
-	ctx := p.s.ctx
-	var fills sync.WaitGroup
-	defer fills.Wait()
-	for ctx.Err() == nil {
-		p.mu.Lock()
-		need := p.opts.Size - len(p.ready) - p.filling
-		first := p.template == "" && !p.booted
-		backoff := time.Duration(0)
-		if p.fails > 0 {
-			backoff = min(time.Second<<min(p.fails-1, 5), 30*time.Second)
-		}
-		p.mu.Unlock()
-		if need > 0 && backoff > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-		}
-		madeFirst := false
-		for ; need > 0; need-- {
-			select {
-			case p.s.sem <- struct{}{}:
-			case <-ctx.Done():
-				return
-			}
-			if !p.reserve(ctx) {
-				// At a cap: no fill until there is room (pool_caps.go).
-				<-p.s.sem
-				break
-			}
-			if first {
-				// This fill makes the template: the others wait for it.
-				p.fillOne(ctx)
-				<-p.s.sem
-				madeFirst = true
-				break
-			}
-			fills.Add(1)
-			go func() {
-				defer fills.Done()
-				defer func() { <-p.s.sem }()
-				p.fillOne(ctx)
-			}()
-		}
-		if madeFirst {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-p.kick:
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// fillOne adds one box to the pool.
-func (p *pool) fillOne(ctx context.Context) {
-	pb, err := p.make(ctx)
-	p.mu.Lock()
-	p.filling--
-	var ce *CapacityError
-	if errors.As(err, &ce) {
-		// Another process took the room between the check and the
-		// start: held back, not failed.
-		p.heldBack = err.Error()
-		p.mu.Unlock()
-		return
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			p.fails++
-			p.lastErr = err.Error()
-			if p.fails == 1 || p.fails%10 == 0 {
-				p.s.r.warn(fmt.Sprintf("pool %s: cannot fill it (will retry): %v", p.opts.Image, err))
-			}
-		}
-		p.mu.Unlock()
-		return
-	}
-	p.fails, p.lastErr = 0, ""
-	if ctx.Err() != nil {
-		p.mu.Unlock()
-		pb.b.remove(context.Background(), true)
-		return
-	}
-	p.ready = append(p.ready, pb)
-	p.mu.Unlock()
-	p.s.recheck()
-}
-
-// recheck has every pool check the caps again now: a fill that ended
-// counts as a running machine only, no longer as one in progress too.
-// Until then a pool is not held back (WaitPools waits for the check).
-func (s *poolSet) recheck() {
-	for _, p := range s.order {
-		p.mu.Lock()
-		p.heldBack = ""
-		p.mu.Unlock()
-		select {
-		case p.kick <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// make restores (or boots) one box of the pool and warms it.
-func (p *pool) make(ctx context.Context) (pooledBox, error) {
-	mctx := withPoolMark(ctx, p.key)
-	tmpl, err := p.templateName(ctx)
-	if err != nil {
-		return pooledBox{}, err
-	}
-	var b *Box
-	if tmpl != "" {
-		b, err = p.s.r.restore(mctx, BoxOptions{FromSnapshot: tmpl, AutoRemove: true})
-		if err != nil {
-			// A template removed or made stale (a new kernel, agent or
-			// QEMU) is made again on the next fill.
-			if ctx.Err() == nil {
-				p.mu.Lock()
-				if p.template == tmpl {
-					p.template = ""
-				}
-				p.mu.Unlock()
-				p.s.r.RemoveSnapshot(context.WithoutCancel(ctx), tmpl)
-			}
-			return pooledBox{}, err
-		}
-	} else {
-		b, err = p.boot(mctx)
-		if err != nil {
-			return pooledBox{}, err
-		}
-	}
-	var warm any
-	if p.opts.Warm != nil {
-		if warm, err = p.opts.Warm(ctx, b); err != nil {
-			b.remove(context.WithoutCancel(ctx), true)
-			return pooledBox{}, fmt.Errorf("warm pool box: %w", err)
-		}
-	}
-	return pooledBox{b: b, warm: warm, restored: tmpl != ""}, nil
-}
-
-// boot creates a pool box by booting it, and runs Prepare in it.
-func (p *pool) boot(ctx context.Context) (*Box, error) {
-	b, err := p.s.r.create(ctx, p.opts.BoxOptions)
-	if err != nil {
-		return nil, err
-	}
-	if p.opts.Prepare != nil {
-		if err := p.opts.Prepare(ctx, b); err != nil {
-			b.remove(context.WithoutCancel(ctx), true)
-			return nil, fmt.Errorf("prepare pool box: %w", err)
-		}
-	}
-	return b, nil
-}
-
-// templateName returns the pool's template snapshot, making it if there
-// is none; "" when the pool boots its boxes.
-func (p *pool) templateName(ctx context.Context) (string, error) {
-	p.tmplMu.Lock()
-	defer p.tmplMu.Unlock()
-	p.mu.Lock()
-	tmpl, bad := p.template, p.tmplBad
-	p.mu.Unlock()
-	if tmpl != "" || bad {
-		return tmpl, nil
-	}
-	if _, err := p.s.r.snapshotter(); err != nil {
-		p.mu.Lock()
-		p.tmplBad, p.booted = true, true
-		p.mu.Unlock()
-		return "", nil
-	}
-	b, err := p.boot(withPoolMark(ctx, p.key))
-	if err != nil {
-		return "", fmt.Errorf("template box: %w", err)
-	}
-	defer b.remove(context.WithoutCancel(ctx), true)
-	pid := vmm.Handle{PID: os.Getpid()}
-	name := fmt.Sprintf("%s%s-%d-%d-%s", templatePrefix, p.key[:8], pid.PID, vmm.StartTime(pid.PID), newID()[:6])
-	if _, err := b.Snapshot(ctx, name); err != nil {
-		if errors.Is(err, vmm.ErrNotSupported) {
-			p.mu.Lock()
-			p.tmplBad, p.booted = true, true
-			p.mu.Unlock()
-			return "", nil
-		}
-		return "", fmt.Errorf("template snapshot: %w", err)
-	}
-	p.mu.Lock()
-	p.template = name
-	p.mu.Unlock()
-	return name, nil
-}
-
-// claim takes a ready box for opts from its pool and makes it the
+// claimPooled takes a ready box for opts from its pool and makes it the
 // caller's; nil, nil when there is no pool for opts or none is ready.
-func (s *poolSet) claim(ctx context.Context, opts BoxOptions) (*Box, error) {
-	if s == nil {
-		return nil, nil
-	}
+func (r *Runtime) claimPooled(ctx context.Context, opts BoxOptions) (*Box, error) {
 	key, _, ok := poolKey(opts)
-	if !ok {
-		return nil, nil
-	}
-	p := s.pools[key]
-	if p == nil {
+	if !ok || !r.pool.Has(key) {
 		return nil, nil
 	}
 	if opts.Name != "" {
 		// Refused before a pool box is spent on it (a rename that loses
 		// a race still is, below).
-		if inUse, err := s.r.db.NameInUse(ctx, opts.Name); err != nil {
+		if inUse, err := r.db.NameInUse(ctx, opts.Name); err != nil {
 			return nil, err
 		} else if inUse {
 			return nil, fmt.Errorf("%w: %q (remove it, or pick another name)", ErrNameInUse, opts.Name)
 		}
 	}
-	for {
-		p.mu.Lock()
-		if len(p.ready) == 0 {
-			p.mu.Unlock()
-			return nil, nil
-		}
-		pb := p.ready[0]
-		p.ready = p.ready[1:]
-		p.claimed++
-		p.claiming++
-		p.mu.Unlock()
-		select {
-		case p.kick <- struct{}{}:
-		default:
-		}
-		err := s.personalise(ctx, pb, opts)
-		p.mu.Lock()
-		p.claiming--
-		p.mu.Unlock()
-		if err == nil {
-			s.prune()
-			s.mu.Lock()
-			s.from[pb.b.id] = true
-			if pb.warm != nil {
-				s.warm[pb.b.id] = pb.warm
-			}
-			s.mu.Unlock()
-			// Whether the pool may refill is known now, not only once its
-			// fill loop has run again: a status read right after the claim
-			// says so.
-			p.checkRoom(ctx)
-			return pb.b, nil
-		}
-		pb.b.remove(context.WithoutCancel(ctx), true)
-		if errors.Is(err, ErrNameInUse) || ctx.Err() != nil {
-			return nil, err
-		}
-		// A pool box that died or broke while it waited: try the next.
-	}
+	b, _, err := r.pool.Claim(ctx, key, func(ctx context.Context, b *Box, restored bool) (bool, error) {
+		err := r.personalise(ctx, b, restored, opts)
+		// A pool box that died or broke while it waited: the next is
+		// tried.
+		return !errors.Is(err, ErrNameInUse), err
+	})
+	return b, err
 }
 
-// prune forgets the claimed boxes whose handles the runtime dropped
-// (removed or closed), once there are many.
-func (s *poolSet) prune() {
-	s.mu.Lock()
-	n := len(s.from)
-	s.mu.Unlock()
-	if n < 256 {
-		return
-	}
-	s.r.mu.Lock()
-	live := make(map[string]bool, len(s.r.boxes))
-	for id := range s.r.boxes {
-		live[id] = true
-	}
-	s.r.mu.Unlock()
-	s.mu.Lock()
-	for id := range s.from {
-		if !live[id] {
-			delete(s.from, id)
-			delete(s.warm, id)
-		}
-	}
-	s.mu.Unlock()
-}
-
-// personalise makes pool box pb the caller's box of opts: its name,
+// personalise makes pool box b the caller's box of opts: its name,
 // hostname and AutoRemove, no pool mark; then the guest takes its
 // hostname and, when restored from the template, fresh entropy and the
 // host's time (as a restore does: it may have waited long in the pool).
-func (s *poolSet) personalise(ctx context.Context, pb pooledBox, opts BoxOptions) error {
-	b := pb.b
+func (r *Runtime) personalise(ctx context.Context, b *Box, restored bool, opts BoxOptions) error {
 	_, cfg := b.snapshot()
 	c := cfg
 	c.Pool = ""
@@ -584,13 +305,13 @@ func (s *poolSet) personalise(ctx context.Context, pb pooledBox, opts BoxOptions
 	c.Options.TTL, c.Options.IdleTimeout, c.Options.Lease = opts.TTL, opts.IdleTimeout, opts.Lease
 	c.startLife(time.Now())
 	// A pool box is nobody's until now: its record is c, whole.
-	if err := s.r.updateConfig(ctx, b.id, func(s *boxConfig) { *s = c }); err != nil {
+	if err := r.updateConfig(ctx, b.id, func(s *boxConfig) { *s = c }); err != nil {
 		return fmt.Errorf("box %s: record it: %w", b.id, err)
 	}
 	if _, err := b.load(ctx); err != nil {
 		return err
 	}
-	if pb.restored {
+	if restored {
 		return b.restored(ctx)
 	}
 	// A booted box has its own entropy and the right time; only its
@@ -612,48 +333,24 @@ func (s *poolSet) personalise(ctx context.Context, pb pooledBox, opts BoxOptions
 // TakeWarm returns, once, what the pool's Warm hook made for this box
 // when Create took it from a warm pool of this runtime; nil otherwise,
 // and on later calls.
-func (b *Box) TakeWarm() any {
-	s := b.r.pool
-	if s == nil {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	w := s.warm[b.id]
-	delete(s.warm, b.id)
-	return w
-}
+func (b *Box) TakeWarm() any { return b.r.pool.TakeWarm(b.id) }
 
 // FromPool reports whether Create took this box from a warm pool of this
 // runtime (Options.Pool) rather than booting or restoring it.
-func (b *Box) FromPool() bool {
-	s := b.r.pool
-	if s == nil {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.from[b.id]
-}
+func (b *Box) FromPool() bool { return b.r.pool.FromPool(b.id) }
 
 // Pools returns the state of the runtime's warm pools (Options.Pool), in
 // the order they were given.
 func (r *Runtime) Pools() []PoolInfo {
-	s := r.pool
-	if s == nil {
+	st := r.pool.Status()
+	if st == nil {
 		return nil
 	}
-	out := make([]PoolInfo, 0, len(s.order))
-	for _, p := range s.order {
-		p.mu.Lock()
-		ids := make([]string, len(p.ready))
-		for i, pb := range p.ready {
-			ids[i] = pb.b.id
-		}
-		out = append(out, PoolInfo{Image: p.opts.Image, Key: p.key, Size: p.opts.Size, Ready: len(p.ready), Filling: p.filling,
-			Template: p.template, Booted: p.booted, Claimed: p.claimed, LastError: p.lastErr,
-			HeldBack: p.heldBack, Evicted: p.evicted, Boxes: ids})
-		p.mu.Unlock()
+	out := make([]PoolInfo, 0, len(st))
+	for _, p := range st {
+		out = append(out, PoolInfo{Image: p.Name, Key: p.Key, Size: p.Size, Ready: p.Ready, Filling: p.Filling,
+			Template: p.Template, Booted: p.Booted, Claimed: p.Claimed, LastError: p.LastError,
+			HeldBack: p.HeldBack, Evicted: p.Evicted, Boxes: p.Boxes})
 	}
 	return out
 }
@@ -662,18 +359,8 @@ func (r *Runtime) Pools() []PoolInfo {
 // with no fill in progress (PoolInfo.HeldBack says which), or ctx ends
 // (its error).
 func (r *Runtime) WaitPools(ctx context.Context) error {
-	for {
-		full := true
-		for _, p := range r.Pools() {
-			full = full && (p.Ready >= p.Size || p.HeldBack != "" && p.Filling == 0)
-		}
-		if full {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for the warm pools: %w", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
+	if err := r.pool.Wait(ctx); err != nil {
+		return fmt.Errorf("wait for the warm pools: %w", err)
 	}
+	return nil
 }

@@ -51,7 +51,8 @@ func TestPoolCaps(t *testing.T) {
 	// settled waits for the pool to settle: no fill in progress, and
 	// either full or held back. Right after a fill ends the pool is
 	// neither for a moment (its fill loop checks the caps again: see
-	// poolSet.recheck), so a status read then says nothing yet.
+	// Set.recheck in internal/pool), so a status read then says nothing
+	// yet.
 	settled := func(t *testing.T, r *airlock.Runtime) airlock.PoolInfo {
 		t.Helper()
 		deadline := time.Now().Add(time.Minute)

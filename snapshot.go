@@ -234,8 +234,9 @@ func (r *Runtime) RemoveSnapshot(ctx context.Context, name string) error {
 
 // restore creates a box from snapshot opts.FromSnapshot and starts it
 // from the snapshot's memory; then the guest gets fresh entropy, the
-// host's time and its own hostname.
-func (r *Runtime) restore(ctx context.Context, opts BoxOptions) (*Box, error) {
+// host's time and its own hostname. forPool is the key of the warm pool
+// the box is made for ("" for the caller's box).
+func (r *Runtime) restore(ctx context.Context, opts BoxOptions, forPool string) (*Box, error) {
 	name := opts.FromSnapshot
 	sn, err := r.snapshotter()
 	if err != nil {
@@ -270,7 +271,7 @@ func (r *Runtime) restore(ctx context.Context, opts BoxOptions) (*Box, error) {
 		return nil, fmt.Errorf("snapshot %s: image %s: %w", name, m.Image, err)
 	}
 	dir := filepath.Join(r.snapshotsDir(), name)
-	b, err := r.recordBox(ctx, o, img, func(ctx context.Context, spec vmm.Spec) error {
+	b, err := r.recordBox(ctx, o, forPool, img, func(ctx context.Context, spec vmm.Spec) error {
 		return sn.CreateFromSnapshot(ctx, spec, dir)
 	})
 	if err != nil {
