@@ -38,6 +38,9 @@ func TestPackageRules(t *testing.T) {
 		// The warm-pool scheduler: boxes, templates and the caps come in
 		// through its Factory and Room interfaces.
 		"internal/pool": {},
+		// The host caps' arithmetic over counts and limits: the caller
+		// counts machines and boxes.
+		"internal/capacity": {},
 		// Scratch names that say which process made them (pid and start
 		// time, read as the driver seam does).
 		"internal/scratch":      {"internal/vmm"},
@@ -85,7 +88,7 @@ func TestPackageRules(t *testing.T) {
 		// No rootfs, no image store: the lifecycle code builds the disks.
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/volume"},
+		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/volume", "internal/capacity"},
 		"codebox": {""},
 		"interp":  {"codebox"},
 	}

@@ -190,16 +190,13 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 		if err := r.checkMemoryCap(o.MemoryMiB); err != nil {
 			return boxarchive.Limits{}, fmt.Errorf("the archive's box: %w", err)
 		}
-		if o.DiskSizeMiB > maxArchiveDiskMiB {
-			return boxarchive.Limits{}, fmt.Errorf("the archive's box has a disk of %d MiB, more than the %d MiB (1 TiB) an imported box may have: %w", o.DiskSizeMiB, maxArchiveDiskMiB, ErrLimit)
-		}
-		return boxarchive.Limits{DiskBytes: int64(o.DiskSizeMiB) << 20, MemoryBytes: int64(o.MemoryMiB) << 20, CheckFile: r.checkSnapshotFile}, nil
+		return boxarchive.BoxLimits(o.MemoryMiB, o.DiskSizeMiB, r.checkSnapshotFile)
 	})
 	if err != nil {
 		return res, err
 	}
 	m := ar.Manifest()
-	if err := checkFreeSpace(r.opts.Home, m); err != nil {
+	if err := boxarchive.CheckFreeSpace(r.opts.Home, m); err != nil {
 		return res, err
 	}
 	img, err := r.images.Resolve(m.ImageDigest)
@@ -246,10 +243,7 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 	// An archive with memory: a snapshot first.
 	name := opts.Snapshot
 	if name == "" {
-		name = m.Snapshot
-		if name == "" || !snapmeta.ValidName(name) {
-			name = "import-" + m.Box
-		}
+		name = boxarchive.SnapshotName(m, snapmeta.ValidName)
 	}
 	if err := snapmeta.CheckName(name); err != nil {
 		return res, err
@@ -266,11 +260,11 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 		}
 		// The snapshot's record is rebuilt from what was checked here,
 		// not taken from the archive.
+		stateBytes, diskBytes := boxarchive.SnapshotBytes(tmp)
 		return snapmeta.Meta{Version: snapmeta.Version, Name: name, Box: m.Box, BoxName: m.BoxName, Created: sm.Created,
 			Image: m.Image, ImageDigest: m.ImageDigest, Config: encodeConfig(boxConfig{Options: o, Image: img.Config}),
 			AgentVersion: sm.AgentVersion, Driver: sm.Driver,
-			StateBytes: allocatedBytes(filepath.Join(tmp, boxarchive.StateFile)) + allocatedBytes(filepath.Join(tmp, boxarchive.RAMFile)),
-			DiskBytes:  allocatedBytes(filepath.Join(tmp, boxarchive.DiskFile)), PausedNs: sm.PausedNs}, nil
+			StateBytes: stateBytes, DiskBytes: diskBytes, PausedNs: sm.PausedNs}, nil
 	})
 	if err != nil {
 		return res, err
@@ -332,29 +326,7 @@ func (r *Runtime) checkSnapshotFile(name string, b []byte) error {
 	return nil
 }
 
-// maxArchiveDiskMiB bounds the disk size of an imported box (the
-// server API's bound on DiskSizeMiB): the guest may fill that much of the
-// host's disk.
-const maxArchiveDiskMiB = 1 << 20
-
-// checkFreeSpace refuses an archive whose entries (checked by
-// boxarchive.Read) need more space than home's filesystem has free; a
-// snapshot's disk is copied once more into the box restored from it.
-func checkFreeSpace(home string, m *boxarchive.Manifest) error {
-	need := m.DataBytes()
-	if m.Kind == boxarchive.KindSnapshot {
-		need += m.Files[0].Size
-	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(home, &st); err != nil {
-		return nil // the writes will say
-	}
-	if free := int64(st.Bavail) * int64(st.Bsize); need > free {
-		return fmt.Errorf("the archive needs %d MiB and the airlock home %s has %d MiB free: free some space first (or import into another home): %w", need>>20, home, free>>20, ErrLimit)
-	}
-	return nil
-}
-
+// allocatedBytes is the bytes file p takes on disk (0 if unknown).
 func allocatedBytes(p string) int64 {
 	var s unix.Stat_t
 	if unix.Stat(p, &s) != nil {

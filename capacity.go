@@ -1,53 +1,18 @@
 package airlock
 
 import (
-	"bufio"
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
-
+	"github.com/airlock-run/airlock/internal/capacity"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
 // Host-wide capacity: caps on the boxes running on this host (of every
 // airlock home and user, as the VM driver counts them) and on the host
 // memory they take (guest memory plus a per-box overhead for QEMU and its
-// helpers), checked when a box is created and when it starts.
-const (
-	// DefaultMaxBoxes is the default cap on running boxes
-	// (Options.MaxBoxes).
-	DefaultMaxBoxes = 128
-	// memoryReserveMiB is host RAM kept out of the default memory cap:
-	// the larger of this and a tenth of RAM.
-	memoryReserveMiB = 2048
-	// boxOverheadMiB is the host memory a running box takes besides its
-	// guest RAM, counted against the memory cap (Options.MaxMemoryMiB)
-	// with each box's memory: QEMU's own (heap, device state, I/O
-	// buffers, and under TCG the translated-code buffer), the box's
-	// network helper, its console drain and the virtiofsd processes of
-	// its shared directories. Measured from /proc/PID/smaps of an idle
-	// 512 MiB box under TCG after one exec (airlock kernel; Debian's in
-	// brackets): QEMU 118 [268] MiB RSS, of which 31 [114] MiB guest RAM,
-	// 33 [56] MiB translated code, 20 [25] MiB other anonymous memory
-	// and 35 [73] MiB file pages (binary and libraries, shared between
-	// boxes); network helper 9.3 MiB; console drain 1.5 MiB of its own
-	// (10.5 MiB PSS); virtiofsd 3-3.6 MiB RSS, ~1 MiB PSS, for each of
-	// its two processes. That is 65-100 MiB a box beyond guest RAM. The
-	// translated code grows with the code the guest runs (QEMU reserves
-	// 1 GiB for it): after python3 imported ten modules and ran a loop,
-	// 64 MiB, with 25 MiB other anonymous memory (~100 MiB a box, 135
-	// with the file pages of a lone QEMU). Under KVM there is none. 128
-	// MiB covers TCG with some room.
-	boxOverheadMiB = 128
-)
+// helpers), checked when a box is created and when it starts. The
+// arithmetic is internal/capacity's.
 
-// hostMiB is the host memory a box of guestMiB takes for the caps.
-func hostMiB(guestMiB int) int { return guestMiB + boxOverheadMiB }
-
-// usageMiB is the host memory that the machines u counts take for the
-// caps.
-func usageMiB(u vmm.Usage) int { return u.MemoryMiB + u.Machines*boxOverheadMiB }
+// DefaultMaxBoxes is the default cap on running boxes (Options.MaxBoxes).
+const DefaultMaxBoxes = capacity.DefaultMaxBoxes
 
 // CapacityError is returned when starting a box would exceed a host-wide
 // cap; it names the cap.
@@ -59,54 +24,43 @@ type CapacityError struct {
 }
 
 func (e *CapacityError) Error() string {
-	if e.Cap == "AIRLOCK_MAX_BOXES" {
-		return fmt.Sprintf("host capacity: %d boxes already run on this host, the cap is %d (Options.MaxBoxes, or AIRLOCK_MAX_BOXES=N)", e.InUse, e.Limit)
+	return (&capacity.Exceeded{Cap: e.Cap, Limit: e.Limit, InUse: e.InUse, Wanted: e.Wanted}).Error()
+}
+
+// capacityError is e as the public error (nil for nil).
+func capacityError(e *capacity.Exceeded) error {
+	if e == nil {
+		return nil
 	}
-	if e.InUse == 0 {
-		return fmt.Sprintf("host capacity: the box takes %d MiB of host memory (its memory and %d MiB for QEMU, its network helper and virtiofsd), more than the host cap of %d MiB (Options.MaxMemoryMiB, or AIRLOCK_MAX_MEMORY=MiB; default host RAM minus a reserve)", e.Wanted, boxOverheadMiB, e.Limit)
-	}
-	return fmt.Sprintf("host capacity: running boxes take %d MiB of host memory, %d MiB more (the box's memory and %d MiB for QEMU, its network helper and virtiofsd) would pass the cap of %d MiB (Options.MaxMemoryMiB, or AIRLOCK_MAX_MEMORY=MiB)", e.InUse, e.Wanted, boxOverheadMiB, e.Limit)
+	return &CapacityError{Cap: e.Cap, Limit: e.Limit, InUse: e.InUse, Wanted: e.Wanted}
 }
 
 // capacityLimits returns the caps: Options.MaxBoxes (default
 // DefaultMaxBoxes) and Options.MaxMemoryMiB (default host RAM minus the
 // larger of 2 GiB and 10%).
-func (r *Runtime) capacityLimits() (boxes, memMiB int) {
-	boxes, memMiB = r.opts.MaxBoxes, r.opts.MaxMemoryMiB
-	if boxes <= 0 {
-		boxes = DefaultMaxBoxes
+func (r *Runtime) capacityLimits() capacity.Limits {
+	mem := r.opts.MaxMemoryMiB
+	host := 0
+	if mem <= 0 {
+		host = capacity.HostMemMiB()
 	}
-	if memMiB <= 0 {
-		total := hostMemMiB()
-		if total == 0 {
-			memMiB = 1 << 30
-		} else {
-			memMiB = total - max(memoryReserveMiB, total/10)
-		}
-	}
-	return boxes, memMiB
+	return capacity.Resolve(r.opts.MaxBoxes, mem, host)
 }
 
-// hostMemMiB returns MemTotal from /proc/meminfo in MiB (0 if unknown).
-func hostMemMiB() int {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0
+// machineUsage counts the driver's running machines other than box
+// except's; nil when the driver cannot count them (no vmm.UsageReporter).
+func (r *Runtime) machineUsage(except string) *capacity.Usage {
+	ur, ok := r.drv.(vmm.UsageReporter)
+	if !ok {
+		return nil
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
-			kb, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			return kb / 1024
-		}
-	}
-	return 0
+	u := ur.Usage(except)
+	return &capacity.Usage{Machines: u.Machines, MemoryMiB: u.MemoryMiB}
 }
 
 // checkCapacity returns a CapacityError if starting box id with memMiB of
 // guest memory would pass a host-wide cap (each box counted with
-// boxOverheadMiB). A driver that cannot count its machines (no
+// capacity.OverheadMiB). A driver that cannot count its machines (no
 // vmm.UsageReporter) is held to the memory cap of one box.
 func (r *Runtime) checkCapacity(id string, memMiB int) error {
 	return r.checkCapacityWith(id, memMiB, 0, 0)
@@ -116,32 +70,20 @@ func (r *Runtime) checkCapacity(id string, memMiB int) error {
 // pendingMiB guest memory starting (not yet counted by the driver)
 // besides.
 func (r *Runtime) checkCapacityWith(id string, memMiB, pending, pendingMiB int) error {
-	maxBoxes, maxMem := r.capacityLimits()
-	want := hostMiB(memMiB)
-	if want > maxMem {
-		return &CapacityError{Cap: "AIRLOCK_MAX_MEMORY", Limit: maxMem, Wanted: want}
+	l := r.capacityLimits()
+	if e := l.Alone(memMiB); e != nil {
+		return capacityError(e)
 	}
-	ur, ok := r.drv.(vmm.UsageReporter)
-	if !ok {
-		return nil
+	u := r.machineUsage(id)
+	if u != nil {
+		u.Machines += pending
+		u.MemoryMiB += pendingMiB
 	}
-	u := ur.Usage(id)
-	u.Machines += pending
-	u.MemoryMiB += pendingMiB
-	if u.Machines+1 > maxBoxes {
-		return &CapacityError{Cap: "AIRLOCK_MAX_BOXES", Limit: maxBoxes, InUse: u.Machines, Wanted: 1}
-	}
-	if use := usageMiB(u); use+want > maxMem {
-		return &CapacityError{Cap: "AIRLOCK_MAX_MEMORY", Limit: maxMem, InUse: use, Wanted: want}
-	}
-	return nil
+	return capacityError(l.Start(u, memMiB))
 }
 
 // checkMemoryCap refuses, at creation, a box whose memory alone (with
-// boxOverheadMiB) passes the host memory cap.
+// capacity.OverheadMiB) passes the host memory cap.
 func (r *Runtime) checkMemoryCap(memMiB int) error {
-	if _, maxMem := r.capacityLimits(); hostMiB(memMiB) > maxMem {
-		return &CapacityError{Cap: "AIRLOCK_MAX_MEMORY", Limit: maxMem, Wanted: hostMiB(memMiB)}
-	}
-	return nil
+	return capacityError(r.capacityLimits().Alone(memMiB))
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/capacity"
 	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -63,7 +64,7 @@ func OpenConfinedWithout(opts Options, layers ...qemu.Layer) (*Runtime, error) {
 
 // BoxOverheadMiB is the host memory the capacity caps count for each box
 // besides its guest memory.
-const BoxOverheadMiB = boxOverheadMiB
+const BoxOverheadMiB = capacity.OverheadMiB
 
 // WriteTestSnapshot records a snapshot named name of box b in its home as
 // Box.Snapshot does, without its memory or disk (tests only: the snapshot

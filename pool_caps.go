@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/airlock-run/airlock/internal/capacity"
 	"github.com/airlock-run/airlock/internal/pool"
 	"github.com/airlock-run/airlock/internal/store"
-	"github.com/airlock-run/airlock/internal/vmm"
 )
 
 // Warm pools and the caps (docs/pool.md, "Caps"). A pool box is a running
@@ -47,35 +47,16 @@ type poolRoom struct {
 // Fill says why one more pool box of memMiB does not fit the caps now
 // ("" when it does).
 func (m *poolRoom) Fill(ctx context.Context, memMiB int, c pool.Counts) string {
-	r := m.r
-	maxBoxes, maxMem := r.capacityLimits()
-	filling, starting := c.Filling, c.Starting
-	if ur, ok := r.drv.(vmm.UsageReporter); ok {
-		// Fills and starts whose machine runs already are counted twice
-		// (by the driver, and as in progress): the fills leave room
-		// rather than take it.
-		u := ur.Usage("")
-		if n := u.Machines + filling + starting; n+1 > maxBoxes {
-			return fmt.Sprintf("at the host cap of %d running boxes (Options.MaxBoxes, or AIRLOCK_MAX_BOXES=N): %d run, %d more are being made or started",
-				maxBoxes, u.Machines, filling+starting)
-		}
-		pending := c.FillingMiB + c.StartingMiB + (filling+starting)*boxOverheadMiB
-		if mem := usageMiB(u) + pending; mem+hostMiB(memMiB) > maxMem {
-			return fmt.Sprintf("at the host memory cap of %d MiB (Options.MaxMemoryMiB, or AIRLOCK_MAX_MEMORY=MiB): running boxes take %d MiB, %d MiB are being made or started, a pool box takes %d MiB (its memory and %d MiB for QEMU and its helpers)",
-				maxMem, usageMiB(u), pending, hostMiB(memMiB), boxOverheadMiB)
-		}
-	} else if hostMiB(memMiB) > maxMem {
-		return fmt.Sprintf("a pool box's %d MiB of memory (and %d MiB for QEMU and its helpers) is more than the host memory cap of %d MiB (Options.MaxMemoryMiB)", memMiB, boxOverheadMiB, maxMem)
+	p := capacity.Pending{Filling: c.Filling, FillingMiB: c.FillingMiB, Starting: c.Starting, StartingMiB: c.StartingMiB}
+	if why := m.r.capacityLimits().Fill(m.r.machineUsage(""), p, memMiB); why != "" {
+		return why
 	}
 	if m.homeLimit > 0 {
 		users, err := m.homeBoxes(ctx, "")
 		if err != nil {
 			return fmt.Sprintf("cannot count the home's boxes: %v", err)
 		}
-		if users+c.Held+1 > m.homeLimit {
-			return fmt.Sprintf("at the home's limit of %d boxes not stopped (airlock serve --max-boxes, or Options.PoolMaxHomeBoxes): %d boxes and %d pool boxes",
-				m.homeLimit, users, c.Held)
-		}
+		return capacity.HomeFill(m.homeLimit, users, c.Held)
 	}
 	return ""
 }
@@ -84,13 +65,8 @@ func (m *poolRoom) Fill(ctx context.Context, memMiB int, c pool.Counts) string {
 // removing pool boxes could help with (counting the launches in
 // progress), or the home's budget.
 func (m *poolRoom) Evict(ctx context.Context, id string, memMiB int, c pool.Counts) bool {
-	maxBoxes, maxMem := m.r.capacityLimits()
-	if ur, ok := m.r.drv.(vmm.UsageReporter); ok && hostMiB(memMiB) <= maxMem {
-		u := ur.Usage(id)
-		n, mib := c.Starting, c.StartingMiB
-		if u.Machines+n+1 > maxBoxes || usageMiB(u)+mib+n*boxOverheadMiB+hostMiB(memMiB) > maxMem {
-			return true
-		}
+	if m.r.capacityLimits().Evict(m.r.machineUsage(id), c.Starting, c.StartingMiB, memMiB) {
+		return true
 	}
 	if m.homeLimit <= 0 {
 		return false
@@ -99,7 +75,7 @@ func (m *poolRoom) Evict(ctx context.Context, id string, memMiB int, c pool.Coun
 	if err != nil {
 		return false
 	}
-	return users+1+c.Held > m.homeLimit
+	return capacity.HomeFull(m.homeLimit, users, c.Held)
 }
 
 // Start checks the host caps for box id of memMiB with the launches in

@@ -418,3 +418,25 @@ func TestWriteRead(t *testing.T) {
 		})
 	}
 }
+
+// TestHostileArchiveHostChecks: the importer's checks of an archive's
+// box against the host, with no Runtime.
+func TestHostileArchiveHostChecks(t *testing.T) {
+	if _, err := boxarchive.BoxLimits(512, boxarchive.MaxDiskMiB+1, nil); !errors.Is(err, boxarchive.ErrLimit) || !strings.Contains(err.Error(), "1 TiB") {
+		t.Errorf("a disk over 1 TiB: %v, want boxarchive.ErrLimit", err)
+	}
+	if l, err := boxarchive.BoxLimits(512, 2048, nil); err != nil || l.MemoryBytes != 512<<20 || l.DiskBytes != 2048<<20 {
+		t.Errorf("boxarchive.BoxLimits(512, 2048): %+v, %v", l, err)
+	}
+	huge := &boxarchive.Manifest{Kind: boxarchive.KindBox, Files: []boxarchive.File{{Name: boxarchive.DiskName, Size: 1 << 60}}}
+	if err := boxarchive.CheckFreeSpace(t.TempDir(), huge); !errors.Is(err, boxarchive.ErrLimit) || !strings.Contains(err.Error(), "free some space") {
+		t.Errorf("an archive of 1 EiB: %v, want boxarchive.ErrLimit", err)
+	}
+	valid := func(s string) bool { return s != "" && !strings.Contains(s, "/") }
+	if n := boxarchive.SnapshotName(&boxarchive.Manifest{Box: "b1", Snapshot: "../x"}, valid); n != "import-b1" {
+		t.Errorf("invalid snapshot name: %q, want import-b1", n)
+	}
+	if n := boxarchive.SnapshotName(&boxarchive.Manifest{Box: "b1", Snapshot: "snap"}, valid); n != "snap" {
+		t.Errorf("valid snapshot name: %q", n)
+	}
+}
