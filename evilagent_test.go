@@ -423,7 +423,12 @@ func TestEvilAgentMisbehavingCalls(t *testing.T) {
 			if d > limit {
 				t.Errorf("took %s with a 2 s deadline (limit %s)", d, limit)
 			}
-			if grew > 64<<20 {
+			// What the host keeps is bounded (an exec's output: its head
+			// and tail, DefaultMaxOutput); the heap also holds what the
+			// collector has not reclaimed yet, of this process's hostile
+			// agent too, which grows with load (45-55 MiB measured idle).
+			// Without the bound it grows by gigabytes in these seconds.
+			if grew > 96<<20 {
 				t.Errorf("the host's heap grew by %d MiB", grew>>20)
 			}
 		})
