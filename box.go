@@ -42,8 +42,10 @@ type Box struct {
 	// m is the boot being watched (nil: none); vmExit is closed when it
 	// ends, and died then says why, unless stopping was set first (Stop
 	// or Remove ended it on purpose).
-	m        vmm.Machine
-	vmExit   <-chan struct{}
+	m      vmm.Machine
+	vmExit <-chan struct{}
+	// watched is closed once the watcher of m has handled its end.
+	watched  <-chan struct{}
 	died     *DiedError
 	stopping bool
 	// unhealthy says why the box was declared unhealthy ("" when it was
@@ -274,6 +276,20 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 		_, err := b.client(ctx)
 		return err
 	}
+	// An earlier boot that ended (killed, say) is handled by its watcher
+	// first: its death recorded against that boot, not taken for this
+	// one's.
+	b.mu.Lock()
+	old, watched := b.m, b.watched
+	b.mu.Unlock()
+	if old != nil {
+		select {
+		case <-watched:
+		case <-time.After(5 * time.Second):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if _, cfg := b.snapshot(); cfg.Pool != "" {
 		// A warm pool's box is nobody's yet: not an event (pool.go).
 	} else if o := b.r.opts.Observer; o != nil {
@@ -380,8 +396,10 @@ func (b *Box) watchVM(m vmm.Machine) {
 		return
 	}
 	ch := m.Exited()
-	b.m, b.vmExit = m, ch
+	done := make(chan struct{})
+	b.m, b.vmExit, b.watched = m, ch, done
 	go func() {
+		defer close(done)
 		<-ch
 		if !b.r.beginLate() {
 			return
