@@ -379,91 +379,39 @@ func (b *Box) restored(ctx context.Context) error {
 	return nil
 }
 
-// MaxForks bounds Box.Fork's n.
-const MaxForks = 64
-
-// Fork snapshots the box (pausing it for as long as Snapshot does) and
-// starts n boxes from that snapshot: independent boxes, each with its own
-// writable layer, running on from the same instant with the same
-// processes (a background process keeps its pid; files written before
-// are there), unnamed, with the box's options. The snapshot is removed
-// afterwards. On error no child is left. opts (at most one) tunes the
-// children. Errors: those of Snapshot and Create; ErrInvalidArgument for
-// n outside 1..MaxForks or more than one opts.
-func (b *Box) Fork(ctx context.Context, n int, opts ...ForkOptions) ([]*Box, error) {
-	var o ForkOptions
-	switch len(opts) {
-	case 0:
-	case 1:
-		o = opts[0]
-	default:
-		return nil, fmt.Errorf("%w: fork: %d ForkOptions, want at most one", ErrInvalidArgument, len(opts))
+// restoredHostSide gives o, the options of a box restored from snapshot
+// name, what is the new box's own and lives on the host: its hostname,
+// its published ports (never the snapshot's box's: they are its host
+// ports) and, when the caller names one, its network policy (the network
+// helper is the new box's; the guest's device is the same for public and
+// allowlist). They used to be dropped without a word: `run --from S
+// --allow-net pypi.org` ran with the snapshot's public network.
+// Volumes cannot be attached to a restored machine: refused.
+func restoredHostSide(o *BoxOptions, opts BoxOptions, name string) error {
+	if len(opts.Volumes) > 0 {
+		return fmt.Errorf("%w: snapshot %s: a restored box cannot take volumes (-v): its machine is the snapshot's, which had none; copy files in with 'airlock cp' instead", ErrInvalidArgument, name)
 	}
-	return b.fork(ctx, n, o)
-}
-
-func (b *Box) pauser() (vmm.Pauser, vmm.Spec, vmm.Handle, error) {
-	p, ok := b.r.drv.(vmm.Pauser)
-	if !ok {
-		return nil, vmm.Spec{}, vmm.Handle{}, fmt.Errorf("pause: %w (driver %s)", vmm.ErrNotSupported, b.r.drv.Name())
-	}
-	rec, err := b.load(context.Background())
-	if err != nil {
-		return nil, vmm.Spec{}, vmm.Handle{}, err
-	}
-	if !running(rec) {
-		return nil, vmm.Spec{}, vmm.Handle{}, fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
-	}
-	_, cfg := b.snapshot()
-	return p, b.vmSpec(rec, cfg), handleOf(rec), nil
-}
-
-// Pause stops the box's vCPUs: its processes make no progress and use no
-// host CPU (its memory stays allocated) until Resume. Calls into a paused
-// box wait (within their context). Errors: ErrBoxNotRunning.
-func (b *Box) Pause(ctx context.Context) error {
-	p, spec, h, err := b.pauser()
-	if err != nil {
-		return err
-	}
-	if err := p.Pause(ctx, spec, h); err != nil {
-		return fmt.Errorf("pause box %s: %w", b.id, err)
-	}
-	return nil
-}
-
-// Resume lets a paused box run on, or a suspended one (Suspend) continue
-// from its saved state; resuming a running box is a no-op. The guest's
-// clock stood still while it was paused: Resume steps it to the host's
-// time.
-func (b *Box) Resume(ctx context.Context) error {
-	if rec, err := b.load(ctx); err == nil && !running(rec) {
-		if dir := b.suspendedDir(); dir != "" {
-			return b.resumeFromDisk(ctx, dir)
+	o.Hostname, o.Ports = opts.Hostname, opts.Ports
+	if o.Network == NetworkNone {
+		if len(opts.AllowNet) > 0 || len(opts.AllowHostPorts) > 0 || len(opts.Ports) > 0 {
+			return fmt.Errorf("%w: snapshot %s has no network (none): --allow-net, --allow-host-port and -p need one", ErrInvalidArgument, name)
 		}
+		return nil
 	}
-	p, spec, h, err := b.pauser()
-	if err != nil {
-		return err
+	if opts.Network != "" {
+		o.Network = opts.Network // public or allowlist (none is refused before)
 	}
-	if err := p.Resume(ctx, spec, h); err != nil {
-		return fmt.Errorf("resume box %s: %w", b.id, err)
+	if len(opts.AllowNet) > 0 {
+		o.Network, o.AllowNet = NetworkAllowlist, opts.AllowNet
 	}
-	c, err := b.client(ctx)
-	if err != nil {
-		return err
+	if len(opts.AllowHostPorts) > 0 {
+		o.AllowHostPorts = opts.AllowHostPorts
 	}
-	if _, err := c.Restored(ctx, nil, time.Now().UnixNano(), ""); err != nil {
-		return fmt.Errorf("resume box %s: step its clock: %w", b.id, b.callErr(err))
+	if o.Hostname != "" && !validHostname(o.Hostname) {
+		return fmt.Errorf("%w: hostname %q: want letters, digits and '-', at most 63", ErrInvalidArgument, o.Hostname)
+	}
+	if err := checkNetwork(o); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
 	return nil
-}
-
-// Paused reports whether the box is paused (Pause).
-func (b *Box) Paused(ctx context.Context) (bool, error) {
-	p, spec, h, err := b.pauser()
-	if err != nil {
-		return false, err
-	}
-	return p.Paused(ctx, spec, h)
 }

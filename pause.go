@@ -103,3 +103,69 @@ func (b *Box) notRunningErr() error {
 	}
 	return fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
 }
+
+func (b *Box) pauser() (vmm.Pauser, vmm.Spec, vmm.Handle, error) {
+	p, ok := b.r.drv.(vmm.Pauser)
+	if !ok {
+		return nil, vmm.Spec{}, vmm.Handle{}, fmt.Errorf("pause: %w (driver %s)", vmm.ErrNotSupported, b.r.drv.Name())
+	}
+	rec, err := b.load(context.Background())
+	if err != nil {
+		return nil, vmm.Spec{}, vmm.Handle{}, err
+	}
+	if !running(rec) {
+		return nil, vmm.Spec{}, vmm.Handle{}, fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
+	}
+	_, cfg := b.snapshot()
+	return p, b.vmSpec(rec, cfg), handleOf(rec), nil
+}
+
+// Pause stops the box's vCPUs: its processes make no progress and use no
+// host CPU (its memory stays allocated) until Resume. Calls into a paused
+// box wait (within their context). Errors: ErrBoxNotRunning.
+func (b *Box) Pause(ctx context.Context) error {
+	p, spec, h, err := b.pauser()
+	if err != nil {
+		return err
+	}
+	if err := p.Pause(ctx, spec, h); err != nil {
+		return fmt.Errorf("pause box %s: %w", b.id, err)
+	}
+	return nil
+}
+
+// Resume lets a paused box run on, or a suspended one (Suspend) continue
+// from its saved state; resuming a running box is a no-op. The guest's
+// clock stood still while it was paused: Resume steps it to the host's
+// time.
+func (b *Box) Resume(ctx context.Context) error {
+	if rec, err := b.load(ctx); err == nil && !running(rec) {
+		if dir := b.suspendedDir(); dir != "" {
+			return b.resumeFromDisk(ctx, dir)
+		}
+	}
+	p, spec, h, err := b.pauser()
+	if err != nil {
+		return err
+	}
+	if err := p.Resume(ctx, spec, h); err != nil {
+		return fmt.Errorf("resume box %s: %w", b.id, err)
+	}
+	c, err := b.client(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Restored(ctx, nil, time.Now().UnixNano(), ""); err != nil {
+		return fmt.Errorf("resume box %s: step its clock: %w", b.id, b.callErr(err))
+	}
+	return nil
+}
+
+// Paused reports whether the box is paused (Pause).
+func (b *Box) Paused(ctx context.Context) (bool, error) {
+	p, spec, h, err := b.pauser()
+	if err != nil {
+		return false, err
+	}
+	return p.Paused(ctx, spec, h)
+}

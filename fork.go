@@ -69,3 +69,26 @@ func (b *Box) fork(ctx context.Context, n int, opts ForkOptions) ([]*Box, error)
 	}
 	return kids, nil
 }
+
+// MaxForks bounds Box.Fork's n.
+const MaxForks = 64
+
+// Fork snapshots the box (pausing it for as long as Snapshot does) and
+// starts n boxes from that snapshot: independent boxes, each with its own
+// writable layer, running on from the same instant with the same
+// processes (a background process keeps its pid; files written before
+// are there), unnamed, with the box's options. The snapshot is removed
+// afterwards. On error no child is left. opts (at most one) tunes the
+// children. Errors: those of Snapshot and Create; ErrInvalidArgument for
+// n outside 1..MaxForks or more than one opts.
+func (b *Box) Fork(ctx context.Context, n int, opts ...ForkOptions) ([]*Box, error) {
+	var o ForkOptions
+	switch len(opts) {
+	case 0:
+	case 1:
+		o = opts[0]
+	default:
+		return nil, fmt.Errorf("%w: fork: %d ForkOptions, want at most one", ErrInvalidArgument, len(opts))
+	}
+	return b.fork(ctx, n, o)
+}
