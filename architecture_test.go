@@ -73,6 +73,9 @@ func TestPackageRules(t *testing.T) {
 		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/tarfs", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine"},
 		"codebox": {""},
 		"interp":  {"codebox"},
+		// The Kubernetes node (airlock node): pods as boxes through the
+		// public API only, with client-go and virtual-kubelet.
+		"kubenode": {""},
 	}
 	out, err := osexec.Command("go", "list", "-json=ImportPath,Imports", "./...").Output()
 	if err != nil {

@@ -87,6 +87,15 @@ func (r *Runtime) capacityLimits() (boxes, memMiB int) {
 	return boxes, memMiB
 }
 
+// Capacity returns the host-wide caps this Runtime enforces: the most
+// boxes that may run on the host (Options.MaxBoxes, default
+// DefaultMaxBoxes) and the host memory, in MiB, that running boxes may take
+// (Options.MaxMemoryMiB, default host RAM less the larger of 2 GiB and a
+// tenth), each box counted with its memory plus the overhead of QEMU and its
+// helpers. Schedulers
+// that place boxes on hosts (airlock's Kubernetes node) report these.
+func (r *Runtime) Capacity() (maxBoxes, memoryMiB int) { return r.capacityLimits() }
+
 // hostMemMiB returns MemTotal from /proc/meminfo in MiB (0 if unknown).
 func hostMemMiB() int {
 	f, err := os.Open("/proc/meminfo")
