@@ -53,7 +53,10 @@ type Config struct {
 // start it adopts the boxes of pods still bound to this node and removes
 // those whose pod is gone (Provider.Adopt). Boxes keep running after Run
 // returns (a restarted node adopts them); deleting the Node does not
-// remove them.
+// remove them. A pod's command runs on an exec stream of this process: one
+// still running when the process exits ends with it (the Runtime's
+// Close), and its adopted box then shows the pod Running until the box
+// stops; keeping commands across a restart is a later slice.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Name == "" || cfg.Client == nil || cfg.Runtime == nil {
 		return fmt.Errorf("kubenode: Name, Client and Runtime are required")
@@ -108,7 +111,6 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}()
 	err = n.Run(ctx)
-	prov.Close()
 	if ctx.Err() != nil {
 		return nil
 	}

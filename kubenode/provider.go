@@ -33,7 +33,6 @@ type Provider struct {
 
 	mu   sync.Mutex
 	pods map[string]*podBox // by namespace/name
-	wg   sync.WaitGroup
 }
 
 // podBox is one pod and the state of its box.
@@ -95,12 +94,8 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	pb.cancel = cancel
 	p.pods[k] = pb
-	p.wg.Add(1)
 	p.mu.Unlock()
-	go func() {
-		defer p.wg.Done()
-		p.run(runCtx, pb)
-	}()
+	go p.run(runCtx, pb)
 	return nil
 }
 
@@ -436,18 +431,6 @@ func (p *Provider) Adopt(ctx context.Context, pods []corev1.Pod) error {
 		p.logf("adopted box %s of pod %s/%s", info.Name, pod.Namespace, pod.Name)
 	}
 	return nil
-}
-
-// Close waits for the provider's pod goroutines after ctx of Run ended.
-// Boxes keep running: a node that restarts adopts them.
-func (p *Provider) Close() {
-	p.mu.Lock()
-	for _, pb := range p.pods {
-		if pb.cancel != nil && pb.exited {
-			pb.cancel()
-		}
-	}
-	p.mu.Unlock()
 }
 
 // GetContainerLogs returns the container's output (stdout and stderr as
