@@ -103,6 +103,7 @@ log "kube-apiserver on https://127.0.0.1:$API_PORT"
 start kube-apiserver "$BIN/kube-apiserver" \
 	--etcd-servers "http://127.0.0.1:$ETCD_PORT" \
 	--bind-address 127.0.0.1 --secure-port "$API_PORT" --advertise-address 127.0.0.1 \
+	--endpoint-reconciler-type none \
 	--tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
 	--client-ca-file "$PKI/ca.crt" --token-auth-file "$PKI/tokens.csv" \
 	--authorization-mode Node,RBAC \
@@ -112,7 +113,9 @@ start kube-apiserver "$BIN/kube-apiserver" \
 	--cert-dir "$DIR/apiserver-certs"
 
 ready=0
+API_PID=$(awk '$2 == "kube-apiserver" {print $1}' "$DIR/pids")
 for _ in $(seq $((TIMEOUT * 4))); do
+	kill -0 "$API_PID" 2>/dev/null || fail "kube-apiserver exited"
 	if curl -sf --cacert "$PKI/ca.crt" -H "Authorization: Bearer $TOKEN" "https://127.0.0.1:$API_PORT/readyz" >/dev/null 2>&1; then
 		ready=1
 		break
