@@ -91,6 +91,9 @@ func TestPackageRules(t *testing.T) {
 		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/volume", "internal/capacity"},
 		"codebox": {""},
 		"interp":  {"codebox"},
+		// The Kubernetes node (airlock node): pods as boxes through the
+		// public API only, with client-go and virtual-kubelet.
+		"kubenode": {""},
 	}
 	out, err := osexec.Command("go", "list", "-json=ImportPath,Imports", "./...").Output()
 	if err != nil {

@@ -47,6 +47,18 @@ func (r *Runtime) capacityLimits() capacity.Limits {
 	return capacity.Resolve(r.opts.MaxBoxes, mem, host)
 }
 
+// Capacity returns the host-wide caps this Runtime enforces: the most
+// boxes that may run on the host (Options.MaxBoxes, default
+// DefaultMaxBoxes) and the host memory, in MiB, that running boxes may take
+// (Options.MaxMemoryMiB, default host RAM less the larger of 2 GiB and a
+// tenth), each box counted with its memory plus the overhead of QEMU and its
+// helpers. Schedulers that place boxes on hosts (airlock's Kubernetes node)
+// report these.
+func (r *Runtime) Capacity() (maxBoxes, memoryMiB int) {
+	l := r.capacityLimits()
+	return l.Boxes, l.MemoryMiB
+}
+
 // machineUsage counts the driver's running machines other than box
 // except's; nil when the driver cannot count them (no vmm.UsageReporter).
 func (r *Runtime) machineUsage(except string) *capacity.Usage {

@@ -80,6 +80,16 @@ func (b *Box) DefaultCommand() []string {
 	return append(append([]string(nil), b.cfg.Image.Entrypoint...), b.cfg.Image.Cmd...)
 }
 
+// ImageCommand returns the image's Entrypoint and Cmd apart (either may be
+// empty), for callers that combine them with their own command the way
+// Kubernetes does (a pod's command replaces Entrypoint and drops Cmd; its
+// args alone replace Cmd).
+func (b *Box) ImageCommand() (entrypoint, cmd []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.cfg.Image.Entrypoint...), append([]string(nil), b.cfg.Image.Cmd...)
+}
+
 // Exec runs cmd with args in the box and waits for it to finish. cmd is
 // looked up in the box's PATH like a shell would. A non-zero exit status is
 // reported in ExecResult, not as an error; so is a timeout (TimedOut). The

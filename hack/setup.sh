@@ -11,7 +11,8 @@
 # when run as root), fetches Debian's cloud kernel (the fallback), builds the
 # airlock guest kernel (about 7 minutes on 2 cores, once), and builds the
 # offline images python:slim and airlock/python-data from Debian packages
-# (a few minutes each, once), makes sdk/python/.venv with the Python SDK
+# (a few minutes each, once), builds the loopback Kubernetes control plane
+# for airlock node (hack/build-kube.sh, about 6 minutes, once), makes sdk/python/.venv with the Python SDK
 # and its test tools, and installs (npm ci) and builds the TypeScript SDK in
 # sdk/typescript (Node.js 20 or newer: Debian's nodejs when new enough).
 # Set AIRLOCK_SETUP_SKIP_DATA=1 to skip the data-analysis image.
@@ -30,7 +31,7 @@ as_root() {
 
 # qemu-system-x86 pulls in qemu-system-common, which ships /usr/lib/qemu/virtiofsd
 # (the C one) for virtio-fs volumes (AIRLOCK_VOLUME_TRANSPORT=virtiofs).
-PKGS=(qemu-system-x86 qemu-utils erofs-utils e2fsprogs mmdebstrap ca-certificates procps
+PKGS=(qemu-system-x86 qemu-utils erofs-utils e2fsprogs mmdebstrap ca-certificates procps openssl curl
 	linux-source-6.1 build-essential bc flex bison libelf-dev libssl-dev xz-utils lz4 kmod cpio busybox-static
 	python3 python3-venv)
 missing=()
@@ -92,6 +93,12 @@ log "TypeScript SDK: npm ci and build in sdk/typescript"
 log "guest kernels"
 hack/fetch-debian-kernel.sh
 hack/build-kernel.sh
+
+# The loopback Kubernetes control plane (etcd, kube-apiserver, -scheduler,
+# -controller-manager, kubectl) for airlock nodes and their tests: built
+# once into the airlock cache (about 6 minutes on 2 cores), skipped when cached.
+log "Kubernetes control plane for airlock node (hack/build-kube.sh)"
+hack/build-kube.sh >/dev/null
 
 have_image() { "$AIRLOCK" images 2>/dev/null | awk '{print $1":"$2}' | grep -qx "$1"; }
 build_image() { # TAG PACKAGES

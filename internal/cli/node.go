@@ -1,0 +1,76 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/airlock-run/airlock/kubenode"
+	"github.com/spf13/cobra"
+	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
+)
+
+func init() { extraCommands = append(extraCommands, newNodeCmd) }
+
+func newNodeCmd() *cobra.Command {
+	var kubeconfig, name string
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Join a Kubernetes cluster as a node whose pods run as boxes",
+		Long: `node registers this host as Kubernetes node NAME (through virtual-kubelet) and
+runs each pod bound to it as an airlock box, until SIGINT or SIGTERM. The node
+carries the label and NoSchedule taint airlock.dev/runtime=true: pods reach it
+with runtimeClassName: airlock (kubectl apply -f deploy/kubernetes/). Its
+capacity is the host's CPUs and airlock's host caps (AIRLOCK_MAX_MEMORY,
+AIRLOCK_MAX_BOXES) and the free disk of the airlock home.
+
+A pod runs as one box named k8s-<pod UID>: one container (a pod with more is
+refused: status.reason UnsupportedPodSpec), its image, command and args (with
+the image's entrypoint and cmd, as Kubernetes defines them), plain env values,
+workingDir, runAsUser and resources.limits cpu and memory (the box's size).
+restartPolicy must be Never. Deleting the pod removes its box. A restarted
+node adopts the boxes of its pods and removes those whose pod is gone.
+See docs/kubernetes.md.
+
+--kubeconfig defaults to $KUBECONFIG; without either, the in-cluster
+configuration of a pod's service account is used.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if name == "" {
+				h, err := os.Hostname()
+				if err != nil {
+					return err
+				}
+				name = h
+			}
+			if kubeconfig == "" {
+				kubeconfig = os.Getenv("KUBECONFIG")
+			}
+			if kubeconfig != "" {
+				if _, err := os.Stat(kubeconfig); err != nil {
+					return usagef(cmd, "--kubeconfig: %v", err)
+				}
+			}
+			client, err := nodeutil.ClientsetFromEnv(kubeconfig)
+			if err != nil {
+				return err
+			}
+			rt, err := openRuntime(cmd)
+			if err != nil {
+				return err
+			}
+			defer rt.Close()
+			errw := cmd.ErrOrStderr()
+			logf := func(format string, args ...any) {
+				fmt.Fprintf(errw, "%s %s\n", time.Now().Format(time.TimeOnly), fmt.Sprintf(format, args...))
+			}
+			return kubenode.Run(cmd.Context(), kubenode.Config{
+				Name: name, Client: client, Runtime: rt, Logf: logf,
+				Ready: func() { logf("node %s registered and Ready", name) },
+			})
+		},
+	}
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file of the cluster to join (default $KUBECONFIG, else in-cluster)")
+	cmd.Flags().StringVar(&name, "name", "", "the Node's name (default the host name)")
+	return cmd
+}

@@ -1,0 +1,137 @@
+// Package kubenode makes a host a Kubernetes node whose pods run as airlock
+// boxes (`airlock node`). It registers the node through virtual-kubelet
+// (github.com/virtual-kubelet/virtual-kubelet: node status, conditions and
+// the node lease) and runs each pod bound to it as one box (Provider).
+//
+// The node carries the label and the NoSchedule taint
+// airlock.dev/runtime=true, so only pods that ask for airlock land on it:
+// the RuntimeClass "airlock" of deploy/kubernetes adds the matching
+// nodeSelector and toleration to every pod that names it
+// (runtimeClassName: airlock). See docs/kubernetes.md.
+package kubenode
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"runtime"
+
+	"github.com/airlock-run/airlock"
+	"github.com/virtual-kubelet/virtual-kubelet/node"
+	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+)
+
+// RuntimeLabel is the label (value "true") and the key of the NoSchedule
+// taint that an airlock node carries.
+const RuntimeLabel = "airlock.dev/runtime"
+
+// Config describes a node.
+type Config struct {
+	// Name is the Node's name (required).
+	Name string
+	// Client talks to the cluster (required): see nodeutil.ClientsetFromEnv
+	// for one from a kubeconfig, or rest.InClusterConfig.
+	Client kubernetes.Interface
+	// Runtime runs the boxes (required); the caller closes it after Run.
+	Runtime *airlock.Runtime
+	// LogDir holds the containers' output; default Runtime.Home()/kube/logs.
+	LogDir string
+	// Logf, when set, receives a line per pod event (refused, started,
+	// exited, deleted, adopted).
+	Logf func(format string, args ...any)
+	// Ready, when set, is called once the node is registered and Ready.
+	Ready func()
+}
+
+// Run registers the node and runs its pods as boxes until ctx ends. At
+// start it adopts the boxes of pods still bound to this node and removes
+// those whose pod is gone (Provider.Adopt). Boxes keep running after Run
+// returns (a restarted node adopts them); deleting the Node does not
+// remove them. A pod's command runs on an exec stream of this process: one
+// still running when the process exits ends with it (the Runtime's
+// Close), and its adopted box then shows the pod Running until the box
+// stops; keeping commands across a restart is a later slice.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.Name == "" || cfg.Client == nil || cfg.Runtime == nil {
+		return fmt.Errorf("kubenode: Name, Client and Runtime are required")
+	}
+	if cfg.LogDir == "" {
+		cfg.LogDir = filepath.Join(cfg.Runtime.Home(), "kube", "logs")
+	}
+	prov, err := NewProvider(cfg.Runtime, cfg.LogDir, cfg.Logf)
+	if err != nil {
+		return err
+	}
+	pods, err := cfg.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", cfg.Name).String(),
+	})
+	if err != nil {
+		return fmt.Errorf("kubenode: listing the pods of node %s: %w", cfg.Name, err)
+	}
+	if err := prov.Adopt(ctx, pods.Items); err != nil {
+		return fmt.Errorf("kubenode: adopting boxes: %w", err)
+	}
+	capacity := Capacity(cfg.Runtime)
+	n, err := nodeutil.NewNode(cfg.Name, func(nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
+		return prov, nil, nil
+	}, func(c *nodeutil.NodeConfig) error {
+		c.Client = cfg.Client
+		c.KubeconfigPath = ""
+		c.HTTPListenAddr = "127.0.0.1:0" // no TLS pair yet: the kubelet API is not served
+		c.NumWorkers = max(2, runtime.NumCPU())
+		spec := &c.NodeSpec
+		spec.Labels[RuntimeLabel] = "true"
+		spec.Labels[corev1.LabelOSStable] = runtime.GOOS
+		spec.Labels[corev1.LabelArchStable] = runtime.GOARCH
+		spec.Spec.Taints = append(spec.Spec.Taints, corev1.Taint{Key: RuntimeLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule})
+		spec.Status.Capacity = capacity
+		spec.Status.Allocatable = capacity
+		spec.Status.NodeInfo = corev1.NodeSystemInfo{
+			OperatingSystem: runtime.GOOS, Architecture: runtime.GOARCH,
+			KubeletVersion: "v1.37.2-airlock", ContainerRuntimeVersion: "airlock",
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	go func() {
+		select {
+		case <-n.Ready():
+			if cfg.Ready != nil {
+				cfg.Ready()
+			}
+		case <-n.Done():
+		}
+	}()
+	err = n.Run(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// Capacity is what the node offers, from the host and airlock's capacity
+// rules (airlock.Runtime.Capacity): CPUs of the host, the memory cap of
+// running boxes, the free space of the airlock home's file system, and
+// one pod per box the host may run.
+func Capacity(rt *airlock.Runtime) corev1.ResourceList {
+	boxes, memMiB := rt.Capacity()
+	var disk int64
+	var st unix.Statfs_t
+	if unix.Statfs(rt.Home(), &st) == nil {
+		disk = int64(st.Bavail) * int64(st.Bsize)
+	}
+	return corev1.ResourceList{
+		corev1.ResourceCPU:              *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
+		corev1.ResourceMemory:           *resource.NewQuantity(int64(memMiB)<<20, resource.BinarySI),
+		corev1.ResourceEphemeralStorage: *resource.NewQuantity(disk, resource.BinarySI),
+		corev1.ResourcePods:             *resource.NewQuantity(int64(boxes), resource.DecimalSI),
+	}
+}

@@ -1,0 +1,202 @@
+package kubenode
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/airlock-run/airlock"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// BoxNamePrefix starts the name of every box that runs a pod: the box is
+// named BoxNamePrefix + the pod's UID, so that a restarted node finds the
+// boxes of its pods (and removes those whose pod is gone).
+const BoxNamePrefix = "k8s-"
+
+// BoxName is the name of the box that runs the pod with this UID.
+func BoxName(uid types.UID) string { return BoxNamePrefix + string(uid) }
+
+// Status reasons of pods this node refuses or fails (pod.status.reason, and
+// the terminated container's reason where it has one).
+const (
+	// ReasonUnsupported: the pod asks for something airlock does not do
+	// (yet): more than one container, init containers, a restart policy
+	// other than Never, volumes, host ports. status.message says which.
+	ReasonUnsupported = "UnsupportedPodSpec"
+	// ReasonStartError: the box could not be created or started, or the
+	// command could not be run (status.message carries the error).
+	ReasonStartError = "StartError"
+	// ReasonBoxDied: the box's VM ended under a running container.
+	ReasonBoxDied = "BoxDied"
+)
+
+// serviceAccountVolumePrefix names the projected volume that the API
+// server's ServiceAccount admission adds to every pod (the API token). It
+// is not mounted in the box yet; refusing it would refuse every pod.
+const serviceAccountVolumePrefix = "kube-api-access-"
+
+// checkPod returns why the pod cannot run as a box ("" when it can). A pod
+// this node cannot honour fails with that message rather than running as
+// a different pod than asked.
+func checkPod(pod *corev1.Pod) string {
+	s := &pod.Spec
+	var why []string
+	if n := len(s.Containers); n != 1 {
+		why = append(why, fmt.Sprintf("the pod has %d containers; an airlock box runs exactly one", n))
+	}
+	if len(s.InitContainers) > 0 {
+		why = append(why, "init containers are not supported")
+	}
+	if len(s.EphemeralContainers) > 0 {
+		why = append(why, "ephemeral containers are not supported")
+	}
+	if s.RestartPolicy != "" && s.RestartPolicy != corev1.RestartPolicyNever {
+		why = append(why, fmt.Sprintf("restartPolicy %s is not supported yet; use Never", s.RestartPolicy))
+	}
+	for _, v := range s.Volumes {
+		if strings.HasPrefix(v.Name, serviceAccountVolumePrefix) && v.Projected != nil {
+			continue
+		}
+		why = append(why, fmt.Sprintf("volume %q is not supported yet", v.Name))
+	}
+	if s.HostNetwork || s.HostPID || s.HostIPC {
+		why = append(why, "host namespaces (hostNetwork, hostPID, hostIPC) are not available to a box")
+	}
+	for _, c := range s.Containers {
+		for _, p := range c.Ports {
+			if p.HostPort != 0 {
+				why = append(why, fmt.Sprintf("container %s: hostPort %d is not supported yet", c.Name, p.HostPort))
+			}
+		}
+		for _, e := range c.Env {
+			if e.ValueFrom != nil {
+				why = append(why, fmt.Sprintf("container %s: env %s: valueFrom is not supported yet", c.Name, e.Name))
+			}
+		}
+		if len(c.EnvFrom) > 0 {
+			why = append(why, fmt.Sprintf("container %s: envFrom is not supported yet", c.Name))
+		}
+		if c.Stdin || c.TTY {
+			why = append(why, fmt.Sprintf("container %s: stdin and tty are not supported yet", c.Name))
+		}
+		for _, m := range c.VolumeMounts {
+			if !strings.HasPrefix(m.Name, serviceAccountVolumePrefix) {
+				why = append(why, fmt.Sprintf("container %s: volume mount %q is not supported yet", c.Name, m.Name))
+			}
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// boxOptions maps the pod's one container to the options of its box:
+// image, env (plain values), workingDir, runAsUser, and resources.limits
+// (cpu rounded up to whole vCPUs, memory in MiB rounded up; without limits
+// the box has airlock's defaults).
+func boxOptions(pod *corev1.Pod) (airlock.BoxOptions, error) {
+	c := &pod.Spec.Containers[0]
+	opts := airlock.BoxOptions{
+		Image:      c.Image,
+		Name:       BoxName(pod.UID),
+		WorkingDir: c.WorkingDir,
+		Network:    airlock.NetworkPublic,
+	}
+	for _, e := range c.Env {
+		opts.Env = append(opts.Env, e.Name+"="+e.Value)
+	}
+	if cpu, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
+		milli := cpu.MilliValue()
+		opts.CPUs = int((milli + 999) / 1000)
+		if opts.CPUs > airlock.MaxCPUs {
+			return opts, fmt.Errorf("resources.limits.cpu %s is more than a box may have (%d)", cpu.String(), airlock.MaxCPUs)
+		}
+	}
+	if mem, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+		mib := (mem.Value() + (1<<20 - 1)) >> 20
+		if mib < airlock.MinMemoryMiB {
+			return opts, fmt.Errorf("resources.limits.memory %s is less than a box needs (%d Mi)", mem.String(), airlock.MinMemoryMiB)
+		}
+		opts.MemoryMiB = int(mib)
+	}
+	if sc := c.SecurityContext; sc != nil && sc.RunAsUser != nil {
+		opts.User = strconv.FormatInt(*sc.RunAsUser, 10)
+		if sc.RunAsGroup != nil {
+			opts.User += ":" + strconv.FormatInt(*sc.RunAsGroup, 10)
+		}
+	} else if psc := pod.Spec.SecurityContext; psc != nil && psc.RunAsUser != nil {
+		opts.User = strconv.FormatInt(*psc.RunAsUser, 10)
+		if psc.RunAsGroup != nil {
+			opts.User += ":" + strconv.FormatInt(*psc.RunAsGroup, 10)
+		}
+	}
+	if h := pod.Spec.Hostname; h != "" {
+		opts.Hostname = h
+	}
+	return opts, nil
+}
+
+// command returns the argv the container runs, as Kubernetes defines it
+// from the container's command and args and the image's entrypoint and
+// cmd: command replaces the entrypoint (and drops cmd); args alone
+// replace cmd. $(VAR) references to the container's env are expanded as
+// the kubelet does ($$ escapes a $).
+func command(c *corev1.Container, entrypoint, cmd []string) ([]string, error) {
+	var argv []string
+	switch {
+	case len(c.Command) > 0:
+		argv = append(append(argv, c.Command...), c.Args...)
+	case len(c.Args) > 0:
+		argv = append(append(argv, entrypoint...), c.Args...)
+	default:
+		argv = append(append(argv, entrypoint...), cmd...)
+	}
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("no command: the container sets none and image %s has no entrypoint or cmd", c.Image)
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	for i, a := range argv {
+		argv[i] = expand(a, env)
+	}
+	return argv, nil
+}
+
+// expand replaces $(NAME) with env's value when NAME is defined, leaves it
+// as written otherwise, and turns $$ into $ (Kubernetes' rules for command
+// and args).
+func expand(s string, env map[string]string) string {
+	if !strings.Contains(s, "$") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			end := strings.IndexByte(s[i+2:], ')')
+			if end < 0 {
+				b.WriteByte(s[i])
+				continue
+			}
+			name := s[i+2 : i+2+end]
+			if v, ok := env[name]; ok {
+				b.WriteString(v)
+			} else {
+				b.WriteString(s[i : i+3+end])
+			}
+			i += 2 + end
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,478 @@
+package kubenode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-run/airlock"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
+	"github.com/virtual-kubelet/virtual-kubelet/node/api"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+)
+
+// Provider runs the pods bound to one node as airlock boxes: one box per
+// pod, named BoxName(pod UID), running the pod's one container's command as
+// the box's main command (airlock.ExecOptions.Main). It implements
+// virtual-kubelet's nodeutil.Provider; status is polled by virtual-kubelet
+// (GetPodStatus), not pushed.
+type Provider struct {
+	rt     *airlock.Runtime
+	logDir string
+	logf   func(format string, args ...any)
+
+	mu   sync.Mutex
+	pods map[string]*podBox // by namespace/name
+}
+
+// podBox is one pod and the state of its box.
+type podBox struct {
+	pod    *corev1.Pod // as created; Status is rebuilt by status()
+	cancel context.CancelFunc
+
+	// Guarded by Provider.mu.
+	refused   string // why the pod was refused (checkPod), or ""
+	waiting   string // waiting reason while not started ("ContainerCreating", "ErrImagePull")
+	message   string
+	box       *airlock.Box
+	started   time.Time
+	finished  time.Time
+	exited    bool
+	exitCode  int
+	reason    string // terminated reason
+	adopted   bool   // found running at restart: its main command's end is read from the box record
+	deleted   bool
+	startedCh chan struct{}
+}
+
+// NewProvider returns a provider that runs pods as boxes of rt. Container
+// output is kept in logDir (one file per pod, removed with the pod); logf,
+// when set, receives one line per event worth telling an operator.
+func NewProvider(rt *airlock.Runtime, logDir string, logf func(string, ...any)) (*Provider, error) {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	if err := os.MkdirAll(logDir, 0o700); err != nil {
+		return nil, err
+	}
+	return &Provider{rt: rt, logDir: logDir, logf: logf, pods: map[string]*podBox{}}, nil
+}
+
+func key(namespace, name string) string { return namespace + "/" + name }
+
+func (p *Provider) logPath(uid types.UID) string { return filepath.Join(p.logDir, string(uid)+".log") }
+
+// CreatePod starts the pod's box in the background and returns: the pod
+// is Pending (ContainerCreating) until the box runs its command. A pod
+// this node cannot honour is recorded as Failed with ReasonUnsupported.
+func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	pod = pod.DeepCopy()
+	k := key(pod.Namespace, pod.Name)
+	p.mu.Lock()
+	if old, ok := p.pods[k]; ok && old.pod.UID == pod.UID {
+		p.mu.Unlock()
+		return nil
+	}
+	pb := &podBox{pod: pod, waiting: "ContainerCreating", startedCh: make(chan struct{})}
+	if why := checkPod(pod); why != "" {
+		pb.refused, pb.message = ReasonUnsupported, why
+		p.pods[k] = pb
+		p.mu.Unlock()
+		p.logf("pod %s refused: %s", k, why)
+		return nil
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	pb.cancel = cancel
+	p.pods[k] = pb
+	p.mu.Unlock()
+	go p.run(runCtx, pb)
+	return nil
+}
+
+// run creates the pod's box, runs its command as the box's main command
+// with its output in the pod's log file, and records the end.
+func (p *Provider) run(ctx context.Context, pb *podBox) {
+	pod := pb.pod
+	fail := func(reason, msg string) {
+		p.mu.Lock()
+		if reason == "ErrImagePull" {
+			pb.waiting, pb.message = reason, msg
+		} else {
+			pb.exited, pb.exitCode, pb.reason, pb.message, pb.finished = true, 128, reason, msg, time.Now()
+		}
+		p.mu.Unlock()
+		p.logf("pod %s/%s: %s: %s", pod.Namespace, pod.Name, reason, msg)
+	}
+	opts, err := boxOptions(pod)
+	if err != nil {
+		fail(ReasonStartError, err.Error())
+		return
+	}
+	box, err := p.rt.Create(ctx, opts)
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, airlock.ErrImageNotFound) {
+			fail("ErrImagePull", err.Error())
+			return
+		}
+		fail(ReasonStartError, err.Error())
+		return
+	}
+	p.mu.Lock()
+	pb.box = box
+	deleted := pb.deleted
+	p.mu.Unlock()
+	if deleted {
+		return
+	}
+	entry, cmd := box.ImageCommand()
+	argv, err := command(&pod.Spec.Containers[0], entry, cmd)
+	if err != nil {
+		fail(ReasonStartError, err.Error())
+		return
+	}
+	logf, err := os.OpenFile(p.logPath(pod.UID), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		fail(ReasonStartError, err.Error())
+		return
+	}
+	defer logf.Close()
+	w := &lockedWriter{w: logf}
+	proc, err := box.ExecStream(ctx, argv[0], argv[1:], airlock.ExecOptions{Main: true, Stdout: w, Stderr: w})
+	if err != nil {
+		if ctx.Err() == nil {
+			fail(ReasonStartError, err.Error())
+		}
+		return
+	}
+	p.mu.Lock()
+	pb.started, pb.waiting, pb.message = time.Now(), "", ""
+	close(pb.startedCh)
+	p.mu.Unlock()
+	p.logf("pod %s/%s: box %s runs %q", pod.Namespace, pod.Name, box.ID(), argv)
+	res, err := proc.Wait()
+	if ctx.Err() != nil { // deleted: DeletePod removes the box
+		return
+	}
+	p.mu.Lock()
+	pb.exited, pb.finished = true, time.Now()
+	switch {
+	case err != nil:
+		pb.exitCode, pb.reason, pb.message = 137, ReasonBoxDied, err.Error()
+	case res.OOMKilled:
+		pb.exitCode, pb.reason = res.ExitCode, "OOMKilled"
+	default:
+		pb.exitCode, pb.reason = res.ExitCode, "Completed"
+		if res.ExitCode != 0 {
+			pb.reason = "Error"
+		}
+		if res.ErrorMessage != "" {
+			pb.message = res.ErrorMessage
+		}
+	}
+	code := pb.exitCode
+	p.mu.Unlock()
+	p.logf("pod %s/%s: command exited with status %d", pod.Namespace, pod.Name, code)
+	// restartPolicy Never: the pod is done; its box stops (its writable
+	// layer stays until the pod is deleted).
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := box.Stop(stopCtx); err != nil {
+		p.logf("pod %s/%s: stopping box %s: %v", pod.Namespace, pod.Name, box.ID(), err)
+	}
+}
+
+// lockedWriter serialises the two output streams into one log file.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+// UpdatePod accepts the updates Kubernetes allows on a running pod
+// (labels, annotations, activeDeadlineSeconds); none changes the box.
+func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error { return nil }
+
+// DeletePod kills the pod's command and removes its box (VM, writable
+// layer, record) and its log. Deleting a pod the provider does not know is
+// errdefs.NotFound, as virtual-kubelet expects.
+func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
+	k := key(pod.Namespace, pod.Name)
+	p.mu.Lock()
+	pb, ok := p.pods[k]
+	if ok && pb.pod.UID != pod.UID {
+		ok = false
+	}
+	if ok {
+		pb.deleted = true
+		delete(p.pods, k)
+	}
+	p.mu.Unlock()
+	if !ok {
+		// A box of this pod may exist without an entry (a node restarted
+		// before it adopted the box): remove it all the same.
+		if err := p.removeBox(ctx, pod.UID); err != nil {
+			return err
+		}
+		return errdefs.NotFoundf("pod %s is not known to this node", k)
+	}
+	if pb.cancel != nil {
+		pb.cancel()
+	}
+	if err := p.removeBox(ctx, pod.UID); err != nil {
+		return err
+	}
+	os.Remove(p.logPath(pod.UID))
+	p.logf("pod %s deleted: box %s removed", k, BoxName(pod.UID))
+	return nil
+}
+
+// removeBox removes the box of the pod with this UID, if there is one.
+func (p *Provider) removeBox(ctx context.Context, uid types.UID) error {
+	err := p.rt.Remove(ctx, BoxName(uid), true)
+	if err != nil && !errors.Is(err, airlock.ErrBoxNotFound) {
+		return fmt.Errorf("removing box %s: %w", BoxName(uid), err)
+	}
+	return nil
+}
+
+// GetPod returns the pod with its current status, or errdefs.NotFound.
+func (p *Provider) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pb, ok := p.pods[key(namespace, name)]
+	if !ok {
+		return nil, errdefs.NotFoundf("pod %s/%s is not known to this node", namespace, name)
+	}
+	pod := pb.pod.DeepCopy()
+	pod.Status = p.statusLocked(pb)
+	return pod, nil
+}
+
+// GetPodStatus returns the pod's status, or errdefs.NotFound.
+func (p *Provider) GetPodStatus(ctx context.Context, namespace, name string) (*corev1.PodStatus, error) {
+	pod, err := p.GetPod(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return &pod.Status, nil
+}
+
+// GetPods returns every pod the provider runs, with its status.
+func (p *Provider) GetPods(ctx context.Context) ([]*corev1.Pod, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*corev1.Pod, 0, len(p.pods))
+	for _, pb := range p.pods {
+		pod := pb.pod.DeepCopy()
+		pod.Status = p.statusLocked(pb)
+		out = append(out, pod)
+	}
+	return out, nil
+}
+
+// statusLocked builds the pod's status from its box's state (p.mu held).
+func (p *Provider) statusLocked(pb *podBox) corev1.PodStatus {
+	pod := pb.pod
+	if pb.adopted && !pb.exited && pb.box != nil {
+		p.refreshAdoptedLocked(pb)
+	}
+	st := corev1.PodStatus{QOSClass: pod.Status.QOSClass, HostIP: pod.Status.HostIP, StartTime: pod.Status.StartTime}
+	if st.StartTime == nil {
+		t := metav1.NewTime(pod.CreationTimestamp.Time)
+		st.StartTime = &t
+	}
+	created := metav1.NewTime(pod.CreationTimestamp.Time)
+	cond := func(t corev1.PodConditionType, ok bool, at metav1.Time) corev1.PodCondition {
+		s := corev1.ConditionFalse
+		if ok {
+			s = corev1.ConditionTrue
+		}
+		return corev1.PodCondition{Type: t, Status: s, LastTransitionTime: at}
+	}
+	if pb.refused != "" {
+		st.Phase, st.Reason, st.Message = corev1.PodFailed, pb.refused, pb.message
+		st.Conditions = []corev1.PodCondition{cond(corev1.PodScheduled, true, created)}
+		return st
+	}
+	c := pod.Spec.Containers[0]
+	cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: c.Image}
+	if pb.box != nil {
+		cs.ContainerID = "airlock://" + pb.box.ID()
+	}
+	switch {
+	case pb.exited:
+		cs.State.Terminated = &corev1.ContainerStateTerminated{
+			ExitCode: int32(pb.exitCode), Reason: pb.reason, Message: pb.message,
+			StartedAt: metav1.NewTime(pb.started), FinishedAt: metav1.NewTime(pb.finished), ContainerID: cs.ContainerID,
+		}
+		st.Phase = corev1.PodSucceeded
+		if pb.exitCode != 0 || pb.reason != "Completed" {
+			st.Phase = corev1.PodFailed
+		}
+		if pb.started.IsZero() {
+			st.Reason, st.Message = pb.reason, pb.message
+		}
+		done := metav1.NewTime(pb.finished)
+		st.Conditions = []corev1.PodCondition{cond(corev1.PodScheduled, true, created), cond(corev1.PodInitialized, true, created),
+			cond(corev1.ContainersReady, false, done), cond(corev1.PodReady, false, done)}
+	case !pb.started.IsZero():
+		started := true
+		cs.Started, cs.Ready = &started, true
+		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(pb.started)}
+		st.Phase = corev1.PodRunning
+		at := metav1.NewTime(pb.started)
+		st.Conditions = []corev1.PodCondition{cond(corev1.PodScheduled, true, created), cond(corev1.PodInitialized, true, created),
+			cond(corev1.ContainersReady, true, at), cond(corev1.PodReady, true, at)}
+	default:
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: pb.waiting, Message: pb.message}
+		st.Phase = corev1.PodPending
+		st.Conditions = []corev1.PodCondition{cond(corev1.PodScheduled, true, created), cond(corev1.PodInitialized, true, created),
+			cond(corev1.ContainersReady, false, created), cond(corev1.PodReady, false, created)}
+	}
+	st.ContainerStatuses = []corev1.ContainerStatus{cs}
+	return st
+}
+
+// refreshAdoptedLocked reads the end of an adopted box's main command from
+// the box record (the process that ran it is gone; airlock records the end
+// of a main command, or the VM's death, with the box).
+func (p *Provider) refreshAdoptedLocked(pb *podBox) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := pb.box.Info(ctx)
+	if err != nil {
+		if errors.Is(err, airlock.ErrBoxNotFound) {
+			pb.exited, pb.exitCode, pb.reason, pb.message, pb.finished = true, 137, ReasonBoxDied, "the box was removed", time.Now()
+		}
+		return
+	}
+	if info.State == airlock.BoxRunning {
+		return
+	}
+	pb.exited, pb.finished = true, time.Now()
+	if e := info.Exit; e != nil {
+		pb.exitCode, pb.finished = e.ExitCode, e.Finished
+		switch e.Reason {
+		case airlock.ExitExited:
+			pb.reason = "Completed"
+			if e.ExitCode != 0 {
+				pb.reason = "Error"
+			}
+		case airlock.ExitOOMKilled:
+			pb.reason = "OOMKilled"
+		default:
+			pb.reason, pb.message = ReasonBoxDied, strings.TrimSpace(string(e.Reason)+" "+e.Cause)
+			if pb.exitCode == 0 {
+				pb.exitCode = 137
+			}
+		}
+		return
+	}
+	pb.exitCode, pb.reason, pb.message = 137, ReasonBoxDied, "the box stopped while the node was down"
+}
+
+// Adopt takes over the boxes of a restarted node: each box named
+// BoxName(uid) whose pod (one of pods, those bound to this node) still
+// exists becomes that pod's again (a running box shows its pod Running;
+// its command's end is read from the box record); every other box named
+// with BoxNamePrefix is removed, so no VM outlives its pod.
+func (p *Provider) Adopt(ctx context.Context, pods []corev1.Pod) error {
+	byUID := map[types.UID]*corev1.Pod{}
+	for i := range pods {
+		byUID[pods[i].UID] = &pods[i]
+	}
+	boxes, err := p.rt.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, info := range boxes {
+		uid, ok := strings.CutPrefix(info.Name, BoxNamePrefix)
+		if !ok {
+			continue
+		}
+		pod, ok := byUID[types.UID(uid)]
+		if !ok || pod.DeletionTimestamp != nil {
+			if err := p.rt.Remove(ctx, info.ID, true); err != nil && !errors.Is(err, airlock.ErrBoxNotFound) {
+				return fmt.Errorf("removing box %s of a pod that is gone: %w", info.Name, err)
+			}
+			p.logf("removed box %s: its pod is gone", info.Name)
+			continue
+		}
+		box, err := p.rt.Get(ctx, info.ID)
+		if err != nil {
+			return err
+		}
+		pb := &podBox{pod: pod.DeepCopy(), box: box, adopted: true, started: info.Started, startedCh: make(chan struct{})}
+		close(pb.startedCh)
+		if pb.started.IsZero() {
+			pb.started = info.Created
+		}
+		p.mu.Lock()
+		p.pods[key(pod.Namespace, pod.Name)] = pb
+		p.mu.Unlock()
+		p.logf("adopted box %s of pod %s/%s", info.Name, pod.Namespace, pod.Name)
+	}
+	return nil
+}
+
+// GetContainerLogs returns the container's output (stdout and stderr as
+// they arrived). Follow, Tail and the other options are a later slice:
+// the whole log so far is returned.
+func (p *Provider) GetContainerLogs(ctx context.Context, namespace, podName, containerName string, opts api.ContainerLogOpts) (io.ReadCloser, error) {
+	p.mu.Lock()
+	pb, ok := p.pods[key(namespace, podName)]
+	p.mu.Unlock()
+	if !ok {
+		return nil, errdefs.NotFoundf("pod %s/%s is not known to this node", namespace, podName)
+	}
+	f, err := os.Open(p.logPath(pb.pod.UID))
+	if errors.Is(err, os.ErrNotExist) {
+		return io.NopCloser(strings.NewReader("")), nil
+	}
+	return f, err
+}
+
+var errNotYet = errdefs.InvalidInput("not supported by airlock's node yet")
+
+// RunInContainer (kubectl exec) is a later slice.
+func (p *Provider) RunInContainer(ctx context.Context, namespace, podName, containerName string, cmd []string, attach api.AttachIO) error {
+	return errNotYet
+}
+
+// AttachToContainer (kubectl attach) is a later slice.
+func (p *Provider) AttachToContainer(ctx context.Context, namespace, podName, containerName string, attach api.AttachIO) error {
+	return errNotYet
+}
+
+// GetStatsSummary (/stats/summary) is a later slice.
+func (p *Provider) GetStatsSummary(context.Context) (*statsv1alpha1.Summary, error) {
+	return nil, errNotYet
+}
+
+// GetMetricsResource is a later slice.
+func (p *Provider) GetMetricsResource(context.Context) ([]*dto.MetricFamily, error) {
+	return nil, errNotYet
+}
+
+// PortForward (kubectl port-forward) is a later slice.
+func (p *Provider) PortForward(ctx context.Context, namespace, pod string, port int32, stream io.ReadWriteCloser) error {
+	return errNotYet
+}

@@ -1,0 +1,266 @@
+package airlock_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/kubenode"
+	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// kubeBinaries returns the directory of the control plane that
+// hack/build-kube.sh builds (etcd, kube-apiserver, kube-scheduler,
+// kube-controller-manager, kubectl), or why it cannot be used.
+func kubeBinaries(t *testing.T) (dir, missing string) {
+	mod, err := os.ReadFile("hack/kube/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*k8s\.io/kubernetes (v\S+)`).FindSubmatch(mod)
+	if m == nil {
+		t.Fatal("hack/kube/go.mod names no k8s.io/kubernetes version")
+	}
+	dir = os.Getenv("AIRLOCK_KUBE_BIN")
+	if dir == "" {
+		cache := os.Getenv("AIRLOCK_CACHE")
+		if cache == "" {
+			c, err := os.UserCacheDir()
+			if err != nil {
+				return "", err.Error()
+			}
+			cache = filepath.Join(c, "airlock")
+		}
+		dir = filepath.Join(cache, "kube", string(m[1]))
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return dir, "the Kubernetes control plane is not built (" + filepath.Join(dir, b) + " is missing): run hack/setup.sh (or hack/build-kube.sh)"
+		}
+	}
+	return dir, ""
+}
+
+// kubeUp starts a loopback control plane (hack/kube-up.sh) for the test
+// and stops it at cleanup; it returns a client and kubectl's path and
+// kubeconfig.
+func kubeUp(t *testing.T) (client kubernetes.Interface, kubectl func(args ...string) string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs a Kubernetes control plane; skipped with -short")
+	}
+	bin, missing := kubeBinaries(t)
+	if missing != "" {
+		if os.Getenv("AIRLOCK_REQUIRE_VM") == "1" {
+			t.Fatal(missing)
+		}
+		t.Skip(missing)
+	}
+	dir := t.TempDir()
+	up := osexec.Command("hack/kube-up.sh", dir)
+	up.Env = append(os.Environ(), "AIRLOCK_KUBE_BIN="+bin)
+	t.Cleanup(func() {
+		if out, err := osexec.Command("hack/kube-down.sh", dir).CombinedOutput(); err != nil {
+			t.Errorf("kube-down: %v\n%s", err, out)
+		}
+	})
+	if out, err := up.CombinedOutput(); err != nil {
+		t.Fatalf("hack/kube-up.sh: %v\n%s", err, out)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	c, err := nodeutil.ClientsetFromEnv(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, func(args ...string) string {
+		t.Helper()
+		cmd := osexec.Command(filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+}
+
+// eventually polls f until it returns "" (done) or the timeout, then fails
+// with f's last word.
+func eventually(t *testing.T, timeout time.Duration, f func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		why := f()
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", timeout, why)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestKubeNodeHarness runs a real control plane on loopback (etcd,
+// kube-apiserver, kube-scheduler, kube-controller-manager built by
+// hack/build-kube.sh), joins an airlock node (in process, on the fake
+// driver) and checks what a cluster user sees: the node is Ready with its
+// label and taint; a pod with runtimeClassName: airlock (the RuntimeClass
+// of deploy/kubernetes) is placed on it by the scheduler, runs its command
+// in a box and ends Failed with the command's exit code; a two-container
+// pod is refused with a reason; deleting a pod removes its box.
+func TestKubeNodeHarness(t *testing.T) {
+	client, kubectl := kubeUp(t)
+	rt := kubeRuntime(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	const name = "airlock-test-node"
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- kubenode.Run(ctx, kubenode.Config{Name: name, Client: client, Runtime: rt, Logf: t.Logf,
+			Ready: func() { close(ready) }})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("kubenode.Run: %v", err)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("kubenode.Run: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the node was not Ready within 60 s")
+	}
+	kubectl("apply", "-f", "deploy/kubernetes/")
+
+	// The node as the API shows it.
+	eventually(t, 30*time.Second, func() string {
+		n, err := client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if n.Labels[kubenode.RuntimeLabel] != "true" {
+			return "labels " + strings.Join(mapKeys(n.Labels), ",")
+		}
+		tainted := false
+		for _, tn := range n.Spec.Taints {
+			if tn.Key == kubenode.RuntimeLabel && tn.Value == "true" && tn.Effect == corev1.TaintEffectNoSchedule {
+				tainted = true
+			}
+		}
+		if !tainted {
+			return "no airlock taint"
+		}
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				if n.Status.Allocatable.Memory().IsZero() || n.Status.Allocatable.Pods().IsZero() {
+					return "no allocatable memory or pods"
+				}
+				return ""
+			}
+		}
+		return "not Ready"
+	})
+	// The controller manager makes the default service account, which
+	// the API server's admission wants before it takes a pod.
+	eventually(t, 60*time.Second, func() string {
+		if _, err := client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+
+	rc := "airlock"
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "exit3"},
+		Spec: corev1.PodSpec{RuntimeClassName: &rc, RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "main", Image: kubeRef, Command: []string{"sh", "-c", "echo hi; exit 3"}}}},
+	}
+	created, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "two"},
+		Spec: corev1.PodSpec{RuntimeClassName: &rc, RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{
+			{Name: "a", Image: kubeRef, Command: []string{"true"}}, {Name: "b", Image: kubeRef, Command: []string{"true"}}}},
+	}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, two, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, 60*time.Second, func() string {
+		p, err := client.CoreV1().Pods("default").Get(ctx, "exit3", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if p.Spec.NodeName != name {
+			return "not scheduled onto the airlock node: nodeName " + p.Spec.NodeName
+		}
+		if p.Status.Phase != corev1.PodFailed || len(p.Status.ContainerStatuses) != 1 {
+			return "phase " + string(p.Status.Phase)
+		}
+		term := p.Status.ContainerStatuses[0].State.Terminated
+		if term == nil || term.ExitCode != 3 || term.FinishedAt.IsZero() {
+			t.Fatalf("terminated = %+v", term)
+		}
+		return ""
+	})
+	eventually(t, 60*time.Second, func() string {
+		p, err := client.CoreV1().Pods("default").Get(ctx, "two", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if p.Status.Phase != corev1.PodFailed {
+			return "two-container pod: phase " + string(p.Status.Phase)
+		}
+		if p.Status.Reason != kubenode.ReasonUnsupported || !strings.Contains(p.Status.Message, "2 containers") {
+			t.Fatalf("two-container pod: reason %q, message %q", p.Status.Reason, p.Status.Message)
+		}
+		return ""
+	})
+
+	boxName := kubenode.BoxName(created.UID)
+	if _, err := rt.Get(ctx, boxName); err != nil {
+		t.Fatalf("the pod's box %s: %v", boxName, err)
+	}
+	if err := client.CoreV1().Pods("default").Delete(ctx, "exit3", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, func() string {
+		if _, err := rt.Get(ctx, boxName); !errors.Is(err, airlock.ErrBoxNotFound) {
+			return "box after the pod's delete: " + errString(err)
+		}
+		if _, err := client.CoreV1().Pods("default").Get(ctx, "exit3", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return "pod still in the API: " + errString(err)
+		}
+		return ""
+	})
+}
+
+func mapKeys(m map[string]string) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "none"
+	}
+	return err.Error()
+}

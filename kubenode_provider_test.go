@@ -1,0 +1,211 @@
+package airlock_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/kubenode"
+	"github.com/virtual-kubelet/virtual-kubelet/node/api"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	kfake "k8s.io/client-go/kubernetes/fake"
+)
+
+// kubeRuntime opens a Runtime on the fake driver (its commands run on the
+// host with a real agent) with kubeRef in its image store.
+func kubeRuntime(t *testing.T) *airlock.Runtime {
+	t.Helper()
+	open, ref := lifeHome(t)
+	if ref != kubeRef {
+		t.Fatalf("lifeHome's image is %s", ref)
+	}
+	return open(0)
+}
+
+// kubeRef is the image of the fake driver's boxes (cmd sh).
+const kubeRef = "test/fake:v1"
+
+func newPod(name, uid string, containers ...corev1.Container) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid), CreationTimestamp: metav1.Now()},
+		Spec:       corev1.PodSpec{NodeName: "n1", RestartPolicy: corev1.RestartPolicyNever, Containers: containers},
+	}
+}
+
+func shell(script string) corev1.Container {
+	return corev1.Container{Name: "main", Image: kubeRef, Command: []string{"sh", "-c", script}}
+}
+
+// waitStatus polls the provider until ok(status) or the deadline.
+func waitStatus(t *testing.T, p *kubenode.Provider, name string, ok func(*corev1.PodStatus) bool) *corev1.PodStatus {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := p.GetPodStatus(context.Background(), "default", name)
+		if err == nil && ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s: status %+v, err %v", name, st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestPodRunsAsBox: a pod's command runs as its box's main command; the
+// pod goes Running, then Failed with the exit code, times and the output
+// in its log; deleting it removes the box.
+func TestPodRunsAsBox(t *testing.T) {
+	rt := kubeRuntime(t)
+	p, err := kubenode.NewProvider(rt, t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := shell(`echo "hi $GREETING from $PWD"; exit 3`)
+	c.Env = []corev1.EnvVar{{Name: "GREETING", Value: "there"}}
+	c.WorkingDir = "/tmp"
+	pod := newPod("p1", "uid-1", c)
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(t, p, "p1", func(s *corev1.PodStatus) bool { return s.Phase == corev1.PodFailed })
+	term := st.ContainerStatuses[0].State.Terminated
+	if term == nil || term.ExitCode != 3 || term.Reason != "Error" || term.StartedAt.IsZero() || term.FinishedAt.Before(&term.StartedAt) {
+		t.Fatalf("terminated state = %+v", term)
+	}
+	box, err := rt.Get(context.Background(), kubenode.BoxName("uid-1"))
+	if err != nil {
+		t.Fatalf("the pod's box: %v", err)
+	}
+	// The box stops after its command (restartPolicy Never); its record
+	// keeps the main command's end.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		info, _ := box.Info(context.Background())
+		if info.State == airlock.BoxStopped {
+			if info.Exit == nil || info.Exit.Reason != airlock.ExitExited || info.Exit.ExitCode != 3 {
+				t.Errorf("box exit record = %+v (the command is the box's main command)", info.Exit)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("box still %s after its command ended", info.State)
+		}
+	}
+	rc, err := p.GetContainerLogs(context.Background(), "default", "p1", "main", api.ContainerLogOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(rc)
+	rc.Close()
+	if string(out) != "hi there from /tmp\n" {
+		t.Errorf("log = %q", out)
+	}
+	if err := p.DeletePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Get(context.Background(), kubenode.BoxName("uid-1")); !errors.Is(err, airlock.ErrBoxNotFound) {
+		t.Errorf("box after delete: %v", err)
+	}
+	if _, err := p.GetPod(context.Background(), "default", "p1"); err == nil {
+		t.Error("the deleted pod is still listed")
+	}
+}
+
+// TestPodSucceeds: exit 0 is phase Succeeded, reason Completed; while the
+// command runs the pod is Running with the container started and ready.
+func TestPodSucceeds(t *testing.T) {
+	rt := kubeRuntime(t)
+	p, err := kubenode.NewProvider(rt, t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir() // the fake driver's commands run on the host
+	gate := filepath.Join(dir, "go")
+	if err := p.CreatePod(context.Background(), newPod("p2", "uid-2", shell("while [ ! -e "+gate+" ]; do sleep 0.05; done"))); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(t, p, "p2", func(s *corev1.PodStatus) bool { return s.Phase == corev1.PodRunning })
+	if cs := st.ContainerStatuses[0]; cs.State.Running == nil || !cs.Ready {
+		t.Errorf("running pod's container: %+v", cs)
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st = waitStatus(t, p, "p2", func(s *corev1.PodStatus) bool { return s.Phase == corev1.PodSucceeded })
+	if term := st.ContainerStatuses[0].State.Terminated; term == nil || term.ExitCode != 0 || term.Reason != "Completed" {
+		t.Errorf("terminated = %+v", term)
+	}
+}
+
+// TestTwoContainersRefused: a pod with two containers fails at once with
+// reason UnsupportedPodSpec and a message that says why; no box is made.
+func TestTwoContainersRefused(t *testing.T) {
+	rt := kubeRuntime(t)
+	p, err := kubenode.NewProvider(rt, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := newPod("p3", "uid-3", shell("true"), shell("true"))
+	two.Spec.Containers[1].Name = "side"
+	if err := p.CreatePod(context.Background(), two); err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.GetPodStatus(context.Background(), "default", "p3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Phase != corev1.PodFailed || st.Reason != kubenode.ReasonUnsupported || !strings.Contains(st.Message, "2 containers") {
+		t.Errorf("status = %s %s %q", st.Phase, st.Reason, st.Message)
+	}
+	if boxes, _ := rt.List(context.Background()); len(boxes) != 0 {
+		t.Errorf("boxes = %d, want none", len(boxes))
+	}
+}
+
+// TestAdoptByPodUID: a restarted node keeps the box of a pod still bound
+// to it (listed by pod UID through the API: client-go's fake clientset)
+// and removes the box of a pod that is gone.
+func TestAdoptByPodUID(t *testing.T) {
+	rt := kubeRuntime(t)
+	ctx := context.Background()
+	for _, uid := range []string{"kept", "gone"} {
+		if _, err := rt.Create(ctx, airlock.BoxOptions{Image: kubeRef, Name: kubenode.BoxName(types.UID(uid))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other, err := rt.Create(ctx, airlock.BoxOptions{Image: kubeRef, Name: "not-a-pod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kfake.NewClientset(newPod("kept-pod", "kept", shell("sleep 100")))
+	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", "n1").String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := kubenode.NewProvider(rt, t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Adopt(ctx, pods.Items); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Get(ctx, kubenode.BoxName("gone")); !errors.Is(err, airlock.ErrBoxNotFound) {
+		t.Errorf("the box of a gone pod: %v", err)
+	}
+	if _, err := rt.Get(ctx, other.ID()); err != nil {
+		t.Errorf("a box that runs no pod was touched: %v", err)
+	}
+	got, err := p.GetPods(ctx)
+	if err != nil || len(got) != 1 || got[0].Name != "kept-pod" || got[0].Status.Phase != corev1.PodRunning {
+		t.Fatalf("GetPods = %v, %v", got, err)
+	}
+}
