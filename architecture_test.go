@@ -201,7 +201,9 @@ func TestReleaseBinariesCarryNoTestFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		low := strings.ToLower(string(b))
-		for _, s := range []string{"wedge", "slirpforbench", "benchslirp", "airlock_testfaults"} {
+		// The faults' own names: "wedge" alone is in libraries' tables
+		// (HTML entity names, linked with client-go).
+		for _, s := range []string{"test_wedge_exec", "testwedgeexec", "wedgeexec", "slirpforbench", "benchslirp", "airlock_testfaults"} {
 			if strings.Contains(low, s) {
 				t.Errorf("release %s holds %q", cmd, s)
 			}
