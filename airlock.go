@@ -379,26 +379,7 @@ func (r *Runtime) resolveImage(ctx context.Context, ref string) (*image.Image, e
 	if !errors.Is(err, image.ErrNotFound) {
 		return nil, err
 	}
-	t0 := time.Now()
-	ev := r.opts.Pull
-	if ev.Start != nil {
-		ev.Start(ref)
-	}
-	img, err = r.images.Pull(ctx, ref, image.PullOptions{Progress: ev.Progress, CheckAddr: pullCheck(ctx)})
-	if ev.Done != nil {
-		if err != nil {
-			ev.Done(ref, "", err)
-		} else {
-			ev.Done(img.Ref, img.Digest, nil)
-		}
-	}
-	if o := r.opts.Observer; o != nil {
-		o.ImagePulled(ImagePullEvent{Ref: ref, Duration: time.Since(t0), Err: err})
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrImageNotFound, err)
-	}
-	return img, nil
+	return r.pull(ctx, ref, r.opts.Pull)
 }
 
 // Create creates a box from opts and starts it: when Create returns, the

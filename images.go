@@ -215,6 +215,16 @@ func (r *Runtime) ListImages() ([]ImageInfo, error) {
 // downloaded again. Errors wrap ErrImageNotFound when the registry has no
 // such image or cannot be reached.
 func (r *Runtime) PullImage(ctx context.Context, ref string, ev PullEvents) (ImageInfo, error) {
+	img, err := r.pull(ctx, ref, ev)
+	if err != nil {
+		return ImageInfo{}, err
+	}
+	return imageInfo(img), nil
+}
+
+// pull pulls ref into the store, reporting through ev and the Observer.
+// Errors wrap ErrImageNotFound.
+func (r *Runtime) pull(ctx context.Context, ref string, ev PullEvents) (*image.Image, error) {
 	if ev.Start != nil {
 		ev.Start(ref)
 	}
@@ -231,7 +241,7 @@ func (r *Runtime) PullImage(ctx context.Context, ref string, ev PullEvents) (Ima
 		o.ImagePulled(ImagePullEvent{Ref: ref, Duration: time.Since(t0), Err: err})
 	}
 	if err != nil {
-		return ImageInfo{}, fmt.Errorf("%w: %w", ErrImageNotFound, err)
+		return nil, fmt.Errorf("%w: %w", ErrImageNotFound, err)
 	}
-	return imageInfo(img), nil
+	return img, nil
 }
