@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -446,7 +447,33 @@ func TestEvilAgentPingFloodRSS(t *testing.T) {
 		_, err := evilagent.PingFlood(conn, 10*time.Second)
 		return err
 	}}
-	b := evilBoxCreated(t, a)
+	// The box is made with its real agent (a flood in Create's own start
+	// would fail the create), then the hostile one answers every new
+	// connection.
+	var armed atomic.Bool
+	drv := fake.New(os.Getenv("AIRLOCK_AGENT"))
+	drv.TestAgent = func(ctx context.Context, id string, real func(context.Context) (net.Conn, error)) (net.Conn, error) {
+		if !armed.Load() {
+			return real(ctx)
+		}
+		return a.Dial(ctx, id, real)
+	}
+	h := fakeHarnessOn(t, drv)
+	r := h.open(t, "")
+	made, err := r.Create(context.Background(), airlock.BoxOptions{Image: h.image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		a.Close()
+		r.Remove(context.Background(), made.ID(), true)
+	})
+	made.Close() // its connection goes; the next handle dials anew
+	armed.Store(true)
+	b, err := r.Get(context.Background(), made.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
 	runtime.GC()
 	debug.FreeOSMemory()
 	before := hostRSS(t)
