@@ -148,8 +148,11 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 		fail(ReasonStartError, err.Error())
 		return
 	}
-	defer logf.Close()
-	w := &lockedWriter{w: logf}
+	w := &podLog{f: logf, path: p.logPath(pod.UID), max: maxPodLogBytes}
+	if st, err := logf.Stat(); err == nil {
+		w.size = st.Size()
+	}
+	defer w.Close()
 	proc, err := box.ExecStream(ctx, argv[0], argv[1:], airlock.ExecOptions{Main: true, Stdout: w, Stderr: w})
 	if err != nil {
 		if ctx.Err() == nil {
@@ -194,16 +197,59 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 	}
 }
 
-// lockedWriter serialises the two output streams into one log file.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+// maxPodLogBytes bounds a pod's log file on the host (the box chooses how
+// much it prints): past it the file is rotated to PATH.1, so a pod's
+// logs take at most twice this.
+const maxPodLogBytes = 16 << 20
+
+// podLog serialises the two output streams into one log file of at most
+// max bytes, rotated as kubelet rotates container logs.
+type podLog struct {
+	mu   sync.Mutex
+	f    *os.File // nil once a rotation failed: output is dropped
+	path string
+	size int64
+	max  int64
 }
 
-func (l *lockedWriter) Write(b []byte) (int, error) {
+func (l *podLog) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(b)
+	all := len(b)
+	if l.f == nil {
+		return all, nil
+	}
+	if l.size > 0 && l.size+int64(len(b)) > l.max {
+		l.f.Close()
+		os.Rename(l.path, l.path+".1")
+		f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			l.f = nil
+			return all, nil
+		}
+		l.f, l.size = f, 0
+	}
+	if int64(len(b)) > l.max {
+		b = b[int64(len(b))-l.max:] // one write past the bound: its end
+	}
+	n, err := l.f.Write(b)
+	l.size += int64(n)
+	if err != nil {
+		return 0, err
+	}
+	return all, nil
+}
+
+// Close closes the log file.
+func (l *podLog) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		return nil
+	}
+	err := l.f.Close()
+	l.f = nil
+	return err
 }
 
 // UpdatePod accepts the updates Kubernetes allows on a running pod
@@ -240,6 +286,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		return err
 	}
 	os.Remove(p.logPath(pod.UID))
+	os.Remove(p.logPath(pod.UID) + ".1")
 	p.logf("pod %s deleted: box %s removed", k, BoxName(pod.UID))
 	return nil
 }
