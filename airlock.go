@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/pool"
 	"github.com/airlock-run/airlock/internal/scratch"
+	"github.com/airlock-run/airlock/internal/sparse"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
@@ -609,7 +610,7 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 			info.Suspended = suspendedIn(dir) != ""
 			info.Exit = r.exitOf(info)
 		}
-		info.DiskBytes = allocatedBytes(filepath.Join(dir, boxdir.RW))
+		info.DiskBytes = sparse.Allocated(filepath.Join(dir, boxdir.RW))
 		out = append(out, info)
 	}
 	return out, nil

@@ -49,7 +49,7 @@ func TestPackageRules(t *testing.T) {
 		"internal/assets":       {"internal/defaults"},
 		// The box archive format: hostile input read against limits its
 		// caller gives; no VM driver (checks that need one are passed in).
-		"internal/boxarchive": {"internal/image"},
+		"internal/boxarchive": {"internal/image", "internal/sparse"},
 		// The box network: a user-mode stack in a helper process per box,
 		// which knows nothing of VMs or boxes.
 		"internal/netstack": {"internal/defaults"},
@@ -79,7 +79,7 @@ func TestPackageRules(t *testing.T) {
 		// is made of, never the lifecycle code or the box store.
 		// The seam names prepared disk files, never the image store.
 		"internal/vmm":      {"internal/agent/client", "internal/guestabi"},
-		"internal/vmm/fake": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi"},
+		"internal/vmm/fake": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/sparse"},
 		// Test helper: the driver conformance suite, run by each driver's
 		// tests; it knows only the seam.
 		"internal/vmm/vmmtest": {"internal/vmm", "internal/agent/client"},
@@ -88,7 +88,7 @@ func TestPackageRules(t *testing.T) {
 		// No rootfs, no image store: the lifecycle code builds the disks.
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/volume", "internal/capacity"},
+		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/volume", "internal/capacity", "internal/sparse"},
 		"codebox": {""},
 		"interp":  {"codebox"},
 		// The Kubernetes node (airlock node): pods as boxes through the

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/rootfs"
+	"github.com/airlock-run/airlock/internal/sparse"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -125,7 +126,7 @@ func (b *Box) Info(ctx context.Context) (BoxInfo, error) {
 		info.Suspended = b.suspendedDir() != ""
 		info.Exit = b.r.exitOf(info)
 	}
-	info.DiskBytes = allocatedBytes(filepath.Join(b.dir, boxdir.RW))
+	info.DiskBytes = sparse.Allocated(filepath.Join(b.dir, boxdir.RW))
 	return info, nil
 }
 

@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/airlock-run/airlock/internal/boxarchive"
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/image"
@@ -324,15 +322,6 @@ func (r *Runtime) checkSnapshotFile(name string, b []byte) error {
 		return snapmeta.CheckArchived(b)
 	}
 	return nil
-}
-
-// allocatedBytes is the bytes file p takes on disk (0 if unknown).
-func allocatedBytes(p string) int64 {
-	var s unix.Stat_t
-	if unix.Stat(p, &s) != nil {
-		return 0
-	}
-	return s.Blocks * 512
 }
 
 // IsBoxArchive reports whether r starts like a box archive (Box.Export):

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/airlock-run/airlock/internal/sparse"
 	"golang.org/x/sys/unix"
 )
 
@@ -58,14 +59,6 @@ func SnapshotName(m *Manifest, valid func(string) bool) string {
 // SnapshotBytes are the bytes a snapshot directory that Extract wrote
 // takes on disk: its memory and device state, and its disk.
 func SnapshotBytes(dir string) (state, disk int64) {
-	return allocatedBytes(filepath.Join(dir, StateFile)) + allocatedBytes(filepath.Join(dir, RAMFile)),
-		allocatedBytes(filepath.Join(dir, DiskFile))
-}
-
-func allocatedBytes(p string) int64 {
-	var s unix.Stat_t
-	if unix.Stat(p, &s) != nil {
-		return 0
-	}
-	return s.Blocks * 512
+	return sparse.Allocated(filepath.Join(dir, StateFile)) + sparse.Allocated(filepath.Join(dir, RAMFile)),
+		sparse.Allocated(filepath.Join(dir, DiskFile))
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/rootfs"
+	"github.com/airlock-run/airlock/internal/sparse"
 )
 
 func init() {
@@ -43,24 +43,6 @@ box keeps its host name until it is started again.`,
 			return b.Rename(cmd.Context(), args[1])
 		},
 	}
-}
-
-// diskUsage is the space the files under path take on disk (allocated
-// blocks: a sparse writable layer counts what it holds, not its size).
-func diskUsage(path string) int64 {
-	var n int64
-	filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if fi, err := d.Info(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				n += st.Blocks * 512
-			}
-		}
-		return nil
-	})
-	return n
 }
 
 func newPruneCmd() *cobra.Command {
@@ -110,7 +92,7 @@ much space that freed. On a terminal it asks first; elsewhere it needs -f.`,
 				if err != nil {
 					continue
 				}
-				size := diskUsage(boxDir(b))
+				size := sparse.AllocatedTree(boxDir(b))
 				if err := b.Remove(ctx, false); err != nil {
 					fmt.Fprintln(cmd.ErrOrStderr(), "airlock:", err)
 					failed = true
@@ -212,7 +194,7 @@ func newSystemCmd() *cobra.Command {
 				if err != nil {
 					continue
 				}
-				size := diskUsage(boxDir(b))
+				size := sparse.AllocatedTree(boxDir(b))
 				br.Total++
 				br.Size += size
 				if info.State == airlock.BoxRunning {
@@ -230,7 +212,7 @@ func newSystemCmd() *cobra.Command {
 			pr := row{Type: "Pool boxes"}
 			pbSize := make([]int64, len(pbs))
 			for i, pb := range pbs {
-				pbSize[i] = diskUsage(pb.Dir)
+				pbSize[i] = sparse.AllocatedTree(pb.Dir)
 				pr.Total++
 				pr.Size += pbSize[i]
 				if pb.State == airlock.BoxRunning {
@@ -238,7 +220,7 @@ func newSystemCmd() *cobra.Command {
 				}
 			}
 			cache := defaults.Cache()
-			cr := row{Type: "Cache (kernels, bases)", Size: diskUsage(cache)}
+			cr := row{Type: "Cache (kernels, bases)", Size: sparse.AllocatedTree(cache)}
 			rows = append(rows, ir, br, pr, cr)
 			err = writeList(cmd.OutOrStdout(), listFmt, rows, []column[row]{
 				{"TYPE", func(r row) string { return r.Type }},
@@ -406,7 +388,7 @@ every 2 s until Ctrl-C; --no-stream prints one sample (taken over 0.5 s).`,
 						continue
 					}
 					row := statsRow{ID: info.ID, Name: info.Name, MemLimit: int64(info.Options.MemoryMiB) << 20,
-						Disk: diskUsage(filepath.Join(boxDir(b), "rw.ext4"))}
+						Disk: sparse.AllocatedTree(filepath.Join(boxDir(b), "rw.ext4"))}
 					if s, ok := sampleProc(info.PID); ok {
 						row.MemUsage = s.rss
 						if p, ok := prev[b.ID()]; ok && s.at.After(p.at) {

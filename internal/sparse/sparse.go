@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -107,4 +109,33 @@ func copyRange(in, out *os.File, from, to int64, kernel *bool) error {
 		}
 	}
 	return nil
+}
+
+// Allocated returns the bytes file p takes on disk (its allocated blocks:
+// a sparse disk image counts what it holds, not its size); 0 if p cannot
+// be read.
+func Allocated(p string) int64 {
+	var s unix.Stat_t
+	if unix.Stat(p, &s) != nil {
+		return 0
+	}
+	return s.Blocks * 512
+}
+
+// AllocatedTree returns the bytes the files under dir take on disk
+// (Allocated of each; what cannot be read counts 0).
+func AllocatedTree(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return n
 }

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-run/airlock/internal/sparse"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -119,7 +120,7 @@ func (s *Snapshotting) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Ha
 	}
 	st.PausedNs = int64(time.Since(t0))
 	st.StateBytes = int64(len(raw))
-	st.DiskBytes = allocatedTree(filepath.Join(dir, filesDir))
+	st.DiskBytes = sparse.AllocatedTree(filepath.Join(dir, filesDir))
 	return st, nil
 }
 
@@ -345,21 +346,4 @@ func copyFile(src, dst string, mode fs.FileMode) error {
 		return err
 	}
 	return out.Close()
-}
-
-// allocatedTree returns the bytes the files under dir allocate.
-func allocatedTree(dir string) int64 {
-	var n int64
-	filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if fi, err := e.Info(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				n += st.Blocks * 512
-			}
-		}
-		return nil
-	})
-	return n
 }
