@@ -195,13 +195,45 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[*mcp.ServerSession]*session
 	closed   bool
-	opening  int // new sessions being initialized (HTTPHandler)
+	opening  map[*opener]bool // new sessions being initialized (HTTPHandler)
 }
+
+// opener is one initialize request in flight: id is the session id its
+// response carries, once the MCP handler has set it.
+type opener struct{ id string }
+
+// openerWriter records the session id of an initialize response in op
+// before the client can see it.
+type openerWriter struct {
+	http.ResponseWriter
+	s  *Server
+	op *opener
+}
+
+func (w *openerWriter) note() {
+	if id := w.Header().Get("Mcp-Session-Id"); id != "" {
+		w.s.mu.Lock()
+		w.op.id = id
+		w.s.mu.Unlock()
+	}
+}
+
+func (w *openerWriter) WriteHeader(code int) { w.note(); w.ResponseWriter.WriteHeader(code) }
+
+func (w *openerWriter) Write(b []byte) (int, error) { w.note(); return w.ResponseWriter.Write(b) }
+
+func (w *openerWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *openerWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // New returns a Server; serve it with Serve (stdio) or HTTPHandler.
 func New(rt *airlock.Runtime, opts Options) *Server {
 	opts = opts.withDefaults()
-	s := &Server{rt: rt, opts: opts, sessions: map[*mcp.ServerSession]*session{}}
+	s := &Server{rt: rt, opts: opts, sessions: map[*mcp.ServerSession]*session{}, opening: map[*opener]bool{}}
 	s.mcp = newServer(s.session, opts)
 	return s
 }
@@ -256,11 +288,19 @@ func (s *Server) HTTPHandler() http.Handler {
 		}
 		// A new session: counted while it initializes, then as one of
 		// the MCP server's initialized sessions (a client's probe of a
-		// newer protocol makes a session that is never initialized).
+		// newer protocol makes a session that is never initialized). The
+		// client may send its next request before this handler has
+		// returned: a session whose opener is still here counts once.
 		s.mu.Lock()
-		n := s.opening
+		n := len(s.opening)
+		ids := make(map[string]bool, len(s.opening))
+		for op := range s.opening {
+			if op.id != "" {
+				ids[op.id] = true
+			}
+		}
 		for ss := range s.mcp.Sessions() {
-			if ss.InitializeParams() != nil {
+			if ss.InitializeParams() != nil && !ids[ss.ID()] {
 				n++
 			}
 		}
@@ -271,14 +311,15 @@ func (s *Server) HTTPHandler() http.Handler {
 				http.StatusServiceUnavailable)
 			return
 		}
-		s.opening++
+		op := &opener{}
+		s.opening[op] = true
 		s.mu.Unlock()
 		defer func() {
 			s.mu.Lock()
-			s.opening--
+			delete(s.opening, op)
 			s.mu.Unlock()
 		}()
-		h.ServeHTTP(w, r)
+		h.ServeHTTP(&openerWriter{ResponseWriter: w, s: s, op: op}, r)
 	})
 }
 
