@@ -404,7 +404,7 @@ func (s *Server) Handler(requireToken bool) http.Handler {
 		sum := sha256.Sum256([]byte(s.cfg.Token))
 		client = "token:" + hex.EncodeToString(sum[:6])
 	}
-	var h http.Handler = s.mux
+	h := unrouted(s.mux)
 	h = s.limits(h)
 	if requireToken {
 		h = s.auth(h)

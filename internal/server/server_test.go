@@ -497,3 +497,44 @@ func TestPullImage(t *testing.T) {
 		t.Errorf("pull of a missing image: %v %s", events, last)
 	}
 }
+
+// An unknown path (404) and a wrong method (405, with Allow) answer with
+// problems like every other error, not ServeMux's plain text.
+func TestUnroutedAreProblems(t *testing.T) {
+	s := New(Config{Runtime: openRuntime(t)})
+	ts := httptest.NewServer(s.Handler(false))
+	defer ts.Close()
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		code         string
+	}{
+		{"GET", "/v1/nope", 404, CodeNotFound},
+		{"GET", "/", 404, CodeNotFound},
+		{"DELETE", "/v1/health", 405, CodeMethodNotAllowed},
+		{"PATCH", "/v1/boxes", 405, CodeMethodNotAllowed},
+	} {
+		req, _ := http.NewRequest(tc.method, ts.URL+tc.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := decodeProblem(t, resp)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || p.Status != tc.status || p.Code != tc.code || p.Detail == "" {
+			t.Errorf("%s %s: %d %+v, want %d with code %s and a detail", tc.method, tc.path, resp.StatusCode, p, tc.status, tc.code)
+		}
+		if tc.status == 405 && (resp.Header.Get("Allow") == "" || !strings.Contains(p.Detail, resp.Header.Get("Allow"))) {
+			t.Errorf("%s %s: Allow %q, detail %q: want the methods it takes in both", tc.method, tc.path, resp.Header.Get("Allow"), p.Detail)
+		}
+	}
+	// A routed request is untouched.
+	resp, err := http.Get(ts.URL + "/v1/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("GET /v1/health: %d", resp.StatusCode)
+	}
+}

@@ -1043,7 +1043,7 @@ export interface components {
              * @description Stable machine-readable code.
              * @enum {string}
              */
-            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use" | "snapshot_not_found" | "snapshot_exists" | "not_supported" | "host_capacity" | "too_many_subscribers";
+            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use" | "snapshot_not_found" | "snapshot_exists" | "not_supported" | "host_capacity" | "too_many_subscribers" | "method_not_allowed";
             /** @description What happened in this occurrence, and what to do. */
             detail?: string;
             /** @description Individual validation errors. */
