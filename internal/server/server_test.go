@@ -538,3 +538,39 @@ func TestUnroutedAreProblems(t *testing.T) {
 		t.Errorf("GET /v1/health: %d", resp.StatusCode)
 	}
 }
+
+// env is a list of KEY=value or an object; the server's validation takes
+// both and refuses what is neither, naming the field.
+func TestEnvListOrObject(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+		bad  bool
+	}{
+		{in: `["A=1","B=2"]`, want: []string{"A=1", "B=2"}},
+		{in: `{"B":"2","A":"x=y"}`, want: []string{"A=x=y", "B=2"}},
+		{in: `{"A=B":"1"}`, bad: true},
+		{in: `{"":"1"}`, bad: true},
+		{in: `"A=1"`, bad: true},
+	} {
+		var e EnvList
+		err := json.Unmarshal([]byte(tc.in), &e)
+		if tc.bad != (err != nil) || !tc.bad && strings.Join(e, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("%s: %q %v", tc.in, e, err)
+		}
+	}
+	s := New(Config{Runtime: openRuntime(t)})
+	ts := httptest.NewServer(s.Handler(false))
+	defer ts.Close()
+	for _, body := range []string{`{"env":{"A":1}}`, `{"env":"A=1"}`} {
+		resp, err := http.Post(ts.URL+"/v1/boxes", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := decodeProblem(t, resp)
+		resp.Body.Close()
+		if resp.StatusCode/100 != 4 || p.Code != CodeInvalid || len(p.Errors) == 0 || !strings.Contains(p.Errors[0].Location, "env") {
+			t.Errorf("create with %s: %d %+v, want invalid_request naming env", body, resp.StatusCode, p)
+		}
+	}
+}

@@ -690,8 +690,10 @@ export interface components {
              * @description Writable layer size in MiB (default 4096).
              */
             disk_size_mib?: number;
-            /** @description KEY=value entries added to the image's environment. */
-            env?: string[] | null;
+            /** @description Variables added to the image's environment: ["KEY=value", ...] or {"KEY": "value"}. */
+            env?: string[] | {
+                [key: string]: string;
+            };
             /** @description Restore this memory snapshot (POST /v1/boxes/{id}/snapshot) instead of booting: the box runs on from where the snapshot's box was, with its processes and files. Image, cpus, memory_mib, disk_size_mib and network come from the snapshot (leave them out, or give the snapshot's); env, working_dir, user, allow_net and allow_host_ports default to its box's (allow_net makes it an allowlist box); name, ports (never the snapshot box's) and the network policy are the request's, checked as for any create; volumes are refused. */
             from_snapshot?: string;
             /**
@@ -826,8 +828,10 @@ export interface components {
              * @description Terminal columns of a tty exec (default 80).
              */
             cols?: number;
-            /** @description KEY=value entries for this exec only. */
-            env?: string[] | null;
+            /** @description Variables for this exec only: ["KEY=value", ...] or {"KEY": "value"}. */
+            env?: string[] | {
+                [key: string]: string;
+            };
             /**
              * Format: int64
              * @description Terminal rows of a tty exec (default 24).
