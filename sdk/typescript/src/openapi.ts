@@ -758,8 +758,19 @@ export interface components {
             /** @description The interpreter was restarted: earlier variables are gone. */
             state_lost: boolean;
             stderr: string;
+            /**
+             * Format: int64
+             * @description Characters of stderr left out in the box (bytes for output written to the file descriptor).
+             */
+            stderr_dropped?: number;
             stdout: string;
+            /**
+             * Format: int64
+             * @description Characters of stdout left out in the box (bytes for output written to the file descriptor).
+             */
+            stdout_dropped?: number;
             timed_out: boolean;
+            /** @description Output was cut; a marker line in stdout or stderr says where and how much. */
             truncated: boolean;
             /** @description repr() of the last expression, when not None. */
             value?: string;
@@ -1099,8 +1110,20 @@ export interface components {
             exit_code: number;
             /** @description The traceback, when the code raised. */
             stderr: string;
+            /**
+             * Format: int64
+             * @description Bytes of stderr left out in the box (past its output bound).
+             */
+            stderr_dropped?: number;
             stdout: string;
+            /**
+             * Format: int64
+             * @description Bytes of stdout left out in the box (past its output bound).
+             */
+            stdout_dropped?: number;
             timed_out: boolean;
+            /** @description Output was cut; a marker line in stdout or stderr says where and how much. */
+            truncated: boolean;
         };
         Snapshot: {
             /** @description Id of the box it was taken of. */
