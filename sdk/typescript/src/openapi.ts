@@ -945,6 +945,11 @@ export interface components {
             boxes: components["schemas"]["Box"][] | null;
         };
         Health: {
+            /**
+             * Format: double
+             * @description Seconds idle after which this server exits by itself (airlock serve --idle-exit, as the SDKs start it); absent when it runs until stopped.
+             */
+            idle_exit_s?: number;
             /** @enum {string} */
             status: "ok";
         };
