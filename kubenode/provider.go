@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,13 +11,10 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
-	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
 
 // Provider runs the pods bound to one node as airlock boxes: one box per
@@ -31,8 +27,13 @@ type Provider struct {
 	logDir string
 	logf   func(format string, args ...any)
 
-	mu   sync.Mutex
-	pods map[string]*podBox // by namespace/name
+	nodeName string    // for /stats/summary
+	started  time.Time // when the provider was made
+
+	mu          sync.Mutex
+	pods        map[string]*podBox // by namespace/name
+	cpuLast     map[types.UID]cpuSample
+	nodeCPULast cpuSample
 }
 
 // podBox is one pod and the state of its box.
@@ -65,7 +66,7 @@ func NewProvider(rt *airlock.Runtime, logDir string, logf func(string, ...any)) 
 	if err := os.MkdirAll(logDir, 0o700); err != nil {
 		return nil, err
 	}
-	return &Provider{rt: rt, logDir: logDir, logf: logf, pods: map[string]*podBox{}}, nil
+	return &Provider{rt: rt, logDir: logDir, logf: logf, pods: map[string]*podBox{}, started: time.Now()}, nil
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }
@@ -153,7 +154,7 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 		w.size = st.Size()
 	}
 	defer w.Close()
-	proc, err := box.ExecStream(ctx, argv[0], argv[1:], airlock.ExecOptions{Main: true, Stdout: w, Stderr: w})
+	proc, err := box.ExecStream(ctx, argv[0], argv[1:], airlock.ExecOptions{Main: true, Stdout: w.stream("stdout"), Stderr: w.stream("stderr")})
 	if err != nil {
 		if ctx.Err() == nil {
 			fail(ReasonStartError, err.Error())
@@ -195,61 +196,6 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 	if err := box.Stop(stopCtx); err != nil {
 		p.logf("pod %s/%s: stopping box %s: %v", pod.Namespace, pod.Name, box.ID(), err)
 	}
-}
-
-// maxPodLogBytes bounds a pod's log file on the host (the box chooses how
-// much it prints): past it the file is rotated to PATH.1, so a pod's
-// logs take at most twice this.
-const maxPodLogBytes = 16 << 20
-
-// podLog serialises the two output streams into one log file of at most
-// max bytes, rotated as kubelet rotates container logs.
-type podLog struct {
-	mu   sync.Mutex
-	f    *os.File // nil once a rotation failed: output is dropped
-	path string
-	size int64
-	max  int64
-}
-
-func (l *podLog) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	all := len(b)
-	if l.f == nil {
-		return all, nil
-	}
-	if l.size > 0 && l.size+int64(len(b)) > l.max {
-		l.f.Close()
-		os.Rename(l.path, l.path+".1")
-		f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-		if err != nil {
-			l.f = nil
-			return all, nil
-		}
-		l.f, l.size = f, 0
-	}
-	if int64(len(b)) > l.max {
-		b = b[int64(len(b))-l.max:] // one write past the bound: its end
-	}
-	n, err := l.f.Write(b)
-	l.size += int64(n)
-	if err != nil {
-		return 0, err
-	}
-	return all, nil
-}
-
-// Close closes the log file.
-func (l *podLog) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.f == nil {
-		return nil
-	}
-	err := l.f.Close()
-	l.f = nil
-	return err
 }
 
 // UpdatePod accepts the updates Kubernetes allows on a running pod
@@ -478,48 +424,4 @@ func (p *Provider) Adopt(ctx context.Context, pods []corev1.Pod) error {
 		p.logf("adopted box %s of pod %s/%s", info.Name, pod.Namespace, pod.Name)
 	}
 	return nil
-}
-
-// GetContainerLogs returns the container's output (stdout and stderr as
-// they arrived). Follow, Tail and the other options are a later slice:
-// the whole log so far is returned.
-func (p *Provider) GetContainerLogs(ctx context.Context, namespace, podName, containerName string, opts api.ContainerLogOpts) (io.ReadCloser, error) {
-	p.mu.Lock()
-	pb, ok := p.pods[key(namespace, podName)]
-	p.mu.Unlock()
-	if !ok {
-		return nil, errdefs.NotFoundf("pod %s/%s is not known to this node", namespace, podName)
-	}
-	f, err := os.Open(p.logPath(pb.pod.UID))
-	if errors.Is(err, os.ErrNotExist) {
-		return io.NopCloser(strings.NewReader("")), nil
-	}
-	return f, err
-}
-
-var errNotYet = errdefs.InvalidInput("not supported by airlock's node yet")
-
-// RunInContainer (kubectl exec) is a later slice.
-func (p *Provider) RunInContainer(ctx context.Context, namespace, podName, containerName string, cmd []string, attach api.AttachIO) error {
-	return errNotYet
-}
-
-// AttachToContainer (kubectl attach) is a later slice.
-func (p *Provider) AttachToContainer(ctx context.Context, namespace, podName, containerName string, attach api.AttachIO) error {
-	return errNotYet
-}
-
-// GetStatsSummary (/stats/summary) is a later slice.
-func (p *Provider) GetStatsSummary(context.Context) (*statsv1alpha1.Summary, error) {
-	return nil, errNotYet
-}
-
-// GetMetricsResource is a later slice.
-func (p *Provider) GetMetricsResource(context.Context) ([]*dto.MetricFamily, error) {
-	return nil, errNotYet
-}
-
-// PortForward (kubectl port-forward) is a later slice.
-func (p *Provider) PortForward(ctx context.Context, namespace, pod string, port int32, stream io.ReadWriteCloser) error {
-	return errNotYet
 }
