@@ -22,6 +22,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader.
@@ -274,4 +276,86 @@ func TestKubeKubectl(t *testing.T) {
 	if out, code := c.kubectlExit("", "exec", "talk", "--", "true"); code == 0 {
 		t.Errorf("kubectl exec into a completed pod: exit 0, %q", out)
 	}
+}
+
+// TestKubeKubectlVM: on real VMs, kubectl exec runs python3 in the pod's
+// box and brings back a non-zero exit status, and kubectl port-forward
+// reaches a python3 http.server in the box (Box.DialPort: no port
+// published).
+func TestKubeKubectlVM(t *testing.T) {
+	vmtest.Require(t)
+	c := kubeStart(t)
+	rt := openRuntime(t, "")
+	const node = "airlock-vm"
+	c.startNode(rt, node)
+	c.kubectl("apply", "-f", "deploy/kubernetes/")
+	c.waitDefaultSA()
+	ctx := context.Background()
+	rc := "airlock"
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.PodSpec{RuntimeClassName: &rc, RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "main", Image: "python:slim",
+				Command: []string{"sh", "-c", "mkdir -p /srv && echo served from the box > /srv/index.html && cd /srv && exec python3 -m http.server 8000"}}}},
+	}
+	t0 := time.Now()
+	if _, err := c.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 120*time.Second, func() string {
+		p, err := c.client.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			return "phase " + string(p.Status.Phase)
+		}
+		return ""
+	})
+	t.Logf("pod create → Running (VM): %s", time.Since(t0).Round(time.Millisecond))
+
+	t0 = time.Now()
+	if out, code := c.kubectlExit("", "exec", "web", "--", "python3", "-c", "import sys; print(6*7); sys.stdout.flush()"); code != 0 || out != "42\n" {
+		t.Errorf("kubectl exec python3: exit %d, %q", code, out)
+	}
+	t.Logf("kubectl exec python3 (VM): %s", time.Since(t0).Round(time.Millisecond))
+	if out, code := c.kubectlExit("", "exec", "web", "--", "sh", "-c", "exit 3"); code != 3 {
+		t.Errorf("kubectl exec sh -c 'exit 3': exit %d, %q", code, out)
+	}
+
+	pf := c.kubectlCmd("port-forward", "pod/web", ":8000")
+	var pfOut syncBuffer
+	pf.Stdout, pf.Stderr = &pfOut, &pfOut
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		pf.Process.Kill()
+		pf.Wait()
+	}()
+	var local string
+	re := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) -> 8000`)
+	eventually(t, 20*time.Second, func() string {
+		m := re.FindStringSubmatch(pfOut.String())
+		if m == nil {
+			return "kubectl port-forward: " + pfOut.String()
+		}
+		local = m[1]
+		return ""
+	})
+	t0 = time.Now()
+	hc := &http.Client{Timeout: 10 * time.Second}
+	eventually(t, 30*time.Second, func() string {
+		resp, err := hc.Get("http://127.0.0.1:" + local + "/index.html")
+		if err != nil {
+			return err.Error() + "; port-forward says " + pfOut.String()
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		resp.Body.Close()
+		if string(b) != "served from the box\n" {
+			return resp.Status + " " + string(b)
+		}
+		return ""
+	})
+	t.Logf("GET through kubectl port-forward (VM): %s", time.Since(t0).Round(time.Millisecond))
 }
