@@ -155,6 +155,14 @@ func (c *kubeCluster) startNode(rt *airlock.Runtime, name string) {
 		if err := <-done; err != nil {
 			t.Errorf("kubenode.Run: %v", err)
 		}
+		// Boxes outlive their node (a restarted one adopts them): the
+		// test's go with it.
+		boxes, _ := rt.List(context.Background())
+		for _, b := range boxes {
+			if strings.HasPrefix(b.Name, kubenode.BoxNamePrefix) {
+				rt.Remove(context.Background(), b.ID, true)
+			}
+		}
 	})
 	select {
 	case <-ready:

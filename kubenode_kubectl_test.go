@@ -50,7 +50,9 @@ func (s *syncBuffer) String() string {
 // (refused as Kubernetes refuses it) and -f (which ends with the
 // container); exec with its exit code, with stdin, and with -it on a
 // terminal (its size, a resize, Ctrl-C); attach; /stats/summary with the
-// pod's box. The kubelet API refuses a client without credentials. Fake
+// pod's box. The kubelet API refuses a client without credentials. A pod's
+// env from a Secret, a ConfigMap (envFrom) and the downward API: while the
+// Secret is missing the pod waits with CreateContainerConfigError. Fake
 // driver: the box's commands run on the host.
 func TestKubeKubectl(t *testing.T) {
 	c := kubeStart(t)
@@ -73,6 +75,44 @@ func TestKubeKubectl(t *testing.T) {
 	if _, err := c.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A pod whose env comes from a Secret not made yet waits with
+	// CreateContainerConfigError, then runs once the Secret is there.
+	envPod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "env"},
+		Spec: corev1.PodSpec{RuntimeClassName: &rc, RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "main", Image: kubeRef, Command: []string{"sh", "-c", `echo "$TOKEN $NAME $MODE"`},
+				Env: []corev1.EnvVar{
+					{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "creds"}, Key: "token"}}},
+					{Name: "NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+				},
+				EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}},
+			}}},
+	}
+	if _, err := c.client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"},
+		Data: map[string]string{"MODE": "fast"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.client.CoreV1().Pods("default").Create(ctx, envPod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, func() string {
+		p, err := c.client.CoreV1().Pods("default").Get(ctx, "env", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].State.Waiting == nil {
+			return "pod env: no waiting container"
+		}
+		w := p.Status.ContainerStatuses[0].State.Waiting
+		if p.Status.Phase != corev1.PodPending || w.Reason != "CreateContainerConfigError" || w.Message != `secret "creds" not found` {
+			return "pod env: " + string(p.Status.Phase) + " " + w.Reason + ": " + w.Message
+		}
+		return ""
+	})
+	if _, err := c.client.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds"},
+		Data: map[string][]byte{"token": []byte("s3cret")}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, 60*time.Second, func() string {
 		p, err := c.client.CoreV1().Pods("default").Get(ctx, "talk", metav1.GetOptions{})
 		if err != nil {
@@ -83,6 +123,17 @@ func TestKubeKubectl(t *testing.T) {
 		}
 		return ""
 	})
+
+	eventually(t, 60*time.Second, func() string {
+		p, err := c.client.CoreV1().Pods("default").Get(ctx, "env", metav1.GetOptions{})
+		if err != nil || p.Status.Phase != corev1.PodSucceeded {
+			return "pod env not Succeeded after its Secret was made"
+		}
+		return ""
+	})
+	if out := c.kubectl("logs", "env"); out != "s3cret env fast\n" {
+		t.Errorf("env from the API: logs %q", out)
+	}
 
 	t0 := time.Now()
 	// logs, with its options.

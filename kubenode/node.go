@@ -98,6 +98,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("kubenode: adopting boxes: %w", err)
 	}
 	prov.nodeName = cfg.Name
+	prov.SetAPI(cfg.Client, nodeIP(cfg))
 	var kubelet *kubeletServer
 	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
 		kubelet, err = listenKubelet(cfg, cfg.Client, prov)
@@ -117,6 +118,9 @@ func Run(ctx context.Context, cfg Config) error {
 		c.KubeconfigPath = ""
 		c.HTTPListenAddr = "127.0.0.1:0" // unused: the kubelet API is served by listenKubelet
 		c.NumWorkers = max(2, runtime.NumCPU())
+		// The provider resolves env itself (resolveEnv), so that a pod
+		// whose env cannot be made shows CreateContainerConfigError.
+		c.SkipDownwardAPIResolution = true
 		spec := &c.NodeSpec
 		spec.Labels[RuntimeLabel] = "true"
 		spec.Labels[corev1.LabelOSStable] = runtime.GOOS

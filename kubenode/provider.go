@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 )
 
 // Provider runs the pods bound to one node as airlock boxes: one box per
@@ -27,8 +28,10 @@ type Provider struct {
 	logDir string
 	logf   func(format string, args ...any)
 
-	nodeName string    // for /stats/summary
-	started  time.Time // when the provider was made
+	nodeName string               // for /stats/summary
+	started  time.Time            // when the provider was made
+	client   kubernetes.Interface // resolves env valueFrom/envFrom (SetAPI); nil: refused
+	hostIP   string               // the node's InternalIP (status.hostIP)
 
 	mu          sync.Mutex
 	pods        map[string]*podBox // by namespace/name
@@ -69,6 +72,14 @@ func NewProvider(rt *airlock.Runtime, logDir string, logf func(string, ...any)) 
 	return &Provider{rt: rt, logDir: logDir, logf: logf, pods: map[string]*podBox{}, started: time.Now()}, nil
 }
 
+// SetAPI gives the provider the cluster's API, through which a pod's env
+// valueFrom and envFrom are resolved (ConfigMaps, Secrets, the downward
+// API; see resolveEnv), and the node's IP, the pods' status.hostIP.
+// Without it, pods with such env are refused. Call it before CreatePod.
+func (p *Provider) SetAPI(client kubernetes.Interface, hostIP string) {
+	p.client, p.hostIP = client, hostIP
+}
+
 func key(namespace, name string) string { return namespace + "/" + name }
 
 func (p *Provider) logPath(uid types.UID) string { return filepath.Join(p.logDir, string(uid)+".log") }
@@ -85,7 +96,11 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		return nil
 	}
 	pb := &podBox{pod: pod, waiting: "ContainerCreating", startedCh: make(chan struct{})}
-	if why := checkPod(pod); why != "" {
+	why := checkPod(pod)
+	if why == "" && p.client == nil {
+		why = checkEnvRefs(pod)
+	}
+	if why != "" {
 		pb.refused, pb.message = ReasonUnsupported, why
 		p.pods[k] = pb
 		p.mu.Unlock()
@@ -113,6 +128,12 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 		}
 		p.mu.Unlock()
 		p.logf("pod %s/%s: %s: %s", pod.Namespace, pod.Name, reason, msg)
+	}
+	if p.client != nil {
+		var ok bool
+		if pod, ok = p.resolvePodEnv(ctx, pb); !ok {
+			return
+		}
 	}
 	opts, err := boxOptions(pod)
 	if err != nil {
@@ -195,6 +216,42 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 	defer cancel()
 	if err := box.Stop(stopCtx); err != nil {
 		p.logf("pod %s/%s: stopping box %s: %v", pod.Namespace, pod.Name, box.ID(), err)
+	}
+}
+
+// resolvePodEnv returns the pod with its container's env resolved
+// (resolveEnv). While it cannot be made, the pod waits with
+// ReasonConfigError and the kubelet's message, and is tried again (every
+// configRetry at most) until it can or the pod is deleted (ok false).
+func (p *Provider) resolvePodEnv(ctx context.Context, pb *podBox) (*corev1.Pod, bool) {
+	wait := time.Second
+	for {
+		c := &pb.pod.Spec.Containers[0]
+		env, err := resolveEnv(ctx, p.client, pb.pod, c, p.hostIP)
+		if err == nil {
+			pod := pb.pod.DeepCopy()
+			pod.Spec.Containers[0].Env, pod.Spec.Containers[0].EnvFrom = env, nil
+			p.mu.Lock()
+			pb.waiting, pb.message = "ContainerCreating", ""
+			p.mu.Unlock()
+			return pod, true
+		}
+		if ctx.Err() != nil {
+			return nil, false
+		}
+		p.mu.Lock()
+		changed := pb.message != err.Error()
+		pb.waiting, pb.message = ReasonConfigError, err.Error()
+		p.mu.Unlock()
+		if changed {
+			p.logf("pod %s/%s: %s: %v", pb.pod.Namespace, pb.pod.Name, ReasonConfigError, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, configRetry)
 	}
 }
 
@@ -288,6 +345,9 @@ func (p *Provider) statusLocked(pb *podBox) corev1.PodStatus {
 		p.refreshAdoptedLocked(pb)
 	}
 	st := corev1.PodStatus{QOSClass: pod.Status.QOSClass, HostIP: pod.Status.HostIP, StartTime: pod.Status.StartTime}
+	if p.hostIP != "" {
+		st.HostIP, st.HostIPs = p.hostIP, []corev1.HostIP{{IP: p.hostIP}}
+	}
 	if st.StartTime == nil {
 		t := metav1.NewTime(pod.CreationTimestamp.Time)
 		st.StartTime = &t
