@@ -446,12 +446,17 @@ func (n *Net) dialGuest(port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("port %d: want 1-65535", port)
 	}
-	s := n.st.Load()
-	if s == nil {
-		return nil, errors.New("the network is not up yet")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	s := n.st.Load()
+	for s == nil { // Serve not yet running: the machine is starting
+		select {
+		case <-ctx.Done():
+			return nil, errors.New("the network is not up")
+		case <-time.After(10 * time.Millisecond):
+		}
+		s = n.st.Load()
+	}
 	in, err := gonet.DialContextTCP(ctx, s, guestAddr(port), ipv4.ProtocolNumber)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to port %d in the box: %w", port, err)
