@@ -231,6 +231,20 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, podName, conta
 	if r := attach.Stdin(); r != nil {
 		opts.Stdin = r
 	}
+	resize := attach.Resize()
+	if opts.TTY && resize != nil {
+		// kubectl sends the terminal's size first: start the process on
+		// a terminal of that size, so that what reads it at once sees it.
+		select {
+		case sz, ok := <-resize:
+			if ok && sz.Height > 0 && sz.Width > 0 {
+				opts.Rows, opts.Cols = int(sz.Height), int(sz.Width)
+			}
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	proc, err := box.ExecStream(ctx, cmd[0], cmd[1:], opts)
@@ -240,7 +254,7 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, podName, conta
 	if opts.Stdin == nil {
 		proc.Stdin().Close()
 	}
-	if resize := attach.Resize(); resize != nil {
+	if resize != nil {
 		go func() {
 			for {
 				select {
