@@ -47,6 +47,12 @@ pair in DIR/pki (node.crt, node.key, ca.crt). See docs/kubernetes.md.
 configuration of a pod's service account is used.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if (certFile == "") != (keyFile == "") {
+				return usagef(cmd, "--tls-cert-file and --tls-private-key-file go together")
+			}
+			if kubeletPort < 0 || kubeletPort > 65535 {
+				return usagef(cmd, "--kubelet-port %d: want 0-65535", kubeletPort)
+			}
 			if name == "" {
 				h, err := os.Hostname()
 				if err != nil {
@@ -74,12 +80,6 @@ configuration of a pod's service account is used.`,
 			errw := cmd.ErrOrStderr()
 			logf := func(format string, args ...any) {
 				fmt.Fprintf(errw, "%s %s\n", time.Now().Format(time.TimeOnly), fmt.Sprintf(format, args...))
-			}
-			if (certFile == "") != (keyFile == "") {
-				return usagef(cmd, "--tls-cert-file and --tls-private-key-file go together")
-			}
-			if kubeletPort < 0 || kubeletPort > 65535 {
-				return usagef(cmd, "--kubelet-port %d: want 0-65535", kubeletPort)
 			}
 			return kubenode.Run(cmd.Context(), kubenode.Config{
 				Name: name, Client: client, Runtime: rt, Logf: logf,
