@@ -12,8 +12,9 @@
 # cluster CA, which the API server checks nodes against) and waits until the
 # API server answers /readyz (exit 1 with the logs' tails if it does not
 # within AIRLOCK_KUBE_UP_TIMEOUT seconds, default 90). Certificates (a CA,
-# the API server's serving pair, the service-account key pair) are made
-# with openssl in DIR/pki. Binaries: $AIRLOCK_KUBE_BIN, else
+# the API server's serving pair and its client pair for the kubelet API,
+# a serving pair for nodes on 127.0.0.1, the service-account key pair) are
+# made with openssl in DIR/pki. Binaries: $AIRLOCK_KUBE_BIN, else
 # ~/.cache/airlock/kube/<version> (hack/build-kube.sh prints it).
 set -euo pipefail
 
