@@ -374,6 +374,16 @@ func TestKubeKubectlVM(t *testing.T) {
 		t.Errorf("kubectl exec sh -c 'exit 3': exit %d, %q", code, out)
 	}
 
+	// The server listens a moment after the pod runs; kubectl
+	// port-forward gives up on its first refused connection (as with a
+	// kubelet), so wait for it inside the box first.
+	eventually(t, 60*time.Second, func() string {
+		out, code := c.kubectlExit("", "exec", "web", "--", "python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/')")
+		if code != 0 {
+			return "the box's http.server: " + out
+		}
+		return ""
+	})
 	pf := c.kubectlCmd("port-forward", "pod/web", ":8000")
 	var pfOut syncBuffer
 	pf.Stdout, pf.Stderr = &pfOut, &pfOut

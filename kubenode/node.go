@@ -111,7 +111,8 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Logf("no TLS pair for the kubelet API: kubectl logs, exec, attach and port-forward will not reach this node")
 	}
 	capacity := Capacity(cfg.Runtime)
-	n, err := nodeutil.NewNode(cfg.Name, func(nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
+	n, err := nodeutil.NewNode(cfg.Name, func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
+		prov.setLister(pc.Pods)
 		return prov, nil, nil
 	}, func(c *nodeutil.NodeConfig) error {
 		c.Client = cfg.Client

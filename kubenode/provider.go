@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 )
 
 // Provider runs the pods bound to one node as airlock boxes: one box per
@@ -37,6 +38,9 @@ type Provider struct {
 	pods        map[string]*podBox // by namespace/name
 	cpuLast     map[types.UID]cpuSample
 	nodeCPULast cpuSample
+	notify      func(*corev1.Pod)       // NotifyPods' callback
+	lister      corev1listers.PodLister // this node's pods, for the resync
+	deletedKeys map[string]struct{}     // pods deleted here that the API still lists
 }
 
 // podBox is one pod and the state of its box.
@@ -105,6 +109,7 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		p.pods[k] = pb
 		p.mu.Unlock()
 		p.logf("pod %s refused: %s", k, why)
+		p.changed(pb)
 		return nil
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -128,6 +133,7 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 		}
 		p.mu.Unlock()
 		p.logf("pod %s/%s: %s: %s", pod.Namespace, pod.Name, reason, msg)
+		p.changed(pb)
 	}
 	if p.client != nil {
 		var ok bool
@@ -187,6 +193,7 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 	close(pb.startedCh)
 	p.mu.Unlock()
 	p.logf("pod %s/%s: box %s runs %q", pod.Namespace, pod.Name, box.ID(), argv)
+	p.changed(pb)
 	res, err := proc.Wait()
 	if ctx.Err() != nil { // deleted: DeletePod removes the box
 		return
@@ -210,6 +217,7 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 	code := pb.exitCode
 	p.mu.Unlock()
 	p.logf("pod %s/%s: command exited with status %d", pod.Namespace, pod.Name, code)
+	p.changed(pb)
 	// restartPolicy Never: the pod is done; its box stops (its writable
 	// layer stays until the pod is deleted).
 	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -245,6 +253,7 @@ func (p *Provider) resolvePodEnv(ctx context.Context, pb *podBox) (*corev1.Pod, 
 		p.mu.Unlock()
 		if changed {
 			p.logf("pod %s/%s: %s: %v", pb.pod.Namespace, pb.pod.Name, ReasonConfigError, err)
+			p.changed(pb)
 		}
 		select {
 		case <-ctx.Done():
@@ -272,6 +281,10 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	if ok {
 		pb.deleted = true
 		delete(p.pods, k)
+		if p.deletedKeys == nil {
+			p.deletedKeys = map[string]struct{}{}
+		}
+		p.deletedKeys[k] = struct{}{}
 	}
 	p.mu.Unlock()
 	if !ok {
@@ -291,6 +304,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	os.Remove(p.logPath(pod.UID))
 	os.Remove(p.logPath(pod.UID) + ".1")
 	p.logf("pod %s deleted: box %s removed", k, BoxName(pod.UID))
+	p.notifyDeleted(pod)
 	return nil
 }
 
