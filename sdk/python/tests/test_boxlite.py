@@ -99,7 +99,12 @@ def test_simplebox_checks_and_unsupported() -> None:
         boxlite.SimpleBox(image=IMAGE, entrypoint=["sh"])
     with pytest.raises(TypeError, match="runtime must be a Boxlite"):
         boxlite.SimpleBox(image=IMAGE, runtime=object())
-    assert boxlite.SimpleBox(image=IMAGE, env=[("USER", "alice")])._spec["env"] == ["USER=alice"]
+    sb = boxlite.SimpleBox(image=IMAGE, env=[("USER", "alice")], network=boxlite.NetworkSpec("enabled", ["a.example"]),
+                           volumes=[("/srv/d", "/d", True)], ports=[(0, 53, "udp")], disk_size_gb=2)
+    assert {k: sb._spec[k] for k in ("env", "network", "allow_net", "volumes", "ports", "disk_size_mib")} == {
+        "env": ["USER=alice"], "network": "allowlist", "allow_net": ["a.example"],
+        "volumes": [{"source": "/srv/d", "target": "/d", "read_only": True}],
+        "ports": [{"host_port": 0, "guest_port": 53, "protocol": "udp"}], "disk_size_mib": 2048}
 
 
 def test_rest_options(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,6 +128,10 @@ def test_rest_options(monkeypatch: pytest.MonkeyPatch) -> None:
         boxlite.Boxlite(boxlite.Options(image_registries=[boxlite.ImageRegistry("ghcr.io")]))
     with pytest.raises(TypeError, match="options must be an Options"):
         boxlite.Boxlite("opts")  # type: ignore[arg-type]
+    for cls, words in ((boxlite.BrowserBox, "ports="), (boxlite.InteractiveBox, "tty=True"),
+                       (boxlite.ComputerBox, "xdotool"), (boxlite.SkillBox, "CodeBox")):
+        with pytest.raises(NotImplementedError, match=words):
+            cls()
 
 
 @pytest.mark.asyncio(loop_scope="session")

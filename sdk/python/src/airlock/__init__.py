@@ -24,7 +24,7 @@ from ._files import FileInfo
 from ._client import AirlockError, Client, Endpoint, default_socket
 from ._snapshots import Snapshot
 from ._sync import SyncClient, SyncCodeBox, SyncContext, SyncSimpleBox
-from ._boxlite import (AccessToken, ApiKeyCredential, Box, BoxInfo, Boxlite, BoxliteRestOptions, BoxOptions, BoxStateInfo,
+from ._boxlite import (AccessToken, ApiKeyCredential, Box, BrowserBox, ComputerBox, InteractiveBox, SkillBox, BoxInfo, Boxlite, BoxliteRestOptions, BoxOptions, BoxStateInfo,
                        CopyOptions, ExecStderr, ExecStdin, ExecStdout, Execution, ExecWaitResult, ImageRegistry,
                        NetworkInfo, NetworkSpec, Options, PublishedPort, RestOptions, RuntimeMetrics)
 from ._boxlite_sync import SyncBox, SyncBoxlite, SyncExecStderr, SyncExecStdout, SyncExecution
@@ -38,6 +38,10 @@ __all__ = [
     "AirlockError",
     "ApiKeyCredential",
     "Box",
+    "BrowserBox",
+    "ComputerBox",
+    "InteractiveBox",
+    "SkillBox",
     "BoxInfo",
     "Boxlite",
     "BoxliteError",

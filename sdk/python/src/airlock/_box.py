@@ -118,9 +118,14 @@ def _port(p: PortArg) -> Dict[str, Any]:
     if isinstance(p, int):
         return {"host_port": 0, "guest_port": p}
     if isinstance(p, tuple):
-        if len(p) != 2:
-            raise ValueError(f"port {p!r}: want (host_port, guest_port)")
-        return {"host_port": int(p[0]), "guest_port": int(p[1])}
+        if len(p) not in (2, 3, 4):
+            raise ValueError(f"port {p!r}: want (host_port, guest_port[, protocol[, host_ip]])")
+        d = {"host_port": int(p[0]), "guest_port": int(p[1])}
+        if len(p) >= 3:
+            d["protocol"] = str(p[2]).lower()
+        if len(p) == 4 and p[3]:
+            d["host_ip"] = p[3]
+        return d
     if not isinstance(p, str):
         raise TypeError(f"port {p!r}: want a guest port, \"HOST:GUEST\", (host, guest) or a PortMapping")
     d: Dict[str, Any] = {}
@@ -150,6 +155,8 @@ def _volume(v: VolumeArg) -> Dict[str, Any]:
         d = dict(v)
     else:
         parts = v.split(":") if isinstance(v, str) else list(v)
+        if len(parts) == 3 and isinstance(parts[2], bool):  # BoxLite's (host, guest, read_only)
+            parts[2] = "ro" if parts[2] else "rw"
         if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
             raise ValueError(f"volume {v!r}: want SOURCE:TARGET[:ro|rw] (SOURCE a host directory or a volume name)")
         d = {"source": parts[0], "target": parts[1], "read_only": len(parts) == 3 and parts[2] == "ro"}
@@ -303,10 +310,19 @@ class SimpleBox(FilesMixin):
                  volumes: Optional[Sequence[VolumeArg]] = None, allow_net: Optional[Sequence[str]] = None,
                  allow_host_ports: Optional[Sequence[int]] = None, ports: Optional[Sequence[PortArg]] = None,
                  client: Optional[Client] = None, from_snapshot: Optional[str] = None, **kwargs: Any) -> None:
+        if hasattr(network, "_fields"):  # BoxLite's NetworkSpec
+            nf = network._fields()
+            network = nf["network"]
+            allow_net = nf.get("allow_net") or allow_net
+        if "disk_size_gb" in kwargs:  # BoxLite's unit
+            gb = kwargs.pop("disk_size_gb")
+            check_type("disk_size_gb", gb, int, "an int")
+            if gb is not None and disk_size_mib is None:
+                disk_size_mib = gb * 1024
         for n, v, t, what in (("image", image, str, "a str"), ("memory_mib", memory_mib, int, "an int"),
                               ("cpus", cpus, int, "an int"), ("name", name, str, "a str"),
                               ("working_dir", working_dir, str, "a str"), ("user", user, str, "a str"),
-                              ("network", network, str, "a str (public, allowlist, none)"),
+                              ("network", network, str, "a str (public, allowlist, none) or a NetworkSpec"),
                               ("disk_size_mib", disk_size_mib, int, "an int"),
                               ("ttl", ttl, (int, float), "a number of seconds"),
                               ("idle_timeout", idle_timeout, (int, float), "a number of seconds"),

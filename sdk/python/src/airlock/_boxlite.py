@@ -17,12 +17,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
-
-import httpx
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._box import DEFAULT_IMAGE, DEFAULT_LEASE, _LeaseRenewer, _port, _volume, env_pairs
-from ._client import AirlockError, Client, Endpoint, default_socket, sync_client, _raise_for_problem
+from ._client import AirlockError, Client, Endpoint, _raise_for_problem, sync_client
 from ._files import FilesMixin
 
 #: Most bytes of one stream of an :class:`Execution` held for a reader that
@@ -529,7 +527,6 @@ class _Lines:
         self._partial = b""
         self._pending = 0
         self._dropped = 0
-        self._taken = False
 
     def feed(self, data: bytes) -> None:
         if self._pending + len(data) > MAX_PENDING_OUTPUT:
@@ -1080,3 +1077,18 @@ def _q(s: str) -> str:
     from urllib.parse import quote
 
     return quote(s, safe="")
+
+
+def _missing_box(name: str, instead: str) -> type:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise _unsupported(name, instead)
+
+    return type(name, (), {"__init__": __init__, "__doc__": f"BoxLite's {name}: not provided ({instead})."})
+
+
+BrowserBox = _missing_box("BrowserBox", "run a browser image with SimpleBox(image=..., ports=[9222]) and connect to the "
+                                        "published port")
+ComputerBox = _missing_box("ComputerBox", "run a desktop image with SimpleBox(image=..., ports=[...]) and drive it "
+                                          "with exec (xdotool)")
+InteractiveBox = _missing_box("InteractiveBox", "use SimpleBox.stream(cmd, tty=True) or `airlock run -it IMAGE`")
+SkillBox = _missing_box("SkillBox", "use CodeBox or SimpleBox and exec the agent's CLI")
