@@ -8,9 +8,12 @@ machine; BoxLite's examples name alpine:latest and python:alpine)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -477,3 +480,42 @@ def test_sync_program(server_env: dict) -> None:
     out = run_program(SYNC, server_env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["Hello from default runtime", "exit: 0", "alice"]
+
+
+CUSTOM_HOME = """
+import asyncio, sys
+import airlock as boxlite
+
+async def main():
+    runtime = boxlite.Boxlite(boxlite.Options(home_dir=sys.argv[1]))
+    box = await runtime.create(boxlite.BoxOptions(image="python:slim"), name="in-custom-home")
+    execution = await box.exec("echo", ["Hello from a custom home"])
+    async for line in execution.stdout():
+        print(line.strip())
+    print([i.name for i in await runtime.list_info()])
+    await runtime.remove(box.id, force=True)
+
+asyncio.run(main())
+"""
+
+
+def test_custom_home_runtime(server_env: dict) -> None:
+    """Boxlite(Options(home_dir=H)) uses (here: starts) the server of home
+    H, which has only its own boxes; it exits once idle."""
+    home = Path(f"/tmp/airlock-bl-home-{os.getpid()}")  # short: unix socket paths are limited
+    env = dict(server_env, AIRLOCK_SERVE_IDLE_EXIT="1s")
+    box = boxlite.Boxlite.default()
+    try:
+        out = subprocess.run([sys.executable, "-c", CUSTOM_HOME, str(home)], env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == ["Hello from a custom home", "['in-custom-home']"]
+        assert (home / "serve.log").exists(), "the server was started with the custom home"
+        assert "in-custom-home" not in [i.name for i in asyncio.run(box.list_info())], "created in the custom home only"
+        sock = home / "airlock.sock"
+        deadline = time.monotonic() + 20
+        while sock.exists():
+            assert time.monotonic() < deadline, "the server started for the custom home did not exit when idle"
+            time.sleep(0.2)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
