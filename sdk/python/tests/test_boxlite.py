@@ -66,6 +66,7 @@ def test_box_options_map_to_airlock_spec() -> None:
     ({"volumes": [42]}, TypeError, "volumes[0]"),
     ({"ports": [{"guest_port": "80"}]}, TypeError, "ports[0].guest_port"),
     ({"ports": [{"guest_port": 70000}]}, ValueError, "ports[0].guest_port"),
+    ({"ports": [(80, 80, "sctp")]}, ValueError, "ports[0]: the protocol"),
     ({"network": "enabled"}, TypeError, "network must be a NetworkSpec"),
     ({"auto_remove": "yes"}, TypeError, "auto_remove must be a bool"),
     ({"entrypoint": "sh"}, TypeError, "entrypoint must be a list"),

@@ -122,7 +122,9 @@ def _port(p: PortArg) -> Dict[str, Any]:
             raise ValueError(f"port {p!r}: want (host_port, guest_port[, protocol[, host_ip]])")
         d = {"host_port": int(p[0]), "guest_port": int(p[1])}
         if len(p) >= 3:
-            d["protocol"] = str(p[2]).lower()
+            if not isinstance(p[2], str) or p[2].lower() not in ("tcp", "udp"):
+                raise ValueError(f"port {p!r}: the protocol must be \"tcp\" or \"udp\"")
+            d["protocol"] = p[2].lower()
         if len(p) == 4 and p[3]:
             d["host_ip"] = p[3]
         return d

@@ -92,7 +92,9 @@ def _boxlite_port(i: int, p: Any) -> Dict[str, Any]:
     """A BoxLite port: ``(host, guest[, protocol[, host_ip]])`` or
     ``{guest_port|guest, host_port|host, protocol, host_ip}``."""
     if isinstance(p, tuple) and len(p) in (3, 4):
-        d: Dict[str, Any] = {"host_port": p[0], "guest_port": p[1], "protocol": str(p[2]).lower()}
+        if not isinstance(p[2], str) or p[2].lower() not in ("tcp", "udp"):
+            raise ValueError(f"ports[{i}]: the protocol must be \"tcp\" or \"udp\", not {p[2]!r}")
+        d: Dict[str, Any] = {"host_port": p[0], "guest_port": p[1], "protocol": p[2].lower()}
         if len(p) == 4 and p[3]:
             d["host_ip"] = p[3]
         p = d
