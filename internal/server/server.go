@@ -98,7 +98,9 @@ type Config struct {
 	// that made a request with the token; those that have not are
 	// bounded apart (MaxUnauthenticatedConns, the oldest closed for a new
 	// one) and one refused for its token is closed after the 401, so a
-	// peer without the token cannot lock the token's clients out. The
+	// peer without the token cannot lock the token's clients out (those
+	// already waiting for their first request when the bound is reached
+	// may still make it: at most MaxUnauthenticatedConns over). The
 	// unix socket has its own count, so TCP clients cannot lock its owner
 	// out.
 	MaxConns int
