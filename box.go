@@ -333,20 +333,22 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 		stopNet()
 		return fmt.Errorf("box %s: %w", b.id, err)
 	}
+	if cfg.Pool != "" {
+		// A pool box ends with this process until a claim hands it on.
+		if h := m.Handle(); h.PID > 0 {
+			if err := b.r.keeper.Watch(h.PID, h.Start); err != nil {
+				m.Kill()
+				stopNet()
+				return fmt.Errorf("box %s: %w", b.id, err)
+			}
+		}
+	}
 	if err := nh.Wait(ctx); err != nil {
 		m.Kill()
 		stopNet()
 		return err
 	}
 	h, now := m.Handle(), time.Now()
-	if cfg.Pool != "" {
-		// A pool box ends with this process until a claim hands it on.
-		if err := b.r.keeper.Watch(h.PID, h.Start); err != nil {
-			m.Kill()
-			stopNet()
-			return fmt.Errorf("box %s: %w", b.id, err)
-		}
-	}
 	if err := b.r.db.SetRunning(ctx, b.id, h.PID, h.Start, now); err != nil {
 		m.Kill()
 		stopNet()
