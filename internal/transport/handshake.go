@@ -8,7 +8,7 @@
 // guest may still hold a session from the previous host. The handshake is
 // what makes reconnecting safe:
 //
-//	host  -> guest: "AIRLOCK-SYNC <nonce> <ticket>\n"   (repeated until acknowledged)
+//	host  -> guest: "AIRLOCK-SYNC <nonce> <ticket>\n"   (repeated without the ticket until acknowledged)
 //	guest -> host : "AIRLOCK-ACK <nonce> <agent version> <challenge>\n"
 //	host  -> guest: "AIRLOCK-GO <nonce> <proof>\n"
 //	guest -> host : "AIRLOCK-OK <nonce>\n"      (or "AIRLOCK-DENY <nonce>\n")
@@ -170,9 +170,13 @@ func HostHandshake(conn net.Conn, deadline time.Time) (agentVersion string, err 
 // returning. A refused proof is ErrDenied.
 func HostHandshakeAuth(conn net.Conn, deadline time.Time, secret []byte) (agentVersion string, err error) {
 	nonce := newNonce()
+	// Only the first SYNC carries the ticket (the one a guest listener
+	// reads when it accepts a vsock connection): the repeats, which a
+	// guest reads a byte at a time on a virtio-serial port, stay short.
 	syncLine := []byte("\n" + syncPrefix + nonce + "\n")
+	firstSync := syncLine
 	if len(secret) > 0 {
-		syncLine = []byte("\n" + syncPrefix + nonce + " " + SyncTicket(secret, nonce) + "\n")
+		firstSync = []byte("\n" + syncPrefix + nonce + " " + SyncTicket(secret, nonce) + "\n")
 	}
 	type ack struct {
 		version, challenge string
@@ -249,7 +253,7 @@ func HostHandshakeAuth(conn net.Conn, deadline time.Time, secret []byte) (agentV
 	fastUntil := time.Now().Add(300 * time.Millisecond)
 	resend := time.NewTimer(interval)
 	defer resend.Stop()
-	if _, err := conn.Write(syncLine); err != nil {
+	if _, err := conn.Write(firstSync); err != nil {
 		return fail(err)
 	}
 	version := ""
