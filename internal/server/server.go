@@ -97,8 +97,15 @@ type Config struct {
 	MaxOutputBytes int64
 	// MaxConns bounds the connections Serve keeps open at once on each
 	// listener (default DefaultMaxConns, 256); more wait in the listen
-	// queue until one closes. The unix socket has its own count, so TCP
-	// clients cannot lock its owner out.
+	// queue until one closes. On a TCP listener it counts the connections
+	// that made a request with the token; those that have not are
+	// bounded apart (MaxUnauthenticatedConns, the oldest closed for a new
+	// one) and one refused for its token is closed after the 401, so a
+	// peer without the token cannot lock the token's clients out (those
+	// already waiting for their first request when the bound is reached
+	// may still make it: at most MaxUnauthenticatedConns over). The
+	// unix socket has its own count, so TCP clients cannot lock its owner
+	// out.
 	MaxConns int
 	// MaxSubscribers bounds the /v1/events streams open at once (default
 	// DefaultMaxSubscribers, 64); one more gets 503.
@@ -486,10 +493,13 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		got := []byte(r.Header.Get("Authorization"))
 		if s.cfg.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+			// A peer without the token keeps no connection open.
+			w.Header().Set("Connection", "close")
 			writeProblem(w, &Problem{Status: http.StatusUnauthorized, Title: "Unauthorized", Code: CodeUnauthorized,
 				Detail: "missing or wrong bearer token: send Authorization: Bearer $AIRLOCK_TOKEN (airlock serve prints where the token is stored)"})
 			return
 		}
+		markAuthenticated(r.Context())
 		next.ServeHTTP(w, r)
 	})
 }
@@ -666,8 +676,15 @@ func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
 	errc := make(chan error, len(listeners))
 	for _, l := range listeners {
 		_, isUnix := l.Addr().(*net.UnixAddr)
-		l = netutil.LimitListener(l, s.cfg.MaxConns)
+		if isUnix {
+			l = netutil.LimitListener(l, s.cfg.MaxConns)
+		} else {
+			// Only connections that made a request with the token count
+			// against MaxConns; the others have a bound of their own.
+			l = newAuthLimitListener(l, s.cfg.MaxConns, MaxUnauthenticatedConns)
+		}
 		hs := &http.Server{
+			ConnContext:       withConn,
 			Handler:           s.Handler(!isUnix),
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       2 * time.Minute,
