@@ -1,8 +1,6 @@
 package airlock
 
 import (
-	"io"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -59,26 +57,6 @@ type ImagePullEvent struct {
 	Ref      string
 	Duration time.Duration
 	Err      error
-}
-
-// countingWriter counts the bytes written through it.
-type countingWriter struct {
-	w io.Writer
-	n *atomic.Int64
-}
-
-func (c countingWriter) Write(b []byte) (int, error) {
-	n, err := c.w.Write(b)
-	c.n.Add(int64(n))
-	return n, err
-}
-
-// counting wraps w in a countingWriter (nil stays nil).
-func counting(w io.Writer, n *atomic.Int64) io.Writer {
-	if w == nil {
-		return nil
-	}
-	return countingWriter{w, n}
 }
 
 // execEnded reports p's end to the observer, if any.
