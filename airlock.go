@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/lifetime"
 	"github.com/airlock-run/airlock/internal/pool"
 	"github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/sparse"
@@ -619,7 +620,7 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 func infoOf(rec *store.Box, cfg boxConfig) BoxInfo {
 	return BoxInfo{ID: rec.ID, Name: rec.Name, Image: rec.Image, ImageDigest: rec.ImageDigest, State: BoxState(rec.State),
 		PID: rec.PID, Created: rec.Created, Started: rec.Started, Options: cfg.Options,
-		ExpiresAt: cfg.ExpiresAt, LeaseUntil: cfg.LeaseUntil, IdleDeadline: cfg.idleDeadline()}
+		ExpiresAt: cfg.ExpiresAt, LeaseUntil: cfg.LeaseUntil, IdleDeadline: lifetime.IdleDeadline(cfg.Options.IdleTimeout, cfg.LastUse)}
 }
 
 // Remove deletes a box: its VM, writable layer and record. A running box

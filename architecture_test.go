@@ -35,6 +35,8 @@ func TestPackageRules(t *testing.T) {
 		"internal/snapmeta": {"internal/scratch"},
 		// The named volume store (ext4 images under Home/volumes).
 		"internal/volume": {},
+		// Box lifetimes: deadlines, use, the reaper's loop.
+		"internal/lifetime": {},
 		// The warm-pool scheduler: boxes, templates and the caps come in
 		// through its Factory and Room interfaces.
 		"internal/pool": {},
@@ -69,6 +71,9 @@ func TestPackageRules(t *testing.T) {
 		"internal/boxfiles": {"internal/agent/client", "internal/agent/agentpb", "internal/tarfs"},
 		// An exec's bounded output pipe.
 		"internal/boundedpipe": {},
+		// The host side of one exec apart from the box: environment,
+		// deadlines, the wait for its end.
+		"internal/execrun": {"internal/agent/client", "internal/boundedpipe"},
 		// Test helper: a hostile guest agent, speaking the protocol itself.
 		"internal/agent/evilagent": {"internal/agent/agentpb", "internal/transport"},
 		// Guest side: never a host package.
@@ -88,7 +93,7 @@ func TestPackageRules(t *testing.T) {
 		// No rootfs, no image store: the lifecycle code builds the disks.
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/volume", "internal/capacity", "internal/sparse"},
+		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/execrun", "internal/lifetime", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/volume", "internal/capacity", "internal/sparse"},
 		"codebox": {""},
 		"interp":  {"codebox"},
 		// The Kubernetes node (airlock node): pods as boxes through the

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-run/airlock/internal/agent/client"
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/lifetime"
 	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/sparse"
 	"github.com/airlock-run/airlock/internal/store"
@@ -55,7 +56,7 @@ type Box struct {
 
 	// use is the box's use through this handle, for IdleTimeout
 	// (lifetime.go).
-	use useState
+	use lifetime.Use
 }
 
 // newBox returns a handle for rec, whose configuration was decoded as cfg.
