@@ -2,14 +2,11 @@ package airlock
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
-	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/exitrec"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -66,41 +63,12 @@ func (e ExitState) String() string {
 	return ""
 }
 
-func exitPath(home, id string) string { return filepath.Join(home, "boxes", id, boxdir.Exit) }
-
-// readExit returns the recorded end of the boot that started at boot.
-func readExit(home, id string, boot time.Time) (ExitState, bool) {
-	raw, err := os.ReadFile(exitPath(home, id))
-	if err != nil || len(raw) > 64<<10 {
-		return ExitState{}, false
-	}
-	var e ExitState
-	if json.Unmarshal(raw, &e) != nil || !e.Boot.Equal(boot) {
-		return ExitState{}, false
-	}
-	return e, true
-}
-
 // recordExit records how the boot that started at boot ended, unless an
-// end of that boot is already recorded: the first reason wins (a main
-// command's exit, then the Stop that follows it, say "exited").
+// end of that boot is already recorded (exitrec.Record: the first reason
+// wins).
 func recordExit(home, id string, boot time.Time, e ExitState) {
-	if boot.IsZero() {
-		return
-	}
-	if _, ok := readExit(home, id, boot); ok {
-		return
-	}
-	e.Boot = boot
-	if e.Finished.IsZero() {
-		e.Finished = time.Now()
-	}
-	raw, _ := json.Marshal(e)
-	p := exitPath(home, id)
-	tmp := p + ".tmp"
-	if os.WriteFile(tmp, raw, 0o600) == nil {
-		os.Rename(tmp, p)
-	}
+	exitrec.Record(filepath.Join(home, "boxes", id), boot,
+		exitrec.State{Reason: string(e.Reason), ExitCode: e.ExitCode, Cause: e.Cause, Finished: e.Finished})
 }
 
 // ExitState returns how the box's last boot ended; ok is false when no end
@@ -120,8 +88,8 @@ func (r *Runtime) exitOf(info BoxInfo) *ExitState {
 	if info.State == BoxRunning {
 		return nil
 	}
-	if e, ok := readExit(r.opts.Home, info.ID, info.Started); ok {
-		return &e
+	if s, ok := exitrec.Read(filepath.Join(r.opts.Home, "boxes", info.ID), info.Started); ok {
+		return &ExitState{Reason: ExitReason(s.Reason), ExitCode: s.ExitCode, Cause: s.Cause, Finished: s.Finished, Boot: s.Boot}
 	}
 	return nil
 }
@@ -157,18 +125,15 @@ func (b *Box) oomKilled(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if res, err := b.Exec(ctx, "cat", []string{"/proc/vmstat"}, ExecOptions{User: "0"}); err == nil {
-		for _, l := range strings.Split(string(res.Stdout), "\n") {
-			if n, ok := strings.CutPrefix(l, "oom_kill "); ok {
-				return strings.TrimSpace(n) != "0"
-			}
+		if killed, known := exitrec.VMStatOOM(string(res.Stdout)); known {
+			return killed
 		}
 	}
 	// Kernels without VM event counters: the kernel log says it.
-	if res, err := b.Exec(ctx, "dmesg", nil, ExecOptions{User: "0"}); err == nil && strings.Contains(string(res.Stdout), "Out of memory: Killed process") {
+	if res, err := b.Exec(ctx, "dmesg", nil, ExecOptions{User: "0"}); err == nil && exitrec.LogOOM(string(res.Stdout)) {
 		return true
 	}
-	long := vmm.ConsoleTail(b.ConsoleLog(), 400)
-	return strings.Contains(long, "Out of memory") || strings.Contains(long, "oom-kill")
+	return exitrec.ConsoleOOM(vmm.ConsoleTail(b.ConsoleLog(), 400))
 }
 
 // recordStop records that Stop shut down the boot of rec started at
