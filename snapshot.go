@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"time"
@@ -197,16 +196,14 @@ func (r *Runtime) Snapshot(ctx context.Context, name string) (SnapshotInfo, erro
 // Snapshots returns every snapshot of this home, oldest first. Snapshots
 // that cannot be read are left out.
 func (r *Runtime) Snapshots(ctx context.Context) ([]SnapshotInfo, error) {
-	names, err := snapmeta.List(r.snapshotsDir())
+	ms, err := snapmeta.ReadAll(r.snapshotsDir())
 	if err != nil {
 		return nil, err
 	}
 	var out []SnapshotInfo
-	for _, n := range names {
-		if m, err := r.readSnapshot(n); err == nil {
-			if i, err := r.snapshotInfo(m); err == nil {
-				out = append(out, i)
-			}
+	for _, m := range ms {
+		if i, err := r.snapshotInfo(m); err == nil {
+			out = append(out, i)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
@@ -218,18 +215,7 @@ func (r *Runtime) Snapshots(ctx context.Context) ([]SnapshotInfo, error) {
 // when it started. A restore in progress from it is waited for.
 // Errors: ErrSnapshotNotFound.
 func (r *Runtime) RemoveSnapshot(ctx context.Context, name string) error {
-	if _, err := r.readSnapshot(name); err != nil {
-		return err
-	}
-	lk, err := snapmeta.Lock(ctx, r.snapshotsDir(), name, false)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		lk.Unlock()
-		os.Remove(lk.Path())
-	}()
-	return os.RemoveAll(filepath.Join(r.snapshotsDir(), name))
+	return snapmeta.Remove(ctx, r.snapshotsDir(), name)
 }
 
 // restore creates a box from snapshot opts.FromSnapshot and starts it
