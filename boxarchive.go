@@ -15,7 +15,6 @@ import (
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/rootfs"
-	"github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -210,20 +209,11 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 	if m.Kind == boxarchive.KindBox {
 		// The disk is read and checked before the box is recorded: an
 		// import that fails, or is killed, midway leaves no half box.
-		tmp, err := scratch.MkdirTemp(filepath.Join(r.opts.Home, "tmp"), "import")
-		if errors.Is(err, os.ErrNotExist) {
-			if err = os.MkdirAll(filepath.Join(r.opts.Home, "tmp"), 0o700); err == nil {
-				tmp, err = scratch.MkdirTemp(filepath.Join(r.opts.Home, "tmp"), "import")
-			}
-		}
+		disk, cleanup, err := ar.ExtractDisk(ctx, filepath.Join(r.opts.Home, "tmp"))
 		if err != nil {
-			return res, err
-		}
-		defer os.RemoveAll(tmp)
-		if err := ar.Extract(ctx, tmp); err != nil {
 			return res, fmt.Errorf("import box: %w", err)
 		}
-		disk := filepath.Join(tmp, boxarchive.DiskFile)
+		defer cleanup()
 		b, err := r.recordBox(ctx, o, "", img, func(ctx context.Context, spec vmm.Spec) error {
 			dst := filepath.Join(spec.Dir, boxdir.RW)
 			if os.Rename(disk, dst) == nil {
@@ -246,25 +236,7 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 	if err := snapmeta.CheckName(name); err != nil {
 		return res, err
 	}
-	wrap := func(err error) error { return fmt.Errorf("import snapshot %s: %w", name, err) }
-	err = snapmeta.Make(ctx, r.snapshotsDir(), name, "import-", "remove it, or import with another snapshot name", wrap, func(tmp string) (snapmeta.Meta, error) {
-		if err := ar.Extract(ctx, tmp); err != nil {
-			return snapmeta.Meta{}, err
-		}
-		// checkSnapshotFile has read it.
-		sm, err := snapmeta.Load(tmp)
-		if err != nil {
-			return sm, err
-		}
-		// The snapshot's record is rebuilt from what was checked here,
-		// not taken from the archive.
-		stateBytes, diskBytes := boxarchive.SnapshotBytes(tmp)
-		return snapmeta.Meta{Version: snapmeta.Version, Name: name, Box: m.Box, BoxName: m.BoxName, Created: sm.Created,
-			Image: m.Image, ImageDigest: m.ImageDigest, Config: encodeConfig(boxConfig{Options: o, Image: img.Config}),
-			AgentVersion: sm.AgentVersion, Driver: sm.Driver,
-			StateBytes: stateBytes, DiskBytes: diskBytes, PausedNs: sm.PausedNs}, nil
-	})
-	if err != nil {
+	if err := ar.ImportSnapshot(ctx, r.snapshotsDir(), name, encodeConfig(boxConfig{Options: o, Image: img.Config})); err != nil {
 		return res, err
 	}
 	b, err := r.Create(ctx, BoxOptions{FromSnapshot: name, Name: opts.Name})
