@@ -608,7 +608,7 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 		if info.State == store.StateRunning {
 			info.Ports = readPorts(dir)
 		} else {
-			info.Suspended = suspendedIn(dir) != ""
+			info.Suspended = boxdir.SuspendedIn(dir) != ""
 			info.Exit = r.exitOf(info)
 		}
 		info.DiskBytes = sparse.Allocated(filepath.Join(dir, boxdir.RW))

@@ -587,7 +587,7 @@ func (b *Box) stop(ctx context.Context, grace time.Duration) error {
 		// running box does, its processes told to end and its files
 		// flushed.
 		if err := b.resumeFromDisk(ctx, dir); err != nil {
-			dropSuspended(dir)
+			boxdir.DropSuspended(dir)
 			b.r.warn(fmt.Sprintf("box %s: its saved state was discarded: %v", b.id, err))
 		}
 	}
