@@ -622,33 +622,14 @@ func (b *Box) stopLocked(ctx context.Context, grace time.Duration) error {
 	if running(rec) {
 		b.recordStop(rec.Started)
 		m := b.machine(rec, cfg)
-		gone := func(d time.Duration) bool {
-			deadline := time.Now().Add(d)
-			for m.Alive() {
-				if time.Now().After(deadline) {
-					return false
-				}
-				time.Sleep(20 * time.Millisecond)
+		// Asked to shut down, then told to quit, then killed.
+		if err := vmm.Stop(ctx, m, grace, func(ctx context.Context) {
+			if c, err := b.client(ctx); err == nil {
+				c.Shutdown(ctx)
 			}
-			return true
-		}
-		if grace > 0 {
-			cctx, cancel := context.WithTimeout(ctx, min(grace, 5*time.Second))
-			if c, err := b.client(cctx); err == nil {
-				c.Shutdown(cctx)
-			}
-			cancel()
-		}
-		if !gone(grace) {
-			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			m.Quit(qctx)
-			cancel()
-			if !gone(3 * time.Second) {
-				if err := m.Kill(); err != nil {
-					b.stopNet()
-					return fmt.Errorf("box %s: %w", b.id, err)
-				}
-			}
+		}); err != nil {
+			b.stopNet()
+			return fmt.Errorf("box %s: %w", b.id, err)
 		}
 		m.Release()
 	}

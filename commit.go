@@ -2,7 +2,6 @@ package airlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -138,27 +137,11 @@ func (b *Box) stableDisk(ctx context.Context, scratch string) (disk string, paus
 	}
 	_, cfg := b.snapshot()
 	spec, h := b.vmSpec(rec, cfg), handleOf(rec)
-	was, err := p.Paused(ctx, spec, h)
-	if err != nil {
-		return "", 0, nil, err
-	}
 	copyPath := scratchfs.Path(scratch, "disk-"+b.id, ".ext4")
-	t0 := time.Now()
-	if !was {
-		if err := p.Pause(ctx, spec, h); err != nil {
-			return "", 0, nil, fmt.Errorf("pause box %s: %w", b.id, err)
-		}
-	}
-	cerr := rootfs.CopyDisk(rw, copyPath)
-	if !was {
-		if err := p.Resume(context.WithoutCancel(ctx), spec, h); err != nil {
-			cerr = errors.Join(cerr, fmt.Errorf("resume box %s: %w", b.id, err))
-		}
-	}
-	paused = time.Since(t0)
-	if cerr != nil {
+	paused, err = vmm.WhilePaused(ctx, p, spec, h, func() error { return rootfs.CopyDisk(rw, copyPath) })
+	if err != nil {
 		os.Remove(copyPath)
-		return "", 0, nil, fmt.Errorf("copy the writable layer of box %s: %w", b.id, cerr)
+		return "", 0, nil, fmt.Errorf("copy the writable layer of box %s: %w", b.id, err)
 	}
 	return copyPath, paused, func() { os.Remove(copyPath) }, nil
 }
