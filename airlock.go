@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/lifetime"
 	"github.com/airlock-run/airlock/internal/pool"
@@ -447,7 +448,7 @@ func withDefaults(opts BoxOptions) (BoxOptions, error) {
 	if opts.MemoryMiB < MinMemoryMiB {
 		return opts, fmt.Errorf("%w: memory %d MiB: want at least %d", ErrInvalidArgument, opts.MemoryMiB, MinMemoryMiB)
 	}
-	if opts.Hostname != "" && !validHostname(opts.Hostname) {
+	if opts.Hostname != "" && !guestabi.ValidHostname(opts.Hostname) {
 		return opts, fmt.Errorf("%w: hostname %q: want letters, digits and '-', at most 63", ErrInvalidArgument, opts.Hostname)
 	}
 	if opts.DiskSizeMiB < MinDiskSizeMiB {
@@ -603,24 +604,27 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 		if cfg.Pool != "" {
 			continue // a warm pool's box, nobody's yet
 		}
-		info := infoOf(rec, cfg)
-		dir := filepath.Join(r.opts.Home, "boxes", rec.ID)
-		if info.State == store.StateRunning {
-			info.Ports = readPorts(dir)
-		} else {
-			info.Suspended = boxdir.SuspendedIn(dir) != ""
-			info.Exit = r.exitOf(info)
-		}
-		info.DiskBytes = sparse.Allocated(filepath.Join(dir, boxdir.RW))
-		out = append(out, info)
+		out = append(out, r.infoOf(rec, cfg))
 	}
 	return out, nil
 }
 
-func infoOf(rec *store.Box, cfg boxConfig) BoxInfo {
-	return BoxInfo{ID: rec.ID, Name: rec.Name, Image: rec.Image, ImageDigest: rec.ImageDigest, State: BoxState(rec.State),
+// infoOf is what the box of rec and cfg is now: its record, and what its
+// box directory says (bound ports, saved state, how its boot ended, disk
+// use).
+func (r *Runtime) infoOf(rec *store.Box, cfg boxConfig) BoxInfo {
+	info := BoxInfo{ID: rec.ID, Name: rec.Name, Image: rec.Image, ImageDigest: rec.ImageDigest, State: BoxState(rec.State),
 		PID: rec.PID, Created: rec.Created, Started: rec.Started, Options: cfg.Options,
 		ExpiresAt: cfg.ExpiresAt, LeaseUntil: cfg.LeaseUntil, IdleDeadline: lifetime.IdleDeadline(cfg.Options.IdleTimeout, cfg.LastUse)}
+	dir := filepath.Join(r.opts.Home, "boxes", rec.ID)
+	if info.State == store.StateRunning {
+		info.Ports = readPorts(dir)
+	} else {
+		info.Suspended = boxdir.SuspendedIn(dir) != ""
+		info.Exit = r.exitOf(info)
+	}
+	info.DiskBytes = sparse.Allocated(filepath.Join(dir, boxdir.RW))
+	return info
 }
 
 // Remove deletes a box: its VM, writable layer and record. A running box

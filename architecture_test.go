@@ -99,7 +99,7 @@ func TestPackageRules(t *testing.T) {
 		// No rootfs, no image store: the lifecycle code builds the disks.
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/execrun", "internal/exitrec", "internal/friend", "internal/lifetime", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/volume", "internal/capacity", "internal/sparse"},
+		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/execrun", "internal/exitrec", "internal/friend", "internal/guestabi", "internal/lifetime", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/volume", "internal/capacity", "internal/sparse"},
 		"codebox": {"", "internal/friend"},
 		"interp":  {"codebox"},
 		// The Kubernetes node (airlock node): pods as boxes through the

@@ -14,10 +14,10 @@ import (
 
 	"github.com/airlock-run/airlock/internal/agent/client"
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/lifetime"
 	"github.com/airlock-run/airlock/internal/rootfs"
-	"github.com/airlock-run/airlock/internal/sparse"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -120,15 +120,7 @@ func (b *Box) Info(ctx context.Context) (BoxInfo, error) {
 		return BoxInfo{}, err
 	}
 	_, cfg := b.snapshot()
-	info := infoOf(rec, cfg)
-	if info.State == store.StateRunning {
-		info.Ports = readPorts(b.dir)
-	} else {
-		info.Suspended = b.suspendedDir() != ""
-		info.Exit = b.r.exitOf(info)
-	}
-	info.DiskBytes = sparse.Allocated(filepath.Join(b.dir, boxdir.RW))
-	return info, nil
+	return b.r.infoOf(rec, cfg), nil
 }
 
 // ConsoleLog returns the path of the box's serial console log (kernel and
@@ -368,27 +360,9 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 }
 
 // hostname is the box's hostname: BoxOptions.Hostname, else its name
-// when that is a valid hostname, else its id.
+// when that is a valid hostname, else its id (guestabi.BoxHostname).
 func hostname(rec *store.Box, cfg boxConfig) string {
-	if h := cfg.Options.Hostname; h != "" {
-		return h
-	}
-	if n := rec.Name; n != "" && validHostname(n) {
-		return n
-	}
-	return rec.ID
-}
-
-func validHostname(s string) bool {
-	if len(s) > 63 {
-		return false
-	}
-	for _, c := range s {
-		if !(c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
+	return guestabi.BoxHostname(cfg.Options.Hostname, rec.Name, rec.ID)
 }
 
 // watchVM starts watching machine m, once per boot.

@@ -124,16 +124,14 @@ func (b *Box) recordMainExit(ctx context.Context, res *ExecResult) {
 func (b *Box) oomKilled(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if res, err := b.Exec(ctx, "cat", []string{"/proc/vmstat"}, ExecOptions{User: "0"}); err == nil {
-		if killed, known := exitrec.VMStatOOM(string(res.Stdout)); known {
-			return killed
+	run := func(cmd string, args ...string) (string, error) {
+		res, err := b.Exec(ctx, cmd, args, ExecOptions{User: "0"})
+		if err != nil {
+			return "", err
 		}
+		return string(res.Stdout), nil
 	}
-	// Kernels without VM event counters: the kernel log says it.
-	if res, err := b.Exec(ctx, "dmesg", nil, ExecOptions{User: "0"}); err == nil && exitrec.LogOOM(string(res.Stdout)) {
-		return true
-	}
-	return exitrec.ConsoleOOM(vmm.ConsoleTail(b.ConsoleLog(), 400))
+	return exitrec.OOMKilled(run, func() string { return vmm.ConsoleTail(b.ConsoleLog(), 400) })
 }
 
 // recordStop records that Stop shut down the boot of rec started at

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/store"
@@ -393,7 +394,7 @@ func restoredHostSide(o *BoxOptions, opts BoxOptions, name string) error {
 	if len(opts.AllowHostPorts) > 0 {
 		o.AllowHostPorts = opts.AllowHostPorts
 	}
-	if o.Hostname != "" && !validHostname(o.Hostname) {
+	if o.Hostname != "" && !guestabi.ValidHostname(o.Hostname) {
 		return fmt.Errorf("%w: hostname %q: want letters, digits and '-', at most 63", ErrInvalidArgument, o.Hostname)
 	}
 	if err := checkNetwork(o); err != nil {

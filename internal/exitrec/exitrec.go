@@ -67,10 +67,27 @@ func Record(dir string, boot time.Time, s State) {
 	}
 }
 
-// VMStatOOM reads the guest's /proc/vmstat: whether its oom_kill counter
+// OOMKilled reports whether the guest's OOM killer has killed a process
+// in this boot: its oom_kill counter (/proc/vmstat), else its kernel log
+// (dmesg), as run (a command run in the box: its output) reads them, else
+// what console (the end of the box's console log) says.
+func OOMKilled(run func(cmd string, args ...string) (string, error), console func() string) bool {
+	if out, err := run("cat", "/proc/vmstat"); err == nil {
+		if killed, known := vmstatOOM(out); known {
+			return killed
+		}
+	}
+	// Kernels without VM event counters: the kernel log says it.
+	if out, err := run("dmesg"); err == nil && logOOM(out) {
+		return true
+	}
+	return consoleOOM(console())
+}
+
+// vmstatOOM reads the guest's /proc/vmstat: whether its oom_kill counter
 // is above zero; known is false when the counter is not there (a kernel
 // without VM event counters).
-func VMStatOOM(vmstat string) (killed, known bool) {
+func vmstatOOM(vmstat string) (killed, known bool) {
 	for _, l := range strings.Split(vmstat, "\n") {
 		if n, ok := strings.CutPrefix(l, "oom_kill "); ok {
 			return strings.TrimSpace(n) != "0", true
@@ -79,11 +96,11 @@ func VMStatOOM(vmstat string) (killed, known bool) {
 	return false, false
 }
 
-// LogOOM reports whether the guest kernel's log (dmesg) says its OOM
+// logOOM reports whether the guest kernel's log (dmesg) says its OOM
 // killer killed a process.
-func LogOOM(dmesg string) bool { return strings.Contains(dmesg, "Out of memory: Killed process") }
+func logOOM(dmesg string) bool { return strings.Contains(dmesg, "Out of memory: Killed process") }
 
-// ConsoleOOM reports whether a box's console log says so.
-func ConsoleOOM(console string) bool {
+// consoleOOM reports whether a box's console log says so.
+func consoleOOM(console string) bool {
 	return strings.Contains(console, "Out of memory") || strings.Contains(console, "oom-kill")
 }

@@ -1,6 +1,7 @@
 package exitrec
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,14 +46,41 @@ func TestOOMWords(t *testing.T) {
 		{"oom_kill 0\n", false, true},
 		{"nr_free_pages 5\n", false, false},
 	} {
-		if k, kn := VMStatOOM(c.vmstat); k != c.killed || kn != c.known {
-			t.Errorf("VMStatOOM(%q) = %v, %v", c.vmstat, k, kn)
+		if k, kn := vmstatOOM(c.vmstat); k != c.killed || kn != c.known {
+			t.Errorf("vmstatOOM(%q) = %v, %v", c.vmstat, k, kn)
 		}
 	}
-	if !LogOOM("[ 1.0] Out of memory: Killed process 42 (python)") || LogOOM("all fine") {
+	if !logOOM("[ 1.0] Out of memory: Killed process 42 (python)") || logOOM("all fine") {
 		t.Error("LogOOM")
 	}
-	if !ConsoleOOM("x invoked oom-killer") || ConsoleOOM("booted") {
+	if !consoleOOM("x invoked oom-killer") || consoleOOM("booted") {
 		t.Error("ConsoleOOM")
+	}
+}
+
+func TestOOMKilledAsksInOrder(t *testing.T) {
+	var asked []string
+	run := func(out map[string]string) func(string, ...string) (string, error) {
+		return func(cmd string, args ...string) (string, error) {
+			asked = append(asked, cmd)
+			if o, ok := out[cmd]; ok {
+				return o, nil
+			}
+			return "", errors.New("not found")
+		}
+	}
+	if !OOMKilled(run(map[string]string{"cat": "oom_kill 1\n"}), func() string { return "" }) || strings.Join(asked, " ") != "cat" {
+		t.Errorf("counter: asked %v", asked)
+	}
+	asked = nil
+	if OOMKilled(run(map[string]string{"cat": "oom_kill 0\n", "dmesg": "Out of memory: Killed process 1"}), func() string { return "oom-kill" }) {
+		t.Error("a zero counter is the answer, whatever the logs say")
+	}
+	asked = nil
+	if !OOMKilled(run(map[string]string{"cat": "nr_free_pages 1\n", "dmesg": "Out of memory: Killed process 1"}), func() string { return "" }) || strings.Join(asked, " ") != "cat dmesg" {
+		t.Errorf("no counter: the kernel log; asked %v", asked)
+	}
+	if !OOMKilled(run(nil), func() string { return "x invoked oom-killer" }) {
+		t.Error("nothing runs in the box: the console")
 	}
 }
