@@ -93,14 +93,7 @@ func (b *Box) ExecStart(ctx context.Context, cmd string, args []string, opts Exe
 	// The agent drops the middle; the host caps again what arrives, so a
 	// misbehaving guest cannot grow host memory past 2*max either.
 	out, errb := headtail.NewBuffer(max), headtail.NewBuffer(max)
-	p, err := b.startMax(ctx, cmd, args, opts, out, errb, opts.Stdin != nil, max)
-	if err != nil {
-		return nil, err
-	}
-	if opts.Stdin != nil {
-		go execrun.CopyStdin(p.proc, opts.Stdin)
-	}
-	return p, nil
+	return b.startMax(ctx, cmd, args, opts, out, errb, opts.Stdin != nil, max)
 }
 
 // ExecStream starts cmd and returns at once. Read its output from
@@ -121,9 +114,6 @@ func (b *Box) ExecStream(ctx context.Context, cmd string, args []string, opts Ex
 		return nil, err
 	}
 	p.stdout, p.stderr = outR, errR
-	if opts.Stdin != nil {
-		go execrun.CopyStdin(p.proc, opts.Stdin)
-	}
 	return p, nil
 }
 
@@ -141,14 +131,7 @@ func (b *Box) ExecStreamWriters(ctx context.Context, cmd string, args []string, 
 // its stdin is opts.Stdin, else Process.Stdin when pipe is set, else
 // /dev/null.
 func (b *Box) execStreamTo(ctx context.Context, cmd string, args []string, opts ExecOptions, stdout, stderr io.Writer, pipe bool) (*Process, error) {
-	p, err := b.start(ctx, cmd, args, opts, stdout, stderr, opts.Stdin != nil || pipe)
-	if err != nil {
-		return nil, err
-	}
-	if opts.Stdin != nil {
-		go execrun.CopyStdin(p.proc, opts.Stdin)
-	}
-	return p, nil
+	return b.start(ctx, cmd, args, opts, stdout, stderr, opts.Stdin != nil || pipe)
 }
 
 func orDiscard(w io.Writer) io.Writer {
@@ -220,6 +203,9 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 		return nil, b.callErr(err)
 	}
 	p.proc = proc
+	if opts.Stdin != nil {
+		go execrun.CopyStdin(proc, opts.Stdin)
+	}
 	b.mu.Lock()
 	vmExit := b.vmExit
 	b.mu.Unlock()
@@ -257,27 +243,12 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 			Duration: time.Since(p.t0), GuestDuration: time.Duration(ex.GuestNs),
 			StdoutDropped: ex.StdoutDropped, StderrDropped: ex.StderrDropped, OOMKilled: ex.OOMKilled,
 		}
-		switch {
-		case end.HostTimedOut && err != nil:
+		if end.HostTimedOut && err != nil {
 			// What arrived is kept; the guest's word on the exit is not.
 			res.TimedOut, res.ExitCode = true, -1
 			res.ErrorMessage = fmt.Sprintf("timed out after %s; the box did not confirm the process ended within %s more and is marked unhealthy (Box.Unhealthy)", lim.Timeout, lim.Host()-lim.Timeout)
-			p.res = res
-		case err == nil:
-			if p.ctxErr != nil && !ex.TimedOut {
-				p.res, p.err = res, p.ctxErr
-				return
-			}
-			p.res = res
-		case p.ctxErr != nil:
-			if de := b.deadErr(0); de != nil {
-				p.res, p.err = res, de
-				return
-			}
-			p.res, p.err = res, p.ctxErr
-		default:
-			p.res, p.err = res, b.callErr(err)
 		}
+		p.res, p.err = res, end.Outcome(func() error { return b.deadErr(0) }, b.callErr)
 	}()
 	return p, nil
 }

@@ -167,6 +167,30 @@ func Wait(ctx context.Context, p Proc, l Limits, vmExit <-chan struct{}, unhealt
 	return e
 }
 
+// Outcome is the error of the exec that ended as e (nil: its result
+// stands): none when the host's timer ended it (a timeout on the host's
+// authority) or it ended on its own, unless ctx ended it first (ctx's
+// error; a timeout of the agent's, FromCtx, stands); when ctx ended a
+// call that then failed, dead's error (the VM died), else ctx's; any
+// other failure of the call, lost(e.Err).
+func (e End) Outcome(dead func() error, lost func(error) error) error {
+	switch {
+	case e.HostTimedOut && e.Err != nil:
+		return nil
+	case e.Err == nil:
+		if e.CtxErr != nil && !e.Exit.TimedOut {
+			return e.CtxErr
+		}
+		return nil
+	case e.CtxErr != nil:
+		if de := dead(); de != nil {
+			return de
+		}
+		return e.CtxErr
+	}
+	return lost(e.Err)
+}
+
 // Stdin is the input side of an agent exec (*client.Proc).
 type Stdin interface {
 	WriteStdin([]byte) error

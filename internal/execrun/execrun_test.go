@@ -201,3 +201,31 @@ type stdinRec struct {
 
 func (s *stdinRec) WriteStdin(b []byte) error { s.buf.Write(b); return nil }
 func (s *stdinRec) CloseStdin() error         { s.closed = true; return nil }
+
+func TestOutcome(t *testing.T) {
+	dead := errors.New("vm died")
+	lost := func(err error) error { return errors.New("lost: " + err.Error()) }
+	noDeath := func() error { return nil }
+	call := errors.New("stream reset")
+	for _, c := range []struct {
+		e    End
+		dead func() error
+		want string
+	}{
+		{End{}, noDeath, ""},
+		{End{HostTimedOut: true, Err: call}, noDeath, ""},
+		{End{CtxErr: context.Canceled}, noDeath, "context canceled"},
+		{End{CtxErr: context.DeadlineExceeded, Exit: client.Exit{TimedOut: true}}, noDeath, ""},
+		{End{CtxErr: context.Canceled, Err: call}, func() error { return dead }, "vm died"},
+		{End{CtxErr: context.Canceled, Err: call}, noDeath, "context canceled"},
+		{End{Err: call}, noDeath, "lost: stream reset"},
+	} {
+		got := ""
+		if err := c.e.Outcome(c.dead, lost); err != nil {
+			got = err.Error()
+		}
+		if got != c.want {
+			t.Errorf("%+v: %q, want %q", c.e, got, c.want)
+		}
+	}
+}
