@@ -7,10 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
-
-	"github.com/gofrs/flock"
 
 	"github.com/airlock-run/airlock/internal/agent/client"
 	"github.com/airlock-run/airlock/internal/boxdir"
@@ -169,16 +166,14 @@ func (b *Box) lockLoad(ctx context.Context) (rec *store.Box, unlock func(), err 
 	return rec, unlock, err
 }
 
+// lock takes the box's lock (boxdir.LockBox), held by Start, Stop and
+// Remove.
 func (b *Box) lock(ctx context.Context) (func(), error) {
-	fl := flock.New(filepath.Join(b.dir, boxdir.Lock))
-	ok, err := fl.TryLockContext(ctx, 20*time.Millisecond)
+	unlock, err := boxdir.LockBox(ctx, b.dir)
 	if err != nil {
 		return nil, fmt.Errorf("lock box %s: %w", b.id, err)
 	}
-	if !ok {
-		return nil, fmt.Errorf("lock box %s: %w", b.id, ctx.Err())
-	}
-	return func() { fl.Unlock() }, nil
+	return unlock, nil
 }
 
 // vmSpec is what the driver makes the box's machine from (without the
@@ -688,12 +683,5 @@ func (b *Box) remove(ctx context.Context, force bool) error {
 	}
 	os.RemoveAll(boxdir.ShortDir(b.id))
 	b.r.forget(b.id)
-	// A process of the box that is still ending (its VM, a helper) may
-	// write a last file while the directory goes: try again briefly.
-	err = os.RemoveAll(b.dir)
-	for try := 0; err != nil && errors.Is(err, syscall.ENOTEMPTY) && try < 20; try++ {
-		time.Sleep(25 * time.Millisecond)
-		err = os.RemoveAll(b.dir)
-	}
-	return err
+	return boxdir.RemoveBox(b.dir)
 }

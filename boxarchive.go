@@ -2,8 +2,6 @@ package airlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -51,9 +49,7 @@ type ExportStats struct {
 // those of Snapshot.
 func (b *Box) Export(ctx context.Context, w io.Writer, opts ExportOptions) (ExportStats, error) {
 	if opts.Memory {
-		var rnd [4]byte
-		rand.Read(rnd[:])
-		name := "export-" + b.id + "-" + hex.EncodeToString(rnd[:])
+		name := snapmeta.TempName("export-" + b.id)
 		info, err := b.Snapshot(ctx, name)
 		if err != nil {
 			return ExportStats{}, err

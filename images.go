@@ -142,8 +142,6 @@ type ImageInfo struct {
 	Source string
 }
 
-type pullCheckKey struct{}
-
 // WithPullCheck returns a context under which the image pulls PullImage
 // and Create make ask check about every address they connect to (the
 // registry, each redirect, the token realm): host is the name as it was
@@ -154,12 +152,7 @@ type pullCheckKey struct{}
 // never through an HTTP proxy from the environment. airlock serve applies
 // its network grants to the pulls its clients cause this way.
 func WithPullCheck(ctx context.Context, check func(host string, addr netip.Addr) error) context.Context {
-	return context.WithValue(ctx, pullCheckKey{}, check)
-}
-
-func pullCheck(ctx context.Context) func(string, netip.Addr) error {
-	f, _ := ctx.Value(pullCheckKey{}).(func(string, netip.Addr) error)
-	return f
+	return image.WithCheckAddr(ctx, check)
 }
 
 func imageInfo(im *image.Image) ImageInfo {
@@ -199,7 +192,7 @@ func (r *Runtime) pull(ctx context.Context, ref string, ev PullEvents) (*image.I
 		ev.Start(ref)
 	}
 	t0 := time.Now()
-	img, err := r.images.Pull(ctx, ref, image.PullOptions{Progress: ev.Progress, CheckAddr: pullCheck(ctx)})
+	img, err := r.images.Pull(ctx, ref, image.PullOptions{Progress: ev.Progress, CheckAddr: image.CheckAddrOf(ctx)})
 	if ev.Done != nil {
 		if err != nil {
 			ev.Done(ref, "", err)

@@ -1,10 +1,12 @@
 package boxdir
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // TestSuspendedStateIsWholeOrAbsent: a saved state exists only once its
@@ -36,5 +38,33 @@ func TestSuspendedStateIsWholeOrAbsent(t *testing.T) {
 	DropSuspended(final)
 	if ents, _ := os.ReadDir(dir); SuspendedIn(dir) != "" || len(ents) != 0 {
 		t.Errorf("after the drop: suspended %q, left %v", SuspendedIn(dir), ents)
+	}
+}
+
+// TestLockBoxIsExclusive: a second taker waits until the first releases,
+// or its context ends.
+func TestLockBoxIsExclusive(t *testing.T) {
+	dir := t.TempDir()
+	unlock, err := LockBox(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := LockBox(ctx, dir); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("second lock: %v, want the context's deadline", err)
+	}
+	unlock()
+	unlock2, err := LockBox(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock2()
+	os.WriteFile(filepath.Join(dir, "x"), nil, 0o600)
+	if err := RemoveBox(dir); err != nil || SuspendedIn(dir) != "" {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("box directory still there: %v", err)
 	}
 }

@@ -8,6 +8,8 @@ package snapmeta
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -264,4 +266,12 @@ func Remove(ctx context.Context, dir, name string) error {
 		os.Remove(lk.Path())
 	}()
 	return os.RemoveAll(filepath.Join(dir, name))
+}
+
+// TempName is a new name for a snapshot made for a while (an export's,
+// a fork's): prefix, "-" and 8 random hex digits.
+func TempName(prefix string) string {
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	return prefix + "-" + hex.EncodeToString(rnd[:])
 }

@@ -197,3 +197,10 @@ func TestReadAllAndRemove(t *testing.T) {
 		t.Errorf("second Remove: %v", err)
 	}
 }
+
+func TestTempNameIsAValidFreshName(t *testing.T) {
+	a, b := TempName("fork-0123456789ab"), TempName("fork-0123456789ab")
+	if a == b || !strings.HasPrefix(a, "fork-0123456789ab-") || len(a) != len("fork-0123456789ab-")+8 || CheckName(a) != nil {
+		t.Errorf("TempName: %q, %q", a, b)
+	}
+}
