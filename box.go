@@ -384,7 +384,7 @@ func (b *Box) watchVM(m vmm.Machine) {
 		}
 		if !b.stopping && b.died == nil { // markUnhealthy may have said why first
 			b.died = b.diedError(m)
-			b.recordDied(b.rec.Started, b.died)
+			recordExit(b.r.opts.Home, b.id, b.rec.Started, ExitState{Reason: ExitVMDied, Cause: b.died.Cause})
 			if o := b.r.opts.Observer; o != nil {
 				o.BoxDied(BoxDiedEvent{BoxID: b.id, Cause: b.died.Cause})
 			}
@@ -589,7 +589,8 @@ func (b *Box) stopLocked(ctx context.Context, grace time.Duration) error {
 	b.stopping = true
 	b.mu.Unlock()
 	if running(rec) {
-		b.recordStop(rec.Started)
+		// Recorded before the machine goes: the first reason wins.
+		recordExit(b.r.opts.Home, b.id, rec.Started, ExitState{Reason: ExitStopped})
 		m := b.machine(rec, cfg)
 		// Asked to shut down, then told to quit, then killed.
 		if err := vmm.Stop(ctx, m, grace, func(ctx context.Context) {

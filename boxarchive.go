@@ -183,7 +183,7 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 		if err := r.checkMemoryCap(o.MemoryMiB); err != nil {
 			return boxarchive.Limits{}, fmt.Errorf("the archive's box: %w", err)
 		}
-		return boxarchive.BoxLimits(o.MemoryMiB, o.DiskSizeMiB, r.checkSnapshotFile)
+		return boxarchive.BoxLimits(o.MemoryMiB, o.DiskSizeMiB, boxarchive.CheckSnapshotFile(r.checkMachineFile))
 	})
 	if err != nil {
 		return res, err
@@ -271,23 +271,15 @@ func archiveOptions(m *boxarchive.Manifest, name string) (BoxOptions, error) {
 	return o, nil
 }
 
-// checkSnapshotFile checks a memory archive's JSON entries (the
-// boxarchive.Limits.CheckFile hook): machine.json is the driver's to check
-// (vmm.MachineFileChecker; QEMU: its kernel command line reaches
-// -append); snapshot.json's agent version and driver are kept in the
-// snapshot's record and shown by inspect.
-func (r *Runtime) checkSnapshotFile(name string, b []byte) error {
-	switch name {
-	case boxarchive.MachineFile:
-		c, ok := r.drv.(vmm.MachineFileChecker)
-		if !ok {
-			return fmt.Errorf("archives with memory: %w (driver %s)", vmm.ErrNotSupported, r.drv.Name())
-		}
-		if err := c.CheckMachineFile(b); err != nil {
-			return fmt.Errorf("the archive's %w", err)
-		}
-	case snapmeta.File:
-		return snapmeta.CheckArchived(b)
+// checkMachineFile checks a memory archive's machine.json: the driver's
+// to check (vmm.MachineFileChecker; boxarchive.CheckSnapshotFile).
+func (r *Runtime) checkMachineFile(b []byte) error {
+	c, ok := r.drv.(vmm.MachineFileChecker)
+	if !ok {
+		return fmt.Errorf("archives with memory: %w (driver %s)", vmm.ErrNotSupported, r.drv.Name())
+	}
+	if err := c.CheckMachineFile(b); err != nil {
+		return fmt.Errorf("the archive's %w", err)
 	}
 	return nil
 }

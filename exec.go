@@ -34,17 +34,6 @@ func (b *Box) spec(cmd string, args []string, opts ExecOptions, stdin bool) clie
 	}
 }
 
-// maxOutput is the per-stream cap Exec asks for: 0 for none.
-func (o ExecOptions) maxOutput() int64 {
-	switch {
-	case o.MaxOutput < 0:
-		return 0
-	case o.MaxOutput == 0:
-		return DefaultMaxOutput
-	}
-	return o.MaxOutput
-}
-
 // DefaultCommand returns the image's default argv (Entrypoint + Cmd, as
 // Docker combines them); empty when the image defines neither.
 func (b *Box) DefaultCommand() []string {
@@ -89,7 +78,7 @@ func (b *Box) Exec(ctx context.Context, cmd string, args []string, opts ExecOpti
 // nothing; the process reads opts.Stdin, or /dev/null when it is nil. The
 // errors are Exec's.
 func (b *Box) ExecStart(ctx context.Context, cmd string, args []string, opts ExecOptions) (*Process, error) {
-	max := opts.maxOutput()
+	max := execrun.MaxOutput(opts.MaxOutput, DefaultMaxOutput)
 	// The agent drops the middle; the host caps again what arrives, so a
 	// misbehaving guest cannot grow host memory past 2*max either.
 	out, errb := headtail.NewBuffer(max), headtail.NewBuffer(max)

@@ -134,20 +134,6 @@ func (b *Box) oomKilled(ctx context.Context) bool {
 	return exitrec.OOMKilled(run, func() string { return vmm.ConsoleTail(b.ConsoleLog(), 400) })
 }
 
-// recordStop records that Stop shut down the boot of rec started at
-// started.
-func (b *Box) recordStop(started time.Time) {
-	recordExit(b.r.opts.Home, b.id, started, ExitState{Reason: ExitStopped})
-}
-
-// recordDied records that the boot started at started ended on its own.
-func (b *Box) recordDied(started time.Time, d *DiedError) {
-	if d == nil {
-		return
-	}
-	recordExit(b.r.opts.Home, b.id, started, ExitState{Reason: ExitVMDied, Cause: d.Cause})
-}
-
 // recordGone records that rec's machine is gone although its record says
 // running: it died on its own (a Stop records its reason first), for the
 // reason its console gives.

@@ -61,12 +61,15 @@ func ParseVolume(spec string) (Volume, error) {
 
 // checkVolumes checks each of vs and refuses two at one target
 // (volume.CheckMounts).
-func checkVolumes(vs []Volume) error {
+func checkVolumes(vs []Volume) error { return volume.CheckMounts(mounts(vs)) }
+
+// mounts are vs as internal/volume takes them.
+func mounts(vs []Volume) []volume.Mount {
 	ms := make([]volume.Mount, len(vs))
 	for i, v := range vs {
 		ms[i] = volume.Mount(v)
 	}
-	return volume.CheckMounts(ms)
+	return ms
 }
 
 // VolumeInfo describes a named volume.
@@ -146,15 +149,7 @@ func (r *Runtime) RemoveVolume(ctx context.Context, name string) error {
 // yet (host directories are checked by the driver, which knows its
 // kernel).
 func (r *Runtime) prepareVolumes(ctx context.Context, vols []Volume) error {
-	for _, v := range vols {
-		if v.IsHostDir() {
-			continue
-		}
-		if err := r.volumes().Ensure(ctx, v.Source); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.volumes().EnsureAll(ctx, mounts(vols))
 }
 
 // vmVolumes is how the driver attaches vols.

@@ -503,3 +503,22 @@ func TestImportWrites(t *testing.T) {
 		t.Errorf("second import: %v, want ErrExists", err)
 	}
 }
+
+func TestCheckSnapshotFileRoutesEachEntry(t *testing.T) {
+	bad := errors.New("bad cmdline")
+	check := boxarchive.CheckSnapshotFile(func(b []byte) error {
+		if string(b) == "bad" {
+			return bad
+		}
+		return nil
+	})
+	if check(boxarchive.MachineFile, []byte("bad")) != bad || check(boxarchive.MachineFile, []byte("ok")) != nil {
+		t.Error("machine.json: want the driver's check")
+	}
+	if check(boxarchive.SnapshotFile, []byte(`{"agent_version":"\u001b[2J"}`)) == nil {
+		t.Error("snapshot.json with a control character accepted")
+	}
+	if check(boxarchive.StateFile, []byte("anything")) != nil {
+		t.Error("other entries are not this check's")
+	}
+}

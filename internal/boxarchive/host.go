@@ -114,3 +114,20 @@ func (rd *Reader) ImportSnapshot(ctx context.Context, dir, name string, config [
 			StateBytes: stateBytes, DiskBytes: diskBytes, PausedNs: sm.PausedNs}, nil
 	})
 }
+
+// CheckSnapshotFile is the Limits.CheckFile of an archive with memory:
+// its MachineFile is checkMachine's to check (the VM driver's: QEMU's
+// kernel command line reaches -append); its SnapshotFile, whose agent
+// version and driver the imported snapshot's record keeps, is
+// snapmeta.CheckArchived's.
+func CheckSnapshotFile(checkMachine func(content []byte) error) func(name string, content []byte) error {
+	return func(name string, b []byte) error {
+		switch name {
+		case MachineFile:
+			return checkMachine(b)
+		case snapmeta.File:
+			return snapmeta.CheckArchived(b)
+		}
+		return nil
+	}
+}

@@ -48,6 +48,18 @@ func First(s ...string) string {
 	return ""
 }
 
+// MaxOutput is the per-stream cap to ask the agent for when the caller
+// asked for max (0: def; negative: none, which is 0 to the agent).
+func MaxOutput(max, def int64) int64 {
+	switch {
+	case max < 0:
+		return 0
+	case max == 0:
+		return def
+	}
+	return max
+}
+
 // DefaultKillGrace is the delay between SIGTERM and SIGKILL of an exec
 // that asks for none.
 const DefaultKillGrace = 2 * time.Second

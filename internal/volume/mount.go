@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"context"
 	"fmt"
 	"path"
 	"path/filepath"
@@ -74,6 +75,20 @@ func CheckMounts(ms []Mount) error {
 			return fmt.Errorf("two volumes at %s", t)
 		}
 		seen[t] = true
+	}
+	return nil
+}
+
+// EnsureAll creates the volumes ms name (not host directories) that do
+// not exist yet (Ensure).
+func (s Store) EnsureAll(ctx context.Context, ms []Mount) error {
+	for _, m := range ms {
+		if m.IsHostDir() {
+			continue
+		}
+		if err := s.Ensure(ctx, m.Source); err != nil {
+			return err
+		}
 	}
 	return nil
 }
