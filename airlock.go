@@ -186,12 +186,7 @@ func openWith(opts Options, drv vmm.Driver) (*Runtime, error) {
 	if opts.CacheDir == "" {
 		return nil, errors.New("no airlock cache directory: $HOME is not set; set HOME, or AIRLOCK_CACHE (Options.CacheDir) to the directory for kernels and root filesystems")
 	}
-	if err := os.MkdirAll(filepath.Join(opts.Home, "boxes"), 0o700); err != nil {
-		return nil, fmt.Errorf("airlock home %s: %w", opts.Home, err)
-	}
-	// Box directories hold disks and sockets: owner only (homes made by
-	// older versions had 0755).
-	if err := os.Chmod(filepath.Join(opts.Home, "boxes"), 0o700); err != nil {
+	if err := boxdir.MakeParent(filepath.Join(opts.Home, "boxes")); err != nil {
 		return nil, fmt.Errorf("airlock home %s: %w", opts.Home, err)
 	}
 	db, err := store.Open(filepath.Join(opts.Home, "state.db"), upgradeConfig)

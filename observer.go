@@ -91,15 +91,7 @@ func (r *Runtime) warn(msg string) {
 // AIRLOCK_ACCEL did not ask for; the kernel fallback). A failed start
 // warns of nothing.
 func (r *Runtime) warnBoot() {
-	br, ok := r.drv.(vmm.BootReporter)
-	if !ok {
-		return
-	}
-	b, err := br.BootInfo()
-	if err != nil {
-		return
-	}
-	for _, w := range b.Warnings {
+	for _, w := range vmm.BootWarnings(r.drv) {
 		r.warn(w)
 	}
 }

@@ -191,7 +191,5 @@ func (b *Box) flushVolumes(ctx context.Context, h vmm.Handle) {
 	if c.Shutdown(cctx) != nil {
 		return
 	}
-	for h.Alive() && cctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
+	h.WaitGone(cctx)
 }

@@ -51,3 +51,14 @@ func DropSuspended(p string) {
 	}
 	os.RemoveAll(p)
 }
+
+// MakeParent makes dir, the directory box directories are in
+// (Home/boxes), if missing, and makes it the owner's only: box
+// directories hold disks and sockets (homes made by older versions had
+// 0755).
+func MakeParent(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.Chmod(dir, 0o700)
+}

@@ -68,3 +68,14 @@ func TestLockBoxIsExclusive(t *testing.T) {
 		t.Errorf("box directory still there: %v", err)
 	}
 }
+
+func TestMakeParentIsOwnerOnly(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "boxes")
+	os.Mkdir(dir, 0o755)
+	if err := MakeParent(dir); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("mode %v (%v), want 0700", fi.Mode(), err)
+	}
+}

@@ -3,6 +3,7 @@ package vmm
 import (
 	"context"
 	"errors"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -105,5 +106,38 @@ func TestWhilePausedLeavesThePauseAsItWas(t *testing.T) {
 	ferr := errors.New("copy failed")
 	if _, err := WhilePaused(context.Background(), p, Spec{}, Handle{}, func() error { return ferr }); !errors.Is(err, ferr) || !errors.Is(err, p.resumeErr) {
 		t.Errorf("errors: %v, want f's and the resume's", err)
+	}
+}
+
+func TestWaitGone(t *testing.T) {
+	if !(Handle{}).WaitGone(context.Background()) {
+		t.Error("no process: want gone")
+	}
+	self := Handle{PID: os.Getpid(), Start: StartTime(os.Getpid())}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if self.WaitGone(ctx) {
+		t.Error("this process reported gone")
+	}
+}
+
+type warnDriver struct {
+	Driver
+	info BootInfo
+	err  error
+}
+
+func (d warnDriver) BootInfo() (BootInfo, error) { return d.info, d.err }
+
+func TestBootWarnings(t *testing.T) {
+	if w := BootWarnings(warnDriver{info: BootInfo{Warnings: []string{"TCG"}}}); len(w) != 1 || w[0] != "TCG" {
+		t.Errorf("BootWarnings = %v", w)
+	}
+	if BootWarnings(warnDriver{err: errors.New("no kernel")}) != nil {
+		t.Error("warnings from a failed BootInfo")
+	}
+	var plain struct{ Driver }
+	if BootWarnings(plain) != nil {
+		t.Error("warnings from a driver that does not report boots")
 	}
 }
