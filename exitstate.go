@@ -94,15 +94,10 @@ func (r *Runtime) exitOf(info BoxInfo) *ExitState {
 	return nil
 }
 
-// RecordMainExit records that the box's main command (the command of
-// airlock run, or of a detached run) ended with res: "exited (N)", or
-// "OOM killed" when the guest's OOM killer took it. It is a no-op when the
-// end of the current boot is already recorded.
-//
-// Deprecated: run the main command with ExecOptions.Main.
-func (b *Box) RecordMainExit(ctx context.Context, res *ExecResult) { b.recordMainExit(ctx, res) }
-
-// recordMainExit records the end of the box's main command (RecordMainExit).
+// recordMainExit records that the box's main command (ExecOptions.Main)
+// ended with res: "exited (N)", or "OOM killed" when the guest's OOM
+// killer took it; a no-op when the end of the current boot is already
+// recorded.
 func (b *Box) recordMainExit(ctx context.Context, res *ExecResult) {
 	info, err := b.Info(ctx)
 	if err != nil || res == nil {

@@ -120,19 +120,14 @@ func (r *Runtime) Reap(ctx context.Context) []BoxReapedEvent {
 		if err != nil || cfg.Pool != "" || !lim.Any() {
 			continue
 		}
-		last := cfg.LastUse
 		r.mu.Lock()
 		h := r.boxes[rec.ID]
 		r.mu.Unlock()
-		if h != nil && cfg.Options.IdleTimeout > 0 {
-			if h.use.Busy() {
-				h.touch(ctx)
-			}
-			if t := h.use.Last(); t.After(last) {
-				last = t
-			}
+		var use *lifetime.Use // this process's use of the box, if it holds it
+		if h != nil {
+			use = &h.use
 		}
-		why := ReapReason(lifetime.Reason(lim, dl, now, last))
+		why := ReapReason(lifetime.Due(lim, dl, use, now, func() { h.touch(ctx) }))
 		if why == "" {
 			continue
 		}

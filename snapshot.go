@@ -293,14 +293,6 @@ func (r *Runtime) ResolveOptions(ctx context.Context, opts BoxOptions) (BoxOptio
 	return r.restoreOptionsOf(opts)
 }
 
-// RestoreOptions returns the options a box restored by Create with opts
-// (opts.FromSnapshot set) gets.
-//
-// Deprecated: use ResolveOptions.
-func (r *Runtime) RestoreOptions(ctx context.Context, opts BoxOptions) (BoxOptions, error) {
-	return r.restoreOptionsOf(opts)
-}
-
 // restoreOptionsOf is ResolveOptions for a restore.
 func (r *Runtime) restoreOptionsOf(opts BoxOptions) (BoxOptions, error) {
 	m, err := r.readSnapshot(opts.FromSnapshot)
@@ -314,7 +306,8 @@ func (r *Runtime) restoreOptionsOf(opts BoxOptions) (BoxOptions, error) {
 	return restoreOptions(info, m, opts)
 }
 
-// restoreOptions is RestoreOptions for the snapshot info and m describe.
+// restoreOptions is ResolveOptions for a restore from the snapshot info
+// and m describe.
 func restoreOptions(info SnapshotInfo, m snapmeta.Meta, opts BoxOptions) (BoxOptions, error) {
 	name := opts.FromSnapshot
 	so := info.Options

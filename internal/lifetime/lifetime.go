@@ -93,6 +93,23 @@ func Reason(l Limits, d Deadlines, now, lastUse time.Time) string {
 	return ""
 }
 
+// Due returns why a box of l and d goes at now ("" to keep it): Reason,
+// its last use the later of d.LastUse and u's (a handle's; nil: none).
+// A call in flight through u counts as a use now: touch is called first
+// to record it.
+func Due(l Limits, d Deadlines, u *Use, now time.Time, touch func()) string {
+	last := d.LastUse
+	if u != nil && l.Idle > 0 {
+		if u.Busy() {
+			touch()
+		}
+		if t := u.Last(); t.After(last) {
+			last = t
+		}
+	}
+	return Reason(l, d, now, last)
+}
+
 // Use is one handle's use of its box. The zero value is ready.
 type Use struct {
 	busy      atomic.Int32 // calls in flight

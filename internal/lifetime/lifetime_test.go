@@ -110,3 +110,25 @@ func TestLoopRunsUntilStopCancelsItsPass(t *testing.T) {
 	}
 	(*Loop)(nil).Stop()
 }
+
+// TestDueCountsTheHandlesUse: a use through the handle, later than the
+// record's, keeps an idle box; a call in flight is recorded first.
+func TestDueCountsTheHandlesUse(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := Limits{Idle: time.Minute}
+	d := Deadlines{LastUse: now.Add(-2 * time.Minute)}
+	if Due(l, d, nil, now, nil) != ReasonIdle {
+		t.Error("no handle: want idle")
+	}
+	var u Use
+	u.Mark(now.Add(-30 * time.Second))
+	if why := Due(l, d, &u, now, func() { t.Error("touched an idle handle") }); why != "" {
+		t.Errorf("used 30s ago through the handle: %q", why)
+	}
+	var busy Use
+	busy.Begin()
+	touched := false
+	if why := Due(l, d, &busy, now, func() { touched = true; busy.Mark(now) }); why != "" || !touched {
+		t.Errorf("call in flight: %q, touched %v", why, touched)
+	}
+}
