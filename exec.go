@@ -302,8 +302,8 @@ func (p *Process) Signal(sig syscall.Signal) error { return p.proc.Signal(sig) }
 // Resize sets the size of the process's terminal (ExecOptions.TTY) to rows
 // x cols character cells; the process gets SIGWINCH.
 func (p *Process) Resize(rows, cols int) error {
-	if rows <= 0 || cols <= 0 || rows > 0xffff || cols > 0xffff {
-		return fmt.Errorf("terminal size %dx%d: want 1..65535 each", rows, cols)
+	if err := execrun.CheckSize(rows, cols); err != nil {
+		return err
 	}
 	return p.proc.Resize(rows, cols)
 }

@@ -191,12 +191,9 @@ func (b *Box) lifeBegins(ctx context.Context) {
 		b.use.Mark(now)
 	}
 	_ = b.r.updateConfig(context.WithoutCancel(ctx), b.id, func(c *boxConfig) {
-		if c.Options.Lease > 0 {
-			c.LeaseUntil = now.Add(c.Options.Lease)
-		}
-		if c.Options.IdleTimeout > 0 {
-			c.LastUse = now
-		}
+		l, d := c.life()
+		lifetime.Handover(l, &d, now)
+		c.LeaseUntil, c.LastUse = d.LeaseUntil, d.LastUse
 	})
 }
 

@@ -271,16 +271,10 @@ func (b *Box) netReady(ctx context.Context) error {
 	return nil
 }
 
+// netCall makes a control call to the network helper of the running box.
 func (b *Box) netCall(ctx context.Context, req netstack.Request) (netstack.Response, error) {
-	info, err := b.Info(ctx)
-	if err != nil {
+	if err := b.netReady(ctx); err != nil {
 		return netstack.Response{}, err
-	}
-	if info.State != store.StateRunning {
-		return netstack.Response{}, fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
-	}
-	if _, cfg := b.snapshot(); !hasNetwork(cfg) {
-		return netstack.Response{}, fmt.Errorf("box %s has no network (mode %s)", b.id, NetworkNone)
 	}
 	return helper.Call(ctx, b.netBox(), req)
 }

@@ -10,6 +10,7 @@ package execrun
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -201,6 +202,14 @@ func (e End) Outcome(dead func() error, lost func(error) error) error {
 		return e.CtxErr
 	}
 	return lost(e.Err)
+}
+
+// CheckSize refuses a terminal size outside 1..65535 cells each way.
+func CheckSize(rows, cols int) error {
+	if rows <= 0 || cols <= 0 || rows > 0xffff || cols > 0xffff {
+		return fmt.Errorf("terminal size %dx%d: want 1..65535 each", rows, cols)
+	}
+	return nil
 }
 
 // Stdin is the input side of an agent exec (*client.Proc).

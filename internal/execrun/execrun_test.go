@@ -229,3 +229,9 @@ func TestOutcome(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckSize(t *testing.T) {
+	if CheckSize(24, 80) != nil || CheckSize(65535, 1) != nil || CheckSize(0, 80) == nil || CheckSize(24, 65536) == nil {
+		t.Error("CheckSize: want 1..65535 each way")
+	}
+}

@@ -62,6 +62,18 @@ func Start(l Limits, now time.Time, grace time.Duration) Deadlines {
 	return d
 }
 
+// Handover restarts, in d, the lease and the idle clock of a box of l
+// handed to its caller at now (its boot may have taken longer than
+// either).
+func Handover(l Limits, d *Deadlines, now time.Time) {
+	if l.Lease > 0 {
+		d.LeaseUntil = now.Add(l.Lease)
+	}
+	if l.Idle > 0 {
+		d.LastUse = now
+	}
+}
+
 // IdleDeadline is when a box with idle timeout idle, last used at
 // lastUse, goes unless used (zero: no idle timeout).
 func IdleDeadline(idle time.Duration, lastUse time.Time) time.Time {

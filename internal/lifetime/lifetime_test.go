@@ -132,3 +132,13 @@ func TestDueCountsTheHandlesUse(t *testing.T) {
 		t.Errorf("call in flight: %q, touched %v", why, touched)
 	}
 }
+
+func TestHandoverRestartsLeaseAndIdleOnly(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ttl := now.Add(time.Hour)
+	d := Deadlines{ExpiresAt: ttl, LeaseUntil: now, LastUse: now}
+	Handover(Limits{TTL: time.Hour, Lease: time.Minute, Idle: time.Second}, &d, now.Add(time.Minute))
+	if !d.ExpiresAt.Equal(ttl) || !d.LeaseUntil.Equal(now.Add(2*time.Minute)) || !d.LastUse.Equal(now.Add(time.Minute)) {
+		t.Errorf("after the handover: %+v", d)
+	}
+}
