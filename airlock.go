@@ -13,7 +13,9 @@ import (
 
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/confine"
+	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/lifetime"
 	"github.com/airlock-run/airlock/internal/pool"
 	"github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/sparse"
@@ -190,12 +192,7 @@ func openWith(opts Options, drv vmm.Driver) (*Runtime, error) {
 	if opts.CacheDir == "" {
 		return nil, errors.New("no airlock cache directory: $HOME is not set; set HOME, or AIRLOCK_CACHE (Options.CacheDir) to the directory for kernels and root filesystems")
 	}
-	if err := os.MkdirAll(filepath.Join(opts.Home, "boxes"), 0o700); err != nil {
-		return nil, fmt.Errorf("airlock home %s: %w", opts.Home, err)
-	}
-	// Box directories hold disks and sockets: owner only (homes made by
-	// older versions had 0755).
-	if err := os.Chmod(filepath.Join(opts.Home, "boxes"), 0o700); err != nil {
+	if err := boxdir.MakeParent(filepath.Join(opts.Home, "boxes")); err != nil {
 		return nil, fmt.Errorf("airlock home %s: %w", opts.Home, err)
 	}
 	db, err := store.Open(filepath.Join(opts.Home, "state.db"), upgradeConfig)
@@ -453,7 +450,7 @@ func withDefaults(opts BoxOptions) (BoxOptions, error) {
 	if opts.MemoryMiB < MinMemoryMiB {
 		return opts, fmt.Errorf("%w: memory %d MiB: want at least %d", ErrInvalidArgument, opts.MemoryMiB, MinMemoryMiB)
 	}
-	if opts.Hostname != "" && !validHostname(opts.Hostname) {
+	if opts.Hostname != "" && !guestabi.ValidHostname(opts.Hostname) {
 		return opts, fmt.Errorf("%w: hostname %q: want letters, digits and '-', at most 63", ErrInvalidArgument, opts.Hostname)
 	}
 	if opts.DiskSizeMiB < MinDiskSizeMiB {
@@ -609,24 +606,27 @@ func (r *Runtime) List(ctx context.Context) ([]BoxInfo, error) {
 		if cfg.Pool != "" {
 			continue // a warm pool's box, nobody's yet
 		}
-		info := infoOf(rec, cfg)
-		dir := filepath.Join(r.opts.Home, "boxes", rec.ID)
-		if info.State == store.StateRunning {
-			info.Ports = readPorts(dir)
-		} else {
-			info.Suspended = suspendedIn(dir) != ""
-			info.Exit = r.exitOf(info)
-		}
-		info.DiskBytes = sparse.Allocated(filepath.Join(dir, boxdir.RW))
-		out = append(out, info)
+		out = append(out, r.infoOf(rec, cfg))
 	}
 	return out, nil
 }
 
-func infoOf(rec *store.Box, cfg boxConfig) BoxInfo {
-	return BoxInfo{ID: rec.ID, Name: rec.Name, Image: rec.Image, ImageDigest: rec.ImageDigest, State: BoxState(rec.State),
+// infoOf is what the box of rec and cfg is now: its record, and what its
+// box directory says (bound ports, saved state, how its boot ended, disk
+// use).
+func (r *Runtime) infoOf(rec *store.Box, cfg boxConfig) BoxInfo {
+	info := BoxInfo{ID: rec.ID, Name: rec.Name, Image: rec.Image, ImageDigest: rec.ImageDigest, State: BoxState(rec.State),
 		PID: rec.PID, Created: rec.Created, Started: rec.Started, Options: cfg.Options,
-		ExpiresAt: cfg.ExpiresAt, LeaseUntil: cfg.LeaseUntil, IdleDeadline: cfg.idleDeadline()}
+		ExpiresAt: cfg.ExpiresAt, LeaseUntil: cfg.LeaseUntil, IdleDeadline: lifetime.IdleDeadline(cfg.Options.IdleTimeout, cfg.LastUse)}
+	dir := filepath.Join(r.opts.Home, "boxes", rec.ID)
+	if info.State == store.StateRunning {
+		info.Ports = readPorts(dir)
+	} else {
+		info.Suspended = boxdir.SuspendedIn(dir) != ""
+		info.Exit = r.exitOf(info)
+	}
+	info.DiskBytes = sparse.Allocated(filepath.Join(dir, boxdir.RW))
+	return info
 }
 
 // Remove deletes a box: its VM, writable layer and record. A running box

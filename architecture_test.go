@@ -35,6 +35,13 @@ func TestPackageRules(t *testing.T) {
 		"internal/snapmeta": {"internal/scratch"},
 		// The named volume store (ext4 images under Home/volumes).
 		"internal/volume": {},
+		// The root package's hooks for codebox, no public API (set in an
+		// init of the root package).
+		"internal/friend": {},
+		// Box lifetimes: deadlines, use, the reaper's loop.
+		"internal/lifetime": {},
+		// How a box's boot ended, in its box directory.
+		"internal/exitrec": {"internal/boxdir"},
 		// The warm-pool scheduler: boxes, templates and the caps come in
 		// through its Factory and Room interfaces.
 		"internal/pool": {},
@@ -49,7 +56,8 @@ func TestPackageRules(t *testing.T) {
 		"internal/assets":       {"internal/defaults"},
 		// The box archive format: hostile input read against limits its
 		// caller gives; no VM driver (checks that need one are passed in).
-		"internal/boxarchive": {"internal/image", "internal/sparse"},
+		// scratch and snapmeta: where an import is extracted and recorded.
+		"internal/boxarchive": {"internal/image", "internal/sparse", "internal/scratch", "internal/snapmeta"},
 		// The box network: a user-mode stack in a helper process per box,
 		// which knows nothing of VMs or boxes.
 		"internal/netstack": {"internal/defaults"},
@@ -69,6 +77,9 @@ func TestPackageRules(t *testing.T) {
 		"internal/boxfiles": {"internal/agent/client", "internal/agent/agentpb", "internal/tarfs"},
 		// An exec's bounded output pipe.
 		"internal/boundedpipe": {},
+		// The host side of one exec apart from the box: environment,
+		// deadlines, the wait for its end.
+		"internal/execrun": {"internal/agent/client", "internal/boundedpipe"},
 		// Test helper: a hostile guest agent, speaking the protocol itself.
 		"internal/agent/evilagent": {"internal/agent/agentpb", "internal/transport"},
 		// Guest side: never a host package.
@@ -88,8 +99,8 @@ func TestPackageRules(t *testing.T) {
 		// No rootfs, no image store: the lifecycle code builds the disks.
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/volume", "internal/capacity", "internal/sparse"},
-		"codebox": {""},
+		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/execrun", "internal/exitrec", "internal/friend", "internal/guestabi", "internal/lifetime", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/volume", "internal/capacity", "internal/sparse"},
+		"codebox": {"", "internal/friend"},
 		"interp":  {"codebox"},
 		// The Kubernetes node (airlock node): pods as boxes through the
 		// public API only, with client-go and virtual-kubelet.

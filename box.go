@@ -7,16 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
-
-	"github.com/gofrs/flock"
 
 	"github.com/airlock-run/airlock/internal/agent/client"
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/lifetime"
 	"github.com/airlock-run/airlock/internal/rootfs"
-	"github.com/airlock-run/airlock/internal/sparse"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -55,7 +53,7 @@ type Box struct {
 
 	// use is the box's use through this handle, for IdleTimeout
 	// (lifetime.go).
-	use useState
+	use lifetime.Use
 }
 
 // newBox returns a handle for rec, whose configuration was decoded as cfg.
@@ -119,15 +117,7 @@ func (b *Box) Info(ctx context.Context) (BoxInfo, error) {
 		return BoxInfo{}, err
 	}
 	_, cfg := b.snapshot()
-	info := infoOf(rec, cfg)
-	if info.State == store.StateRunning {
-		info.Ports = readPorts(b.dir)
-	} else {
-		info.Suspended = b.suspendedDir() != ""
-		info.Exit = b.r.exitOf(info)
-	}
-	info.DiskBytes = sparse.Allocated(filepath.Join(b.dir, boxdir.RW))
-	return info, nil
+	return b.r.infoOf(rec, cfg), nil
 }
 
 // ConsoleLog returns the path of the box's serial console log (kernel and
@@ -176,16 +166,14 @@ func (b *Box) lockLoad(ctx context.Context) (rec *store.Box, unlock func(), err 
 	return rec, unlock, err
 }
 
+// lock takes the box's lock (boxdir.LockBox), held by Start, Stop and
+// Remove.
 func (b *Box) lock(ctx context.Context) (func(), error) {
-	fl := flock.New(filepath.Join(b.dir, boxdir.Lock))
-	ok, err := fl.TryLockContext(ctx, 20*time.Millisecond)
+	unlock, err := boxdir.LockBox(ctx, b.dir)
 	if err != nil {
 		return nil, fmt.Errorf("lock box %s: %w", b.id, err)
 	}
-	if !ok {
-		return nil, fmt.Errorf("lock box %s: %w", b.id, ctx.Err())
-	}
-	return func() { fl.Unlock() }, nil
+	return unlock, nil
 }
 
 // vmSpec is what the driver makes the box's machine from (without the
@@ -378,27 +366,9 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 }
 
 // hostname is the box's hostname: BoxOptions.Hostname, else its name
-// when that is a valid hostname, else its id.
+// when that is a valid hostname, else its id (guestabi.BoxHostname).
 func hostname(rec *store.Box, cfg boxConfig) string {
-	if h := cfg.Options.Hostname; h != "" {
-		return h
-	}
-	if n := rec.Name; n != "" && validHostname(n) {
-		return n
-	}
-	return rec.ID
-}
-
-func validHostname(s string) bool {
-	if len(s) > 63 {
-		return false
-	}
-	for _, c := range s {
-		if !(c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
-			return false
-		}
-	}
-	return true
+	return guestabi.BoxHostname(cfg.Options.Hostname, rec.Name, rec.ID)
 }
 
 // watchVM starts watching machine m, once per boot.
@@ -428,7 +398,7 @@ func (b *Box) watchVM(m vmm.Machine) {
 		}
 		if !b.stopping && b.died == nil { // markUnhealthy may have said why first
 			b.died = b.diedError(m)
-			b.recordDied(b.rec.Started, b.died)
+			recordExit(b.r.opts.Home, b.id, b.rec.Started, ExitState{Reason: ExitVMDied, Cause: b.died.Cause})
 			if o := b.r.opts.Observer; o != nil {
 				o.BoxDied(BoxDiedEvent{BoxID: b.id, Cause: b.died.Cause})
 			}
@@ -600,7 +570,7 @@ func (b *Box) stop(ctx context.Context, grace time.Duration) error {
 		// running box does, its processes told to end and its files
 		// flushed.
 		if err := b.resumeFromDisk(ctx, dir); err != nil {
-			dropSuspended(dir)
+			boxdir.DropSuspended(dir)
 			b.r.warn(fmt.Sprintf("box %s: its saved state was discarded: %v", b.id, err))
 		}
 	}
@@ -633,35 +603,17 @@ func (b *Box) stopLocked(ctx context.Context, grace time.Duration) error {
 	b.stopping = true
 	b.mu.Unlock()
 	if running(rec) {
-		b.recordStop(rec.Started)
+		// Recorded before the machine goes: the first reason wins.
+		recordExit(b.r.opts.Home, b.id, rec.Started, ExitState{Reason: ExitStopped})
 		m := b.machine(rec, cfg)
-		gone := func(d time.Duration) bool {
-			deadline := time.Now().Add(d)
-			for m.Alive() {
-				if time.Now().After(deadline) {
-					return false
-				}
-				time.Sleep(20 * time.Millisecond)
+		// Asked to shut down, then told to quit, then killed.
+		if err := vmm.Stop(ctx, m, grace, func(ctx context.Context) {
+			if c, err := b.client(ctx); err == nil {
+				c.Shutdown(ctx)
 			}
-			return true
-		}
-		if grace > 0 {
-			cctx, cancel := context.WithTimeout(ctx, min(grace, 5*time.Second))
-			if c, err := b.client(cctx); err == nil {
-				c.Shutdown(cctx)
-			}
-			cancel()
-		}
-		if !gone(grace) {
-			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			m.Quit(qctx)
-			cancel()
-			if !gone(3 * time.Second) {
-				if err := m.Kill(); err != nil {
-					b.stopNet()
-					return fmt.Errorf("box %s: %w", b.id, err)
-				}
-			}
+		}); err != nil {
+			b.stopNet()
+			return fmt.Errorf("box %s: %w", b.id, err)
 		}
 		m.Release()
 	}
@@ -746,12 +698,5 @@ func (b *Box) remove(ctx context.Context, force bool) error {
 	}
 	os.RemoveAll(boxdir.ShortDir(b.id))
 	b.r.forget(b.id)
-	// A process of the box that is still ending (its VM, a helper) may
-	// write a last file while the directory goes: try again briefly.
-	err = os.RemoveAll(b.dir)
-	for try := 0; err != nil && errors.Is(err, syscall.ENOTEMPTY) && try < 20; try++ {
-		time.Sleep(25 * time.Millisecond)
-		err = os.RemoveAll(b.dir)
-	}
-	return err
+	return boxdir.RemoveBox(b.dir)
 }

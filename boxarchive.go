@@ -2,8 +2,6 @@ package airlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +13,6 @@ import (
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/rootfs"
-	"github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -52,9 +49,7 @@ type ExportStats struct {
 // those of Snapshot.
 func (b *Box) Export(ctx context.Context, w io.Writer, opts ExportOptions) (ExportStats, error) {
 	if opts.Memory {
-		var rnd [4]byte
-		rand.Read(rnd[:])
-		name := "export-" + b.id + "-" + hex.EncodeToString(rnd[:])
+		name := snapmeta.TempName("export-" + b.id)
 		info, err := b.Snapshot(ctx, name)
 		if err != nil {
 			return ExportStats{}, err
@@ -188,7 +183,7 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 		if err := r.checkMemoryCap(o.MemoryMiB); err != nil {
 			return boxarchive.Limits{}, fmt.Errorf("the archive's box: %w", err)
 		}
-		return boxarchive.BoxLimits(o.MemoryMiB, o.DiskSizeMiB, r.checkSnapshotFile)
+		return boxarchive.BoxLimits(o.MemoryMiB, o.DiskSizeMiB, boxarchive.CheckSnapshotFile(r.checkMachineFile))
 	})
 	if err != nil {
 		return res, err
@@ -210,20 +205,11 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 	if m.Kind == boxarchive.KindBox {
 		// The disk is read and checked before the box is recorded: an
 		// import that fails, or is killed, midway leaves no half box.
-		tmp, err := scratch.MkdirTemp(filepath.Join(r.opts.Home, "tmp"), "import")
-		if errors.Is(err, os.ErrNotExist) {
-			if err = os.MkdirAll(filepath.Join(r.opts.Home, "tmp"), 0o700); err == nil {
-				tmp, err = scratch.MkdirTemp(filepath.Join(r.opts.Home, "tmp"), "import")
-			}
-		}
+		disk, cleanup, err := ar.ExtractDisk(ctx, filepath.Join(r.opts.Home, "tmp"))
 		if err != nil {
-			return res, err
-		}
-		defer os.RemoveAll(tmp)
-		if err := ar.Extract(ctx, tmp); err != nil {
 			return res, fmt.Errorf("import box: %w", err)
 		}
-		disk := filepath.Join(tmp, boxarchive.DiskFile)
+		defer cleanup()
 		b, err := r.recordBox(ctx, o, "", img, func(ctx context.Context, spec vmm.Spec) error {
 			dst := filepath.Join(spec.Dir, boxdir.RW)
 			if os.Rename(disk, dst) == nil {
@@ -246,25 +232,7 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 	if err := snapmeta.CheckName(name); err != nil {
 		return res, err
 	}
-	wrap := func(err error) error { return fmt.Errorf("import snapshot %s: %w", name, err) }
-	err = snapmeta.Make(ctx, r.snapshotsDir(), name, "import-", "remove it, or import with another snapshot name", wrap, func(tmp string) (snapmeta.Meta, error) {
-		if err := ar.Extract(ctx, tmp); err != nil {
-			return snapmeta.Meta{}, err
-		}
-		// checkSnapshotFile has read it.
-		sm, err := snapmeta.Load(tmp)
-		if err != nil {
-			return sm, err
-		}
-		// The snapshot's record is rebuilt from what was checked here,
-		// not taken from the archive.
-		stateBytes, diskBytes := boxarchive.SnapshotBytes(tmp)
-		return snapmeta.Meta{Version: snapmeta.Version, Name: name, Box: m.Box, BoxName: m.BoxName, Created: sm.Created,
-			Image: m.Image, ImageDigest: m.ImageDigest, Config: encodeConfig(boxConfig{Options: o, Image: img.Config}),
-			AgentVersion: sm.AgentVersion, Driver: sm.Driver,
-			StateBytes: stateBytes, DiskBytes: diskBytes, PausedNs: sm.PausedNs}, nil
-	})
-	if err != nil {
+	if err := ar.ImportSnapshot(ctx, r.snapshotsDir(), name, encodeConfig(boxConfig{Options: o, Image: img.Config})); err != nil {
 		return res, err
 	}
 	b, err := r.Create(ctx, BoxOptions{FromSnapshot: name, Name: opts.Name})
@@ -303,23 +271,15 @@ func archiveOptions(m *boxarchive.Manifest, name string) (BoxOptions, error) {
 	return o, nil
 }
 
-// checkSnapshotFile checks a memory archive's JSON entries (the
-// boxarchive.Limits.CheckFile hook): machine.json is the driver's to check
-// (vmm.MachineFileChecker; QEMU: its kernel command line reaches
-// -append); snapshot.json's agent version and driver are kept in the
-// snapshot's record and shown by inspect.
-func (r *Runtime) checkSnapshotFile(name string, b []byte) error {
-	switch name {
-	case boxarchive.MachineFile:
-		c, ok := r.drv.(vmm.MachineFileChecker)
-		if !ok {
-			return fmt.Errorf("archives with memory: %w (driver %s)", vmm.ErrNotSupported, r.drv.Name())
-		}
-		if err := c.CheckMachineFile(b); err != nil {
-			return fmt.Errorf("the archive's %w", err)
-		}
-	case snapmeta.File:
-		return snapmeta.CheckArchived(b)
+// checkMachineFile checks a memory archive's machine.json: the driver's
+// to check (vmm.MachineFileChecker; boxarchive.CheckSnapshotFile).
+func (r *Runtime) checkMachineFile(b []byte) error {
+	c, ok := r.drv.(vmm.MachineFileChecker)
+	if !ok {
+		return fmt.Errorf("archives with memory: %w (driver %s)", vmm.ErrNotSupported, r.drv.Name())
+	}
+	if err := c.CheckMachineFile(b); err != nil {
+		return fmt.Errorf("the archive's %w", err)
 	}
 	return nil
 }

@@ -23,16 +23,14 @@ type CapacityError struct {
 	Wanted int    // MiB of host memory this box takes (its memory plus the per-box overhead; memory cap), 1 for boxes
 }
 
-func (e *CapacityError) Error() string {
-	return (&capacity.Exceeded{Cap: e.Cap, Limit: e.Limit, InUse: e.InUse, Wanted: e.Wanted}).Error()
-}
+func (e *CapacityError) Error() string { return (*capacity.Exceeded)(e).Error() }
 
-// capacityError is e as the public error (nil for nil).
+// capacityError is e as the public error (nil for nil): the same fields.
 func capacityError(e *capacity.Exceeded) error {
 	if e == nil {
 		return nil
 	}
-	return &CapacityError{Cap: e.Cap, Limit: e.Limit, InUse: e.InUse, Wanted: e.Wanted}
+	return (*CapacityError)(e)
 }
 
 // capacityLimits returns the caps: Options.MaxBoxes (default

@@ -2,16 +2,13 @@ package airlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/confine"
-	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/unpack"
 	"github.com/airlock-run/airlock/internal/rootfs"
@@ -84,32 +81,19 @@ func (b *Box) Commit(ctx context.Context, ref string, opts CommitOptions) (Commi
 	}
 	defer cleanup()
 	res.Paused = paused
-	layer, err := scratchfs.CreateTemp(scratch, "commit", ".tar")
-	if err != nil {
-		return res, err
-	}
-	defer os.Remove(layer.Name())
-	defer layer.Close()
 	tool, err := b.r.diskTool()
 	if err != nil {
 		return res, fmt.Errorf("commit box %s: %w", b.id, err)
-	}
-	st, err := rootfs.UpperLayerWith(ctx, disk, scratch, layer, opts.Limits, tool)
-	if err != nil {
-		return res, fmt.Errorf("commit box %s: %w", b.id, err)
-	}
-	if err := layer.Close(); err != nil {
-		return res, err
 	}
 	createdBy := "airlock commit " + b.id
 	if rec.Name != "" {
 		createdBy += " (" + rec.Name + ")"
 	}
-	img, err := b.r.images.AppendLayer(ctx, base, ref, layer.Name(), image.CommitOptions{
+	img, st, err := rootfs.CommitLayer(ctx, b.r.images, base, ref, disk, scratch, opts.Limits, tool, image.CommitOptions{
 		Comment: opts.Comment, CreatedBy: createdBy,
 		Source: fmt.Sprintf("committed from box %s (image %s)", b.id, base.Ref)})
 	if err != nil {
-		return res, fmt.Errorf("commit box %s: store the image: %w", b.id, err)
+		return res, fmt.Errorf("commit box %s: %w", b.id, err)
 	}
 	res.Image = imageInfo(img)
 	res.Entries, res.Whiteouts, res.Bytes, res.Skipped = st.Entries, st.Whiteouts, st.Bytes, st.Skipped
@@ -153,89 +137,17 @@ func (b *Box) stableDisk(ctx context.Context, scratch string) (disk string, paus
 	}
 	_, cfg := b.snapshot()
 	spec, h := b.vmSpec(rec, cfg), handleOf(rec)
-	was, err := p.Paused(ctx, spec, h)
-	if err != nil {
-		return "", 0, nil, err
-	}
 	copyPath := scratchfs.Path(scratch, "disk-"+b.id, ".ext4")
-	t0 := time.Now()
-	if !was {
-		if err := p.Pause(ctx, spec, h); err != nil {
-			return "", 0, nil, fmt.Errorf("pause box %s: %w", b.id, err)
-		}
-	}
-	cerr := rootfs.CopyDisk(rw, copyPath)
-	if !was {
-		if err := p.Resume(context.WithoutCancel(ctx), spec, h); err != nil {
-			cerr = errors.Join(cerr, fmt.Errorf("resume box %s: %w", b.id, err))
-		}
-	}
-	paused = time.Since(t0)
-	if cerr != nil {
+	paused, err = vmm.WhilePaused(ctx, p, spec, h, func() error { return rootfs.CopyDisk(rw, copyPath) })
+	if err != nil {
 		os.Remove(copyPath)
-		return "", 0, nil, fmt.Errorf("copy the writable layer of box %s: %w", b.id, cerr)
+		return "", 0, nil, fmt.Errorf("copy the writable layer of box %s: %w", b.id, err)
 	}
 	return copyPath, paused, func() { os.Remove(copyPath) }, nil
 }
 
-// diskTool returns how Commit runs e2fsck and debugfs on a box's disk: a
-// file system the guest made attacks those tools, so they run as the box
-// QEMU does. As root and confined (the default), the runs of one commit
-// get a uid of the box uid range of their own (confine.AllocUID; its working directory and
-// files are handed to it), new network (empty), IPC, UTS, PID and mount
-// namespaces, an empty capability bounding set, no capability,
-// no_new_privs and resource limits (confine.ToolCmd). Otherwise it runs
-// as the caller. Either way its environment is the allowlisted one
-// (defaults.ChildEnv).
+// diskTool returns how Commit runs e2fsck and debugfs on a box's disk:
+// confined as the box's QEMU is (confine.DiskTool).
 func (r *Runtime) diskTool() (rootfs.ToolRunner, error) {
-	if r.opts.Unconfined || os.Geteuid() != 0 {
-		return func(cmd *exec.Cmd) error {
-			cmd.Env = defaults.ChildEnv()
-			return nil
-		}, nil
-	}
-	rng, err := confine.BoxUIDRange(r.opts.UIDRange)
-	if err != nil {
-		return nil, err
-	}
-	// One uid for the commit's runs: a uid per run would hold a claim on
-	// the range for each, and handing the directory over again would
-	// chown what an earlier run left there. The directory is handed over
-	// once, before any tool has run in it.
-	uid, handed := -1, map[string]bool{}
-	return func(cmd *exec.Cmd) error {
-		if uid < 0 {
-			u, err := confine.AllocUID(rng)
-			if err != nil {
-				return err
-			}
-			uid = u
-		}
-		if !handed[cmd.Dir] {
-			if err := chownDir(cmd.Dir, uid); err != nil {
-				return err
-			}
-			handed[cmd.Dir] = true
-		}
-		confine.ToolCmd(cmd, uid)
-		return nil
-	}, nil
-}
-
-// chownDir gives dir and the entries directly in it (no deeper: the tools'
-// directory holds files only) to uid:uid, without following symlinks.
-func chownDir(dir string, uid int) error {
-	if err := os.Lchown(dir, uid, uid); err != nil {
-		return err
-	}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if err := os.Lchown(filepath.Join(dir, e.Name()), uid, uid); err != nil && !os.IsNotExist(err) {
-			return err
-		}
-	}
-	return nil
+	return confine.DiskTool(r.opts.Unconfined, r.opts.UIDRange)
 }

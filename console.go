@@ -16,20 +16,4 @@ func EscapeConsole(s string) string { return vmm.EscapeConsole(s) }
 
 // CopyConsole copies a console log from r to w through EscapeConsole, in
 // chunks (a UTF-8 sequence cut at a chunk boundary is escaped byte-wise).
-func CopyConsole(w io.Writer, r io.Reader) error {
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			if _, werr := io.WriteString(w, EscapeConsole(string(buf[:n]))); werr != nil {
-				return werr
-			}
-		}
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-	}
-}
+func CopyConsole(w io.Writer, r io.Reader) error { return vmm.CopyConsole(w, r) }

@@ -15,65 +15,12 @@ func DefaultHome() string { return defaults.Home() }
 // where the field's doc says so (internal/defaults is the one place that
 // reads it).
 func (o Options) withDefaults() (Options, error) {
-	if o.Home == "" {
-		o.Home = defaults.Home()
-	}
-	if o.ImagesDir == "" {
-		o.ImagesDir = defaults.ImagesIn(o.Home)
-	}
-	if o.CacheDir == "" {
-		o.CacheDir = defaults.Cache()
-	}
-	if o.Accel == "" {
-		o.Accel = defaults.Accel()
-	}
-	if o.THP == "" {
-		o.THP = defaults.THP()
-	}
-	if o.VolumeTransport == "" {
-		o.VolumeTransport = defaults.VolumeTransport()
-	}
-	if o.Virtiofsd == "" {
-		o.Virtiofsd = defaults.Virtiofsd()
-	}
-	if o.NetHelper == "" {
-		o.NetHelper = defaults.NetHelper()
-	}
-	if o.DNSUpstream == "" {
-		o.DNSUpstream = defaults.DNSUpstream()
-	}
-	if !o.Debug {
-		o.Debug = defaults.Debug()
-	}
+	err := defaults.Runtime{Home: &o.Home, ImagesDir: &o.ImagesDir, CacheDir: &o.CacheDir, Accel: &o.Accel, THP: &o.THP,
+		VolumeTransport: &o.VolumeTransport, Virtiofsd: &o.Virtiofsd, NetHelper: &o.NetHelper, DNSUpstream: &o.DNSUpstream,
+		UIDRange: &o.UIDRange, Debug: &o.Debug, Unconfined: &o.Unconfined, ConsoleMax: &o.ConsoleMaxBytes,
+		CPULimit: &o.CPULimit, MaxBoxes: &o.MaxBoxes, MaxMemoryMiB: &o.MaxMemoryMiB}.Fill()
 	if o.Warn == nil {
 		o.Warn = func(msg string) { fmt.Fprintln(os.Stderr, "airlock: warning: "+msg) }
 	}
-	var err error
-	if !o.Unconfined {
-		o.Unconfined = defaults.Unconfined()
-	}
-	if o.ConsoleMaxBytes == 0 {
-		if o.ConsoleMaxBytes, err = defaults.ConsoleMax(); err != nil {
-			return o, err
-		}
-	}
-	if o.CPULimit == 0 {
-		if o.CPULimit, err = defaults.CPULimit(); err != nil {
-			return o, err
-		}
-	}
-	if o.UIDRange == "" {
-		o.UIDRange = defaults.UIDRange()
-	}
-	if o.MaxBoxes == 0 {
-		if o.MaxBoxes, err = defaults.MaxBoxes(); err != nil {
-			return o, err
-		}
-	}
-	if o.MaxMemoryMiB == 0 {
-		if o.MaxMemoryMiB, err = defaults.MaxMemory(); err != nil {
-			return o, err
-		}
-	}
-	return o, nil
+	return o, err
 }

@@ -12,36 +12,9 @@ import (
 
 	"github.com/airlock-run/airlock/internal/agent/client"
 	"github.com/airlock-run/airlock/internal/boundedpipe"
+	"github.com/airlock-run/airlock/internal/execrun"
 	"github.com/airlock-run/airlock/internal/headtail"
 )
-
-// mergeEnv merges KEY=value lists; later lists override earlier keys, and
-// the order of first appearance is kept.
-func mergeEnv(lists ...[]string) []string {
-	idx := map[string]int{}
-	var out []string
-	for _, l := range lists {
-		for _, kv := range l {
-			k, _, _ := strings.Cut(kv, "=")
-			if i, ok := idx[k]; ok {
-				out[i] = kv
-				continue
-			}
-			idx[k] = len(out)
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
 
 func (b *Box) spec(cmd string, args []string, opts ExecOptions, stdin bool) client.Spec {
 	b.mu.Lock()
@@ -49,9 +22,9 @@ func (b *Box) spec(cmd string, args []string, opts ExecOptions, stdin bool) clie
 	b.mu.Unlock()
 	return client.Spec{
 		Argv:       append([]string{cmd}, args...),
-		Env:        mergeEnv(cfg.Image.Env, cfg.Options.Env, opts.Env),
-		WorkingDir: firstNonEmpty(opts.WorkingDir, cfg.Options.WorkingDir, cfg.Image.WorkingDir, "/"),
-		User:       firstNonEmpty(opts.User, cfg.Options.User, cfg.Image.User),
+		Env:        execrun.MergeEnv(cfg.Image.Env, cfg.Options.Env, opts.Env),
+		WorkingDir: execrun.First(opts.WorkingDir, cfg.Options.WorkingDir, cfg.Image.WorkingDir, "/"),
+		User:       execrun.First(opts.User, cfg.Options.User, cfg.Image.User),
 		Stdin:      stdin,
 		Timeout:    opts.Timeout,
 		KillGrace:  opts.KillGrace,
@@ -59,17 +32,6 @@ func (b *Box) spec(cmd string, args []string, opts ExecOptions, stdin bool) clie
 		Rows:       opts.Rows,
 		Cols:       opts.Cols,
 	}
-}
-
-// maxOutput is the per-stream cap Exec asks for: 0 for none.
-func (o ExecOptions) maxOutput() int64 {
-	switch {
-	case o.MaxOutput < 0:
-		return 0
-	case o.MaxOutput == 0:
-		return DefaultMaxOutput
-	}
-	return o.MaxOutput
 }
 
 // DefaultCommand returns the image's default argv (Entrypoint + Cmd, as
@@ -116,18 +78,11 @@ func (b *Box) Exec(ctx context.Context, cmd string, args []string, opts ExecOpti
 // nothing; the process reads opts.Stdin, or /dev/null when it is nil. The
 // errors are Exec's.
 func (b *Box) ExecStart(ctx context.Context, cmd string, args []string, opts ExecOptions) (*Process, error) {
-	max := opts.maxOutput()
+	max := execrun.MaxOutput(opts.MaxOutput, DefaultMaxOutput)
 	// The agent drops the middle; the host caps again what arrives, so a
 	// misbehaving guest cannot grow host memory past 2*max either.
 	out, errb := headtail.NewBuffer(max), headtail.NewBuffer(max)
-	p, err := b.startMax(ctx, cmd, args, opts, out, errb, opts.Stdin != nil, max)
-	if err != nil {
-		return nil, err
-	}
-	if opts.Stdin != nil {
-		go p.copyStdin(opts.Stdin)
-	}
-	return p, nil
+	return b.startMax(ctx, cmd, args, opts, out, errb, opts.Stdin != nil, max)
 }
 
 // ExecStream starts cmd and returns at once. Read its output from
@@ -148,9 +103,6 @@ func (b *Box) ExecStream(ctx context.Context, cmd string, args []string, opts Ex
 		return nil, err
 	}
 	p.stdout, p.stderr = outR, errR
-	if opts.Stdin != nil {
-		go p.copyStdin(opts.Stdin)
-	}
 	return p, nil
 }
 
@@ -168,14 +120,7 @@ func (b *Box) ExecStreamWriters(ctx context.Context, cmd string, args []string, 
 // its stdin is opts.Stdin, else Process.Stdin when pipe is set, else
 // /dev/null.
 func (b *Box) execStreamTo(ctx context.Context, cmd string, args []string, opts ExecOptions, stdout, stderr io.Writer, pipe bool) (*Process, error) {
-	p, err := b.start(ctx, cmd, args, opts, stdout, stderr, opts.Stdin != nil || pipe)
-	if err != nil {
-		return nil, err
-	}
-	if opts.Stdin != nil {
-		go p.copyStdin(opts.Stdin)
-	}
-	return p, nil
+	return b.start(ctx, cmd, args, opts, stdout, stderr, opts.Stdin != nil || pipe)
 }
 
 func orDiscard(w io.Writer) io.Writer {
@@ -222,19 +167,9 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 	}
 	spec := b.spec(cmd, args, opts, stdin)
 	spec.MaxOutput = maxOutput
-	// A context deadline becomes the agent's timeout, so the result can
-	// say TimedOut and carry the output produced until then.
-	fromDeadline := false
-	if dl, ok := ctx.Deadline(); ok {
-		if d := time.Until(dl); spec.Timeout == 0 || d < spec.Timeout {
-			spec.Timeout = max(d, time.Millisecond)
-			fromDeadline = true
-		}
-	}
-	grace := spec.KillGrace
-	if grace == 0 {
-		grace = 2 * time.Second
-	}
+	// A context deadline becomes the agent's timeout (execrun.Deadline).
+	lim := execrun.Deadline(ctx, spec.Timeout, spec.KillGrace, hostSlack)
+	spec.Timeout = lim.Timeout
 	// The call itself must outlive ctx long enough to hear the result.
 	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p := &Process{b: b, t0: time.Now(), cancel: cancel, done: make(chan struct{})}
@@ -247,7 +182,7 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 		}
 	}
 	if b.r.opts.Observer != nil {
-		stdout, stderr = counting(stdout, &p.outBytes), counting(stderr, &p.outBytes)
+		stdout, stderr = execrun.Counting(stdout, &p.outBytes), execrun.Counting(stderr, &p.outBytes)
 	}
 	used := b.useBegin(ctx)
 	proc, err := c.Exec(callCtx, spec, stdout, stderr)
@@ -257,18 +192,12 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 		return nil, b.callErr(err)
 	}
 	p.proc = proc
+	if opts.Stdin != nil {
+		go execrun.CopyStdin(proc, opts.Stdin)
+	}
 	b.mu.Lock()
 	vmExit := b.vmExit
 	b.mu.Unlock()
-	// The host's own timer: a guest that does not report the end of a
-	// timed-out exec is not waited for beyond it.
-	var hostTimer <-chan time.Time
-	var stopTimer func() bool
-	hostLimit := spec.Timeout + grace + hostSlack
-	if spec.Timeout > 0 {
-		t := time.NewTimer(hostLimit)
-		hostTimer, stopTimer = t.C, t.Stop
-	}
 	go func() {
 		defer close(p.done)
 		if opts.Main {
@@ -292,79 +221,23 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 			}()
 		}
 		defer cancel()
-		if stopTimer != nil {
-			defer stopTimer()
-		}
-		gone, hostTimedOut := false, false
 		unhealthy := func() {
-			b.markUnhealthy(fmt.Sprintf("the agent did not report the end of %q within %s of its %s timeout", cmd, hostLimit-spec.Timeout, spec.Timeout))
+			b.markUnhealthy(fmt.Sprintf("the agent did not report the end of %q within %s of its %s timeout", cmd, lim.Host()-lim.Timeout, lim.Timeout))
 		}
-		select {
-		case <-proc.Done():
-		case <-hostTimer:
-			hostTimedOut = true
-			unhealthy()
-			// In its own goroutine: a guest that stopped reading can leave the
-			// stream's send window full, and cancel (below) closes it.
-			go proc.Kill()
-		case <-ctx.Done():
-			if fromDeadline && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				// The agent's timer fires at the same moment.
-				select {
-				case <-proc.Done():
-				case <-time.After(grace + hostSlack):
-					unhealthy()
-					p.ctxErr = ctx.Err()
-				}
-			} else {
-				p.ctxErr = ctx.Err()
-				go proc.Kill() // see the host timer above
-				select {
-				case <-proc.Done():
-				case <-time.After(5 * time.Second):
-				}
-			}
-		case <-vmExit:
-			gone = true
-		}
-		cancel()
-		if gone || p.ctxErr != nil || hostTimedOut {
-			// The call is over: a caller who stopped reading must not keep
-			// the receiver blocked on a full pipe (Wait would hang).
-			for _, bp := range p.pipes {
-				bp.DropWrites()
-			}
-		}
-		ex, err := proc.Wait()
-		for _, bp := range p.pipes {
-			bp.CloseWrite()
-		}
+		end := execrun.Wait(ctx, proc, lim, vmExit, unhealthy, cancel, p.pipes)
+		p.ctxErr = end.CtxErr
+		ex, err := end.Exit, end.Err
 		res := &ExecResult{
 			ExitCode: ex.Code, Signal: int(ex.Signal), TimedOut: ex.TimedOut, ErrorMessage: ex.Error,
 			Duration: time.Since(p.t0), GuestDuration: time.Duration(ex.GuestNs),
 			StdoutDropped: ex.StdoutDropped, StderrDropped: ex.StderrDropped, OOMKilled: ex.OOMKilled,
 		}
-		switch {
-		case hostTimedOut && err != nil:
+		if end.HostTimedOut && err != nil {
 			// What arrived is kept; the guest's word on the exit is not.
 			res.TimedOut, res.ExitCode = true, -1
-			res.ErrorMessage = fmt.Sprintf("timed out after %s; the box did not confirm the process ended within %s more and is marked unhealthy (Box.Unhealthy)", spec.Timeout, hostLimit-spec.Timeout)
-			p.res = res
-		case err == nil:
-			if p.ctxErr != nil && !ex.TimedOut {
-				p.res, p.err = res, p.ctxErr
-				return
-			}
-			p.res = res
-		case p.ctxErr != nil:
-			if de := b.deadErr(0); de != nil {
-				p.res, p.err = res, de
-				return
-			}
-			p.res, p.err = res, p.ctxErr
-		default:
-			p.res, p.err = res, b.callErr(err)
+			res.ErrorMessage = fmt.Sprintf("timed out after %s; the box did not confirm the process ended within %s more and is marked unhealthy (Box.Unhealthy)", lim.Timeout, lim.Host()-lim.Timeout)
 		}
+		p.res, p.err = res, end.Outcome(func() error { return b.deadErr(0) }, b.callErr)
 	}()
 	return p, nil
 }
@@ -390,22 +263,6 @@ func (b *Box) callErr(err error) error {
 		return fmt.Errorf("box %s: %w", b.id, cut)
 	}
 	return fmt.Errorf("box %s: lost the connection to its agent (%v); the box may be overloaded or stopping — its console log %s may say why", b.id, err, b.ConsoleLog())
-}
-
-func (p *Process) copyStdin(r io.Reader) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			if p.proc.WriteStdin(buf[:n]) != nil {
-				return
-			}
-		}
-		if err != nil {
-			p.proc.CloseStdin()
-			return
-		}
-	}
 }
 
 // Stdout returns the process's standard output (ExecStream only).
@@ -445,8 +302,8 @@ func (p *Process) Signal(sig syscall.Signal) error { return p.proc.Signal(sig) }
 // Resize sets the size of the process's terminal (ExecOptions.TTY) to rows
 // x cols character cells; the process gets SIGWINCH.
 func (p *Process) Resize(rows, cols int) error {
-	if rows <= 0 || cols <= 0 || rows > 0xffff || cols > 0xffff {
-		return fmt.Errorf("terminal size %dx%d: want 1..65535 each", rows, cols)
+	if err := execrun.CheckSize(rows, cols); err != nil {
+		return err
 	}
 	return p.proc.Resize(rows, cols)
 }

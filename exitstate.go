@@ -2,14 +2,11 @@ package airlock
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
-	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/exitrec"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -66,41 +63,12 @@ func (e ExitState) String() string {
 	return ""
 }
 
-func exitPath(home, id string) string { return filepath.Join(home, "boxes", id, boxdir.Exit) }
-
-// readExit returns the recorded end of the boot that started at boot.
-func readExit(home, id string, boot time.Time) (ExitState, bool) {
-	raw, err := os.ReadFile(exitPath(home, id))
-	if err != nil || len(raw) > 64<<10 {
-		return ExitState{}, false
-	}
-	var e ExitState
-	if json.Unmarshal(raw, &e) != nil || !e.Boot.Equal(boot) {
-		return ExitState{}, false
-	}
-	return e, true
-}
-
 // recordExit records how the boot that started at boot ended, unless an
-// end of that boot is already recorded: the first reason wins (a main
-// command's exit, then the Stop that follows it, say "exited").
+// end of that boot is already recorded (exitrec.Record: the first reason
+// wins).
 func recordExit(home, id string, boot time.Time, e ExitState) {
-	if boot.IsZero() {
-		return
-	}
-	if _, ok := readExit(home, id, boot); ok {
-		return
-	}
-	e.Boot = boot
-	if e.Finished.IsZero() {
-		e.Finished = time.Now()
-	}
-	raw, _ := json.Marshal(e)
-	p := exitPath(home, id)
-	tmp := p + ".tmp"
-	if os.WriteFile(tmp, raw, 0o600) == nil {
-		os.Rename(tmp, p)
-	}
+	exitrec.Record(filepath.Join(home, "boxes", id), boot,
+		exitrec.State{Reason: string(e.Reason), ExitCode: e.ExitCode, Cause: e.Cause, Finished: e.Finished})
 }
 
 // ExitState returns how the box's last boot ended; ok is false when no end
@@ -120,21 +88,16 @@ func (r *Runtime) exitOf(info BoxInfo) *ExitState {
 	if info.State == BoxRunning {
 		return nil
 	}
-	if e, ok := readExit(r.opts.Home, info.ID, info.Started); ok {
-		return &e
+	if s, ok := exitrec.Read(filepath.Join(r.opts.Home, "boxes", info.ID), info.Started); ok {
+		return &ExitState{Reason: ExitReason(s.Reason), ExitCode: s.ExitCode, Cause: s.Cause, Finished: s.Finished, Boot: s.Boot}
 	}
 	return nil
 }
 
-// RecordMainExit records that the box's main command (the command of
-// airlock run, or of a detached run) ended with res: "exited (N)", or
-// "OOM killed" when the guest's OOM killer took it. It is a no-op when the
-// end of the current boot is already recorded.
-//
-// Deprecated: run the main command with ExecOptions.Main.
-func (b *Box) RecordMainExit(ctx context.Context, res *ExecResult) { b.recordMainExit(ctx, res) }
-
-// recordMainExit records the end of the box's main command (RecordMainExit).
+// recordMainExit records that the box's main command (ExecOptions.Main)
+// ended with res: "exited (N)", or "OOM killed" when the guest's OOM
+// killer took it; a no-op when the end of the current boot is already
+// recorded.
 func (b *Box) recordMainExit(ctx context.Context, res *ExecResult) {
 	info, err := b.Info(ctx)
 	if err != nil || res == nil {
@@ -156,33 +119,14 @@ func (b *Box) recordMainExit(ctx context.Context, res *ExecResult) {
 func (b *Box) oomKilled(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if res, err := b.Exec(ctx, "cat", []string{"/proc/vmstat"}, ExecOptions{User: "0"}); err == nil {
-		for _, l := range strings.Split(string(res.Stdout), "\n") {
-			if n, ok := strings.CutPrefix(l, "oom_kill "); ok {
-				return strings.TrimSpace(n) != "0"
-			}
+	run := func(cmd string, args ...string) (string, error) {
+		res, err := b.Exec(ctx, cmd, args, ExecOptions{User: "0"})
+		if err != nil {
+			return "", err
 		}
+		return string(res.Stdout), nil
 	}
-	// Kernels without VM event counters: the kernel log says it.
-	if res, err := b.Exec(ctx, "dmesg", nil, ExecOptions{User: "0"}); err == nil && strings.Contains(string(res.Stdout), "Out of memory: Killed process") {
-		return true
-	}
-	long := vmm.ConsoleTail(b.ConsoleLog(), 400)
-	return strings.Contains(long, "Out of memory") || strings.Contains(long, "oom-kill")
-}
-
-// recordStop records that Stop shut down the boot of rec started at
-// started.
-func (b *Box) recordStop(started time.Time) {
-	recordExit(b.r.opts.Home, b.id, started, ExitState{Reason: ExitStopped})
-}
-
-// recordDied records that the boot started at started ended on its own.
-func (b *Box) recordDied(started time.Time, d *DiedError) {
-	if d == nil {
-		return
-	}
-	recordExit(b.r.opts.Home, b.id, started, ExitState{Reason: ExitVMDied, Cause: d.Cause})
+	return exitrec.OOMKilled(run, func() string { return vmm.ConsoleTail(b.ConsoleLog(), 400) })
 }
 
 // recordGone records that rec's machine is gone although its record says

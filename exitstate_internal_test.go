@@ -21,6 +21,13 @@ func TestRecordExitFirstReasonOfABootWins(t *testing.T) {
 	boot := time.Unix(1700000000, 5)
 	recordExit(home, "b1", boot, ExitState{Reason: ExitExited, ExitCode: 5})
 	recordExit(home, "b1", boot, ExitState{Reason: ExitStopped}) // the Stop after the main command
+	r := &Runtime{opts: Options{Home: home}}
+	readExit := func(home, id string, boot time.Time) (ExitState, bool) {
+		if e := r.exitOf(BoxInfo{ID: id, State: BoxStopped, Started: boot}); e != nil {
+			return *e, true
+		}
+		return ExitState{}, false
+	}
 	e, ok := readExit(home, "b1", boot)
 	if !ok || e.Reason != ExitExited || e.ExitCode != 5 || e.Finished.IsZero() || e.String() != "exited (5)" {
 		t.Fatalf("got %+v %v", e, ok)

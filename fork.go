@@ -2,13 +2,12 @@ package airlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -32,9 +31,7 @@ func (b *Box) fork(ctx context.Context, n int, opts ForkOptions) ([]*Box, error)
 	if n < 1 || n > MaxForks {
 		return nil, fmt.Errorf("%w: fork into %d boxes: want 1..%d", ErrInvalidArgument, n, MaxForks)
 	}
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	name := "fork-" + b.id + "-" + hex.EncodeToString(rnd[:])
+	name := snapmeta.TempName("fork-" + b.id)
 	// A transient snapshot: its RAM stays in this process's memory, which
 	// the children map copy-on-write, shared, and nothing is fsynced.
 	if _, err := b.snapshotWith(ctx, name, vmm.SaveOptions{Transient: true}); err != nil {

@@ -50,35 +50,16 @@ type ImageRemoval struct {
 // Errors: ErrImageNotFound when no image has that name or digest.
 func (r *Runtime) RemoveImage(ctx context.Context, ref string, force bool) (*ImageRemoval, error) {
 	s := r.images
-	img, err := s.Resolve(ref)
+	img, untag, last, err := s.Untags(ref)
 	if err != nil {
 		if errors.Is(err, image.ErrNotFound) {
 			return nil, fmt.Errorf("no such image %q in the local store: %w", ref, ErrImageNotFound)
 		}
 		return nil, err
 	}
-	all, err := s.List()
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	byName := false
-	norm, nerr := image.Normalize(ref)
-	for _, o := range all {
-		if o.Digest != img.Digest {
-			continue
-		}
-		names = append(names, o.Ref)
-		if nerr == nil && o.Ref == norm {
-			byName = true
-		}
-	}
-	res := &ImageRemoval{Untagged: names}
-	if byName {
-		res.Untagged = []string{norm}
-	}
+	res := &ImageRemoval{Untagged: untag}
 	// The content goes when no name is left for it.
-	if len(res.Untagged) >= len(names) {
+	if last {
 		users, err := r.db.ImageInUse(ctx, img.Digest)
 		if err != nil {
 			return nil, fmt.Errorf("boxes using image %s: %w", ref, err)
@@ -126,32 +107,21 @@ func (e *ImageInUseError) Error() string {
 	}
 	if len(e.PoolBoxes) > 0 {
 		return fmt.Sprintf("image %s (%s) is used by box(es) %s, of which %s are warm-pool boxes (not listed: see airlock system df -v; they go when the process holding the pool, such as airlock serve --pool, exits): remove the others and stop that process first, or force the removal",
-			e.Ref, d, joinIDs(e.Boxes), joinIDs(e.PoolBoxes))
+			e.Ref, d, strings.Join(e.Boxes, ", "), strings.Join(e.PoolBoxes, ", "))
 	}
-	return fmt.Sprintf("image %s (%s) is used by box(es) %s: remove them first, or force the removal", e.Ref, d, joinIDs(e.Boxes))
+	return fmt.Sprintf("image %s (%s) is used by box(es) %s: remove them first, or force the removal", e.Ref, d, strings.Join(e.Boxes, ", "))
 }
 
 // Is makes errors.Is(err, ErrImageInUse) true.
 func (e *ImageInUseError) Is(target error) bool { return target == ErrImageInUse }
 
-func joinIDs(ids []string) string {
-	s := ""
-	for i, id := range ids {
-		if i > 0 {
-			s += ", "
-		}
-		s += id
-	}
-	return s
-}
-
 // snapshotsOfImage returns the names of the snapshots of boxes of image
 // digest (snapshots it cannot read are left out).
 func (r *Runtime) snapshotsOfImage(digest string) []string {
-	names, _ := snapmeta.List(r.snapshotsDir())
+	ms, _ := snapmeta.ReadAll(r.snapshotsDir())
 	var out []string
-	for _, n := range names {
-		if m, err := r.readSnapshot(n); err == nil && m.ImageDigest == digest {
+	for _, m := range ms {
+		if m.ImageDigest == digest {
 			out = append(out, m.Name)
 		}
 	}
@@ -172,8 +142,6 @@ type ImageInfo struct {
 	Source string
 }
 
-type pullCheckKey struct{}
-
 // WithPullCheck returns a context under which the image pulls PullImage
 // and Create make ask check about every address they connect to (the
 // registry, each redirect, the token realm): host is the name as it was
@@ -184,12 +152,7 @@ type pullCheckKey struct{}
 // never through an HTTP proxy from the environment. airlock serve applies
 // its network grants to the pulls its clients cause this way.
 func WithPullCheck(ctx context.Context, check func(host string, addr netip.Addr) error) context.Context {
-	return context.WithValue(ctx, pullCheckKey{}, check)
-}
-
-func pullCheck(ctx context.Context) func(string, netip.Addr) error {
-	f, _ := ctx.Value(pullCheckKey{}).(func(string, netip.Addr) error)
-	return f
+	return image.WithCheckAddr(ctx, check)
 }
 
 func imageInfo(im *image.Image) ImageInfo {
@@ -229,7 +192,7 @@ func (r *Runtime) pull(ctx context.Context, ref string, ev PullEvents) (*image.I
 		ev.Start(ref)
 	}
 	t0 := time.Now()
-	img, err := r.images.Pull(ctx, ref, image.PullOptions{Progress: ev.Progress, CheckAddr: pullCheck(ctx)})
+	img, err := r.images.Pull(ctx, ref, image.PullOptions{Progress: ev.Progress, CheckAddr: image.CheckAddrOf(ctx)})
 	if ev.Done != nil {
 		if err != nil {
 			ev.Done(ref, "", err)

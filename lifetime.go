@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/airlock-run/airlock/internal/lifetime"
 )
 
 // DefaultReapInterval is how often an open Runtime looks for boxes past
@@ -25,11 +25,11 @@ type ReapReason string
 // Reasons a box is reaped.
 const (
 	// ReapTTL: its BoxOptions.TTL ended.
-	ReapTTL ReapReason = "ttl"
+	ReapTTL ReapReason = lifetime.ReasonTTL
 	// ReapIdle: nothing used it for BoxOptions.IdleTimeout.
-	ReapIdle ReapReason = "idle_timeout"
+	ReapIdle ReapReason = lifetime.ReasonIdle
 	// ReapLease: its BoxOptions.Lease was not renewed in time.
-	ReapLease ReapReason = "lease_expired"
+	ReapLease ReapReason = lifetime.ReasonLease
 )
 
 // ErrNoLease is returned by Box.RenewLease for a box created without
@@ -50,72 +50,29 @@ type lifeState struct {
 	mu     sync.Mutex // serialises Reap passes
 	hookMu sync.Mutex
 	hook   func(BoxReapedEvent)
-	stop   chan struct{}
-	done   chan struct{}
+	loop   *lifetime.Loop
 }
 
-// useState is one handle's use of its box.
-type useState struct {
-	busy      atomic.Int32 // execs in flight
-	last      atomic.Int64 // last use, unix ns (0: none through this handle)
-	persisted atomic.Int64 // last use written to the record, unix ns
+// life returns c's lifetime options and deadlines (internal/lifetime).
+func (c *boxConfig) life() (lifetime.Limits, lifetime.Deadlines) {
+	o := c.Options
+	return lifetime.Limits{TTL: o.TTL, Idle: o.IdleTimeout, Lease: o.Lease},
+		lifetime.Deadlines{ExpiresAt: c.ExpiresAt, LeaseUntil: c.LeaseUntil, LastUse: c.LastUse}
 }
 
 // startLife sets the lifetime deadlines of a box whose record is made at
-// now, before its boot. The TTL counts from now; the lease and the idle
-// clock count from when Create hands the box over (lifeBegins), so until
-// then they leave the boot bootTimeout (a reaper, of this process or
-// another, must not take a box that is still booting; one whose creator
-// died while it booted goes once that grace ends).
+// now, before its boot (lifetime.Start, with bootTimeout as the boot's
+// grace); lifeBegins restarts the lease and the idle clock.
 func (c *boxConfig) startLife(now time.Time) {
-	o := c.Options
-	c.ExpiresAt, c.LeaseUntil, c.LastUse = time.Time{}, time.Time{}, time.Time{}
-	if o.TTL > 0 {
-		c.ExpiresAt = now.Add(o.TTL)
-	}
-	if o.Lease > 0 {
-		grace := o.Lease
-		if grace < math.MaxInt64-bootTimeout {
-			grace += bootTimeout
-		}
-		c.LeaseUntil = now.Add(grace)
-	}
-	if o.IdleTimeout > 0 {
-		c.LastUse = now.Add(bootTimeout)
-	}
-}
-
-// idleDeadline is when the box goes unless used (zero: no idle timeout).
-func (c *boxConfig) idleDeadline() time.Time {
-	if c.Options.IdleTimeout <= 0 {
-		return time.Time{}
-	}
-	return c.LastUse.Add(c.Options.IdleTimeout)
-}
-
-// hasLife says whether the box has any lifetime limit.
-func (c *boxConfig) hasLife() bool {
-	return c.Options.TTL > 0 || c.Options.IdleTimeout > 0 || c.Options.Lease > 0
-}
-
-// reapReason returns why a box of c last used at lastUse goes at now, ""
-// to keep it.
-func (c *boxConfig) reapReason(now, lastUse time.Time) ReapReason {
-	switch {
-	case !c.ExpiresAt.IsZero() && now.After(c.ExpiresAt):
-		return ReapTTL
-	case c.Options.IdleTimeout > 0 && now.Sub(lastUse) > c.Options.IdleTimeout:
-		return ReapIdle
-	case c.Options.Lease > 0 && now.After(c.LeaseUntil):
-		return ReapLease
-	}
-	return ""
+	l, _ := c.life()
+	d := lifetime.Start(l, now, bootTimeout)
+	c.ExpiresAt, c.LeaseUntil, c.LastUse = d.ExpiresAt, d.LeaseUntil, d.LastUse
 }
 
 // checkLife checks the lifetime options.
 func checkLife(o BoxOptions) error {
-	if o.TTL < 0 || o.IdleTimeout < 0 || o.Lease < 0 {
-		return fmt.Errorf("%w: ttl %s, idle timeout %s, lease %s: want 0 (none) or more", ErrInvalidArgument, o.TTL, o.IdleTimeout, o.Lease)
+	if err := (lifetime.Limits{TTL: o.TTL, Idle: o.IdleTimeout, Lease: o.Lease}).Check(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
 	return nil
 }
@@ -130,46 +87,18 @@ func (r *Runtime) OnReap(f func(BoxReapedEvent)) {
 	r.life.hookMu.Unlock()
 }
 
-// startReaper starts the goroutine that runs Reap every ReapInterval,
-// until stopReaper.
+// startReaper starts the loop that runs Reap every ReapInterval, until
+// stopReaper.
 func (r *Runtime) startReaper() {
 	iv := r.opts.ReapInterval
 	if iv <= 0 {
 		iv = DefaultReapInterval
 	}
-	r.life.stop, r.life.done = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(r.life.done)
-		t := time.NewTicker(iv)
-		defer t.Stop()
-		for {
-			select {
-			case <-r.life.stop:
-				return
-			case <-t.C:
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			go func() {
-				select {
-				case <-r.life.stop:
-					cancel()
-				case <-ctx.Done():
-				}
-			}()
-			r.Reap(ctx)
-			cancel()
-		}
-	}()
+	r.life.loop = lifetime.Every(iv, func(ctx context.Context) { r.Reap(ctx) })
 }
 
 // stopReaper stops the reaper and waits for its pass in progress.
-func (r *Runtime) stopReaper() {
-	if r.life.stop == nil {
-		return
-	}
-	close(r.life.stop)
-	<-r.life.done
-}
+func (r *Runtime) stopReaper() { r.life.loop.Stop() }
 
 // Reap removes the boxes of the home whose TTL, idle timeout or lease has
 // ended, and returns what it removed (or failed to). The reaper calls it
@@ -187,22 +116,18 @@ func (r *Runtime) Reap(ctx context.Context) []BoxReapedEvent {
 	var out []BoxReapedEvent
 	for _, rec := range recs {
 		cfg, err := decodeConfig(rec)
-		if err != nil || cfg.Pool != "" || !cfg.hasLife() {
+		lim, dl := cfg.life()
+		if err != nil || cfg.Pool != "" || !lim.Any() {
 			continue
 		}
-		last := cfg.LastUse
 		r.mu.Lock()
 		h := r.boxes[rec.ID]
 		r.mu.Unlock()
-		if h != nil && cfg.Options.IdleTimeout > 0 {
-			if h.use.busy.Load() > 0 {
-				h.touch(ctx)
-			}
-			if t := h.use.last.Load(); t > last.UnixNano() {
-				last = time.Unix(0, t)
-			}
+		var use *lifetime.Use // this process's use of the box, if it holds it
+		if h != nil {
+			use = &h.use
 		}
-		why := cfg.reapReason(now, last)
+		why := ReapReason(lifetime.Due(lim, dl, use, now, func() { h.touch(ctx) }))
 		if why == "" {
 			continue
 		}
@@ -225,10 +150,10 @@ func (r *Runtime) Reap(ctx context.Context) []BoxReapedEvent {
 // useBegin marks an exec starting on the box; the func it returns marks
 // its end. An exec in flight keeps the box from going idle.
 func (b *Box) useBegin(ctx context.Context) func() {
-	b.use.busy.Add(1)
+	b.use.Begin()
 	b.touch(ctx)
 	return func() {
-		b.use.busy.Add(-1)
+		b.use.End()
 		b.touch(context.Background())
 	}
 }
@@ -240,15 +165,12 @@ func (b *Box) touch(ctx context.Context) {
 	if cfg.Options.IdleTimeout <= 0 {
 		return
 	}
-	now := time.Now().UnixNano()
-	b.use.last.Store(now)
-	p := b.use.persisted.Load()
-	if time.Duration(now-p) < usePersistEvery || !b.use.persisted.CompareAndSwap(p, now) {
+	t := time.Now()
+	if !b.use.Touch(t, usePersistEvery) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	t := time.Unix(0, now)
 	// Best effort: the handle keeps the use for this process's reaper.
 	_ = b.r.updateConfig(ctx, b.id, func(c *boxConfig) {
 		if t.After(c.LastUse) {
@@ -266,15 +188,12 @@ func (b *Box) lifeBegins(ctx context.Context) {
 	}
 	now := time.Now()
 	if cfg.Options.IdleTimeout > 0 {
-		b.use.last.Store(now.UnixNano())
+		b.use.Mark(now)
 	}
 	_ = b.r.updateConfig(context.WithoutCancel(ctx), b.id, func(c *boxConfig) {
-		if c.Options.Lease > 0 {
-			c.LeaseUntil = now.Add(c.Options.Lease)
-		}
-		if c.Options.IdleTimeout > 0 {
-			c.LastUse = now
-		}
+		l, d := c.life()
+		lifetime.Handover(l, &d, now)
+		c.LeaseUntil, c.LastUse = d.LeaseUntil, d.LastUse
 	})
 }
 

@@ -87,7 +87,7 @@ func ParsePortMapping(s string) (PortMapping, error) {
 	if err != nil {
 		return PortMapping{}, err
 	}
-	return PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Proto}, nil
+	return portOf(p), nil
 }
 
 // NetworkPolicy is what a box may reach; see Box.SetNetwork.
@@ -107,71 +107,42 @@ type NetworkPolicy struct {
 	AllowHostPorts []int
 }
 
-// netMode returns the canonical mode of a stored or given mode.
+// netMode returns the canonical mode of a stored or given mode
+// (netstack.CanonicalMode).
 func netMode(mode NetworkMode, allow []string) NetworkMode {
-	switch mode {
-	case "":
-		if len(allow) > 0 {
-			return NetworkAllowlist
-		}
-		return NetworkPublic
-	case NetworkEnabled:
-		return NetworkPublic
-	case NetworkDisabled:
-		return NetworkNone
-	}
-	return mode
+	return NetworkMode(netstack.CanonicalMode(string(mode), allow))
 }
 
-// checkNetwork fills in and checks the network fields of opts.
+// checkNetwork fills in and checks the network fields of opts
+// (netstack.CheckOptions).
 func checkNetwork(opts *BoxOptions) error {
 	opts.Network = netMode(opts.Network, opts.AllowNet)
-	switch opts.Network {
-	case NetworkNone:
-		if len(opts.AllowNet) > 0 {
-			return fmt.Errorf("allow-net entries need network mode %q, not %q", NetworkAllowlist, NetworkNone)
-		}
-		if len(opts.AllowHostPorts) > 0 {
-			return fmt.Errorf("allow-host-port needs a network: not with network mode %q", NetworkNone)
-		}
-		if len(opts.Ports) > 0 {
-			return fmt.Errorf("published ports (-p) need a network: not with network mode %q", NetworkNone)
-		}
-		return nil
-	case NetworkPublic, NetworkAllowlist:
-	default:
-		return fmt.Errorf("network %q: want %q (default), %q or %q", opts.Network, NetworkPublic, NetworkAllowlist, NetworkNone)
-	}
-	if err := policyOf(opts.Network, opts.AllowNet, opts.AllowHostPorts).Validate(); err != nil {
+	pub := publishes(opts.Ports)
+	if err := netstack.CheckOptions(string(opts.Network), opts.AllowNet, opts.AllowHostPorts, pub); err != nil {
 		return err
 	}
-	seen := map[string]bool{}
-	for i, p := range opts.Ports {
-		if p.Protocol == "" {
-			p.Protocol = "tcp"
-		}
-		if p.HostIP == "" {
-			p.HostIP = "127.0.0.1"
-		}
-		if _, err := netstack.ParsePublish(p.String()); err != nil {
-			return err
-		}
-		opts.Ports[i] = p
-		if k := p.HostIP + ":" + strconv.Itoa(p.HostPort) + "/" + p.Protocol; p.HostPort != 0 && seen[k] {
-			return fmt.Errorf("published port %s given twice", k)
-		} else {
-			seen[k] = true
-		}
+	for i, p := range pub {
+		opts.Ports[i] = portOf(p)
 	}
 	return nil
 }
 
 func policyOf(mode NetworkMode, allow []string, hostPorts []int) netstack.Policy {
-	if mode == NetworkNone {
-		// A running box switched to none: its NIC stays, reaching nothing.
-		return netstack.Policy{Mode: netstack.ModeAllowlist}
+	return netstack.BoxPolicy(string(mode), allow, hostPorts)
+}
+
+// publishes are ports as the network helper publishes them; portOf is
+// one of them as a PortMapping.
+func publishes(ports []PortMapping) []netstack.Publish {
+	var pub []netstack.Publish
+	for _, p := range ports {
+		pub = append(pub, netstack.Publish{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Proto: p.Protocol})
 	}
-	return netstack.Policy{Mode: string(mode), Allow: allow, HostPorts: hostPorts}
+	return pub
+}
+
+func portOf(p netstack.Publish) PortMapping {
+	return PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Proto}
 }
 
 // hasNetwork reports whether a box of configuration cfg gets a NIC.
@@ -206,13 +177,9 @@ func (b *Box) startNet(cfg boxConfig) (*helper.Starting, error) {
 		return nil, nil
 	}
 	o := cfg.Options
-	var pub []netstack.Publish
-	for _, p := range o.Ports {
-		pub = append(pub, netstack.Publish{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Proto: p.Protocol})
-	}
 	ho := helper.Options{Bin: b.r.opts.NetHelper, Upstream: b.r.opts.DNSUpstream,
 		Unconfined: b.r.opts.Unconfined, UIDRange: b.r.opts.UIDRange, Warn: b.r.warn}
-	return helper.Start(b.netBox(), ho, policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts), pub)
+	return helper.Start(b.netBox(), ho, policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts), publishes(o.Ports))
 }
 
 // stopNet stops the box's network helper, if one runs.
@@ -237,7 +204,7 @@ func (b *Box) Ports(ctx context.Context) ([]PortMapping, error) {
 func readPorts(dir string) []PortMapping {
 	var ports []PortMapping
 	for _, p := range helper.Ports(dir) {
-		ports = append(ports, PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Proto})
+		ports = append(ports, portOf(p))
 	}
 	return ports
 }
@@ -304,16 +271,10 @@ func (b *Box) netReady(ctx context.Context) error {
 	return nil
 }
 
+// netCall makes a control call to the network helper of the running box.
 func (b *Box) netCall(ctx context.Context, req netstack.Request) (netstack.Response, error) {
-	info, err := b.Info(ctx)
-	if err != nil {
+	if err := b.netReady(ctx); err != nil {
 		return netstack.Response{}, err
-	}
-	if info.State != store.StateRunning {
-		return netstack.Response{}, fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
-	}
-	if _, cfg := b.snapshot(); !hasNetwork(cfg) {
-		return netstack.Response{}, fmt.Errorf("box %s has no network (mode %s)", b.id, NetworkNone)
 	}
 	return helper.Call(ctx, b.netBox(), req)
 }

@@ -1,8 +1,6 @@
 package airlock
 
 import (
-	"io"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -61,26 +59,6 @@ type ImagePullEvent struct {
 	Err      error
 }
 
-// countingWriter counts the bytes written through it.
-type countingWriter struct {
-	w io.Writer
-	n *atomic.Int64
-}
-
-func (c countingWriter) Write(b []byte) (int, error) {
-	n, err := c.w.Write(b)
-	c.n.Add(int64(n))
-	return n, err
-}
-
-// counting wraps w in a countingWriter (nil stays nil).
-func counting(w io.Writer, n *atomic.Int64) io.Writer {
-	if w == nil {
-		return nil
-	}
-	return countingWriter{w, n}
-}
-
 // execEnded reports p's end to the observer, if any.
 func (r *Runtime) execEnded(p *Process) {
 	o := r.opts.Observer
@@ -113,15 +91,7 @@ func (r *Runtime) warn(msg string) {
 // AIRLOCK_ACCEL did not ask for; the kernel fallback). A failed start
 // warns of nothing.
 func (r *Runtime) warnBoot() {
-	br, ok := r.drv.(vmm.BootReporter)
-	if !ok {
-		return
-	}
-	b, err := br.BootInfo()
-	if err != nil {
-		return
-	}
-	for _, w := range b.Warnings {
+	for _, w := range vmm.BootWarnings(r.drv) {
 		r.warn(w)
 	}
 }

@@ -9,10 +9,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/friend"
 	"github.com/airlock-run/airlock/internal/pool"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -36,9 +35,17 @@ type PoolOptions struct {
 	// there, every box of the pool has. codebox.Pool uses it to start a
 	// Python kernel.
 	Prepare func(ctx context.Context, b *Box) error
-	// Warm, when set, runs on each box once it is up, before it can be
-	// claimed; what it returns is handed to the claimer (Box.TakeWarm).
-	Warm func(ctx context.Context, b *Box) (any, error)
+
+	// warm is codebox's hook on each box once it is up (friend.PoolWarm).
+	warm func(ctx context.Context, b *Box) (any, error)
+}
+
+// The hooks of codebox's pools (internal/friend): no public API.
+func init() {
+	friend.PoolWarm = func(po any, warm func(ctx context.Context, box any) (any, error)) {
+		po.(*PoolOptions).warm = func(ctx context.Context, b *Box) (any, error) { return warm(ctx, b) }
+	}
+	friend.TakeWarm = func(b any) any { return b.(*Box).r.pool.TakeWarm(b.(*Box).id) }
 }
 
 // MaxPoolSize bounds PoolOptions.Size.
@@ -99,7 +106,7 @@ func (f *poolFactory) Template(ctx context.Context) (string, error) {
 	}
 	defer b.remove(context.WithoutCancel(ctx), true)
 	pid := vmm.Handle{PID: os.Getpid()}
-	name := fmt.Sprintf("%s%s-%d-%d-%s", templatePrefix, f.key[:8], pid.PID, vmm.StartTime(pid.PID), newID()[:6])
+	name := pool.TemplateName(f.key, pid.PID, vmm.StartTime(pid.PID), newID()[:6])
 	if _, err := b.Snapshot(ctx, name); err != nil {
 		if errors.Is(err, vmm.ErrNotSupported) {
 			return "", fmt.Errorf("%w: %w", pool.ErrNoTemplate, err)
@@ -129,12 +136,12 @@ func (f *poolFactory) Boot(ctx context.Context) (*Box, error) {
 	return b, nil
 }
 
-// Warm runs PoolOptions.Warm, if set.
+// Warm runs the pool's warm hook (friend.PoolWarm), if set.
 func (f *poolFactory) Warm(ctx context.Context, b *Box) (any, error) {
-	if f.opts.Warm == nil {
+	if f.opts.warm == nil {
 		return nil, nil
 	}
-	return f.opts.Warm(ctx, b)
+	return f.opts.warm(ctx, b)
 }
 
 // Remove removes a pool box, killing its machine.
@@ -236,26 +243,15 @@ func (r *Runtime) stopPools() {
 	r.pool.Stop(ctx)
 }
 
-// templatePrefix starts the names of pool template snapshots:
-// pool-KEY-PID-START, PID and START naming the runtime's process.
-const templatePrefix = "pool-"
-
+// removeStaleTemplates removes the template snapshots whose runtime's
+// process is gone (pool.TemplateOwner).
 func (r *Runtime) removeStaleTemplates(ctx context.Context) {
 	snaps, err := r.Snapshots(ctx)
 	if err != nil {
 		return
 	}
 	for _, sn := range snaps {
-		f := strings.Split(strings.TrimPrefix(sn.Name, templatePrefix), "-")
-		if !strings.HasPrefix(sn.Name, templatePrefix) || len(f) != 4 {
-			continue
-		}
-		pid, err1 := strconv.Atoi(f[1])
-		st, err2 := strconv.ParseUint(f[2], 10, 64)
-		if err1 != nil || err2 != nil {
-			continue
-		}
-		if !(vmm.Handle{PID: pid, Start: st}).Alive() {
+		if pid, st, ok := pool.TemplateOwner(sn.Name); ok && !(vmm.Handle{PID: pid, Start: st}).Alive() {
 			r.RemoveSnapshot(ctx, sn.Name)
 		}
 	}
@@ -337,11 +333,6 @@ func (r *Runtime) personalise(ctx context.Context, b *Box, restored bool, opts B
 	}
 	return nil
 }
-
-// TakeWarm returns, once, what the pool's Warm hook made for this box
-// when Create took it from a warm pool of this runtime; nil otherwise,
-// and on later calls.
-func (b *Box) TakeWarm() any { return b.r.pool.TakeWarm(b.id) }
 
 // FromPool reports whether Create took this box from a warm pool of this
 // runtime (Options.Pool) rather than booting or restoring it.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/friend"
 	"github.com/airlock-run/airlock/internal/vmm/fake"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
@@ -80,14 +81,17 @@ func TestPoolFake(t *testing.T) {
 	}
 	opts := airlock.BoxOptions{Image: ref, Network: airlock.NetworkNone}
 	var warmed sync.Map
-	r := open([]airlock.PoolOptions{{BoxOptions: opts, Size: 3, Warm: func(ctx context.Context, b *airlock.Box) (any, error) {
+	po := airlock.PoolOptions{BoxOptions: opts, Size: 3}
+	friend.PoolWarm(&po, func(ctx context.Context, box any) (any, error) {
+		b := box.(*airlock.Box)
 		warmed.Store(b.ID(), true)
 		// An exec while pooled: not an event.
 		if _, err := b.Exec(ctx, "true", nil, airlock.ExecOptions{}); err != nil {
 			return nil, err
 		}
 		return "warm-" + b.ID(), nil
-	}}})
+	})
+	r := open([]airlock.PoolOptions{po})
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := r.WaitPools(wctx); err != nil {
@@ -146,10 +150,10 @@ func TestPoolFake(t *testing.T) {
 			if _, ok := warmed.Load(b.ID()); !ok {
 				t.Errorf("pool box %s was not warmed", b.ID())
 			}
-			if w := b.TakeWarm(); w != "warm-"+b.ID() {
+			if w := friend.TakeWarm(b); w != "warm-"+b.ID() {
 				t.Errorf("TakeWarm = %v, want this box's warm value", w)
 			}
-			if w := b.TakeWarm(); w != nil {
+			if w := friend.TakeWarm(b); w != nil {
 				t.Errorf("second TakeWarm = %v, want nil", w)
 			}
 		}

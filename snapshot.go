@@ -5,11 +5,11 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/store"
@@ -197,16 +197,14 @@ func (r *Runtime) Snapshot(ctx context.Context, name string) (SnapshotInfo, erro
 // Snapshots returns every snapshot of this home, oldest first. Snapshots
 // that cannot be read are left out.
 func (r *Runtime) Snapshots(ctx context.Context) ([]SnapshotInfo, error) {
-	names, err := snapmeta.List(r.snapshotsDir())
+	ms, err := snapmeta.ReadAll(r.snapshotsDir())
 	if err != nil {
 		return nil, err
 	}
 	var out []SnapshotInfo
-	for _, n := range names {
-		if m, err := r.readSnapshot(n); err == nil {
-			if i, err := r.snapshotInfo(m); err == nil {
-				out = append(out, i)
-			}
+	for _, m := range ms {
+		if i, err := r.snapshotInfo(m); err == nil {
+			out = append(out, i)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
@@ -218,18 +216,7 @@ func (r *Runtime) Snapshots(ctx context.Context) ([]SnapshotInfo, error) {
 // when it started. A restore in progress from it is waited for.
 // Errors: ErrSnapshotNotFound.
 func (r *Runtime) RemoveSnapshot(ctx context.Context, name string) error {
-	if _, err := r.readSnapshot(name); err != nil {
-		return err
-	}
-	lk, err := snapmeta.Lock(ctx, r.snapshotsDir(), name, false)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		lk.Unlock()
-		os.Remove(lk.Path())
-	}()
-	return os.RemoveAll(filepath.Join(r.snapshotsDir(), name))
+	return snapmeta.Remove(ctx, r.snapshotsDir(), name)
 }
 
 // restore creates a box from snapshot opts.FromSnapshot and starts it
@@ -306,14 +293,6 @@ func (r *Runtime) ResolveOptions(ctx context.Context, opts BoxOptions) (BoxOptio
 	return r.restoreOptionsOf(opts)
 }
 
-// RestoreOptions returns the options a box restored by Create with opts
-// (opts.FromSnapshot set) gets.
-//
-// Deprecated: use ResolveOptions.
-func (r *Runtime) RestoreOptions(ctx context.Context, opts BoxOptions) (BoxOptions, error) {
-	return r.restoreOptionsOf(opts)
-}
-
 // restoreOptionsOf is ResolveOptions for a restore.
 func (r *Runtime) restoreOptionsOf(opts BoxOptions) (BoxOptions, error) {
 	m, err := r.readSnapshot(opts.FromSnapshot)
@@ -327,7 +306,8 @@ func (r *Runtime) restoreOptionsOf(opts BoxOptions) (BoxOptions, error) {
 	return restoreOptions(info, m, opts)
 }
 
-// restoreOptions is RestoreOptions for the snapshot info and m describe.
+// restoreOptions is ResolveOptions for a restore from the snapshot info
+// and m describe.
 func restoreOptions(info SnapshotInfo, m snapmeta.Meta, opts BoxOptions) (BoxOptions, error) {
 	name := opts.FromSnapshot
 	so := info.Options
@@ -407,7 +387,7 @@ func restoredHostSide(o *BoxOptions, opts BoxOptions, name string) error {
 	if len(opts.AllowHostPorts) > 0 {
 		o.AllowHostPorts = opts.AllowHostPorts
 	}
-	if o.Hostname != "" && !validHostname(o.Hostname) {
+	if o.Hostname != "" && !guestabi.ValidHostname(o.Hostname) {
 		return fmt.Errorf("%w: hostname %q: want letters, digits and '-', at most 63", ErrInvalidArgument, o.Hostname)
 	}
 	if err := checkNetwork(o); err != nil {

@@ -3,8 +3,6 @@ package airlock
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -62,13 +60,6 @@ func (b *Box) Suspend(ctx context.Context) error {
 		return err
 	}
 	h := handleOf(rec)
-	final := filepath.Join(b.dir, boxdir.Suspended)
-	tmp := final + ".tmp"
-	os.RemoveAll(tmp)
-	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp) // gone after the rename, unless it failed
 	// Stopped first, the machine stays stopped after the save: nothing
 	// the guest does after the saved instant reaches its disk.
 	was, err := p.Paused(ctx, spec, h)
@@ -81,13 +72,11 @@ func (b *Box) Suspend(ctx context.Context) error {
 	}
 	// The box keeps its own writable layer, which matches the saved state
 	// (the machine does not run again): linked, not copied.
-	if _, err := sn.SaveSnapshot(ctx, spec, h, tmp, vmm.SaveOptions{LinkDisk: true}); err != nil {
-		if !was {
-			p.Resume(context.WithoutCancel(ctx), spec, h)
-		}
-		return fmt.Errorf("suspend box %s: %w", b.id, err)
-	}
-	if err := os.Rename(tmp, final); err != nil {
+	final, err := boxdir.SaveSuspended(b.dir, func(tmp string) error {
+		_, err := sn.SaveSnapshot(ctx, spec, h, tmp, vmm.SaveOptions{LinkDisk: true})
+		return err
+	})
+	if err != nil {
 		if !was {
 			p.Resume(context.WithoutCancel(ctx), spec, h)
 		}
@@ -95,39 +84,15 @@ func (b *Box) Suspend(ctx context.Context) error {
 	}
 	// Ended without a shutdown: the guest must not run on.
 	if err := b.stopLocked(ctx, 0); err != nil {
-		dropSuspended(final)
+		boxdir.DropSuspended(final)
 		return err
 	}
 	return nil
 }
 
 // suspendedDir returns where the box's saved state is, "" when the box is
-// not suspended.
-func (b *Box) suspendedDir() string { return suspendedIn(b.dir) }
-
-// suspendedIn returns where the box in boxDir keeps its saved state, ""
-// when it is not suspended. The directory is complete whenever it exists,
-// whatever the driver keeps in it: Suspend renames it into place last and
-// dropSuspended renames it away first.
-func suspendedIn(boxDir string) string {
-	dir := filepath.Join(boxDir, boxdir.Suspended)
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return ""
-	}
-	return dir
-}
-
-// dropSuspended deletes a box's saved state dir (suspendedIn's): renamed
-// away first, so that a deletion cut short leaves no part of it behind as
-// a saved state.
-func dropSuspended(dir string) {
-	gone := dir + ".drop"
-	os.RemoveAll(gone)
-	if os.Rename(dir, gone) == nil {
-		dir = gone
-	}
-	os.RemoveAll(dir)
-}
+// not suspended (boxdir.SuspendedIn).
+func (b *Box) suspendedDir() string { return boxdir.SuspendedIn(b.dir) }
 
 // resumeFromDisk starts the suspended box from its saved state (dir) and
 // then drops that state.
@@ -151,6 +116,6 @@ func (b *Box) resumeFromDisk(ctx context.Context, dir string) error {
 	if err != nil {
 		return fmt.Errorf("resume box %s from disk: %w (its saved state stays; 'airlock stop %s' discards it, and the next start boots the box)", b.id, err, b.id)
 	}
-	dropSuspended(dir)
+	boxdir.DropSuspended(dir)
 	return nil
 }

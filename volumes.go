@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -56,55 +55,21 @@ const DefaultVolumeSizeMiB = volume.DefaultSizeMiB
 // SOURCE is a host directory (absolute, or starting with "." for one
 // relative to the working directory) or a volume name.
 func ParseVolume(spec string) (Volume, error) {
-	parts := strings.Split(spec, ":")
-	var v Volume
-	switch len(parts) {
-	case 2:
-	case 3:
-		switch parts[2] {
-		case "ro":
-			v.ReadOnly = true
-		case "rw":
-		default:
-			return v, fmt.Errorf("volume %q: mode %q: want ro or rw", spec, parts[2])
-		}
-	default:
-		return v, fmt.Errorf("volume %q: want SOURCE:TARGET[:ro|rw] (SOURCE a host directory or a volume name)", spec)
-	}
-	v.Source, v.Target = parts[0], parts[1]
-	if strings.HasPrefix(v.Source, ".") || strings.HasPrefix(v.Source, "~") {
-		abs, err := filepath.Abs(v.Source)
-		if err != nil {
-			return v, err
-		}
-		v.Source = abs
-	}
-	return v, checkVolume(v)
+	m, err := volume.Parse(spec)
+	return Volume(m), err
 }
 
-func checkVolume(v Volume) error {
-	if !path.IsAbs(v.Target) || path.Clean(v.Target) == "/" {
-		return fmt.Errorf("volume %s: target %q must be an absolute path other than /", v.Source, v.Target)
-	}
-	if !v.IsHostDir() && !volume.ValidName(v.Source) {
-		return fmt.Errorf("volume %q: not an absolute host path, nor a volume name (letters, digits, _ . -)", v.Source)
-	}
-	return nil
-}
+// checkVolumes checks each of vs and refuses two at one target
+// (volume.CheckMounts).
+func checkVolumes(vs []Volume) error { return volume.CheckMounts(mounts(vs)) }
 
-func checkVolumes(vs []Volume) error {
-	seen := map[string]bool{}
-	for _, v := range vs {
-		if err := checkVolume(v); err != nil {
-			return err
-		}
-		t := path.Clean(v.Target)
-		if seen[t] {
-			return fmt.Errorf("two volumes at %s", t)
-		}
-		seen[t] = true
+// mounts are vs as internal/volume takes them.
+func mounts(vs []Volume) []volume.Mount {
+	ms := make([]volume.Mount, len(vs))
+	for i, v := range vs {
+		ms[i] = volume.Mount(v)
 	}
-	return nil
+	return ms
 }
 
 // VolumeInfo describes a named volume.
@@ -184,15 +149,7 @@ func (r *Runtime) RemoveVolume(ctx context.Context, name string) error {
 // yet (host directories are checked by the driver, which knows its
 // kernel).
 func (r *Runtime) prepareVolumes(ctx context.Context, vols []Volume) error {
-	for _, v := range vols {
-		if v.IsHostDir() {
-			continue
-		}
-		if err := r.volumes().Ensure(ctx, v.Source); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.volumes().EnsureAll(ctx, mounts(vols))
 }
 
 // vmVolumes is how the driver attaches vols.
@@ -234,7 +191,5 @@ func (b *Box) flushVolumes(ctx context.Context, h vmm.Handle) {
 	if c.Shutdown(cctx) != nil {
 		return
 	}
-	for h.Alive() && cctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
-	}
+	h.WaitGone(cctx)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/friend"
 )
 
 // warmDir is the directory (under kernelRunDir) of the interpreter
@@ -42,7 +43,7 @@ func Pool(opts Options, size int) airlock.PoolOptions {
 	if python == "" {
 		python = DefaultPython
 	}
-	return airlock.PoolOptions{
+	po := airlock.PoolOptions{
 		BoxOptions: bo,
 		Size:       size,
 		Prepare: func(ctx context.Context, b *airlock.Box) error {
@@ -61,23 +62,25 @@ func Pool(opts Options, size int) airlock.PoolOptions {
 			}
 			return nil
 		},
-		Warm: func(ctx context.Context, b *airlock.Box) (any, error) {
-			// The box's own interpreter, started while the box waits in
-			// the pool: a claim costs none of it.
-			err := launchKernel(ctx, b, python, warmDir, ContextOptions{})
-			if errors.Is(err, errNoPython) {
-				return nil, nil // no Python in the image: a plain box
-			}
-			if err != nil {
-				return nil, fmt.Errorf("start the pool box's Python kernel: %w", err)
-			}
-			k, err := attachKernel(ctx, b, warmDir)
-			if err != nil {
-				return nil, fmt.Errorf("attach the pool's Python kernel: %w", err)
-			}
-			return &warmKernel{k: k, python: python}, nil
-		},
 	}
+	// Each box's own interpreter, started while the box waits in the
+	// pool (internal/friend: no public API): a claim costs none of it.
+	friend.PoolWarm(&po, func(ctx context.Context, box any) (any, error) {
+		b := box.(*airlock.Box)
+		err := launchKernel(ctx, b, python, warmDir, ContextOptions{})
+		if errors.Is(err, errNoPython) {
+			return nil, nil // no Python in the image: a plain box
+		}
+		if err != nil {
+			return nil, fmt.Errorf("start the pool box's Python kernel: %w", err)
+		}
+		k, err := attachKernel(ctx, b, warmDir)
+		if err != nil {
+			return nil, fmt.Errorf("attach the pool's Python kernel: %w", err)
+		}
+		return &warmKernel{k: k, python: python}, nil
+	})
+	return po
 }
 
 // warmKernel is a pool box's interpreter, started and attached (Warm),
@@ -94,7 +97,7 @@ func (c *CodeBox) takeWarm(co ContextOptions) *kernel {
 	if co.WorkingDir != "" || len(co.Env) > 0 {
 		return nil
 	}
-	if wk, ok := c.box.TakeWarm().(*warmKernel); ok {
+	if wk, ok := friend.TakeWarm(c.box).(*warmKernel); ok {
 		if wk.python == c.opts.Python {
 			return wk.k
 		}

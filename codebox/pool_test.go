@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/codebox"
+	"github.com/airlock-run/airlock/internal/friend"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
@@ -60,7 +61,7 @@ func TestPoolQEMU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !plain.FromPool() || plain.TakeWarm() != nil {
+	if !plain.FromPool() || friend.TakeWarm(plain) != nil {
 		t.Fatalf("box of the pool without Python: from pool %v, want a plain pool box", plain.FromPool())
 	}
 	plain.Remove(ctx, true)

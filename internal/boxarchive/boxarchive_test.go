@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-run/airlock/internal/boxarchive"
+	"github.com/airlock-run/airlock/internal/snapmeta"
 )
 
 func sum(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
@@ -438,5 +439,86 @@ func TestHostileArchiveHostChecks(t *testing.T) {
 	}
 	if n := boxarchive.SnapshotName(&boxarchive.Manifest{Box: "b1", Snapshot: "snap"}, valid); n != "snap" {
 		t.Errorf("valid snapshot name: %q", n)
+	}
+}
+
+// TestImportWrites: a box archive's disk lands in a temporary directory
+// of its own (made if missing) that cleanup removes; a memory archive
+// becomes a snapshot whose record is rebuilt from what was checked, with
+// the importer's configuration, not the archive's.
+func TestImportWrites(t *testing.T) {
+	ctx := context.Background()
+	src := t.TempDir()
+	for name, size := range map[string]int64{boxarchive.DiskFile: 1 << 20, boxarchive.RAMFile: 1 << 20} {
+		os.WriteFile(filepath.Join(src, name), []byte(name), 0o600)
+		os.Truncate(filepath.Join(src, name), size)
+	}
+	os.WriteFile(filepath.Join(src, boxarchive.StateFile), []byte("state"), 0o600)
+	os.WriteFile(filepath.Join(src, boxarchive.MachineFile), []byte(`{}`), 0o600)
+	os.WriteFile(filepath.Join(src, boxarchive.SnapshotFile), []byte(`{"v":1,"name":"x","agent_version":"0.4","driver":"qemu","paused_ns":7}`), 0o600)
+	read := func(kind, snapDir string) *boxarchive.Reader {
+		var buf bytes.Buffer
+		m := boxarchive.Manifest{Kind: kind, Box: "b1", BoxName: "web", Snapshot: "s", Image: "docker.io/library/python:slim",
+			ImageDigest: "sha256:" + strings.Repeat("a", 64), Config: json.RawMessage(`{"memory_mib":64}`), Exported: time.Now().UTC()}
+		if _, err := boxarchive.Write(ctx, &buf, m, filepath.Join(src, boxarchive.DiskFile), snapDir); err != nil {
+			t.Fatal(err)
+		}
+		rd, err := boxarchive.Read(&buf, func(*boxarchive.Manifest) (boxarchive.Limits, error) {
+			return boxarchive.Limits{DiskBytes: 1 << 20, MemoryBytes: 1 << 20}, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rd
+	}
+	tmpRoot := filepath.Join(t.TempDir(), "tmp")
+	disk, cleanup, err := read(boxarchive.KindBox, "").ExtractDisk(ctx, tmpRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(disk); err != nil || !strings.HasPrefix(string(b), boxarchive.DiskFile) || filepath.Dir(filepath.Dir(disk)) != tmpRoot {
+		t.Errorf("disk %s: %q %v", disk, b, err)
+	}
+	cleanup()
+	if ents, _ := os.ReadDir(tmpRoot); len(ents) != 0 {
+		t.Errorf("cleanup left %v", ents)
+	}
+
+	snaps := t.TempDir()
+	if err := read(boxarchive.KindSnapshot, src).ImportSnapshot(ctx, snaps, "imported", []byte(`{"v":1,"image":"mine"}`)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := snapmeta.Read(snaps, "imported")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg bytes.Buffer
+	json.Compact(&cfg, m.Config)
+	if m.Name != "imported" || m.Box != "b1" || m.BoxName != "web" || m.AgentVersion != "0.4" || m.Driver != "qemu" || m.PausedNs != 7 ||
+		cfg.String() != `{"v":1,"image":"mine"}` || m.DiskBytes == 0 || m.StateBytes == 0 {
+		t.Errorf("record %+v", m)
+	}
+	err = read(boxarchive.KindSnapshot, src).ImportSnapshot(ctx, snaps, "imported", []byte(`{}`))
+	if !errors.Is(err, snapmeta.ErrExists) {
+		t.Errorf("second import: %v, want ErrExists", err)
+	}
+}
+
+func TestCheckSnapshotFileRoutesEachEntry(t *testing.T) {
+	bad := errors.New("bad cmdline")
+	check := boxarchive.CheckSnapshotFile(func(b []byte) error {
+		if string(b) == "bad" {
+			return bad
+		}
+		return nil
+	})
+	if check(boxarchive.MachineFile, []byte("bad")) != bad || check(boxarchive.MachineFile, []byte("ok")) != nil {
+		t.Error("machine.json: want the driver's check")
+	}
+	if check(boxarchive.SnapshotFile, []byte(`{"agent_version":"\u001b[2J"}`)) == nil {
+		t.Error("snapshot.json with a control character accepted")
+	}
+	if check(boxarchive.StateFile, []byte("anything")) != nil {
+		t.Error("other entries are not this check's")
 	}
 }

@@ -4,11 +4,16 @@
 package boxdir
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
+
+	"github.com/gofrs/flock"
 )
 
 // Files of a box directory.
@@ -136,4 +141,30 @@ func privateDir(dir string) error {
 		return fmt.Errorf("socket directory %s is open to other users (mode %o): chmod 700 it or remove it", dir, fi.Mode().Perm())
 	}
 	return nil
+}
+
+// LockBox takes the lock of the box in dir (Lock), waiting within ctx;
+// the func it returns releases it. Errors: ctx's when it ended first.
+func LockBox(ctx context.Context, dir string) (func(), error) {
+	fl := flock.New(filepath.Join(dir, Lock))
+	ok, err := fl.TryLockContext(ctx, 20*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, ctx.Err()
+	}
+	return func() { fl.Unlock() }, nil
+}
+
+// RemoveBox removes the box directory dir. A process of the box that is
+// still ending (its VM, a helper) may write a last file while the
+// directory goes: it tries again for about half a second.
+func RemoveBox(dir string) error {
+	err := os.RemoveAll(dir)
+	for try := 0; err != nil && errors.Is(err, syscall.ENOTEMPTY) && try < 20; try++ {
+		time.Sleep(25 * time.Millisecond)
+		err = os.RemoveAll(dir)
+	}
+	return err
 }

@@ -46,6 +46,17 @@ type Agent interface {
 // FromClient is the Agent of a connected agent client.
 func FromClient(c *client.Client) Agent { return clientAgent{c} }
 
+// Dial is Box.Agent for a box whose connected client dial returns.
+func Dial(dial func(ctx context.Context) (*client.Client, error)) func(ctx context.Context) (Agent, error) {
+	return func(ctx context.Context) (Agent, error) {
+		c, err := dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return FromClient(c), nil
+	}
+}
+
 type clientAgent struct{ c *client.Client }
 
 func (a clientAgent) File(ctx context.Context, method string, req *client.FileRequest) (Call, error) {

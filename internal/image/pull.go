@@ -305,3 +305,17 @@ func isNetError(err error) bool {
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
 		errors.Is(err, syscall.ENETUNREACH) || (errors.As(err, &ne) && ne.Timeout())
 }
+
+type checkAddrKey struct{}
+
+// WithCheckAddr returns a context under which pulls that take their
+// PullOptions.CheckAddr from it (CheckAddrOf) ask check.
+func WithCheckAddr(ctx context.Context, check func(host string, addr netip.Addr) error) context.Context {
+	return context.WithValue(ctx, checkAddrKey{}, check)
+}
+
+// CheckAddrOf is the check WithCheckAddr put in ctx (nil: none).
+func CheckAddrOf(ctx context.Context) func(host string, addr netip.Addr) error {
+	f, _ := ctx.Value(checkAddrKey{}).(func(string, netip.Addr) error)
+	return f
+}

@@ -499,3 +499,34 @@ func (s *Store) gc(ctx context.Context) (int64, error) {
 	}
 	return freed, nil
 }
+
+// Untags returns what Remove(ref) takes away: the image ref names, the
+// names it removes (ref itself when ref is one of its names; every name
+// of the image for a digest) and whether no name is left for its content
+// then. Errors: ErrNotFound.
+func (s *Store) Untags(ref string) (img *Image, untag []string, last bool, err error) {
+	if img, err = s.Resolve(ref); err != nil {
+		return nil, nil, false, err
+	}
+	all, err := s.List()
+	if err != nil {
+		return nil, nil, false, err
+	}
+	var names []string
+	byName := false
+	norm, nerr := Normalize(ref)
+	for _, o := range all {
+		if o.Digest != img.Digest {
+			continue
+		}
+		names = append(names, o.Ref)
+		if nerr == nil && o.Ref == norm {
+			byName = true
+		}
+	}
+	untag = names
+	if byName {
+		untag = []string{norm}
+	}
+	return img, untag, len(untag) >= len(names), nil
+}

@@ -144,6 +144,17 @@ func TestPullResolveTagRemove(t *testing.T) {
 	if list[1].Source != img.Source {
 		t.Errorf("tag lost the source: %q", list[1].Source)
 	}
+	// What a removal takes away: one name of two keeps the content; a
+	// digest takes every name.
+	if im, untag, last, err := s.Untags("mine"); err != nil || im.Digest != img.Digest || len(untag) != 1 || untag[0] != "docker.io/library/mine:latest" || last {
+		t.Errorf("Untags(mine) = %v %v %v", untag, last, err)
+	}
+	if _, untag, last, err := s.Untags(img.Digest); err != nil || len(untag) != 2 || !last {
+		t.Errorf("Untags(digest) = %v %v %v", untag, last, err)
+	}
+	if _, _, _, err := s.Untags("nosuch"); !errors.Is(err, image.ErrNotFound) {
+		t.Errorf("Untags(nosuch): %v", err)
+	}
 	if err := s.Remove("mine"); err != nil {
 		t.Fatal(err)
 	}

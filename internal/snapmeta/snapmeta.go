@@ -8,6 +8,8 @@ package snapmeta
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -230,4 +232,46 @@ func printable(s string, max int) bool {
 		}
 	}
 	return true
+}
+
+// ReadAll returns the readable records of the snapshots in dir, in List's
+// order; snapshots that cannot be read are left out.
+func ReadAll(dir string) ([]Meta, error) {
+	names, err := List(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Meta
+	for _, n := range names {
+		if m, err := Read(dir, n); err == nil {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// Remove deletes snapshot name of dir once no one holds it (Lock: a
+// restore, an export in progress is waited for), its lock file last.
+// Errors: ErrNotFound.
+func Remove(ctx context.Context, dir, name string) error {
+	if _, err := Read(dir, name); err != nil {
+		return err
+	}
+	lk, err := Lock(ctx, dir, name, false)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		lk.Unlock()
+		os.Remove(lk.Path())
+	}()
+	return os.RemoveAll(filepath.Join(dir, name))
+}
+
+// TempName is a new name for a snapshot made for a while (an export's,
+// a fork's): prefix, "-" and 8 random hex digits.
+func TempName(prefix string) string {
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	return prefix + "-" + hex.EncodeToString(rnd[:])
 }

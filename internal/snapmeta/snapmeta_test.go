@@ -159,3 +159,48 @@ func TestMake(t *testing.T) {
 		t.Errorf("left in the snapshots directory: %v", names)
 	}
 }
+
+// TestReadAllAndRemove: ReadAll leaves out what cannot be read; Remove
+// waits for a holder of the snapshot and leaves no lock file.
+func TestReadAllAndRemove(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"a", "b"} {
+		os.MkdirAll(filepath.Join(dir, n), 0o700)
+		if err := Write(filepath.Join(dir, n), Meta{Version: Version, Name: n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.MkdirAll(filepath.Join(dir, "broken"), 0o700)
+	ms, err := ReadAll(dir)
+	if err != nil || len(ms) != 2 || ms[0].Name != "a" || ms[1].Name != "b" {
+		t.Fatalf("ReadAll = %+v, %v", ms, err)
+	}
+	lk, err := Lock(context.Background(), dir, "a", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- Remove(context.Background(), dir, "a") }()
+	select {
+	case err := <-done:
+		t.Fatalf("Remove returned (%v) while the snapshot was held", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	lk.Unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 { // b and broken
+		t.Errorf("left in dir: %v", ents)
+	}
+	if err := Remove(context.Background(), dir, "a"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second Remove: %v", err)
+	}
+}
+
+func TestTempNameIsAValidFreshName(t *testing.T) {
+	a, b := TempName("fork-0123456789ab"), TempName("fork-0123456789ab")
+	if a == b || !strings.HasPrefix(a, "fork-0123456789ab-") || len(a) != len("fork-0123456789ab-")+8 || CheckName(a) != nil {
+		t.Errorf("TempName: %q, %q", a, b)
+	}
+}

@@ -1,7 +1,9 @@
 // Package sparse copies disk images as sparse files: the holes of the
 // source stay holes in the copy. The box lifecycle (internal/rootfs: a new
 // writable layer from its template) and the VM drivers (a snapshot's copy
-// of a writable layer) use it; it imports nothing of the module.
+// of a writable layer) use it; it imports nothing of the module. Its
+// CopyFile is the plain copy of other files (the fake driver's snapshot
+// of a box's files, a test home's copy of the image store).
 package sparse
 
 import (
@@ -138,4 +140,24 @@ func AllocatedTree(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// CopyFile copies the regular file src to dst, a new file (an existing
+// dst is an error) of permission perm, byte for byte (holes are not
+// kept: for disk images use Copy).
+func CopyFile(src, dst string, perm os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }

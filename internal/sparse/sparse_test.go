@@ -59,3 +59,20 @@ func TestCopyKeepsHoles(t *testing.T) {
 		t.Errorf("a failed copy left its destination: %v", err)
 	}
 }
+
+func TestCopyFileIsNewWithItsMode(t *testing.T) {
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	os.WriteFile(src, []byte("content"), 0o600)
+	if err := sparse.CopyFile(src, dst, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(dst)
+	fi, err := os.Stat(dst)
+	if err != nil || string(b) != "content" || fi.Mode().Perm()&^0o022 != 0o640&^0o022 {
+		t.Errorf("copy: %q, %v %v", b, fi.Mode(), err)
+	}
+	if err := sparse.CopyFile(src, dst, 0o640); !errors.Is(err, os.ErrExist) {
+		t.Errorf("copy over an existing file: %v", err)
+	}
+}

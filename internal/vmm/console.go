@@ -102,3 +102,24 @@ func writeHex(b *strings.Builder, c byte) {
 	b.WriteByte(hex[c>>4])
 	b.WriteByte(hex[c&15])
 }
+
+// CopyConsole copies a console log from r to w through EscapeConsole, in
+// chunks of 64 KiB (a UTF-8 sequence cut at a chunk boundary is escaped
+// byte-wise).
+func CopyConsole(w io.Writer, r io.Reader) error {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if _, werr := io.WriteString(w, EscapeConsole(string(buf[:n]))); werr != nil {
+				return werr
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}

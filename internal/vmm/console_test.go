@@ -36,3 +36,16 @@ func TestConsoleTail(t *testing.T) {
 		t.Fatalf("%+v", d)
 	}
 }
+
+// TestCopyConsoleEscapesAcrossChunks: what CopyConsole writes holds no
+// control byte of the log, however large.
+func TestCopyConsoleEscapesAcrossChunks(t *testing.T) {
+	log := strings.Repeat("ok \x1b[2J line\r\n", 10000) // > 64 KiB
+	var out strings.Builder
+	if err := CopyConsole(&out, strings.NewReader(log)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsRune(out.String(), 0x1b) || strings.Count(out.String(), `\x1b[2J`) != 10000 || strings.Count(out.String(), "\n") != 10000 {
+		t.Errorf("copied %d bytes: escapes %d, lines %d", out.Len(), strings.Count(out.String(), `\x1b[2J`), strings.Count(out.String(), "\n"))
+	}
+}

@@ -1,6 +1,7 @@
 package vmm
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -90,4 +91,16 @@ func Kill(h Handle) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return nil
+}
+
+// WaitGone waits until h's process has ended or ctx ends, and reports
+// whether it has ended.
+func (h Handle) WaitGone(ctx context.Context) bool {
+	for h.Alive() {
+		if ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
 }

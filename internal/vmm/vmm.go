@@ -232,3 +232,19 @@ type BootInfo struct {
 	// successful start, never on a failed one.
 	Warnings []string
 }
+
+// BootWarnings are what a driver that reports its boots (BootReporter)
+// says the user should hear once a box has booted (TCG that was not
+// asked for, a fallback kernel); none for another driver or when it
+// cannot say.
+func BootWarnings(d Driver) []string {
+	br, ok := d.(BootReporter)
+	if !ok {
+		return nil
+	}
+	b, err := br.BootInfo()
+	if err != nil {
+		return nil
+	}
+	return b.Warnings
+}

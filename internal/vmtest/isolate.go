@@ -3,7 +3,6 @@ package vmtest
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/airlock-run/airlock/internal/defaults"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/sparse"
 )
 
 // The user's directories as the environment named them before Isolate
@@ -171,25 +171,8 @@ func copyStore(src, dst string) error {
 				return nil
 			}
 		}
-		return copyFile(p, to, fi.Mode().Perm())
+		return sparse.CopyFile(p, to, fi.Mode().Perm())
 	})
-}
-
-func copyFile(from, to string, perm os.FileMode) error {
-	in, err := os.Open(from)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // OpenImages opens the shared image store (ImagesDir) for reading. Unlike

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -320,7 +319,7 @@ func copyTree(src, dst string) error {
 				err = os.Symlink(l, to)
 			}
 		case e.Type().IsRegular():
-			err = copyFile(p, to, fi.Mode().Perm())
+			err = sparse.CopyFile(p, to, fi.Mode().Perm())
 		default:
 			return nil // sockets, fifos, devices: not on a disk of the fake
 		}
@@ -329,21 +328,4 @@ func copyTree(src, dst string) error {
 		}
 		return err
 	})
-}
-
-func copyFile(src, dst string, mode fs.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
