@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -59,7 +60,7 @@ type Box struct {
 	Ports          []PortSpec   `json:"ports,omitempty" doc:"Published ports: while the box runs, as bound by its current start (a host_port 0 replaced by the port picked); otherwise as asked."`
 	Created        time.Time    `json:"created"`
 	Started        time.Time    `json:"started,omitzero"`
-	Paused         bool         `json:"paused,omitempty" doc:"The running box's vCPUs are stopped (POST /v1/boxes/{id}/pause): calls into it wait until it is resumed."`
+	Paused         bool         `json:"paused,omitempty" doc:"The running box's vCPUs are stopped (POST /v1/boxes/{id}/pause): execs, code runs and file calls into it are refused (409 box_paused) until it is resumed."`
 	Suspended      bool         `json:"suspended,omitempty" doc:"The stopped box was paused to disk (pause with to_disk): resume or start continues it from its saved memory."`
 	ExpiresAt      time.Time    `json:"expires_at,omitzero" doc:"When the box's ttl ends and it is removed (absent: no ttl)."`
 	LeaseUntil     time.Time    `json:"lease_until,omitzero" doc:"When the box is removed unless its lease is renewed (absent: no lease)."`
@@ -102,6 +103,22 @@ func (s *Server) getBox(ctx context.Context, id string) (*airlock.Box, error) {
 	b, err := s.rt.Get(ctx, id)
 	if err != nil {
 		return nil, problem(err)
+	}
+	return b, nil
+}
+
+// callBox is getBox for a call into the box (an exec, a code run, a file
+// operation): a box paused in memory is refused at once with box_paused,
+// as docker refuses an exec into a paused container, where its agent would
+// not answer until the box is resumed.
+func (s *Server) callBox(ctx context.Context, id string) (*airlock.Box, error) {
+	b, err := s.getBox(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if paused, _ := b.Paused(ctx); paused { // false for a driver that cannot pause
+		return nil, &Problem{Status: http.StatusConflict, Code: CodeBoxPaused,
+			Detail: fmt.Sprintf("box %s is paused: resume it first (POST /v1/boxes/%s/resume, or airlock unpause %s)", b.ID(), b.ID(), b.ID())}
 	}
 	return b, nil
 }

@@ -198,7 +198,7 @@ func (s *Server) registerCode() {
 		ID   string `path:"id" maxLength:"128"`
 		Body RunRequest
 	}) (*struct{ Body RunResult }, error) {
-		b, err := s.getBox(ctx, in.ID)
+		b, err := s.callBox(ctx, in.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -234,7 +234,7 @@ func (s *Server) registerCode() {
 		ID   string `path:"id" maxLength:"128"`
 		Body InstallRequest
 	}) (*struct{ Body InstallResult }, error) {
-		b, err := s.getBox(ctx, in.ID)
+		b, err := s.callBox(ctx, in.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -268,7 +268,7 @@ func (s *Server) registerCode() {
 		Description:   "A long-lived interpreter: variables, imports and functions persist between cells. It ends when deleted, or when the box stops or the server exits.",
 		DefaultStatus: http.StatusCreated, Errors: errs,
 	}, func(ctx context.Context, in *boxIDInput) (*struct{ Body ContextInfo }, error) {
-		b, err := s.getBox(ctx, in.ID)
+		b, err := s.callBox(ctx, in.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -285,7 +285,7 @@ func (s *Server) registerCode() {
 	})
 
 	lookup := func(ctx context.Context, p contextPath) (*codeState, *codebox.Context, error) {
-		b, err := s.getBox(ctx, p.ID)
+		b, err := s.callBox(ctx, p.ID)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -114,7 +114,7 @@ func (s *Server) registerExec() {
 		if len(in.Body.Cmd) == 0 || in.Body.Cmd[0] == "" {
 			return nil, errEmptyCmd
 		}
-		b, err := s.getBox(ctx, in.ID)
+		b, err := s.callBox(ctx, in.ID)
 		if err != nil {
 			return nil, err
 		}

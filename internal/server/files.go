@@ -156,7 +156,7 @@ func (s *Server) fileOp(ctx context.Context, id, p string, f func(b *airlock.Box
 	if err != nil {
 		return err
 	}
-	b, err := s.getBox(ctx, id)
+	b, err := s.callBox(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -246,9 +246,9 @@ func (s *Server) rawBox(w http.ResponseWriter, r *http.Request) (*airlock.Box, s
 		writeProblem(w, err.(*Problem))
 		return nil, "", false
 	}
-	b, err := s.rt.Get(r.Context(), r.PathValue("id"))
+	b, err := s.callBox(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeProblem(w, problem(err).(*Problem))
+		writeProblem(w, err.(*Problem))
 		return nil, "", false
 	}
 	return b, p, true

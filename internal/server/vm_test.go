@@ -548,6 +548,17 @@ func TestServerSnapshots(t *testing.T) {
 	if st := call("/pause", PauseRequest{}); st != 200 || !pb.Paused || pb.State != "running" {
 		t.Errorf("pause: %d %+v", st, pb)
 	}
+	// Calls into a box paused in memory are refused at once, naming resume.
+	t0 := time.Now()
+	p = Problem{}
+	if st := c.do("POST", "/v1/boxes/"+rb.ID+"/exec", ExecRequest{Cmd: []string{"true"}}, &p); st != 409 || p.Code != CodeBoxPaused ||
+		!strings.Contains(p.Detail, "/resume") || time.Since(t0) > 5*time.Second {
+		t.Errorf("exec in a paused box: %d %+v after %s", st, p, time.Since(t0))
+	}
+	p = Problem{}
+	if st := c.do("POST", "/v1/boxes/"+rb.ID+"/code/run", RunRequest{Code: "1"}, &p); st != 409 || p.Code != CodeBoxPaused {
+		t.Errorf("code run in a paused box: %d %+v", st, p)
+	}
 	if st := call("/resume", nil); st != 200 || pb.Paused {
 		t.Errorf("resume: %d %+v", st, pb)
 	}

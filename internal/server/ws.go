@@ -113,9 +113,9 @@ func (s *Server) wsWrite(ctx context.Context, c *websocket.Conn, typ websocket.M
 
 // handleExecWS serves GET /v1/boxes/{id}/exec/ws (see wsOperation).
 func (s *Server) handleExecWS(w http.ResponseWriter, r *http.Request) {
-	b, err := s.rt.Get(r.Context(), r.PathValue("id"))
+	b, err := s.callBox(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeProblem(w, problem(err).(*Problem))
+		writeProblem(w, err.(*Problem))
 		return
 	}
 	release, err := s.acquire(r.Context())
