@@ -61,6 +61,7 @@ type Box struct {
 	Created        time.Time    `json:"created"`
 	Started        time.Time    `json:"started,omitzero"`
 	Paused         bool         `json:"paused,omitempty" doc:"The running box's vCPUs are stopped (POST /v1/boxes/{id}/pause): execs, code runs and file calls into it are refused (409 box_paused) until it is resumed."`
+	Unhealthy      string       `json:"unhealthy,omitempty" doc:"Why the running box was declared unhealthy (its agent did not report the end of a timed-out exec in time); it is killed if its agent then does not answer within 20 s. Absent when healthy."`
 	Suspended      bool         `json:"suspended,omitempty" doc:"The stopped box was paused to disk (pause with to_disk): resume or start continues it from its saved memory."`
 	ExpiresAt      time.Time    `json:"expires_at,omitzero" doc:"When the box's ttl ends and it is removed (absent: no ttl)."`
 	LeaseUntil     time.Time    `json:"lease_until,omitzero" doc:"When the box is removed unless its lease is renewed (absent: no lease)."`
@@ -131,6 +132,7 @@ func (s *Server) boxOut(ctx context.Context, b *airlock.Box) (*boxOutput, error)
 	out := &boxOutput{Body: boxOf(info)}
 	if info.State == airlock.BoxRunning {
 		out.Body.Paused, _ = b.Paused(ctx) // false for a driver that cannot pause
+		out.Body.Unhealthy = b.Unhealthy()
 	}
 	return out, nil
 }

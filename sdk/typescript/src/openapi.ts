@@ -668,6 +668,8 @@ export interface components {
             state: "created" | "running" | "stopped";
             /** @description The stopped box was paused to disk (pause with to_disk): resume or start continues it from its saved memory. */
             suspended?: boolean;
+            /** @description Why the running box was declared unhealthy (its agent did not report the end of a timed-out exec in time); it is killed if its agent then does not answer within 20 s. Absent when healthy. */
+            unhealthy?: string;
             volumes?: components["schemas"]["VolumeSpec"][] | null;
         };
         BoxList: {
