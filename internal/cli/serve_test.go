@@ -171,23 +171,32 @@ func TestServeReplacesOnDemandServer(t *testing.T) {
 	defer os.RemoveAll(dir)
 	sock := filepath.Join(dir, "a.sock")
 	env := append(os.Environ(), "AIRLOCK_HOME="+home, "AIRLOCK_IMAGES="+t.TempDir(), "AIRLOCK_URL=")
-	start := func(args ...string) (*exec.Cmd, *lineReader) {
+	// Each server is waited for once, by its own goroutine; a test
+	// failure kills what still runs.
+	start := func(args ...string) (*exec.Cmd, *lineReader, chan error) {
 		c := exec.Command(airlockBin, append([]string{"serve", "--socket", sock}, args...)...)
 		c.Env = env
+		c.WaitDelay = 5 * time.Second
 		se, _ := c.StderrPipe()
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-		return c, readLines(se)
+		exited := make(chan error, 1)
+		go func() { exited <- c.Wait() }()
+		t.Cleanup(func() {
+			c.Process.Kill()
+			select {
+			case <-exited:
+			case <-time.After(10 * time.Second):
+			}
+		})
+		return c, readLines(se), exited
 	}
 	listening := regexp.MustCompile(`listening.*socket=`)
-	sdk, sdkLog := start("--idle-exit", "10m")
+	_, sdkLog, exited := start("--idle-exit", "10m")
 	sdkLog.waitFor(t, listening)
-	exited := make(chan error, 1)
-	go func() { exited <- sdk.Wait() }()
 
-	user, userLog := start()
+	user, userLog, _ := start()
 	userLog.waitFor(t, listening)
 	select {
 	case <-exited:
@@ -195,8 +204,11 @@ func TestServeReplacesOnDemandServer(t *testing.T) {
 		t.Fatal("the on-demand server still runs 20 s after the user's took its socket")
 	}
 
-	other := exec.Command(airlockBin, "serve", "--socket", sock)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	other := exec.CommandContext(ctx, airlockBin, "serve", "--socket", sock)
 	other.Env = env
+	other.WaitDelay = 5 * time.Second
 	out, err := other.CombinedOutput()
 	want := fmt.Sprintf("(pid %d) is listening on %s: stop it (kill %d", user.Process.Pid, sock, user.Process.Pid)
 	if err == nil || !strings.Contains(string(out), want) {
