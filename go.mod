@@ -38,6 +38,7 @@ require (
 
 require (
 	cel.dev/expr v0.25.2 // indirect
+	connectrpc.com/connect v1.21.1 // indirect
 	github.com/NYTimes/gziphandler v1.1.1 // indirect
 	github.com/VividCortex/ewma v1.2.0 // indirect
 	github.com/acarl005/stripansi v0.0.0-20180116102854-5a71ef0e047d // indirect

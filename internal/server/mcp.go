@@ -20,6 +20,10 @@ func (s *Server) CheckBox(ctx context.Context, opts *airlock.BoxOptions) (releas
 // MCP endpoint's tool calls take, all sessions together.
 const MCPClient = "mcp"
 
+// E2BClient is the client whose exec slots the E2B API's processes and
+// code runs take (airlock serve --e2b), all sandboxes together.
+const E2BClient = "e2b"
+
 // AcquireExec takes one of client's exec slots (Config.MaxExecsPerClient)
 // for a run that does not come through a REST handler; release gives it
 // back. With none free it is a *Problem (429 too_many_execs).
