@@ -373,7 +373,10 @@ func (sb *sandbox) upload(w http.ResponseWriter, r *http.Request) {
 			}
 			// The SDK names the path in ?path for a single file, in
 			// each part's file name for several.
-			p := part.FileName()
+			// The whole name, not Part.FileName's base name: E2B's parts
+			// name their path.
+			_, dp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+			p := dp["filename"]
 			if n == 0 && q != "" {
 				p = q
 			}
