@@ -72,6 +72,9 @@ fi
 log "Python SDK: sdk/python/.venv with airlock-box (editable) and its test tools"
 [ -x sdk/python/.venv/bin/python ] || python3 -m venv sdk/python/.venv
 sdk/python/.venv/bin/pip install -q --disable-pip-version-check -e "sdk/python[test]"
+# E2B's own SDKs, at pinned versions, for the E2B API's tests
+# (internal/e2b: TestE2BSDK drives them against airlock serve --e2b).
+sdk/python/.venv/bin/pip install -q --disable-pip-version-check e2b==2.63.0 e2b-code-interpreter==2.11.5
 
 # The TypeScript SDK (sdk/typescript): its locked dependencies and a build,
 # which hack/test.sh tests. Node.js 20+ is needed; Debian 12's nodejs is 18.
