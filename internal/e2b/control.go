@@ -209,6 +209,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.boxes[b.ID()] = sb
 	s.mu.Unlock()
+	s.sweep(ctx)
 	writeJSON(w, http.StatusCreated, s.createdOf(b.ID(), tmpl))
 }
 
@@ -480,4 +481,21 @@ func resume(ctx context.Context, b *airlock.Box, info airlock.BoxInfo) error {
 		return b.Resume(ctx)
 	}
 	return b.Start(ctx)
+}
+
+// sweep forgets the sandboxes whose boxes are gone (killed elsewhere, or
+// reaped at their timeout), so that what the server keeps stays bounded
+// by the boxes there are.
+func (s *Server) sweep(ctx context.Context) {
+	s.mu.Lock()
+	boxes := make([]*sandbox, 0, len(s.boxes))
+	for _, sb := range s.boxes {
+		boxes = append(boxes, sb)
+	}
+	s.mu.Unlock()
+	for _, sb := range boxes {
+		if _, err := sb.box.Info(ctx); errors.Is(err, airlock.ErrBoxNotFound) {
+			s.forget(sb.box.ID())
+		}
+	}
 }

@@ -120,6 +120,10 @@ type Config struct {
 	// MaxUploadBytes bounds a /files upload (default
 	// DefaultMaxUploadBytes).
 	MaxUploadBytes int64
+	// UserSetup, when set, replaces the making and looking up of a user in
+	// a box (for tests on the fake driver, whose boxes share the host's
+	// files): it returns the user's uid, gid and home.
+	UserSetup func(ctx context.Context, b *airlock.Box, name string) (uid, gid int, home string, err error)
 }
 
 // hexToken is what CheckToken accepts: E2B's SDK sends keys of this form.

@@ -61,6 +61,15 @@ func (sb *sandbox) user(ctx context.Context, name string) (userInfo, error) {
 	if u, ok := sb.users[name]; ok {
 		return u, nil
 	}
+	if f := sb.s.cfg.UserSetup; f != nil {
+		uid, gid, home, err := f(ctx, sb.box, name)
+		if err != nil {
+			return userInfo{}, err
+		}
+		u := userInfo{Name: name, UID: uid, GID: gid, Home: home}
+		sb.users[name] = u
+		return u, nil
+	}
 	res, err := sb.box.Exec(ctx, "/bin/sh", []string{"-c", userSetup, "sh", name}, airlockRoot())
 	if err != nil {
 		return userInfo{}, fmt.Errorf("set up user %s: %w", name, err)
