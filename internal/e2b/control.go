@@ -28,6 +28,8 @@ func (s *Server) controlMux() *http.ServeMux {
 	m.HandleFunc("DELETE /sandboxes/{id}", s.kill)
 	m.HandleFunc("POST /sandboxes/{id}/timeout", s.setTimeout)
 	m.HandleFunc("POST /sandboxes/{id}/refreshes", s.refresh)
+	m.HandleFunc("POST /sandboxes/{id}/pause", s.pause)
+	m.HandleFunc("POST /sandboxes/{id}/resume", s.connect)
 	m.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
 	m.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -498,4 +500,38 @@ func (s *Server) sweep(ctx context.Context) {
 			s.forget(sb.box.ID())
 		}
 	}
+}
+
+// pause suspends the box to disk (Box.Suspend: its memory and disk are
+// kept, the VM ends); connect or resume continues it where it was. The
+// sandbox's timeout goes on counting meanwhile.
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		KeepMemory *bool `json:"keepMemory"`
+	}
+	if err := s.decodeBody(w, r, &body); err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	if body.KeepMemory != nil && !*body.KeepMemory {
+		writeBoxError(w, badRequest("keepMemory false: airlock pauses a sandbox with its memory"))
+		return
+	}
+	ctx := r.Context()
+	b, info, err := s.lookup(ctx, r.PathValue("id"))
+	if err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	if info.State != airlock.BoxRunning {
+		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is not running (state %s)", info.ID, info.State))
+		return
+	}
+	// Its processes and contexts end with the VM's run.
+	s.forget(b.ID())
+	if err := b.Suspend(ctx); err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -220,6 +220,37 @@ def test_contexts(sb):
     assert c.id not in [x.id for x in sb.list_code_contexts()]
 
 
+# --- terminals ---------------------------------------------------------
+
+
+def test_pty(sb):
+    from e2b import PtySize
+
+    got = bytearray()
+    h = sb.pty.create(PtySize(rows=24, cols=80))
+    sb.pty.resize(h.pid, PtySize(rows=30, cols=100))
+    sb.pty.send_stdin(h.pid, b"stty size; exit 7\n")
+    with pytest.raises(CommandExitException) as e:
+        h.wait(on_pty=got.extend)
+    assert e.value.exit_code == 7
+    assert b"30 100" in bytes(got)
+
+
+# --- pause ---------------------------------------------------------------
+
+
+def test_pause_and_connect(sb):
+    sb.files.write("kept.txt", "still here")
+    assert sb.pause()
+    info = Sandbox.get_info(sb.sandbox_id)
+    assert info.state == SandboxState.PAUSED
+    assert [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()] == [sb.sandbox_id]
+    again = Sandbox.connect(sb.sandbox_id)
+    assert Sandbox.get_info(sb.sandbox_id).state == SandboxState.RUNNING
+    assert again.files.read("kept.txt") == "still here"
+    assert again.run_code("6 * 7").text == "42"
+
+
 # --- the end -------------------------------------------------------------
 
 
