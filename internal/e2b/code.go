@@ -105,9 +105,22 @@ func (sb *sandbox) newContext(ctx context.Context, id, lang, cwd string) (*codeC
 		return nil, badRequest("the sandbox has %d code contexts, the most it may: remove one", maxContexts)
 	}
 	sb.cmu.Unlock()
-	x, err := sb.codebox().NewContext(ctx, codebox.ContextOptions{WorkingDir: cwd})
-	if err != nil {
-		return nil, err
+	var x *codebox.Context
+	if id == defaultContextID(lang) && sb.box.FromPool() {
+		// A box from a warm pool has its interpreter started: the default
+		// context adopts it (a context with options would start another)
+		// and moves to cwd.
+		if x, err = sb.codebox().NewContext(ctx); err == nil {
+			if res, err := x.Run(ctx, fmt.Sprintf("import os as _e2b_os\n_e2b_os.chdir(%q)", cwd)); err != nil || res.Error != nil {
+				x.Close()
+				x = nil
+			}
+		}
+	}
+	if x == nil {
+		if x, err = sb.codebox().NewContext(ctx, codebox.ContextOptions{WorkingDir: cwd}); err != nil {
+			return nil, err
+		}
 	}
 	c := &codeContext{id: id, language: lang, cwd: cwd, x: x}
 	sb.cmu.Lock()
