@@ -12,6 +12,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -267,7 +268,7 @@ func (s fsService) RemoveWatcher(context.Context, *connect.Request[pb.RemoveWatc
 
 // run runs a short command as u, its failure an error with its stderr.
 func (sb *sandbox) run(ctx context.Context, u userInfo, cmd string, args ...string) error {
-	res, err := sb.box.Exec(ctx, cmd, args, airlock.ExecOptions{User: strconv.Itoa(u.UID) + ":" + strconv.Itoa(u.GID), WorkingDir: "/", Timeout: 0, MaxOutput: 64 << 10})
+	res, err := sb.box.Exec(ctx, cmd, args, airlock.ExecOptions{User: strconv.Itoa(u.UID) + ":" + strconv.Itoa(u.GID), WorkingDir: "/", Timeout: time.Minute, MaxOutput: 64 << 10})
 	if err != nil {
 		return connectErr(err)
 	}

@@ -30,6 +30,9 @@ const (
 	subscriberStall = 30 * time.Second
 	// maxKeepalive bounds the keep-alive interval a client may ask.
 	maxKeepalive = 10 * time.Minute
+	// maxStreams bounds the streams (Start's and Connect's) that follow
+	// one process at once.
+	maxStreams = 16
 	// firstPID is the first pid handed out: pids are airlock's numbers for
 	// the processes started through envd, not the guest's.
 	firstPID = 1000
@@ -100,7 +103,7 @@ func (t *procTable) killAll() {
 }
 
 // subscribe adds a stream; it gets the events from now on (and the end,
-// if the process has ended).
+// if the process has ended). nil: maxStreams follow the process already.
 func (p *proc) subscribe() chan *pb.ProcessEvent {
 	ch := make(chan *pb.ProcessEvent, 64)
 	p.mu.Lock()
@@ -109,6 +112,9 @@ func (p *proc) subscribe() chan *pb.ProcessEvent {
 		ch <- &pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: p.end}}
 		close(ch)
 		return ch
+	}
+	if len(p.subs) >= maxStreams {
+		return nil
 	}
 	p.subs[ch] = struct{}{}
 	return ch
@@ -377,6 +383,9 @@ func (s processService) Connect(ctx context.Context, req *connect.Request[pb.Con
 		return err
 	}
 	ch := pr.subscribe()
+	if ch == nil {
+		return connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d streams follow process %d already, the most that may", maxStreams, pr.pid))
+	}
 	send := func(ev *pb.ProcessEvent) error { return stream.Send(&pb.ConnectResponse{Event: ev}) }
 	if err := send(startEvent(pr.pid)); err != nil {
 		pr.unsubscribe(ch)
