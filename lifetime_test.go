@@ -404,3 +404,60 @@ func TestSetTTLAndLabels(t *testing.T) {
 		t.Errorf("%d labels: Create = %v, want ErrInvalidArgument", len(many), err)
 	}
 }
+
+// TestLabelsREST: labels given to POST /v1/boxes are shown by GET and
+// matched by GET /v1/boxes?label=; bad ones are 400.
+func TestLabelsREST(t *testing.T) {
+	open, ref := lifeHome(t)
+	r := open(0)
+	ts := httptest.NewServer(server.New(server.Config{Runtime: r}).Handler(false))
+	defer ts.Close()
+	create := func(labels map[string]string) (int, server.Box) {
+		t.Helper()
+		raw, _ := json.Marshal(map[string]any{"image": ref, "network": "none", "labels": labels})
+		resp, err := http.Post(ts.URL+"/v1/boxes", "application/json", bytes.NewReader(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b server.Box
+		json.NewDecoder(resp.Body).Decode(&b)
+		return resp.StatusCode, b
+	}
+	st, a := create(map[string]string{"team": "a", "tier": "gold"})
+	if st != 201 || a.Labels["team"] != "a" || a.Labels["tier"] != "gold" {
+		t.Fatalf("create: %d %+v", st, a)
+	}
+	if st, b := create(map[string]string{"team": "b"}); st != 201 || b.Labels["team"] != "b" {
+		t.Fatalf("create b: %d", st)
+	}
+	if st, _ := create(map[string]string{"bad": "a\x00b"}); st != 400 {
+		t.Errorf("a label with a control character: %d, want 400", st)
+	}
+	list := func(q string) (int, []string) {
+		t.Helper()
+		resp, err := http.Get(ts.URL + "/v1/boxes" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var l server.BoxList
+		json.NewDecoder(resp.Body).Decode(&l)
+		var ids []string
+		for _, b := range l.Boxes {
+			ids = append(ids, b.ID)
+		}
+		return resp.StatusCode, ids
+	}
+	for q, want := range map[string]int{"": 2, "?label=team=a": 1, "?label=team": 2, "?label=team=a&label=tier=gold": 1, "?label=team=a&label=tier=x": 0, "?label=nope": 0} {
+		if st, ids := list(q); st != 200 || len(ids) != want {
+			t.Errorf("GET /v1/boxes%s: %d %v, want %d boxes", q, st, ids, want)
+		}
+	}
+	if _, ids := list("?label=team=a"); len(ids) != 1 || ids[0] != a.ID {
+		t.Errorf("label=team=a: %v, want [%s]", ids, a.ID)
+	}
+	if st, _ := list("?label==x"); st != 400 {
+		t.Errorf("an empty label key: %d, want 400", st)
+	}
+}
