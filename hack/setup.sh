@@ -93,6 +93,11 @@ fi
 log "TypeScript SDK: npm ci and build in sdk/typescript"
 (cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run -s build)
 
+# E2B's own Node SDKs, pinned (internal/e2b/testdata/node/package-lock.json),
+# for TestE2BNodeSDK.
+log "E2B's Node SDKs for the E2B API's tests: npm ci in internal/e2b/testdata/node"
+(cd internal/e2b/testdata/node && npm ci --no-audit --no-fund --loglevel=error)
+
 log "guest kernels"
 hack/fetch-debian-kernel.sh
 hack/build-kernel.sh
