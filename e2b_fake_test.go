@@ -216,3 +216,70 @@ func TestE2BAPIFake(t *testing.T) {
 		t.Errorf("the plain box: %v", err)
 	}
 }
+
+// TestHostileClientE2B: what an E2B API client (holding the key) sends
+// past the bounds is refused with a status the SDK maps, and makes
+// nothing: a body over 1 MiB, too many or too large metadata, an endless
+// list page, an RPC message over 1 MiB.
+func TestHostileClientE2B(t *testing.T) {
+	open, ref := lifeHome(t)
+	r := open(0)
+	token := strings.Repeat("cd34", 8)
+	es, err := e2b.New(e2b.Config{Runtime: r, Token: token,
+		UserSetup: func(context.Context, *airlock.Box, string) (int, int, string, error) { return 0, 0, t.TempDir(), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer es.Close()
+	ts := httptest.NewServer(es.Handler())
+	defer ts.Close()
+	do := func(method, path string, body []byte, hdr ...string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, ts.URL+path, bytes.NewReader(body))
+		req.Header.Set("X-API-Key", "e2b_"+token)
+		req.Header.Set("Content-Type", "application/json")
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return resp.StatusCode, string(b)
+	}
+	big := append([]byte(`{"templateID":"`+ref+`","metadata":{"k":"`), bytes.Repeat([]byte("x"), 2<<20)...)
+	big = append(big, `"}}`...)
+	if st, body := do("POST", "/sandboxes", big); st != http.StatusRequestEntityTooLarge {
+		t.Errorf("a 2 MiB create body: %d %s, want 413", st, body)
+	}
+	many := map[string]string{}
+	for i := range airlock.MaxLabels + 1 {
+		many[strings.Repeat("k", i+1)] = "v"
+	}
+	for name, md := range map[string]map[string]string{"65 keys": many, "a 2 KiB value": {"k": strings.Repeat("v", 2048)}} {
+		raw, _ := json.Marshal(map[string]any{"templateID": ref, "metadata": md, "allow_internet_access": false})
+		if st, body := do("POST", "/sandboxes", raw); st != http.StatusBadRequest {
+			t.Errorf("metadata of %s: %d %s, want 400", name, st, body)
+		}
+	}
+	if st, _ := do("GET", "/v2/sandboxes?limit=1000000", nil); st != http.StatusBadRequest {
+		t.Errorf("a list page of a million: %d, want 400", st)
+	}
+	if boxes, _ := r.List(context.Background()); len(boxes) != 0 {
+		t.Errorf("refused creates left %d boxes", len(boxes))
+	}
+	raw, _ := json.Marshal(map[string]any{"templateID": ref, "allow_internet_access": false})
+	st, body := do("POST", "/sandboxes", raw)
+	var c struct{ SandboxID, EnvdAccessToken string }
+	json.Unmarshal([]byte(body), &c)
+	if st != http.StatusCreated {
+		t.Fatalf("create: %d %s", st, body)
+	}
+	huge, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/true", "envs": map[string]string{"X": strings.Repeat("y", 2<<20)}}})
+	st, body = do("POST", "/process.Process/List", huge, "E2b-Sandbox-Id", c.SandboxID, "X-Access-Token", c.EnvdAccessToken)
+	if st == http.StatusOK {
+		t.Errorf("a 2 MiB RPC message: %d %s, want a refusal", st, body)
+	}
+}

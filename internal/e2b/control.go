@@ -98,6 +98,10 @@ const clientID = "airlock"
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	b, err := io.ReadAll(r.Body)
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return fmt.Errorf("%w: the body is over the server's limit of %d bytes", errTooLarge, s.cfg.MaxBodyBytes)
+	}
 	if err != nil {
 		return badRequest("read the body: %v", err)
 	}

@@ -284,6 +284,8 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, airlock.ErrInvalidArgument), errors.Is(err, errBadRequest):
 		return http.StatusBadRequest
+	case errors.Is(err, errTooLarge):
+		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
 	}
@@ -298,6 +300,7 @@ func writeBoxError(w http.ResponseWriter, err error) {
 var (
 	errNotSandbox = errors.New("not an E2B sandbox")
 	errBadRequest = errors.New("bad request")
+	errTooLarge   = errors.New("request too large")
 )
 
 // badRequest is an errBadRequest with a message.
