@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/airlock-run/airlock/internal/e2b"
 	pb "github.com/airlock-run/airlock/internal/e2b/envdpb/process"
 	"github.com/airlock-run/airlock/internal/e2b/envdpb/process/processconnect"
+	"github.com/airlock-run/airlock/internal/server"
 )
 
 // TestE2BAPIFake: the E2B API's control plane on the fake driver, as E2B's
@@ -281,5 +283,43 @@ func TestHostileClientE2B(t *testing.T) {
 	st, body = do("POST", "/process.Process/List", huge, "E2b-Sandbox-Id", c.SandboxID, "X-Access-Token", c.EnvdAccessToken)
 	if st == http.StatusOK {
 		t.Errorf("a 2 MiB RPC message: %d %s, want a refusal", st, body)
+	}
+}
+
+// TestHostileClientE2BPullSSRF: a template naming a registry on the
+// server's loopback is not pulled: the create obeys the server's network
+// grants, as a REST create does (403 without --allow-private-net).
+func TestHostileClientE2BPullSSRF(t *testing.T) {
+	var hits atomic.Int64
+	intranet := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(http.StatusBadRequest)
+	}))
+	defer intranet.Close()
+	open, _ := lifeHome(t)
+	r := open(0)
+	token := strings.Repeat("ef56", 8)
+	srv := server.New(server.Config{Runtime: r, Token: token})
+	es, err := e2b.New(e2b.Config{Runtime: r, Token: token, CheckBox: srv.CheckBox, PullContext: srv.PullContext})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer es.Close()
+	ts := httptest.NewServer(es.Handler())
+	defer ts.Close()
+	raw, _ := json.Marshal(map[string]any{"templateID": strings.TrimPrefix(intranet.URL, "http://") + "/x/y:z"})
+	req, _ := http.NewRequest("POST", ts.URL+"/sandboxes", bytes.NewReader(raw))
+	req.Header.Set("X-API-Key", "e2b_"+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "--allow-private-net") {
+		t.Errorf("create from a loopback registry: %d %s, want 403 naming --allow-private-net", resp.StatusCode, body)
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("the loopback service got %d requests", n)
 	}
 }

@@ -31,7 +31,8 @@ func serveE2B(ctx context.Context, log *slog.Logger, rt *airlock.Runtime, token,
 		tm[name] = img
 	}
 	es, err := e2b.New(e2b.Config{Runtime: rt, Token: token, Logger: log, Templates: tm, MaxUploadBytes: maxUpload,
-		CheckBox: func(ctx context.Context, o *airlock.BoxOptions) (func(), error) { return srv.CheckBox(ctx, o) },
+		CheckBox:    func(ctx context.Context, o *airlock.BoxOptions) (func(), error) { return srv.CheckBox(ctx, o) },
+		PullContext: srv.PullContext,
 		AcquireExec: func(ctx context.Context) (func(), error) {
 			return srv.AcquireExec(ctx, server.E2BClient)
 		}})

@@ -200,7 +200,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		}
 		defer release()
 	}
-	b, err := s.rt.Create(ctx, opts)
+	cctx := ctx
+	if s.cfg.PullContext != nil {
+		cctx = s.cfg.PullContext(ctx)
+	}
+	b, err := s.rt.Create(cctx, opts)
 	if err != nil {
 		writeBoxError(w, err)
 		return

@@ -107,6 +107,10 @@ type Config struct {
 	// CheckBox applies the server's policy to a box about to be made
 	// (server.Server.CheckBox); nil: none.
 	CheckBox func(context.Context, *airlock.BoxOptions) (release func(), err error)
+	// PullContext, when set, returns the context a create runs under, so
+	// that the pull of an absent image obeys the server's network grants
+	// (server.Server.PullContext).
+	PullContext func(context.Context) context.Context
 	// AcquireExec takes an exec slot for a process or a code run
 	// (server.Server.AcquireExec); nil: no limit.
 	AcquireExec func(context.Context) (release func(), err error)

@@ -30,3 +30,9 @@ const E2BClient = "e2b"
 func (s *Server) AcquireExec(ctx context.Context, client string) (release func(), err error) {
 	return s.acquire(context.WithValue(ctx, clientKey, client))
 }
+
+// PullContext returns ctx under which the image pulls that another front
+// end's creates cause (airlock serve --e2b) obey the server's network
+// grants, as a REST create's do: loopback and private registries need
+// --allow-private-net, link-local ones are refused.
+func (s *Server) PullContext(ctx context.Context) context.Context { return s.pullContext(ctx) }
