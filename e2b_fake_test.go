@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -36,8 +37,15 @@ func TestE2BAPIFake(t *testing.T) {
 	}
 	token := strings.Repeat("ab12", 8)
 	home := t.TempDir()
+	var auditMu sync.Mutex
+	var audits []e2b.AuditRecord
 	es, err := e2b.New(e2b.Config{Runtime: r, Token: token,
-		UserSetup: func(context.Context, *airlock.Box, string) (int, int, string, error) { return 0, 0, home, nil }})
+		UserSetup: func(context.Context, *airlock.Box, string) (int, int, string, error) { return 0, 0, home, nil },
+		Audit: func(rec e2b.AuditRecord) {
+			auditMu.Lock()
+			audits = append(audits, rec)
+			auditMu.Unlock()
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,6 +212,11 @@ func TestE2BAPIFake(t *testing.T) {
 	if pid == 0 || out != "out\n" || errOut != "err\n" || end == nil || end.GetExitCode() != 3 || !end.GetExited() {
 		t.Errorf("process: pid %d, stdout %q, stderr %q, end %v", pid, out, errOut, end)
 	}
+	auditMu.Lock()
+	if len(audits) != 1 || audits[0].Kind != "exec_stream" || audits[0].BoxID != a || audits[0].ExitCode == nil || *audits[0].ExitCode != 3 || audits[0].Cmd[0] != "/bin/sh" {
+		t.Errorf("audit records: %+v, want the process's, exit 3", audits)
+	}
+	auditMu.Unlock()
 
 	if st, _, _ := call("DELETE", "/sandboxes/"+a, key, nil); st != http.StatusNoContent {
 		t.Errorf("kill: %d", st)

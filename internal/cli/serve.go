@@ -200,7 +200,7 @@ client, "mcp" (--max-mcp-sessions bounds the sessions).`,
 				"max_volume_space", policy.MaxVolumesMiB, "max_snapshots", policy.MaxSnapshots)
 			srv = server.New(cfg)
 			if e2bAddr != "" {
-				stop, err := serveE2B(cmd.Context(), log, rt, cfg.Token, e2bAddr, e2bTemplates, maxConns, maxUpload, srv)
+				stop, err := serveE2B(cmd.Context(), log, rt, cfg.Token, e2bAddr, e2bTemplates, maxConns, maxUpload, audit, srv)
 				if err != nil {
 					for _, l := range ls {
 						l.Close()

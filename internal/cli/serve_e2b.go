@@ -18,7 +18,7 @@ import (
 
 // serveE2B serves E2B's API (airlock serve --e2b ADDR) on its own
 // listener, under the REST server's policy and exec slots (srv's). stop shuts it down.
-func serveE2B(ctx context.Context, log *slog.Logger, rt *airlock.Runtime, token, addr string, templates []string, maxConns int, maxUpload int64, srv *server.Server) (stop func(), err error) {
+func serveE2B(ctx context.Context, log *slog.Logger, rt *airlock.Runtime, token, addr string, templates []string, maxConns int, maxUpload int64, audit *server.AuditLog, srv *server.Server) (stop func(), err error) {
 	if err := e2b.CheckToken(token); err != nil {
 		return nil, fmt.Errorf("--e2b: %w", err)
 	}
@@ -33,6 +33,11 @@ func serveE2B(ctx context.Context, log *slog.Logger, rt *airlock.Runtime, token,
 	es, err := e2b.New(e2b.Config{Runtime: rt, Token: token, Logger: log, Templates: tm, MaxUploadBytes: maxUpload,
 		CheckBox:    func(ctx context.Context, o *airlock.BoxOptions) (func(), error) { return srv.CheckBox(ctx, o) },
 		PullContext: srv.PullContext,
+		Audit: func(r e2b.AuditRecord) {
+			audit.Write(server.AuditEntry{Time: time.Now(), Kind: r.Kind, BoxID: r.BoxID, Cmd: r.Cmd, Code: r.Code,
+				ExitCode: r.ExitCode, TimedOut: r.TimedOut, Error: r.Error, DurationMS: float64(r.Duration) / float64(time.Millisecond),
+				Client: server.E2BClient})
+		},
 		AcquireExec: func(ctx context.Context) (func(), error) {
 			return srv.AcquireExec(ctx, server.E2BClient)
 		}})

@@ -266,7 +266,18 @@ func (sb *sandbox) execute(w http.ResponseWriter, r *http.Request) {
 		}
 		defer c.x.Run(context.WithoutCancel(ctx), "for _k, _v in _e2b_saved.items():\n    if _v is None: _e2b_os.environ.pop(_k, None)\n    else: _e2b_os.environ[_k] = _v\n")
 	}
+	t0 := time.Now()
 	res, err := c.x.Run(ctx, code)
+	rec := AuditRecord{Kind: "cell", BoxID: sb.box.ID(), Code: code, Duration: time.Since(t0)}
+	if err != nil {
+		rec.Error = err.Error()
+	} else {
+		rec.TimedOut = res.TimedOut
+		if res.Error != nil {
+			rec.Error = res.Error.Error()
+		}
+	}
+	sb.s.audit(rec)
 	if err != nil {
 		writeBoxError(w, err)
 		return

@@ -114,6 +114,9 @@ type Config struct {
 	// AcquireExec takes an exec slot for a process or a code run
 	// (server.Server.AcquireExec); nil: no limit.
 	AcquireExec func(context.Context) (release func(), err error)
+	// Audit, when set, gets one record per process started through envd
+	// (when it ends) and per code run (airlock serve's audit log).
+	Audit func(AuditRecord)
 	// Templates maps template names to images, over DefaultTemplates.
 	Templates map[string]string
 	// Logger gets errors the client does not see (default: discard).
@@ -128,6 +131,25 @@ type Config struct {
 	// a box (for tests on the fake driver, whose boxes share the host's
 	// files): it returns the user's uid, gid and home.
 	UserSetup func(ctx context.Context, b *airlock.Box, name string) (uid, gid int, home string, err error)
+}
+
+// AuditRecord is one process or code run, for the server's audit log.
+type AuditRecord struct {
+	Kind     string // "exec_stream" (a process) or "cell" (a code run)
+	BoxID    string
+	Cmd      []string // the process's command and arguments
+	Code     string   // the cell's code
+	ExitCode *int     // the process's exit status (nil: none)
+	TimedOut bool
+	Error    string
+	Duration time.Duration
+}
+
+// audit hands r to Config.Audit.
+func (s *Server) audit(r AuditRecord) {
+	if s.cfg.Audit != nil {
+		s.cfg.Audit(r)
+	}
 }
 
 // hexToken is what CheckToken accepts: E2B's SDK sends keys of this form.

@@ -249,11 +249,20 @@ func (s processService) startWith(ctx context.Context, user string, req *pb.Star
 	if !pr.pty && req.Stdin != nil && !req.GetStdin() {
 		p.Stdin().Close()
 	}
+	t0 := time.Now()
 	go func() {
 		res, err := p.Wait()
 		if release != nil {
 			release()
 		}
+		rec := AuditRecord{Kind: "exec_stream", BoxID: sb.box.ID(), Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Duration: time.Since(t0)}
+		if err != nil {
+			rec.Error = err.Error()
+		} else {
+			code := res.ExitCode
+			rec.ExitCode, rec.TimedOut, rec.Error = &code, res.TimedOut, res.ErrorMessage
+		}
+		sb.s.audit(rec)
 		end := &pb.ProcessEvent_EndEvent{}
 		switch {
 		case err != nil:
