@@ -336,3 +336,57 @@ func TestHostileClientE2BPullSSRF(t *testing.T) {
 		t.Errorf("the loopback service got %d requests", n)
 	}
 }
+
+// TestHostileClientE2BStartPastMaxBoxes: a connect that would start a
+// stopped sandbox past --max-boxes is refused (403), as a REST start is.
+func TestHostileClientE2BStartPastMaxBoxes(t *testing.T) {
+	open, ref := lifeHome(t)
+	r := open(0)
+	ctx := context.Background()
+	token := strings.Repeat("9a8b", 8)
+	srv := server.New(server.Config{Runtime: r, Token: token, Policy: server.Policy{MaxBoxes: 1}})
+	es, err := e2b.New(e2b.Config{Runtime: r, Token: token, CheckBox: srv.CheckBox, CheckStart: srv.CheckStart,
+		UserSetup: func(context.Context, *airlock.Box, string) (int, int, string, error) { return 0, 0, t.TempDir(), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer es.Close()
+	ts := httptest.NewServer(es.Handler())
+	defer ts.Close()
+	post := func(path string, body any) (int, string) {
+		raw, _ := json.Marshal(body)
+		req, _ := http.NewRequest("POST", ts.URL+path, bytes.NewReader(raw))
+		req.Header.Set("X-API-Key", "e2b_"+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	st, body := post("/sandboxes", map[string]any{"templateID": ref, "allow_internet_access": false})
+	var c struct{ SandboxID string }
+	json.Unmarshal([]byte(body), &c)
+	if st != 201 {
+		t.Fatalf("create: %d %s", st, body)
+	}
+	if st, body := post("/sandboxes", map[string]any{"templateID": ref, "allow_internet_access": false}); st != http.StatusForbidden {
+		t.Errorf("a second sandbox past --max-boxes 1: %d %s, want 403", st, body)
+	}
+	b, _ := r.Get(ctx, c.SandboxID)
+	if err := b.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other, err := r.Create(ctx, airlock.BoxOptions{Image: ref, Network: airlock.NetworkNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Remove(ctx, true)
+	if st, body := post("/sandboxes/"+c.SandboxID+"/connect", map[string]any{}); st != http.StatusForbidden || !strings.Contains(body, "--max-boxes") {
+		t.Errorf("connect starting a box past --max-boxes: %d %s, want 403", st, body)
+	}
+	if info, _ := b.Info(ctx); info.State != airlock.BoxStopped {
+		t.Errorf("the refused sandbox is %s, want stopped", info.State)
+	}
+}

@@ -459,6 +459,12 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	status := http.StatusOK
 	if info.State != airlock.BoxRunning || paused(ctx, b) {
+		if s.cfg.CheckStart != nil {
+			if err := s.cfg.CheckStart(ctx, b); err != nil {
+				writeBoxError(w, err)
+				return
+			}
+		}
 		if err := resume(ctx, b, info); err != nil {
 			writeBoxError(w, err)
 			return
@@ -534,6 +540,12 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	if info.State != airlock.BoxRunning {
 		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is not running (state %s)", info.ID, info.State))
 		return
+	}
+	if s.cfg.CheckSuspend != nil {
+		if err := s.cfg.CheckSuspend(ctx, b); err != nil {
+			writeBoxError(w, err)
+			return
+		}
 	}
 	// Its processes and contexts end with the VM's run.
 	s.forget(b.ID())

@@ -107,6 +107,10 @@ type Config struct {
 	// CheckBox applies the server's policy to a box about to be made
 	// (server.Server.CheckBox); nil: none.
 	CheckBox func(context.Context, *airlock.BoxOptions) (release func(), err error)
+	// CheckStart and CheckSuspend, when set, apply the server's policy to
+	// a connect that starts or resumes a box and to a pause to disk
+	// (server.Server.CheckStart, CheckSuspend).
+	CheckStart, CheckSuspend func(context.Context, *airlock.Box) error
 	// PullContext, when set, returns the context a create runs under, so
 	// that the pull of an absent image obeys the server's network grants
 	// (server.Server.PullContext).
