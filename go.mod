@@ -3,6 +3,7 @@ module github.com/airlock-run/airlock
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/coder/websocket v1.8.15
 	github.com/creack/pty v1.1.24
 	github.com/cyphar/filepath-securejoin v0.7.0
@@ -38,7 +39,6 @@ require (
 
 require (
 	cel.dev/expr v0.25.2 // indirect
-	connectrpc.com/connect v1.21.1 // indirect
 	github.com/NYTimes/gziphandler v1.1.1 // indirect
 	github.com/VividCortex/ewma v1.2.0 // indirect
 	github.com/acarl005/stripansi v0.0.0-20180116102854-5a71ef0e047d // indirect
