@@ -13,6 +13,7 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -22,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -38,6 +40,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"golang.org/x/net/netutil"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/defaults"
@@ -328,8 +331,10 @@ func ListenUnix(path string) (net.Listener, error) {
 	}
 	if _, err := os.Lstat(path); err == nil {
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			e := &SocketInUseError{Path: path}
+			e.PID, e.IdleExit = peerServer(c.(*net.UnixConn))
 			c.Close()
-			return nil, fmt.Errorf("another airlock server is listening on %s (stop it, or use --socket)", path)
+			return nil, e
 		}
 		os.Remove(path)
 	}
@@ -361,6 +366,58 @@ func ListenUnix(path string) (net.Listener, error) {
 		listenUnixHook(path)
 	}
 	return &unixListener{UnixListener: ul, addr: &net.UnixAddr{Name: path, Net: "unix"}}, nil
+}
+
+// SocketInUseError is ListenUnix's error when a server answers on the
+// socket already.
+type SocketInUseError struct {
+	Path string
+	// PID is the process listening (0 when unknown).
+	PID int
+	// IdleExit is that server's --idle-exit (0: it runs until stopped,
+	// or unknown): one started on demand, by an SDK, says so.
+	IdleExit time.Duration
+}
+
+func (e *SocketInUseError) Error() string {
+	who := "another airlock server"
+	if e.PID > 0 {
+		who += fmt.Sprintf(" (pid %d)", e.PID)
+	}
+	if e.IdleExit > 0 {
+		who += fmt.Sprintf(", started on demand (an SDK's, --idle-exit %s),", e.IdleExit)
+	}
+	stop := "stop it"
+	if e.PID > 0 {
+		stop = fmt.Sprintf("stop it (kill %d; its boxes keep running)", e.PID)
+	}
+	return fmt.Sprintf("%s is listening on %s: %s, or use --socket", who, e.Path, stop)
+}
+
+// peerServer asks the server on c for its pid (SO_PEERCRED) and its idle
+// exit (GET /v1/health), within 2 s; zeros for what it cannot learn.
+func peerServer(c *net.UnixConn) (pid int, idleExit time.Duration) {
+	if rc, err := c.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+				pid = int(cred.Pid)
+			}
+		})
+	}
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("GET /v1/health HTTP/1.1\r\nHost: airlock\r\nConnection: close\r\n\r\n")); err != nil {
+		return pid, 0
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(io.LimitReader(c, 64<<10)), nil)
+	if err != nil {
+		return pid, 0
+	}
+	defer resp.Body.Close()
+	var h Health
+	if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&h) == nil && h.IdleExit > 0 {
+		idleExit = time.Duration(h.IdleExit * float64(time.Second))
+	}
+	return pid, idleExit
 }
 
 // listenUnixHook, when set (by tests), is called by ListenUnix as soon as
@@ -404,7 +461,7 @@ func (s *Server) Handler(requireToken bool) http.Handler {
 		sum := sha256.Sum256([]byte(s.cfg.Token))
 		client = "token:" + hex.EncodeToString(sum[:6])
 	}
-	var h http.Handler = s.mux
+	h := unrouted(s.mux)
 	h = s.limits(h)
 	if requireToken {
 		h = s.auth(h)

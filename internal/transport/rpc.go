@@ -245,6 +245,15 @@ func (s *Stream) Close() error {
 	if s.cancel != nil {
 		s.cancel()
 	}
+	if s.client && s.ctx != nil && s.ctx.Done() != nil {
+		// Closing sends a frame (see writeFrame): a guest that does not
+		// read must not hold the caller past its call's context.
+		err := waitCtx(s.ctx, s.st.Close)
+		if s.ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	return s.st.Close()
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +114,76 @@ func TestCallCancel(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("handler did not see the call end")
+	}
+}
+
+// stallConn stops reading once stall is closed (until done is): the
+// peer's writes then fill the connection and block, as they do when a
+// guest stops reading.
+type stallConn struct {
+	net.Conn
+	stall, done chan struct{}
+}
+
+func (c *stallConn) Read(p []byte) (int, error) {
+	select {
+	case <-c.stall:
+		<-c.done
+		return 0, io.EOF
+	default:
+		return c.Conn.Read(p)
+	}
+}
+
+// Closing a call's stream sends a frame; with a guest that reads nothing
+// that frame waits (up to yamux's 30 s write timeout), but the caller
+// returns when the call's context ends.
+func TestCloseEndsWithTheCallsContext(t *testing.T) {
+	host, guest := serialPipe(t)
+	sg := &stallConn{Conn: guest, stall: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		if GuestHandshake(sg, "test") == nil {
+			Serve(sg, func(method string, s *Stream) error {
+				<-s.Context().Done()
+				return nil
+			})
+		}
+	}()
+	c, err := NewClient(host, time.Now().Add(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); close(sg.done) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := c.Call(ctx, "Wait")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The guest stops reading; calls with no deadline fill the
+	// connection (64 streams × yamux's 256 KiB first window is past any
+	// loopback socket's buffers).
+	close(sg.stall)
+	big := textOf(strings.Repeat("x", 1<<20))
+	for i := 0; i < 64; i++ {
+		go func() {
+			if f, err := c.Call(context.Background(), "Fill"); err == nil {
+				f.Send(big)
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while the guest read nothing: the connection was not filled, the test shows nothing", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	cancel()
+	select {
+	case <-closed:
+	case <-time.After(3 * time.Second):
+		t.Fatal("Close still blocked 3 s after the call's context ended")
 	}
 }
