@@ -42,6 +42,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -228,6 +229,14 @@ func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("E2b-Sandbox-Id")
 		if id == "" {
+			// get_host's form: PORT-ID.DOMAIN in the Host header.
+			if hid, port, ok := hostRoute(r.Host); ok {
+				r.Header.Set("E2b-Sandbox-Port", port)
+				s.dataPlane(w, r, hid)
+				return
+			}
+		}
+		if id == "" {
 			if !s.apiKeyOK(r) {
 				writeError(w, http.StatusUnauthorized, "missing or wrong API key: set E2B_API_KEY to e2b_ followed by the airlock server's token (airlock serve prints where it is stored)")
 				return
@@ -284,7 +293,17 @@ func (s *Server) dataPlane(w http.ResponseWriter, r *http.Request, id string) {
 	case fmt.Sprint(CodeInterpreterPort):
 		sb.code.ServeHTTP(w, r)
 	default:
-		writeError(w, http.StatusBadGateway, fmt.Sprintf("sandbox %s: port %s is not served: airlock answers envd (%d) and the code interpreter (%d); reach other ports through published ports", id, port, EnvdPort, CodeInterpreterPort))
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("E2b-Sandbox-Port %q: want a port number", port))
+			return
+		}
+		h, err := sb.proxy(n)
+		if err != nil {
+			writeBoxError(w, err)
+			return
+		}
+		h.ServeHTTP(w, r)
 	}
 }
 
@@ -394,14 +413,17 @@ type sandbox struct {
 
 	procs *procTable
 
-	defMu    sync.Mutex // serialises the making of default contexts
-	cmu      sync.Mutex
-	cb       *codebox.CodeBox
-	contexts map[string]*codeContext
+	defMu      sync.Mutex // serialises the making of default contexts
+	cmu        sync.Mutex
+	proxies    map[int]http.Handler // by box port (ports.go)
+	transports []*http.Transport
+	cb         *codebox.CodeBox
+	contexts   map[string]*codeContext
 }
 
 func newSandbox(s *Server, b *airlock.Box) *sandbox {
-	sb := &sandbox{s: s, box: b, users: map[string]userInfo{}, procs: newProcTable(), contexts: map[string]*codeContext{}}
+	sb := &sandbox{s: s, box: b, users: map[string]userInfo{}, procs: newProcTable(), contexts: map[string]*codeContext{},
+		proxies: map[int]http.Handler{}}
 	sb.envd = sb.envdHandler()
 	sb.code = sb.codeHandler()
 	return sb
@@ -410,4 +432,9 @@ func newSandbox(s *Server, b *airlock.Box) *sandbox {
 func (sb *sandbox) close() {
 	sb.procs.killAll()
 	sb.closeCode()
+	sb.cmu.Lock()
+	for _, tr := range sb.transports {
+		tr.CloseIdleConnections()
+	}
+	sb.cmu.Unlock()
 }

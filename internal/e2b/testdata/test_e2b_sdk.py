@@ -236,6 +236,36 @@ def test_pty(sb):
     assert b"30 100" in bytes(got)
 
 
+# --- ports ---------------------------------------------------------------
+
+
+def test_port_through_get_host(sb):
+    import httpx
+
+    sb.files.write("site/index.html", "served from the box")
+    server = sb.commands.run("cd site && exec python3 -m http.server 8000", background=True)
+    url = os.environ["E2B_SANDBOX_URL"]
+    token = {"E2B-Traffic-Access-Token": sb.traffic_access_token}
+    host = sb.get_host(8000)
+    assert host.startswith(f"8000-{sb.sandbox_id}.")
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            r = httpx.get(url + "/index.html", headers={"Host": host, **token}, timeout=10)
+            if r.status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "the box's server did not answer through get_host"
+        time.sleep(0.3)
+    assert r.text == "served from the box"
+    # The E2B headers name the port too; without the sandbox's token: 401.
+    r = httpx.get(url + "/index.html", headers={"E2b-Sandbox-Id": sb.sandbox_id, "E2b-Sandbox-Port": "8000", **token})
+    assert r.text == "served from the box"
+    assert httpx.get(url + "/index.html", headers={"Host": host}).status_code == 401
+    server.kill()
+
+
 # --- pause ---------------------------------------------------------------
 
 
