@@ -459,6 +459,9 @@ func withDefaults(opts BoxOptions) (BoxOptions, error) {
 	if err := checkVolumes(opts.Volumes); err != nil {
 		return opts, err
 	}
+	if err := checkLabels(opts.Labels); err != nil {
+		return opts, err
+	}
 	if err := checkLife(opts); err != nil {
 		return opts, err
 	}

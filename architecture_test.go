@@ -105,6 +105,14 @@ func TestPackageRules(t *testing.T) {
 		// The Kubernetes node (airlock node): pods as boxes through the
 		// public API only, with client-go and virtual-kubelet.
 		"kubenode": {""},
+		// E2B's API (airlock serve --e2b): the public API only, and its own
+		// generated envd messages; the REST server's policy comes in as
+		// functions.
+		"internal/e2b":                                     {"", "codebox", "internal/e2b/envdpb"},
+		"internal/e2b/envdpb/process":                      {},
+		"internal/e2b/envdpb/process/processconnect":       {"internal/e2b/envdpb/process"},
+		"internal/e2b/envdpb/filesystem":                   {},
+		"internal/e2b/envdpb/filesystem/filesystemconnect": {"internal/e2b/envdpb/filesystem"},
 	}
 	out, err := osexec.Command("go", "list", "-json=ImportPath,Imports", "./...").Output()
 	if err != nil {

@@ -3,6 +3,7 @@ module github.com/airlock-run/airlock
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/coder/websocket v1.8.15
 	github.com/creack/pty v1.1.24
 	github.com/cyphar/filepath-securejoin v0.7.0

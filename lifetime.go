@@ -219,6 +219,24 @@ func (b *Box) RenewLease(ctx context.Context) error {
 	return err
 }
 
+// SetTTL gives the box a new TTL counted from now: it is removed once ttl
+// has passed (BoxInfo.ExpiresAt shows when), whatever TTL it had;
+// BoxOptions.TTL becomes ttl. ttl must be positive (ErrInvalidArgument);
+// ErrBoxNotFound once the box is gone.
+func (b *Box) SetTTL(ctx context.Context, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("%w: ttl %s: want more than 0", ErrInvalidArgument, ttl)
+	}
+	at := time.Now().Add(ttl)
+	if err := b.r.updateConfig(ctx, b.id, func(c *boxConfig) {
+		c.Options.TTL, c.ExpiresAt = ttl, at
+	}); err != nil {
+		return err
+	}
+	_, err := b.load(ctx)
+	return err
+}
+
 // cfgMu serialises this process's read-modify-writes of box records.
 var cfgMu sync.Mutex
 

@@ -349,3 +349,115 @@ func TestHostileClientHugeLifetimes(t *testing.T) {
 		t.Errorf("negative lease: %d %+v", st, p)
 	}
 }
+
+// TestSetTTLAndLabels: SetTTL gives a box without a TTL one counted from
+// now, which the reaper enforces; labels are stored, shown by Get and
+// List, and bounded.
+func TestSetTTLAndLabels(t *testing.T) {
+	open, ref := lifeHome(t)
+	r := open(50 * time.Millisecond)
+	ctx := context.Background()
+	labels := map[string]string{"owner": "e2b", "k/with spaces": "välue"}
+	b, err := r.Create(ctx, airlock.BoxOptions{Image: ref, Network: airlock.NetworkNone, Labels: labels})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.Options.Labels; len(got) != 2 || got["owner"] != "e2b" || got["k/with spaces"] != "välue" {
+		t.Errorf("Get: labels %v, want %v", got, labels)
+	}
+	list, _ := r.List(ctx)
+	if len(list) != 1 || list[0].Options.Labels["owner"] != "e2b" {
+		t.Errorf("List: %+v, want the box with its labels", list)
+	}
+	if err := b.SetTTL(ctx, 0); !errors.Is(err, airlock.ErrInvalidArgument) {
+		t.Errorf("SetTTL(0) = %v, want ErrInvalidArgument", err)
+	}
+	before := time.Now()
+	if err := b.SetTTL(ctx, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	info, _ = b.Info(ctx)
+	if info.ExpiresAt.Before(before.Add(250*time.Millisecond)) || info.ExpiresAt.After(time.Now().Add(300*time.Millisecond)) {
+		t.Errorf("ExpiresAt %v, want about 300ms after %v", info.ExpiresAt, before)
+	}
+	if at := waitGone(t, r, b.ID(), 5*time.Second); at.Before(before.Add(300 * time.Millisecond)) {
+		t.Errorf("box gone at %v, before its TTL", at.Sub(before))
+	}
+
+	for name, bad := range map[string]map[string]string{
+		"empty key": {"": "v"}, "control": {"k": "a\nb"}, "long value": {"k": string(bytes.Repeat([]byte("v"), airlock.MaxLabelValueLen+1))},
+		"not utf-8": {"k": "\xff"},
+	} {
+		if _, err := r.Create(ctx, airlock.BoxOptions{Image: ref, Network: airlock.NetworkNone, Labels: bad}); !errors.Is(err, airlock.ErrInvalidArgument) {
+			t.Errorf("%s: Create = %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	many := map[string]string{}
+	for i := range airlock.MaxLabels + 1 {
+		many[string(rune('a'+i%26))+string(rune('A'+i/26))] = "v"
+	}
+	if _, err := r.Create(ctx, airlock.BoxOptions{Image: ref, Network: airlock.NetworkNone, Labels: many}); !errors.Is(err, airlock.ErrInvalidArgument) {
+		t.Errorf("%d labels: Create = %v, want ErrInvalidArgument", len(many), err)
+	}
+}
+
+// TestLabelsREST: labels given to POST /v1/boxes are shown by GET and
+// matched by GET /v1/boxes?label=; bad ones are 400.
+func TestLabelsREST(t *testing.T) {
+	open, ref := lifeHome(t)
+	r := open(0)
+	ts := httptest.NewServer(server.New(server.Config{Runtime: r}).Handler(false))
+	defer ts.Close()
+	create := func(labels map[string]string) (int, server.Box) {
+		t.Helper()
+		raw, _ := json.Marshal(map[string]any{"image": ref, "network": "none", "labels": labels})
+		resp, err := http.Post(ts.URL+"/v1/boxes", "application/json", bytes.NewReader(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b server.Box
+		json.NewDecoder(resp.Body).Decode(&b)
+		return resp.StatusCode, b
+	}
+	st, a := create(map[string]string{"team": "a", "tier": "gold"})
+	if st != 201 || a.Labels["team"] != "a" || a.Labels["tier"] != "gold" {
+		t.Fatalf("create: %d %+v", st, a)
+	}
+	if st, b := create(map[string]string{"team": "b"}); st != 201 || b.Labels["team"] != "b" {
+		t.Fatalf("create b: %d", st)
+	}
+	if st, _ := create(map[string]string{"bad": "a\x00b"}); st != 400 {
+		t.Errorf("a label with a control character: %d, want 400", st)
+	}
+	list := func(q string) (int, []string) {
+		t.Helper()
+		resp, err := http.Get(ts.URL + "/v1/boxes" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var l server.BoxList
+		json.NewDecoder(resp.Body).Decode(&l)
+		var ids []string
+		for _, b := range l.Boxes {
+			ids = append(ids, b.ID)
+		}
+		return resp.StatusCode, ids
+	}
+	for q, want := range map[string]int{"": 2, "?label=team=a": 1, "?label=team": 2, "?label=team=a&label=tier=gold": 1, "?label=team=a&label=tier=x": 0, "?label=nope": 0} {
+		if st, ids := list(q); st != 200 || len(ids) != want {
+			t.Errorf("GET /v1/boxes%s: %d %v, want %d boxes", q, st, ids, want)
+		}
+	}
+	if _, ids := list("?label=team=a"); len(ids) != 1 || ids[0] != a.ID {
+		t.Errorf("label=team=a: %v, want [%s]", ids, a.ID)
+	}
+	if st, _ := list("?label==x"); st != 400 {
+		t.Errorf("an empty label key: %d, want 400", st)
+	}
+}

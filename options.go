@@ -102,7 +102,23 @@ type BoxOptions struct {
 	// called within Lease of Create or of the last renewal: a client
 	// that crashes leaves no box behind. 0: no lease.
 	Lease time.Duration `json:",omitempty"`
+	// Labels are the caller's key/value pairs, stored with the box and
+	// shown in BoxInfo.Options (the E2B API's sandbox metadata is kept
+	// here). At most MaxLabels; a key is 1..MaxLabelKeyLen bytes and a
+	// value at most MaxLabelValueLen, both valid UTF-8 without control
+	// characters (ErrInvalidArgument otherwise).
+	Labels map[string]string `json:",omitempty"`
 }
+
+// Bounds of BoxOptions.Labels.
+const (
+	// MaxLabels is the most labels a box may have.
+	MaxLabels = 64
+	// MaxLabelKeyLen is the longest label key, in bytes.
+	MaxLabelKeyLen = 128
+	// MaxLabelValueLen is the longest label value, in bytes.
+	MaxLabelValueLen = 1024
+)
 
 // ExecOptions tune one Exec. Env, User and WorkingDir override the box's
 // values for this exec only.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/airlock-run/airlock/internal/boxrecord"
 	"github.com/airlock-run/airlock/internal/image"
@@ -52,7 +54,8 @@ func encodeConfig(c boxConfig) []byte {
 			Cmd: ic.Cmd, Labels: ic.Labels},
 		OwnerPID: c.OwnerPID, OwnerStart: c.OwnerStart, FromSnapshot: o.FromSnapshot, Pool: c.Pool,
 		TTLMs: boxrecord.Ms(o.TTL), IdleMs: boxrecord.Ms(o.IdleTimeout), LeaseMs: boxrecord.Ms(o.Lease),
-		ExpiresAtMs: boxrecord.UnixMs(c.ExpiresAt), LeaseUntilMs: boxrecord.UnixMs(c.LeaseUntil), LastUseMs: boxrecord.UnixMs(c.LastUse)}
+		ExpiresAtMs: boxrecord.UnixMs(c.ExpiresAt), LeaseUntilMs: boxrecord.UnixMs(c.LeaseUntil), LastUseMs: boxrecord.UnixMs(c.LastUse),
+		Labels: o.Labels}
 	for _, p := range o.Ports {
 		r.Ports = append(r.Ports, boxrecord.Port{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Protocol})
 	}
@@ -81,7 +84,8 @@ func configOf(raw []byte) (boxConfig, error) {
 		Env: r.Env, WorkingDir: r.WorkingDir, User: r.User, AutoRemove: r.AutoRemove, Hostname: r.Hostname,
 		Network:  NetworkMode(stored), // the stored names are the modes' (NetworkPublic, NetworkAllowlist, NetworkNone)
 		AllowNet: r.AllowNet, AllowHostPorts: r.AllowHostPorts, FromSnapshot: r.FromSnapshot,
-		TTL: boxrecord.Duration(r.TTLMs), IdleTimeout: boxrecord.Duration(r.IdleMs), Lease: boxrecord.Duration(r.LeaseMs)}
+		TTL: boxrecord.Duration(r.TTLMs), IdleTimeout: boxrecord.Duration(r.IdleMs), Lease: boxrecord.Duration(r.LeaseMs),
+		Labels: r.Labels}
 	for _, v := range r.Volumes {
 		o.Volumes = append(o.Volumes, Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}
@@ -106,4 +110,33 @@ func decodeConfig(rec *store.Box) (boxConfig, error) {
 		return boxConfig{}, fmt.Errorf("box %s: its record cannot be read (%v): remove the box and create it again: %w", rec.ID, err, errBadRecord)
 	}
 	return c, nil
+}
+
+// checkLabels checks BoxOptions.Labels against its bounds.
+func checkLabels(l map[string]string) error {
+	if len(l) > MaxLabels {
+		return fmt.Errorf("%w: %d labels: want at most %d", ErrInvalidArgument, len(l), MaxLabels)
+	}
+	for k, v := range l {
+		if k == "" || len(k) > MaxLabelKeyLen || !labelText(k) {
+			return fmt.Errorf("%w: label key %.40q: want 1..%d bytes of UTF-8 text without control characters", ErrInvalidArgument, k, MaxLabelKeyLen)
+		}
+		if len(v) > MaxLabelValueLen || !labelText(v) {
+			return fmt.Errorf("%w: label %.40q: value of %d bytes: want at most %d bytes of UTF-8 text without control characters", ErrInvalidArgument, k, len(v), MaxLabelValueLen)
+		}
+	}
+	return nil
+}
+
+// labelText says s is valid UTF-8 without control characters.
+func labelText(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, c := range s {
+		if unicode.IsControl(c) {
+			return false
+		}
+	}
+	return true
 }

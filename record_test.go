@@ -125,6 +125,12 @@ func fill(t *testing.T, v reflect.Value, name string) {
 	case reflect.Slice:
 		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
 		fill(t, v.Index(0), name+"0")
+	case reflect.Map:
+		v.Set(reflect.MakeMap(v.Type()))
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(t, k, name+"k")
+		fill(t, e, name+"e")
+		v.SetMapIndex(k, e)
 	case reflect.Struct:
 		for i := 0; i < v.NumField(); i++ {
 			fill(t, v.Field(i), name+v.Type().Field(i).Name)

@@ -72,6 +72,9 @@ fi
 log "Python SDK: sdk/python/.venv with airlock-box (editable) and its test tools"
 [ -x sdk/python/.venv/bin/python ] || python3 -m venv sdk/python/.venv
 sdk/python/.venv/bin/pip install -q --disable-pip-version-check -e "sdk/python[test]"
+# E2B's own SDKs, at pinned versions, for the E2B API's tests
+# (internal/e2b: TestE2BSDK drives them against airlock serve --e2b).
+sdk/python/.venv/bin/pip install -q --disable-pip-version-check e2b==2.63.0 e2b-code-interpreter==2.11.5
 
 # The TypeScript SDK (sdk/typescript): its locked dependencies and a build,
 # which hack/test.sh tests. Node.js 20+ is needed; Debian 12's nodejs is 18.
@@ -89,6 +92,11 @@ if [ "$(node_major)" -lt 20 ] || ! command -v npm >/dev/null; then
 fi
 log "TypeScript SDK: npm ci and build in sdk/typescript"
 (cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm run -s build)
+
+# E2B's own Node SDKs, pinned (internal/e2b/testdata/node/package-lock.json),
+# for TestE2BNodeSDK.
+log "E2B's Node SDKs for the E2B API's tests: npm ci in internal/e2b/testdata/node"
+(cd internal/e2b/testdata/node && npm ci --no-audit --no-fund --loglevel=error)
 
 log "guest kernels"
 hack/fetch-debian-kernel.sh

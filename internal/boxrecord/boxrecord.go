@@ -60,6 +60,9 @@ type Record struct {
 	ExpiresAtMs  int64 `json:"expires_at_ms,omitempty"`
 	LeaseUntilMs int64 `json:"lease_until_ms,omitempty"`
 	LastUseMs    int64 `json:"last_use_ms,omitempty"`
+	// Labels: optional, added in version 1 without a bump (absent =
+	// none).
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 // Volume is the stored form of a volume (BoxOptions.Volumes).

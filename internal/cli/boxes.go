@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 func newLsCmd() *cobra.Command {
 	var lf listFormat
 	var all bool
+	var filters []string
 	cmd := &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"ps"},
@@ -27,9 +29,16 @@ stop), "Paused to disk".
 --format json prints one JSON object per box; a Go template prints one line
 per box: --format '{{.ID}} {{.Status}}'; 'table {{.ID}}\t{{.Name}}' adds a
 header. Fields: ID, Name, Image, State, Status, Reason, ExitCode, CPUs,
-Memory, Created, Started, Ports.`,
+Memory, Created, Started, Ports, Labels.
+
+--filter label=KEY=VALUE lists the boxes with that label (label=KEY: with
+the key, whatever its value); repeated filters must all match.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			match, err := labelFilter(filters)
+			if err != nil {
+				return usagef(cmd, "ls: %v", err)
+			}
 			r, err := openRuntime(cmd)
 			if err != nil {
 				return err
@@ -41,7 +50,7 @@ Memory, Created, Started, Ports.`,
 			}
 			var rows []boxRow
 			for _, b := range boxes {
-				if all || b.State == airlock.BoxRunning || b.Suspended {
+				if (all || b.State == airlock.BoxRunning || b.Suspended) && match(b.Options.Labels) {
 					rows = append(rows, rowOf(r, b))
 				}
 			}
@@ -59,7 +68,38 @@ Memory, Created, Started, Ports.`,
 	}
 	lf.add(cmd, "box ids")
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "list all boxes (default: running ones and those paused to disk)")
+	cmd.Flags().StringArrayVarP(&filters, "filter", "f", nil, "list only the boxes with a label: label=KEY=VALUE or label=KEY, repeatable")
 	return cmd
+}
+
+// labelFilter turns ls --filter values (label=KEY=VALUE, label=KEY) into
+// a test of a box's labels, all of which must hold.
+func labelFilter(filters []string) (func(map[string]string) bool, error) {
+	type want struct {
+		key, value string
+		any        bool
+	}
+	var ws []want
+	for _, f := range filters {
+		kv, ok := strings.CutPrefix(f, "label=")
+		if !ok {
+			return nil, fmt.Errorf("--filter %q: want label=KEY=VALUE or label=KEY (the only filter there is)", f)
+		}
+		k, v, hasValue := strings.Cut(kv, "=")
+		if k == "" {
+			return nil, fmt.Errorf("--filter %q: empty label key", f)
+		}
+		ws = append(ws, want{key: k, value: v, any: !hasValue})
+	}
+	return func(labels map[string]string) bool {
+		for _, w := range ws {
+			v, ok := labels[w.key]
+			if !ok || (!w.any && v != w.value) {
+				return false
+			}
+		}
+		return true
+	}, nil
 }
 
 // eachBox runs f on every named box, reporting errors per box like Docker.

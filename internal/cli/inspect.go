@@ -61,6 +61,7 @@ type boxConfigView struct {
 	MemoryMiB   int
 	DiskSizeMiB int
 	AutoRemove  bool
+	Labels      map[string]string // as docker inspect's Config.Labels
 }
 
 type networkView struct {
@@ -211,7 +212,8 @@ func inspectBox(r *airlock.Runtime, b *airlock.Box, info airlock.BoxInfo) boxIns
 		Type: "box", ID: info.ID, Name: info.Name, Created: info.Created, Image: info.Image, ImageDigest: info.ImageDigest,
 		State: st,
 		Config: boxConfigView{Image: o.Image, Cmd: cmdline, Env: append([]string{}, o.Env...), WorkingDir: o.WorkingDir, User: o.User,
-			Hostname: b.Hostname(), CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskSizeMiB: o.DiskSizeMiB, AutoRemove: o.AutoRemove},
+			Hostname: b.Hostname(), CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskSizeMiB: o.DiskSizeMiB, AutoRemove: o.AutoRemove,
+			Labels: o.Labels},
 		NetworkSettings: networkView{Mode: string(o.Network)},
 		Mounts:          mountsOf(o.Volumes),
 		Ports:           portsOf(info.Ports, o.Ports),

@@ -27,6 +27,7 @@ type boxFlags struct {
 	hostname string
 	envFiles []string
 	from     string
+	labels   []string
 }
 
 func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
@@ -45,6 +46,7 @@ func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
 	if withRm {
 		fl.BoolVar(&f.rm, "rm", false, "remove the box when the command exits")
 	}
+	fl.StringArrayVarP(&f.labels, "label", "l", nil, "set a label on the box (KEY=VALUE), repeatable; shown by inspect, matched by ls --filter label=KEY=VALUE")
 	fl.StringVar(&f.from, "from", "", "restore the memory snapshot NAME instead of booting an image (no IMAGE argument; see 'airlock snapshot')")
 }
 
@@ -83,6 +85,16 @@ func (f *boxFlags) options(cmd *cobra.Command, image string) (airlock.BoxOptions
 		Image: image, Name: f.name, Env: append(fromFiles, env...), WorkingDir: f.workdir, User: f.user,
 		CPUs: f.cpus, MemoryMiB: mem, DiskSizeMiB: disk, AutoRemove: f.rm, Hostname: f.hostname,
 		Volumes: vols, FromSnapshot: f.from,
+	}
+	for _, l := range f.labels {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return airlock.BoxOptions{}, fmt.Errorf("--label %q: want KEY=VALUE", l)
+		}
+		if o.Labels == nil {
+			o.Labels = map[string]string{}
+		}
+		o.Labels[k] = v
 	}
 	if err := f.net.apply(&o); err != nil {
 		return airlock.BoxOptions{}, err

@@ -26,6 +26,8 @@ func newServeCmd() *cobra.Command {
 		idleExit                         time.Duration
 		maxExecs, maxConns, maxSubs      int
 		maxMCPSessions                   int
+		e2bAddr                          string
+		e2bTemplates                     []string
 		maxOutput                        int64
 		writeStall                       time.Duration
 		maxBody, maxUpload               int64
@@ -169,6 +171,13 @@ client, "mcp" (--max-mcp-sessions bounds the sessions).`,
 			cfg := server.Config{Runtime: rt, Audit: audit, MCP: ms.HTTPHandler(), Logger: log, MaxExecsPerClient: maxExecs, MaxBodyBytes: maxBody, MaxUploadBytes: maxUpload,
 				IdleExit: idleExit, Metrics: metrics, Events: events, Policy: policy,
 				MaxOutputBytes: maxOutput, MaxConns: maxConns, MaxSubscribers: maxSubs, WriteStall: writeStall}
+			if listen != "" || e2bAddr != "" {
+				tok, _, err := server.LoadToken(rt.Home(), token)
+				if err != nil {
+					return err
+				}
+				cfg.Token = tok
+			}
 			if listen != "" {
 				tok, where, err := server.LoadToken(rt.Home(), token)
 				if err != nil {
@@ -192,6 +201,16 @@ client, "mcp" (--max-mcp-sessions bounds the sessions).`,
 				"max_disk", policy.MaxDiskMiB, "min_free_disk", policy.MinFreeDiskMiB, "max_volumes", policy.MaxVolumes,
 				"max_volume_space", policy.MaxVolumesMiB, "max_snapshots", policy.MaxSnapshots)
 			srv = server.New(cfg)
+			if e2bAddr != "" {
+				stop, err := serveE2B(cmd.Context(), log, rt, cfg.Token, e2bAddr, e2bTemplates, maxConns, maxUpload, audit, srv)
+				if err != nil {
+					for _, l := range ls {
+						l.Close()
+					}
+					return err
+				}
+				defer stop()
+			}
 			return srv.Serve(cmd.Context(), ls...)
 		},
 	}
@@ -225,6 +244,8 @@ client, "mcp" (--max-mcp-sessions bounds the sessions).`,
 	f.StringVar(&auditPath, "audit-log", "", `exec audit log, JSON lines (default audit.log in the home; "off": none)`)
 	f.Int64Var(&auditMax, "audit-max", server.DefaultAuditMaxBytes, "audit log size at which it is rotated to .1 (at most twice this is kept)")
 	f.StringArrayVar(&pools, "pool", nil, "keep boxes of IMAGE ready, with Python started: IMAGE[=N] (N default 2; repeatable)")
+	f.StringVar(&e2bAddr, "e2b", "", "also serve E2B's API on this TCP address (e.g. 127.0.0.1:3000), for E2B's own SDKs: E2B_API_URL and E2B_SANDBOX_URL=http://ADDR, E2B_API_KEY=e2b_TOKEN (docs/e2b.md); the token must be hex")
+	f.StringArrayVar(&e2bTemplates, "e2b-template", nil, "map an E2B template to an image: NAME=IMAGE (repeatable; base and code-interpreter-v1 are mapped by default)")
 	f.BoolVar(&printSpec, "print-openapi", false, "print the OpenAPI document and exit (regenerates api/openapi.json)")
 	return cmd
 }

@@ -21,15 +21,16 @@ type boxRow struct {
 	CPUs    int
 	Memory  string // "512 MiB"
 	Created time.Time
-	Started time.Time `json:",omitempty"`
-	Ports   string    `json:",omitempty"` // published ports: "127.0.0.1:8080->80/tcp"
-	Paused  bool      // running with its vCPUs stopped (airlock pause)
+	Started time.Time         `json:",omitempty"`
+	Ports   string            `json:",omitempty"` // published ports: "127.0.0.1:8080->80/tcp"
+	Paused  bool              // running with its vCPUs stopped (airlock pause)
+	Labels  map[string]string `json:",omitempty"`
 }
 
 func rowOf(r *airlock.Runtime, b airlock.BoxInfo) boxRow {
 	row := boxRow{ID: b.ID, Name: b.Name, Image: b.Image, State: string(b.State), CPUs: b.Options.CPUs,
 		Memory: fmt.Sprintf("%d MiB", b.Options.MemoryMiB), Created: b.Created, Started: b.Started,
-		Ports: formatPorts(b.Ports)}
+		Ports: formatPorts(b.Ports), Labels: b.Options.Labels}
 	var e airlock.ExitState
 	ok := b.Exit != nil
 	if ok {

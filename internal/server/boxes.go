@@ -15,24 +15,25 @@ import (
 // BoxSpec is the body of POST /v1/boxes: the airlock.BoxOptions fields a
 // client may set.
 type BoxSpec struct {
-	Image          string       `json:"image,omitempty" doc:"Image reference (Docker syntax); pulled if not in the local store." default:"python:slim" maxLength:"512"`
-	Name           string       `json:"name,omitempty" doc:"Optional unique name, usable wherever an id is." maxLength:"128"`
-	CPUs           int          `json:"cpus,omitempty" doc:"vCPUs (default 1)." minimum:"0" maximum:"64"`
-	MemoryMiB      int          `json:"memory_mib,omitempty" doc:"Guest RAM in MiB (default 512)." minimum:"0" maximum:"262144"`
-	DiskSizeMiB    int          `json:"disk_size_mib,omitempty" doc:"Writable layer size in MiB (default 4096)." minimum:"0" maximum:"1048576"`
-	Env            EnvList      `json:"env,omitempty" doc:"Variables added to the image's environment: [\"KEY=value\", ...] or {\"KEY\": \"value\"}."`
-	WorkingDir     string       `json:"working_dir,omitempty" doc:"Working directory of every exec (default: the image's)." maxLength:"4096"`
-	User           string       `json:"user,omitempty" doc:"User of every exec: name, uid, name:group or uid:gid." maxLength:"256"`
-	Network        string       `json:"network,omitempty" doc:"public (default: the internet; the host, private and link-local ranges denied), allowlist (only allow_net; the default when allow_net is given) or none (no interface); enabled and disabled are old names of public and none." enum:"public,allowlist,none,enabled,disabled"`
-	AllowNet       []string     `json:"allow_net,omitempty" maxItems:"256" doc:"Destinations of an allowlist network: names (api.example.com, *.example.com), IPs or CIDRs, each with an optional :PORT. IPs and CIDRs inside private ranges need airlock serve --allow-private-net."`
-	AllowHostPorts []int        `json:"allow_host_ports,omitempty" maxItems:"64" doc:"Ports of the host's 127.0.0.1 the box may reach as host.airlock.internal:PORT; each must be granted by airlock serve --allow-host-port."`
-	Volumes        []VolumeSpec `json:"volumes,omitempty" maxItems:"32" doc:"Host directories (under a directory granted by airlock serve --allow-volume) and named volumes attached to the box."`
-	Ports          []PortSpec   `json:"ports,omitempty" maxItems:"64" doc:"Published ports (Docker's -p): host address and port forwarded to a port in the box; each must be granted by airlock serve --allow-publish. Needs a network (not none)."`
-	AutoRemove     bool         `json:"auto_remove,omitempty" doc:"Remove the box when it stops."`
-	TTL            float64      `json:"ttl,omitempty" minimum:"0" doc:"Seconds: the box is removed this long after creating it (stored with the box: a server restart keeps it)."`
-	IdleTimeout    float64      `json:"idle_timeout,omitempty" minimum:"0" doc:"Seconds: the box is removed after this long with no exec, file or code call on it (stored with the box: a server restart keeps it)."`
-	Lease          float64      `json:"lease,omitempty" minimum:"0" doc:"Seconds: the box is removed unless POST /v1/boxes/{id}/lease renews it within this time (the SDKs do, while their process lives; stored with the box: a server restart keeps it)."`
-	FromSnapshot   string       `json:"from_snapshot,omitempty" maxLength:"128" doc:"Restore this memory snapshot (POST /v1/boxes/{id}/snapshot) instead of booting: the box runs on from where the snapshot's box was, with its processes and files. Image, cpus, memory_mib, disk_size_mib and network come from the snapshot (leave them out, or give the snapshot's); env, working_dir, user, allow_net and allow_host_ports default to its box's (allow_net makes it an allowlist box); name, ports (never the snapshot box's) and the network policy are the request's, checked as for any create; volumes are refused."`
+	Image          string            `json:"image,omitempty" doc:"Image reference (Docker syntax); pulled if not in the local store." default:"python:slim" maxLength:"512"`
+	Name           string            `json:"name,omitempty" doc:"Optional unique name, usable wherever an id is." maxLength:"128"`
+	CPUs           int               `json:"cpus,omitempty" doc:"vCPUs (default 1)." minimum:"0" maximum:"64"`
+	MemoryMiB      int               `json:"memory_mib,omitempty" doc:"Guest RAM in MiB (default 512)." minimum:"0" maximum:"262144"`
+	DiskSizeMiB    int               `json:"disk_size_mib,omitempty" doc:"Writable layer size in MiB (default 4096)." minimum:"0" maximum:"1048576"`
+	Env            EnvList           `json:"env,omitempty" doc:"Variables added to the image's environment: [\"KEY=value\", ...] or {\"KEY\": \"value\"}."`
+	WorkingDir     string            `json:"working_dir,omitempty" doc:"Working directory of every exec (default: the image's)." maxLength:"4096"`
+	User           string            `json:"user,omitempty" doc:"User of every exec: name, uid, name:group or uid:gid." maxLength:"256"`
+	Network        string            `json:"network,omitempty" doc:"public (default: the internet; the host, private and link-local ranges denied), allowlist (only allow_net; the default when allow_net is given) or none (no interface); enabled and disabled are old names of public and none." enum:"public,allowlist,none,enabled,disabled"`
+	AllowNet       []string          `json:"allow_net,omitempty" maxItems:"256" doc:"Destinations of an allowlist network: names (api.example.com, *.example.com), IPs or CIDRs, each with an optional :PORT. IPs and CIDRs inside private ranges need airlock serve --allow-private-net."`
+	AllowHostPorts []int             `json:"allow_host_ports,omitempty" maxItems:"64" doc:"Ports of the host's 127.0.0.1 the box may reach as host.airlock.internal:PORT; each must be granted by airlock serve --allow-host-port."`
+	Volumes        []VolumeSpec      `json:"volumes,omitempty" maxItems:"32" doc:"Host directories (under a directory granted by airlock serve --allow-volume) and named volumes attached to the box."`
+	Ports          []PortSpec        `json:"ports,omitempty" maxItems:"64" doc:"Published ports (Docker's -p): host address and port forwarded to a port in the box; each must be granted by airlock serve --allow-publish. Needs a network (not none)."`
+	AutoRemove     bool              `json:"auto_remove,omitempty" doc:"Remove the box when it stops."`
+	TTL            float64           `json:"ttl,omitempty" minimum:"0" doc:"Seconds: the box is removed this long after creating it (stored with the box: a server restart keeps it)."`
+	IdleTimeout    float64           `json:"idle_timeout,omitempty" minimum:"0" doc:"Seconds: the box is removed after this long with no exec, file or code call on it (stored with the box: a server restart keeps it)."`
+	Lease          float64           `json:"lease,omitempty" minimum:"0" doc:"Seconds: the box is removed unless POST /v1/boxes/{id}/lease renews it within this time (the SDKs do, while their process lives; stored with the box: a server restart keeps it)."`
+	Labels         map[string]string `json:"labels,omitempty" doc:"The caller's key/value pairs, stored with the box and matched by GET /v1/boxes?label=KEY=VALUE: at most 64, keys 1..128 bytes, values at most 1024, UTF-8 without control characters."`
+	FromSnapshot   string            `json:"from_snapshot,omitempty" maxLength:"128" doc:"Restore this memory snapshot (POST /v1/boxes/{id}/snapshot) instead of booting: the box runs on from where the snapshot's box was, with its processes and files. Image, cpus, memory_mib, disk_size_mib and network come from the snapshot (leave them out, or give the snapshot's); env, working_dir, user, allow_net and allow_host_ports default to its box's (allow_net makes it an allowlist box); name, ports (never the snapshot box's) and the network policy are the request's, checked as for any create; volumes are refused."`
 }
 
 // VolumeSpec attaches storage to a box (airlock.Volume).
@@ -44,28 +45,29 @@ type VolumeSpec struct {
 
 // Box is a box as the API shows it.
 type Box struct {
-	ID             string       `json:"id" doc:"Box id (12 hex digits)."`
-	Name           string       `json:"name,omitempty"`
-	Image          string       `json:"image"`
-	ImageDigest    string       `json:"image_digest,omitempty"`
-	State          string       `json:"state" enum:"created,running,stopped"`
-	CPUs           int          `json:"cpus"`
-	MemoryMiB      int          `json:"memory_mib"`
-	DiskSizeMiB    int          `json:"disk_size_mib"`
-	Network        string       `json:"network"`
-	AutoRemove     bool         `json:"auto_remove"`
-	AllowNet       []string     `json:"allow_net,omitempty"`
-	AllowHostPorts []int        `json:"allow_host_ports,omitempty"`
-	Volumes        []VolumeSpec `json:"volumes,omitempty"`
-	Ports          []PortSpec   `json:"ports,omitempty" doc:"Published ports: while the box runs, as bound by its current start (a host_port 0 replaced by the port picked); otherwise as asked."`
-	Created        time.Time    `json:"created"`
-	Started        time.Time    `json:"started,omitzero"`
-	Paused         bool         `json:"paused,omitempty" doc:"The running box's vCPUs are stopped (POST /v1/boxes/{id}/pause): execs, code runs and file calls into it are refused (409 box_paused) until it is resumed."`
-	Unhealthy      string       `json:"unhealthy,omitempty" doc:"Why the running box was declared unhealthy (its agent did not report the end of a timed-out exec in time); it is killed if its agent then does not answer within 20 s. Absent when healthy."`
-	Suspended      bool         `json:"suspended,omitempty" doc:"The stopped box was paused to disk (pause with to_disk): resume or start continues it from its saved memory."`
-	ExpiresAt      time.Time    `json:"expires_at,omitzero" doc:"When the box's ttl ends and it is removed (absent: no ttl)."`
-	LeaseUntil     time.Time    `json:"lease_until,omitzero" doc:"When the box is removed unless its lease is renewed (absent: no lease)."`
-	IdleDeadline   time.Time    `json:"idle_deadline,omitzero" doc:"When the box is removed unless used before (absent: no idle_timeout). Use is recorded every few seconds, so this may lag a recent call by that much."`
+	ID             string            `json:"id" doc:"Box id (12 hex digits)."`
+	Name           string            `json:"name,omitempty"`
+	Image          string            `json:"image"`
+	ImageDigest    string            `json:"image_digest,omitempty"`
+	State          string            `json:"state" enum:"created,running,stopped"`
+	CPUs           int               `json:"cpus"`
+	MemoryMiB      int               `json:"memory_mib"`
+	DiskSizeMiB    int               `json:"disk_size_mib"`
+	Network        string            `json:"network"`
+	AutoRemove     bool              `json:"auto_remove"`
+	AllowNet       []string          `json:"allow_net,omitempty"`
+	AllowHostPorts []int             `json:"allow_host_ports,omitempty"`
+	Volumes        []VolumeSpec      `json:"volumes,omitempty"`
+	Ports          []PortSpec        `json:"ports,omitempty" doc:"Published ports: while the box runs, as bound by its current start (a host_port 0 replaced by the port picked); otherwise as asked."`
+	Created        time.Time         `json:"created"`
+	Started        time.Time         `json:"started,omitzero"`
+	Paused         bool              `json:"paused,omitempty" doc:"The running box's vCPUs are stopped (POST /v1/boxes/{id}/pause): execs, code runs and file calls into it are refused (409 box_paused) until it is resumed."`
+	Unhealthy      string            `json:"unhealthy,omitempty" doc:"Why the running box was declared unhealthy (its agent did not report the end of a timed-out exec in time); it is killed if its agent then does not answer within 20 s. Absent when healthy."`
+	Suspended      bool              `json:"suspended,omitempty" doc:"The stopped box was paused to disk (pause with to_disk): resume or start continues it from its saved memory."`
+	ExpiresAt      time.Time         `json:"expires_at,omitzero" doc:"When the box's ttl ends and it is removed (absent: no ttl)."`
+	LeaseUntil     time.Time         `json:"lease_until,omitzero" doc:"When the box is removed unless its lease is renewed (absent: no lease)."`
+	IdleDeadline   time.Time         `json:"idle_deadline,omitzero" doc:"When the box is removed unless used before (absent: no idle_timeout). Use is recorded every few seconds, so this may lag a recent call by that much."`
+	Labels         map[string]string `json:"labels,omitempty"`
 }
 
 func boxOf(i airlock.BoxInfo) Box {
@@ -73,7 +75,7 @@ func boxOf(i airlock.BoxInfo) Box {
 		CPUs: i.Options.CPUs, MemoryMiB: i.Options.MemoryMiB, DiskSizeMiB: i.Options.DiskSizeMiB,
 		Network: string(i.Options.Network), AutoRemove: i.Options.AutoRemove, Created: i.Created, Started: i.Started,
 		AllowNet: i.Options.AllowNet, AllowHostPorts: i.Options.AllowHostPorts, Suspended: i.Suspended,
-		ExpiresAt: i.ExpiresAt, LeaseUntil: i.LeaseUntil, IdleDeadline: i.IdleDeadline}
+		ExpiresAt: i.ExpiresAt, LeaseUntil: i.LeaseUntil, IdleDeadline: i.IdleDeadline, Labels: i.Options.Labels}
 	for _, v := range i.Options.Volumes {
 		b.Volumes = append(b.Volumes, VolumeSpec{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}
@@ -150,7 +152,7 @@ func (s *Server) registerBoxes() {
 		opts := airlock.BoxOptions{Image: sp.Image, Name: sp.Name, CPUs: sp.CPUs, MemoryMiB: sp.MemoryMiB,
 			DiskSizeMiB: sp.DiskSizeMiB, Env: sp.Env, WorkingDir: sp.WorkingDir, User: sp.User,
 			AutoRemove: sp.AutoRemove, Network: airlock.NetworkMode(sp.Network), AllowNet: sp.AllowNet, AllowHostPorts: sp.AllowHostPorts,
-			TTL: secs(sp.TTL), IdleTimeout: secs(sp.IdleTimeout), Lease: secs(sp.Lease)}
+			TTL: secs(sp.TTL), IdleTimeout: secs(sp.IdleTimeout), Lease: secs(sp.Lease), Labels: sp.Labels}
 		for _, v := range sp.Volumes {
 			opts.Volumes = append(opts.Volumes, airlock.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 		}
@@ -186,15 +188,37 @@ func (s *Server) registerBoxes() {
 
 	huma.Register(s.api, huma.Operation{
 		OperationID: "list-boxes", Method: http.MethodGet, Path: "/v1/boxes", Tags: []string{"boxes"},
-		Summary: "List boxes", Description: "Every box of this airlock home, oldest first.",
-	}, func(ctx context.Context, _ *struct{}) (*struct{ Body BoxList }, error) {
+		Summary: "List boxes", Description: "Every box of this airlock home, oldest first; with label, those with all the labels named.",
+		Errors: []int{http.StatusBadRequest},
+	}, func(ctx context.Context, in *struct {
+		Label []string `query:"label,explode" maxItems:"64" doc:"KEY=VALUE: only boxes with this label; KEY alone: with this key. Repeatable: all must match."`
+	}) (*struct{ Body BoxList }, error) {
+		type want struct {
+			k, v string
+			any  bool
+		}
+		var ws []want
+		for _, l := range in.Label {
+			k, v, hasValue := strings.Cut(l, "=")
+			if k == "" {
+				return nil, &Problem{Status: http.StatusBadRequest, Title: "Bad Request", Code: CodeInvalid,
+					Detail: fmt.Sprintf("label %q: want KEY=VALUE or KEY", l)}
+			}
+			ws = append(ws, want{k, v, !hasValue})
+		}
 		infos, err := s.rt.List(ctx)
 		if err != nil {
 			return nil, problem(err)
 		}
 		out := &struct{ Body BoxList }{}
 		out.Body.Boxes = make([]Box, 0, len(infos))
+	boxes:
 		for _, i := range infos {
+			for _, w := range ws {
+				if v, ok := i.Options.Labels[w.k]; !ok || (!w.any && v != w.v) {
+					continue boxes
+				}
+			}
 			out.Body.Boxes = append(out.Body.Boxes, boxOf(i))
 		}
 		s.cfg.Metrics.boxStates(infos)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/airlock-run/airlock"
 )
@@ -20,9 +21,36 @@ func (s *Server) CheckBox(ctx context.Context, opts *airlock.BoxOptions) (releas
 // MCP endpoint's tool calls take, all sessions together.
 const MCPClient = "mcp"
 
+// E2BClient is the client whose exec slots the E2B API's processes and
+// code runs take (airlock serve --e2b), all sandboxes together.
+const E2BClient = "e2b"
+
 // AcquireExec takes one of client's exec slots (Config.MaxExecsPerClient)
 // for a run that does not come through a REST handler; release gives it
 // back. With none free it is a *Problem (429 too_many_execs).
 func (s *Server) AcquireExec(ctx context.Context, client string) (release func(), err error) {
 	return s.acquire(context.WithValue(ctx, clientKey, client))
+}
+
+// PullContext returns ctx under which the image pulls that another front
+// end's creates cause (airlock serve --e2b) obey the server's network
+// grants, as a REST create's do: loopback and private registries need
+// --allow-private-net, link-local ones are refused.
+func (s *Server) PullContext(ctx context.Context) context.Context { return s.pullContext(ctx) }
+
+// CheckStart applies the policy to another front end's start or resume
+// of box b (airlock serve --e2b's connect), as POST /v1/boxes/{id}/start
+// and /resume do: --max-boxes and --min-free-disk. A refusal is a *Problem.
+func (s *Server) CheckStart(ctx context.Context, b *airlock.Box) error { return s.checkStart(ctx, b) }
+
+// CheckSuspend applies the policy to another front end's pause to disk of
+// box b, as POST /v1/boxes/{id}/pause with to_disk does: its memory counts
+// against --min-free-disk. A refusal is a *Problem.
+func (s *Server) CheckSuspend(ctx context.Context, b *airlock.Box) error {
+	info, err := b.Info(ctx)
+	if err != nil {
+		return problem(err)
+	}
+	mem := int64(info.Options.MemoryMiB)
+	return s.checkFreeDisk(ctx, fmt.Sprintf("pausing to disk a box with %d MiB of memory", mem), mem)
 }

@@ -70,6 +70,8 @@ export interface BoxOptions {
   diskSizeMib?: number;
   /** Remove the box when it stops. */
   autoRemove?: boolean;
+  /** Labels (key → value) stored with the box: `GET /v1/boxes?label=KEY=VALUE` and `airlock ls --filter label=KEY=VALUE` match them. */
+  labels?: Record<string, string>;
   /**
    * Restore this memory snapshot ({@link SimpleBox.snapshot}) instead of booting: the box runs on from the
    * instant it was taken, with its processes and files. The image, `cpus`, `memoryMib`, `diskSizeMib` and
@@ -300,7 +302,7 @@ function execRequest(cmd: string, args: string[], o: ExecOptions): ExecRequest {
 
 const KNOWN_OPTIONS = new Set([
   "image", "memoryMib", "cpus", "name", "env", "workingDir", "user", "network", "diskSizeMib", "autoRemove",
-  "allowNet", "allowHostPorts", "volumes", "ports", "fromSnapshot",
+  "allowNet", "allowHostPorts", "volumes", "ports", "fromSnapshot", "labels",
   "client", "indexUrl",
   "runtime", // BoxLite's runtime handle: the server is the runtime here
 ]);
@@ -359,6 +361,7 @@ export class SimpleBox implements AsyncDisposable {
     if (options.allowHostPorts?.length) spec.allow_host_ports = [...options.allowHostPorts];
     if (options.volumes?.length) spec.volumes = options.volumes.map(volumeSpec);
     if (options.ports?.length) spec.ports = options.ports.map(portSpec);
+    if (options.labels && Object.keys(options.labels).length) spec.labels = { ...options.labels };
     this.spec = spec;
     this.files = new Files(this.client, () => this.box());
     this.unsupported = Object.keys(options).filter((k) => !KNOWN_OPTIONS.has(k)).sort();

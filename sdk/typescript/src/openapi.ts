@@ -13,7 +13,7 @@ export interface paths {
         };
         /**
          * List boxes
-         * @description Every box of this airlock home, oldest first.
+         * @description Every box of this airlock home, oldest first; with label, those with all the labels named.
          */
         get: operations["list-boxes"];
         put?: never;
@@ -649,6 +649,9 @@ export interface components {
             idle_deadline?: string;
             image: string;
             image_digest?: string;
+            labels?: {
+                [key: string]: string;
+            };
             /**
              * Format: date-time
              * @description When the box is removed unless its lease is renewed (absent: no lease).
@@ -708,6 +711,10 @@ export interface components {
              * @default python:slim
              */
             image: string;
+            /** @description The caller's key/value pairs, stored with the box and matched by GET /v1/boxes?label=KEY=VALUE: at most 64, keys 1..128 bytes, values at most 1024, UTF-8 without control characters. */
+            labels?: {
+                [key: string]: string;
+            };
             /**
              * Format: double
              * @description Seconds: the box is removed unless POST /v1/boxes/{id}/lease renews it within this time (the SDKs do, while their process lives; stored with the box: a server restart keeps it).
@@ -1196,7 +1203,10 @@ export type $defs = Record<string, never>;
 export interface operations {
     "list-boxes": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description KEY=VALUE: only boxes with this label; KEY alone: with this key. Repeatable: all must match. */
+                label?: string[] | null;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -1212,8 +1222,26 @@ export interface operations {
                     "application/json": components["schemas"]["BoxList"];
                 };
             };
-            /** @description Error */
-            default: {
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -292,6 +292,8 @@ class SimpleBox(FilesMixin):
             that while the box is open; the server removes a box whose lease
             runs out. ``lease=0`` turns it off (the box then lives until
             removed).
+        labels: key/value pairs stored with the box (``GET /v1/boxes?label=KEY=VALUE``
+            and ``airlock ls --filter label=KEY=VALUE`` match them).
         client: a :class:`Client` to share between boxes (default: one per
             box, from the environment).
         from_snapshot: restore this memory snapshot (:meth:`snapshot`)
@@ -311,7 +313,8 @@ class SimpleBox(FilesMixin):
                  idle_timeout: Optional[float] = None, lease: float = DEFAULT_LEASE,
                  volumes: Optional[Sequence[VolumeArg]] = None, allow_net: Optional[Sequence[str]] = None,
                  allow_host_ports: Optional[Sequence[int]] = None, ports: Optional[Sequence[PortArg]] = None,
-                 client: Optional[Client] = None, from_snapshot: Optional[str] = None, **kwargs: Any) -> None:
+                 client: Optional[Client] = None, from_snapshot: Optional[str] = None,
+                 labels: Optional[Mapping[str, str]] = None, **kwargs: Any) -> None:
         if hasattr(network, "_fields"):  # BoxLite's NetworkSpec
             nf = network._fields()
             network = nf["network"]
@@ -348,7 +351,8 @@ class SimpleBox(FilesMixin):
                      ("volumes", [_volume(v) for v in volumes] if volumes else None),
                      ("allow_net", list(allow_net) if allow_net else None),
                      ("allow_host_ports", list(allow_host_ports) if allow_host_ports else None),
-                     ("ports", [_port(p) for p in ports] if ports else None)):
+                     ("ports", [_port(p) for p in ports] if ports else None),
+                     ("labels", dict(labels) if labels else None)):
             if v is not None:
                 spec[k] = v
         auto_remove = kwargs.pop("auto_remove", None)

@@ -1,0 +1,31 @@
+package cli_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/airlock-run/airlock/internal/vmtest"
+)
+
+// TestCLILabels: create --label, ls --filter label=, inspect's labels.
+func TestCLILabels(t *testing.T) {
+	vmtest.Require(t)
+	c := cli{t, t.TempDir()}
+	out, errs, code := c.run("create", "--quiet", "--network", "none", "--label", "team=a", "-l", "tier=gold", "python:slim")
+	if code != 0 {
+		t.Fatalf("create --label: %d %q", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	defer c.run("rm", "-f", id)
+	if _, errs, code := c.run("create", "--label", "novalue", "python:slim"); code == 0 || !strings.Contains(errs, "KEY=VALUE") {
+		t.Errorf("--label without =: %d %q", code, errs)
+	}
+	for filter, want := range map[string]string{"label=team=a": id, "label=tier": id, "label=team=b": ""} {
+		if out, errs, code := c.run("ls", "-q", "--filter", filter); code != 0 || strings.TrimSpace(out) != want {
+			t.Errorf("ls --filter %s: %d %q %q, want %q", filter, code, out, errs, want)
+		}
+	}
+	if out, _, _ := c.run("inspect", "--format", "{{.Config.Labels.team}} {{.Config.Labels.tier}}", id); strings.TrimSpace(out) != "a gold" {
+		t.Errorf("inspect labels: %q", out)
+	}
+}

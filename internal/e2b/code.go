@@ -1,0 +1,320 @@
+package e2b
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-run/airlock/codebox"
+)
+
+// maxContexts bounds the code contexts of one sandbox.
+const maxContexts = 32
+
+// codeContext is one E2B code context: a codebox context (a Python
+// interpreter in the box).
+type codeContext struct {
+	id, language, cwd string
+
+	mu sync.Mutex // serialises runs, and guards x and runs
+	x  *codebox.Context
+	// runs counts the context's runs (E2B's execution count).
+	runs int
+}
+
+// contextJSON is E2B's Context.
+type contextJSON struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+}
+
+// codeHandler is the code interpreter's API for the sandbox.
+func (sb *sandbox) codeHandler() http.Handler {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, "OK") })
+	m.HandleFunc("POST /execute", sb.execute)
+	m.HandleFunc("POST /contexts", sb.createContext)
+	m.HandleFunc("GET /contexts", sb.listContexts)
+	m.HandleFunc("DELETE /contexts/{id}", sb.removeContext)
+	m.HandleFunc("POST /contexts/{id}/restart", sb.restartContext)
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotImplemented, fmt.Sprintf("code interpreter: %s %s is not answered by airlock (see docs/e2b.md)", r.Method, r.URL.Path))
+	})
+	return m
+}
+
+// language checks a context language: airlock's contexts are Python.
+func language(l string) (string, error) {
+	switch strings.ToLower(l) {
+	case "", "python", "python3":
+		return "python", nil
+	}
+	return "", badRequest("language %q: airlock's code contexts run Python only (run other languages with sandbox.commands.run)", l)
+}
+
+// codebox returns the sandbox's CodeBox (made on first use).
+func (sb *sandbox) codebox() *codebox.CodeBox {
+	sb.cmu.Lock()
+	defer sb.cmu.Unlock()
+	if sb.cb == nil {
+		sb.cb = codebox.Attach(sb.box, codebox.Options{})
+	}
+	return sb.cb
+}
+
+func (sb *sandbox) closeCode() {
+	sb.cmu.Lock()
+	cb := sb.cb
+	sb.cb = nil
+	sb.contexts = map[string]*codeContext{}
+	sb.cmu.Unlock()
+	if cb != nil {
+		cb.Close()
+	}
+}
+
+// newContext makes a context for language in cwd (the user's home when
+// empty), under id ("" for a new one).
+func (sb *sandbox) newContext(ctx context.Context, id, lang, cwd string) (*codeContext, error) {
+	lang, err := language(lang)
+	if err != nil {
+		return nil, err
+	}
+	u, err := sb.user(ctx, defaultUser)
+	if err != nil {
+		return nil, err
+	}
+	cwd = u.resolve(cwd)
+	if id == "" {
+		b := make([]byte, 8)
+		rand.Read(b)
+		id = hex.EncodeToString(b)
+	}
+	sb.cmu.Lock()
+	if len(sb.contexts) >= maxContexts {
+		sb.cmu.Unlock()
+		return nil, badRequest("the sandbox has %d code contexts, the most it may: remove one", maxContexts)
+	}
+	sb.cmu.Unlock()
+	var x *codebox.Context
+	if id == defaultContextID(lang) && sb.box.FromPool() {
+		// A box from a warm pool has its interpreter started: the default
+		// context adopts it (a context with options would start another)
+		// and moves to cwd.
+		if x, err = sb.codebox().NewContext(ctx); err == nil {
+			if res, err := x.Run(ctx, fmt.Sprintf("import os as _e2b_os\n_e2b_os.chdir(%q)", cwd)); err != nil || res.Error != nil {
+				x.Close()
+				x = nil
+			}
+		}
+	}
+	if x == nil {
+		if x, err = sb.codebox().NewContext(ctx, codebox.ContextOptions{WorkingDir: cwd}); err != nil {
+			return nil, err
+		}
+	}
+	c := &codeContext{id: id, language: lang, cwd: cwd, x: x}
+	sb.cmu.Lock()
+	sb.contexts[id] = c
+	sb.cmu.Unlock()
+	return c, nil
+}
+
+// defaultContextID is the id of a sandbox's default context of a language.
+func defaultContextID(lang string) string { return "default-" + lang }
+
+// contextFor returns context id, or the default context of lang.
+func (sb *sandbox) contextFor(ctx context.Context, id, lang string) (*codeContext, error) {
+	if id != "" {
+		sb.cmu.Lock()
+		c := sb.contexts[id]
+		sb.cmu.Unlock()
+		if c == nil {
+			return nil, fmt.Errorf("context %s not found: %w", id, errNotSandbox)
+		}
+		return c, nil
+	}
+	lang, err := language(lang)
+	if err != nil {
+		return nil, err
+	}
+	// One first run makes the default context; the others wait for it.
+	sb.defMu.Lock()
+	defer sb.defMu.Unlock()
+	sb.cmu.Lock()
+	c := sb.contexts[defaultContextID(lang)]
+	sb.cmu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	return sb.newContext(ctx, defaultContextID(lang), lang, "")
+}
+
+func (sb *sandbox) createContext(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Language string `json:"language"`
+		Cwd      string `json:"cwd"`
+	}
+	if err := sb.s.decodeBody(w, r, &body); err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	c, err := sb.newContext(r.Context(), "", body.Language, body.Cwd)
+	if err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, contextJSON{ID: c.id, Language: c.language, Cwd: c.cwd})
+}
+
+func (sb *sandbox) listContexts(w http.ResponseWriter, r *http.Request) {
+	sb.cmu.Lock()
+	out := []contextJSON{}
+	for _, c := range sb.contexts {
+		out = append(out, contextJSON{ID: c.id, Language: c.language, Cwd: c.cwd})
+	}
+	sb.cmu.Unlock()
+	slices.SortFunc(out, func(a, b contextJSON) int { return strings.Compare(a.ID, b.ID) })
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (sb *sandbox) removeContext(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	sb.cmu.Lock()
+	c := sb.contexts[id]
+	delete(sb.contexts, id)
+	sb.cmu.Unlock()
+	if c == nil {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("context %s not found", id))
+		return
+	}
+	c.mu.Lock()
+	c.x.Close()
+	c.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (sb *sandbox) restartContext(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	sb.cmu.Lock()
+	c := sb.contexts[id]
+	sb.cmu.Unlock()
+	if c == nil {
+		writeError(w, http.StatusNotFound, fmt.Sprintf("context %s not found", id))
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.x.Close()
+	x, err := sb.codebox().NewContext(r.Context(), codebox.ContextOptions{WorkingDir: c.cwd})
+	if err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	c.x = x
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// execute answers POST /execute: the cell's output as NDJSON lines, the
+// form of E2B's code interpreter server (stdout, stderr, result, error,
+// number_of_executions, end_of_execution).
+func (sb *sandbox) execute(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Code      string            `json:"code"`
+		ContextID string            `json:"context_id"`
+		Language  string            `json:"language"`
+		EnvVars   map[string]string `json:"env_vars"`
+	}
+	if err := sb.s.decodeBody(w, r, &body); err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	ctx := r.Context()
+	c, err := sb.contextFor(ctx, body.ContextID, body.Language)
+	if err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	if acquire := sb.s.cfg.AcquireExec; acquire != nil {
+		release, err := acquire(ctx)
+		if err != nil {
+			writeBoxError(w, err)
+			return
+		}
+		defer release()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	code := body.Code
+	if len(body.EnvVars) > 0 {
+		// The variables hold for this run only, as E2B's do: set before
+		// the cell, the old values put back after it.
+		env, _ := json.Marshal(body.EnvVars)
+		pre := fmt.Sprintf("import os as _e2b_os, json as _e2b_json\n_e2b_env = _e2b_json.loads(%q)\n_e2b_saved = {k: _e2b_os.environ.get(k) for k in _e2b_env}\n_e2b_os.environ.update(_e2b_env)\n", env)
+		if _, err := c.x.Run(ctx, pre); err != nil {
+			writeBoxError(w, err)
+			return
+		}
+		defer c.x.Run(context.WithoutCancel(ctx), "for _k, _v in _e2b_saved.items():\n    if _v is None: _e2b_os.environ.pop(_k, None)\n    else: _e2b_os.environ[_k] = _v\n")
+	}
+	t0 := time.Now()
+	res, err := c.x.Run(ctx, code)
+	rec := AuditRecord{Kind: "cell", BoxID: sb.box.ID(), Code: code, Duration: time.Since(t0)}
+	if err != nil {
+		rec.Error = err.Error()
+	} else {
+		rec.TimedOut = res.TimedOut
+		if res.Error != nil {
+			rec.Error = res.Error.Error()
+		}
+	}
+	sb.s.audit(rec)
+	if err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	c.runs++
+	n := c.runs
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	enc := json.NewEncoder(w)
+	now := time.Now().UnixNano()
+	if res.Stdout != "" {
+		enc.Encode(map[string]any{"type": "stdout", "text": res.Stdout, "timestamp": now})
+	}
+	if res.Stderr != "" {
+		enc.Encode(map[string]any{"type": "stderr", "text": res.Stderr, "timestamp": now})
+	}
+	for _, img := range res.Images {
+		out := map[string]any{"type": "result", "is_main_result": false}
+		switch img.MIMEType {
+		case "image/png":
+			out["png"] = base64.StdEncoding.EncodeToString(img.Data)
+			out["text"] = "<Figure>"
+		case "image/jpeg":
+			out["jpeg"] = base64.StdEncoding.EncodeToString(img.Data)
+		case "image/svg+xml":
+			out["svg"] = string(img.Data)
+		default:
+			continue
+		}
+		enc.Encode(out)
+	}
+	if res.Value != "" {
+		enc.Encode(map[string]any{"type": "result", "text": res.Value, "is_main_result": true})
+	}
+	if e := res.Error; e != nil {
+		enc.Encode(map[string]any{"type": "error", "name": e.Name, "value": e.Value, "traceback": e.Traceback})
+	}
+	enc.Encode(map[string]any{"type": "number_of_executions", "execution_count": n})
+	enc.Encode(map[string]any{"type": "end_of_execution"})
+}

@@ -1,0 +1,557 @@
+package e2b
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-run/airlock"
+)
+
+// controlMux is the control plane: E2B's sandbox calls that the SDKs make.
+func (s *Server) controlMux() *http.ServeMux {
+	m := http.NewServeMux()
+	m.HandleFunc("POST /sandboxes", s.create)
+	m.HandleFunc("POST /v2/sandboxes", s.create)
+	m.HandleFunc("POST /v3/sandboxes", s.create)
+	m.HandleFunc("GET /sandboxes", s.list)
+	m.HandleFunc("GET /v2/sandboxes", s.list)
+	m.HandleFunc("GET /sandboxes/{id}", s.get)
+	m.HandleFunc("DELETE /sandboxes/{id}", s.kill)
+	m.HandleFunc("POST /sandboxes/{id}/timeout", s.setTimeout)
+	m.HandleFunc("POST /sandboxes/{id}/refreshes", s.refresh)
+	m.HandleFunc("POST /sandboxes/{id}/pause", s.pause)
+	m.HandleFunc("POST /sandboxes/{id}/resume", s.connect)
+	m.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
+	m.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s is not answered by airlock's E2B API (see docs/e2b.md for what is)", r.Method, r.URL.Path))
+	})
+	return m
+}
+
+// newSandbox is the body of a create (E2B's NewSandbox and NewSandboxV2).
+type newSandboxBody struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *int64            `json:"timeout"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	Secure              *bool             `json:"secure"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	AutoPause           *bool             `json:"autoPause"`
+	Network             *struct {
+		AllowOut           []string `json:"allowOut"`
+		DenyOut            []string `json:"denyOut"`
+		AllowPublicTraffic *bool    `json:"allowPublicTraffic"`
+	} `json:"network"`
+	VolumeMounts []json.RawMessage `json:"volumeMounts"`
+	MCP          json.RawMessage   `json:"mcp"`
+}
+
+// created is E2B's Sandbox: the answer to a create or connect.
+type created struct {
+	TemplateID         string  `json:"templateID"`
+	SandboxID          string  `json:"sandboxID"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken"`
+	TrafficAccessToken string  `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+	Alias              string  `json:"alias,omitempty"`
+}
+
+// listed is E2B's ListedSandbox; detail (SandboxDetail) adds to it.
+type listed struct {
+	TemplateID  string            `json:"templateID"`
+	Alias       string            `json:"alias,omitempty"`
+	SandboxID   string            `json:"sandboxID"`
+	ClientID    string            `json:"clientID"`
+	StartedAt   time.Time         `json:"startedAt"`
+	EndAt       time.Time         `json:"endAt"`
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    int               `json:"memoryMB"`
+	DiskSizeMB  int               `json:"diskSizeMB"`
+	Metadata    map[string]string `json:"metadata"`
+	State       string            `json:"state"`
+	EnvdVersion string            `json:"envdVersion"`
+}
+
+type detail struct {
+	listed
+	EnvdAccessToken     string  `json:"envdAccessToken"`
+	AllowInternetAccess bool    `json:"allowInternetAccess"`
+	Domain              *string `json:"domain"`
+}
+
+// clientID is what E2B names the node a sandbox runs on.
+const clientID = "airlock"
+
+// decodeBody reads a JSON body of at most the configured size.
+func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	b, err := io.ReadAll(r.Body)
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return fmt.Errorf("%w: the body is over the server's limit of %d bytes", errTooLarge, s.cfg.MaxBodyBytes)
+	}
+	if err != nil {
+		return badRequest("read the body: %v", err)
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return badRequest("body: %v", err)
+	}
+	return nil
+}
+
+// timeoutOf checks a timeout in seconds.
+func timeoutOf(sec *int64) (time.Duration, error) {
+	if sec == nil {
+		return DefaultTimeout, nil
+	}
+	if *sec <= 0 || *sec > int64(MaxTimeout/time.Second) {
+		return 0, badRequest("timeout %d s: want 1..%d", *sec, int64(MaxTimeout/time.Second))
+	}
+	return time.Duration(*sec) * time.Second, nil
+}
+
+// optionsOf maps a create body to box options.
+func (s *Server) optionsOf(body newSandboxBody) (airlock.BoxOptions, string, error) {
+	tmpl := body.TemplateID
+	if tmpl == "" {
+		tmpl = "base"
+	}
+	img, ok := s.templates[tmpl]
+	if !ok {
+		img = tmpl
+	}
+	ttl, err := timeoutOf(body.Timeout)
+	if err != nil {
+		return airlock.BoxOptions{}, "", err
+	}
+	o := airlock.BoxOptions{Image: img, TTL: ttl, Labels: map[string]string{templateLabel: tmpl}}
+	for k, v := range body.Metadata {
+		if strings.HasPrefix(k, labelPrefix) {
+			return o, "", badRequest("metadata key %q: the prefix %s is airlock's own", k, labelPrefix)
+		}
+		o.Labels[k] = v
+	}
+	keys := make([]string, 0, len(body.EnvVars))
+	for k := range body.EnvVars {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return o, "", badRequest("envVars key %q: want a variable name", k)
+		}
+		o.Env = append(o.Env, k+"="+body.EnvVars[k])
+	}
+	if body.AllowInternetAccess != nil && !*body.AllowInternetAccess {
+		o.Network = airlock.NetworkNone
+	}
+	if n := body.Network; n != nil {
+		if len(n.DenyOut) > 0 {
+			return o, "", badRequest("network.denyOut is not supported by airlock: name what the sandbox may reach in network.allowOut instead")
+		}
+		if len(n.AllowOut) > 0 {
+			if o.Network == airlock.NetworkNone {
+				return o, "", badRequest("network.allowOut with allow_internet_access false: give one or the other")
+			}
+			o.Network, o.AllowNet = airlock.NetworkAllowlist, n.AllowOut
+		}
+	}
+	if len(body.VolumeMounts) > 0 {
+		return o, "", badRequest("volumeMounts are not supported by airlock's E2B API yet")
+	}
+	if len(body.MCP) > 0 && string(body.MCP) != "null" {
+		return o, "", badRequest("mcp servers in a sandbox are not supported by airlock's E2B API")
+	}
+	return o, tmpl, nil
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	var body newSandboxBody
+	if err := s.decodeBody(w, r, &body); err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	opts, tmpl, err := s.optionsOf(body)
+	if err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	ctx := r.Context()
+	if s.cfg.CheckBox != nil {
+		release, err := s.cfg.CheckBox(ctx, &opts)
+		if err != nil {
+			writeBoxError(w, err)
+			return
+		}
+		defer release()
+	}
+	cctx := ctx
+	if s.cfg.PullContext != nil {
+		cctx = s.cfg.PullContext(ctx)
+	}
+	b, err := s.rt.Create(cctx, opts)
+	if err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	sb := newSandbox(s, b)
+	if _, err := sb.user(ctx, defaultUser); err != nil {
+		// An image without sh and a writable /etc cannot have E2B's user.
+		s.rt.Remove(context.WithoutCancel(ctx), b.ID(), true)
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("template %s (image %s): %v", tmpl, opts.Image, err))
+		return
+	}
+	s.mu.Lock()
+	s.boxes[b.ID()] = sb
+	s.mu.Unlock()
+	s.sweep(ctx)
+	writeJSON(w, http.StatusCreated, s.createdOf(b.ID(), tmpl))
+}
+
+func (s *Server) createdOf(id, tmpl string) created {
+	tok := s.accessToken(id)
+	return created{TemplateID: tmpl, SandboxID: id, ClientID: clientID, EnvdVersion: EnvdVersion,
+		EnvdAccessToken: tok, TrafficAccessToken: tok}
+}
+
+// lookup returns the E2B sandbox id (a box made through this API).
+func (s *Server) lookup(ctx context.Context, id string) (*airlock.Box, airlock.BoxInfo, error) {
+	b, err := s.rt.Get(ctx, id)
+	if err != nil {
+		return nil, airlock.BoxInfo{}, fmt.Errorf("sandbox %s not found: %w", id, err)
+	}
+	info, err := b.Info(ctx)
+	if err != nil {
+		return nil, info, fmt.Errorf("sandbox %s not found: %w", id, err)
+	}
+	if _, ok := info.Options.Labels[templateLabel]; !ok {
+		return nil, info, fmt.Errorf("sandbox %s not found: box %s was not made through the E2B API: %w", id, id, errNotSandbox)
+	}
+	return b, info, nil
+}
+
+// stateOf is E2B's state of a box: running, else paused (an airlock box
+// that is stopped, paused or suspended continues on connect).
+func stateOf(info airlock.BoxInfo) string {
+	if info.State == airlock.BoxRunning {
+		return "running"
+	}
+	return "paused"
+}
+
+func listedOf(info airlock.BoxInfo) listed {
+	md := map[string]string{}
+	for k, v := range info.Options.Labels {
+		if !strings.HasPrefix(k, labelPrefix) {
+			md[k] = v
+		}
+	}
+	started := info.Started
+	if started.IsZero() {
+		started = info.Created
+	}
+	return listed{TemplateID: info.Options.Labels[templateLabel], SandboxID: info.ID, ClientID: clientID,
+		StartedAt: started.UTC(), EndAt: info.ExpiresAt.UTC(), CPUCount: info.Options.CPUs, MemoryMB: info.Options.MemoryMiB,
+		DiskSizeMB: info.Options.DiskSizeMiB, Metadata: md, State: stateOf(info), EnvdVersion: EnvdVersion}
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	_, info, err := s.lookup(r.Context(), id)
+	if err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, detail{listed: listedOf(info), EnvdAccessToken: s.accessToken(id),
+		AllowInternetAccess: info.Options.Network != airlock.NetworkNone})
+}
+
+// maxListLimit bounds a list page.
+const maxListLimit = 1000
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var want map[string]string
+	if md := q.Get("metadata"); md != "" {
+		// The SDK sends the pairs URL-encoded twice: once as a query
+		// string of their own, once as this parameter's value.
+		vals, err := url.ParseQuery(md)
+		if err != nil {
+			writeBoxError(w, badRequest("metadata %q: want key=value pairs joined by &", md))
+			return
+		}
+		want = map[string]string{}
+		for k, v := range vals {
+			k, _ = url.QueryUnescape(k)
+			vv, _ := url.QueryUnescape(v[0])
+			want[k] = vv
+		}
+	}
+	states := map[string]bool{"running": true, "paused": true}
+	if st := q.Get("state"); st != "" {
+		states = map[string]bool{}
+		for _, x := range strings.Split(st, ",") {
+			if x != "running" && x != "paused" {
+				writeBoxError(w, badRequest("state %q: want running or paused", x))
+				return
+			}
+			states[x] = true
+		}
+	}
+	tmpl := q.Get("template")
+	limit := 100
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > maxListLimit {
+			writeBoxError(w, badRequest("limit %q: want 1..%d", l, maxListLimit))
+			return
+		}
+		limit = n
+	}
+	after := q.Get("nextToken")
+	boxes, err := s.rt.List(r.Context())
+	if err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	if q.Get("order") == "desc" {
+		slices.Reverse(boxes)
+	}
+	out := []listed{}
+	skipping := after != ""
+	next := ""
+	for _, info := range boxes {
+		t, ok := info.Options.Labels[templateLabel]
+		if !ok || (tmpl != "" && t != tmpl) || !states[stateOf(info)] {
+			continue
+		}
+		match := true
+		for k, v := range want {
+			if got, ok := info.Options.Labels[k]; !ok || got != v {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		if skipping {
+			if info.ID == after {
+				skipping = false
+			}
+			continue
+		}
+		if len(out) == limit {
+			next = out[len(out)-1].SandboxID
+			break
+		}
+		out = append(out, listedOf(info))
+	}
+	if next != "" {
+		w.Header().Set("X-Next-Token", next)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	b, _, err := s.lookup(r.Context(), id)
+	if err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	s.forget(b.ID())
+	if err := b.Remove(r.Context(), true); err != nil && !errors.Is(err, airlock.ErrBoxNotFound) {
+		writeBoxError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	if err := s.decodeBody(w, r, &body); err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	if body.Timeout == nil {
+		writeBoxError(w, badRequest("timeout: required, in seconds"))
+		return
+	}
+	ttl, err := timeoutOf(body.Timeout)
+	if err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	b, _, err := s.lookup(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	if err := b.SetTTL(r.Context(), ttl); err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// refresh (keep-alive) extends the timeout by its duration from now, when
+// that is later than the current end.
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Duration *int64 `json:"duration"`
+	}
+	if err := s.decodeBody(w, r, &body); err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	ttl, err := timeoutOf(body.Duration)
+	if err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	b, info, err := s.lookup(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	if info.ExpiresAt.IsZero() || time.Now().Add(ttl).After(info.ExpiresAt) {
+		if err := b.SetTTL(r.Context(), ttl); err != nil {
+			writeBoxError(w, err)
+			return
+		}
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// connect returns a sandbox's connection details, starting (resuming) a
+// box that is not running; a timeout given sets its TTL from now.
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Timeout *int64 `json:"timeout"`
+	}
+	if err := s.decodeBody(w, r, &body); err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	ctx := r.Context()
+	id := r.PathValue("id")
+	b, info, err := s.lookup(ctx, id)
+	if err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	status := http.StatusOK
+	if info.State != airlock.BoxRunning || paused(ctx, b) {
+		if s.cfg.CheckStart != nil {
+			if err := s.cfg.CheckStart(ctx, b); err != nil {
+				writeBoxError(w, err)
+				return
+			}
+		}
+		if err := resume(ctx, b, info); err != nil {
+			writeBoxError(w, err)
+			return
+		}
+		status = http.StatusCreated
+	}
+	if body.Timeout != nil {
+		ttl, err := timeoutOf(body.Timeout)
+		if err != nil {
+			writeBoxError(w, err)
+			return
+		}
+		if err := b.SetTTL(ctx, ttl); err != nil {
+			writeBoxError(w, err)
+			return
+		}
+	}
+	writeJSON(w, status, s.createdOf(id, info.Options.Labels[templateLabel]))
+}
+
+func paused(ctx context.Context, b *airlock.Box) bool {
+	p, err := b.Paused(ctx)
+	return err == nil && p
+}
+
+// resume makes a box run again: Resume for a paused or suspended one,
+// Start for a stopped one.
+func resume(ctx context.Context, b *airlock.Box, info airlock.BoxInfo) error {
+	if info.State == airlock.BoxRunning || info.Suspended {
+		return b.Resume(ctx)
+	}
+	return b.Start(ctx)
+}
+
+// sweep forgets the sandboxes whose boxes are gone (killed elsewhere, or
+// reaped at their timeout), so that what the server keeps stays bounded
+// by the boxes there are.
+func (s *Server) sweep(ctx context.Context) {
+	s.mu.Lock()
+	boxes := make([]*sandbox, 0, len(s.boxes))
+	for _, sb := range s.boxes {
+		boxes = append(boxes, sb)
+	}
+	s.mu.Unlock()
+	for _, sb := range boxes {
+		if _, err := sb.box.Info(ctx); errors.Is(err, airlock.ErrBoxNotFound) {
+			s.forget(sb.box.ID())
+		}
+	}
+}
+
+// pause suspends the box to disk (Box.Suspend: its memory and disk are
+// kept, the VM ends); connect or resume continues it where it was. The
+// sandbox's timeout goes on counting meanwhile.
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		KeepMemory *bool `json:"keepMemory"`
+	}
+	if err := s.decodeBody(w, r, &body); err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	if body.KeepMemory != nil && !*body.KeepMemory {
+		writeBoxError(w, badRequest("keepMemory false: airlock pauses a sandbox with its memory"))
+		return
+	}
+	ctx := r.Context()
+	b, info, err := s.lookup(ctx, r.PathValue("id"))
+	if err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	if info.State != airlock.BoxRunning {
+		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is not running (state %s)", info.ID, info.State))
+		return
+	}
+	if s.cfg.CheckSuspend != nil {
+		if err := s.cfg.CheckSuspend(ctx, b); err != nil {
+			writeBoxError(w, err)
+			return
+		}
+	}
+	// Its processes and contexts end with the VM's run.
+	s.forget(b.ID())
+	if err := b.Suspend(ctx); err != nil {
+		writeBoxError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,69 @@
+// E2B's own Node SDKs (e2b, @e2b/code-interpreter, unchanged) against
+// airlock serve --e2b: TestE2BNodeSDK (internal/e2b) sets E2B_API_URL,
+// E2B_SANDBOX_URL and E2B_API_KEY and runs `node --test` here. One
+// sandbox serves every case, in order.
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import { Sandbox } from "@e2b/code-interpreter";
+import { CommandExitError, NotFoundError } from "e2b";
+
+const sbx = await Sandbox.create({ metadata: { suite: "node" }, timeoutMs: 300_000 });
+after(async () => {
+  try {
+    await sbx.kill();
+  } catch {}
+});
+
+test("info and list by metadata", async () => {
+  const info = await Sandbox.getInfo(sbx.sandboxId);
+  assert.equal(info.sandboxId, sbx.sandboxId);
+  assert.deepEqual(info.metadata, { suite: "node" });
+  const page = await Sandbox.list({ query: { metadata: { suite: "node" } } }).nextItems();
+  assert.deepEqual(page.map((s) => s.sandboxId), [sbx.sandboxId]);
+});
+
+test("set timeout", async () => {
+  await sbx.setTimeout(900_000);
+  const left = (new Date((await Sandbox.getInfo(sbx.sandboxId)).endAt).getTime() - Date.now()) / 1000;
+  assert.ok(left > 800 && left <= 900, `${left}`);
+});
+
+test("commands", async () => {
+  const r = await sbx.commands.run("echo out; echo err >&2; id -un; pwd");
+  assert.equal(r.exitCode, 0);
+  assert.equal(r.stdout, "out\nuser\n/home/user\n");
+  assert.equal(r.stderr, "err\n");
+  await assert.rejects(sbx.commands.run("exit 4"), (e) => e instanceof CommandExitError && e.exitCode === 4);
+  const seen = [];
+  await sbx.commands.run("echo a; sleep 0.2; echo b", { onStdout: (d) => seen.push(d) });
+  assert.equal(seen.join(""), "a\nb\n");
+});
+
+test("background command and kill", async () => {
+  const h = await sbx.commands.run("sleep 60", { background: true });
+  assert.ok((await sbx.commands.list()).some((p) => p.pid === h.pid));
+  assert.ok(await sbx.commands.kill(h.pid));
+});
+
+test("files", async () => {
+  await sbx.files.write("n/a.txt", "alpha");
+  assert.equal(await sbx.files.read("n/a.txt"), "alpha");
+  assert.deepEqual((await sbx.files.list("n")).map((e) => e.name), ["a.txt"]);
+  assert.ok(await sbx.files.exists("n/a.txt"));
+  await sbx.files.remove("n");
+  assert.equal(await sbx.files.exists("n/a.txt"), false);
+});
+
+test("runCode", async () => {
+  await sbx.runCode("x = 41");
+  const ex = await sbx.runCode("print('hi'); x + 1");
+  assert.deepEqual(ex.logs.stdout, ["hi\n"]);
+  assert.equal(ex.text, "42");
+  const err = await sbx.runCode("1/0");
+  assert.equal(err.error.name, "ZeroDivisionError");
+});
+
+test("kill", async () => {
+  await sbx.kill();
+  await assert.rejects(Sandbox.getInfo(sbx.sandboxId), (e) => e instanceof NotFoundError || /not found/i.test(String(e)));
+});

@@ -1,0 +1,292 @@
+"""E2B's own SDKs (e2b, e2b-code-interpreter, unchanged) against
+`airlock serve --e2b`: TestE2BSDK (e2b_vm_test.go) starts the server on
+loopback, sets E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY, and runs this
+file with the Python of sdk/python/.venv.
+
+One sandbox (a box) serves every test, in file order; the last kills it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+
+import pytest
+from e2b import (
+    CommandExitException,
+    NotFoundException,
+    Sandbox as BaseSandbox,
+    SandboxQuery,
+    SandboxState,
+    TimeoutException,
+)
+from e2b_code_interpreter import Sandbox
+
+HAS_DATA = os.environ.get("AIRLOCK_E2B_DATA_IMAGE") == "1"
+
+
+@pytest.fixture(scope="module")
+def sb():
+    s = Sandbox.create(metadata={"suite": "e2b", "run": "1"}, timeout=300)
+    yield s
+    try:
+        s.kill()
+    except Exception:
+        pass
+
+
+# --- control plane -------------------------------------------------------
+
+
+def test_info_and_list_by_metadata(sb):
+    info = Sandbox.get_info(sb.sandbox_id)
+    assert info.sandbox_id == sb.sandbox_id
+    assert info.metadata == {"suite": "e2b", "run": "1"}
+    assert info.template_id == "code-interpreter-v1"
+    assert info.state == SandboxState.RUNNING
+
+    ids = [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"suite": "e2b"})).next_items()]
+    assert ids == [sb.sandbox_id]
+    assert Sandbox.list(query=SandboxQuery(metadata={"suite": "other"})).next_items() == []
+    paused = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
+    assert sb.sandbox_id not in [s.sandbox_id for s in paused]
+
+
+def test_set_timeout_moves_the_end(sb):
+    sb.set_timeout(1200)
+    end = Sandbox.get_info(sb.sandbox_id).end_at
+    left = (end - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+    assert 1100 < left <= 1200, left
+
+
+def test_connect(sb):
+    again = Sandbox.connect(sb.sandbox_id)
+    assert again.commands.run("echo connected").stdout == "connected\n"
+
+
+def test_unknown_sandbox_is_not_found():
+    with pytest.raises(NotFoundException):
+        Sandbox.get_info("nosuchbox0000")
+
+
+def test_wrong_key_is_refused():
+    from e2b import AuthenticationException
+
+    with pytest.raises(AuthenticationException):
+        Sandbox.list(api_key="e2b_0000000000000000").next_items()
+
+
+# --- commands ------------------------------------------------------------
+
+
+def test_run_foreground(sb):
+    r = sb.commands.run("echo out; echo err >&2; id -un; pwd")
+    assert r.exit_code == 0
+    assert r.stdout == "out\nuser\n/home/user\n"
+    assert r.stderr == "err\n"
+    root = sb.commands.run("id -u; pwd", user="root")
+    assert root.stdout == "0\n/root\n"
+
+
+def test_run_envs_and_cwd(sb):
+    r = sb.commands.run("echo $GREETING; pwd", envs={"GREETING": "hello"}, cwd="/tmp")
+    assert r.stdout == "hello\n/tmp\n"
+
+
+def test_run_nonzero_exit(sb):
+    with pytest.raises(CommandExitException) as e:
+        sb.commands.run("echo partial; echo bad >&2; exit 3")
+    assert e.value.exit_code == 3
+    assert e.value.stdout == "partial\n"
+    assert e.value.stderr == "bad\n"
+
+
+def test_run_streams_output(sb):
+    seen = []
+    sb.commands.run("for i in 1 2 3; do echo line$i; sleep 0.2; done", on_stdout=seen.append)
+    assert "".join(seen) == "line1\nline2\nline3\n"
+
+
+def test_run_timeout(sb):
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutException):
+        sb.commands.run("sleep 30", timeout=2)
+    assert time.monotonic() - t0 < 20
+
+
+def test_background_list_kill(sb):
+    h = sb.commands.run("sleep 60", background=True)
+    assert h.pid in [p.pid for p in sb.commands.list()]
+    assert sb.commands.kill(h.pid)
+    with pytest.raises(CommandExitException):
+        h.wait()
+    assert h.pid not in [p.pid for p in sb.commands.list()]
+
+
+def test_stdin(sb):
+    h = sb.commands.run("cat", background=True, stdin=True)
+    sb.commands.send_stdin(h.pid, "to cat\n")
+    sb.commands.close_stdin(h.pid)
+    r = h.wait()
+    assert r.stdout == "to cat\n"
+
+
+def test_connect_to_a_process(sb):
+    h = sb.commands.run("sleep 1; echo late", background=True)
+    h.disconnect()
+    again = sb.commands.connect(h.pid)
+    assert again.wait().stdout == "late\n"
+
+
+# --- files ---------------------------------------------------------------
+
+
+def test_files_write_read_list(sb):
+    info = sb.files.write("notes/a.txt", "alpha")
+    assert info.path == "/home/user/notes/a.txt"
+    assert sb.files.read("notes/a.txt") == "alpha"
+    assert sb.files.read("/home/user/notes/a.txt", format="bytes") == bytearray(b"alpha")
+    owner = sb.commands.run("stat -c %U /home/user/notes/a.txt").stdout.strip()
+    assert owner == "user"
+    sb.files.write_files([{"path": "notes/b.bin", "data": b"\x00\x01"}, {"path": "/tmp/c.txt", "data": "c"}])
+    assert sb.files.read("notes/b.bin", format="bytes") == bytearray(b"\x00\x01")
+    assert sb.files.read("/tmp/c.txt") == "c"
+    names = sorted(e.name for e in sb.files.list("notes"))
+    assert names == ["a.txt", "b.bin"]
+    deep = sorted(e.path for e in sb.files.list("/home/user", depth=2) if e.path.startswith("/home/user/notes"))
+    assert deep == ["/home/user/notes", "/home/user/notes/a.txt", "/home/user/notes/b.bin"]
+
+
+def test_files_stat_dirs_rename_remove(sb):
+    assert sb.files.make_dir("d1/d2")
+    assert not sb.files.make_dir("d1/d2")
+    info = sb.files.get_info("d1/d2")
+    assert info.type.value == "dir"
+    sb.files.write("d1/x.txt", "x")
+    moved = sb.files.rename("d1/x.txt", "d1/y.txt")
+    assert moved.path == "/home/user/d1/y.txt"
+    assert not sb.files.exists("d1/x.txt")
+    assert sb.files.exists("d1/y.txt")
+    sb.files.remove("d1")
+    assert not sb.files.exists("d1")
+    with pytest.raises(NotFoundException):
+        sb.files.read("d1/y.txt")
+
+
+# --- code interpreter ----------------------------------------------------
+
+
+def test_run_code_keeps_state(sb):
+    sb.run_code("x = 41")
+    ex = sb.run_code("print('hi'); x + 1")
+    assert ex.logs.stdout == ["hi\n"]
+    assert ex.text == "42"
+    assert ex.error is None
+
+
+def test_run_code_error(sb):
+    ex = sb.run_code("def f():\n    return 1/0\nf()")
+    assert ex.error.name == "ZeroDivisionError"
+    assert ex.error.value == "division by zero"
+    assert "f()" in ex.error.traceback
+
+
+def test_run_code_stdout_callback_and_envs(sb):
+    got = []
+    sb.run_code("import os; print(os.environ.get('ONLY_HERE'))", envs={"ONLY_HERE": "yes"}, on_stdout=lambda m: got.append(m.line))
+    assert got == ["yes\n"]
+    assert sb.run_code("import os; print(os.environ.get('ONLY_HERE'))").logs.stdout == ["None\n"]
+
+
+@pytest.mark.skipif(not HAS_DATA, reason="the image with matplotlib (airlock/python-data) is not in the store: run hack/setup.sh")
+def test_run_code_chart_png(sb):
+    ex = sb.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
+    pngs = [r.png for r in ex.results if r.png]
+    assert len(pngs) == 1
+    import base64
+
+    assert base64.b64decode(pngs[0]).startswith(b"\x89PNG")
+
+
+def test_contexts(sb):
+    c = sb.create_code_context(cwd="/tmp")
+    assert c.cwd == "/tmp"
+    assert c.id in [x.id for x in sb.list_code_contexts()]
+    ex = sb.run_code("import os; print(os.getcwd()); 'x' in globals()", context=c)
+    assert ex.logs.stdout == ["/tmp\n"]
+    assert ex.text == "False"
+    sb.remove_code_context(c)
+    assert c.id not in [x.id for x in sb.list_code_contexts()]
+
+
+# --- terminals ---------------------------------------------------------
+
+
+def test_pty(sb):
+    from e2b import PtySize
+
+    got = bytearray()
+    h = sb.pty.create(PtySize(rows=24, cols=80))
+    sb.pty.resize(h.pid, PtySize(rows=30, cols=100))
+    sb.pty.send_stdin(h.pid, b"stty size; exit 7\n")
+    with pytest.raises(CommandExitException) as e:
+        h.wait(on_pty=got.extend)
+    assert e.value.exit_code == 7
+    assert b"30 100" in bytes(got)
+
+
+# --- ports ---------------------------------------------------------------
+
+
+def test_port_through_get_host(sb):
+    import httpx
+
+    sb.files.write("site/index.html", "served from the box")
+    server = sb.commands.run("cd site && exec python3 -m http.server 8000", background=True)
+    url = os.environ["E2B_SANDBOX_URL"]
+    token = {"E2B-Traffic-Access-Token": sb.traffic_access_token}
+    host = sb.get_host(8000)
+    assert host.startswith(f"8000-{sb.sandbox_id}.")
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            r = httpx.get(url + "/index.html", headers={"Host": host, **token}, timeout=10)
+            if r.status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "the box's server did not answer through get_host"
+        time.sleep(0.3)
+    assert r.text == "served from the box"
+    # The E2B headers name the port too; without the sandbox's token: 401.
+    r = httpx.get(url + "/index.html", headers={"E2b-Sandbox-Id": sb.sandbox_id, "E2b-Sandbox-Port": "8000", **token})
+    assert r.text == "served from the box"
+    assert httpx.get(url + "/index.html", headers={"Host": host}).status_code == 401
+    server.kill()
+
+
+# --- pause ---------------------------------------------------------------
+
+
+def test_pause_and_connect(sb):
+    sb.files.write("kept.txt", "still here")
+    assert sb.pause()
+    info = Sandbox.get_info(sb.sandbox_id)
+    assert info.state == SandboxState.PAUSED
+    assert [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()] == [sb.sandbox_id]
+    again = Sandbox.connect(sb.sandbox_id)
+    assert Sandbox.get_info(sb.sandbox_id).state == SandboxState.RUNNING
+    assert again.files.read("kept.txt") == "still here"
+    assert again.run_code("6 * 7").text == "42"
+
+
+# --- the end -------------------------------------------------------------
+
+
+def test_kill(sb):
+    assert sb.is_running()
+    sb.kill()
+    with pytest.raises(NotFoundException):
+        Sandbox.get_info(sb.sandbox_id)
+    assert BaseSandbox.list(query=SandboxQuery(metadata={"suite": "e2b"})).next_items() == []
