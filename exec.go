@@ -49,7 +49,7 @@ func (b *Box) spec(cmd string, args []string, opts ExecOptions, stdin bool) clie
 	b.mu.Unlock()
 	return client.Spec{
 		Argv:       append([]string{cmd}, args...),
-		Env:        mergeEnv(cfg.Image.Env, cfg.Options.Env, opts.Env),
+		Env:        mergeEnv(cfg.Image.Env, secretEnv(cfg), cfg.Options.Env, opts.Env),
 		WorkingDir: firstNonEmpty(opts.WorkingDir, cfg.Options.WorkingDir, cfg.Image.WorkingDir, "/"),
 		User:       firstNonEmpty(opts.User, cfg.Options.User, cfg.Image.User),
 		Stdin:      stdin,
