@@ -29,9 +29,9 @@ type Engine struct {
 	// for the box, to those names (in every mode).
 	bound      func(name string) bool
 	boundAddrs map[netip.Addr]map[string]bool
-	flows   map[*flow]struct{}
-	logged  map[string]time.Time // recent log lines, for rate limiting
-	rate    *rate.Limiter        // new flows
+	flows      map[*flow]struct{}
+	logged     map[string]time.Time // recent log lines, for rate limiting
+	rate       *rate.Limiter        // new flows
 
 	bytesIn, bytesOut, denied, conns, queries atomic.Uint64
 }

@@ -345,7 +345,7 @@ func (ic *interceptor) serveHTTP(tc *tls.Conn, up *tls.Conn, name string, dial n
 				pr.Out.Host = name
 			}
 			for _, s := range substitute(pr.Out.Header, secrets) {
-				ic.e.Note("https "+name+" secret "+s+" substituted")
+				ic.e.Note("https " + name + " secret " + s + " substituted")
 			}
 		},
 		Transport:     tr,
