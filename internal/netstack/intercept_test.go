@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 func TestSecretChecks(t *testing.T) {
@@ -330,5 +332,45 @@ func TestInterceptPassesOtherNames(t *testing.T) {
 	}
 	if !resp.TLS.PeerCertificates[0].Equal(h.srv.Certificate()) {
 		t.Error("the box did not see the real host's certificate")
+	}
+}
+
+func TestInterceptWebSocket(t *testing.T) {
+	h := newInterceptHarness(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		ctx := r.Context()
+		c.Write(ctx, websocket.MessageText, []byte("auth="+r.Header.Get("Authorization")))
+		for {
+			typ, msg, err := c.Read(ctx)
+			if err != nil {
+				return
+			}
+			c.Write(ctx, typ, append([]byte("echo "), msg...))
+		}
+	}), true)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hdr := http.Header{"Authorization": {"Bearer " + h.secret.Placeholder}}
+	c, _, err := websocket.Dial(ctx, "wss://example.com/ws", &websocket.DialOptions{HTTPClient: h.boxClient(t, h.boxCA, false), HTTPHeader: hdr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	_, msg, err := c.Read(ctx)
+	if err != nil || string(msg) != "auth=Bearer the-real-value" {
+		t.Fatalf("first message %q, %v", msg, err)
+	}
+	for _, m := range []string{"one", "two " + h.secret.Placeholder} {
+		if err := c.Write(ctx, websocket.MessageText, []byte(m)); err != nil {
+			t.Fatal(err)
+		}
+		_, got, err := c.Read(ctx)
+		if err != nil || string(got) != "echo "+m {
+			t.Fatalf("echo of %q: %q, %v (messages pass unchanged)", m, got, err)
+		}
 	}
 }
