@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -54,9 +55,22 @@ func testCert(t *testing.T, names []string, parent *x509.Certificate, parentKey 
 	return cert, key, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}
 }
 
-// echoServer serves HTTP (TLS when cert is set) on addr, answering each
-// request with what it saw of it.
-func echoServer(t *testing.T, addr string, cert *tls.Certificate) {
+// seenRequests records what servers saw of each request, by path. The
+// servers answer "ok" only: the box must never get a value back.
+type seenRequests struct {
+	mu   sync.Mutex
+	seen map[string]string
+}
+
+func (s *seenRequests) get(path string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen[path]
+}
+
+// echoServer serves HTTP (TLS when cert is set) on addr, recording each
+// request in seen.
+func echoServer(t *testing.T, addr string, cert *tls.Certificate, seen *seenRequests) {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	if errors.Is(err, syscall.EACCES) {
@@ -70,7 +84,10 @@ func echoServer(t *testing.T, addr string, cert *tls.Certificate) {
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		fmt.Fprintf(w, "host=%s proto=%s url=%s auth=%s body=%s", r.Host, r.Proto, r.URL.RequestURI(), r.Header.Get("Authorization"), body)
+		seen.mu.Lock()
+		seen.seen[r.URL.Path] = fmt.Sprintf("host=%s proto=%s url=%s auth=%s body=%s", r.Host, r.Proto, r.URL.RequestURI(), r.Header.Get("Authorization"), body)
+		seen.mu.Unlock()
+		fmt.Fprint(w, "ok")
 	})}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
@@ -91,10 +108,10 @@ def get(url, cafile=None):
     except Exception as e:
         return "error:" + type(e).__name__ + ":" + str(e)[:200]
 print("token", tok)
-print("api", get("https://api.test/"))
-print("other", get("https://other.test/", cafile="/tmp/test-ca.pem"))
-print("plain", get("http://api.test/"))
-print("badcert", get("https://badcert.test/"))
+print("api", get("https://api.test/api"))
+print("other", get("https://other.test/other", cafile="/tmp/test-ca.pem"))
+print("plain", get("http://api.test/plain"))
+print("badcert", get("https://badcert.test/badcert"))
 try:
     from pip._vendor import requests
     r = requests.get("https://api.test/r", headers={"Authorization": "Bearer " + tok}, timeout=20)
@@ -115,18 +132,20 @@ except Exception as e:
 // the placeholder and shows the box its real certificate; plain HTTP to
 // api.test carries the placeholder; badcert.test, whose certificate the
 // helper cannot verify, fails the box's request; the value is nowhere in
-// the box (env, /proc/*/environ, the kernel command line, its files), and
-// the network log names the secret, not its value.
+// the box (env, /proc/*/environ, the kernel command line, its files, a
+// memory snapshot, the writable layer), and the network log names the
+// secret, not its value.
 func TestSecretsVM(t *testing.T) {
 	vmtest.Require(t)
 	t.Setenv(netstack.TestInternetEnv, "198.18.0.0/24")
 	ca, caKey, _ := testCert(t, nil, nil, nil)
 	_, _, good := testCert(t, []string{"api.test", "other.test"}, ca, caKey)
 	_, _, bad := testCert(t, []string{"badcert.test"}, nil, nil) // self-signed: not verifiable
-	echoServer(t, "127.0.0.71:443", &good)
-	echoServer(t, "127.0.0.71:80", nil)
-	echoServer(t, "127.0.0.72:443", &good)
-	echoServer(t, "127.0.0.73:443", &bad)
+	seen := &seenRequests{seen: map[string]string{}}
+	echoServer(t, "127.0.0.71:443", &good, seen)
+	echoServer(t, "127.0.0.71:80", nil, seen)
+	echoServer(t, "127.0.0.72:443", &good, seen)
+	echoServer(t, "127.0.0.73:443", &bad, seen)
 	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw})
 	caFile := filepath.Join(t.TempDir(), "test-ca.pem")
 	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
@@ -163,22 +182,36 @@ func TestSecretsVM(t *testing.T) {
 		t.Fatalf("TOKEN in the box: %q (stdout %q, stderr %q)", ph, res.Stdout, res.Stderr)
 	}
 	for k, want := range map[string]string{
-		"api":   "host=api.test proto=HTTP/1.1 url=/?k=" + ph + " auth=Bearer " + value + " body=body " + ph,
-		"other": "host=other.test proto=HTTP/1.1 url=/?k=" + ph + " auth=Bearer " + ph + " body=body " + ph,
-		"plain": "host=api.test proto=HTTP/1.1 url=/?k=" + ph + " auth=Bearer " + ph + " body=body " + ph,
+		"api":   "host=api.test proto=HTTP/1.1 url=/api?k=" + ph + " auth=Bearer " + value + " body=body " + ph,
+		"other": "host=other.test proto=HTTP/1.1 url=/other?k=" + ph + " auth=Bearer " + ph + " body=body " + ph,
+		"plain": "host=api.test proto=HTTP/1.1 url=/plain?k=" + ph + " auth=Bearer " + ph + " body=body " + ph,
 	} {
-		if got[k] != want {
-			t.Errorf("%s: the server saw %q, want %q", k, got[k], want)
+		if got[k] != "ok" || seen.get("/"+k) != want {
+			t.Errorf("%s: the box got %q; the server saw %q, want %q", k, got[k], seen.get("/"+k), want)
 		}
 	}
-	if !strings.HasPrefix(got["badcert"], "error:") {
-		t.Errorf("badcert: %q, want the request to fail", got["badcert"])
+	if !strings.HasPrefix(got["badcert"], "error:") || seen.get("/badcert") != "" {
+		t.Errorf("badcert: %q (the server saw %q), want the request to fail", got["badcert"], seen.get("/badcert"))
 	}
-	if g := got["requests"]; g != "missing" && g != "host=api.test proto=HTTP/1.1 url=/r auth=Bearer "+value+" body=" {
-		t.Errorf("pip's requests: the server saw %q", g)
+	if g := got["requests"]; g != "missing" && (g != "ok" || seen.get("/r") != "host=api.test proto=HTTP/1.1 url=/r auth=Bearer "+value+" body=") {
+		t.Errorf("pip's requests: %q, the server saw %q", g, seen.get("/r"))
 	}
 	t.Logf("requests: %s; badcert: %s", got["requests"], got["badcert"])
 
+	// A memory snapshot of the box (its RAM, device state and writable
+	// layer) holds no value (taken before the scan below gives the box the
+	// value to look for).
+	if _, err := b.Snapshot(ctx, "secrets"); err != nil {
+		t.Fatal(err)
+	}
+	filepath.Walk(filepath.Join(r.Home(), "snapshots", "secrets"), func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			if n, err := scanAllocated(p, []byte(value)); err != nil || n > 0 {
+				t.Errorf("snapshot file %s holds the value %d times (%v)", filepath.Base(p), n, err)
+			}
+		}
+		return nil
+	})
 	// The value is nowhere in the box: its environment, its processes'
 	// (/proc/*/environ), its kernel command line and its writable places
 	// (in the box; the scan gets the value in two halves, so that its own
