@@ -191,6 +191,25 @@ func (b *Box) secretConfig(cfg boxConfig) (*netstack.SecretConfig, error) {
 	return sc, nil
 }
 
+// secretValues returns cfg's secrets with their values from the box
+// directory (those without one left out; nil: none).
+func (b *Box) secretValues(cfg boxConfig) (map[string]Secret, error) {
+	if len(cfg.Options.Secrets) == 0 {
+		return nil, nil
+	}
+	f, err := readSecrets(b.dir)
+	if err != nil || f == nil {
+		return nil, err
+	}
+	out := map[string]Secret{}
+	for n, s := range cfg.Options.Secrets {
+		if v, ok := f.Values[n]; ok {
+			out[n] = Secret{Value: v, Hosts: s.Hosts}
+		}
+	}
+	return out, nil
+}
+
 // secretPolicy adds the hosts of cfg's secrets, on port 443, to an
 // allowlist policy: a secret's hosts are reachable by its box.
 func secretPolicy(p netstack.Policy, cfg boxConfig) netstack.Policy {

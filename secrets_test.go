@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/vmm/fake"
 )
 
 // TestSecretsFake checks, on the fake driver (no VM), what a box with
@@ -129,5 +130,56 @@ func TestSecretsFake(t *testing.T) {
 		} else if strings.Contains(err.Error(), "v\n") || strings.Contains(err.Error(), strings.Repeat("v", 100)) {
 			t.Errorf("%s: the error shows the value: %v", what, err)
 		}
+	}
+}
+
+// TestSecretsForkFake: a fork's children get the box's secrets with
+// placeholders and a CA of their own (fake.Snapshotting: no VM).
+func TestSecretsForkFake(t *testing.T) {
+	h := fakeHarnessOn(t, fake.NewSnapshotting(os.Getenv("AIRLOCK_AGENT")))
+	home := t.TempDir()
+	r := h.open(t, home)
+	ctx := context.Background()
+	b, err := r.Create(ctx, airlock.BoxOptions{Image: h.image, Secrets: map[string]airlock.Secret{
+		"TOKEN": {Value: "sk-fork-value", Hosts: []string{"api.example.com"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Remove(ctx, true)
+	token := func(b *airlock.Box) string {
+		res, err := b.Exec(ctx, "sh", []string{"-c", "printf %s \"$TOKEN\""}, airlock.ExecOptions{Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(res.Stdout)
+	}
+	parent := token(b)
+	kids, err := b.Fork(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kids[0].Remove(ctx, true)
+	child := token(kids[0])
+	if !strings.HasPrefix(child, "airlock-secret-") || child == parent {
+		t.Errorf("child's placeholder %q, parent's %q", child, parent)
+	}
+	info, _ := kids[0].Info(ctx)
+	if s := info.Options.Secrets["TOKEN"]; s.Value != "" || len(s.Hosts) != 1 {
+		t.Errorf("child's secret: %+v", s)
+	}
+	ca := func(id string) string {
+		raw, err := os.ReadFile(filepath.Join(home, "boxes", id, "secrets.json"))
+		if err != nil || !strings.Contains(string(raw), "sk-fork-value") {
+			t.Fatalf("secrets file of %s: %v", id, err)
+		}
+		var f struct {
+			CACert []byte `json:"ca_cert"`
+		}
+		json.Unmarshal(raw, &f)
+		return string(f.CACert)
+	}
+	if ca(b.ID()) == ca(kids[0].ID()) {
+		t.Error("the child has its parent's CA")
 	}
 }
