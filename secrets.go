@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/boxrecord"
 	"github.com/airlock-run/airlock/internal/netstack"
+	"github.com/airlock-run/airlock/internal/netstack/helper"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -141,13 +142,21 @@ func (b *Box) writeSecrets(secrets map[string]Secret) error {
 	for n, s := range secrets {
 		f.Values[n] = s.Value
 	}
-	raw, _ := json.Marshal(f)
-	p := filepath.Join(b.dir, boxdir.Secrets)
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+	if err := saveSecrets(b.dir, &f); err != nil {
 		return fmt.Errorf("box %s: secrets: %w", b.id, err)
 	}
-	return os.Rename(tmp, p)
+	return nil
+}
+
+// saveSecrets writes f as the box directory's secrets file (0600,
+// replaced whole).
+func saveSecrets(dir string, f *secretsFile) error {
+	raw, _ := json.Marshal(f)
+	p := filepath.Join(dir, boxdir.Secrets)
+	if err := os.WriteFile(p+".tmp", raw, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(p+".tmp", p)
 }
 
 // readSecrets reads the box's secrets file (nil, nil: none).
@@ -208,6 +217,40 @@ func (b *Box) secretValues(cfg boxConfig) (map[string]Secret, error) {
 		}
 	}
 	return out, nil
+}
+
+// SetSecret changes the value of the box's secret name: the box directory
+// keeps the new one for later starts and, when the box runs, its network
+// helper substitutes it from its next request on. The placeholder and the
+// hosts stay. Errors: ErrInvalidArgument for an unknown secret or a bad
+// value (the error never shows the value).
+func (b *Box) SetSecret(ctx context.Context, name, value string) error {
+	if err := netstack.CheckSecretValue(name, value); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
+	rec, unlock, err := b.lockLoad(ctx)
+	defer unlock()
+	if err != nil {
+		return err
+	}
+	_, cfg := b.snapshot()
+	if _, ok := cfg.Options.Secrets[name]; !ok {
+		return fmt.Errorf("%w: box %s has no secret %s (secrets are given at Create)", ErrInvalidArgument, b.id, name)
+	}
+	f, err := readSecrets(b.dir)
+	if err != nil || f == nil {
+		return fmt.Errorf("box %s: its secrets file is gone or unreadable (%v): create the box again", b.id, err)
+	}
+	f.Values[name] = value
+	if err := saveSecrets(b.dir, f); err != nil {
+		return fmt.Errorf("box %s: secrets: %w", b.id, err)
+	}
+	if _, nic := helper.PID(b.dir); running(rec) && nic {
+		if _, err := helper.Call(ctx, b.netBox(), netstack.Request{Op: "secret", Secret: &netstack.Secret{Name: name, Value: value}}); err != nil {
+			return fmt.Errorf("box %s: set secret %s in its network helper: %w", b.id, name, err)
+		}
+	}
+	return nil
 }
 
 // secretPolicy adds the hosts of cfg's secrets, on port 443, to an

@@ -183,3 +183,31 @@ func TestSecretsForkFake(t *testing.T) {
 		t.Error("the child has its parent's CA")
 	}
 }
+
+// TestSetSecretFake: SetSecret keeps the new value for the box's next
+// starts (its secrets file) and refuses unknown secrets and bad values.
+func TestSetSecretFake(t *testing.T) {
+	h := fakeHarness(t)
+	home := t.TempDir()
+	r := h.open(t, home)
+	ctx := context.Background()
+	b, err := r.Create(ctx, airlock.BoxOptions{Image: h.image, Secrets: map[string]airlock.Secret{
+		"TOKEN": {Value: "old-value", Hosts: []string{"api.example.com"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Remove(ctx, true)
+	if err := b.SetSecret(ctx, "TOKEN", "new-value"); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(home, "boxes", b.ID(), "secrets.json"))
+	if !strings.Contains(string(raw), "new-value") || strings.Contains(string(raw), "old-value") {
+		t.Errorf("secrets file after SetSecret: %s", raw)
+	}
+	for _, c := range [][2]string{{"NOSUCH", "v"}, {"TOKEN", ""}, {"TOKEN", "a\nb-secret"}} {
+		if err := b.SetSecret(ctx, c[0], c[1]); !errors.Is(err, airlock.ErrInvalidArgument) || strings.Contains(err.Error(), "b-secret") {
+			t.Errorf("SetSecret(%q): %v", c[0], err)
+		}
+	}
+}

@@ -198,6 +198,18 @@ func TestSecretsVM(t *testing.T) {
 	}
 	t.Logf("requests: %s; badcert: %s", got["requests"], got["badcert"])
 
+	// A new value (Box.SetSecret) applies to the running box at once.
+	if err := b.SetSecret(ctx, "TOKEN", value+"-rotated"); err != nil {
+		t.Fatal(err)
+	}
+	rot := exec(t, b, airlock.ExecOptions{Timeout: 60 * time.Second}, "python3", "-c", `
+import os, urllib.request
+r = urllib.request.Request("https://api.test/rotated", headers={"Authorization": "Bearer " + os.environ["TOKEN"]})
+print(urllib.request.urlopen(r, timeout=20).read().decode())`)
+	if want := "host=api.test proto=HTTP/1.1 url=/rotated auth=Bearer " + value + "-rotated body="; seen.get("/rotated") != want {
+		t.Errorf("after SetSecret the server saw %q (box: %q %q), want %q", seen.get("/rotated"), rot.Stdout, rot.Stderr, want)
+	}
+
 	// A memory snapshot of the box (its RAM, device state and writable
 	// layer) holds no value (taken before the scan below gives the box the
 	// value to look for).

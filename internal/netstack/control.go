@@ -14,9 +14,12 @@ import (
 // Request is one call on a helper's control socket (one JSON object per
 // connection, answered by one Response).
 type Request struct {
-	// Op is "stats", "policy" (replace the policy with Policy) or "ports".
+	// Op is "stats", "policy" (replace the policy with Policy), "ports"
+	// or "secret" (replace the value of the secret named Secret.Name by
+	// Secret.Value; its hosts and placeholder stay).
 	Op     string  `json:"op"`
 	Policy *Policy `json:"policy,omitempty"`
+	Secret *Secret `json:"secret,omitempty"`
 }
 
 // Response answers a Request.
@@ -61,6 +64,14 @@ func serveControl(l net.Listener, n *Net) {
 					resp.Error = err.Error()
 				}
 				resp.Closed = k
+			case "secret":
+				if req.Secret == nil {
+					resp.Error = "secret missing"
+				} else if n.ic == nil {
+					resp.Error = "the box has no secrets"
+				} else if err := n.ic.setValue(req.Secret.Name, req.Secret.Value); err != nil {
+					resp.Error = err.Error()
+				}
 			default:
 				resp.Error = fmt.Sprintf("unknown op %q", req.Op)
 			}

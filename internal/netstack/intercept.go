@@ -55,8 +55,9 @@ const (
 // with the secrets' placeholders replaced by their values in the request
 // headers.
 type interceptor struct {
-	e       *Engine
-	secrets []Secret
+	e *Engine
+	// secrets are replaced whole when a value changes (setValue).
+	secrets atomic.Pointer[[]Secret]
 	ca      *x509.Certificate
 	caKey   *ecdsa.PrivateKey
 	leafKey *ecdsa.PrivateKey
@@ -96,14 +97,36 @@ func newInterceptor(e *Engine, sc SecretConfig, extraCA string) (*interceptor, e
 	if err != nil {
 		return nil, err
 	}
-	return &interceptor{e: e, secrets: sc.Secrets, ca: ca, caKey: caKey, leafKey: leafKey, roots: roots,
-		dial: dialTCP, leaves: map[string]*tls.Certificate{}}, nil
+	ic := &interceptor{e: e, ca: ca, caKey: caKey, leafKey: leafKey, roots: roots,
+		dial: dialTCP, leaves: map[string]*tls.Certificate{}}
+	ss := slices.Clone(sc.Secrets)
+	ic.secrets.Store(&ss)
+	return ic, nil
+}
+
+// setValue changes the value of the secret name: requests forwarded from
+// now on carry the new one.
+func (ic *interceptor) setValue(name, value string) error {
+	if err := CheckSecretValue(name, value); err != nil {
+		return err
+	}
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	ss := slices.Clone(*ic.secrets.Load())
+	for i := range ss {
+		if ss[i].Name == name {
+			ss[i].Value = value
+			ic.secrets.Store(&ss)
+			return nil
+		}
+	}
+	return fmt.Errorf("the box has no secret %s", name)
 }
 
 // bound reports whether a secret is bound to name (lower case, no final
 // dot).
 func (ic *interceptor) bound(name string) bool {
-	for _, s := range ic.secrets {
+	for _, s := range *ic.secrets.Load() {
 		for _, h := range s.Hosts {
 			if MatchSecretHost(h, name) {
 				return true
@@ -116,7 +139,7 @@ func (ic *interceptor) bound(name string) bool {
 // secretsFor returns the secrets bound to name.
 func (ic *interceptor) secretsFor(name string) []Secret {
 	var out []Secret
-	for _, s := range ic.secrets {
+	for _, s := range *ic.secrets.Load() {
 		for _, h := range s.Hosts {
 			if MatchSecretHost(h, name) {
 				out = append(out, s)
@@ -336,7 +359,6 @@ func (ic *interceptor) serveHTTP(tc *tls.Conn, up *tls.Conn, name string, dial n
 		}
 		tr.CloseIdleConnections()
 	}()
-	secrets := ic.secretsFor(name)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme = "https"
@@ -344,7 +366,7 @@ func (ic *interceptor) serveHTTP(tc *tls.Conn, up *tls.Conn, name string, dial n
 			if pr.Out.Host == "" {
 				pr.Out.Host = name
 			}
-			for _, s := range substitute(pr.Out.Header, secrets) {
+			for _, s := range substitute(pr.Out.Header, ic.secretsFor(name)) {
 				ic.e.Note("https " + name + " secret " + s + " substituted")
 			}
 		},
