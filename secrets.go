@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,7 +39,6 @@ const (
 	MaxSecretHosts  = netstack.MaxSecretHosts
 	secretsCAFile   = "/etc/airlock/ca.pem"
 	secretsBundle   = "/etc/airlock/ca-bundle.pem"
-	systemBundle    = "/etc/ssl/certs/ca-certificates.crt"
 	maxSystemBundle = 8 << 20
 )
 
@@ -118,6 +118,13 @@ func storedSecrets(secrets map[string]Secret, placeholders map[string]string) []
 	}
 	return out
 }
+
+// systemBundles are where images keep their system trust bundle (Debian,
+// Ubuntu, Alpine, Arch; Fedora, RHEL; openSUSE; Alpine's other name): the
+// first that exists gets the box's CA appended and is the base of
+// secretsBundle.
+var systemBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+	"/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem"}
 
 // secretsFile is the box directory's boxdir.Secrets: the values and the
 // box's CA, 0600, read by the lifecycle code at each start (the helper
@@ -253,6 +260,21 @@ func (b *Box) SetSecret(ctx context.Context, name, value string) error {
 	return nil
 }
 
+// readBounded returns the box's file p when it has 1 to max bytes, else
+// nil: a guest's file, read without holding more than max+1 bytes of it.
+func (b *Box) readBounded(ctx context.Context, p string, max int64) []byte {
+	rc, _, err := b.OpenFile(ctx, p)
+	if err != nil {
+		return nil
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, max+1))
+	if err != nil || int64(len(data)) > max {
+		return nil
+	}
+	return data
+}
+
 // secretPolicy adds the hosts of cfg's secrets, on port 443, to an
 // allowlist policy: a secret's hosts are reachable by its box.
 func secretPolicy(p netstack.Policy, cfg boxConfig) netstack.Policy {
@@ -288,7 +310,7 @@ func secretEnv(cfg boxConfig) []string {
 // installCA puts the box's CA certificate (never its key) in the guest's
 // trust stores: secretsCAFile alone, secretsBundle (the image's system
 // bundle and the CA) and appended to the system bundle when the image
-// has one. A box without secrets is left alone, and so is a machine
+// has one (systemBundles). A box without secrets is left alone, and so is a machine
 // without disks of its own (the fake driver's: its files are the host's).
 func (b *Box) installCA(ctx context.Context, cfg boxConfig) error {
 	if len(cfg.Options.Secrets) == 0 {
@@ -307,19 +329,23 @@ func (b *Box) installCA(ctx context.Context, cfg boxConfig) error {
 	if err := b.WriteFile(ctx, secretsCAFile, f.CACert, 0o644); err != nil {
 		return err
 	}
-	sys, err := b.ReadFile(ctx, systemBundle)
-	if err != nil || len(sys) > maxSystemBundle {
-		sys = nil // no system bundle: the CA alone
-	}
-	if len(sys) > 0 && !bytes.Contains(sys, f.CACert) {
-		if !bytes.HasSuffix(sys, []byte("\n")) {
-			sys = append(sys, '\n')
+	var sys []byte
+	for _, p := range systemBundles {
+		if sys = b.readBounded(ctx, p, maxSystemBundle); len(sys) == 0 {
+			continue // none there, or too large (the guest's file: hostile input)
 		}
-		sys = append(sys, f.CACert...)
-		if err := b.WriteFile(ctx, systemBundle, sys, 0o644); err != nil {
-			return err
+		if !bytes.Contains(sys, f.CACert) {
+			if !bytes.HasSuffix(sys, []byte("\n")) {
+				sys = append(sys, '\n')
+			}
+			sys = append(sys, f.CACert...)
+			if err := b.WriteFile(ctx, p, sys, 0o644); err != nil {
+				return err
+			}
 		}
+		break
 	}
+	// With no system bundle, secretsBundle is the CA alone.
 	bundle := sys
 	if !bytes.Contains(bundle, f.CACert) {
 		bundle = append(append([]byte(nil), bundle...), f.CACert...)

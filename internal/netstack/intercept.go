@@ -246,12 +246,12 @@ func newReplayConn(c net.Conn, peeked []byte) *replayConn {
 	return &replayConn{Conn: c, r: io.MultiReader(bytes.NewReader(peeked), c)}
 }
 
-// handle serves the box's connection in to an address (dst) that names
-// resolved to (names: those of them a secret is bound to); out is the
+// handle serves the box's connection in to an address that names resolved
+// to (names: those of them a secret is bound to); out is the
 // connection to the real host, dialed at dial. A connection whose
 // ClientHello names none of names is relayed as is; one that does is
 // intercepted. It returns when the connection ends.
-func (ic *interceptor) handle(in, out net.Conn, dst, dial netip.AddrPort, names []string) {
+func (ic *interceptor) handle(in, out net.Conn, dial netip.AddrPort, names []string) {
 	h, peeked, err := peekHello(in)
 	if err != nil || !slices.Contains(names, h.serverName) {
 		// Not TLS, or not to a bound name: the box talks to the real

@@ -230,7 +230,7 @@ func (h *interceptHarness) boxClient(t testing.TB, roots *x509.CertPool, h2 bool
 		if err != nil {
 			return nil, err
 		}
-		go h.ic.handle(in, out, netip.MustParseAddrPort("8.8.8.8:443"), h.upAddr, []string{"example.com"})
+		go h.ic.handle(in, out, h.upAddr, []string{"example.com"})
 		return box, nil
 	}
 	tr := &http.Transport{DialContext: dial, TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: h2}

@@ -315,7 +315,7 @@ func (n *Net) handleTCP(r *tcp.ForwarderRequest) {
 	defer untrack()
 	if n.ic != nil && dst.Port() == 443 {
 		if names := n.e.BoundNames(dst.Addr()); len(names) > 0 {
-			n.ic.handle(in, out, dst, v.Dial, names)
+			n.ic.handle(in, out, v.Dial, names)
 			in.Close()
 			out.Close()
 			return
