@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/confine"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/pool"
 	"github.com/airlock-run/airlock/internal/scratch"
@@ -147,6 +148,11 @@ type Runtime struct {
 	late sync.WaitGroup
 
 	pool *pool.Set[*Box] // warm pools (nil: none); immutable after Open
+	// keeper kills the machines of pool boxes (and of boxes claimed from
+	// a pool as AutoRemove boxes) when this process dies: they cannot
+	// get QEMU's parent-death signal, since a claim may hand a pool box
+	// on as a box that outlives the process (diesWithOwner).
+	keeper confine.Keeper
 
 	life lifeState // the reaper of boxes past their lifetime (lifetime.go)
 }
@@ -297,6 +303,7 @@ func (r *Runtime) Close() error {
 	for _, b := range boxes {
 		b.Close()
 	}
+	r.keeper.Close() // what it still watches is of this runtime's pools
 	r.late.Wait()
 	return r.db.Close()
 }

@@ -201,7 +201,8 @@ func (b *Box) vmSpec(rec *store.Box, cfg boxConfig) vmm.Spec {
 // box must end when this process does: an AutoRemove box of this
 // process, whose record the next Open removes once the process is gone
 // (a VM no record lists must not run on). A warm pool's box is not: a
-// claim may hand it to a caller as a box that outlives the process.
+// claim may hand it to a caller as a box that outlives the process; the
+// runtime's keeper ends it with the process instead, until then.
 func diesWithOwner(cfg boxConfig) bool {
 	return cfg.Options.AutoRemove && cfg.OwnerPID == os.Getpid() && cfg.Pool == ""
 }
@@ -332,6 +333,16 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 		stopNet()
 		return fmt.Errorf("box %s: %w", b.id, err)
 	}
+	if cfg.Pool != "" {
+		// A pool box ends with this process until a claim hands it on.
+		if h := m.Handle(); h.PID > 0 {
+			if err := b.r.keeper.Watch(h.PID, h.Start); err != nil {
+				m.Kill()
+				stopNet()
+				return fmt.Errorf("box %s: %w", b.id, err)
+			}
+		}
+	}
 	if err := nh.Wait(ctx); err != nil {
 		m.Kill()
 		stopNet()
@@ -408,6 +419,9 @@ func (b *Box) watchVM(m vmm.Machine) {
 	go func() {
 		defer close(done)
 		<-ch
+		if h := m.Handle(); h.PID > 0 {
+			b.r.keeper.Release(h.PID, h.Start) // if it watched it
+		}
 		if !b.r.beginLate() {
 			return
 		}

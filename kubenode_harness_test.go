@@ -52,10 +52,25 @@ func kubeBinaries(t *testing.T) (dir, missing string) {
 	return dir, ""
 }
 
+// kubeCluster is a loopback control plane started by kubeUp.
+type kubeCluster struct {
+	t          *testing.T
+	client     kubernetes.Interface
+	bin        string // the control plane's binaries, kubectl among them
+	dir        string // hack/kube-up.sh's DIR: kubeconfig, pki/
+	kubeconfig string
+}
+
 // kubeUp starts a loopback control plane (hack/kube-up.sh) for the test
 // and stops it at cleanup; it returns a client and kubectl's path and
 // kubeconfig.
 func kubeUp(t *testing.T) (client kubernetes.Interface, kubectl func(args ...string) string) {
+	c := kubeStart(t)
+	return c.client, c.kubectl
+}
+
+// kubeStart is kubeUp returning the whole cluster.
+func kubeStart(t *testing.T) *kubeCluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a Kubernetes control plane; skipped with -short")
@@ -83,15 +98,92 @@ func kubeUp(t *testing.T) (client kubernetes.Interface, kubectl func(args ...str
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, func(args ...string) string {
-		t.Helper()
-		cmd := osexec.Command(filepath.Join(bin, "kubectl"), append([]string{"--kubeconfig", kubeconfig}, args...)...)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
+	return &kubeCluster{t: t, client: c, bin: bin, dir: dir, kubeconfig: kubeconfig}
+}
+
+// kubectlCmd returns the command kubectl ARGS on the cluster.
+func (c *kubeCluster) kubectlCmd(args ...string) *osexec.Cmd {
+	return osexec.Command(filepath.Join(c.bin, "kubectl"), append([]string{"--kubeconfig", c.kubeconfig}, args...)...)
+}
+
+// kubectl runs kubectl ARGS and returns its output; it fails the test
+// when kubectl fails.
+func (c *kubeCluster) kubectl(args ...string) string {
+	c.t.Helper()
+	out, err := c.kubectlCmd(args...).CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
+	return string(out)
+}
+
+// kubectlExit runs kubectl ARGS with stdin and returns its output and
+// exit status.
+func (c *kubeCluster) kubectlExit(stdin string, args ...string) (string, int) {
+	c.t.Helper()
+	cmd := c.kubectlCmd(args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	var ee *osexec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		c.t.Fatalf("kubectl %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out), 0
+}
+
+// startNode runs an airlock node NAME on rt in the test's process, with
+// the kubelet API on 127.0.0.1 (a free port) served with the cluster's
+// node pair, and waits until it is Ready; it stops at cleanup.
+func (c *kubeCluster) startNode(rt *airlock.Runtime, name string) {
+	t := c.t
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	pki := filepath.Join(c.dir, "pki")
+	go func() {
+		done <- kubenode.Run(ctx, kubenode.Config{Name: name, Client: c.client, Runtime: rt, Logf: t.Logf,
+			Ready:       func() { close(ready) },
+			TLSCertFile: filepath.Join(pki, "node.crt"), TLSKeyFile: filepath.Join(pki, "node.key"),
+			ClientCAFile: filepath.Join(pki, "ca.crt"), KubeletAddr: "127.0.0.1:0"})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("kubenode.Run: %v", err)
+		}
+		// Boxes outlive their node (a restarted one adopts them): the
+		// test's go with it.
+		boxes, _ := rt.List(context.Background())
+		for _, b := range boxes {
+			if strings.HasPrefix(b.Name, kubenode.BoxNamePrefix) {
+				rt.Remove(context.Background(), b.ID, true)
+			}
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("kubenode.Run: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the node was not Ready within 60 s")
+	}
+}
+
+// waitDefaultSA waits for the default service account, which the
+// controller manager makes and the API server's admission wants before it
+// takes a pod.
+func (c *kubeCluster) waitDefaultSA() {
+	c.t.Helper()
+	eventually(c.t, 60*time.Second, func() string {
+		if _, err := c.client.CoreV1().ServiceAccounts("default").Get(context.Background(), "default", metav1.GetOptions{}); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
 }
 
 // eventually polls f until it returns "" (done) or the timeout, then fails

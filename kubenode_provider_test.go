@@ -209,3 +209,55 @@ func TestAdoptByPodUID(t *testing.T) {
 		t.Fatalf("GetPods = %v, %v", got, err)
 	}
 }
+
+// TestPodStatusPushed: statuses reach virtual-kubelet's callback as they
+// change (Running, then the end), not at its next poll; a running pod
+// that is deleted is reported terminated.
+func TestPodStatusPushed(t *testing.T) {
+	rt := kubeRuntime(t)
+	p, err := kubenode.NewProvider(rt, t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *corev1.Pod, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p.NotifyPods(ctx, func(pod *corev1.Pod) { got <- pod })
+	wait := func(name string, ok func(*corev1.Pod) bool) *corev1.Pod {
+		t.Helper()
+		timeout := time.After(20 * time.Second)
+		for {
+			select {
+			case pod := <-got:
+				if pod.Name == name && ok(pod) {
+					return pod
+				}
+			case <-timeout:
+				t.Fatalf("pod %s: no such status pushed", name)
+			}
+		}
+	}
+	t0 := time.Now()
+	if err := p.CreatePod(ctx, newPod("quick", "uid-q", shell("exit 4"))); err != nil {
+		t.Fatal(err)
+	}
+	end := wait("quick", func(pod *corev1.Pod) bool { return pod.Status.Phase == corev1.PodFailed })
+	if term := end.Status.ContainerStatuses[0].State.Terminated; term == nil || term.ExitCode != 4 {
+		t.Errorf("pushed end = %+v", end.Status.ContainerStatuses[0].State)
+	}
+	if d := time.Since(t0); d > 4*time.Second {
+		t.Errorf("the end was pushed after %s: polled, not pushed", d)
+	}
+	long := newPod("long", "uid-l", shell("sleep 60"))
+	if err := p.CreatePod(ctx, long); err != nil {
+		t.Fatal(err)
+	}
+	running := wait("long", func(pod *corev1.Pod) bool { return pod.Status.Phase == corev1.PodRunning })
+	if err := p.DeletePod(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	gone := wait("long", func(pod *corev1.Pod) bool { return pod.Status.Phase == corev1.PodSucceeded })
+	if term := gone.Status.ContainerStatuses[0].State.Terminated; term == nil || term.Reason != "Terminated" || term.StartedAt.IsZero() {
+		t.Errorf("deleted pod pushed as %+v", gone.Status.ContainerStatuses[0].State)
+	}
+}

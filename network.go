@@ -277,6 +277,38 @@ func (b *Box) NetworkStats(ctx context.Context) (NetworkStats, error) {
 	return NetworkStats{BytesOut: s.BytesOut, BytesIn: s.BytesIn, Denied: s.Denied, Connections: s.Connections, DNSQueries: s.DNSQueries}, nil
 }
 
+// DialPort opens a TCP connection to port inside the running box, through
+// its network as a published port's connections go (no port need be
+// published): for port forwarding (`kubectl port-forward`). The network
+// policy does not apply (it governs what the box reaches). ctx bounds the
+// setup (10 s without a deadline). It returns ErrBoxNotRunning for a
+// stopped box, and an error for a box with network mode none or when
+// nothing listens on port in the box.
+func (b *Box) DialPort(ctx context.Context, port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("%w: port %d: want 1-65535", ErrInvalidArgument, port)
+	}
+	if err := b.netReady(ctx); err != nil {
+		return nil, err
+	}
+	return helper.Connect(ctx, b.netBox(), port)
+}
+
+// netReady returns nil when the box runs with a network helper.
+func (b *Box) netReady(ctx context.Context) error {
+	info, err := b.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.State != store.StateRunning {
+		return fmt.Errorf("%w: %s", ErrBoxNotRunning, b.id)
+	}
+	if _, cfg := b.snapshot(); !hasNetwork(cfg) {
+		return fmt.Errorf("box %s has no network (mode %s)", b.id, NetworkNone)
+	}
+	return nil
+}
+
 func (b *Box) netCall(ctx context.Context, req netstack.Request) (netstack.Response, error) {
 	info, err := b.Info(ctx)
 	if err != nil {

@@ -314,6 +314,13 @@ func (r *Runtime) personalise(ctx context.Context, b *Box, restored bool, opts B
 	if _, err := b.load(ctx); err != nil {
 		return err
 	}
+	if !opts.AutoRemove {
+		// The caller's box outlives this process; an AutoRemove one
+		// stays watched and ends with it, as its own would.
+		if rec, _ := b.snapshot(); rec.PID > 0 {
+			r.keeper.Release(rec.PID, rec.PIDStart)
+		}
+	}
 	if restored {
 		return b.restored(ctx)
 	}

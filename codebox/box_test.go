@@ -114,6 +114,18 @@ func TestCodeBox(t *testing.T) {
 			t.Fatalf("got %q, %#v", out, err)
 		}
 	})
+	t.Run("run past MaxOutput is marked", func(t *testing.T) {
+		o, err := cb.RunOutput(ctx, "import sys\nsys.stdout.write('H' + 'x' * (20 << 20) + 'T')")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const keep = airlock.DefaultMaxOutput
+		marker := fmt.Sprintf("\n[airlock: %d bytes of stdout left out here (MaxOutput)]\n", o.StdoutDropped)
+		if !o.Truncated || o.StdoutDropped != 20<<20+2-keep || len(o.Stdout) != keep+len(marker) ||
+			strings.Index(o.Stdout, marker) != keep/2 || !strings.HasPrefix(o.Stdout, "Hx") || !strings.HasSuffix(o.Stdout, "xT") {
+			t.Fatalf("kept %d bytes, dropped %d, truncated %v, marker at %d", len(o.Stdout), o.StdoutDropped, o.Truncated, strings.Index(o.Stdout, marker))
+		}
+	})
 	t.Run("run timeout", func(t *testing.T) {
 		start := time.Now()
 		out, err := cb.Run(ctx, "import subprocess, time\nsubprocess.Popen(['sleep', '600'])\nprint('start', flush=True)\ntime.sleep(600)")

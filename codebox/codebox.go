@@ -197,16 +197,40 @@ const maxArg = 96 << 10
 // standard output. A non-zero exit returns the stdout produced so far
 // together with an *ExecError (exit code, stdout, stderr with the traceback), and
 // Options.Timeout or a ctx deadline is enforced: the Python process tree
-// is killed and the *ExecError has TimedOut set. Other errors: the box is
-// not running or died (airlock.ErrBoxNotRunning, airlock.ErrBoxDied), or
-// ctx was cancelled.
+// is killed and the *ExecError has TimedOut set. Output past
+// Options.MaxOutput keeps its head and tail with a marker line between
+// them saying how many bytes were left out (RunOutput counts them). Other
+// errors: the box is not running or died (airlock.ErrBoxNotRunning,
+// airlock.ErrBoxDied), or ctx was cancelled.
 func (c *CodeBox) Run(ctx context.Context, code string) (string, error) {
+	out, err := c.RunOutput(ctx, code)
+	return out.Stdout, err
+}
+
+// Output is what a run printed (RunOutput).
+type Output struct {
+	// Stdout and Stderr are the output, decoded as text; where bytes were
+	// dropped (Options.MaxOutput) a marker line between the kept head
+	// and tail says how many.
+	Stdout, Stderr string
+	// StdoutDropped and StderrDropped count the bytes dropped; Truncated
+	// is true when either is not 0.
+	StdoutDropped, StderrDropped int64
+	Truncated                    bool
+	// ExitCode is Python's exit status.
+	ExitCode int
+}
+
+// RunOutput runs code as Run does and returns both streams and what was
+// dropped of them; a non-zero exit or a timeout is also an *ExecError, as
+// with Run.
+func (c *CodeBox) RunOutput(ctx context.Context, code string) (Output, error) {
 	if len(code) <= maxArg {
 		return c.python(ctx, []string{"-c", code})
 	}
 	p, err := c.writeTemp(ctx, "cell.py", []byte(code))
 	if err != nil {
-		return "", err
+		return Output{}, err
 	}
 	defer c.removeTemp(p)
 	return c.python(ctx, []string{p})
@@ -225,37 +249,47 @@ func (c *CodeBox) RunScript(ctx context.Context, hostPath string) (string, error
 		return "", err
 	}
 	defer c.removeTemp(p)
-	return c.python(ctx, []string{p})
+	out, err := c.python(ctx, []string{p})
+	return out.Stdout, err
 }
 
-func (c *CodeBox) python(ctx context.Context, args []string) (string, error) {
+func (c *CodeBox) python(ctx context.Context, args []string) (Output, error) {
 	start := time.Now()
 	opts := airlock.ExecOptions{Timeout: c.opts.Timeout, Stdin: strings.NewReader(""), MaxOutput: c.opts.MaxOutput}
 	if c.killGrace > 0 {
 		opts.KillGrace = c.killGrace
 	}
 	res, err := c.box.Exec(ctx, c.opts.Python, args, opts)
-	var stdout, stderr string
+	var out Output
 	if res != nil {
-		stdout, stderr = string(res.Stdout), string(res.Stderr)
+		out = Output{Stdout: marked(res.Stdout, res.StdoutDropped, "stdout"), Stderr: marked(res.Stderr, res.StderrDropped, "stderr"),
+			StdoutDropped: res.StdoutDropped, StderrDropped: res.StderrDropped, Truncated: res.Truncated, ExitCode: res.ExitCode}
 	}
 	timedOut := (res != nil && res.TimedOut) || errors.Is(err, context.DeadlineExceeded)
 	if err != nil && !timedOut {
-		return stdout, err
+		return out, err
 	}
 	if timedOut || res.ExitCode != 0 {
-		ee := &ExecError{Stdout: stdout, Stderr: stderr, TimedOut: timedOut, Timeout: c.opts.Timeout}
-		if res != nil {
-			ee.ExitCode = res.ExitCode
-		}
+		ee := &ExecError{Stdout: out.Stdout, Stderr: out.Stderr, TimedOut: timedOut, Timeout: c.opts.Timeout, ExitCode: out.ExitCode}
 		if dl, ok := ctx.Deadline(); ok && timedOut {
 			if d := dl.Sub(start).Round(time.Millisecond); ee.Timeout == 0 || d < ee.Timeout {
 				ee.Timeout = d // the context's deadline came first
 			}
 		}
-		return ee.Stdout, ee
+		return out, ee
 	}
-	return stdout, nil
+	return out, nil
+}
+
+// marked is b as text with a marker line where dropped bytes were taken
+// out: an exec past its MaxOutput keeps its first half (rounded up) and
+// its last half, so the cut is at len(b) - len(b)/2.
+func marked(b []byte, dropped int64, stream string) string {
+	if dropped <= 0 {
+		return string(b)
+	}
+	cut := len(b) - len(b)/2
+	return string(b[:cut]) + fmt.Sprintf("\n[airlock: %d bytes of %s left out here (MaxOutput)]\n", dropped, stream) + string(b[cut:])
 }
 
 // tempSeq makes temporary directory names unique among concurrent calls.

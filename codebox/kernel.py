@@ -129,6 +129,13 @@ class _Capture(io.TextIOBase):
     def getvalue(self):
         return "".join(self.head) + "".join(self.tail)
 
+    def marked(self):
+        """The kept text, with a line where characters were dropped."""
+        if not self.dropped:
+            return self.getvalue()
+        note = "\n[airlock: %d characters of %s left out here]\n" % (self.dropped, self.name.strip("<>"))
+        return "".join(self.head) + note + "".join(self.tail)
+
     def shrink(self, keep):
         """Keep at most keep characters (half head, half tail)."""
         v = self.getvalue()
@@ -265,7 +272,7 @@ def _handle(req):
             cap.dropped += size - LIMIT
             f.seek(size - TAIL)
             cap.write(f.read(TAIL).decode("utf-8", "replace"))
-    reply["stdout"], reply["stderr"] = out.getvalue(), err.getvalue()
+    reply["stdout"], reply["stderr"] = out.marked(), err.marked()
     reply["stdout_dropped"], reply["stderr_dropped"] = out.dropped, err.dropped
     reply["truncated"] = out.truncated or err.truncated
     reply["_caps"] = (out, err)
@@ -294,7 +301,7 @@ def _send(obj):
             for c in caps:
                 c.shrink(keep)
         out, err = caps
-        obj["stdout"], obj["stderr"] = out.getvalue(), err.getvalue()
+        obj["stdout"], obj["stderr"] = out.marked(), err.marked()
         obj["stdout_dropped"], obj["stderr_dropped"] = out.dropped, err.dropped
         obj["truncated"] = out.truncated or err.truncated
         line = _encode(obj)

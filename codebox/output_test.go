@@ -2,26 +2,35 @@ package codebox
 
 import (
 	"bufio"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 )
 
 // A cell printing far more than the cap keeps the head and tail of its
-// output; the interpreter goes on.
+// output, with a marker line between them saying how much was left out;
+// the interpreter goes on.
 func TestKernelOutputFloodKeepsHeadAndTail(t *testing.T) {
 	x := hostContext(t, time.Minute, time.Second)
 	res := run(t, x, "import sys\nsys.stdout.write('H')\nfor _ in range(4096): sys.stdout.write('x' * 65536)\nsys.stdout.write('T')")
 	const limit = 8 << 20
-	if !res.Truncated || len(res.Stdout) != limit || res.StdoutDropped != 4096*65536+2-limit {
+	marker := func(dropped int64) string {
+		return fmt.Sprintf("\n[airlock: %d characters of stdout left out here]\n", dropped)
+	}
+	if !res.Truncated || res.StdoutDropped != 4096*65536+2-limit || len(res.Stdout) != limit+len(marker(res.StdoutDropped)) {
 		t.Fatalf("kept %d, dropped %d, truncated %v", len(res.Stdout), res.StdoutDropped, res.Truncated)
 	}
 	if !strings.HasPrefix(res.Stdout, "Hx") || !strings.HasSuffix(res.Stdout, "xT") {
 		t.Fatalf("head or tail lost")
 	}
+	if i := strings.Index(res.Stdout, marker(res.StdoutDropped)); i != limit/2 {
+		t.Fatalf("marker at %d, want it between the head and the tail (at %d)", i, limit/2)
+	}
 	// fd-level output (subprocesses, C code) is cut the same way.
 	res = run(t, x, "import os\nos.write(1, b'a' * (20 << 20) + b'Z')")
-	if !res.Truncated || len(res.Stdout) != limit || !strings.HasSuffix(res.Stdout, "aZ") {
+	if !res.Truncated || len(res.Stdout) != limit+len(marker(res.StdoutDropped)) || !strings.HasSuffix(res.Stdout, "aZ") ||
+		!strings.Contains(res.Stdout, marker(res.StdoutDropped)) {
 		t.Fatalf("fd-level flood: kept %d, dropped %d", len(res.Stdout), res.StdoutDropped)
 	}
 	// A cell printing without a newline is a normal cell.

@@ -7,11 +7,14 @@
 #   hack/kube-up.sh DIR     start it; state, certificates, logs in DIR
 #   hack/kube-down.sh DIR   stop it
 #
-# Writes DIR/kubeconfig (cluster-admin, a static token) and waits until the
+# Writes DIR/kubeconfig (cluster-admin, a static token), DIR/env (with the
+# serving pair for `airlock node`'s kubelet API on 127.0.0.1, signed by the
+# cluster CA, which the API server checks nodes against) and waits until the
 # API server answers /readyz (exit 1 with the logs' tails if it does not
 # within AIRLOCK_KUBE_UP_TIMEOUT seconds, default 90). Certificates (a CA,
-# the API server's serving pair, the service-account key pair) are made
-# with openssl in DIR/pki. Binaries: $AIRLOCK_KUBE_BIN, else
+# the API server's serving pair and its client pair for the kubelet API,
+# a serving pair for nodes on 127.0.0.1, the service-account key pair) are
+# made with openssl in DIR/pki. Binaries: $AIRLOCK_KUBE_BIN, else
 # ~/.cache/airlock/kube/<version> (hack/build-kube.sh prints it).
 set -euo pipefail
 
@@ -49,6 +52,20 @@ if [ ! -f "$PKI/apiserver.crt" ]; then
 	printf 'subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' >"$PKI/apiserver.ext"
 	openssl x509 -req -in "$PKI/apiserver.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
 		-days 3650 -extfile "$PKI/apiserver.ext" -out "$PKI/apiserver.crt" 2>/dev/null
+	# The API server's client certificate for the kubelet API of nodes
+	# (kubectl logs, exec, port-forward), and a serving pair for nodes on
+	# this host: `airlock node --tls-cert-file DIR/pki/node.crt
+	# --tls-private-key-file DIR/pki/node.key --client-ca-file DIR/pki/ca.crt`.
+	openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+		-keyout "$PKI/kubelet-client.key" -out "$PKI/kubelet-client.csr" 2>/dev/null
+	printf 'extendedKeyUsage=clientAuth\n' >"$PKI/kubelet-client.ext"
+	openssl x509 -req -in "$PKI/kubelet-client.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+		-days 3650 -extfile "$PKI/kubelet-client.ext" -out "$PKI/kubelet-client.crt" 2>/dev/null
+	openssl req -newkey rsa:2048 -nodes -subj "/O=system:nodes/CN=system:node:airlock" \
+		-keyout "$PKI/node.key" -out "$PKI/node.csr" 2>/dev/null
+	printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$PKI/node.ext"
+	openssl x509 -req -in "$PKI/node.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+		-days 3650 -extfile "$PKI/node.ext" -out "$PKI/node.crt" 2>/dev/null
 	openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
 	openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
 	# A static cluster-admin token for the kubeconfig, the scheduler and the controller manager.
@@ -110,6 +127,8 @@ start kube-apiserver "$BIN/kube-apiserver" \
 	--service-account-issuer https://kubernetes.default.svc \
 	--service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
 	--service-cluster-ip-range 10.0.0.0/24 --allow-privileged=true \
+	--kubelet-client-certificate "$PKI/kubelet-client.crt" --kubelet-client-key "$PKI/kubelet-client.key" \
+	--kubelet-certificate-authority "$PKI/ca.crt" --kubelet-preferred-address-types InternalIP \
 	--cert-dir "$DIR/apiserver-certs"
 
 ready=0
@@ -141,5 +160,8 @@ cat >"$DIR/env" <<ENV
 KUBECONFIG=$DIR/kubeconfig
 KUBE_API=https://127.0.0.1:$API_PORT
 KUBE_BIN=$BIN
+NODE_TLS_CERT=$PKI/node.crt
+NODE_TLS_KEY=$PKI/node.key
+NODE_CLIENT_CA=$PKI/ca.crt
 ENV
 log "ready: KUBECONFIG=$DIR/kubeconfig ($BIN/kubectl)"

@@ -55,9 +55,6 @@ func TestCheckPod(t *testing.T) {
 		{"emptyDir", func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 		}, `volume "scratch"`},
-		{"valueFrom", func(p *corev1.Pod) {
-			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{}}}
-		}, "valueFrom"},
 		{"init container", func(p *corev1.Pod) { p.Spec.InitContainers = []corev1.Container{one} }, "init containers"},
 	} {
 		p := ok.DeepCopy()
@@ -65,6 +62,12 @@ func TestCheckPod(t *testing.T) {
 		if why := checkPod(p); !strings.Contains(why, tc.want) {
 			t.Errorf("%s: checkPod = %q, want it to say %q", tc.name, why, tc.want)
 		}
+	}
+	// Without the API, env from it is refused (not run without it).
+	p := ok.DeepCopy()
+	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{}}}
+	if why := checkEnvRefs(p); !strings.Contains(why, "valueFrom") {
+		t.Errorf("checkEnvRefs = %q", why)
 	}
 }
 

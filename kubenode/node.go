@@ -47,6 +47,26 @@ type Config struct {
 	Logf func(format string, args ...any)
 	// Ready, when set, is called once the node is registered and Ready.
 	Ready func()
+
+	// The kubelet API (kubectl logs, exec, attach, port-forward;
+	// /stats/summary) is served over TLS when TLSCertFile and TLSKeyFile
+	// name the serving pair (a certificate for NodeIP, signed by a CA the
+	// API server trusts: its --kubelet-certificate-authority); without
+	// them it is not served and those commands fail.
+	TLSCertFile, TLSKeyFile string
+	// ClientCAFile, when set, is the CA of the client certificates the
+	// kubelet API accepts (the API server's --kubelet-client-certificate);
+	// bearer tokens are checked with TokenReviews. Every request is
+	// authorised with a SubjectAccessReview, as a kubelet in webhook mode
+	// does; anonymous requests are refused.
+	ClientCAFile string
+	// KubeletAddr is the kubelet API's listen address (default
+	// ":10250"; a port of 0 picks a free one, which the Node reports).
+	KubeletAddr string
+	// NodeIP is the node's InternalIP, where the API server reaches the
+	// kubelet API (default: KubeletAddr's host when it names one, else
+	// the host's first global IPv4 address, else 127.0.0.1).
+	NodeIP string
 }
 
 // Run registers the node and runs its pods as boxes until ctx ends. At
@@ -77,19 +97,40 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := prov.Adopt(ctx, pods.Items); err != nil {
 		return fmt.Errorf("kubenode: adopting boxes: %w", err)
 	}
+	prov.nodeName = cfg.Name
+	prov.SetAPI(cfg.Client, nodeIP(cfg))
+	var kubelet *kubeletServer
+	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
+		kubelet, err = listenKubelet(cfg, cfg.Client, prov)
+		if err != nil {
+			return err
+		}
+		defer kubelet.close()
+		go kubelet.serve()
+	} else if cfg.Logf != nil {
+		cfg.Logf("no TLS pair for the kubelet API: kubectl logs, exec, attach and port-forward will not reach this node")
+	}
 	capacity := Capacity(cfg.Runtime)
-	n, err := nodeutil.NewNode(cfg.Name, func(nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
+	n, err := nodeutil.NewNode(cfg.Name, func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
+		prov.setLister(pc.Pods)
 		return prov, nil, nil
 	}, func(c *nodeutil.NodeConfig) error {
 		c.Client = cfg.Client
 		c.KubeconfigPath = ""
-		c.HTTPListenAddr = "127.0.0.1:0" // no TLS pair yet: the kubelet API is not served
+		c.HTTPListenAddr = "127.0.0.1:0" // unused: the kubelet API is served by listenKubelet
 		c.NumWorkers = max(2, runtime.NumCPU())
+		// The provider resolves env itself (resolveEnv), so that a pod
+		// whose env cannot be made shows CreateContainerConfigError.
+		c.SkipDownwardAPIResolution = true
 		spec := &c.NodeSpec
 		spec.Labels[RuntimeLabel] = "true"
 		spec.Labels[corev1.LabelOSStable] = runtime.GOOS
 		spec.Labels[corev1.LabelArchStable] = runtime.GOARCH
 		spec.Spec.Taints = append(spec.Spec.Taints, corev1.Taint{Key: RuntimeLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule})
+		spec.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP(cfg)}}
+		if kubelet != nil {
+			spec.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(kubelet.port)
+		}
 		spec.Status.Capacity = capacity
 		spec.Status.Allocatable = capacity
 		spec.Status.NodeInfo = corev1.NodeSystemInfo{

@@ -70,14 +70,6 @@ func checkPod(pod *corev1.Pod) string {
 				why = append(why, fmt.Sprintf("container %s: hostPort %d is not supported yet", c.Name, p.HostPort))
 			}
 		}
-		for _, e := range c.Env {
-			if e.ValueFrom != nil {
-				why = append(why, fmt.Sprintf("container %s: env %s: valueFrom is not supported yet", c.Name, e.Name))
-			}
-		}
-		if len(c.EnvFrom) > 0 {
-			why = append(why, fmt.Sprintf("container %s: envFrom is not supported yet", c.Name))
-		}
 		if c.Stdin || c.TTY {
 			why = append(why, fmt.Sprintf("container %s: stdin and tty are not supported yet", c.Name))
 		}
@@ -85,6 +77,23 @@ func checkPod(pod *corev1.Pod) string {
 			if !strings.HasPrefix(m.Name, serviceAccountVolumePrefix) {
 				why = append(why, fmt.Sprintf("container %s: volume mount %q is not supported yet", c.Name, m.Name))
 			}
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// checkEnvRefs returns why the pod's env cannot be made without the API
+// ("" when it can): valueFrom and envFrom need it (Provider.SetAPI).
+func checkEnvRefs(pod *corev1.Pod) string {
+	var why []string
+	for _, c := range pod.Spec.Containers {
+		for _, e := range c.Env {
+			if e.ValueFrom != nil {
+				why = append(why, fmt.Sprintf("container %s: env %s: valueFrom needs the node's API client", c.Name, e.Name))
+			}
+		}
+		if len(c.EnvFrom) > 0 {
+			why = append(why, fmt.Sprintf("container %s: envFrom needs the node's API client", c.Name))
 		}
 	}
 	return strings.Join(why, "; ")

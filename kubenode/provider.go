@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,13 +11,12 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
-	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 )
 
 // Provider runs the pods bound to one node as airlock boxes: one box per
@@ -31,8 +29,18 @@ type Provider struct {
 	logDir string
 	logf   func(format string, args ...any)
 
-	mu   sync.Mutex
-	pods map[string]*podBox // by namespace/name
+	nodeName string               // for /stats/summary
+	started  time.Time            // when the provider was made
+	client   kubernetes.Interface // resolves env valueFrom/envFrom (SetAPI); nil: refused
+	hostIP   string               // the node's InternalIP (status.hostIP)
+
+	mu          sync.Mutex
+	pods        map[string]*podBox // by namespace/name
+	cpuLast     map[types.UID]cpuSample
+	nodeCPULast cpuSample
+	notify      func(*corev1.Pod)       // NotifyPods' callback
+	lister      corev1listers.PodLister // this node's pods, for the resync
+	deletedKeys map[string]struct{}     // pods deleted here that the API still lists
 }
 
 // podBox is one pod and the state of its box.
@@ -65,7 +73,15 @@ func NewProvider(rt *airlock.Runtime, logDir string, logf func(string, ...any)) 
 	if err := os.MkdirAll(logDir, 0o700); err != nil {
 		return nil, err
 	}
-	return &Provider{rt: rt, logDir: logDir, logf: logf, pods: map[string]*podBox{}}, nil
+	return &Provider{rt: rt, logDir: logDir, logf: logf, pods: map[string]*podBox{}, started: time.Now()}, nil
+}
+
+// SetAPI gives the provider the cluster's API, through which a pod's env
+// valueFrom and envFrom are resolved (ConfigMaps, Secrets, the downward
+// API; see resolveEnv), and the node's IP, the pods' status.hostIP.
+// Without it, pods with such env are refused. Call it before CreatePod.
+func (p *Provider) SetAPI(client kubernetes.Interface, hostIP string) {
+	p.client, p.hostIP = client, hostIP
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }
@@ -84,11 +100,16 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		return nil
 	}
 	pb := &podBox{pod: pod, waiting: "ContainerCreating", startedCh: make(chan struct{})}
-	if why := checkPod(pod); why != "" {
+	why := checkPod(pod)
+	if why == "" && p.client == nil {
+		why = checkEnvRefs(pod)
+	}
+	if why != "" {
 		pb.refused, pb.message = ReasonUnsupported, why
 		p.pods[k] = pb
 		p.mu.Unlock()
 		p.logf("pod %s refused: %s", k, why)
+		p.changed(pb)
 		return nil
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -112,6 +133,13 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 		}
 		p.mu.Unlock()
 		p.logf("pod %s/%s: %s: %s", pod.Namespace, pod.Name, reason, msg)
+		p.changed(pb)
+	}
+	if p.client != nil {
+		var ok bool
+		if pod, ok = p.resolvePodEnv(ctx, pb); !ok {
+			return
+		}
 	}
 	opts, err := boxOptions(pod)
 	if err != nil {
@@ -153,7 +181,7 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 		w.size = st.Size()
 	}
 	defer w.Close()
-	proc, err := box.ExecStream(ctx, argv[0], argv[1:], airlock.ExecOptions{Main: true, Stdout: w, Stderr: w})
+	proc, err := box.ExecStream(ctx, argv[0], argv[1:], airlock.ExecOptions{Main: true, Stdout: w.stream("stdout"), Stderr: w.stream("stderr")})
 	if err != nil {
 		if ctx.Err() == nil {
 			fail(ReasonStartError, err.Error())
@@ -165,6 +193,7 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 	close(pb.startedCh)
 	p.mu.Unlock()
 	p.logf("pod %s/%s: box %s runs %q", pod.Namespace, pod.Name, box.ID(), argv)
+	p.changed(pb)
 	res, err := proc.Wait()
 	if ctx.Err() != nil { // deleted: DeletePod removes the box
 		return
@@ -188,6 +217,7 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 	code := pb.exitCode
 	p.mu.Unlock()
 	p.logf("pod %s/%s: command exited with status %d", pod.Namespace, pod.Name, code)
+	p.changed(pb)
 	// restartPolicy Never: the pod is done; its box stops (its writable
 	// layer stays until the pod is deleted).
 	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -197,59 +227,41 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 	}
 }
 
-// maxPodLogBytes bounds a pod's log file on the host (the box chooses how
-// much it prints): past it the file is rotated to PATH.1, so a pod's
-// logs take at most twice this.
-const maxPodLogBytes = 16 << 20
-
-// podLog serialises the two output streams into one log file of at most
-// max bytes, rotated as kubelet rotates container logs.
-type podLog struct {
-	mu   sync.Mutex
-	f    *os.File // nil once a rotation failed: output is dropped
-	path string
-	size int64
-	max  int64
-}
-
-func (l *podLog) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	all := len(b)
-	if l.f == nil {
-		return all, nil
-	}
-	if l.size > 0 && l.size+int64(len(b)) > l.max {
-		l.f.Close()
-		os.Rename(l.path, l.path+".1")
-		f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-		if err != nil {
-			l.f = nil
-			return all, nil
+// resolvePodEnv returns the pod with its container's env resolved
+// (resolveEnv). While it cannot be made, the pod waits with
+// ReasonConfigError and the kubelet's message, and is tried again (every
+// configRetry at most) until it can or the pod is deleted (ok false).
+func (p *Provider) resolvePodEnv(ctx context.Context, pb *podBox) (*corev1.Pod, bool) {
+	wait := time.Second
+	for {
+		c := &pb.pod.Spec.Containers[0]
+		env, err := resolveEnv(ctx, p.client, pb.pod, c, p.hostIP)
+		if err == nil {
+			pod := pb.pod.DeepCopy()
+			pod.Spec.Containers[0].Env, pod.Spec.Containers[0].EnvFrom = env, nil
+			p.mu.Lock()
+			pb.waiting, pb.message = "ContainerCreating", ""
+			p.mu.Unlock()
+			return pod, true
 		}
-		l.f, l.size = f, 0
+		if ctx.Err() != nil {
+			return nil, false
+		}
+		p.mu.Lock()
+		changed := pb.message != err.Error()
+		pb.waiting, pb.message = ReasonConfigError, err.Error()
+		p.mu.Unlock()
+		if changed {
+			p.logf("pod %s/%s: %s: %v", pb.pod.Namespace, pb.pod.Name, ReasonConfigError, err)
+			p.changed(pb)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, configRetry)
 	}
-	if int64(len(b)) > l.max {
-		b = b[int64(len(b))-l.max:] // one write past the bound: its end
-	}
-	n, err := l.f.Write(b)
-	l.size += int64(n)
-	if err != nil {
-		return 0, err
-	}
-	return all, nil
-}
-
-// Close closes the log file.
-func (l *podLog) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.f == nil {
-		return nil
-	}
-	err := l.f.Close()
-	l.f = nil
-	return err
 }
 
 // UpdatePod accepts the updates Kubernetes allows on a running pod
@@ -269,6 +281,10 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	if ok {
 		pb.deleted = true
 		delete(p.pods, k)
+		if p.deletedKeys == nil {
+			p.deletedKeys = map[string]struct{}{}
+		}
+		p.deletedKeys[k] = struct{}{}
 	}
 	p.mu.Unlock()
 	if !ok {
@@ -288,6 +304,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	os.Remove(p.logPath(pod.UID))
 	os.Remove(p.logPath(pod.UID) + ".1")
 	p.logf("pod %s deleted: box %s removed", k, BoxName(pod.UID))
+	p.notifyDeleted(pod)
 	return nil
 }
 
@@ -342,6 +359,9 @@ func (p *Provider) statusLocked(pb *podBox) corev1.PodStatus {
 		p.refreshAdoptedLocked(pb)
 	}
 	st := corev1.PodStatus{QOSClass: pod.Status.QOSClass, HostIP: pod.Status.HostIP, StartTime: pod.Status.StartTime}
+	if p.hostIP != "" {
+		st.HostIP, st.HostIPs = p.hostIP, []corev1.HostIP{{IP: p.hostIP}}
+	}
 	if st.StartTime == nil {
 		t := metav1.NewTime(pod.CreationTimestamp.Time)
 		st.StartTime = &t
@@ -478,48 +498,4 @@ func (p *Provider) Adopt(ctx context.Context, pods []corev1.Pod) error {
 		p.logf("adopted box %s of pod %s/%s", info.Name, pod.Namespace, pod.Name)
 	}
 	return nil
-}
-
-// GetContainerLogs returns the container's output (stdout and stderr as
-// they arrived). Follow, Tail and the other options are a later slice:
-// the whole log so far is returned.
-func (p *Provider) GetContainerLogs(ctx context.Context, namespace, podName, containerName string, opts api.ContainerLogOpts) (io.ReadCloser, error) {
-	p.mu.Lock()
-	pb, ok := p.pods[key(namespace, podName)]
-	p.mu.Unlock()
-	if !ok {
-		return nil, errdefs.NotFoundf("pod %s/%s is not known to this node", namespace, podName)
-	}
-	f, err := os.Open(p.logPath(pb.pod.UID))
-	if errors.Is(err, os.ErrNotExist) {
-		return io.NopCloser(strings.NewReader("")), nil
-	}
-	return f, err
-}
-
-var errNotYet = errdefs.InvalidInput("not supported by airlock's node yet")
-
-// RunInContainer (kubectl exec) is a later slice.
-func (p *Provider) RunInContainer(ctx context.Context, namespace, podName, containerName string, cmd []string, attach api.AttachIO) error {
-	return errNotYet
-}
-
-// AttachToContainer (kubectl attach) is a later slice.
-func (p *Provider) AttachToContainer(ctx context.Context, namespace, podName, containerName string, attach api.AttachIO) error {
-	return errNotYet
-}
-
-// GetStatsSummary (/stats/summary) is a later slice.
-func (p *Provider) GetStatsSummary(context.Context) (*statsv1alpha1.Summary, error) {
-	return nil, errNotYet
-}
-
-// GetMetricsResource is a later slice.
-func (p *Provider) GetMetricsResource(context.Context) ([]*dto.MetricFamily, error) {
-	return nil, errNotYet
-}
-
-// PortForward (kubectl port-forward) is a later slice.
-func (p *Provider) PortForward(ctx context.Context, namespace, pod string, port int32, stream io.ReadWriteCloser) error {
-	return errNotYet
 }

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-run/airlock/internal/transport"
 )
@@ -18,11 +21,18 @@ import (
 // goroutine and socket buffers until it completes the handshake or ends.
 const (
 	// MaxPendingHandshakes is how many connections may be in the
-	// handshake at once. A connection accepted beyond it ends the one
-	// that has waited longest (a host completes its handshake within
-	// milliseconds; a connection that holds a slot idle is a stale or
-	// hostile one).
-	MaxPendingHandshakes = 8
+	// handshake at once without having shown the host's SYNC ticket
+	// (transport.SyncTicket). A connection accepted beyond it ends one
+	// of them: the longest waiting of those that sent a SYNC without a
+	// valid ticket, else the longest waiting of those that sent none
+	// yet. A host sends its ticketed SYNC as soon as it connects, so a
+	// flood has to fill this many places in that time to push it out.
+	// Each costs the guest a goroutine and a socket (~10 KiB).
+	MaxPendingHandshakes = 128
+	// MaxVouchedHandshakes is how many connections that showed a valid
+	// ticket may be in the handshake at once; they are not closed for
+	// room (past this bound a ticketed one is treated as any other).
+	MaxVouchedHandshakes = 16
 	// HandshakeTimeout is how long a connection may take to complete the
 	// handshake before the agent closes it.
 	HandshakeTimeout = 10 * time.Second
@@ -33,11 +43,13 @@ const (
 )
 
 // ListenLimits are the bounds ServeListener keeps; a zero field takes its
-// default (MaxPendingHandshakes, HandshakeTimeout, MaxSessions).
+// default (MaxPendingHandshakes, HandshakeTimeout, MaxSessions, and
+// MaxVouchedHandshakes).
 type ListenLimits struct {
 	Pending          int
 	HandshakeTimeout time.Duration
 	Sessions         int
+	Vouched          int
 }
 
 func (l ListenLimits) withDefaults() ListenLimits {
@@ -50,20 +62,24 @@ func (l ListenLimits) withDefaults() ListenLimits {
 	if l.Sessions <= 0 {
 		l.Sessions = MaxSessions
 	}
+	if l.Vouched <= 0 {
+		l.Vouched = MaxVouchedHandshakes
+	}
 	return l
 }
 
 // ServeListener accepts connections on l, runs the guest side of the
-// handshake on each (transport.GuestHandshakeKey with key) and serves the
-// sessions of the hosts that pass it with h, within lim (see
+// handshake on each (transport.GuestHandshakeVouch with key) and serves
+// the sessions of the hosts that pass it with h, within lim (see
 // ListenLimits): at most lim.Pending connections wait in the handshake
-// (the longest waiting is closed to make room for a new one), each for
+// without the host's SYNC ticket (one of them is closed to make room for
+// a new one, see MaxPendingHandshakes) and lim.Vouched with it, each for
 // at most lim.HandshakeTimeout, and at most lim.Sessions sessions run.
 // It returns once l is closed (net.ErrClosed); other accept errors are
 // retried after 100 ms.
 func ServeListener(l net.Listener, key transport.GuestKey, h transport.Handler, lim ListenLimits) error {
 	lim = lim.withDefaults()
-	g := &gate{lim: lim, pending: list.New()}
+	g := &gate{lim: lim, fresh: list.New(), judged: list.New()}
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -75,77 +91,150 @@ func ServeListener(l net.Listener, key transport.GuestKey, h transport.Handler, 
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		el, ok := g.admit(c)
+		// A host sends its SYNC as soon as it connects: under a flood,
+		// it is there by the time the agent accepts the connection, and
+		// the connection is filed by it before any other can push it out.
+		secret, _ := key.Current()
+		synced, ticketed := transport.SyncTicketed(peekNow(c), secret)
+		p, ok := g.admit(c, synced, ticketed)
 		if !ok {
 			c.Close()
 			continue
 		}
-		go g.serve(c, el, key, h)
+		go g.serve(p, key, h)
 	}
 }
 
-// gate keeps a listener's pending handshakes (oldest first) and counts
-// its sessions.
+// gate keeps a listener's pending handshakes and counts its sessions.
 type gate struct {
-	lim      ListenLimits
-	mu       sync.Mutex
-	pending  *list.List // of net.Conn, oldest at the front
-	sessions int
+	lim ListenLimits
+	mu  sync.Mutex
+	// fresh are the pending connections that sent no SYNC yet, judged
+	// those that sent one without a valid ticket (oldest at the front
+	// of each); vouched counts those that showed a valid ticket.
+	fresh, judged *list.List // of *pendingConn
+	vouched       int
+	sessions      int
 }
 
-// admit puts c among the pending handshakes, closing the oldest pending
-// one when they are full; ok is false when the sessions are full.
-func (g *gate) admit(c net.Conn) (*list.Element, bool) {
+// pendingConn is a connection in the handshake.
+type pendingConn struct {
+	c net.Conn
+	// Under gate.mu: its place in fresh or judged (nil when in
+	// neither); vouched while it counts in gate.vouched; closed once
+	// closed for room.
+	el      *list.Element
+	in      *list.List
+	vouched bool
+	closed  bool
+}
+
+func (g *gate) pendingLen() int { return g.fresh.Len() + g.judged.Len() }
+
+// admit puts c among the pending handshakes (filed as synced would,
+// when it has sent a SYNC line already), closing one pending connection
+// without a ticket when they are full (the oldest judged, else the
+// oldest fresh); ok is false when the sessions are full.
+func (g *gate) admit(c net.Conn, synced, ticketed bool) (*pendingConn, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.sessions >= g.lim.Sessions {
 		return nil, false
 	}
-	for g.pending.Len() >= g.lim.Pending {
-		front := g.pending.Front()
-		old := front.Value.(net.Conn)
-		g.pending.Remove(front)
-		front.Value = nil // marks it closed for handshaken and drop
-		old.Close()       // its handshake fails and its goroutine ends
+	for g.pendingLen() >= g.lim.Pending {
+		from := g.judged
+		if from.Len() == 0 {
+			from = g.fresh
+		}
+		old := from.Front().Value.(*pendingConn)
+		g.unlist(old)
+		old.closed = true
+		old.c.Close() // its handshake fails and its goroutine ends
 	}
-	return g.pending.PushBack(c), true
+	p := &pendingConn{c: c, in: g.fresh}
+	p.el = g.fresh.PushBack(p)
+	if synced {
+		g.file(p, ticketed)
+	}
+	return p, true
 }
 
-// handshaken takes c (el) off the pending list and counts its session;
-// false when c was closed to make room meanwhile, or the sessions are full.
-func (g *gate) handshaken(el *list.Element) bool {
+// peekNow returns the bytes c has received so far (at most 512), without
+// consuming them or waiting.
+func peekNow(c net.Conn) []byte {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var buf [512]byte
+	n := 0
+	rc.Read(func(fd uintptr) bool {
+		m, _, err := unix.Recvfrom(int(fd), buf[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		if err == nil && m > 0 {
+			n = m
+		}
+		return true // never wait
+	})
+	return buf[:n]
+}
+
+func (g *gate) unlist(p *pendingConn) {
+	if p.el != nil {
+		p.in.Remove(p.el)
+		p.el, p.in = nil, nil
+	}
+}
+
+// synced files p by its first SYNC: vouched (not closed for room, while
+// fewer than lim.Vouched are) when it carried a valid ticket, else judged.
+func (g *gate) synced(p *pendingConn, ticketed bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if el.Value == nil {
-		return false
+	g.file(p, ticketed)
+}
+
+// file is synced with g.mu held.
+func (g *gate) file(p *pendingConn, ticketed bool) {
+	if p.closed || p.vouched || p.in != g.fresh {
+		return
 	}
-	g.pending.Remove(el)
-	el.Value = nil
-	if g.sessions >= g.lim.Sessions {
+	g.unlist(p)
+	if ticketed && g.vouched < g.lim.Vouched {
+		p.vouched = true
+		g.vouched++
+		return
+	}
+	p.in = g.judged
+	p.el = g.judged.PushBack(p)
+}
+
+// done takes p off the pending handshakes; handshaken (its handshake
+// passed) counts its session, and false is returned when p was closed
+// for room meanwhile or the sessions are full.
+func (g *gate) done(p *pendingConn, handshaken bool) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.unlist(p)
+	if p.vouched {
+		p.vouched = false
+		g.vouched--
+	}
+	if !handshaken || p.closed || g.sessions >= g.lim.Sessions {
 		return false
 	}
 	g.sessions++
 	return true
 }
 
-// drop takes el off the pending list if it is still there.
-func (g *gate) drop(el *list.Element) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if el.Value != nil {
-		g.pending.Remove(el)
-		el.Value = nil
-	}
-}
-
-func (g *gate) serve(c net.Conn, el *list.Element, key transport.GuestKey, h transport.Handler) {
+func (g *gate) serve(p *pendingConn, key transport.GuestKey, h transport.Handler) {
+	c := p.c
 	c.SetDeadline(time.Now().Add(g.lim.HandshakeTimeout))
-	if err := transport.GuestHandshakeKey(c, Version, key); err != nil {
-		g.drop(el)
-		c.Close()
-		return
-	}
-	if !g.handshaken(el) {
+	err := transport.GuestHandshakeVouch(c, Version, key, func(ticketed bool) { g.synced(p, ticketed) })
+	if !g.done(p, err == nil) {
 		c.Close()
 		return
 	}

@@ -10,6 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,15 +92,19 @@ func TestHostileLocalUserHandshakeFlood(t *testing.T) {
 	if n := runtime.NumGoroutine() - base; n > pending+4 {
 		t.Fatalf("%d connections that never handshake hold %d goroutines of the agent, want at most %d", flood, n, pending+4)
 	}
-	// All but the newest `pending` were closed at once.
+	// All but `pending` were closed at once: those that sent a SYNC
+	// without the host's ticket first, the oldest first.
 	closedNow := 0
-	for _, c := range conns[:flood-pending] {
+	var open []net.Conn
+	for _, c := range conns {
 		if closedWithin(c, 50*time.Millisecond) {
 			closedNow++
+		} else {
+			open = append(open, c)
 		}
 	}
 	if closedNow != flood-pending {
-		t.Fatalf("%d of the %d oldest pending connections were closed, want all", closedNow, flood-pending)
+		t.Fatalf("%d of the %d pending connections were closed, want %d", closedNow, flood, flood-pending)
 	}
 	// The host still connects (its connection pushes out the oldest
 	// pending one) and is served.
@@ -113,7 +120,7 @@ func TestHostileLocalUserHandshakeFlood(t *testing.T) {
 	c.Close()
 	// The newest stale ones end once their handshake time is up.
 	t0 := time.Now()
-	for _, c := range conns[flood-pending:] {
+	for _, c := range open {
 		if !closedWithin(c, timeout+2*time.Second) {
 			t.Fatalf("a connection that never completed the handshake was not closed within %s", timeout)
 		}
@@ -167,4 +174,80 @@ func TestHostileLocalUserSessionBound(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	held[1].Close()
+}
+
+// A local user who keeps flooding the agent with connections while the
+// host connects (each flood connection sends a SYNC, as the host's does,
+// and never proves the secret) does not push out the host's pending
+// handshake: the host's SYNC carries a ticket only the secret's holder
+// can make, and a connection that showed one is not closed for room.
+func TestHostileLocalUserFloodDuringHostHandshake(t *testing.T) {
+	secret := []byte("the box secret")
+	const pending = 8
+	sock := serveListener(t, secret, agent.ListenLimits{Pending: pending, HandshakeTimeout: 5 * time.Second})
+	stop := make(chan struct{})
+	var flooded sync.WaitGroup
+	var opened atomic.Int64
+	for w := 0; w < 2; w++ {
+		flooded.Add(1)
+		go func() {
+			defer flooded.Done()
+			// The newest connections stay open (the agent closes older
+			// ones for room anyway).
+			var ring [4 * pending]net.Conn
+			defer func() {
+				for _, c := range ring {
+					if c != nil {
+						c.Close()
+					}
+				}
+			}()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c, err := net.Dial("unix", sock)
+				if err != nil {
+					time.Sleep(time.Millisecond) // a full accept queue
+					continue
+				}
+				opened.Add(1)
+				c.Write([]byte("\nAIRLOCK-SYNC 0123456789abcdef\n"))
+				if old := ring[i%len(ring)]; old != nil {
+					old.Close()
+				}
+				ring[i%len(ring)] = c
+			}
+		}()
+	}
+	defer func() { close(stop); flooded.Wait() }()
+	time.Sleep(100 * time.Millisecond) // the flood is on
+	const tries = 5
+	for i := 0; i < tries; i++ {
+		before := opened.Load()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// A full accept queue makes a unix connect fail at once where a
+		// vsock one waits: wait for a place, as vsock does.
+		c, err := client.DialAuth(ctx, secret, func(ctx context.Context) (net.Conn, error) {
+			for {
+				var d net.Dialer
+				c, err := d.DialContext(ctx, "unix", sock)
+				if !errors.Is(err, syscall.EAGAIN) {
+					return c, err
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+		if err == nil {
+			_, err = c.Hello(ctx)
+			c.Close()
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("try %d: the host could not connect during a flood (%d flood connections opened meanwhile): %v", i, opened.Load()-before, err)
+		}
+	}
+	t.Logf("%d flood connections opened during %d host connections", opened.Load(), tries)
 }

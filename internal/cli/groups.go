@@ -8,9 +8,11 @@ var verbGroups = []struct {
 	verbs     []string
 }{
 	{"boxes", "Box commands:", []string{"run", "create", "exec", "ls", "start", "stop", "rm", "logs", "inspect",
-		"rename", "prune", "stats", "top", "cp", "volume", "port", "snapshot"}},
+		"rename", "prune", "stats", "top", "cp", "volume", "port", "network", "snapshot", "fork", "pause", "unpause",
+		"commit", "export"}},
 	{"images", "Image commands:", []string{"pull", "images", "rmi", "import", "save", "image", "build"}},
-	{"code", "Code commands:", []string{"ask", "serve", "mcp"}},
+	{"code", "Code commands:", []string{"ask", "serve", "mcp", "events"}},
+	{"cluster", "Cluster commands:", []string{"node"}},
 	{"system", "System commands:", []string{"doctor", "version", "system", "bench"}},
 }
 

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/airlock-run/airlock/kubenode"
@@ -13,7 +15,8 @@ import (
 func init() { extraCommands = append(extraCommands, newNodeCmd) }
 
 func newNodeCmd() *cobra.Command {
-	var kubeconfig, name string
+	var kubeconfig, name, certFile, keyFile, clientCA, address, nodeIP string
+	var kubeletPort int
 	cmd := &cobra.Command{
 		Use:   "node",
 		Short: "Join a Kubernetes cluster as a node whose pods run as boxes",
@@ -30,12 +33,26 @@ the image's entrypoint and cmd, as Kubernetes defines them), plain env values,
 workingDir, runAsUser and resources.limits cpu and memory (the box's size).
 restartPolicy must be Never. Deleting the pod removes its box. A restarted
 node adopts the boxes of its pods and removes those whose pod is gone.
-See docs/kubernetes.md.
+
+kubectl logs, exec, attach and port-forward, and /stats/summary, reach the
+node through its kubelet API, served on --kubelet-port over TLS with the pair
+--tls-cert-file/--tls-private-key-file (a certificate for --node-ip signed by
+the CA of the API server's --kubelet-certificate-authority). Requests are
+authenticated by a client certificate of --client-ca-file (the API server's
+--kubelet-client-certificate) or a bearer token (TokenReview), and authorised
+with SubjectAccessReviews, as a kubelet's are. hack/kube-up.sh DIR makes such a
+pair in DIR/pki (node.crt, node.key, ca.crt). See docs/kubernetes.md.
 
 --kubeconfig defaults to $KUBECONFIG; without either, the in-cluster
 configuration of a pod's service account is used.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if (certFile == "") != (keyFile == "") {
+				return usagef(cmd, "--tls-cert-file and --tls-private-key-file go together")
+			}
+			if kubeletPort < 0 || kubeletPort > 65535 {
+				return usagef(cmd, "--kubelet-port %d: want 0-65535", kubeletPort)
+			}
 			if name == "" {
 				h, err := os.Hostname()
 				if err != nil {
@@ -66,11 +83,19 @@ configuration of a pod's service account is used.`,
 			}
 			return kubenode.Run(cmd.Context(), kubenode.Config{
 				Name: name, Client: client, Runtime: rt, Logf: logf,
-				Ready: func() { logf("node %s registered and Ready", name) },
+				Ready:       func() { logf("node %s registered and Ready", name) },
+				TLSCertFile: certFile, TLSKeyFile: keyFile, ClientCAFile: clientCA,
+				KubeletAddr: net.JoinHostPort(address, strconv.Itoa(kubeletPort)), NodeIP: nodeIP,
 			})
 		},
 	}
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file of the cluster to join (default $KUBECONFIG, else in-cluster)")
 	cmd.Flags().StringVar(&name, "name", "", "the Node's name (default the host name)")
+	cmd.Flags().StringVar(&certFile, "tls-cert-file", "", "serving certificate of the kubelet API (PEM); without it the kubelet API is not served")
+	cmd.Flags().StringVar(&keyFile, "tls-private-key-file", "", "private key of --tls-cert-file (PEM)")
+	cmd.Flags().StringVar(&clientCA, "client-ca-file", "", "CA of the client certificates the kubelet API accepts (the API server's --kubelet-client-certificate)")
+	cmd.Flags().IntVar(&kubeletPort, "kubelet-port", kubenode.DefaultKubeletPort, "port of the kubelet API (0 picks a free one)")
+	cmd.Flags().StringVar(&address, "address", "", "address the kubelet API listens on (default all)")
+	cmd.Flags().StringVar(&nodeIP, "node-ip", "", "the node's InternalIP, where the API server reaches the kubelet API (default --address, else the host's first global IPv4 address)")
 	return cmd
 }

@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -133,7 +135,7 @@ client, "mcp" (--max-mcp-sessions bounds the sessions).`,
 				socket = server.DefaultSocket(rt.Home())
 			}
 			var ls []net.Listener
-			ul, err := server.ListenUnix(socket)
+			ul, err := listenReplacing(socket, idleExit, log)
 			if err != nil {
 				return err
 			}
@@ -225,4 +227,32 @@ client, "mcp" (--max-mcp-sessions bounds the sessions).`,
 	f.StringArrayVar(&pools, "pool", nil, "keep boxes of IMAGE ready, with Python started: IMAGE[=N] (N default 2; repeatable)")
 	f.BoolVar(&printSpec, "print-openapi", false, "print the OpenAPI document and exit (regenerates api/openapi.json)")
 	return cmd
+}
+
+// listenUnixReplace is how long listenReplacing waits for a replaced
+// server to let go of the socket.
+const listenUnixReplace = 15 * time.Second
+
+// listenReplacing listens on socket. A server that an SDK started there
+// on demand (--idle-exit) gives way to one the user starts without
+// --idle-exit: it is told to stop (SIGTERM: it drains its requests, its
+// boxes keep running) and the socket is taken once it has let go.
+func listenReplacing(socket string, idleExit time.Duration, log *slog.Logger) (net.Listener, error) {
+	ul, err := server.ListenUnix(socket)
+	var inUse *server.SocketInUseError
+	if !errors.As(err, &inUse) || inUse.IdleExit <= 0 || inUse.PID <= 0 || idleExit > 0 {
+		return ul, err
+	}
+	log.Info("replacing the on-demand server on the socket", "pid", inUse.PID, "idle_exit", inUse.IdleExit)
+	if err := syscall.Kill(inUse.PID, syscall.SIGTERM); err != nil {
+		return nil, fmt.Errorf("%w (telling it to stop: %v)", inUse, err)
+	}
+	deadline := time.Now().Add(listenUnixReplace)
+	for {
+		ul, err = server.ListenUnix(socket)
+		if !errors.As(err, &inUse) || time.Now().After(deadline) {
+			return ul, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -27,6 +27,8 @@ import (
 // RSS at its peak (VmHWM), and the response keeps the head and tail of
 // the output (16 MiB), base64, saying truncated with the bytes dropped.
 // (On 51527f3 the response was 1.2 GB and the server's RSS 6.5 GB.)
+// The server runs with AIRLOCK_TOKEN set: no process of its box (QEMU,
+// its console drainer) has the token in its environment.
 func TestHostileGuestServeExecOutputBounded(t *testing.T) {
 	vmtest.Require(t)
 	home := t.TempDir()
@@ -34,7 +36,9 @@ func TestHostileGuestServeExecOutputBounded(t *testing.T) {
 	defer os.RemoveAll(dir)
 	sock := filepath.Join(dir, "a.sock")
 	srv := exec.Command(airlockBin, "serve")
-	srv.Env = append(os.Environ(), "AIRLOCK_HOME="+home, "AIRLOCK_IMAGES="+vmtest.ImagesDir(), "AIRLOCK_SOCKET="+sock, "AIRLOCK_URL=")
+	const token = "serve-token-x1"
+	srv.Env = append(os.Environ(), "AIRLOCK_HOME="+home, "AIRLOCK_IMAGES="+vmtest.ImagesDir(), "AIRLOCK_SOCKET="+sock, "AIRLOCK_URL=",
+		"AIRLOCK_TOKEN="+token)
 	se, _ := srv.StderrPipe()
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -54,6 +58,15 @@ func TestHostileGuestServeExecOutputBounded(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 201 {
 		t.Fatalf("create: %d", resp.StatusCode)
+	}
+	procs := vmtest.HomeProcesses(home)
+	if len(procs) == 0 {
+		t.Error("no process of the box found")
+	}
+	for pid, cmd := range procs {
+		if env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ"); err == nil && strings.Contains(string(env), token) {
+			t.Errorf("%d (%.60s) has airlock serve's AIRLOCK_TOKEN in its environment", pid, cmd)
+		}
 	}
 	before := measure.ProcStatusKiB(srv.Process.Pid, "VmHWM")
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -158,5 +159,47 @@ func TestPrintOpenAPIMatchesCommitted(t *testing.T) {
 	}
 	if !bytes.Equal(out, committed) {
 		t.Error("airlock serve --print-openapi differs from api/openapi.json: regenerate it")
+	}
+}
+
+// A server an SDK started on demand (--idle-exit) gives way to one the user
+// starts on the same socket; a server the user started does not, and the
+// error names its pid and how to stop it.
+func TestServeReplacesOnDemandServer(t *testing.T) {
+	home := t.TempDir()
+	dir, _ := os.MkdirTemp("", "airlock-serve-")
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "a.sock")
+	env := append(os.Environ(), "AIRLOCK_HOME="+home, "AIRLOCK_IMAGES="+t.TempDir(), "AIRLOCK_URL=")
+	start := func(args ...string) (*exec.Cmd, *lineReader) {
+		c := exec.Command(airlockBin, append([]string{"serve", "--socket", sock}, args...)...)
+		c.Env = env
+		se, _ := c.StderrPipe()
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+		return c, readLines(se)
+	}
+	listening := regexp.MustCompile(`listening.*socket=`)
+	sdk, sdkLog := start("--idle-exit", "10m")
+	sdkLog.waitFor(t, listening)
+	exited := make(chan error, 1)
+	go func() { exited <- sdk.Wait() }()
+
+	user, userLog := start()
+	userLog.waitFor(t, listening)
+	select {
+	case <-exited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the on-demand server still runs 20 s after the user's took its socket")
+	}
+
+	other := exec.Command(airlockBin, "serve", "--socket", sock)
+	other.Env = env
+	out, err := other.CombinedOutput()
+	want := fmt.Sprintf("(pid %d) is listening on %s: stop it (kill %d", user.Process.Pid, sock, user.Process.Pid)
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Fatalf("a second server on the user's socket: %v %s, want an error with %q", err, out, want)
 	}
 }

@@ -461,6 +461,30 @@ func guestAddr(port int) tcpip.FullAddress {
 	return tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(GuestAddr.As4()), Port: uint16(port)}
 }
 
+// dialGuest opens a TCP connection to port in the guest (Connect), within
+// 10 s.
+func (n *Net) dialGuest(port int) (net.Conn, error) {
+	if port < 1 || port > 65535 {
+		return nil, fmt.Errorf("port %d: want 1-65535", port)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s := n.st.Load()
+	for s == nil { // Serve not yet running: the machine is starting
+		select {
+		case <-ctx.Done():
+			return nil, errors.New("the network is not up")
+		case <-time.After(10 * time.Millisecond):
+		}
+		s = n.st.Load()
+	}
+	in, err := gonet.DialContextTCP(ctx, s, guestAddr(port), ipv4.ProtocolNumber)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to port %d in the box: %w", port, err)
+	}
+	return in, nil
+}
+
 func (n *Net) servePublishedTCP(s *stack.Stack, l net.Listener, guestPort int) {
 	for {
 		c, err := l.Accept()

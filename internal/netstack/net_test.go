@@ -464,3 +464,51 @@ func TestPublishedPort(t *testing.T) {
 		t.Errorf("port in use: %v", err)
 	}
 }
+
+// TestConnect: a control connection with op "connect" becomes a TCP
+// connection to the guest's port (both ways, half-close carried); a port
+// nothing listens on, or out of range, is an error.
+func TestConnect(t *testing.T) {
+	g := startNet(t, Config{Policy: Policy{Mode: ModePublic}})
+	ctl := filepath.Join(t.TempDir(), "ctl.sock")
+	cl, err := net.Listen("unix", ctl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	go serveControl(cl, g.n)
+	l, err := gonet.ListenTCP(g.s, tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFrom4(GuestAddr.As4()), Port: 9000}, ipv4.ProtocolNumber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		b, _ := io.ReadAll(c) // until the host half-closes
+		c.Write(append([]byte("box got: "), b...))
+		c.Close()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Connect(ctx, ctl, 9000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("ping"))
+	c.(interface{ CloseWrite() error }).CloseWrite()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != "box got: ping" {
+		t.Errorf("through Connect: %q, %v", got, err)
+	}
+	if _, err := Connect(ctx, ctl, 9001); err == nil || !strings.Contains(err.Error(), "port 9001") {
+		t.Errorf("a port nothing listens on: %v", err)
+	}
+	if _, err := Connect(ctx, ctl, 70000); err == nil {
+		t.Error("port 70000 was taken")
+	}
+}

@@ -22,7 +22,7 @@ type BoxSpec struct {
 	CPUs           int          `json:"cpus,omitempty" doc:"vCPUs (default 1)." minimum:"0" maximum:"64"`
 	MemoryMiB      int          `json:"memory_mib,omitempty" doc:"Guest RAM in MiB (default 512)." minimum:"0" maximum:"262144"`
 	DiskSizeMiB    int          `json:"disk_size_mib,omitempty" doc:"Writable layer size in MiB (default 4096)." minimum:"0" maximum:"1048576"`
-	Env            []string     `json:"env,omitempty" doc:"KEY=value entries added to the image's environment." maxItems:"1024"`
+	Env            EnvList      `json:"env,omitempty" doc:"Variables added to the image's environment: [\"KEY=value\", ...] or {\"KEY\": \"value\"}."`
 	WorkingDir     string       `json:"working_dir,omitempty" doc:"Working directory of every exec (default: the image's)." maxLength:"4096"`
 	User           string       `json:"user,omitempty" doc:"User of every exec: name, uid, name:group or uid:gid." maxLength:"256"`
 	Network        string       `json:"network,omitempty" doc:"public (default: the internet; the host, private and link-local ranges denied), allowlist (only allow_net; the default when allow_net is given) or none (no interface); enabled and disabled are old names of public and none." enum:"public,allowlist,none,enabled,disabled"`

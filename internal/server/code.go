@@ -68,12 +68,18 @@ type RunRequest struct {
 // RunResult is the result of POST /v1/boxes/{id}/code/run: python -c code
 // in a fresh interpreter.
 type RunResult struct {
-	Stdout   string  `json:"stdout"`
-	Stderr   string  `json:"stderr" doc:"The traceback, when the code raised."`
-	ExitCode int     `json:"exit_code"`
-	TimedOut bool    `json:"timed_out"`
-	Error    string  `json:"error,omitempty" doc:"What went wrong, when exit_code is not 0 or the run timed out."`
-	Duration float64 `json:"duration_ms"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr" doc:"The traceback, when the code raised."`
+	ExitCode int    `json:"exit_code"`
+	TimedOut bool   `json:"timed_out"`
+	Error    string `json:"error,omitempty" doc:"What went wrong, when exit_code is not 0 or the run timed out."`
+	// Truncated is set when output was cut: past the box's output bound
+	// (a marker line in stdout or stderr says where) or past the
+	// server's --max-output.
+	Truncated     bool    `json:"truncated" doc:"Output was cut; a marker line in stdout or stderr says where and how much."`
+	StdoutDropped int64   `json:"stdout_dropped,omitempty" doc:"Bytes of stdout left out in the box (past its output bound)."`
+	StderrDropped int64   `json:"stderr_dropped,omitempty" doc:"Bytes of stderr left out in the box (past its output bound)."`
+	Duration      float64 `json:"duration_ms"`
 }
 
 // InstallRequest is the body of POST /v1/boxes/{id}/code/install.
@@ -97,8 +103,11 @@ type CellResult struct {
 	Images    []CellImage `json:"images,omitempty" doc:"matplotlib figures left open, as PNG."`
 	TimedOut  bool        `json:"timed_out"`
 	StateLost bool        `json:"state_lost" doc:"The interpreter was restarted: earlier variables are gone."`
-	Truncated bool        `json:"truncated"`
-	Duration  float64     `json:"duration_ms"`
+	Truncated bool        `json:"truncated" doc:"Output was cut; a marker line in stdout or stderr says where and how much."`
+	// StdoutDropped and StderrDropped count what the box left out.
+	StdoutDropped int64   `json:"stdout_dropped,omitempty" doc:"Characters of stdout left out in the box (bytes for output written to the file descriptor)."`
+	StderrDropped int64   `json:"stderr_dropped,omitempty" doc:"Characters of stderr left out in the box (bytes for output written to the file descriptor)."`
+	Duration      float64 `json:"duration_ms"`
 }
 
 // CellError is an exception raised by a cell.
@@ -150,9 +159,11 @@ func (s *Server) textLimit() int64 { return 2 * s.cfg.MaxOutputBytes }
 
 // clipRun bounds the text of a code run's result (clipText).
 func (s *Server) clipRun(r *RunResult) {
-	r.Stdout, _ = clipText(r.Stdout, s.textLimit())
-	r.Stderr, _ = clipText(r.Stderr, s.textLimit())
-	r.Error, _ = clipText(r.Error, s.textLimit()/4)
+	var c [3]bool
+	r.Stdout, c[0] = clipText(r.Stdout, s.textLimit())
+	r.Stderr, c[1] = clipText(r.Stderr, s.textLimit())
+	r.Error, c[2] = clipText(r.Error, s.textLimit()/4)
+	r.Truncated = r.Truncated || c[0] || c[1] || c[2]
 }
 
 // clipCell bounds the text of a cell's result (clipText); Truncated is set
@@ -200,8 +211,9 @@ func (s *Server) registerCode() {
 		rctx, cancel := withTimeout(ctx, in.Body.Timeout)
 		defer cancel()
 		t0 := time.Now()
-		out, err := cs.cb.Run(rctx, in.Body.Code)
-		res := RunResult{Stdout: out, Duration: ms(time.Since(t0))}
+		out, err := cs.cb.RunOutput(rctx, in.Body.Code)
+		res := RunResult{Stdout: out.Stdout, Truncated: out.Truncated, StdoutDropped: out.StdoutDropped, StderrDropped: out.StderrDropped,
+			Duration: ms(time.Since(t0))}
 		var ee *codebox.ExecError
 		switch {
 		case errors.As(err, &ee):
@@ -324,7 +336,7 @@ func (s *Server) registerCode() {
 			return nil, problem(err)
 		}
 		out := CellResult{Stdout: r.Stdout, Stderr: r.Stderr, Value: r.Value, TimedOut: r.TimedOut || err != nil,
-			StateLost: r.StateLost, Truncated: r.Truncated, Duration: ms(r.Duration)}
+			StateLost: r.StateLost, Truncated: r.Truncated, StdoutDropped: r.StdoutDropped, StderrDropped: r.StderrDropped, Duration: ms(r.Duration)}
 		if r.Error != nil {
 			out.Error = &CellError{Name: r.Error.Name, Value: r.Error.Value, Traceback: r.Error.Traceback}
 		}

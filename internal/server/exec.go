@@ -26,7 +26,7 @@ const (
 // message of the exec WebSocket.
 type ExecRequest struct {
 	Cmd           []string `json:"cmd" minItems:"1" maxItems:"4096" doc:"argv; cmd[0] is looked up in the box's PATH."`
-	Env           []string `json:"env,omitempty" maxItems:"1024" doc:"KEY=value entries for this exec only."`
+	Env           EnvList  `json:"env,omitempty" doc:"Variables for this exec only: [\"KEY=value\", ...] or {\"KEY\": \"value\"}."`
 	User          string   `json:"user,omitempty" maxLength:"256"`
 	WorkingDir    string   `json:"working_dir,omitempty" maxLength:"4096"`
 	Timeout       float64  `json:"timeout,omitempty" minimum:"0" doc:"Seconds; the process tree is killed past it and timed_out is set. 0: none."`

@@ -6,9 +6,13 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -143,38 +147,58 @@ func TestHostileClientEventSubscribersCapped(t *testing.T) {
 	open[1].Body.Close()
 }
 
-// TestHostileClientConnectionLimit: past Config.MaxConns connections on a
-// listener, a new one is not served until one closes; the unix socket has
-// its own count.
+// TestHostileClientConnectionLimit: past Config.MaxConns connections
+// that made a request with the token, a new one is not served until one
+// closes; the unix socket has its own count.
 func TestHostileClientConnectionLimit(t *testing.T) {
 	s := New(Config{Runtime: openRuntime(t), Token: "tok", MaxConns: 2})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, l) }()
-	defer func() { cancel(); <-done }()
-	addr := l.Addr().String()
-	// get asks for /v1/health on a new connection, waiting up to d for
-	// the answer.
-	get := func(d time.Duration) error {
-		req, _ := http.NewRequest("GET", "http://"+addr+"/v1/health", nil)
-		req.Header.Set("Authorization", "Bearer tok")
-		cl := &http.Client{Timeout: d, Transport: &http.Transport{DisableKeepAlives: true}}
-		resp, err := cl.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		return nil
-	}
-	if err := get(10 * time.Second); err != nil {
+	addr := serveTCP(t, s)
+	if err := getHealth(addr, "tok", 10*time.Second); err != nil {
 		t.Fatalf("health: %v", err)
 	}
-	var idle []net.Conn
+	var held []net.Conn
 	for i := 0; i < 2; i++ {
+		c, status := rawRequest(t, addr, "tok")
+		if status != 200 {
+			t.Fatalf("held connection %d: status %d", i, status)
+		}
+		defer c.Close()
+		held = append(held, c)
+	}
+	if err := getHealth(addr, "tok", 700*time.Millisecond); err == nil {
+		t.Fatal("a third connection was served with --max-conns 2 and two authenticated ones held open")
+	}
+	held[0].Close()
+	// Served once the server has seen the close: a wait, with a deadline.
+	if err := getHealth(addr, "tok", 10*time.Second); err != nil {
+		t.Fatalf("no connection served within 10 s after one of the two closed: %v", err)
+	}
+}
+
+// TestHostileClientUnauthenticatedConnsLockNobodyOut: a peer without the
+// token that opens many connections, idle or each with a refused request
+// kept open, does not hold the --max-conns slots: a client with the token
+// is still served at once, a refused connection is closed after its 401,
+// and the idle ones beyond MaxUnauthenticatedConns are closed.
+func TestHostileClientUnauthenticatedConnsLockNobodyOut(t *testing.T) {
+	s := New(Config{Runtime: openRuntime(t), Token: "tok", MaxConns: 2})
+	addr := serveTCP(t, s)
+	// Refused requests: the connection ends after the 401.
+	for i := 0; i < 4; i++ {
+		c, status := rawRequest(t, addr, "wrong")
+		defer c.Close()
+		if status != http.StatusUnauthorized {
+			t.Fatalf("status %d without the token, want 401", status)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); n != 0 || err == nil {
+			t.Fatalf("a connection refused for its token stayed open (read %d, %v)", n, err)
+		}
+	}
+	// Idle connections, many more than both bounds.
+	const flood = MaxUnauthenticatedConns + 40
+	var idle []net.Conn
+	for i := 0; i < flood; i++ {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
@@ -182,13 +206,73 @@ func TestHostileClientConnectionLimit(t *testing.T) {
 		defer c.Close()
 		idle = append(idle, c)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if err := get(700 * time.Millisecond); err == nil {
-		t.Fatal("a third connection was served with --max-conns 2 and two held open")
+	time.Sleep(200 * time.Millisecond)
+	for i := 0; i < 3; i++ {
+		if err := getHealth(addr, "tok", 2*time.Second); err != nil {
+			t.Fatalf("a client with the token was not served while %d connections without it were open: %v", flood, err)
+		}
 	}
-	idle[0].Close()
-	// Served once the server has seen the close: a wait, with a deadline.
-	if err := get(10 * time.Second); err != nil {
-		t.Fatalf("no connection served within 10 s after one of the two closed: %v", err)
+	closed := 0
+	for _, c := range idle[:flood-MaxUnauthenticatedConns] {
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			closed++
+		}
 	}
+	if closed != flood-MaxUnauthenticatedConns {
+		t.Errorf("%d of the %d oldest idle connections were closed, want all (at most %d wait unauthenticated)", closed, flood-MaxUnauthenticatedConns, MaxUnauthenticatedConns)
+	}
+}
+
+// serveTCP serves s on a loopback TCP listener until the test ends and
+// returns its address.
+func serveTCP(t *testing.T, s *Server) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, l) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return l.Addr().String()
+}
+
+// getHealth asks for /v1/health with token on a new connection, waiting
+// up to d for the answer.
+func getHealth(addr, token string, d time.Duration) error {
+	req, _ := http.NewRequest("GET", "http://"+addr+"/v1/health", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	cl := &http.Client{Timeout: d, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := cl.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// rawRequest sends one keep-alive GET /v1/health with token on a new
+// connection and returns the connection, left open, and the status.
+func rawRequest(t *testing.T, addr, token string) (net.Conn, int) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET /v1/health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", token)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		c.Close()
+		t.Fatalf("request: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	c.SetDeadline(time.Time{})
+	return c, resp.StatusCode
 }

@@ -30,6 +30,9 @@ type ImageList struct {
 // Health is the body of GET /v1/health.
 type Health struct {
 	Status string `json:"status" enum:"ok"`
+	// IdleExit is set on a server that exits by itself when idle
+	// (airlock serve --idle-exit; the SDKs start theirs so).
+	IdleExit float64 `json:"idle_exit_s,omitempty" doc:"Seconds idle after which this server exits by itself (airlock serve --idle-exit, as the SDKs start it); absent when it runs until stopped."`
 }
 
 // VersionInfo is the body of GET /v1/version.
@@ -44,7 +47,7 @@ func (s *Server) registerMisc() {
 		OperationID: "health", Method: http.MethodGet, Path: "/v1/health", Tags: []string{"server"},
 		Summary: "Health check",
 	}, func(ctx context.Context, _ *struct{}) (*struct{ Body Health }, error) {
-		return &struct{ Body Health }{Health{Status: "ok"}}, nil
+		return &struct{ Body Health }{Health{Status: "ok", IdleExit: s.cfg.IdleExit.Seconds()}}, nil
 	})
 
 	huma.Register(s.api, huma.Operation{

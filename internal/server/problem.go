@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -47,6 +48,9 @@ const (
 	// CodeTooManySubscribers: the server's event streams are all taken
 	// (503; airlock serve --max-subscribers).
 	CodeTooManySubscribers = "too_many_subscribers"
+	// CodeMethodNotAllowed: the path exists, not with that method (405;
+	// the Allow header lists the methods it takes).
+	CodeMethodNotAllowed = "method_not_allowed"
 )
 
 // Problem is an RFC 9457 problem details object with airlock's stable
@@ -57,7 +61,7 @@ type Problem struct {
 	Status   int                 `json:"status,omitempty" doc:"HTTP status code."`
 	Detail   string              `json:"detail,omitempty" doc:"What happened in this occurrence, and what to do."`
 	Instance string              `json:"instance,omitempty" doc:"The request id of this occurrence."`
-	Code     string              `json:"code" enum:"box_not_found,image_not_found,context_not_found,box_not_running,box_running,name_in_use,box_died,timeout,canceled,too_many_execs,unauthorized,body_too_large,invalid_request,not_found,internal,policy_denied,no_lease,exec_not_found,file_not_found,not_a_directory,is_a_directory,file_exists,permission_denied,read_only_filesystem,no_space,invalid_path,not_a_regular_file,port_in_use,snapshot_not_found,snapshot_exists,not_supported,host_capacity,too_many_subscribers" doc:"Stable machine-readable code."`
+	Code     string              `json:"code" enum:"box_not_found,image_not_found,context_not_found,box_not_running,box_running,name_in_use,box_died,timeout,canceled,too_many_execs,unauthorized,body_too_large,invalid_request,not_found,internal,policy_denied,no_lease,exec_not_found,file_not_found,not_a_directory,is_a_directory,file_exists,permission_denied,read_only_filesystem,no_space,invalid_path,not_a_regular_file,port_in_use,snapshot_not_found,snapshot_exists,not_supported,host_capacity,too_many_subscribers,method_not_allowed" doc:"Stable machine-readable code."`
 	Cause    string              `json:"cause,omitempty" doc:"For box_died: why the VM ended (guest kernel panic, QEMU process exited, ...)."`
 	Errors   []*huma.ErrorDetail `json:"errors,omitempty" doc:"Individual validation errors."`
 }
@@ -97,6 +101,8 @@ func codeForStatus(status int) string {
 	switch status {
 	case http.StatusNotFound:
 		return CodeNotFound
+	case http.StatusMethodNotAllowed:
+		return CodeMethodNotAllowed
 	case http.StatusUnauthorized:
 		return CodeUnauthorized
 	case http.StatusRequestEntityTooLarge:
@@ -173,4 +179,49 @@ func writeProblem(w http.ResponseWriter, p *Problem) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(p.Status)
 	json.NewEncoder(w).Encode(p)
+}
+
+// unrouted answers a request no route takes (404, or 405 with its Allow
+// header) with a problem, as every other error is; ServeMux's own answers
+// are plain text.
+func unrouted(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(&unroutedWriter{ResponseWriter: w, r: r}, r)
+	})
+}
+
+// unroutedWriter turns ServeMux's 404 and 405 into problems and drops the
+// text that follows them.
+type unroutedWriter struct {
+	http.ResponseWriter
+	r    *http.Request
+	done bool
+}
+
+func (w *unroutedWriter) WriteHeader(code int) {
+	switch code {
+	case http.StatusNotFound:
+		w.done = true
+		w.Header().Del("X-Content-Type-Options")
+		writeProblem(w.ResponseWriter, &Problem{Status: code, Code: CodeNotFound,
+			Detail: fmt.Sprintf("no route %s %s: the API's paths are in GET /openapi.json", w.r.Method, w.r.URL.Path)})
+	case http.StatusMethodNotAllowed:
+		w.done = true
+		w.Header().Del("X-Content-Type-Options")
+		writeProblem(w.ResponseWriter, &Problem{Status: code, Code: CodeMethodNotAllowed,
+			Detail: fmt.Sprintf("%s takes %s, not %s", w.r.URL.Path, w.Header().Get("Allow"), w.r.Method)})
+	default:
+		w.ResponseWriter.WriteHeader(code)
+	}
+}
+
+func (w *unroutedWriter) Write(b []byte) (int, error) {
+	if w.done {
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
 }

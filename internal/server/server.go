@@ -13,6 +13,7 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -22,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -38,6 +40,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"golang.org/x/net/netutil"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/defaults"
@@ -94,8 +97,15 @@ type Config struct {
 	MaxOutputBytes int64
 	// MaxConns bounds the connections Serve keeps open at once on each
 	// listener (default DefaultMaxConns, 256); more wait in the listen
-	// queue until one closes. The unix socket has its own count, so TCP
-	// clients cannot lock its owner out.
+	// queue until one closes. On a TCP listener it counts the connections
+	// that made a request with the token; those that have not are
+	// bounded apart (MaxUnauthenticatedConns, the oldest closed for a new
+	// one) and one refused for its token is closed after the 401, so a
+	// peer without the token cannot lock the token's clients out (those
+	// already waiting for their first request when the bound is reached
+	// may still make it: at most MaxUnauthenticatedConns over). The
+	// unix socket has its own count, so TCP clients cannot lock its owner
+	// out.
 	MaxConns int
 	// MaxSubscribers bounds the /v1/events streams open at once (default
 	// DefaultMaxSubscribers, 64); one more gets 503.
@@ -328,8 +338,10 @@ func ListenUnix(path string) (net.Listener, error) {
 	}
 	if _, err := os.Lstat(path); err == nil {
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			e := &SocketInUseError{Path: path}
+			e.PID, e.IdleExit = peerServer(c.(*net.UnixConn))
 			c.Close()
-			return nil, fmt.Errorf("another airlock server is listening on %s (stop it, or use --socket)", path)
+			return nil, e
 		}
 		os.Remove(path)
 	}
@@ -361,6 +373,58 @@ func ListenUnix(path string) (net.Listener, error) {
 		listenUnixHook(path)
 	}
 	return &unixListener{UnixListener: ul, addr: &net.UnixAddr{Name: path, Net: "unix"}}, nil
+}
+
+// SocketInUseError is ListenUnix's error when a server answers on the
+// socket already.
+type SocketInUseError struct {
+	Path string
+	// PID is the process listening (0 when unknown).
+	PID int
+	// IdleExit is that server's --idle-exit (0: it runs until stopped,
+	// or unknown): one started on demand, by an SDK, says so.
+	IdleExit time.Duration
+}
+
+func (e *SocketInUseError) Error() string {
+	who := "another airlock server"
+	if e.PID > 0 {
+		who += fmt.Sprintf(" (pid %d)", e.PID)
+	}
+	if e.IdleExit > 0 {
+		who += fmt.Sprintf(", started on demand (an SDK's, --idle-exit %s),", e.IdleExit)
+	}
+	stop := "stop it"
+	if e.PID > 0 {
+		stop = fmt.Sprintf("stop it (kill %d; its boxes keep running)", e.PID)
+	}
+	return fmt.Sprintf("%s is listening on %s: %s, or use --socket", who, e.Path, stop)
+}
+
+// peerServer asks the server on c for its pid (SO_PEERCRED) and its idle
+// exit (GET /v1/health), within 2 s; zeros for what it cannot learn.
+func peerServer(c *net.UnixConn) (pid int, idleExit time.Duration) {
+	if rc, err := c.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+				pid = int(cred.Pid)
+			}
+		})
+	}
+	c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte("GET /v1/health HTTP/1.1\r\nHost: airlock\r\nConnection: close\r\n\r\n")); err != nil {
+		return pid, 0
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(io.LimitReader(c, 64<<10)), nil)
+	if err != nil {
+		return pid, 0
+	}
+	defer resp.Body.Close()
+	var h Health
+	if resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&h) == nil && h.IdleExit > 0 {
+		idleExit = time.Duration(h.IdleExit * float64(time.Second))
+	}
+	return pid, idleExit
 }
 
 // listenUnixHook, when set (by tests), is called by ListenUnix as soon as
@@ -404,7 +468,7 @@ func (s *Server) Handler(requireToken bool) http.Handler {
 		sum := sha256.Sum256([]byte(s.cfg.Token))
 		client = "token:" + hex.EncodeToString(sum[:6])
 	}
-	var h http.Handler = s.mux
+	h := unrouted(s.mux)
 	h = s.limits(h)
 	if requireToken {
 		h = s.auth(h)
@@ -429,10 +493,13 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		got := []byte(r.Header.Get("Authorization"))
 		if s.cfg.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
+			// A peer without the token keeps no connection open.
+			w.Header().Set("Connection", "close")
 			writeProblem(w, &Problem{Status: http.StatusUnauthorized, Title: "Unauthorized", Code: CodeUnauthorized,
 				Detail: "missing or wrong bearer token: send Authorization: Bearer $AIRLOCK_TOKEN (airlock serve prints where the token is stored)"})
 			return
 		}
+		markAuthenticated(r.Context())
 		next.ServeHTTP(w, r)
 	})
 }
@@ -609,8 +676,15 @@ func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
 	errc := make(chan error, len(listeners))
 	for _, l := range listeners {
 		_, isUnix := l.Addr().(*net.UnixAddr)
-		l = netutil.LimitListener(l, s.cfg.MaxConns)
+		if isUnix {
+			l = netutil.LimitListener(l, s.cfg.MaxConns)
+		} else {
+			// Only connections that made a request with the token count
+			// against MaxConns; the others have a bound of their own.
+			l = newAuthLimitListener(l, s.cfg.MaxConns, MaxUnauthenticatedConns)
+		}
 		hs := &http.Server{
+			ConnContext:       withConn,
 			Handler:           s.Handler(!isUnix),
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       2 * time.Minute,

@@ -497,3 +497,80 @@ func TestPullImage(t *testing.T) {
 		t.Errorf("pull of a missing image: %v %s", events, last)
 	}
 }
+
+// An unknown path (404) and a wrong method (405, with Allow) answer with
+// problems like every other error, not ServeMux's plain text.
+func TestUnroutedAreProblems(t *testing.T) {
+	s := New(Config{Runtime: openRuntime(t)})
+	ts := httptest.NewServer(s.Handler(false))
+	defer ts.Close()
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		code         string
+	}{
+		{"GET", "/v1/nope", 404, CodeNotFound},
+		{"GET", "/", 404, CodeNotFound},
+		{"DELETE", "/v1/health", 405, CodeMethodNotAllowed},
+		{"PATCH", "/v1/boxes", 405, CodeMethodNotAllowed},
+	} {
+		req, _ := http.NewRequest(tc.method, ts.URL+tc.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := decodeProblem(t, resp)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || p.Status != tc.status || p.Code != tc.code || p.Detail == "" {
+			t.Errorf("%s %s: %d %+v, want %d with code %s and a detail", tc.method, tc.path, resp.StatusCode, p, tc.status, tc.code)
+		}
+		if tc.status == 405 && (resp.Header.Get("Allow") == "" || !strings.Contains(p.Detail, resp.Header.Get("Allow"))) {
+			t.Errorf("%s %s: Allow %q, detail %q: want the methods it takes in both", tc.method, tc.path, resp.Header.Get("Allow"), p.Detail)
+		}
+	}
+	// A routed request is untouched.
+	resp, err := http.Get(ts.URL + "/v1/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("GET /v1/health: %d", resp.StatusCode)
+	}
+}
+
+// env is a list of KEY=value or an object; the server's validation takes
+// both and refuses what is neither, naming the field.
+func TestEnvListOrObject(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+		bad  bool
+	}{
+		{in: `["A=1","B=2"]`, want: []string{"A=1", "B=2"}},
+		{in: `{"B":"2","A":"x=y"}`, want: []string{"A=x=y", "B=2"}},
+		{in: `{"A=B":"1"}`, bad: true},
+		{in: `{"":"1"}`, bad: true},
+		{in: `"A=1"`, bad: true},
+	} {
+		var e EnvList
+		err := json.Unmarshal([]byte(tc.in), &e)
+		if tc.bad != (err != nil) || !tc.bad && strings.Join(e, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("%s: %q %v", tc.in, e, err)
+		}
+	}
+	s := New(Config{Runtime: openRuntime(t)})
+	ts := httptest.NewServer(s.Handler(false))
+	defer ts.Close()
+	for _, body := range []string{`{"env":{"A":1}}`, `{"env":"A=1"}`} {
+		resp, err := http.Post(ts.URL+"/v1/boxes", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := decodeProblem(t, resp)
+		resp.Body.Close()
+		if resp.StatusCode/100 != 4 || p.Code != CodeInvalid || len(p.Errors) == 0 || !strings.Contains(p.Errors[0].Location, "env") {
+			t.Errorf("create with %s: %d %+v, want invalid_request naming env", body, resp.StatusCode, p)
+		}
+	}
+}

@@ -180,6 +180,11 @@ func TestServerVM(t *testing.T) {
 		if r.StderrEncoding != EncodingBase64 || !bytes.Equal(raw, []byte{0xff, 0xfe}) {
 			t.Errorf("non-UTF-8 stderr: %q (%s), want base64 of ff fe", r.Stderr, r.StderrEncoding)
 		}
+		// env as an object as well as a list.
+		c.do("POST", "/v1/boxes/"+id+"/exec", map[string]any{"cmd": []string{"sh", "-c", "echo $A-$B"}, "env": map[string]string{"A": "1", "B": "x y"}}, &r)
+		if r.Stdout != "1-x y\n" {
+			t.Errorf("env as an object: stdout %q, want %q", r.Stdout, "1-x y\n")
+		}
 		c.do("POST", "/v1/boxes/"+id+"/exec", ExecRequest{Cmd: []string{"cat"}, Stdin: "aGVsbG8=", StdinEncoding: EncodingBase64}, &r)
 		if r.Stdout != "hello" {
 			t.Errorf("stdin: stdout %q", r.Stdout)

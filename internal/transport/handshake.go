@@ -8,7 +8,7 @@
 // guest may still hold a session from the previous host. The handshake is
 // what makes reconnecting safe:
 //
-//	host  -> guest: "AIRLOCK-SYNC <nonce>\n"   (repeated until acknowledged)
+//	host  -> guest: "AIRLOCK-SYNC <nonce> <ticket>\n"   (repeated without the ticket until acknowledged)
 //	guest -> host : "AIRLOCK-ACK <nonce> <agent version> <challenge>\n"
 //	host  -> guest: "AIRLOCK-GO <nonce> <proof>\n"
 //	guest -> host : "AIRLOCK-OK <nonce>\n"      (or "AIRLOCK-DENY <nonce>\n")
@@ -77,6 +77,45 @@ func Proof(secret []byte, challenge, nonce string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
+// SyncTicket is what the host adds to its SYNC line: hex
+// HMAC-SHA256(secret, "airlock-agent-sync\x00" nonce). It lets a guest
+// that holds many unauthenticated connections tell, before the
+// challenge, which one comes from the secret's holder and keep it (see
+// GuestHandshakeVouch); it authenticates nothing by itself: the proof
+// answering the guest's challenge still does. An agent that does not
+// know it reads the nonce and ignores the rest of the line.
+func SyncTicket(secret []byte, nonce string) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("airlock-agent-sync\x00" + nonce))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// SyncTicketed reads pre, bytes a connection sent before the guest said
+// anything: synced says it holds a whole SYNC line, ticketed that one of
+// them carries a valid SyncTicket of secret (any, without a secret).
+func SyncTicketed(pre, secret []byte) (synced, ticketed bool) {
+	for {
+		i := bytes.IndexByte(pre, '\n')
+		if i < 0 {
+			return synced, ticketed
+		}
+		line := string(pre[:i])
+		pre = pre[i+1:]
+		rest, ok := afterPrefix(line, syncPrefix)
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			continue
+		}
+		synced = true
+		if len(secret) == 0 || len(f) > 1 && hmac.Equal([]byte(f[1]), []byte(SyncTicket(secret, f[0]))) {
+			return true, true
+		}
+	}
+}
+
 // newNonce returns a fresh 16-hex-digit nonce. It only has to differ from
 // the nonces of earlier connections (stale lines are told apart by it), so
 // math/rand's per-process random seed is enough: crypto/rand would bring
@@ -131,7 +170,14 @@ func HostHandshake(conn net.Conn, deadline time.Time) (agentVersion string, err 
 // returning. A refused proof is ErrDenied.
 func HostHandshakeAuth(conn net.Conn, deadline time.Time, secret []byte) (agentVersion string, err error) {
 	nonce := newNonce()
+	// Only the first SYNC carries the ticket (the one a guest listener
+	// reads when it accepts a vsock connection): the repeats, which a
+	// guest reads a byte at a time on a virtio-serial port, stay short.
 	syncLine := []byte("\n" + syncPrefix + nonce + "\n")
+	firstSync := syncLine
+	if len(secret) > 0 {
+		firstSync = []byte("\n" + syncPrefix + nonce + " " + SyncTicket(secret, nonce) + "\n")
+	}
 	type ack struct {
 		version, challenge string
 		ok                 bool // the OK/DENY line: ok true = OK
@@ -207,7 +253,7 @@ func HostHandshakeAuth(conn net.Conn, deadline time.Time, secret []byte) (agentV
 	fastUntil := time.Now().Add(300 * time.Millisecond)
 	resend := time.NewTimer(interval)
 	defer resend.Stop()
-	if _, err := conn.Write(syncLine); err != nil {
+	if _, err := conn.Write(firstSync); err != nil {
 		return fail(err)
 	}
 	version := ""
@@ -282,6 +328,15 @@ func GuestHandshakeAuth(rw io.ReadWriter, version string, secret []byte) error {
 // SYNC and repeated SYNC lines are discarded. rw must not be read by
 // anyone else meanwhile; nothing after the GO line is consumed.
 func GuestHandshakeKey(rw io.ReadWriter, version string, key GuestKey) error {
+	return GuestHandshakeVouch(rw, version, key, nil)
+}
+
+// GuestHandshakeVouch is GuestHandshakeKey that also calls sync, when not
+// nil, for each new SYNC line: ticketed says it carried a valid
+// SyncTicket of key's current secret (always true without a secret).
+// A listener uses it to keep the host's pending handshake when others
+// flood it (agent.ServeListener).
+func GuestHandshakeVouch(rw io.ReadWriter, version string, key GuestKey, sync func(ticketed bool)) error {
 	r := bufio.NewReaderSize(byteReader{rw}, 16)
 	nonce, challenge := "", ""
 	for {
@@ -300,6 +355,10 @@ func GuestHandshakeKey(rw io.ReadWriter, version string, key GuestKey) error {
 				continue
 			}
 			nonce, challenge = f[0], newNonce()+newNonce()
+			if sync != nil {
+				secret, _ := key.Current()
+				sync(len(secret) == 0 || len(f) > 1 && hmac.Equal([]byte(f[1]), []byte(SyncTicket(secret, nonce))))
+			}
 			if _, err := io.WriteString(rw, "\n"+ackPrefix+nonce+" "+version+" "+challenge+"\n"); err != nil {
 				return err
 			}

@@ -161,3 +161,31 @@ func TestHandshakeTimesOutOnAPortNobodyReads(t *testing.T) {
 		t.Fatalf("took %s", d)
 	}
 }
+
+// TestSyncTicketed: only a SYNC line whose ticket was made with the
+// secret for its nonce counts as the host's; a guest that has no secret
+// takes any SYNC; an unfinished line is not a SYNC yet.
+func TestSyncTicketed(t *testing.T) {
+	secret := []byte("s3cret")
+	n := "0123456789abcdef"
+	good := "\n" + syncPrefix + n + " " + SyncTicket(secret, n) + "\n"
+	for _, c := range []struct {
+		pre              string
+		secret           []byte
+		synced, ticketed bool
+	}{
+		{good, secret, true, true},
+		{"garbage" + good + good, secret, true, true},
+		{"\n" + syncPrefix + n + "\n", secret, true, false},
+		{"\n" + syncPrefix + n + " " + SyncTicket([]byte("other"), n) + "\n", secret, true, false},
+		{"\n" + syncPrefix + "fedcba9876543210 " + SyncTicket(secret, n) + "\n", secret, true, false}, // another nonce's ticket
+		{good[:len(good)-1], secret, false, false},
+		{"", secret, false, false},
+		{"\n" + syncPrefix + n + "\n", nil, true, true},
+	} {
+		s, tk := SyncTicketed([]byte(c.pre), c.secret)
+		if s != c.synced || tk != c.ticketed {
+			t.Errorf("SyncTicketed(%q, %q) = %v, %v; want %v, %v", c.pre, c.secret, s, tk, c.synced, c.ticketed)
+		}
+	}
+}

@@ -4,8 +4,9 @@
 // runs before the init of most of the packages of the program (this one
 // imports only the standard library and x/sys/unix), builds the jail and
 // execs the program (a box's QEMU). It also runs the other re-executions
-// that must start lean: the console drainer of a box's QEMU and the
-// confined disk tools of airlock commit. Dispatching here rather than in
+// that must start lean: the console drainer of a box's QEMU, the
+// confined disk tools of airlock commit, and the keeper that ends a warm
+// pool's machines with their owner (Keep). Dispatching here rather than in
 // a package with more dependencies saves the re-executed program most of
 // the init of everything else it links (~1.5 ms per box start,
 // docs/confinement.md "Cost").
@@ -166,6 +167,10 @@ func init() {
 		max, _ := strconv.ParseInt(os.Args[2], 10, 64)
 		uid, _ := strconv.Atoi(os.Args[3])
 		DrainConsole(os.NewFile(3, "console"), os.Args[1], max, uid)
+		os.Exit(0)
+	}
+	if len(os.Args) == 1 && os.Args[0] == KeeperArg0 && os.Getenv(stageEnv) == "1" {
+		Keep(os.NewFile(3, "lease"))
 		os.Exit(0)
 	}
 	if len(os.Args) >= 4 && os.Args[0] == ToolArg0 && os.Getenv(stageEnv) == "1" {

@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -282,4 +283,10 @@ func Reconcile(dir string) {
 // netstack.Call).
 func Call(ctx context.Context, b Box, req netstack.Request) (netstack.Response, error) {
 	return netstack.Call(ctx, b.sock(boxdir.NetControl), req)
+}
+
+// Connect opens a TCP connection to port in box b's guest through its
+// helper (see netstack.Connect).
+func Connect(ctx context.Context, b Box, port int) (net.Conn, error) {
+	return netstack.Connect(ctx, b.sock(boxdir.NetControl), port)
 }

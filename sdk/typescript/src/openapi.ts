@@ -692,8 +692,10 @@ export interface components {
              * @description Writable layer size in MiB (default 4096).
              */
             disk_size_mib?: number;
-            /** @description KEY=value entries added to the image's environment. */
-            env?: string[] | null;
+            /** @description Variables added to the image's environment: ["KEY=value", ...] or {"KEY": "value"}. */
+            env?: string[] | {
+                [key: string]: string;
+            };
             /** @description Restore this memory snapshot (POST /v1/boxes/{id}/snapshot) instead of booting: the box runs on from where the snapshot's box was, with its processes and files. Image, cpus, memory_mib, disk_size_mib and network come from the snapshot (leave them out, or give the snapshot's); env, working_dir, user, allow_net and allow_host_ports default to its box's (allow_net makes it an allowlist box); name, ports (never the snapshot box's) and the network policy are the request's, checked as for any create; volumes are refused. */
             from_snapshot?: string;
             /**
@@ -762,8 +764,19 @@ export interface components {
             /** @description The interpreter was restarted: earlier variables are gone. */
             state_lost: boolean;
             stderr: string;
+            /**
+             * Format: int64
+             * @description Characters of stderr left out in the box (bytes for output written to the file descriptor).
+             */
+            stderr_dropped?: number;
             stdout: string;
+            /**
+             * Format: int64
+             * @description Characters of stdout left out in the box (bytes for output written to the file descriptor).
+             */
+            stdout_dropped?: number;
             timed_out: boolean;
+            /** @description Output was cut; a marker line in stdout or stderr says where and how much. */
             truncated: boolean;
             /** @description repr() of the last expression, when not None. */
             value?: string;
@@ -832,8 +845,10 @@ export interface components {
              * @description Terminal columns of a tty exec (default 80).
              */
             cols?: number;
-            /** @description KEY=value entries for this exec only. */
-            env?: string[] | null;
+            /** @description Variables for this exec only: ["KEY=value", ...] or {"KEY": "value"}. */
+            env?: string[] | {
+                [key: string]: string;
+            };
             /**
              * Format: int64
              * @description Terminal rows of a tty exec (default 24).
@@ -936,6 +951,11 @@ export interface components {
             boxes: components["schemas"]["Box"][] | null;
         };
         Health: {
+            /**
+             * Format: double
+             * @description Seconds idle after which this server exits by itself (airlock serve --idle-exit, as the SDKs start it); absent when it runs until stopped.
+             */
+            idle_exit_s?: number;
             /** @enum {string} */
             status: "ok";
         };
@@ -1049,7 +1069,7 @@ export interface components {
              * @description Stable machine-readable code.
              * @enum {string}
              */
-            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use" | "snapshot_not_found" | "snapshot_exists" | "not_supported" | "host_capacity" | "too_many_subscribers";
+            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use" | "snapshot_not_found" | "snapshot_exists" | "not_supported" | "host_capacity" | "too_many_subscribers" | "method_not_allowed";
             /** @description What happened in this occurrence, and what to do. */
             detail?: string;
             /** @description Individual validation errors. */
@@ -1101,8 +1121,20 @@ export interface components {
             exit_code: number;
             /** @description The traceback, when the code raised. */
             stderr: string;
+            /**
+             * Format: int64
+             * @description Bytes of stderr left out in the box (past its output bound).
+             */
+            stderr_dropped?: number;
             stdout: string;
+            /**
+             * Format: int64
+             * @description Bytes of stdout left out in the box (past its output bound).
+             */
+            stdout_dropped?: number;
             timed_out: boolean;
+            /** @description Output was cut; a marker line in stdout or stderr says where and how much. */
+            truncated: boolean;
         };
         SecretInfo: {
             hosts: string[] | null;

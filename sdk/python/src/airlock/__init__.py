@@ -24,9 +24,48 @@ from ._files import FileInfo
 from ._client import AirlockError, Client, Endpoint, default_socket
 from ._snapshots import Snapshot
 from ._sync import SyncClient, SyncCodeBox, SyncContext, SyncSimpleBox
+from ._boxlite import (AccessToken, ApiKeyCredential, Box, BrowserBox, ComputerBox, InteractiveBox, SkillBox, BoxInfo, Boxlite, BoxliteRestOptions, BoxOptions, BoxStateInfo,
+                       CopyOptions, ExecStderr, ExecStdin, ExecStdout, Execution, ExecWaitResult, ImageRegistry,
+                       NetworkInfo, NetworkSpec, Options, PublishedPort, RestOptions, RuntimeMetrics)
+from ._boxlite_sync import SyncBox, SyncBoxlite, SyncExecStderr, SyncExecStdout, SyncExecution
+from . import sync_api  # noqa: F401  (BoxLite's ``from boxlite.sync_api import SyncBoxlite``)
+
+#: BoxLite's base error: airlock's server errors are AirlockError.
+BoxliteError = AirlockError
 
 __all__ = [
+    "AccessToken",
     "AirlockError",
+    "ApiKeyCredential",
+    "Box",
+    "BrowserBox",
+    "ComputerBox",
+    "InteractiveBox",
+    "SkillBox",
+    "BoxInfo",
+    "Boxlite",
+    "BoxliteError",
+    "BoxliteRestOptions",
+    "BoxOptions",
+    "BoxStateInfo",
+    "CopyOptions",
+    "ExecStderr",
+    "ExecStdin",
+    "ExecStdout",
+    "Execution",
+    "ExecWaitResult",
+    "ImageRegistry",
+    "NetworkInfo",
+    "NetworkSpec",
+    "Options",
+    "PublishedPort",
+    "RestOptions",
+    "RuntimeMetrics",
+    "SyncBox",
+    "SyncBoxlite",
+    "SyncExecStderr",
+    "SyncExecStdout",
+    "SyncExecution",
     "CellError",
     "CellResult",
     "Client",

@@ -10,10 +10,10 @@ import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, AsyncIterator, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from ._bounds import BOUNDS
-from ._client import AirlockError, Client, Endpoint, decode_output, sync_client
+from ._client import AirlockError, Client, Endpoint, _raise_for_problem, decode_output, sync_client
 from ._files import FilesMixin
 from ._snapshots import Snapshot
 
@@ -148,9 +148,16 @@ def _port(p: PortArg) -> Dict[str, Any]:
     if isinstance(p, int):
         return {"host_port": 0, "guest_port": p}
     if isinstance(p, tuple):
-        if len(p) != 2:
-            raise ValueError(f"port {p!r}: want (host_port, guest_port)")
-        return {"host_port": int(p[0]), "guest_port": int(p[1])}
+        if len(p) not in (2, 3, 4):
+            raise ValueError(f"port {p!r}: want (host_port, guest_port[, protocol[, host_ip]])")
+        d = {"host_port": int(p[0]), "guest_port": int(p[1])}
+        if len(p) >= 3:
+            if not isinstance(p[2], str) or p[2].lower() not in ("tcp", "udp"):
+                raise ValueError(f"port {p!r}: the protocol must be \"tcp\" or \"udp\"")
+            d["protocol"] = p[2].lower()
+        if len(p) == 4 and p[3]:
+            d["host_ip"] = p[3]
+        return d
     if not isinstance(p, str):
         raise TypeError(f"port {p!r}: want a guest port, \"HOST:GUEST\", (host, guest) or a PortMapping")
     d: Dict[str, Any] = {}
@@ -180,6 +187,8 @@ def _volume(v: VolumeArg) -> Dict[str, Any]:
         d = dict(v)
     else:
         parts = v.split(":") if isinstance(v, str) else list(v)
+        if len(parts) == 3 and isinstance(parts[2], bool):  # BoxLite's (host, guest, read_only)
+            parts[2] = "ro" if parts[2] else "rw"
         if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
             raise ValueError(f"volume {v!r}: want SOURCE:TARGET[:ro|rw] (SOURCE a host directory or a volume name)")
         d = {"source": parts[0], "target": parts[1], "read_only": len(parts) == 3 and parts[2] == "ro"}
@@ -190,12 +199,60 @@ def _volume(v: VolumeArg) -> Dict[str, Any]:
     return d
 
 
-def _env_list(env: Union[Mapping[str, str], Sequence[str], None]) -> Optional[List[str]]:
+def env_pairs(name: str, env: Any) -> Optional[List[str]]:
+    """``env`` as the API takes it (``["K=V", ...]``), from a ``{key:
+    value}`` mapping, BoxLite's list of ``(key, value)`` pairs, or
+    ``["K=V", ...]``; TypeError/ValueError naming ``name`` otherwise."""
     if env is None:
         return None
     if isinstance(env, Mapping):
-        return [f"{k}={v}" for k, v in env.items()]
-    return list(env)
+        items: List[Any] = list(env.items())
+    elif isinstance(env, (str, bytes)) or not isinstance(env, Iterable):
+        raise TypeError(f"{name} must be a dict, a list of (key, value) pairs or of \"KEY=value\", "
+                        f"not {type(env).__name__}")
+    else:
+        items = list(env)
+    out = []
+    for i, it in enumerate(items):
+        if isinstance(it, str):
+            if "=" not in it or it.startswith("="):
+                raise ValueError(f"{name}[{i}]={it!r}: want \"KEY=value\" or a (key, value) pair")
+            out.append(it)
+            continue
+        if not isinstance(it, (tuple, list)) or len(it) != 2:
+            raise TypeError(f"{name}[{i}] must be a (key, value) pair or \"KEY=value\", not {it!r}")
+        k, v = it
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"{name}[{i}]: key and value must be str, not ({type(k).__name__}, {type(v).__name__})")
+        if not k or "=" in k:
+            raise ValueError(f"{name}[{i}]: key {k!r} must be non-empty and have no '='")
+        out.append(f"{k}={v}")
+    return out
+
+
+def _env_list(env: Any) -> Optional[List[str]]:
+    return env_pairs("env", env)
+
+
+def check_type(name: str, v: Any, want: Any, what: str) -> None:
+    """TypeError naming ``name`` when ``v`` is neither None nor a ``want``
+    (bool is not taken for int)."""
+    if v is None:
+        return
+    if (isinstance(v, bool) and want is not bool and bool not in (want if isinstance(want, tuple) else (want,))) \
+            or not isinstance(v, want):
+        raise TypeError(f"{name} must be {what}, not {type(v).__name__}")
+
+
+#: BoxLite box options airlock has no equivalent for, and what to use.
+_BOXLITE_UNSUPPORTED = {
+    "rootfs_path": "import the OCI layout as an image (airlock image import PATH --tag NAME) and pass image=NAME",
+    "entrypoint": "airlock boxes run its agent as init, not the image's entrypoint; start the process with exec/stream",
+    "cmd": "airlock boxes run its agent as init, not the image's CMD; start the process with exec/stream",
+    "advanced": "every airlock box runs confined; set limits with airlock serve's policy flags",
+    "secrets": "pass the value with env=..., or keep it on the host and proxy the calls",
+    "detach": "use lease=0 (the box then lives until removed) or the default lease (removed soon after this process ends)",
+}
 
 
 class _LeaseRenewer:
@@ -290,6 +347,28 @@ class SimpleBox(FilesMixin):
                  allow_host_ports: Optional[Sequence[int]] = None, ports: Optional[Sequence[PortArg]] = None,
                  client: Optional[Client] = None, from_snapshot: Optional[str] = None,
                  secrets: Optional[Mapping[str, Secret]] = None, **kwargs: Any) -> None:
+        if hasattr(network, "_fields"):  # BoxLite's NetworkSpec
+            nf = network._fields()
+            network = nf["network"]
+            allow_net = nf.get("allow_net") or allow_net
+        if "disk_size_gb" in kwargs:  # BoxLite's unit
+            gb = kwargs.pop("disk_size_gb")
+            check_type("disk_size_gb", gb, int, "an int")
+            if gb is not None and disk_size_mib is None:
+                disk_size_mib = gb * 1024
+        for n, v, t, what in (("image", image, str, "a str"), ("memory_mib", memory_mib, int, "an int"),
+                              ("cpus", cpus, int, "an int"), ("name", name, str, "a str"),
+                              ("working_dir", working_dir, str, "a str"), ("user", user, str, "a str"),
+                              ("network", network, str, "a str (public, allowlist, none) or a NetworkSpec"),
+                              ("disk_size_mib", disk_size_mib, int, "an int"),
+                              ("ttl", ttl, (int, float), "a number of seconds"),
+                              ("idle_timeout", idle_timeout, (int, float), "a number of seconds"),
+                              ("lease", lease, (int, float), "a number of seconds"),
+                              ("from_snapshot", from_snapshot, str, "a str")):
+            check_type(n, v, t, what)
+        for n, v in (("memory_mib", memory_mib), ("cpus", cpus), ("disk_size_mib", disk_size_mib)):
+            if v is not None and v < 1:
+                raise ValueError(f"{n}={v}: must be at least 1")
         spec: Dict[str, Any] = {}
         if from_snapshot:
             spec["from_snapshot"] = from_snapshot
@@ -308,9 +387,29 @@ class SimpleBox(FilesMixin):
                      ("secrets", _secrets(secrets))):
             if v is not None:
                 spec[k] = v
-        if kwargs.pop("auto_remove", None):
+        auto_remove = kwargs.pop("auto_remove", None)
+        check_type("auto_remove", auto_remove, bool, "a bool")
+        if auto_remove:
             spec["auto_remove"] = True
-        self._unsupported = sorted(kwargs)  # BoxLite options airlock does not have
+        # BoxLite's auto_remove=False: stop() shuts the box down and keeps it.
+        self._keep = auto_remove is False
+        reuse_existing = kwargs.pop("reuse_existing", False)
+        check_type("reuse_existing", reuse_existing, bool, "a bool")
+        self._reuse_existing = bool(reuse_existing)
+        self._created: Optional[bool] = None
+        runtime = kwargs.pop("runtime", None)
+        if runtime is not None:
+            rt = getattr(runtime, "_rt", runtime)  # SyncBoxlite wraps a Boxlite
+            rc = getattr(rt, "_client", None)
+            if not isinstance(rc, Client):
+                raise TypeError(f"runtime must be a Boxlite or SyncBoxlite, not {type(runtime).__name__}")
+            if client is None:
+                client = Client(endpoint=rc.endpoint, autostart=rc.autostart)
+        for k in sorted(kwargs):
+            if k in _BOXLITE_UNSUPPORTED and kwargs[k] is not None and kwargs[k] != []:
+                raise NotImplementedError(f"{type(self).__name__}({k}=...) has no equivalent in airlock: "
+                                          f"{_BOXLITE_UNSUPPORTED[k]}")
+        self._unsupported = sorted(k for k in kwargs if k not in _BOXLITE_UNSUPPORTED)
         self._spec = spec
         self._owns_client = client is None
         self._client = client or Client()
@@ -322,6 +421,35 @@ class SimpleBox(FilesMixin):
     def id(self) -> Optional[str]:
         """The box id once started, else None."""
         return self._id
+
+    @property
+    def created(self) -> Optional[bool]:
+        """BoxLite's: True when :meth:`start` created the box, False when
+        ``reuse_existing=True`` found the box called ``name`` and reused it;
+        None before start."""
+        return self._created
+
+    def info(self) -> Any:
+        """The box's info (BoxLite's ``BoxInfo``: id, name, state, image,
+        cpus, memory_mib, created_at...; ``raw`` is airlock's box JSON). A
+        blocking GET, also awaitable. RuntimeError before :meth:`start`."""
+        from ._boxlite import BoxInfo
+
+        if self._id is None:
+            raise RuntimeError("box not started: use 'async with' or call start() first")
+        with sync_client(self._client.endpoint) as c:
+            r = c.get(f"/v1/boxes/{self._id}")
+            _raise_for_problem(r)
+            return BoxInfo._of(r.json())
+
+    async def metrics(self) -> Any:
+        """Not supported: airlock keeps no per-box counters."""
+        raise NotImplementedError("SimpleBox.metrics() has no equivalent in airlock: it keeps no per-box counters; "
+                                  "use airlock.Boxlite.default().metrics() (server-wide) or info()")
+
+    async def shutdown(self) -> None:
+        """BoxLite's alias of :meth:`stop`."""
+        await self.stop()
 
     @classmethod
     def attach(cls, box_id: str, client: Optional[Client] = None, **kwargs: Any) -> Any:
@@ -337,8 +465,21 @@ class SimpleBox(FilesMixin):
             if self._id is None:
                 if self._unsupported:
                     raise TypeError(f"unsupported box options: {', '.join(self._unsupported)}")
+                if self._reuse_existing and self._spec.get("name"):
+                    try:
+                        box = await self._client.request("GET", f"/v1/boxes/{self._spec['name']}")
+                    except AirlockError as e:
+                        if e.code != "box_not_found":
+                            raise
+                    else:
+                        if box.get("state") != "running":
+                            box = await self._client.request("POST", f"/v1/boxes/{box['id']}/start")
+                        self._id = box["id"]
+                        self._created = False
+                        return self
                 box = await self._client.request("POST", "/v1/boxes", json=self._spec)
                 self._id = box["id"]
+                self._created = True
                 if self._spec.get("lease"):
                     self._renewer = _LeaseRenewer(self._client.endpoint, box["id"], self._spec["lease"])
         return self
@@ -462,7 +603,10 @@ class SimpleBox(FilesMixin):
                 self._renewer = None
             if self._id is not None:
                 try:
-                    await self._client.request("DELETE", f"/v1/boxes/{self._id}", params={"force": "true"})
+                    if self._keep:  # auto_remove=False: shut down, keep the box
+                        await self._client.request("POST", f"/v1/boxes/{self._id}/stop")
+                    else:
+                        await self._client.request("DELETE", f"/v1/boxes/{self._id}", params={"force": "true"})
                 except AirlockError as e:
                     if e.code != "box_not_found":
                         raise
@@ -486,7 +630,12 @@ class SimpleBox(FilesMixin):
         started are killed, ``timed_out`` is set. A non-zero exit is reported
         in the result, not raised.
         """
-        box = await self._box()
+        if not isinstance(cmd, str) or not cmd:
+            raise TypeError(f"cmd must be a non-empty str, not {cmd!r}")
+        for i, a in enumerate(args):
+            if not isinstance(a, str):
+                raise TypeError(f"args[{i}] must be a str, not {type(a).__name__}")
+        check_type("timeout", timeout, (int, float), "a number of seconds")
         body: Dict[str, Any] = {"cmd": [cmd, *args]}
         if env is not None:
             body["env"] = _env_list(env)
@@ -501,6 +650,7 @@ class SimpleBox(FilesMixin):
                 stdin = stdin.encode()
             body["stdin"] = base64.b64encode(stdin).decode()
             body["stdin_encoding"] = "base64"
+        box = await self._box()
         r = await self._client.request("POST", f"/v1/boxes/{box}/exec", json=body)
         out = decode_output(r["stdout"], r["stdout_encoding"])
         err = decode_output(r["stderr"], r["stderr_encoding"])
@@ -648,7 +798,6 @@ class CodeBox(SimpleBox):
 
     def __init__(self, image: Optional[str] = None, memory_mib: Optional[int] = None, cpus: Optional[int] = None,
                  *, index_url: Optional[str] = None, **kwargs: Any) -> None:
-        kwargs.pop("runtime", None)  # BoxLite's runtime handle: the server is the runtime here
         super().__init__(image, memory_mib, cpus, **kwargs)
         self._index_url = index_url
 

@@ -67,6 +67,9 @@ class Endpoint:
     socket: Optional[Path] = None
     url: Optional[str] = None
     token: Optional[str] = None
+    #: The airlock home of a server the SDK starts on ``socket`` (its
+    #: ``AIRLOCK_HOME``); None: the environment's.
+    home: Optional[Path] = None
 
     @classmethod
     def from_env(cls) -> "Endpoint":
@@ -117,6 +120,7 @@ class Client:
         self.endpoint = endpoint or Endpoint.from_env()
         self.autostart = autostart and self.endpoint.url is None
         self._http: Optional[httpx.AsyncClient] = None
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._checked = False
 
     def _make_http(self) -> httpx.AsyncClient:
@@ -131,6 +135,12 @@ class Client:
         return httpx.AsyncClient(base_url="http://airlock", transport=transport, timeout=timeout)
 
     async def _ensure(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._http is not None and self._loop is not loop:
+            # Used from another event loop (a second asyncio.run): the old
+            # connections belong to the old loop.
+            self._http = None
+        self._loop = loop
         if self._http is None:
             self._http = self._make_http()
         if not self._checked:
@@ -159,9 +169,12 @@ class Client:
         sock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         log = open(sock.parent / "serve.log", "ab")
         idle = os.environ.get("AIRLOCK_SERVE_IDLE_EXIT", DEFAULT_IDLE_EXIT)
+        env = None
+        if self.endpoint.home is not None:
+            env = dict(os.environ, AIRLOCK_HOME=str(self.endpoint.home))
         subprocess.Popen(
             [binary, "serve", "--socket", str(sock), "--idle-exit", idle],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env,
         )
         log.close()
         deadline = time.monotonic() + SERVER_START_TIMEOUT

@@ -46,6 +46,23 @@ class SyncSimpleBox:
     def id(self) -> Optional[str]:
         return self._box.id  # type: ignore[no-any-return]
 
+    @property
+    def created(self) -> Optional[bool]:
+        """See :attr:`airlock.SimpleBox.created` (``reuse_existing``)."""
+        return self._box.created  # type: ignore[no-any-return]
+
+    def info(self) -> Any:
+        """See :meth:`airlock.SimpleBox.info`."""
+        return self._box.info()
+
+    def metrics(self) -> Any:
+        """See :meth:`airlock.SimpleBox.metrics` (not supported)."""
+        return self._loop.run(self._box.metrics())
+
+    def shutdown(self) -> None:
+        """BoxLite's alias of :meth:`stop`."""
+        self.stop()
+
     def start(self) -> "SyncSimpleBox":
         self._loop.run(self._box.start())
         return self
