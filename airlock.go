@@ -462,6 +462,9 @@ func withDefaults(opts BoxOptions) (BoxOptions, error) {
 	if err := checkLabels(opts.Labels); err != nil {
 		return opts, err
 	}
+	if err := checkSecrets(&opts); err != nil {
+		return opts, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+	}
 	if err := checkLife(opts); err != nil {
 		return opts, err
 	}
@@ -497,6 +500,10 @@ func (r *Runtime) recordBox(ctx context.Context, opts BoxOptions, forPool string
 		return nil, err
 	}
 	bc := boxConfig{Options: opts, Image: img.Config, Pool: forPool}
+	var err error
+	if bc.Placeholders, err = newPlaceholders(opts.Secrets); err != nil {
+		return nil, err
+	}
 	bc.startLife(time.Now())
 	if opts.AutoRemove {
 		bc.OwnerPID = os.Getpid()
@@ -511,7 +518,11 @@ func (r *Runtime) recordBox(ctx context.Context, opts BoxOptions, forPool string
 		return nil, fmt.Errorf("record box: %w", err)
 	}
 	b := r.handle(rec, bc)
-	if err := b.create(ctx, img, prepare); err != nil {
+	err = b.create(ctx, img, prepare)
+	if err == nil {
+		err = b.writeSecrets(opts.Secrets)
+	}
+	if err != nil {
 		b.remove(context.WithoutCancel(ctx), true)
 		return nil, err
 	}

@@ -361,6 +361,12 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 		}
 		return fmt.Errorf("box %s did not come up: %w\n--- console (last lines) ---\n%s", b.id, err, m.Console(20))
 	}
+	if err := b.installCA(cctx, cfg); err != nil {
+		m.Kill()
+		stopNet()
+		b.r.db.SetStopped(context.WithoutCancel(ctx), b.id)
+		return fmt.Errorf("box %s: install its CA for secrets: %w", b.id, err)
+	}
 	b.r.warnBoot()
 	return nil
 }

@@ -45,6 +45,14 @@ func (b *Box) fork(ctx context.Context, n int, opts ForkOptions) ([]*Box, error)
 	if !cfg.ExpiresAt.IsZero() {
 		life.TTL = max(time.Until(cfg.ExpiresAt), time.Millisecond)
 	}
+	// And its secrets, with placeholders and a CA of their own (what the
+	// snapshot's processes hold are the box's placeholders, which the
+	// children's network helpers do not replace).
+	secrets, err := b.secretValues(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("fork box %s: %w", b.id, err)
+	}
+	life.Secrets = secrets
 	kids := make([]*Box, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup

@@ -179,7 +179,12 @@ func (b *Box) startNet(cfg boxConfig) (*helper.Starting, error) {
 	o := cfg.Options
 	ho := helper.Options{Bin: b.r.opts.NetHelper, Upstream: b.r.opts.DNSUpstream,
 		Unconfined: b.r.opts.Unconfined, UIDRange: b.r.opts.UIDRange, Warn: b.r.warn}
-	return helper.Start(b.netBox(), ho, policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts), publishes(o.Ports))
+	sc, err := b.secretConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("box %s: secrets: %w", b.id, err)
+	}
+	ho.Secrets = sc
+	return helper.Start(b.netBox(), ho, secretPolicy(policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts), cfg), publishes(o.Ports))
 }
 
 // stopNet stops the box's network helper, if one runs.
@@ -304,7 +309,7 @@ func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
 		return fmt.Errorf("box %s was started without a network device: stop it, then set its network and start it again", b.id)
 	}
 	if running(rec) && nic {
-		pol := policyOf(o.Network, o.AllowNet, o.AllowHostPorts)
+		pol := secretPolicy(policyOf(o.Network, o.AllowNet, o.AllowHostPorts), cur)
 		if _, err := helper.Call(ctx, b.netBox(), netstack.Request{Op: "policy", Policy: &pol}); err != nil {
 			return fmt.Errorf("box %s: set network policy: %w", b.id, err)
 		}

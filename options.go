@@ -98,6 +98,20 @@ type BoxOptions struct {
 	// counts as use). Use is recorded with the box at most every few
 	// seconds, so other processes on the home see it. 0: no limit.
 	IdleTimeout time.Duration `json:",omitempty"`
+	// Secrets are values the box's code uses without seeing them (API
+	// keys), by environment variable name: in the box, the variable holds
+	// a placeholder of its own ("airlock-secret-" and 32 hex digits, per
+	// box and secret); the box's network helper replaces it by Value in
+	// the headers of the HTTPS requests to the secret's Hosts (port 443),
+	// terminating those connections with a certificate of the box's own
+	// CA, which the box trusts. Nowhere else: not over plain HTTP, not in
+	// URLs or bodies, not to other hosts. Names are environment variable
+	// names; at most MaxSecrets. Under an allowlist, the hosts' port 443
+	// is allowed. Values are kept in the box directory (0600), never in
+	// the box, its record, a snapshot or an archive: a box restored from a
+	// snapshot or imported has only the secrets its Create names. See
+	// docs/network.md#secrets.
+	Secrets map[string]Secret `json:",omitempty"`
 	// Lease, when positive, removes the box unless Box.RenewLease is
 	// called within Lease of Create or of the last renewal: a client
 	// that crashes leaves no box behind. 0: no lease.

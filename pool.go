@@ -155,7 +155,9 @@ func (f *poolFactory) RemoveTemplate(ctx context.Context, name string) error {
 // poolKey is the key of the pool that boxes of opts come from, and opts
 // with defaults; ok is false when opts cannot come from a pool.
 func poolKey(opts BoxOptions) (key string, o BoxOptions, ok bool) {
-	if opts.FromSnapshot != "" || len(opts.Volumes) > 0 || len(opts.Ports) > 0 {
+	if opts.FromSnapshot != "" || len(opts.Volumes) > 0 || len(opts.Ports) > 0 || len(opts.Secrets) > 0 {
+		// (A box with secrets has its own CA and placeholders from its
+		// creation: never a pool's.)
 		return "", opts, false
 	}
 	o, err := withDefaults(opts)

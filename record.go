@@ -30,6 +30,9 @@ type boxConfig struct {
 	// lease runs out, and the last use recorded (for IdleTimeout). Zero
 	// when the box has no such limit.
 	ExpiresAt, LeaseUntil, LastUse time.Time
+	// Placeholders are the box's secrets' placeholders by name (see
+	// BoxOptions.Secrets), made at creation.
+	Placeholders map[string]string
 }
 
 // storedNetwork maps BoxOptions.Network (checked: checkNetwork) to its
@@ -62,6 +65,7 @@ func encodeConfig(c boxConfig) []byte {
 	for _, v := range o.Volumes {
 		r.Volumes = append(r.Volumes, boxrecord.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}
+	r.Secrets = storedSecrets(o.Secrets, c.Placeholders)
 	return boxrecord.Encode(r)
 }
 
@@ -92,7 +96,15 @@ func configOf(raw []byte) (boxConfig, error) {
 	for _, p := range r.Ports {
 		o.Ports = append(o.Ports, PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Protocol})
 	}
-	return boxConfig{Options: o,
+	var placeholders map[string]string
+	for _, s := range r.Secrets {
+		if o.Secrets == nil {
+			o.Secrets, placeholders = map[string]Secret{}, map[string]string{}
+		}
+		o.Secrets[s.Name] = Secret{Hosts: s.Hosts}
+		placeholders[s.Name] = s.Placeholder
+	}
+	return boxConfig{Options: o, Placeholders: placeholders,
 		Image: image.ImageConfig{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
 		OwnerPID: r.OwnerPID, OwnerStart: r.OwnerStart, Pool: r.Pool,

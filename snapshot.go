@@ -372,6 +372,9 @@ func restoredHostSide(o *BoxOptions, opts BoxOptions, name string) error {
 		return fmt.Errorf("%w: snapshot %s: a restored box cannot take volumes (-v): its machine is the snapshot's, which had none; copy files in with 'airlock cp' instead", ErrInvalidArgument, name)
 	}
 	o.Hostname, o.Ports = opts.Hostname, opts.Ports
+	// Secrets are the caller's (with fresh placeholders and CA): a
+	// snapshot has no values.
+	o.Secrets = opts.Secrets
 	if o.Network == NetworkNone {
 		if len(opts.AllowNet) > 0 || len(opts.AllowHostPorts) > 0 || len(opts.Ports) > 0 {
 			return fmt.Errorf("%w: snapshot %s has no network (none): --allow-net, --allow-host-port and -p need one", ErrInvalidArgument, name)

@@ -48,6 +48,9 @@ const (
 	NetControl = "net-control.sock" // policy changes, counters
 	NetCgroup  = "net.cgroup"       // its cgroup directories (root), one a line
 	NetRoot    = "net-root"         // the empty directory it chroots into (root)
+	// The box's secrets (BoxOptions.Secrets): their values and the box's
+	// CA certificate and key (0600; never in a snapshot or an archive).
+	Secrets = "secrets.json"
 
 	// Confinement of a QEMU box (see docs/confinement.md).
 	Secret    = "secret"           // the agent secret of the current boot (0600, hex)

@@ -63,6 +63,19 @@ type Record struct {
 	// Labels: optional, added in version 1 without a bump (absent =
 	// none).
 	Labels map[string]string `json:"labels,omitempty"`
+	// Secrets: optional, added in version 1 without a bump (absent =
+	// none). Names, hosts and placeholders only: a value is never in a
+	// record (it is in the box directory's secrets file).
+	Secrets []Secret `json:"secrets,omitempty"`
+}
+
+// Secret is the stored form of one of BoxOptions.Secrets, without its
+// value: its name, the hosts it is bound to and the placeholder the box's
+// environment variable of that name holds.
+type Secret struct {
+	Name        string   `json:"name"`
+	Hosts       []string `json:"hosts"`
+	Placeholder string   `json:"placeholder"`
 }
 
 // Volume is the stored form of a volume (BoxOptions.Volumes).

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -66,6 +67,13 @@ type boxConfigView struct {
 
 type networkView struct {
 	Mode string // public, allowlist, none
+	// Secrets are the box's secrets: names and hosts, never a value.
+	Secrets []secretView `json:",omitempty"`
+}
+
+type secretView struct {
+	Name  string
+	Hosts []string
 }
 
 type mountView struct {
@@ -214,11 +222,21 @@ func inspectBox(r *airlock.Runtime, b *airlock.Box, info airlock.BoxInfo) boxIns
 		Config: boxConfigView{Image: o.Image, Cmd: cmdline, Env: append([]string{}, o.Env...), WorkingDir: o.WorkingDir, User: o.User,
 			Hostname: b.Hostname(), CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskSizeMiB: o.DiskSizeMiB, AutoRemove: o.AutoRemove,
 			Labels: o.Labels},
-		NetworkSettings: networkView{Mode: string(o.Network)},
+		NetworkSettings: networkView{Mode: string(o.Network), Secrets: secretsOf(o.Secrets)},
 		Mounts:          mountsOf(o.Volumes),
 		Ports:           portsOf(info.Ports, o.Ports),
 		ConsoleLogPath:  b.ConsoleLog(),
 	}
+}
+
+// secretsOf is .NetworkSettings.Secrets, by name.
+func secretsOf(m map[string]airlock.Secret) []secretView {
+	var out []secretView
+	for n, s := range m {
+		out = append(out, secretView{Name: n, Hosts: s.Hosts})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // mountsOf is .Mounts: "bind" for a host directory, "volume" for a named

@@ -28,6 +28,7 @@ type boxFlags struct {
 	envFiles []string
 	from     string
 	labels   []string
+	secrets  []string
 }
 
 func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
@@ -43,6 +44,7 @@ func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
 	fl.StringArrayVar(&f.envFiles, "env-file", nil, "read environment variables from a file (KEY=VALUE lines; # comments), repeatable")
 	fl.StringArrayVarP(&f.volumes, "volume", "v", nil, "attach a volume: HOSTDIR:BOXDIR[:ro|rw] (a host directory, shared live) or NAME:BOXDIR[:ro|rw] (a named volume), repeatable")
 	f.net.add(cmd, true)
+	fl.StringArrayVar(&f.secrets, "secret", nil, "pass a secret the box uses but never sees: NAME=HOST[,HOST...]; the box's $NAME is a placeholder that the host replaces by this shell's $NAME in the headers of HTTPS requests to those hosts (api.example.com, *.example.com); repeatable")
 	if withRm {
 		fl.BoolVar(&f.rm, "rm", false, "remove the box when the command exits")
 	}
@@ -99,6 +101,9 @@ func (f *boxFlags) options(cmd *cobra.Command, image string) (airlock.BoxOptions
 	if err := f.net.apply(&o); err != nil {
 		return airlock.BoxOptions{}, err
 	}
+	if o.Secrets, err = secretFlags(f.secrets, os.LookupEnv); err != nil {
+		return airlock.BoxOptions{}, err
+	}
 	if f.from != "" && !cmd.Flags().Changed("network") {
 		o.Network = "" // the snapshot's
 	}
@@ -120,6 +125,31 @@ func envFlags(in []string) ([]string, error) {
 		} else if v, ok := os.LookupEnv(k); ok {
 			out = append(out, k+"="+v)
 		}
+	}
+	return out, nil
+}
+
+// secretFlags turns --secret NAME=HOST[,HOST...] values into secrets
+// whose values are lookup(NAME), this process's environment: a value is
+// never on a command line.
+func secretFlags(in []string, lookup func(string) (string, bool)) (map[string]airlock.Secret, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	out := map[string]airlock.Secret{}
+	for _, s := range in {
+		name, hosts, ok := strings.Cut(s, "=")
+		if !ok || name == "" || hosts == "" {
+			return nil, fmt.Errorf("--secret %q: want NAME=HOST[,HOST...] (the value is this shell's $NAME)", s)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("--secret %s given twice: list its hosts in one flag (NAME=HOST,HOST)", name)
+		}
+		v, ok := lookup(name)
+		if !ok || v == "" {
+			return nil, fmt.Errorf("--secret %s: $%s is not set in this shell: export it, and airlock passes its value to the box's network helper (never into the box)", name, name)
+		}
+		out[name] = airlock.Secret{Value: v, Hosts: strings.Split(hosts, ",")}
 	}
 	return out, nil
 }

@@ -119,7 +119,15 @@ const (
 	NetHelperEnv       = "AIRLOCK_NET_HELPER"
 	DNSUpstreamEnv     = "AIRLOCK_DNS_UPSTREAM"
 	NetTestInternetEnv = "AIRLOCK_NET_TEST_INTERNET"
+	// ExtraCAEnv names a PEM file of CA certificates that the network
+	// helper trusts, besides the host's roots, when it verifies the real
+	// host of a connection it intercepts to substitute a box's secrets
+	// (private endpoints, tests).
+	ExtraCAEnv = "AIRLOCK_EXTRA_CA"
 )
+
+// ExtraCA returns $AIRLOCK_EXTRA_CA (see ExtraCAEnv).
+func ExtraCA() string { return os.Getenv(ExtraCAEnv) }
 
 // NetHelper returns $AIRLOCK_NET_HELPER.
 func NetHelper() string { return os.Getenv(NetHelperEnv) }

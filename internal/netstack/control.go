@@ -16,11 +16,14 @@ import (
 // connection, answered by one Response).
 type Request struct {
 	// Op is "stats", "policy" (replace the policy with Policy), "ports",
-	// or "connect": open a TCP connection to Port in the guest; after the
-	// answer, the control connection carries its bytes (Connect).
+	// "connect": open a TCP connection to Port in the guest; after the
+	// answer, the control connection carries its bytes (Connect), or
+	// "secret": replace the value of the secret named Secret.Name by
+	// Secret.Value (its hosts and placeholder stay).
 	Op     string  `json:"op"`
 	Policy *Policy `json:"policy,omitempty"`
 	Port   int     `json:"port,omitempty"`
+	Secret *Secret `json:"secret,omitempty"`
 }
 
 // Response answers a Request.
@@ -85,6 +88,14 @@ func serveControl(l net.Listener, n *Net) {
 					resp.Error = err.Error()
 				}
 				resp.Closed = k
+			case "secret":
+				if req.Secret == nil {
+					resp.Error = "secret missing"
+				} else if n.ic == nil {
+					resp.Error = "the box has no secrets"
+				} else if err := n.ic.setValue(req.Secret.Name, req.Secret.Value); err != nil {
+					resp.Error = err.Error()
+				}
 			default:
 				resp.Error = fmt.Sprintf("unknown op %q", req.Op)
 			}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -23,9 +24,14 @@ type Engine struct {
 	mu      sync.Mutex
 	pol     *compiled
 	learned map[netip.Addr]map[string]bool // allowlist: address -> names that resolved to it
-	flows   map[*flow]struct{}
-	logged  map[string]time.Time // recent log lines, for rate limiting
-	rate    *rate.Limiter        // new flows
+	// bound reports whether a secret is bound to a name (nil: the box has
+	// no secrets); boundAddrs maps the addresses such names resolved to,
+	// for the box, to those names (in every mode).
+	bound      func(name string) bool
+	boundAddrs map[netip.Addr]map[string]bool
+	flows      map[*flow]struct{}
+	logged     map[string]time.Time // recent log lines, for rate limiting
+	rate       *rate.Limiter        // new flows
 
 	bytesIn, bytesOut, denied, conns, queries atomic.Uint64
 }
@@ -64,7 +70,7 @@ func NewEngine(p Policy, log io.Writer) (*Engine, error) {
 		return nil, err
 	}
 	return &Engine{hostAddrs: hostAddrs(), testInternet: testInternet(), log: log, pol: c,
-		learned: map[netip.Addr]map[string]bool{}, flows: map[*flow]struct{}{}, logged: map[string]time.Time{},
+		learned: map[netip.Addr]map[string]bool{}, boundAddrs: map[netip.Addr]map[string]bool{}, flows: map[*flow]struct{}{}, logged: map[string]time.Time{},
 		rate: rate.NewLimiter(flowRate, flowBurst)}, nil
 }
 
@@ -183,6 +189,19 @@ func (e *Engine) Resolved(name string, addr netip.Addr) (refused string) {
 	if addr == GatewayAddr || addr == DNSAddr {
 		return "gateway"
 	}
+	if e.bound != nil && e.bound(name) {
+		if len(e.boundAddrs) >= maxLearned {
+			clear(e.boundAddrs)
+		}
+		m := e.boundAddrs[addr]
+		if m == nil {
+			m = map[string]bool{}
+			e.boundAddrs[addr] = m
+		}
+		if len(m) < 64 {
+			m[name] = true
+		}
+	}
 	if e.pol.Mode == ModeAllowlist {
 		if len(e.learned) >= maxLearned {
 			clear(e.learned)
@@ -197,6 +216,39 @@ func (e *Engine) Resolved(name string, addr netip.Addr) (refused string) {
 		}
 	}
 	return ""
+}
+
+// BoundNames returns the names a secret is bound to that resolved to addr
+// for the box (sorted; nil: none).
+func (e *Engine) BoundNames(addr netip.Addr) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for n := range e.boundAddrs[addr.Unmap()] {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Note logs line (not a denial: a secret's substitution), at most once a
+// second for the same line.
+func (e *Engine) Note(line string) {
+	if e.log == nil {
+		return
+	}
+	now := time.Now()
+	e.mu.Lock()
+	if t, ok := e.logged[line]; ok && now.Sub(t) < time.Second {
+		e.mu.Unlock()
+		return
+	}
+	if len(e.logged) >= 4096 {
+		clear(e.logged)
+	}
+	e.logged[line] = now
+	e.mu.Unlock()
+	fmt.Fprintf(e.log, "%s %s\n", now.UTC().Format(time.RFC3339), line)
 }
 
 // Deny counts a denied attempt and logs it: proto ("tcp", "udp", "icmp",

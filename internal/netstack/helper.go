@@ -45,7 +45,18 @@ type HelperConfig struct {
 	// set up (before it gives up root): it needs no file by path then, and
 	// code that took it over sees none of the host's.
 	Root string `json:"root,omitempty"`
+	// Secrets says the helper reads a SecretConfig (JSON, at most
+	// maxSecretConfig bytes) from its descriptor secretsFD before anything
+	// else: the values never pass through a file or its command line.
+	Secrets bool `json:"secrets,omitempty"`
 }
+
+// secretsFD is the helper's descriptor from which it reads its
+// SecretConfig when HelperConfig.Secrets is set.
+const secretsFD = 4
+
+// maxSecretConfig bounds a SecretConfig's JSON.
+const maxSecretConfig = 2 << 20
 
 // connectTimeout bounds how long the helper waits for QEMU's socket.
 const connectTimeout = time.Minute
@@ -93,6 +104,22 @@ func Main(args []string) int {
 	if err := json.Unmarshal(raw, &hc); err != nil {
 		return fail(fmt.Errorf("config %s: %w", args[0], err))
 	}
+	var sc *SecretConfig
+	if hc.Secrets {
+		f := os.NewFile(secretsFD, "secrets")
+		if f == nil {
+			return fail(errors.New("secrets: no descriptor 4"))
+		}
+		raw, err := io.ReadAll(io.LimitReader(f, maxSecretConfig+1))
+		f.Close()
+		if err != nil || len(raw) > maxSecretConfig {
+			return fail(fmt.Errorf("secrets: read: %v (at most %d bytes)", err, maxSecretConfig))
+		}
+		sc = new(SecretConfig)
+		if err := json.Unmarshal(raw, sc); err != nil {
+			return fail(fmt.Errorf("secrets: %w", err))
+		}
+	}
 	var logw io.Writer
 	if hc.Log != "" {
 		lf, err := OpenLog(hc.Log, 1<<20)
@@ -102,7 +129,8 @@ func Main(args []string) int {
 		defer lf.Close()
 		logw = lf
 	}
-	n, err := New(Config{Policy: hc.Policy, Publish: hc.Publish, Upstream: hc.Upstream, Log: logw})
+	n, err := New(Config{Policy: hc.Policy, Publish: hc.Publish, Upstream: hc.Upstream, Log: logw,
+		Secrets: sc, ExtraCA: defaults.ExtraCA()})
 	if err != nil {
 		return fail(err)
 	}
@@ -225,8 +253,21 @@ func (h *Helper) Kill() { h.cmd.Process.Kill() }
 // LaunchHelper writes hc to configPath and starts the helper bin on it,
 // detached (own session, stdin and stdout on /dev/null, stderr to
 // stderrPath). It does not wait: the helper binds its ports, then waits for
-// QEMU's socket (hc.NetSocket); Wait says when it is connected.
-func LaunchHelper(bin, configPath, stderrPath string, hc HelperConfig) (*Helper, error) {
+// QEMU's socket (hc.NetSocket); Wait says when it is connected. Secrets,
+// when set, go to the helper through a pipe (hc.Secrets is set to say
+// so): no file and no command line has their values.
+func LaunchHelper(bin, configPath, stderrPath string, hc HelperConfig, secrets *SecretConfig) (*Helper, error) {
+	var secretJSON []byte
+	if secrets != nil {
+		var err error
+		if secretJSON, err = json.Marshal(secrets); err != nil {
+			return nil, err
+		}
+		if len(secretJSON) > maxSecretConfig {
+			return nil, fmt.Errorf("secrets: %d bytes of configuration: at most %d", len(secretJSON), maxSecretConfig)
+		}
+		hc.Secrets = true
+	}
 	raw, _ := json.Marshal(hc)
 	if err := os.WriteFile(configPath, raw, 0o600); err != nil {
 		return nil, err
@@ -248,13 +289,35 @@ func LaunchHelper(bin, configPath, stderrPath string, hc HelperConfig) (*Helper,
 	cmd.Env = helperEnv()
 	cmd.Stderr = errf
 	cmd.ExtraFiles = []*os.File{pw}
+	var sr, sw *os.File
+	if secrets != nil {
+		if sr, sw, err = os.Pipe(); err != nil {
+			pr.Close()
+			pw.Close()
+			return nil, err
+		}
+		cmd.ExtraFiles = append(cmd.ExtraFiles, sr) // secretsFD
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		pr.Close()
 		pw.Close()
+		if sr != nil {
+			sr.Close()
+			sw.Close()
+		}
 		return nil, fmt.Errorf("start network helper %s: %w", bin, err)
 	}
 	pw.Close()
+	if sr != nil {
+		sr.Close()
+		// The helper reads it first thing; a helper that died before
+		// makes the write fail, and Wait reports its error.
+		go func() {
+			sw.Write(secretJSON)
+			sw.Close()
+		}()
+	}
 	// Reap it when it exits while this process lives; it outlives us
 	// otherwise (re-parented to init).
 	go cmd.Wait()
@@ -269,10 +332,10 @@ func LaunchHelper(bin, configPath, stderrPath string, hc HelperConfig) (*Helper,
 }
 
 // helperEnv is the network helper's environment: defaults.ChildEnv with
-// the Go runtime's settings and the two variables the helper reads
-// (UpstreamEnv, TestInternetEnv).
+// the Go runtime's settings and the variables the helper reads
+// (UpstreamEnv, TestInternetEnv, ExtraCAEnv).
 func helperEnv() []string {
-	return defaults.ChildEnv(append([]string{UpstreamEnv, TestInternetEnv}, defaults.GoRuntimeEnv...)...)
+	return defaults.ChildEnv(append([]string{UpstreamEnv, TestInternetEnv, ExtraCAEnv}, defaults.GoRuntimeEnv...)...)
 }
 
 // Wait waits until the helper is connected to QEMU and serving, and

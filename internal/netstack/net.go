@@ -50,14 +50,21 @@ type Config struct {
 	// Upstream is the resolver (IP:PORT) allowed queries go to; "" means
 	// DefaultUpstream().
 	Upstream string
-	// Log receives one line per denied attempt (nil: none).
+	// Log receives one line per denied attempt and per secret
+	// substitution (nil: none).
 	Log io.Writer
+	// Secrets, when set, are substituted in the HTTPS requests to their
+	// hosts (see interceptor); ExtraCA is a PEM file of CAs trusted
+	// besides the host's roots for those hosts ("": none).
+	Secrets *SecretConfig
+	ExtraCA string
 }
 
 // Net is one box's network.
 type Net struct {
 	e        *Engine
 	upstream string
+	ic       *interceptor // nil: the box has no secrets
 
 	published []Publish
 	tcpLs     []net.Listener
@@ -85,6 +92,12 @@ func New(cfg Config) (*Net, error) {
 		return nil, err
 	}
 	n := &Net{e: e, upstream: cfg.Upstream, done: make(chan struct{})}
+	if cfg.Secrets != nil && len(cfg.Secrets.Secrets) > 0 {
+		if n.ic, err = newInterceptor(e, *cfg.Secrets, cfg.ExtraCA); err != nil {
+			return nil, fmt.Errorf("secrets: %w", err)
+		}
+		e.bound = n.ic.bound
+	}
 	if n.upstream == "" {
 		n.upstream = DefaultUpstream()
 	}
@@ -300,6 +313,14 @@ func (n *Net) handleTCP(r *tcp.ForwarderRequest) {
 	f := &flow{proto: "tcp", dst: dst, close: func() { in.Close(); out.Close() }}
 	untrack := n.e.track(f)
 	defer untrack()
+	if n.ic != nil && dst.Port() == 443 {
+		if names := n.e.BoundNames(dst.Addr()); len(names) > 0 {
+			n.ic.handle(in, out, v.Dial, names)
+			in.Close()
+			out.Close()
+			return
+		}
+	}
 	relayTCP(in, out, &n.e.bytesOut, &n.e.bytesIn)
 }
 

@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +36,21 @@ type BoxSpec struct {
 	Lease          float64           `json:"lease,omitempty" minimum:"0" doc:"Seconds: the box is removed unless POST /v1/boxes/{id}/lease renews it within this time (the SDKs do, while their process lives; stored with the box: a server restart keeps it)."`
 	Labels         map[string]string `json:"labels,omitempty" doc:"The caller's key/value pairs, stored with the box and matched by GET /v1/boxes?label=KEY=VALUE: at most 64, keys 1..128 bytes, values at most 1024, UTF-8 without control characters."`
 	FromSnapshot   string            `json:"from_snapshot,omitempty" maxLength:"128" doc:"Restore this memory snapshot (POST /v1/boxes/{id}/snapshot) instead of booting: the box runs on from where the snapshot's box was, with its processes and files. Image, cpus, memory_mib, disk_size_mib and network come from the snapshot (leave them out, or give the snapshot's); env, working_dir, user, allow_net and allow_host_ports default to its box's (allow_net makes it an allowlist box); name, ports (never the snapshot box's) and the network policy are the request's, checked as for any create; volumes are refused."`
+
+	// Secrets are the box's secrets by name (airlock.BoxOptions.Secrets).
+	Secrets map[string]SecretSpec `json:"secrets,omitempty" doc:"Secrets the box uses but never sees, by environment variable name: in the box the variable holds a placeholder, which the server's network helper replaces by the value in the headers of HTTPS requests to the secret's hosts (only there: not over plain HTTP, not in URLs or bodies). A secret's hosts are allowed on port 443 under an allowlist. Values are never returned by any call. At most 32."`
+}
+
+// SecretSpec is one secret of a create (airlock.Secret).
+type SecretSpec struct {
+	Value string   `json:"value" doc:"The secret (1-8192 bytes, no control characters). Never echoed back."`
+	Hosts []string `json:"hosts" minItems:"1" maxItems:"16" doc:"Hosts it is sent to: api.example.com, or *.example.com for any name below example.com."`
+}
+
+// SecretInfo is a box's secret as the API shows it: never its value.
+type SecretInfo struct {
+	Name  string   `json:"name"`
+	Hosts []string `json:"hosts"`
 }
 
 // VolumeSpec attaches storage to a box (airlock.Volume).
@@ -58,6 +75,7 @@ type Box struct {
 	AllowNet       []string          `json:"allow_net,omitempty"`
 	AllowHostPorts []int             `json:"allow_host_ports,omitempty"`
 	Volumes        []VolumeSpec      `json:"volumes,omitempty"`
+	Secrets        []SecretInfo      `json:"secrets,omitempty" doc:"The box's secrets: names and hosts, never values."`
 	Ports          []PortSpec        `json:"ports,omitempty" doc:"Published ports: while the box runs, as bound by its current start (a host_port 0 replaced by the port picked); otherwise as asked."`
 	Created        time.Time         `json:"created"`
 	Started        time.Time         `json:"started,omitzero"`
@@ -78,6 +96,9 @@ func boxOf(i airlock.BoxInfo) Box {
 		ExpiresAt: i.ExpiresAt, LeaseUntil: i.LeaseUntil, IdleDeadline: i.IdleDeadline, Labels: i.Options.Labels}
 	for _, v := range i.Options.Volumes {
 		b.Volumes = append(b.Volumes, VolumeSpec{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
+	}
+	for _, n := range slices.Sorted(maps.Keys(i.Options.Secrets)) {
+		b.Secrets = append(b.Secrets, SecretInfo{Name: n, Hosts: i.Options.Secrets[n].Hosts})
 	}
 	ports := i.Options.Ports
 	if i.Ports != nil {
@@ -158,6 +179,15 @@ func (s *Server) registerBoxes() {
 		}
 		for _, p := range sp.Ports {
 			opts.Ports = append(opts.Ports, airlock.PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Protocol})
+		}
+		if len(sp.Secrets) > airlock.MaxSecrets {
+			return nil, huma.Error400BadRequest(fmt.Sprintf("%d secrets: at most %d", len(sp.Secrets), airlock.MaxSecrets))
+		}
+		for n, s := range sp.Secrets {
+			if opts.Secrets == nil {
+				opts.Secrets = map[string]airlock.Secret{}
+			}
+			opts.Secrets[n] = airlock.Secret{Value: s.Value, Hosts: s.Hosts}
 		}
 		var release func()
 		var err error

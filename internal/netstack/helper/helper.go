@@ -65,6 +65,9 @@ type Options struct {
 	// Warn gets what the caller should pass on to the user (a helper
 	// without a cgroup, one that did not give up root).
 	Warn func(string)
+	// Secrets, when set, are the box's secrets and CA, which the helper
+	// gets through a pipe (netstack.LaunchHelper), never a file.
+	Secrets *netstack.SecretConfig
 }
 
 func (o Options) warn(msg string) {
@@ -126,7 +129,7 @@ func Start(b Box, o Options, pol netstack.Policy, pub []netstack.Publish) (s *St
 		}
 	}
 	os.Remove(hc.NetSocket)
-	h, err := netstack.LaunchHelper(bin, filepath.Join(b.Dir, boxdir.NetConfig), filepath.Join(b.Dir, boxdir.NetStderr), hc)
+	h, err := netstack.LaunchHelper(bin, filepath.Join(b.Dir, boxdir.NetConfig), filepath.Join(b.Dir, boxdir.NetStderr), hc, o.Secrets)
 	if err != nil {
 		return nil, fmt.Errorf("box %s network: %w", b.ID, err)
 	}

@@ -56,6 +56,9 @@ export const BOUNDS: Record<string, Record<string, Record<string, number>>> = {
     "RunRequest": {
         "timeout": {"minimum": 0},
     },
+    "SecretSpec": {
+        "hosts": {"maxItems": 16},
+    },
     "SnapshotRequest": {
         "name": {"maxLength": 128},
     },

@@ -66,6 +66,12 @@ export interface BoxOptions {
    * returns them as bound.
    */
   ports?: (number | string | PortMapping)[];
+  /**
+   * Secrets the box uses but never sees, by environment variable name: in the box `$NAME` is a placeholder that the
+   * server replaces by `value` in the headers of HTTPS requests to `hosts` (`"api.example.com"`, `"*.example.com"`)
+   * only; their port 443 is allowed under an allowlist. No call returns a value.
+   */
+  secrets?: Record<string, Secret>;
   /** Writable layer size in MiB (server default 4096). */
   diskSizeMib?: number;
   /** Remove the box when it stops. */
@@ -82,6 +88,12 @@ export interface BoxOptions {
   fromSnapshot?: string;
   /** The server connection (default: one per process, from the environment). */
   client?: Client;
+}
+
+/** A secret of {@link BoxOptions.secrets}: the hosts it is sent to and its value. */
+export interface Secret {
+  hosts: string[];
+  value: string;
 }
 
 /** A published port: connections to `hostIp:hostPort` on the server's host reach `guestPort` in the box. */
@@ -302,7 +314,7 @@ function execRequest(cmd: string, args: string[], o: ExecOptions): ExecRequest {
 
 const KNOWN_OPTIONS = new Set([
   "image", "memoryMib", "cpus", "name", "env", "workingDir", "user", "network", "diskSizeMib", "autoRemove",
-  "allowNet", "allowHostPorts", "volumes", "ports", "fromSnapshot", "labels",
+  "allowNet", "allowHostPorts", "volumes", "ports", "fromSnapshot", "labels", "secrets",
   "client", "indexUrl",
   "runtime", // BoxLite's runtime handle: the server is the runtime here
 ]);
@@ -362,6 +374,11 @@ export class SimpleBox implements AsyncDisposable {
     if (options.volumes?.length) spec.volumes = options.volumes.map(volumeSpec);
     if (options.ports?.length) spec.ports = options.ports.map(portSpec);
     if (options.labels && Object.keys(options.labels).length) spec.labels = { ...options.labels };
+    if (options.secrets && Object.keys(options.secrets).length) {
+      spec.secrets = Object.fromEntries(
+        Object.entries(options.secrets).map(([k, s]) => [k, { value: s.value, hosts: [...s.hosts] }]),
+      );
+    }
     this.spec = spec;
     this.files = new Files(this.client, () => this.box());
     this.unsupported = Object.keys(options).filter((k) => !KNOWN_OPTIONS.has(k)).sort();

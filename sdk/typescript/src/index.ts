@@ -24,7 +24,7 @@
 export {
   CodeBox, Context, DEFAULT_IMAGE, ExecError, ExecStream, MAX_FORK, SimpleBox,
   type BoxInfo, type BoxOptions, type CellError, type CellResult, type CodeBoxOptions, type Env,
-  type ExecOptions, type ExecResult, type OutputChunk, type PortMapping, type PublishedPort, type RunOptions,
+  type ExecOptions, type ExecResult, type OutputChunk, type PortMapping, type PublishedPort, type RunOptions, type Secret,
 } from "./box.js";
 export {
   AirlockError, Client, DEFAULT_IDLE_EXIT, SERVER_START_TIMEOUT_MS, defaultHome, defaultSocket, endpointFromEnv,

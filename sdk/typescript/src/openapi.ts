@@ -665,6 +665,8 @@ export interface components {
             paused?: boolean;
             /** @description Published ports: while the box runs, as bound by its current start (a host_port 0 replaced by the port picked); otherwise as asked. */
             ports?: components["schemas"]["PortSpec"][] | null;
+            /** @description The box's secrets: names and hosts, never values. */
+            secrets?: components["schemas"]["SecretInfo"][] | null;
             /** Format: date-time */
             started?: string;
             /** @enum {string} */
@@ -734,6 +736,10 @@ export interface components {
             network?: "public" | "allowlist" | "none" | "enabled" | "disabled";
             /** @description Published ports (Docker's -p): host address and port forwarded to a port in the box; each must be granted by airlock serve --allow-publish. Needs a network (not none). */
             ports?: components["schemas"]["PortSpec"][] | null;
+            /** @description Secrets the box uses but never sees, by environment variable name: in the box the variable holds a placeholder, which the server's network helper replaces by the value in the headers of HTTPS requests to the secret's hosts (only there: not over plain HTTP, not in URLs or bodies). A secret's hosts are allowed on port 443 under an allowlist. Values are never returned by any call. At most 32. */
+            secrets?: {
+                [key: string]: components["schemas"]["SecretSpec"];
+            };
             /**
              * Format: double
              * @description Seconds: the box is removed this long after creating it (stored with the box: a server restart keeps it).
@@ -1138,6 +1144,16 @@ export interface components {
             timed_out: boolean;
             /** @description Output was cut; a marker line in stdout or stderr says where and how much. */
             truncated: boolean;
+        };
+        SecretInfo: {
+            hosts: string[] | null;
+            name: string;
+        };
+        SecretSpec: {
+            /** @description Hosts it is sent to: api.example.com, or *.example.com for any name below example.com. */
+            hosts: string[] | null;
+            /** @description The secret (1-8192 bytes, no control characters). Never echoed back. */
+            value: string;
         };
         Snapshot: {
             /** @description Id of the box it was taken of. */

@@ -19,7 +19,7 @@ request and no running box.
 """
 
 from ._box import (DEFAULT_IMAGE, DEFAULT_LEASE, CellError, CellResult, CodeBox, Context, ExecResult, ExecStream, PortMapping,
-                   SimpleBox)
+                   Secret, SimpleBox)
 from ._files import FileInfo
 from ._client import AirlockError, Client, Endpoint, default_socket
 from ._snapshots import Snapshot
@@ -78,6 +78,7 @@ __all__ = [
     "ExecStream",
     "FileInfo",
     "PortMapping",
+    "Secret",
     "SimpleBox",
     "Snapshot",
     "SyncClient",

@@ -57,6 +57,9 @@ BOUNDS: dict[str, dict[str, dict[str, int]]] = {
     "RunRequest": {
         "timeout": {"minimum": 0},
     },
+    "SecretSpec": {
+        "hosts": {"maxItems": 16},
+    },
     "SnapshotRequest": {
         "name": {"maxLength": 128},
     },

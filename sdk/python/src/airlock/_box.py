@@ -99,6 +99,36 @@ class PortMapping:
     protocol: str = "tcp"
 
 
+@dataclass(frozen=True, repr=False)
+class Secret:
+    """A value the box's code uses but never sees (an API key): in the box,
+    the environment variable of the secret's name holds a placeholder,
+    which the server's network helper replaces by ``value`` in the headers
+    of HTTPS requests to ``hosts`` (``"api.example.com"``, or
+    ``"*.example.com"``), and nowhere else. Its repr never shows the value.
+    See docs/network.md#secrets."""
+
+    hosts: Sequence[str]
+    value: str
+
+    def __repr__(self) -> str:
+        return f"Secret(hosts={list(self.hosts)!r}, value=<hidden>)"
+
+
+def _secrets(secrets: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
+    if not secrets:
+        return None
+    out: Dict[str, Any] = {}
+    for name, s in secrets.items():
+        if isinstance(s, Secret):
+            out[name] = {"value": s.value, "hosts": list(s.hosts)}
+        elif isinstance(s, Mapping):
+            out[name] = {"value": s["value"], "hosts": list(s["hosts"])}
+        else:
+            raise TypeError(f"secret {name}: want Secret(hosts=[...], value=...)")
+    return out
+
+
 VolumeArg = Union[str, Tuple[str, str], Tuple[str, str, str], Mapping[str, Any]]
 PortArg = Union[int, str, Tuple[int, int], PortMapping, Mapping[str, Any]]
 
@@ -283,6 +313,10 @@ class SimpleBox(FilesMixin):
             must grant each (``airlock serve --allow-publish 127.0.0.1:8000-8099``, a range from 0 for free
             ports), else AirlockError ``policy_denied`` (403); a host port in use is ``port_in_use`` (409).
             :meth:`ports` returns them as bound.
+        secrets: ``{"NAME": Secret(hosts=["api.example.com"], value=...)}``: the box's ``$NAME`` is a
+            placeholder that the server replaces by the value in the headers of HTTPS requests to those
+            hosts only (their port 443 is allowed under an allowlist); the value never enters the box and
+            no call returns it.
         disk_size_mib: writable layer size.
         ttl: seconds after which the server removes the box, used or not.
         idle_timeout: seconds without an exec after which the server removes
@@ -314,7 +348,8 @@ class SimpleBox(FilesMixin):
                  volumes: Optional[Sequence[VolumeArg]] = None, allow_net: Optional[Sequence[str]] = None,
                  allow_host_ports: Optional[Sequence[int]] = None, ports: Optional[Sequence[PortArg]] = None,
                  client: Optional[Client] = None, from_snapshot: Optional[str] = None,
-                 labels: Optional[Mapping[str, str]] = None, **kwargs: Any) -> None:
+                 labels: Optional[Mapping[str, str]] = None,
+                 secrets: Optional[Mapping[str, Secret]] = None, **kwargs: Any) -> None:
         if hasattr(network, "_fields"):  # BoxLite's NetworkSpec
             nf = network._fields()
             network = nf["network"]
@@ -352,7 +387,8 @@ class SimpleBox(FilesMixin):
                      ("allow_net", list(allow_net) if allow_net else None),
                      ("allow_host_ports", list(allow_host_ports) if allow_host_ports else None),
                      ("ports", [_port(p) for p in ports] if ports else None),
-                     ("labels", dict(labels) if labels else None)):
+                     ("labels", dict(labels) if labels else None),
+                     ("secrets", _secrets(secrets))):
             if v is not None:
                 spec[k] = v
         auto_remove = kwargs.pop("auto_remove", None)
