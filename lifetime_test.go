@@ -103,9 +103,9 @@ func TestLifetimes(t *testing.T) {
 		t.Errorf("negative ttl: %v", err)
 	}
 	t0 := time.Now()
-	ttl := create(airlock.BoxOptions{TTL: 1500 * time.Millisecond})
-	idle := create(airlock.BoxOptions{IdleTimeout: 600 * time.Millisecond})
-	leased := create(airlock.BoxOptions{Lease: 600 * time.Millisecond})
+	ttl := create(airlock.BoxOptions{TTL: 4 * time.Second})
+	idle := create(airlock.BoxOptions{IdleTimeout: 2 * time.Second})
+	leased := create(airlock.BoxOptions{Lease: 2 * time.Second})
 	plain := create(airlock.BoxOptions{})
 	for _, c := range []struct {
 		b    *airlock.Box
@@ -118,15 +118,16 @@ func TestLifetimes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := c.f(info); d.Before(t0) || d.After(time.Now().Add(1500*time.Millisecond)) {
+		if d := c.f(info); d.Before(t0) || d.After(time.Now().Add(4*time.Second)) {
 			t.Errorf("%s of box %s: %v (created at %v)", c.what, c.b.ID(), d, t0)
 		}
 	}
 	if err := plain.RenewLease(ctx); !errors.Is(err, airlock.ErrNoLease) {
 		t.Errorf("renew a box without lease: %v", err)
 	}
-	// Use the idle box and renew the lease for well past their limits.
-	for end := time.Now().Add(1200 * time.Millisecond); time.Now().Before(end); time.Sleep(150 * time.Millisecond) {
+	// Use the idle box and renew the lease for well past their limits
+	// (2 s: a gap between two uses under -race and load stays well below).
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(150 * time.Millisecond) {
 		if _, err := idle.Exec(ctx, "true", nil, airlock.ExecOptions{}); err != nil {
 			t.Fatalf("exec in the idle box: %v", err)
 		}
@@ -139,12 +140,12 @@ func TestLifetimes(t *testing.T) {
 	}
 	// Left alone, the idle and leased boxes go; the TTL box goes at its
 	// TTL, not before.
-	at := waitGone(t, r, ttl.ID(), 3*time.Second)
-	if at.Sub(t0) < 1500*time.Millisecond {
+	at := waitGone(t, r, ttl.ID(), 5*time.Second)
+	if at.Sub(t0) < 4*time.Second {
 		t.Errorf("ttl box removed %s after create, before its ttl", at.Sub(t0))
 	}
-	waitGone(t, r, idle.ID(), 3*time.Second)
-	waitGone(t, r, leased.ID(), 3*time.Second)
+	waitGone(t, r, idle.ID(), 5*time.Second)
+	waitGone(t, r, leased.ID(), 5*time.Second)
 	if gone(t, r, plain.ID()) {
 		t.Error("a box without limits was removed")
 	}
