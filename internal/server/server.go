@@ -699,6 +699,7 @@ func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
 		}()
 	}
 	if s.cfg.IdleExit > 0 {
+		s.lastBusy.Store(time.Now().UnixNano()) // idle counts from serving
 		go s.watchIdle(ctx, cancel)
 	}
 	go s.reap(ctx)

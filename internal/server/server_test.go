@@ -389,7 +389,7 @@ func TestIdleExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	t0 := time.Now()
+	t0 := time.Now() // before Serve: the idle time counts from Serve's start
 	go func() { done <- s.Serve(context.Background(), l) }()
 	select {
 	case <-done:
