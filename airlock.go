@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-run/airlock/internal/lifetime"
 	"github.com/airlock-run/airlock/internal/pool"
 	"github.com/airlock-run/airlock/internal/scratch"
+	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/internal/sparse"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -501,7 +502,7 @@ func (r *Runtime) recordBox(ctx context.Context, opts BoxOptions, forPool string
 	}
 	bc := boxConfig{Options: opts, Image: img.Config, Pool: forPool}
 	var err error
-	if bc.Placeholders, err = newPlaceholders(opts.Secrets); err != nil {
+	if bc.Placeholders, err = secrets.NewPlaceholders(opts.Secrets); err != nil {
 		return nil, err
 	}
 	bc.startLife(time.Now())

@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-run/airlock/internal/boxrecord"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/internal/store"
 )
 
@@ -65,7 +66,7 @@ func encodeConfig(c boxConfig) []byte {
 	for _, v := range o.Volumes {
 		r.Volumes = append(r.Volumes, boxrecord.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}
-	r.Secrets = storedSecrets(o.Secrets, c.Placeholders)
+	r.Secrets = secrets.Stored(o.Secrets, c.Placeholders)
 	return boxrecord.Encode(r)
 }
 
@@ -97,13 +98,7 @@ func configOf(raw []byte) (boxConfig, error) {
 		o.Ports = append(o.Ports, PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Protocol})
 	}
 	var placeholders map[string]string
-	for _, s := range r.Secrets {
-		if o.Secrets == nil {
-			o.Secrets, placeholders = map[string]Secret{}, map[string]string{}
-		}
-		o.Secrets[s.Name] = Secret{Hosts: s.Hosts}
-		placeholders[s.Name] = s.Placeholder
-	}
+	o.Secrets, placeholders = secrets.FromStored[Secret](r.Secrets)
 	return boxConfig{Options: o, Placeholders: placeholders,
 		Image: image.ImageConfig{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
