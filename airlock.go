@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/boxrecord"
 	"github.com/airlock-run/airlock/internal/confine"
 	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
@@ -460,8 +461,8 @@ func withDefaults(opts BoxOptions) (BoxOptions, error) {
 	if err := checkVolumes(opts.Volumes); err != nil {
 		return opts, err
 	}
-	if err := checkLabels(opts.Labels); err != nil {
-		return opts, err
+	if err := boxrecord.CheckLabels(opts.Labels); err != nil {
+		return opts, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	if err := checkSecrets(&opts); err != nil {
 		return opts, fmt.Errorf("%w: %w", ErrInvalidArgument, err)

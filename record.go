@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/airlock-run/airlock/internal/boxrecord"
 	"github.com/airlock-run/airlock/internal/image"
@@ -117,33 +115,4 @@ func decodeConfig(rec *store.Box) (boxConfig, error) {
 		return boxConfig{}, fmt.Errorf("box %s: its record cannot be read (%v): remove the box and create it again: %w", rec.ID, err, errBadRecord)
 	}
 	return c, nil
-}
-
-// checkLabels checks BoxOptions.Labels against its bounds.
-func checkLabels(l map[string]string) error {
-	if len(l) > MaxLabels {
-		return fmt.Errorf("%w: %d labels: want at most %d", ErrInvalidArgument, len(l), MaxLabels)
-	}
-	for k, v := range l {
-		if k == "" || len(k) > MaxLabelKeyLen || !labelText(k) {
-			return fmt.Errorf("%w: label key %.40q: want 1..%d bytes of UTF-8 text without control characters", ErrInvalidArgument, k, MaxLabelKeyLen)
-		}
-		if len(v) > MaxLabelValueLen || !labelText(v) {
-			return fmt.Errorf("%w: label %.40q: value of %d bytes: want at most %d bytes of UTF-8 text without control characters", ErrInvalidArgument, k, len(v), MaxLabelValueLen)
-		}
-	}
-	return nil
-}
-
-// labelText says s is valid UTF-8 without control characters.
-func labelText(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, c := range s {
-		if unicode.IsControl(c) {
-			return false
-		}
-	}
-	return true
 }
