@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/boxrecord"
 	"github.com/airlock-run/airlock/internal/confine"
 	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/lifetime"
 	"github.com/airlock-run/airlock/internal/pool"
 	"github.com/airlock-run/airlock/internal/scratch"
+	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/internal/sparse"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -459,8 +461,8 @@ func withDefaults(opts BoxOptions) (BoxOptions, error) {
 	if err := checkVolumes(opts.Volumes); err != nil {
 		return opts, err
 	}
-	if err := checkLabels(opts.Labels); err != nil {
-		return opts, err
+	if err := boxrecord.CheckLabels(opts.Labels); err != nil {
+		return opts, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	if err := checkSecrets(&opts); err != nil {
 		return opts, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
@@ -501,7 +503,7 @@ func (r *Runtime) recordBox(ctx context.Context, opts BoxOptions, forPool string
 	}
 	bc := boxConfig{Options: opts, Image: img.Config, Pool: forPool}
 	var err error
-	if bc.Placeholders, err = newPlaceholders(opts.Secrets); err != nil {
+	if bc.Placeholders, err = secrets.NewPlaceholders(opts.Secrets); err != nil {
 		return nil, err
 	}
 	bc.startLife(time.Now())

@@ -30,6 +30,9 @@ func TestPackageRules(t *testing.T) {
 		"internal/sparse": {},
 		// The stored box record: its versions, encode and decode.
 		"internal/boxrecord": {},
+		// The host side of a box's secrets: checks, placeholders, the
+		// secrets file, the helper's configuration; no Box.
+		"internal/secrets": {"internal/boxdir", "internal/boxrecord", "internal/netstack"},
 		// A snapshot's record on disk (snapshot.json), its names and flock;
 		// scratch names the temporary directory a snapshot is made in.
 		"internal/snapmeta": {"internal/scratch"},
@@ -99,7 +102,7 @@ func TestPackageRules(t *testing.T) {
 		// No rootfs, no image store: the lifecycle code builds the disks.
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/execrun", "internal/exitrec", "internal/friend", "internal/guestabi", "internal/lifetime", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/volume", "internal/capacity", "internal/sparse"},
+		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/execrun", "internal/exitrec", "internal/friend", "internal/guestabi", "internal/lifetime", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/volume", "internal/capacity", "internal/sparse", "internal/secrets"},
 		"codebox": {"", "internal/friend"},
 		"interp":  {"codebox"},
 		// The Kubernetes node (airlock node): pods as boxes through the

@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-run/airlock/internal/boundedpipe"
 	"github.com/airlock-run/airlock/internal/execrun"
 	"github.com/airlock-run/airlock/internal/headtail"
+	"github.com/airlock-run/airlock/internal/secrets"
 )
 
 func (b *Box) spec(cmd string, args []string, opts ExecOptions, stdin bool) client.Spec {
@@ -22,7 +23,7 @@ func (b *Box) spec(cmd string, args []string, opts ExecOptions, stdin bool) clie
 	b.mu.Unlock()
 	return client.Spec{
 		Argv:       append([]string{cmd}, args...),
-		Env:        execrun.MergeEnv(cfg.Image.Env, secretEnv(cfg), cfg.Options.Env, opts.Env),
+		Env:        execrun.MergeEnv(cfg.Image.Env, secrets.Env(cfg.Placeholders), cfg.Options.Env, opts.Env),
 		WorkingDir: execrun.First(opts.WorkingDir, cfg.Options.WorkingDir, cfg.Image.WorkingDir, "/"),
 		User:       execrun.First(opts.User, cfg.Options.User, cfg.Image.User),
 		Stdin:      stdin,

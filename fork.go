@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -48,11 +49,11 @@ func (b *Box) fork(ctx context.Context, n int, opts ForkOptions) ([]*Box, error)
 	// And its secrets, with placeholders and a CA of their own (what the
 	// snapshot's processes hold are the box's placeholders, which the
 	// children's network helpers do not replace).
-	secrets, err := b.secretValues(cfg)
+	values, err := secrets.Values(b.dir, cfg.Options.Secrets)
 	if err != nil {
 		return nil, fmt.Errorf("fork box %s: %w", b.id, err)
 	}
-	life.Secrets = secrets
+	life.Secrets = values
 	kids := make([]*Box, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup

@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/netstack"
 	"github.com/airlock-run/airlock/internal/netstack/helper"
+	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -179,7 +180,7 @@ func (b *Box) startNet(cfg boxConfig) (*helper.Starting, error) {
 	o := cfg.Options
 	ho := helper.Options{Bin: b.r.opts.NetHelper, Upstream: b.r.opts.DNSUpstream,
 		Unconfined: b.r.opts.Unconfined, UIDRange: b.r.opts.UIDRange, Warn: b.r.warn}
-	sc, err := b.secretConfig(cfg)
+	sc, err := secrets.HelperConfig(b.dir, cfg.Options.Secrets, cfg.Placeholders)
 	if err != nil {
 		return nil, fmt.Errorf("box %s: secrets: %w", b.id, err)
 	}

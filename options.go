@@ -3,6 +3,8 @@ package airlock
 import (
 	"io"
 	"time"
+
+	"github.com/airlock-run/airlock/internal/boxrecord"
 )
 
 // Defaults for BoxOptions fields left zero.
@@ -127,11 +129,11 @@ type BoxOptions struct {
 // Bounds of BoxOptions.Labels.
 const (
 	// MaxLabels is the most labels a box may have.
-	MaxLabels = 64
+	MaxLabels = boxrecord.MaxLabels
 	// MaxLabelKeyLen is the longest label key, in bytes.
-	MaxLabelKeyLen = 128
+	MaxLabelKeyLen = boxrecord.MaxLabelKeyLen
 	// MaxLabelValueLen is the longest label value, in bytes.
-	MaxLabelValueLen = 1024
+	MaxLabelValueLen = boxrecord.MaxLabelValueLen
 )
 
 // ExecOptions tune one Exec. Env, User and WorkingDir override the box's

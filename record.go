@@ -4,11 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/airlock-run/airlock/internal/boxrecord"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/internal/store"
 )
 
@@ -65,7 +64,7 @@ func encodeConfig(c boxConfig) []byte {
 	for _, v := range o.Volumes {
 		r.Volumes = append(r.Volumes, boxrecord.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}
-	r.Secrets = storedSecrets(o.Secrets, c.Placeholders)
+	r.Secrets = secrets.Stored(o.Secrets, c.Placeholders)
 	return boxrecord.Encode(r)
 }
 
@@ -97,13 +96,7 @@ func configOf(raw []byte) (boxConfig, error) {
 		o.Ports = append(o.Ports, PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Protocol})
 	}
 	var placeholders map[string]string
-	for _, s := range r.Secrets {
-		if o.Secrets == nil {
-			o.Secrets, placeholders = map[string]Secret{}, map[string]string{}
-		}
-		o.Secrets[s.Name] = Secret{Hosts: s.Hosts}
-		placeholders[s.Name] = s.Placeholder
-	}
+	o.Secrets, placeholders = secrets.FromStored[Secret](r.Secrets)
 	return boxConfig{Options: o, Placeholders: placeholders,
 		Image: image.ImageConfig{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
@@ -122,33 +115,4 @@ func decodeConfig(rec *store.Box) (boxConfig, error) {
 		return boxConfig{}, fmt.Errorf("box %s: its record cannot be read (%v): remove the box and create it again: %w", rec.ID, err, errBadRecord)
 	}
 	return c, nil
-}
-
-// checkLabels checks BoxOptions.Labels against its bounds.
-func checkLabels(l map[string]string) error {
-	if len(l) > MaxLabels {
-		return fmt.Errorf("%w: %d labels: want at most %d", ErrInvalidArgument, len(l), MaxLabels)
-	}
-	for k, v := range l {
-		if k == "" || len(k) > MaxLabelKeyLen || !labelText(k) {
-			return fmt.Errorf("%w: label key %.40q: want 1..%d bytes of UTF-8 text without control characters", ErrInvalidArgument, k, MaxLabelKeyLen)
-		}
-		if len(v) > MaxLabelValueLen || !labelText(v) {
-			return fmt.Errorf("%w: label %.40q: value of %d bytes: want at most %d bytes of UTF-8 text without control characters", ErrInvalidArgument, k, len(v), MaxLabelValueLen)
-		}
-	}
-	return nil
-}
-
-// labelText says s is valid UTF-8 without control characters.
-func labelText(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, c := range s {
-		if unicode.IsControl(c) {
-			return false
-		}
-	}
-	return true
 }
