@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,6 +35,10 @@ type Limits struct {
 type Cgroup struct {
 	// Dirs are the cgroup directories, created with the limits set.
 	Dirs []string
+	// name and limits remake it (Add); empty for one read back from a
+	// file.
+	name   string
+	limits Limits
 }
 
 // CgroupSupport says which cgroup hierarchies this host offers for box
@@ -261,11 +266,27 @@ func NewCgroup(name string, l Limits) (*Cgroup, error) {
 	if len(g.Dirs) == 0 {
 		return nil, fmt.Errorf("cgroup: no usable hierarchy for %s", strings.Join(missing, ", "))
 	}
+	g.name, g.limits = name, l
 	return g, nil
 }
 
-// Add moves process pid (all its threads) into the cgroup.
+// Add moves process pid (all its threads) into the cgroup. A cgroup
+// removed since it was made is made again first: a cgroup is named after
+// its box, and another process that watched the box's previous boot end
+// removes that boot's cgroup, of the same name, when it notices (an
+// airlock serve watching a box that the CLI paused to disk and resumes).
 func (g *Cgroup) Add(pid int) error {
+	err := g.add(pid)
+	if errors.Is(err, fs.ErrNotExist) && g.name != "" {
+		if again, e := NewCgroup(g.name, g.limits); e == nil {
+			g.Dirs = again.Dirs
+			err = g.add(pid)
+		}
+	}
+	return err
+}
+
+func (g *Cgroup) add(pid int) error {
 	for _, d := range g.Dirs {
 		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
 			return fmt.Errorf("cgroup %s: add pid %d: %w", d, pid, err)

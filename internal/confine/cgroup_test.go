@@ -2,7 +2,9 @@ package confine
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -49,4 +51,48 @@ func TestCgroupCPUOnlyWithALimit(t *testing.T) {
 	if q, _ := os.ReadFile(filepath.Join(d, "cpu.cfs_quota_us")); strings.TrimSpace(string(q)) != "150000" {
 		t.Errorf("cpu.cfs_quota_us = %q, want 150000", q)
 	}
+}
+
+// A cgroup removed between its making and Add (another process released
+// the previous boot's cgroup of the same name) is made again, with its
+// limits, and the process joins it.
+func TestCgroupAddRemakesARemovedCgroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("creating cgroups needs root")
+	}
+	name := "test-remade-" + filepath.Base(t.TempDir())
+	g, err := NewCgroup(name, Limits{MemoryBytes: 256 << 20, Pids: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	// What a watcher of the previous boot does: the saved cgroup removed.
+	file := filepath.Join(t.TempDir(), "cgroup")
+	if err := SaveCgroup(file, g); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveSavedCgroup(file); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if err := g.Add(cmd.Process.Pid); err != nil {
+		t.Fatalf("Add after the cgroup was removed: %v", err)
+	}
+	for _, d := range g.Dirs {
+		procs, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if !strings.Contains(string(procs), strconv.Itoa(cmd.Process.Pid)) {
+			t.Errorf("%s holds %q, not the pid %d", d, procs, cmd.Process.Pid)
+		}
+		if strings.Contains(d, "/pids/") || strings.HasSuffix(filepath.Dir(filepath.Dir(d)), "pids") {
+			if m, _ := os.ReadFile(filepath.Join(d, "pids.max")); strings.TrimSpace(string(m)) != "32" {
+				t.Errorf("%s: pids.max %q, want the limit again", d, m)
+			}
+		}
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
 }
