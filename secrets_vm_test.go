@@ -224,6 +224,14 @@ print(urllib.request.urlopen(r, timeout=20).read().decode())`)
 		}
 		return nil
 	})
+	// Nor does that snapshot's export archive (what leaves the host).
+	var snapArchive bytes.Buffer
+	if _, err := r.ExportSnapshot(ctx, "secrets", &snapArchive); err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(snapArchive.Bytes(), []byte(value)); n > 0 || snapArchive.Len() == 0 {
+		t.Errorf("the snapshot's export archive (%d bytes) holds the value %d times", snapArchive.Len(), n)
+	}
 	// The value is nowhere in the box: its environment, its processes'
 	// (/proc/*/environ), its kernel command line and its writable places
 	// (in the box; the scan gets the value in two halves, so that its own
@@ -258,11 +266,23 @@ echo scanned`, "sh", value[:h], value[h:])
 	if n, err := scanAllocated(rw, []byte(value)); err != nil || n > 0 {
 		t.Errorf("the box's writable layer holds the value %d times (%v)", n, err)
 	}
+	// The stopped box's export archive (its writable layer) holds no value
+	// either.
+	var boxArchive bytes.Buffer
+	if _, err := b.Export(ctx, &boxArchive, airlock.ExportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(boxArchive.Bytes(), []byte(value)); n > 0 || boxArchive.Len() == 0 {
+		t.Errorf("the box's export archive (%d bytes) holds the value %d times", boxArchive.Len(), n)
+	}
 	// The scan finds what is there: a line of the CA certificate the box
 	// was given.
 	if lines := strings.Split(string(ca2), "\n"); len(lines) > 2 {
 		if n, err := scanAllocated(rw, []byte(lines[1])); err != nil || n == 0 {
 			t.Errorf("the scan of the writable layer does not find the box's CA certificate (%d, %v)", n, err)
+		}
+		if !bytes.Contains(boxArchive.Bytes(), []byte(lines[1])) {
+			t.Errorf("the box's export archive does not hold the box's CA certificate: the scan of it finds nothing")
 		}
 	}
 }
