@@ -159,7 +159,7 @@ func TestCLIMCPFlagsMatchRun(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("mcp --help: exit %d", code)
 	}
-	for _, want := range []string{`"public" (default`, `"allowlist"`, `"none"`, "--allow-net", "--allow-host-port", "512m, 2g"} {
+	for _, want := range []string{`"public" (default`, `"allowlist"`, `"none"`, "--allow-net", "--allow-host-port", "512m, 2g", "--secret"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("mcp --help lacks %q:\n%s", want, out)
 		}
@@ -184,6 +184,7 @@ func TestCLIFlagErrors(t *testing.T) {
 		{[]string{"run", "--memory", "100000g", "python:slim", "true"}, "more than this host's RAM", ""},
 		{[]string{"run", "--disk-size", "abc", "python:slim", "true"}, "--disk-size \"abc\"", ""},
 		{[]string{"mcp", "--memory", "1q"}, "want a size such as 512m or 2g", ""},
+		{[]string{"mcp", "--secret", "AIRLOCK_TEST_UNSET_SECRET=api.example.com"}, "$AIRLOCK_TEST_UNSET_SECRET is not set in this shell", ""},
 		{[]string{"run", "--bogus", "python:slim"}, "unknown flag: --bogus", "MiB"},
 		{[]string{"fork", "somebox", "-n", "0"}, "fork: -n 0: want 1..64", ""},
 		{[]string{"fork", "somebox", "-n", "65"}, "fork: -n 65: want 1..64", ""},

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
@@ -17,6 +18,7 @@ func newMCPCmd() *cobra.Command {
 	var opts airlock.BoxOptions
 	var nf netFlags
 	var memory string
+	var secretsIn []string
 	cmd := &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve the Model Context Protocol over stdio (tools that run code in a box)",
@@ -24,7 +26,8 @@ func newMCPCmd() *cobra.Command {
 desktop assistants. Tools: execute_python (a stateful Python context; matplotlib
 figures come back as images), execute_command, write_file, read_file and
 install_packages. One box per session, created on the first tool call and
-removed when the session ends.
+removed when the session ends. --secret gives the session's boxes an API key
+the model's code uses but never sees (as run --secret).
 
 Example client configuration:
   {"mcpServers": {"airlock": {"command": "airlock", "args": ["mcp"]}}}`,
@@ -39,6 +42,9 @@ Example client configuration:
 			if err := nf.apply(&opts); err != nil {
 				return err
 			}
+			if opts.Secrets, err = secretFlags(secretsIn, os.LookupEnv); err != nil {
+				return usagef(cmd, "%v", err)
+			}
 			rt, err := openRuntime(cmd)
 			if err != nil {
 				return err
@@ -51,6 +57,7 @@ Example client configuration:
 	f.StringVar(&opts.Image, "image", airlock.DefaultImage, "image of the session's box (needs Python)")
 	f.IntVar(&opts.CPUs, "cpus", 0, "vCPUs of the box (default 1)")
 	f.StringVarP(&memory, "memory", "m", "", fmt.Sprintf("guest memory: 512m, 2g; a bare number is MiB (default %d MiB)", airlock.DefaultMemoryMiB))
+	f.StringArrayVar(&secretsIn, "secret", nil, "pass a secret the session's box uses but never sees: NAME=HOST[,HOST...]; the box's $NAME is a placeholder that the host replaces by this process's $NAME in the headers of HTTPS requests to those hosts; repeatable")
 	nf.add(cmd, false)
 	return cmd
 }

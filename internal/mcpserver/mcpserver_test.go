@@ -63,8 +63,11 @@ func TestMCPStdio(t *testing.T) {
 	}
 	bin := buildAirlock(t)
 	home := t.TempDir()
-	cmd := exec.Command(bin, "mcp", "--image", img, "--network", "disabled")
-	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home, "AIRLOCK_IMAGES="+vmtest.ImagesDir())
+	// The session's box gets a secret: the model's code sees a placeholder.
+	// (The allowlist is empty but for the secret's host; nothing is sent.)
+	const value = "sk-mcp-test-4f1d9c"
+	cmd := exec.Command(bin, "mcp", "--image", img, "--network", "allowlist", "--secret", "TOKEN=api.example.com")
+	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home, "AIRLOCK_IMAGES="+vmtest.ImagesDir(), "TOKEN="+value)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 
@@ -117,6 +120,10 @@ func TestMCPStdio(t *testing.T) {
 	r = call("execute_command", map[string]any{"command": "echo out; echo err >&2; exit 3"})
 	if !r.IsError || !strings.Contains(textOf(r), "exit code: 3") || !strings.Contains(textOf(r), "out") || !strings.Contains(textOf(r), "err") {
 		t.Errorf("execute_command: %v %q", r.IsError, textOf(r))
+	}
+	r = call("execute_command", map[string]any{"command": "echo \"$TOKEN\""})
+	if got := textOf(r); r.IsError || !strings.Contains(got, "airlock-secret-") || strings.Contains(got, value) {
+		t.Errorf("the secret in the session's box: %v %q, want a placeholder", r.IsError, got)
 	}
 	r = call("write_file", map[string]any{"path": "/tmp/d/hello.txt", "content": "héllo\n"})
 	if r.IsError {

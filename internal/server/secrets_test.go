@@ -2,12 +2,16 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
 // TestSecretsRefusedWithoutEcho: a create whose secrets are malformed is
@@ -31,7 +35,7 @@ func TestSecretsRefusedWithoutEcho(t *testing.T) {
 		"empty value":  {"X": {Hosts: []string{"a.example"}}},
 		"port in host": {"X": {Value: v, Hosts: []string{"a.example:8443"}}},
 	} {
-		raw, _ := json.Marshal(BoxSpec{Image: "python:slim", Secrets: ss})
+		raw, _ := json.Marshal(BoxSpec{Image: vmtest.DefaultImage, Secrets: ss})
 		resp, err := http.Post(ts.URL+"/v1/boxes", "application/json", bytes.NewReader(raw))
 		if err != nil {
 			t.Fatal(err)
@@ -44,5 +48,73 @@ func TestSecretsRefusedWithoutEcho(t *testing.T) {
 		if bytes.Contains(body, []byte("sk-do-not-echo")) {
 			t.Errorf("%s: the response shows the value: %s", what, body)
 		}
+	}
+}
+
+// TestSetSecret: PUT /v1/boxes/{id}/secrets/{name} rotates a secret the
+// box was created with (204); an unknown secret or a bad value is a 400
+// and an unknown box a 404, none of them showing the value.
+func TestSetSecret(t *testing.T) {
+	vmtest.Require(t)
+	rt, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	ts := httptest.NewServer(New(Config{Runtime: rt}).Handler(false))
+	defer ts.Close()
+	raw, _ := json.Marshal(BoxSpec{Image: vmtest.DefaultImage, Secrets: map[string]SecretSpec{"TOKEN": {Value: "sk-first-value", Hosts: []string{"api.example.com"}}}})
+	resp, err := http.Post(ts.URL+"/v1/boxes", "application/json", bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var box Box
+	json.NewDecoder(resp.Body).Decode(&box)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+		t.Fatalf("create: %s", resp.Status)
+	}
+	defer rt.Remove(context.Background(), box.ID, true)
+	put := func(path, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPut, ts.URL+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := put("/v1/boxes/"+box.ID+"/secrets/TOKEN", `{"value":"sk-rotated-value"}`); code != http.StatusNoContent {
+		t.Errorf("rotate: %d %s", code, body)
+	}
+	for what, tc := range map[string]struct {
+		path, body string
+		code       int
+	}{
+		"unknown secret": {"/v1/boxes/" + box.ID + "/secrets/OTHER", `{"value":"sk-never-echo-1"}`, http.StatusBadRequest},
+		"control char":   {"/v1/boxes/" + box.ID + "/secrets/TOKEN", `{"value":"sk-never-echo-2\r\nX: y"}`, http.StatusBadRequest},
+		"empty":          {"/v1/boxes/" + box.ID + "/secrets/TOKEN", `{"value":""}`, 422},
+		"unknown box":    {"/v1/boxes/nosuchbox/secrets/TOKEN", `{"value":"sk-never-echo-3"}`, http.StatusNotFound},
+	} {
+		code, body := put(tc.path, tc.body)
+		if code != tc.code {
+			t.Errorf("%s: %d %s, want %d", what, code, body, tc.code)
+		}
+		if strings.Contains(body, "sk-never-echo") {
+			t.Errorf("%s: the response shows the value: %s", what, body)
+		}
+	}
+	// The box's inspect shows the secret's name and hosts, not a value.
+	resp, err = http.Get(ts.URL + "/v1/boxes/" + box.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"TOKEN"`) || strings.Contains(string(b), "sk-") {
+		t.Errorf("box after rotation: %s", b)
 	}
 }

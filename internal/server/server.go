@@ -233,6 +233,7 @@ func New(cfg Config) *Server {
 	s.registerMisc()
 	s.registerPools()
 	s.registerLease()
+	s.registerSecrets()
 	s.registerExecs()
 	s.registerEvents()
 	s.registerFiles()

@@ -59,6 +59,9 @@ export const BOUNDS: Record<string, Record<string, Record<string, number>>> = {
     "SecretSpec": {
         "hosts": {"maxItems": 16},
     },
+    "SetSecretInputBody": {
+        "value": {"maxLength": 8192},
+    },
     "SnapshotRequest": {
         "name": {"maxLength": 128},
     },

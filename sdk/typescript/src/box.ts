@@ -484,6 +484,16 @@ export class SimpleBox implements AsyncDisposable {
     await this.client.request("POST", `/v1/boxes/${encodeURIComponent(id)}/pause`, body);
   }
 
+  /**
+   * Gives the box's secret `name` a new value (rotation): the server substitutes it in the box's requests from
+   * the next one on, and later starts keep it. The placeholder in the box stays. Rejects with `invalid_argument`
+   * (400) for a secret the box was not created with or a bad value (the error never shows the value).
+   */
+  async setSecret(name: string, value: string): Promise<void> {
+    const id = await this.box();
+    await this.client.request("PUT", `/v1/boxes/${encodeURIComponent(id)}/secrets/${encodeURIComponent(name)}`, { value });
+  }
+
   /** Lets a paused box run on, or continues one paused to disk ({@link pause}); a running box is left as it is. */
   async resume(): Promise<void> {
     const id = await this.box();

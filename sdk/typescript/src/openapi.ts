@@ -409,6 +409,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/boxes/{id}/secrets/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Change a box's secret
+         * @description Gives the box's secret `name` a new value (rotation): a running box's network helper substitutes it from its next request on, and later starts keep it. The placeholder in the box and the secret's hosts stay. A secret the box was not created with is a 400 (secrets are given at create).
+         */
+        put: operations["set-secret"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/boxes/{id}/snapshot": {
         parameters: {
             query?: never;
@@ -1153,6 +1173,10 @@ export interface components {
             /** @description Hosts it is sent to: api.example.com, or *.example.com for any name below example.com. */
             hosts: string[] | null;
             /** @description The secret (1-8192 bytes, no control characters). Never echoed back. */
+            value: string;
+        };
+        SetSecretInputBody: {
+            /** @description The new value (1-8192 bytes, no control characters). Never echoed back. */
             value: string;
         };
         Snapshot: {
@@ -3058,6 +3082,69 @@ export interface operations {
             };
             /** @description Service Unavailable */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "set-secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+                /** @description The secret's name (as given in the box's secrets). */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SetSecretInputBody"];
+            };
+        };
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -452,6 +452,22 @@ describe("errors", () => {
   });
 });
 
+describe("secrets", () => {
+  it("are placeholders in the box; setSecret rotates one and refuses an unknown one without echoing it", async () => {
+    const b = new SimpleBox({ secrets: { TOKEN: { hosts: ["api.example.com"], value: "sk-ts-first" } } });
+    try {
+      const r = await b.exec("sh", "-c", 'echo "$TOKEN"');
+      assert.ok(r.stdout.startsWith("airlock-secret-") && !r.stdout.includes("sk-ts"), r.stdout);
+      await b.setSecret("TOKEN", "sk-ts-rotated");
+      await assert.rejects(b.setSecret("OTHER", "sk-ts-never-echoed"),
+        (e: unknown) => e instanceof AirlockError && e.status === 400 && !String(e.message).includes("sk-ts-never-echoed"));
+      assert.equal((await b.exec("sh", "-c", 'echo "$TOKEN"')).stdout, r.stdout);
+    } finally {
+      await b.stop();
+    }
+  });
+});
+
 describe("TCP with a bearer token", () => {
   it("works with the token and is refused without it", async () => {
     const client = new Client({ endpoint: { url: srv.url, token: srv.token } });

@@ -60,6 +60,9 @@ BOUNDS: dict[str, dict[str, dict[str, int]]] = {
     "SecretSpec": {
         "hosts": {"maxItems": 16},
     },
+    "SetSecretInputBody": {
+        "value": {"maxLength": 8192},
+    },
     "SnapshotRequest": {
         "name": {"maxLength": 128},
     },

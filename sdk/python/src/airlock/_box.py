@@ -10,6 +10,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 from typing import Any, AsyncIterator, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 from ._bounds import BOUNDS
@@ -591,6 +592,15 @@ class SimpleBox(FilesMixin):
         r = await self._client.request("GET", f"/v1/boxes/{box}")
         return [PortMapping(host_ip=p.get("host_ip") or "127.0.0.1", host_port=p.get("host_port") or 0, guest_port=p["guest_port"],
                             protocol=p.get("protocol") or "tcp") for p in (r.get("ports") or [])]
+
+    async def set_secret(self, name: str, value: str) -> None:
+        """Gives the box's secret ``name`` a new value (rotation): the server
+        substitutes it in the box's requests from the next one on, and
+        later starts keep it. The placeholder in the box stays. Raises
+        AirlockError ``invalid_argument`` (400) for a secret the box was not
+        created with or a bad value (the error never shows the value)."""
+        box = await self._box()
+        await self._client.request("PUT", f"/v1/boxes/{box}/secrets/{quote(name, safe='')}", json={"value": value})
 
     async def _box(self) -> str:
         if self._id is None:

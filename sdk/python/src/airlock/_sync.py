@@ -100,6 +100,10 @@ class SyncSimpleBox:
         """See :meth:`airlock.SimpleBox.resume`."""
         self._loop.run(self._box.resume())
 
+    def set_secret(self, name: str, value: str) -> None:
+        """See :meth:`airlock.SimpleBox.set_secret`."""
+        self._loop.run(self._box.set_secret(name, value))
+
     def fork(self: S, n: int = 1) -> List[S]:
         """See :meth:`airlock.SimpleBox.fork`: the children are of this
         class (a SyncCodeBox's are SyncCodeBoxes), each with its own event
