@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -418,18 +419,43 @@ func BenchmarkIntercept(b *testing.B) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: upPool, ServerName: "example.com"},
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return net.Dial("tcp", h.upAddr.String()) }}
+	direct := &http.Client{Transport: tr}
 	b.Run("direct", func(b *testing.B) {
-		tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: upPool, ServerName: "example.com"},
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return net.Dial("tcp", h.upAddr.String()) }}
-		c := &http.Client{Transport: tr}
 		for b.Loop() {
-			get(b, c)
+			get(b, direct)
 		}
 	})
 	b.Run("intercepted", func(b *testing.B) {
 		c := h.boxClient(b, h.boxCA, false)
 		for b.Loop() {
 			get(b, c)
+		}
+	})
+	// added: 20 requests each way, alternated so that load drifting during
+	// the run hits both alike; the medians and the latency the
+	// interception adds (-benchtime=1x gives one run's figures).
+	b.Run("added", func(b *testing.B) {
+		c := h.boxClient(b, h.boxCA, false)
+		ms := func(d []time.Duration) float64 {
+			slices.Sort(d)
+			return float64(d[len(d)/2]) / float64(time.Millisecond)
+		}
+		for b.Loop() {
+			var dd, di []time.Duration
+			for range 20 {
+				t0 := time.Now()
+				get(b, direct)
+				dd = append(dd, time.Since(t0))
+				t0 = time.Now()
+				get(b, c)
+				di = append(di, time.Since(t0))
+			}
+			md, mi := ms(dd), ms(di)
+			b.ReportMetric(md, "direct-median-ms")
+			b.ReportMetric(mi, "intercepted-median-ms")
+			b.ReportMetric(mi-md, "added-ms")
 		}
 	})
 }
