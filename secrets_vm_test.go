@@ -133,8 +133,11 @@ except Exception as e:
 // api.test carries the placeholder; badcert.test, whose certificate the
 // helper cannot verify, fails the box's request; the value is nowhere in
 // the box (env, /proc/*/environ, the kernel command line, its files, a
-// memory snapshot, the writable layer), and the network log names the
-// secret, not its value.
+// memory snapshot, its export archives, the writable layer), and the
+// network log names the secret, not its value. A second box, of
+// vmtest.NetClientsImage, sends through curl (HTTP/1.1 and HTTP/2),
+// requests, httpx and Node's fetch: each trusts the box's CA and the
+// server sees the value.
 func TestSecretsVM(t *testing.T) {
 	vmtest.Require(t)
 	t.Setenv(netstack.TestInternetEnv, "198.18.0.0/24")
@@ -284,6 +287,38 @@ echo scanned`, "sh", value[:h], value[h:])
 		if !bytes.Contains(boxArchive.Bytes(), []byte(lines[1])) {
 			t.Errorf("the box's export archive does not hold the box's CA certificate: the scan of it finds nothing")
 		}
+	}
+
+	// The HTTP clients users run trust the box's CA and get the value
+	// substituted: curl (HTTP/1.1 and HTTP/2), Python's requests and
+	// httpx, Node's fetch.
+	vmtest.RequireImage(t, vmtest.NetClientsImage)
+	c, err := r.Create(ctx, airlock.BoxOptions{Image: vmtest.NetClientsImage, AllowNet: []string{"other.test:443"},
+		Secrets: map[string]airlock.Secret{"TOKEN": {Value: value, Hosts: []string{"api.test"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Remove(context.Background(), true) })
+	clients := exec(t, c, airlock.ExecOptions{Timeout: 180 * time.Second}, "sh", "-c", `
+auth="Authorization: Bearer $TOKEN"
+echo "curl $(curl -sS --http1.1 -H "$auth" https://api.test/curl 2>&1)"
+echo "curl2 $(curl -sS --http2 -H "$auth" https://api.test/curl2 2>&1)"
+echo "requests $(python3 -c 'import os, requests; print(requests.get("https://api.test/requests", headers={"Authorization": "Bearer " + os.environ["TOKEN"]}, timeout=30).text)' 2>&1 | tail -1)"
+echo "httpx $(python3 -c 'import os, httpx; print(httpx.get("https://api.test/httpx", headers={"Authorization": "Bearer " + os.environ["TOKEN"]}, timeout=30).text)' 2>&1 | tail -1)"
+echo "node $(node -e 'fetch("https://api.test/node", {headers: {Authorization: "Bearer " + process.env.TOKEN}}).then(r => r.text()).then(console.log, e => console.log("error: " + e + " " + (e.cause || "")))' 2>&1 | tail -1)"
+`)
+	for _, l := range strings.Split(strings.TrimSpace(string(clients.Stdout)), "\n") {
+		k, v, _ := strings.Cut(l, " ")
+		proto := "HTTP/1.1"
+		if k == "curl2" {
+			proto = "HTTP/2.0"
+		}
+		if want := "host=api.test proto=" + proto + " url=/" + k + " auth=Bearer " + value + " body="; v != "ok" || seen.get("/"+k) != want {
+			t.Errorf("%s in a box: got %q; the server saw %q, want %q", k, v, seen.get("/"+k), want)
+		}
+	}
+	if n := strings.Count(string(clients.Stdout), "\n"); n != 5 {
+		t.Errorf("clients: %d lines, want 5: %q (stderr %q)", n, clients.Stdout, clients.Stderr)
 	}
 }
 

@@ -10,8 +10,9 @@
 # static guest agent bin/airlock-agent (and links both into /usr/local/bin
 # when run as root), fetches Debian's cloud kernel (the fallback), builds the
 # airlock guest kernel (about 7 minutes on 2 cores, once), and builds the
-# offline images python:slim and airlock/python-data from Debian packages
-# (a few minutes each, once), builds the loopback Kubernetes control plane
+# offline images python:slim, airlock/net-clients (HTTP clients, for the
+# secrets tests) and airlock/python-data from Debian packages (a few minutes
+# each, once), builds the loopback Kubernetes control plane
 # for airlock node (hack/build-kube.sh, about 6 minutes, once), makes sdk/python/.venv with the Python SDK
 # and its test tools, and installs (npm ci) and builds the TypeScript SDK in
 # sdk/typescript (Node.js 20 or newer: Debian's nodejs when new enough).
@@ -118,6 +119,9 @@ build_image() { # TAG PACKAGES
 	fi
 }
 build_image python:slim python3,python3-pip,ca-certificates,procps
+# The HTTP clients users run in boxes, for the secrets tests (curl, requests,
+# httpx, Node's fetch).
+build_image airlock/net-clients:1 python3,python3-requests,python3-httpx,curl,nodejs,ca-certificates
 if [ "${AIRLOCK_SETUP_SKIP_DATA:-0}" != 1 ]; then
 	build_image airlock/python-data:latest python3,python3-pip,python3-numpy,python3-pandas,python3-matplotlib,ca-certificates,procps
 fi

@@ -20,6 +20,11 @@ import (
 // DefaultImage is the image VM tests use; hack/setup.sh builds it.
 const DefaultImage = "python:slim"
 
+// NetClientsImage has the HTTP clients users run in boxes (curl, Python's
+// requests and httpx, Node.js): the secrets tests send through each.
+// hack/setup.sh builds it.
+const NetClientsImage = "airlock/net-clients:1"
+
 // BuildAgent compiles cmd/airlock-agent (static) into dir and returns its
 // path. Call it from TestMain. A test binary built with -tags
 // airlock_testfaults gets an agent built with it too.
@@ -146,5 +151,22 @@ func Require(t testing.TB) {
 			t.Fatalf("cannot boot boxes: %s", why)
 		}
 		t.Skipf("cannot boot boxes: %s", why)
+	}
+}
+
+// RequireImage is Require, and skips (or, with AIRLOCK_REQUIRE_VM=1,
+// fails) t when image ref is not in the test image store.
+func RequireImage(t testing.TB, ref string) {
+	t.Helper()
+	Require(t)
+	s, err := image.Open(ImagesDir())
+	if err == nil {
+		_, err = s.Resolve(ref)
+	}
+	if err != nil {
+		if os.Getenv("AIRLOCK_REQUIRE_VM") == "1" {
+			t.Fatalf("image %s not in %s (run hack/setup.sh): %v", ref, ImagesDir(), err)
+		}
+		t.Skipf("image %s not in %s (run hack/setup.sh): %v", ref, ImagesDir(), err)
 	}
 }
