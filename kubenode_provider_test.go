@@ -261,3 +261,76 @@ func TestPodStatusPushed(t *testing.T) {
 		t.Errorf("deleted pod pushed as %+v", gone.Status.ContainerStatuses[0].State)
 	}
 }
+
+// TestPodRestarts: under restartPolicy Always a container that ends runs
+// again in its box (a new boot: the count file on the host shows each
+// run): the first restart at once, then the pod waits in CrashLoopBackOff
+// with restartCount 1 and the last run as lastState; --previous reads the
+// run before. Deleting the pod during the back-off removes its box.
+func TestPodRestarts(t *testing.T) {
+	rt := kubeRuntime(t)
+	p, err := kubenode.NewProvider(rt, t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := filepath.Join(t.TempDir(), "count")
+	pod := newPod("again", "uid-again", shell(`n=$(cat `+count+` 2>/dev/null || echo 0); n=$((n+1)); echo $n >`+count+`; echo "run $n"`))
+	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(t, p, "again", func(s *corev1.PodStatus) bool {
+		w := s.ContainerStatuses[0].State.Waiting
+		return w != nil && w.Reason == "CrashLoopBackOff"
+	})
+	cs := st.ContainerStatuses[0]
+	if st.Phase != corev1.PodRunning || cs.RestartCount != 1 || cs.Ready {
+		t.Errorf("in back-off: phase %s, restartCount %d, ready %v", st.Phase, cs.RestartCount, cs.Ready)
+	}
+	if last := cs.LastTerminationState.Terminated; last == nil || last.ExitCode != 0 || last.Reason != "Completed" {
+		t.Errorf("lastState = %+v", cs.LastTerminationState)
+	}
+	if !strings.Contains(cs.State.Waiting.Message, "back-off 10s restarting failed container=main") {
+		t.Errorf("waiting message %q", cs.State.Waiting.Message)
+	}
+	logs := func(previous bool) string {
+		rc, err := p.GetContainerLogs(context.Background(), "default", "again", "main", api.ContainerLogOpts{Previous: previous})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		b, _ := io.ReadAll(rc)
+		return string(b)
+	}
+	if cur, prev := logs(false), logs(true); cur != "run 2\n" || prev != "run 1\n" {
+		t.Errorf("logs %q, --previous %q; want run 2 and run 1", cur, prev)
+	}
+	if err := p.DeletePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Get(context.Background(), kubenode.BoxName("uid-again")); !errors.Is(err, airlock.ErrBoxNotFound) {
+		t.Errorf("box after delete: %v", err)
+	}
+}
+
+// TestPodOnFailure: under restartPolicy OnFailure a container that exits
+// 0 is done (Succeeded, no restart).
+func TestPodOnFailure(t *testing.T) {
+	rt := kubeRuntime(t)
+	p, err := kubenode.NewProvider(rt, t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := newPod("fine", "uid-fine", shell("echo ok"))
+	pod.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(t, p, "fine", func(s *corev1.PodStatus) bool { return s.Phase == corev1.PodSucceeded })
+	if cs := st.ContainerStatuses[0]; cs.RestartCount != 0 || cs.State.Terminated == nil {
+		t.Errorf("container %+v", cs)
+	}
+	if _, err := p.GetContainerLogs(context.Background(), "default", "fine", "main", api.ContainerLogOpts{Previous: true}); err == nil {
+		t.Error("--previous of a container that never restarted was served")
+	}
+}

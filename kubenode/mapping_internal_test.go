@@ -51,7 +51,6 @@ func TestCheckPod(t *testing.T) {
 		want string
 	}{
 		{"two containers", func(p *corev1.Pod) { p.Spec.Containers = append(p.Spec.Containers, one) }, "2 containers"},
-		{"restart Always", func(p *corev1.Pod) { p.Spec.RestartPolicy = corev1.RestartPolicyAlways }, "restartPolicy Always"},
 		{"emptyDir", func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 		}, `volume "scratch"`},

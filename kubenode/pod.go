@@ -22,8 +22,9 @@ func BoxName(uid types.UID) string { return BoxNamePrefix + string(uid) }
 // the terminated container's reason where it has one).
 const (
 	// ReasonUnsupported: the pod asks for something airlock does not do
-	// (yet): more than one container, init containers, a restart policy
-	// other than Never, volumes, host ports. status.message says which.
+	// (yet): more than one container, init containers, volumes other
+	// than emptyDir, ConfigMap, Secret and projected ones, host ports.
+	// status.message says which.
 	ReasonUnsupported = "UnsupportedPodSpec"
 	// ReasonStartError: the box could not be created or started, or the
 	// command could not be run (status.message carries the error).
@@ -51,9 +52,6 @@ func checkPod(pod *corev1.Pod) string {
 	}
 	if len(s.EphemeralContainers) > 0 {
 		why = append(why, "ephemeral containers are not supported")
-	}
-	if s.RestartPolicy != "" && s.RestartPolicy != corev1.RestartPolicyNever {
-		why = append(why, fmt.Sprintf("restartPolicy %s is not supported yet; use Never", s.RestartPolicy))
 	}
 	for _, v := range s.Volumes {
 		if strings.HasPrefix(v.Name, serviceAccountVolumePrefix) && v.Projected != nil {

@@ -61,6 +61,12 @@ type podBox struct {
 	adopted   bool   // found running at restart: its main command's end is read from the box record
 	deleted   bool
 	startedCh chan struct{}
+
+	// Restarts (restartPolicy OnFailure, Always).
+	restarting   bool                             // exited; the container runs again after a back-off
+	restartCount int                              // times the container was started again
+	last         *corev1.ContainerStateTerminated // the previous run's end (lastState)
+	backoff      time.Duration                    // the next restart's back-off (0: at once)
 }
 
 // NewProvider returns a provider that runs pods as boxes of rt. Container
@@ -87,6 +93,12 @@ func (p *Provider) SetAPI(client kubernetes.Interface, hostIP string) {
 func key(namespace, name string) string { return namespace + "/" + name }
 
 func (p *Provider) logPath(uid types.UID) string { return filepath.Join(p.logDir, string(uid)+".log") }
+
+// prevLogPath is the log of the container's previous run (`kubectl logs
+// --previous`), kept from its restart until the next.
+func (p *Provider) prevLogPath(uid types.UID) string {
+	return filepath.Join(p.logDir, string(uid)+".previous.log")
+}
 
 // CreatePod starts the pod's box in the background and returns: the pod
 // is Pending (ContainerCreating) until the box runs its command. A pod
@@ -124,17 +136,7 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 // with its output in the pod's log file, and records the end.
 func (p *Provider) run(ctx context.Context, pb *podBox) {
 	pod := pb.pod
-	fail := func(reason, msg string) {
-		p.mu.Lock()
-		if reason == "ErrImagePull" {
-			pb.waiting, pb.message = reason, msg
-		} else {
-			pb.exited, pb.exitCode, pb.reason, pb.message, pb.finished = true, 128, reason, msg, time.Now()
-		}
-		p.mu.Unlock()
-		p.logf("pod %s/%s: %s: %s", pod.Namespace, pod.Name, reason, msg)
-		p.changed(pb)
-	}
+	fail := func(reason, msg string) { p.fail(pb, reason, msg) }
 	if p.client != nil {
 		var ok bool
 		if pod, ok = p.resolvePodEnv(ctx, pb); !ok {
@@ -171,10 +173,58 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 		fail(ReasonStartError, err.Error())
 		return
 	}
+	for {
+		code, ok := p.runOnce(ctx, pb, box, argv)
+		if !ok {
+			return
+		}
+		if !restarts(pod.Spec.RestartPolicy, code) {
+			break
+		}
+		if !p.restart(ctx, pb, box) {
+			return
+		}
+	}
+	// The pod is done; its box stops (its writable layer stays until the
+	// pod is deleted).
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := box.Stop(stopCtx); err != nil {
+		p.logf("pod %s/%s: stopping box %s: %v", pod.Namespace, pod.Name, box.ID(), err)
+	}
+}
+
+// restarts reports whether a container that exited with code runs again
+// under the pod's restartPolicy (empty is Always, the API's default).
+func restarts(policy corev1.RestartPolicy, code int) bool {
+	switch policy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		return code != 0
+	}
+	return true
+}
+
+// Back-off between restarts of a container, as a kubelet's: the first
+// restart is at once, the next after restartBackoff, doubling up to
+// maxRestartBackoff; a run of backoffReset or longer starts over.
+const (
+	restartBackoff    = 10 * time.Second
+	maxRestartBackoff = 5 * time.Minute
+	backoffReset      = 10 * time.Minute
+)
+
+// runOnce runs the container's command once as the box's main command,
+// its output appended to the pod's log, and records its end. It returns
+// the exit code, or ok false when the pod was deleted or the command could
+// not be started (recorded as its end).
+func (p *Provider) runOnce(ctx context.Context, pb *podBox, box *airlock.Box, argv []string) (code int, ok bool) {
+	pod := pb.pod
 	logf, err := os.OpenFile(p.logPath(pod.UID), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		fail(ReasonStartError, err.Error())
-		return
+		p.fail(pb, ReasonStartError, err.Error())
+		return 0, false
 	}
 	w := &podLog{f: logf, path: p.logPath(pod.UID), max: maxPodLogBytes}
 	if st, err := logf.Stat(); err == nil {
@@ -184,22 +234,25 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 	proc, err := box.ExecStream(ctx, argv[0], argv[1:], airlock.ExecOptions{Main: true, Stdout: w.stream("stdout"), Stderr: w.stream("stderr")})
 	if err != nil {
 		if ctx.Err() == nil {
-			fail(ReasonStartError, err.Error())
+			p.fail(pb, ReasonStartError, err.Error())
 		}
-		return
+		return 0, false
 	}
 	p.mu.Lock()
 	pb.started, pb.waiting, pb.message = time.Now(), "", ""
-	close(pb.startedCh)
+	if pb.last == nil {
+		close(pb.startedCh)
+	}
 	p.mu.Unlock()
 	p.logf("pod %s/%s: box %s runs %q", pod.Namespace, pod.Name, box.ID(), argv)
 	p.changed(pb)
 	res, err := proc.Wait()
 	if ctx.Err() != nil { // deleted: DeletePod removes the box
-		return
+		return 0, false
 	}
 	p.mu.Lock()
 	pb.exited, pb.finished = true, time.Now()
+	pb.reason, pb.message = "", ""
 	switch {
 	case err != nil:
 		pb.exitCode, pb.reason, pb.message = 137, ReasonBoxDied, err.Error()
@@ -214,17 +267,89 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 			pb.message = res.ErrorMessage
 		}
 	}
-	code := pb.exitCode
+	code = pb.exitCode
+	if restarts(pod.Spec.RestartPolicy, code) {
+		// Shown as waiting (CrashLoopBackOff while backing off) with
+		// this run as lastState, from the moment the run ends.
+		if pb.finished.Sub(pb.started) >= backoffReset {
+			pb.backoff = 0
+		}
+		pb.restarting = true
+		pb.waiting, pb.message = "ContainerCreating", ""
+		if pb.backoff > 0 {
+			pb.waiting = "CrashLoopBackOff"
+			pb.message = fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)",
+				pb.backoff, pod.Spec.Containers[0].Name, pod.Name, pod.Namespace, pod.UID)
+		}
+	}
 	p.mu.Unlock()
 	p.logf("pod %s/%s: command exited with status %d", pod.Namespace, pod.Name, code)
 	p.changed(pb)
-	// restartPolicy Never: the pod is done; its box stops (its writable
-	// layer stays until the pod is deleted).
-	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := box.Stop(stopCtx); err != nil {
-		p.logf("pod %s/%s: stopping box %s: %v", pod.Namespace, pod.Name, box.ID(), err)
+	return code, true
+}
+
+// restart waits out the container's back-off, then starts its box again
+// (a new boot: no process of the last run is left; files stay) and moves
+// the last run's log aside for `kubectl logs --previous`. It returns false
+// when the pod was deleted or the box could not be started again.
+func (p *Provider) restart(ctx context.Context, pb *podBox, box *airlock.Box) bool {
+	pod := pb.pod
+	p.mu.Lock()
+	wait := pb.backoff
+	pb.backoff = min(max(2*pb.backoff, restartBackoff), maxRestartBackoff)
+	p.mu.Unlock()
+	if wait > 0 {
+		p.logf("pod %s/%s: back-off %s before restarting the container", pod.Namespace, pod.Name, wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
 	}
+	p.mu.Lock()
+	pb.last = p.terminatedLocked(pb)
+	pb.exited, pb.restarting, pb.started = false, false, time.Time{}
+	pb.reason, pb.exitCode = "", 0
+	pb.waiting, pb.message = "ContainerCreating", ""
+	pb.restartCount++
+	p.mu.Unlock()
+	p.changed(pb)
+	cur, prev := p.logPath(pod.UID), p.prevLogPath(pod.UID)
+	os.Remove(prev + ".1")
+	os.Rename(cur, prev)
+	os.Rename(cur+".1", prev+".1")
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := box.Stop(stopCtx)
+	cancel()
+	if err == nil {
+		err = box.Start(ctx)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			p.fail(pb, ReasonStartError, "restarting the box: "+err.Error())
+		}
+		return false
+	}
+	return true
+}
+
+// fail records that the pod's container could not be started: an image
+// that cannot be pulled leaves it waiting (ErrImagePull); anything else
+// ends it with reason and msg.
+func (p *Provider) fail(pb *podBox, reason, msg string) {
+	pod := pb.pod
+	p.mu.Lock()
+	if reason == "ErrImagePull" {
+		pb.waiting, pb.message = reason, msg
+	} else {
+		pb.exited, pb.exitCode, pb.reason, pb.message, pb.finished = true, 128, reason, msg, time.Now()
+		pb.restarting = false
+	}
+	p.mu.Unlock()
+	p.logf("pod %s/%s: %s: %s", pod.Namespace, pod.Name, reason, msg)
+	p.changed(pb)
 }
 
 // resolvePodEnv returns the pod with its container's env resolved
@@ -301,8 +426,10 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := p.removeBox(ctx, pod.UID); err != nil {
 		return err
 	}
-	os.Remove(p.logPath(pod.UID))
-	os.Remove(p.logPath(pod.UID) + ".1")
+	for _, f := range []string{p.logPath(pod.UID), p.prevLogPath(pod.UID)} {
+		os.Remove(f)
+		os.Remove(f + ".1")
+	}
 	p.logf("pod %s deleted: box %s removed", k, BoxName(pod.UID))
 	p.notifyDeleted(pod)
 	return nil
@@ -384,17 +511,32 @@ func (p *Provider) statusLocked(pb *podBox) corev1.PodStatus {
 	if pb.box != nil {
 		cs.ContainerID = "airlock://" + pb.box.ID()
 	}
+	cs.RestartCount = int32(pb.restartCount)
+	if pb.last != nil {
+		cs.LastTerminationState.Terminated = pb.last.DeepCopy()
+	}
+	if pb.box != nil && p.hostIP != "" {
+		// A box has no address of its own that the cluster can route to
+		// (its network is the host's user-mode stack): it is reached
+		// through its node, as a hostNetwork pod is (see docs/kubernetes.md).
+		st.PodIP, st.PodIPs = p.hostIP, []corev1.PodIP{{IP: p.hostIP}}
+	}
 	switch {
+	case pb.exited && pb.restarting:
+		// Ended; runs again after its back-off (restartPolicy).
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: pb.waiting, Message: pb.message}
+		cs.LastTerminationState.Terminated = p.terminatedLocked(pb)
+		st.Phase = corev1.PodRunning
+		done := metav1.NewTime(pb.finished)
+		st.Conditions = []corev1.PodCondition{cond(corev1.PodScheduled, true, created), cond(corev1.PodInitialized, true, created),
+			cond(corev1.ContainersReady, false, done), cond(corev1.PodReady, false, done)}
 	case pb.exited:
-		cs.State.Terminated = &corev1.ContainerStateTerminated{
-			ExitCode: int32(pb.exitCode), Reason: pb.reason, Message: pb.message,
-			StartedAt: metav1.NewTime(pb.started), FinishedAt: metav1.NewTime(pb.finished), ContainerID: cs.ContainerID,
-		}
+		cs.State.Terminated = p.terminatedLocked(pb)
 		st.Phase = corev1.PodSucceeded
 		if pb.exitCode != 0 || pb.reason != "Completed" {
 			st.Phase = corev1.PodFailed
 		}
-		if pb.started.IsZero() {
+		if pb.started.IsZero() && pb.last == nil {
 			st.Reason, st.Message = pb.reason, pb.message
 		}
 		done := metav1.NewTime(pb.finished)
@@ -411,11 +553,27 @@ func (p *Provider) statusLocked(pb *podBox) corev1.PodStatus {
 	default:
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: pb.waiting, Message: pb.message}
 		st.Phase = corev1.PodPending
+		if pb.last != nil {
+			st.Phase = corev1.PodRunning // between two runs
+		}
 		st.Conditions = []corev1.PodCondition{cond(corev1.PodScheduled, true, created), cond(corev1.PodInitialized, true, created),
 			cond(corev1.ContainersReady, false, created), cond(corev1.PodReady, false, created)}
 	}
 	st.ContainerStatuses = []corev1.ContainerStatus{cs}
 	return st
+}
+
+// terminatedLocked is the container's last end as the API shows it
+// (p.mu held).
+func (p *Provider) terminatedLocked(pb *podBox) *corev1.ContainerStateTerminated {
+	id := ""
+	if pb.box != nil {
+		id = "airlock://" + pb.box.ID()
+	}
+	return &corev1.ContainerStateTerminated{
+		ExitCode: int32(pb.exitCode), Reason: pb.reason, Message: pb.message,
+		StartedAt: metav1.NewTime(pb.started), FinishedAt: metav1.NewTime(pb.finished), ContainerID: id,
+	}
 }
 
 // refreshAdoptedLocked reads the end of an adopted box's main command from
