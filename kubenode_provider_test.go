@@ -334,3 +334,54 @@ func TestPodOnFailure(t *testing.T) {
 		t.Error("--previous of a container that never restarted was served")
 	}
 }
+
+// TestPodVolumes: a pod's configMap and secret volumes are files in its
+// box at their mount paths (with the secret's defaultMode), its emptyDir
+// a directory open to every user; the pod's IP is its node's (a box has
+// no address of its own). While the ConfigMap is missing the pod waits in
+// ContainerCreating with the kubelet's message. Fake driver: mount paths
+// are host paths.
+func TestPodVolumes(t *testing.T) {
+	rt := kubeRuntime(t)
+	p, err := kubenode.NewProvider(rt, t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kfake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sec", Namespace: "default"},
+		Data: map[string][]byte{"token": []byte("s3cret")}})
+	p.SetAPI(client, "192.0.2.7")
+	dir := t.TempDir()
+	mode := int32(0o640)
+	c := shell(`cat ` + dir + `/cfg/app.conf ` + dir + `/sec/token; echo; stat -c '%a %F' ` + dir + `/sec/token ` + dir + `/scratch`)
+	c.VolumeMounts = []corev1.VolumeMount{{Name: "cfg", MountPath: dir + "/cfg"}, {Name: "sec", MountPath: dir + "/sec"}, {Name: "scratch", MountPath: dir + "/scratch"}}
+	pod := newPod("vols", "uid-vols", c)
+	pod.Spec.Volumes = []corev1.Volume{
+		{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "app"}}}},
+		{Name: "sec", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "sec", DefaultMode: &mode}}},
+		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, p, "vols", func(s *corev1.PodStatus) bool {
+		w := s.ContainerStatuses[0].State.Waiting
+		return w != nil && w.Reason == "ContainerCreating" && w.Message == `MountVolume.SetUp failed for volume "cfg" : configmap "app" not found`
+	})
+	if _, err := client.CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "default"},
+		Data: map[string]string{"app.conf": "mode=fast\n"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(t, p, "vols", func(s *corev1.PodStatus) bool { return s.Phase == corev1.PodSucceeded || s.Phase == corev1.PodFailed })
+	rc, err := p.GetContainerLogs(context.Background(), "default", "vols", "main", api.ContainerLogOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(rc)
+	rc.Close()
+	if st.Phase != corev1.PodSucceeded || string(out) != "mode=fast\ns3cret\n640 regular file\n777 directory\n" {
+		t.Errorf("phase %s, output %q", st.Phase, out)
+	}
+	if st.PodIP != "192.0.2.7" || len(st.PodIPs) != 1 || st.HostIP != "192.0.2.7" {
+		t.Errorf("podIP %q, podIPs %v, hostIP %q: want the node's IP", st.PodIP, st.PodIPs, st.HostIP)
+	}
+}

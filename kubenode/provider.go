@@ -137,11 +137,16 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 func (p *Provider) run(ctx context.Context, pb *podBox) {
 	pod := pb.pod
 	fail := func(reason, msg string) { p.fail(pb, reason, msg) }
+	var files []volumeFile
 	if p.client != nil {
 		var ok bool
-		if pod, ok = p.resolvePodEnv(ctx, pb); !ok {
+		if pod, files, ok = p.resolvePodEnv(ctx, pb); !ok {
 			return
 		}
+	} else {
+		// Only emptyDirs: without the API, pods with other volumes are
+		// refused (checkEnvRefs).
+		files, _ = resolveVolumes(ctx, nil, pod, &pod.Spec.Containers[0])
 	}
 	opts, err := boxOptions(pod)
 	if err != nil {
@@ -165,6 +170,12 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 	deleted := pb.deleted
 	p.mu.Unlock()
 	if deleted {
+		return
+	}
+	if err := writeVolumes(ctx, box, pod, files); err != nil {
+		if ctx.Err() == nil {
+			fail(ReasonStartError, err.Error())
+		}
 		return
 	}
 	entry, cmd := box.ImageCommand()
@@ -353,36 +364,47 @@ func (p *Provider) fail(pb *podBox, reason, msg string) {
 }
 
 // resolvePodEnv returns the pod with its container's env resolved
-// (resolveEnv). While it cannot be made, the pod waits with
-// ReasonConfigError and the kubelet's message, and is tried again (every
-// configRetry at most) until it can or the pod is deleted (ok false).
-func (p *Provider) resolvePodEnv(ctx context.Context, pb *podBox) (*corev1.Pod, bool) {
+// (resolveEnv) and the files of its volumes (resolveVolumes). While they
+// cannot be made, the pod waits with the kubelet's reason
+// (ReasonConfigError for env, ContainerCreating for a volume) and
+// message, and is tried again (every configRetry at most) until they can
+// or the pod is deleted (ok false).
+func (p *Provider) resolvePodEnv(ctx context.Context, pb *podBox) (*corev1.Pod, []volumeFile, bool) {
 	wait := time.Second
 	for {
 		c := &pb.pod.Spec.Containers[0]
 		env, err := resolveEnv(ctx, p.client, pb.pod, c, p.hostIP)
+		var files []volumeFile
+		if err == nil {
+			files, err = resolveVolumes(ctx, p.client, pb.pod, c)
+		}
 		if err == nil {
 			pod := pb.pod.DeepCopy()
 			pod.Spec.Containers[0].Env, pod.Spec.Containers[0].EnvFrom = env, nil
 			p.mu.Lock()
 			pb.waiting, pb.message = "ContainerCreating", ""
 			p.mu.Unlock()
-			return pod, true
+			return pod, files, true
 		}
 		if ctx.Err() != nil {
-			return nil, false
+			return nil, nil, false
+		}
+		reason := ReasonConfigError
+		var ve *volumeError
+		if errors.As(err, &ve) {
+			reason = "ContainerCreating"
 		}
 		p.mu.Lock()
 		changed := pb.message != err.Error()
-		pb.waiting, pb.message = ReasonConfigError, err.Error()
+		pb.waiting, pb.message = reason, err.Error()
 		p.mu.Unlock()
 		if changed {
-			p.logf("pod %s/%s: %s: %v", pb.pod.Namespace, pb.pod.Name, ReasonConfigError, err)
+			p.logf("pod %s/%s: %s: %v", pb.pod.Namespace, pb.pod.Name, reason, err)
 			p.changed(pb)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, false
+			return nil, nil, false
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, configRetry)
