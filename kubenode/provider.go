@@ -41,6 +41,9 @@ type Provider struct {
 	notify      func(*corev1.Pod)       // NotifyPods' callback
 	lister      corev1listers.PodLister // this node's pods, for the resync
 	deletedKeys map[string]struct{}     // pods deleted here that the API still lists
+
+	quit     chan struct{} // closed by Stop: no container restarts any more
+	quitOnce sync.Once
 }
 
 // podBox is one pod and the state of its box.
@@ -79,8 +82,13 @@ func NewProvider(rt *airlock.Runtime, logDir string, logf func(string, ...any)) 
 	if err := os.MkdirAll(logDir, 0o700); err != nil {
 		return nil, err
 	}
-	return &Provider{rt: rt, logDir: logDir, logf: logf, pods: map[string]*podBox{}, started: time.Now()}, nil
+	return &Provider{rt: rt, logDir: logDir, logf: logf, pods: map[string]*podBox{}, started: time.Now(), quit: make(chan struct{})}, nil
 }
+
+// Stop ends the provider's restarts: a container that ends from now on is
+// not started again (its box stays, for a node that adopts it). Run
+// calls it when the node stops.
+func (p *Provider) Stop() { p.quitOnce.Do(func() { close(p.quit) }) }
 
 // SetAPI gives the provider the cluster's API, through which a pod's env
 // valueFrom and envFrom are resolved (ConfigMaps, Secrets, the downward
@@ -311,13 +319,15 @@ func (p *Provider) restart(ctx context.Context, pb *podBox, box *airlock.Box) bo
 	p.mu.Unlock()
 	if wait > 0 {
 		p.logf("pod %s/%s: back-off %s before restarting the container", pod.Namespace, pod.Name, wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		case <-t.C:
-		}
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-p.quit:
+		return false
+	case <-t.C:
 	}
 	p.mu.Lock()
 	pb.last = p.terminatedLocked(pb)
