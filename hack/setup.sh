@@ -12,8 +12,7 @@
 # airlock guest kernel (about 7 minutes on 2 cores, once), and builds the
 # offline images python:slim and airlock/python-data from Debian packages
 # (a few minutes each, once), builds the loopback Kubernetes control plane
-# for airlock node and the agent-sandbox controller for its tests
-# (hack/build-kube.sh, about 6 + 2-4 minutes, once), makes sdk/python/.venv with the Python SDK
+# for airlock node (hack/build-kube.sh, about 6 minutes, once), makes sdk/python/.venv with the Python SDK
 # and its test tools, and installs (npm ci) and builds the TypeScript SDK in
 # sdk/typescript (Node.js 20 or newer: Debian's nodejs when new enough).
 # Set AIRLOCK_SETUP_SKIP_DATA=1 to skip the data-analysis image.
