@@ -34,15 +34,7 @@ func kubeBinaries(t *testing.T) (dir, missing string) {
 	}
 	dir = os.Getenv("AIRLOCK_KUBE_BIN")
 	if dir == "" {
-		cache := os.Getenv("AIRLOCK_CACHE")
-		if cache == "" {
-			c, err := os.UserCacheDir()
-			if err != nil {
-				return "", err.Error()
-			}
-			cache = filepath.Join(c, "airlock")
-		}
-		dir = filepath.Join(cache, "kube", string(m[1]))
+		dir = filepath.Join(airlockCache(t), "kube", string(m[1]))
 	}
 	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
@@ -50,6 +42,19 @@ func kubeBinaries(t *testing.T) (dir, missing string) {
 		}
 	}
 	return dir, ""
+}
+
+// airlockCache is the airlock cache, where hack/build-kube.sh builds:
+// $AIRLOCK_CACHE, else the user's cache directory's airlock/.
+func airlockCache(t *testing.T) string {
+	if cache := os.Getenv("AIRLOCK_CACHE"); cache != "" {
+		return cache
+	}
+	c, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(c, "airlock")
 }
 
 // kubeCluster is a loopback control plane started by kubeUp.

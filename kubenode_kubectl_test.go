@@ -75,6 +75,19 @@ func TestKubeKubectl(t *testing.T) {
 	if _, err := c.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A pod whose container fails twice, then succeeds (restartPolicy
+	// OnFailure; a count file on the host numbers the runs): restarted
+	// at once, then after a back-off; checked at the end.
+	count := filepath.Join(t.TempDir(), "count")
+	crash := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "crash"},
+		Spec: corev1.PodSpec{RuntimeClassName: &rc, RestartPolicy: corev1.RestartPolicyOnFailure,
+			Containers: []corev1.Container{{Name: "main", Image: kubeRef, Command: []string{"sh", "-c",
+				`n=$(cat ` + count + ` 2>/dev/null || echo 0); n=$((n+1)); echo $n >` + count + `; echo "run $n"; [ $n -ge 3 ]`}}}},
+	}
+	if _, err := c.client.CoreV1().Pods("default").Create(ctx, crash, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	// A pod whose env comes from a Secret not made yet waits with
 	// CreateContainerConfigError, then runs once the Secret is there.
 	envPod := &corev1.Pod{
@@ -328,6 +341,30 @@ func TestKubeKubectl(t *testing.T) {
 	if out, code := c.kubectlExit("", "exec", "talk", "--", "true"); code == 0 {
 		t.Errorf("kubectl exec into a completed pod: exit 0, %q", out)
 	}
+
+	// The crashing pod: two restarts (the second after a 10 s back-off),
+	// then done; logs show the last run, --previous the one before.
+	eventually(t, 90*time.Second, func() string {
+		p, err := c.client.CoreV1().Pods("default").Get(ctx, "crash", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if p.Status.Phase != corev1.PodSucceeded || len(p.Status.ContainerStatuses) != 1 {
+			return "pod crash: phase " + string(p.Status.Phase)
+		}
+		cs := p.Status.ContainerStatuses[0]
+		last := cs.LastTerminationState.Terminated
+		if cs.RestartCount != 2 || last == nil || last.ExitCode != 1 || last.Reason != "Error" || cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
+			t.Fatalf("pod crash: restartCount %d, lastState %+v, state %+v", cs.RestartCount, cs.LastTerminationState, cs.State)
+		}
+		return ""
+	})
+	if out := c.kubectl("logs", "crash"); out != "run 3\n" {
+		t.Errorf("logs of the restarted container: %q", out)
+	}
+	if out := c.kubectl("logs", "crash", "--previous"); out != "run 2\n" {
+		t.Errorf("logs --previous of the restarted container: %q", out)
+	}
 }
 
 // TestKubeKubectlVM: on real VMs, kubectl exec runs python3 in the pod's
@@ -344,11 +381,34 @@ func TestKubeKubectlVM(t *testing.T) {
 	c.waitDefaultSA()
 	ctx := context.Background()
 	rc := "airlock"
+	// The page comes from a ConfigMap volume; /scratch is an emptyDir.
+	if _, err := c.client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "site"},
+		Data: map[string]string{"index.html": "served from the box\n"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: corev1.PodSpec{RuntimeClassName: &rc, RestartPolicy: corev1.RestartPolicyNever,
+			Volumes: []corev1.Volume{
+				{Name: "site", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "site"}}}},
+				{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 			Containers: []corev1.Container{{Name: "main", Image: "python:slim",
-				Command: []string{"sh", "-c", "mkdir -p /srv && echo served from the box > /srv/index.html && cd /srv && exec python3 -m http.server 8000"}}}},
+				Command:      []string{"sh", "-c", "cd /srv && exec python3 -m http.server 8000"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "site", MountPath: "/srv"}, {Name: "scratch", MountPath: "/scratch"}}}}},
+	}
+	// A pod that fails once, leaving a file in its emptyDir, and
+	// succeeds when restarted (restartPolicy OnFailure: a new boot of its
+	// box) and finds the file.
+	again := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "again"},
+		Spec: corev1.PodSpec{RuntimeClassName: &rc, RestartPolicy: corev1.RestartPolicyOnFailure,
+			Volumes: []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			Containers: []corev1.Container{{Name: "main", Image: "python:slim",
+				Command:      []string{"sh", "-c", "if [ -e /scratch/ran ]; then echo kept; exit 0; fi; touch /scratch/ran; exit 1"},
+				VolumeMounts: []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}}}},
+	}
+	if _, err := c.client.CoreV1().Pods("default").Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	t0 := time.Now()
 	if _, err := c.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
@@ -373,6 +433,30 @@ func TestKubeKubectlVM(t *testing.T) {
 	t.Logf("kubectl exec python3 (VM): %s", time.Since(t0).Round(time.Millisecond))
 	if out, code := c.kubectlExit("", "exec", "web", "--", "sh", "-c", "exit 3"); code != 3 {
 		t.Errorf("kubectl exec sh -c 'exit 3': exit %d, %q", code, out)
+	}
+	if out, code := c.kubectlExit("", "exec", "web", "--", "stat", "-c", "%a %F", "/scratch", "/srv/index.html"); code != 0 || out != "777 directory\n644 regular file\n" {
+		t.Errorf("the pod's volumes in its box: exit %d, %q", code, out)
+	}
+	if p, err := c.client.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	} else if p.Status.PodIP != "127.0.0.1" {
+		t.Errorf("podIP %q: want the node's IP (127.0.0.1)", p.Status.PodIP)
+	}
+	eventually(t, 120*time.Second, func() string {
+		p, err := c.client.CoreV1().Pods("default").Get(ctx, "again", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if p.Status.Phase != corev1.PodSucceeded || len(p.Status.ContainerStatuses) != 1 {
+			return "pod again: phase " + string(p.Status.Phase)
+		}
+		if n := p.Status.ContainerStatuses[0].RestartCount; n != 1 {
+			t.Fatalf("pod again: restartCount %d, want 1", n)
+		}
+		return ""
+	})
+	if out := c.kubectl("logs", "again"); out != "kept\n" {
+		t.Errorf("the restarted container's emptyDir: logs %q", out)
 	}
 
 	// The server listens a moment after the pod runs; kubectl

@@ -3,6 +3,7 @@ package airlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -259,5 +260,152 @@ func TestPodStatusPushed(t *testing.T) {
 	gone := wait("long", func(pod *corev1.Pod) bool { return pod.Status.Phase == corev1.PodSucceeded })
 	if term := gone.Status.ContainerStatuses[0].State.Terminated; term == nil || term.Reason != "Terminated" || term.StartedAt.IsZero() {
 		t.Errorf("deleted pod pushed as %+v", gone.Status.ContainerStatuses[0].State)
+	}
+}
+
+// TestPodRestarts: under restartPolicy Always a container that ends runs
+// again in its box (a new boot: the count file on the host shows each
+// run): the first restart at once, then the pod waits in CrashLoopBackOff
+// with restartCount 1 and the last run as lastState; --previous reads the
+// run before. Deleting the pod during the back-off removes its box.
+func TestPodRestarts(t *testing.T) {
+	rt := kubeRuntime(t)
+	p, err := kubenode.NewProvider(rt, t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := filepath.Join(t.TempDir(), "count")
+	pod := newPod("again", "uid-again", shell(`n=$(cat `+count+` 2>/dev/null || echo 0); n=$((n+1)); echo $n >`+count+`; echo "run $n"`))
+	pod.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(t, p, "again", func(s *corev1.PodStatus) bool {
+		w := s.ContainerStatuses[0].State.Waiting
+		return w != nil && w.Reason == "CrashLoopBackOff"
+	})
+	cs := st.ContainerStatuses[0]
+	// The first back-off (after the second run) lasts 10 s; a test
+	// stalled past it sees a later one.
+	if st.Phase != corev1.PodRunning || cs.RestartCount < 1 || cs.Ready {
+		t.Errorf("in back-off: phase %s, restartCount %d, ready %v", st.Phase, cs.RestartCount, cs.Ready)
+	}
+	if last := cs.LastTerminationState.Terminated; last == nil || last.ExitCode != 0 || last.Reason != "Completed" {
+		t.Errorf("lastState = %+v", cs.LastTerminationState)
+	}
+	if want := fmt.Sprintf("back-off %s restarting failed container=main pod=again_default(uid-again)", 10*time.Second<<(cs.RestartCount-1)); cs.State.Waiting.Message != want {
+		t.Errorf("waiting message %q", cs.State.Waiting.Message)
+	}
+	logs := func(previous bool) string {
+		rc, err := p.GetContainerLogs(context.Background(), "default", "again", "main", api.ContainerLogOpts{Previous: previous})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		b, _ := io.ReadAll(rc)
+		return string(b)
+	}
+	// The logs of the last run and the one before, read while the
+	// container is backing off (tried again if it restarted meanwhile:
+	// the back-off doubles).
+	backingOff := func() int32 {
+		st, err := p.GetPodStatus(context.Background(), "default", "again")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w := st.ContainerStatuses[0].State.Waiting; w == nil || w.Reason != "CrashLoopBackOff" {
+			return -1
+		}
+		return st.ContainerStatuses[0].RestartCount
+	}
+	eventually(t, 60*time.Second, func() string {
+		n := backingOff()
+		cur, prev := logs(false), logs(true)
+		if n < 1 || backingOff() != n {
+			return "the container restarted while its logs were read"
+		}
+		if cur != fmt.Sprintf("run %d\n", n+1) || prev != fmt.Sprintf("run %d\n", n) {
+			t.Fatalf("restartCount %d: logs %q, --previous %q", n, cur, prev)
+		}
+		return ""
+	})
+	if err := p.DeletePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Get(context.Background(), kubenode.BoxName("uid-again")); !errors.Is(err, airlock.ErrBoxNotFound) {
+		t.Errorf("box after delete: %v", err)
+	}
+}
+
+// TestPodOnFailure: under restartPolicy OnFailure a container that exits
+// 0 is done (Succeeded, no restart).
+func TestPodOnFailure(t *testing.T) {
+	rt := kubeRuntime(t)
+	p, err := kubenode.NewProvider(rt, t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := newPod("fine", "uid-fine", shell("echo ok"))
+	pod.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(t, p, "fine", func(s *corev1.PodStatus) bool { return s.Phase == corev1.PodSucceeded })
+	if cs := st.ContainerStatuses[0]; cs.RestartCount != 0 || cs.State.Terminated == nil {
+		t.Errorf("container %+v", cs)
+	}
+	if _, err := p.GetContainerLogs(context.Background(), "default", "fine", "main", api.ContainerLogOpts{Previous: true}); err == nil {
+		t.Error("--previous of a container that never restarted was served")
+	}
+}
+
+// TestPodVolumes: a pod's configMap and secret volumes are files in its
+// box at their mount paths (with the secret's defaultMode), its emptyDir
+// a directory open to every user; the pod's IP is its node's (a box has
+// no address of its own). While the ConfigMap is missing the pod waits in
+// ContainerCreating with the kubelet's message. Fake driver: mount paths
+// are host paths.
+func TestPodVolumes(t *testing.T) {
+	rt := kubeRuntime(t)
+	p, err := kubenode.NewProvider(rt, t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := kfake.NewClientset(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sec", Namespace: "default"},
+		Data: map[string][]byte{"token": []byte("s3cret")}})
+	p.SetAPI(client, "192.0.2.7")
+	dir := t.TempDir()
+	mode := int32(0o640)
+	c := shell(`cat ` + dir + `/cfg/app.conf ` + dir + `/sec/token; echo; stat -c '%a %F' ` + dir + `/sec/token ` + dir + `/scratch`)
+	c.VolumeMounts = []corev1.VolumeMount{{Name: "cfg", MountPath: dir + "/cfg"}, {Name: "sec", MountPath: dir + "/sec"}, {Name: "scratch", MountPath: dir + "/scratch"}}
+	pod := newPod("vols", "uid-vols", c)
+	pod.Spec.Volumes = []corev1.Volume{
+		{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "app"}}}},
+		{Name: "sec", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "sec", DefaultMode: &mode}}},
+		{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, p, "vols", func(s *corev1.PodStatus) bool {
+		w := s.ContainerStatuses[0].State.Waiting
+		return w != nil && w.Reason == "ContainerCreating" && w.Message == `MountVolume.SetUp failed for volume "cfg" : configmap "app" not found`
+	})
+	if _, err := client.CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "default"},
+		Data: map[string]string{"app.conf": "mode=fast\n"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(t, p, "vols", func(s *corev1.PodStatus) bool { return s.Phase == corev1.PodSucceeded || s.Phase == corev1.PodFailed })
+	rc, err := p.GetContainerLogs(context.Background(), "default", "vols", "main", api.ContainerLogOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(rc)
+	rc.Close()
+	if st.Phase != corev1.PodSucceeded || string(out) != "mode=fast\ns3cret\n640 regular file\n777 directory\n" {
+		t.Errorf("phase %s, output %q", st.Phase, out)
+	}
+	if st.PodIP != "192.0.2.7" || len(st.PodIPs) != 1 || st.HostIP != "192.0.2.7" {
+		t.Errorf("podIP %q, podIPs %v, hostIP %q: want the node's IP", st.PodIP, st.PodIPs, st.HostIP)
 	}
 }

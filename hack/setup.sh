@@ -104,8 +104,9 @@ hack/fetch-debian-kernel.sh
 hack/build-kernel.sh
 
 # The loopback Kubernetes control plane (etcd, kube-apiserver, -scheduler,
-# -controller-manager, kubectl) for airlock nodes and their tests: built
-# once into the airlock cache (about 6 minutes on 2 cores), skipped when cached.
+# -controller-manager, kubectl) for airlock nodes and their tests, and the
+# agent-sandbox controller with its CRDs (TestKubeAgentSandbox): built once
+# into the airlock cache (about 6 + 2-4 minutes on 2 cores), skipped when cached.
 log "Kubernetes control plane for airlock node (hack/build-kube.sh)"
 hack/build-kube.sh >/dev/null
 

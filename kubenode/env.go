@@ -234,12 +234,10 @@ func fieldRef(path string, pod *corev1.Pod, hostIP string) (string, error) {
 		return pod.Spec.NodeName, nil
 	case "spec.serviceAccountName":
 		return pod.Spec.ServiceAccountName, nil
-	case "status.hostIP", "status.hostIPs":
+	case "status.hostIP", "status.hostIPs", "status.podIP", "status.podIPs":
+		// A pod's IP is its node's (see statusLocked), as a hostNetwork
+		// pod's.
 		return hostIP, nil
-	case "status.podIP", "status.podIPs":
-		// A box has no address on the pod network (yet): its pod has no
-		// podIP, as a pod before it gets one.
-		return "", nil
 	}
 	return "", fmt.Errorf("env fieldRef %q is not supported", path)
 }

@@ -178,15 +178,23 @@ func (p *Provider) ended(pb *podBox) bool {
 // (bounded: maxPodLogBytes, rotated once): tailLines (honoured up to
 // maxTailLines), sinceSeconds/sinceTime, timestamps, limitBytes, and
 // follow, which streams until the container ends or the client leaves.
-// previous is refused as a kubelet refuses it without a previous
-// container: a pod here never restarts its container.
+// previous reads the log of the container's run before its last restart
+// (restartPolicy OnFailure, Always), and is refused as a kubelet refuses
+// it when there is none.
 func (p *Provider) GetContainerLogs(ctx context.Context, namespace, podName, containerName string, opts api.ContainerLogOpts) (io.ReadCloser, error) {
 	pb, err := p.lookup(namespace, podName, containerName)
 	if err != nil {
 		return nil, err
 	}
+	path, done := p.logPath(pb.pod.UID), func() bool { return p.ended(pb) }
 	if opts.Previous {
-		return nil, errdefs.InvalidInputf("previous terminated container %q in pod %q not found", pb.pod.Spec.Containers[0].Name, podName)
+		p.mu.Lock()
+		restarted := pb.restartCount > 0
+		p.mu.Unlock()
+		if !restarted {
+			return nil, errdefs.InvalidInputf("previous terminated container %q in pod %q not found", pb.pod.Spec.Containers[0].Name, podName)
+		}
+		path, done = p.prevLogPath(pb.pod.UID), func() bool { return true }
 	}
 	since := opts.SinceTime
 	if opts.SinceSeconds > 0 {
@@ -194,8 +202,7 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, podName, con
 	}
 	pr, pw := io.Pipe()
 	lw := &logWriter{w: pw, timestamps: opts.Timestamps, limit: int64(opts.LimitBytes)}
-	s := &logStream{path: p.logPath(pb.pod.UID), tail: opts.Tail, since: since, follow: opts.Follow,
-		done: func() bool { return p.ended(pb) }, emit: lw.emit}
+	s := &logStream{path: path, tail: opts.Tail, since: since, follow: opts.Follow, done: done, emit: lw.emit}
 	go func() {
 		err := s.run(ctx)
 		if errors.Is(err, errLogLimit) {

@@ -45,16 +45,37 @@ func TestCheckPod(t *testing.T) {
 	if why := checkPod(&ok); why != "" {
 		t.Fatalf("a plain pod is refused: %s", why)
 	}
+	withVolumes := ok.DeepCopy()
+	withVolumes.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	withVolumes.Spec.Volumes = append(withVolumes.Spec.Volumes,
+		corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		corev1.Volume{Name: "cfg", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "c"}}}},
+		corev1.Volume{Name: "sec", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "s"}}})
+	withVolumes.Spec.Containers[0].VolumeMounts = append(withVolumes.Spec.Containers[0].VolumeMounts,
+		corev1.VolumeMount{Name: "scratch", MountPath: "/scratch"}, corev1.VolumeMount{Name: "cfg", MountPath: "/etc/cfg"}, corev1.VolumeMount{Name: "sec", MountPath: "/etc/sec"})
+	if why := checkPod(withVolumes); why != "" {
+		t.Fatalf("a pod with restartPolicy Always and emptyDir, configMap and secret volumes is refused: %s", why)
+	}
 	for _, tc := range []struct {
 		name string
 		edit func(*corev1.Pod)
 		want string
 	}{
 		{"two containers", func(p *corev1.Pod) { p.Spec.Containers = append(p.Spec.Containers, one) }, "2 containers"},
-		{"restart Always", func(p *corev1.Pod) { p.Spec.RestartPolicy = corev1.RestartPolicyAlways }, "restartPolicy Always"},
-		{"emptyDir", func(p *corev1.Pod) {
+		{"hostPath", func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
+		}, `volume "host" is not supported yet`},
+		{"emptyDir in memory", func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}})
+		}, `emptyDir medium Memory`},
+		{"subPath", func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-		}, `volume "scratch"`},
+			p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "scratch", MountPath: "/s", SubPath: "x"})
+		}, `subPath`},
+		{"projected downwardAPI", func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "info", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{{DownwardAPI: &corev1.DownwardAPIProjection{}}}}}})
+		}, `projected sources other than configMap and secret`},
 		{"init container", func(p *corev1.Pod) { p.Spec.InitContainers = []corev1.Container{one} }, "init containers"},
 	} {
 		p := ok.DeepCopy()

@@ -22,8 +22,9 @@ func BoxName(uid types.UID) string { return BoxNamePrefix + string(uid) }
 // the terminated container's reason where it has one).
 const (
 	// ReasonUnsupported: the pod asks for something airlock does not do
-	// (yet): more than one container, init containers, a restart policy
-	// other than Never, volumes, host ports. status.message says which.
+	// (yet): more than one container, init containers, volumes other
+	// than emptyDir, ConfigMap, Secret and projected ones, host ports.
+	// status.message says which.
 	ReasonUnsupported = "UnsupportedPodSpec"
 	// ReasonStartError: the box could not be created or started, or the
 	// command could not be run (status.message carries the error).
@@ -35,6 +36,7 @@ const (
 // serviceAccountVolumePrefix names the projected volume that the API
 // server's ServiceAccount admission adds to every pod (the API token). It
 // is not mounted in the box yet; refusing it would refuse every pod.
+// Other volumes: see volumes.go.
 const serviceAccountVolumePrefix = "kube-api-access-"
 
 // checkPod returns why the pod cannot run as a box ("" when it can). A pod
@@ -52,15 +54,7 @@ func checkPod(pod *corev1.Pod) string {
 	if len(s.EphemeralContainers) > 0 {
 		why = append(why, "ephemeral containers are not supported")
 	}
-	if s.RestartPolicy != "" && s.RestartPolicy != corev1.RestartPolicyNever {
-		why = append(why, fmt.Sprintf("restartPolicy %s is not supported yet; use Never", s.RestartPolicy))
-	}
-	for _, v := range s.Volumes {
-		if strings.HasPrefix(v.Name, serviceAccountVolumePrefix) && v.Projected != nil {
-			continue
-		}
-		why = append(why, fmt.Sprintf("volume %q is not supported yet", v.Name))
-	}
+	why = append(why, checkVolumes(s)...)
 	if s.HostNetwork || s.HostPID || s.HostIPC {
 		why = append(why, "host namespaces (hostNetwork, hostPID, hostIPC) are not available to a box")
 	}
@@ -73,17 +67,13 @@ func checkPod(pod *corev1.Pod) string {
 		if c.Stdin || c.TTY {
 			why = append(why, fmt.Sprintf("container %s: stdin and tty are not supported yet", c.Name))
 		}
-		for _, m := range c.VolumeMounts {
-			if !strings.HasPrefix(m.Name, serviceAccountVolumePrefix) {
-				why = append(why, fmt.Sprintf("container %s: volume mount %q is not supported yet", c.Name, m.Name))
-			}
-		}
 	}
 	return strings.Join(why, "; ")
 }
 
-// checkEnvRefs returns why the pod's env cannot be made without the API
-// ("" when it can): valueFrom and envFrom need it (Provider.SetAPI).
+// checkEnvRefs returns why the pod's env and volumes cannot be made
+// without the API ("" when they can): valueFrom, envFrom and configMap,
+// secret and projected volumes need it (Provider.SetAPI).
 func checkEnvRefs(pod *corev1.Pod) string {
 	var why []string
 	for _, c := range pod.Spec.Containers {
@@ -94,6 +84,11 @@ func checkEnvRefs(pod *corev1.Pod) string {
 		}
 		if len(c.EnvFrom) > 0 {
 			why = append(why, fmt.Sprintf("container %s: envFrom needs the node's API client", c.Name))
+		}
+	}
+	for _, v := range pod.Spec.Volumes {
+		if (v.ConfigMap != nil || v.Secret != nil || v.Projected != nil) && !strings.HasPrefix(v.Name, serviceAccountVolumePrefix) {
+			why = append(why, fmt.Sprintf("volume %s: configMap, secret and projected volumes need the node's API client", v.Name))
 		}
 	}
 	return strings.Join(why, "; ")

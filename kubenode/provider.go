@@ -41,6 +41,9 @@ type Provider struct {
 	notify      func(*corev1.Pod)       // NotifyPods' callback
 	lister      corev1listers.PodLister // this node's pods, for the resync
 	deletedKeys map[string]struct{}     // pods deleted here that the API still lists
+
+	quit     chan struct{} // closed by Stop: no container restarts any more
+	quitOnce sync.Once
 }
 
 // podBox is one pod and the state of its box.
@@ -61,6 +64,12 @@ type podBox struct {
 	adopted   bool   // found running at restart: its main command's end is read from the box record
 	deleted   bool
 	startedCh chan struct{}
+
+	// Restarts (restartPolicy OnFailure, Always).
+	restarting   bool                             // exited; the container runs again after a back-off
+	restartCount int                              // times the container was started again
+	last         *corev1.ContainerStateTerminated // the previous run's end (lastState)
+	backoff      time.Duration                    // the next restart's back-off (0: at once)
 }
 
 // NewProvider returns a provider that runs pods as boxes of rt. Container
@@ -73,8 +82,13 @@ func NewProvider(rt *airlock.Runtime, logDir string, logf func(string, ...any)) 
 	if err := os.MkdirAll(logDir, 0o700); err != nil {
 		return nil, err
 	}
-	return &Provider{rt: rt, logDir: logDir, logf: logf, pods: map[string]*podBox{}, started: time.Now()}, nil
+	return &Provider{rt: rt, logDir: logDir, logf: logf, pods: map[string]*podBox{}, started: time.Now(), quit: make(chan struct{})}, nil
 }
+
+// Stop ends the provider's restarts: a container that ends from now on is
+// not started again (its box stays, for a node that adopts it). Run
+// calls it when the node stops.
+func (p *Provider) Stop() { p.quitOnce.Do(func() { close(p.quit) }) }
 
 // SetAPI gives the provider the cluster's API, through which a pod's env
 // valueFrom and envFrom are resolved (ConfigMaps, Secrets, the downward
@@ -87,6 +101,12 @@ func (p *Provider) SetAPI(client kubernetes.Interface, hostIP string) {
 func key(namespace, name string) string { return namespace + "/" + name }
 
 func (p *Provider) logPath(uid types.UID) string { return filepath.Join(p.logDir, string(uid)+".log") }
+
+// prevLogPath is the log of the container's previous run (`kubectl logs
+// --previous`), kept from its restart until the next.
+func (p *Provider) prevLogPath(uid types.UID) string {
+	return filepath.Join(p.logDir, string(uid)+".previous.log")
+}
 
 // CreatePod starts the pod's box in the background and returns: the pod
 // is Pending (ContainerCreating) until the box runs its command. A pod
@@ -124,22 +144,17 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 // with its output in the pod's log file, and records the end.
 func (p *Provider) run(ctx context.Context, pb *podBox) {
 	pod := pb.pod
-	fail := func(reason, msg string) {
-		p.mu.Lock()
-		if reason == "ErrImagePull" {
-			pb.waiting, pb.message = reason, msg
-		} else {
-			pb.exited, pb.exitCode, pb.reason, pb.message, pb.finished = true, 128, reason, msg, time.Now()
-		}
-		p.mu.Unlock()
-		p.logf("pod %s/%s: %s: %s", pod.Namespace, pod.Name, reason, msg)
-		p.changed(pb)
-	}
+	fail := func(reason, msg string) { p.fail(pb, reason, msg) }
+	var files []volumeFile
 	if p.client != nil {
 		var ok bool
-		if pod, ok = p.resolvePodEnv(ctx, pb); !ok {
+		if pod, files, ok = p.resolvePodEnv(ctx, pb); !ok {
 			return
 		}
+	} else {
+		// Only emptyDirs: without the API, pods with other volumes are
+		// refused (checkEnvRefs).
+		files, _ = resolveVolumes(ctx, nil, pod, &pod.Spec.Containers[0])
 	}
 	opts, err := boxOptions(pod)
 	if err != nil {
@@ -165,16 +180,70 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 	if deleted {
 		return
 	}
+	if err := writeVolumes(ctx, box, pod, files); err != nil {
+		if ctx.Err() == nil {
+			fail(ReasonStartError, err.Error())
+		}
+		return
+	}
 	entry, cmd := box.ImageCommand()
 	argv, err := command(&pod.Spec.Containers[0], entry, cmd)
 	if err != nil {
 		fail(ReasonStartError, err.Error())
 		return
 	}
+	for {
+		code, ok := p.runOnce(ctx, pb, box, argv)
+		if !ok {
+			return
+		}
+		if !restarts(pod.Spec.RestartPolicy, code) {
+			break
+		}
+		if !p.restart(ctx, pb, box) {
+			return
+		}
+	}
+	// The pod is done; its box stops (its writable layer stays until the
+	// pod is deleted).
+	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := box.Stop(stopCtx); err != nil {
+		p.logf("pod %s/%s: stopping box %s: %v", pod.Namespace, pod.Name, box.ID(), err)
+	}
+}
+
+// restarts reports whether a container that exited with code runs again
+// under the pod's restartPolicy (empty is Always, the API's default).
+func restarts(policy corev1.RestartPolicy, code int) bool {
+	switch policy {
+	case corev1.RestartPolicyNever:
+		return false
+	case corev1.RestartPolicyOnFailure:
+		return code != 0
+	}
+	return true
+}
+
+// Back-off between restarts of a container, as a kubelet's: the first
+// restart is at once, the next after restartBackoff, doubling up to
+// maxRestartBackoff; a run of backoffReset or longer starts over.
+const (
+	restartBackoff    = 10 * time.Second
+	maxRestartBackoff = 5 * time.Minute
+	backoffReset      = 10 * time.Minute
+)
+
+// runOnce runs the container's command once as the box's main command,
+// its output appended to the pod's log, and records its end. It returns
+// the exit code, or ok false when the pod was deleted or the command could
+// not be started (recorded as its end).
+func (p *Provider) runOnce(ctx context.Context, pb *podBox, box *airlock.Box, argv []string) (code int, ok bool) {
+	pod := pb.pod
 	logf, err := os.OpenFile(p.logPath(pod.UID), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		fail(ReasonStartError, err.Error())
-		return
+		p.fail(pb, ReasonStartError, err.Error())
+		return 0, false
 	}
 	w := &podLog{f: logf, path: p.logPath(pod.UID), max: maxPodLogBytes}
 	if st, err := logf.Stat(); err == nil {
@@ -184,22 +253,25 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 	proc, err := box.ExecStream(ctx, argv[0], argv[1:], airlock.ExecOptions{Main: true, Stdout: w.stream("stdout"), Stderr: w.stream("stderr")})
 	if err != nil {
 		if ctx.Err() == nil {
-			fail(ReasonStartError, err.Error())
+			p.fail(pb, ReasonStartError, err.Error())
 		}
-		return
+		return 0, false
 	}
 	p.mu.Lock()
 	pb.started, pb.waiting, pb.message = time.Now(), "", ""
-	close(pb.startedCh)
+	if pb.last == nil {
+		close(pb.startedCh)
+	}
 	p.mu.Unlock()
 	p.logf("pod %s/%s: box %s runs %q", pod.Namespace, pod.Name, box.ID(), argv)
 	p.changed(pb)
 	res, err := proc.Wait()
 	if ctx.Err() != nil { // deleted: DeletePod removes the box
-		return
+		return 0, false
 	}
 	p.mu.Lock()
 	pb.exited, pb.finished = true, time.Now()
+	pb.reason, pb.message = "", ""
 	switch {
 	case err != nil:
 		pb.exitCode, pb.reason, pb.message = 137, ReasonBoxDied, err.Error()
@@ -214,50 +286,135 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 			pb.message = res.ErrorMessage
 		}
 	}
-	code := pb.exitCode
+	code = pb.exitCode
+	if restarts(pod.Spec.RestartPolicy, code) {
+		// Shown as waiting (CrashLoopBackOff while backing off) with
+		// this run as lastState, from the moment the run ends.
+		if pb.finished.Sub(pb.started) >= backoffReset {
+			pb.backoff = 0
+		}
+		pb.restarting = true
+		pb.waiting, pb.message = "ContainerCreating", ""
+		if pb.backoff > 0 {
+			pb.waiting = "CrashLoopBackOff"
+			pb.message = fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)",
+				pb.backoff, pod.Spec.Containers[0].Name, pod.Name, pod.Namespace, pod.UID)
+		}
+	}
 	p.mu.Unlock()
 	p.logf("pod %s/%s: command exited with status %d", pod.Namespace, pod.Name, code)
 	p.changed(pb)
-	// restartPolicy Never: the pod is done; its box stops (its writable
-	// layer stays until the pod is deleted).
-	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := box.Stop(stopCtx); err != nil {
-		p.logf("pod %s/%s: stopping box %s: %v", pod.Namespace, pod.Name, box.ID(), err)
+	return code, true
+}
+
+// restart waits out the container's back-off, then starts its box again
+// (a new boot: no process of the last run is left; files stay) and moves
+// the last run's log aside for `kubectl logs --previous`. It returns false
+// when the pod was deleted or the box could not be started again.
+func (p *Provider) restart(ctx context.Context, pb *podBox, box *airlock.Box) bool {
+	pod := pb.pod
+	p.mu.Lock()
+	wait := pb.backoff
+	pb.backoff = min(max(2*pb.backoff, restartBackoff), maxRestartBackoff)
+	p.mu.Unlock()
+	if wait > 0 {
+		p.logf("pod %s/%s: back-off %s before restarting the container", pod.Namespace, pod.Name, wait)
 	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-p.quit:
+		return false
+	case <-t.C:
+	}
+	p.mu.Lock()
+	pb.last = p.terminatedLocked(pb)
+	pb.exited, pb.restarting, pb.started = false, false, time.Time{}
+	pb.reason, pb.exitCode = "", 0
+	pb.waiting, pb.message = "ContainerCreating", ""
+	pb.restartCount++
+	p.mu.Unlock()
+	p.changed(pb)
+	cur, prev := p.logPath(pod.UID), p.prevLogPath(pod.UID)
+	os.Remove(prev + ".1")
+	os.Rename(cur, prev)
+	os.Rename(cur+".1", prev+".1")
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err := box.Stop(stopCtx)
+	cancel()
+	if err == nil {
+		err = box.Start(ctx)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			p.fail(pb, ReasonStartError, "restarting the box: "+err.Error())
+		}
+		return false
+	}
+	return true
+}
+
+// fail records that the pod's container could not be started: an image
+// that cannot be pulled leaves it waiting (ErrImagePull); anything else
+// ends it with reason and msg.
+func (p *Provider) fail(pb *podBox, reason, msg string) {
+	pod := pb.pod
+	p.mu.Lock()
+	if reason == "ErrImagePull" {
+		pb.waiting, pb.message = reason, msg
+	} else {
+		pb.exited, pb.exitCode, pb.reason, pb.message, pb.finished = true, 128, reason, msg, time.Now()
+		pb.restarting = false
+	}
+	p.mu.Unlock()
+	p.logf("pod %s/%s: %s: %s", pod.Namespace, pod.Name, reason, msg)
+	p.changed(pb)
 }
 
 // resolvePodEnv returns the pod with its container's env resolved
-// (resolveEnv). While it cannot be made, the pod waits with
-// ReasonConfigError and the kubelet's message, and is tried again (every
-// configRetry at most) until it can or the pod is deleted (ok false).
-func (p *Provider) resolvePodEnv(ctx context.Context, pb *podBox) (*corev1.Pod, bool) {
+// (resolveEnv) and the files of its volumes (resolveVolumes). While they
+// cannot be made, the pod waits with the kubelet's reason
+// (ReasonConfigError for env, ContainerCreating for a volume) and
+// message, and is tried again (every configRetry at most) until they can
+// or the pod is deleted (ok false).
+func (p *Provider) resolvePodEnv(ctx context.Context, pb *podBox) (*corev1.Pod, []volumeFile, bool) {
 	wait := time.Second
 	for {
 		c := &pb.pod.Spec.Containers[0]
 		env, err := resolveEnv(ctx, p.client, pb.pod, c, p.hostIP)
+		var files []volumeFile
+		if err == nil {
+			files, err = resolveVolumes(ctx, p.client, pb.pod, c)
+		}
 		if err == nil {
 			pod := pb.pod.DeepCopy()
 			pod.Spec.Containers[0].Env, pod.Spec.Containers[0].EnvFrom = env, nil
 			p.mu.Lock()
 			pb.waiting, pb.message = "ContainerCreating", ""
 			p.mu.Unlock()
-			return pod, true
+			return pod, files, true
 		}
 		if ctx.Err() != nil {
-			return nil, false
+			return nil, nil, false
+		}
+		reason := ReasonConfigError
+		var ve *volumeError
+		if errors.As(err, &ve) {
+			reason = "ContainerCreating"
 		}
 		p.mu.Lock()
 		changed := pb.message != err.Error()
-		pb.waiting, pb.message = ReasonConfigError, err.Error()
+		pb.waiting, pb.message = reason, err.Error()
 		p.mu.Unlock()
 		if changed {
-			p.logf("pod %s/%s: %s: %v", pb.pod.Namespace, pb.pod.Name, ReasonConfigError, err)
+			p.logf("pod %s/%s: %s: %v", pb.pod.Namespace, pb.pod.Name, reason, err)
 			p.changed(pb)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, false
+			return nil, nil, false
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, configRetry)
@@ -301,8 +458,10 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	if err := p.removeBox(ctx, pod.UID); err != nil {
 		return err
 	}
-	os.Remove(p.logPath(pod.UID))
-	os.Remove(p.logPath(pod.UID) + ".1")
+	for _, f := range []string{p.logPath(pod.UID), p.prevLogPath(pod.UID)} {
+		os.Remove(f)
+		os.Remove(f + ".1")
+	}
 	p.logf("pod %s deleted: box %s removed", k, BoxName(pod.UID))
 	p.notifyDeleted(pod)
 	return nil
@@ -384,17 +543,32 @@ func (p *Provider) statusLocked(pb *podBox) corev1.PodStatus {
 	if pb.box != nil {
 		cs.ContainerID = "airlock://" + pb.box.ID()
 	}
+	cs.RestartCount = int32(pb.restartCount)
+	if pb.last != nil {
+		cs.LastTerminationState.Terminated = pb.last.DeepCopy()
+	}
+	if pb.box != nil && p.hostIP != "" {
+		// A box has no address of its own that the cluster can route to
+		// (its network is the host's user-mode stack): it is reached
+		// through its node, as a hostNetwork pod is (see docs/kubernetes.md).
+		st.PodIP, st.PodIPs = p.hostIP, []corev1.PodIP{{IP: p.hostIP}}
+	}
 	switch {
+	case pb.exited && pb.restarting:
+		// Ended; runs again after its back-off (restartPolicy).
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: pb.waiting, Message: pb.message}
+		cs.LastTerminationState.Terminated = p.terminatedLocked(pb)
+		st.Phase = corev1.PodRunning
+		done := metav1.NewTime(pb.finished)
+		st.Conditions = []corev1.PodCondition{cond(corev1.PodScheduled, true, created), cond(corev1.PodInitialized, true, created),
+			cond(corev1.ContainersReady, false, done), cond(corev1.PodReady, false, done)}
 	case pb.exited:
-		cs.State.Terminated = &corev1.ContainerStateTerminated{
-			ExitCode: int32(pb.exitCode), Reason: pb.reason, Message: pb.message,
-			StartedAt: metav1.NewTime(pb.started), FinishedAt: metav1.NewTime(pb.finished), ContainerID: cs.ContainerID,
-		}
+		cs.State.Terminated = p.terminatedLocked(pb)
 		st.Phase = corev1.PodSucceeded
 		if pb.exitCode != 0 || pb.reason != "Completed" {
 			st.Phase = corev1.PodFailed
 		}
-		if pb.started.IsZero() {
+		if pb.started.IsZero() && pb.last == nil {
 			st.Reason, st.Message = pb.reason, pb.message
 		}
 		done := metav1.NewTime(pb.finished)
@@ -411,11 +585,27 @@ func (p *Provider) statusLocked(pb *podBox) corev1.PodStatus {
 	default:
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: pb.waiting, Message: pb.message}
 		st.Phase = corev1.PodPending
+		if pb.last != nil {
+			st.Phase = corev1.PodRunning // between two runs
+		}
 		st.Conditions = []corev1.PodCondition{cond(corev1.PodScheduled, true, created), cond(corev1.PodInitialized, true, created),
 			cond(corev1.ContainersReady, false, created), cond(corev1.PodReady, false, created)}
 	}
 	st.ContainerStatuses = []corev1.ContainerStatus{cs}
 	return st
+}
+
+// terminatedLocked is the container's last end as the API shows it
+// (p.mu held).
+func (p *Provider) terminatedLocked(pb *podBox) *corev1.ContainerStateTerminated {
+	id := ""
+	if pb.box != nil {
+		id = "airlock://" + pb.box.ID()
+	}
+	return &corev1.ContainerStateTerminated{
+		ExitCode: int32(pb.exitCode), Reason: pb.reason, Message: pb.message,
+		StartedAt: metav1.NewTime(pb.started), FinishedAt: metav1.NewTime(pb.finished), ContainerID: id,
+	}
 }
 
 // refreshAdoptedLocked reads the end of an adopted box's main command from
