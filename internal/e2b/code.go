@@ -266,8 +266,11 @@ func (sb *sandbox) execute(w http.ResponseWriter, r *http.Request) {
 		}
 		defer c.x.Run(context.WithoutCancel(ctx), "for _k, _v in _e2b_saved.items():\n    if _v is None: _e2b_os.environ.pop(_k, None)\n    else: _e2b_os.environ[_k] = _v\n")
 	}
+	out := &cellStream{w: w, rc: http.NewResponseController(w)}
+	ctx, out.cancel = context.WithCancel(ctx)
+	defer out.cancel()
 	t0 := time.Now()
-	res, err := c.x.Run(ctx, code)
+	res, err := c.x.RunStream(ctx, code, out.chunk)
 	rec := AuditRecord{Kind: "cell", BoxID: sb.box.ID(), Code: code, Duration: time.Since(t0)}
 	if err != nil {
 		rec.Error = err.Error()
@@ -278,43 +281,83 @@ func (sb *sandbox) execute(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sb.s.audit(rec)
-	if err != nil {
+	if err != nil && !out.started {
 		writeBoxError(w, err)
 		return
 	}
 	c.runs++
-	n := c.runs
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	enc := json.NewEncoder(w)
-	now := time.Now().UnixNano()
-	if res.Stdout != "" {
-		enc.Encode(map[string]any{"type": "stdout", "text": res.Stdout, "timestamp": now})
-	}
-	if res.Stderr != "" {
-		enc.Encode(map[string]any{"type": "stderr", "text": res.Stderr, "timestamp": now})
-	}
-	for _, img := range res.Images {
-		out := map[string]any{"type": "result", "is_main_result": false}
-		switch img.MIMEType {
-		case "image/png":
-			out["png"] = base64.StdEncoding.EncodeToString(img.Data)
-			out["text"] = "<Figure>"
-		case "image/jpeg":
-			out["jpeg"] = base64.StdEncoding.EncodeToString(img.Data)
-		case "image/svg+xml":
-			out["svg"] = string(img.Data)
-		default:
-			continue
+	if err != nil {
+		// The cell's output went out already: the failure is the last line.
+		out.line(map[string]any{"type": "error", "name": "SandboxError", "value": err.Error(), "traceback": ""})
+	} else {
+		for _, img := range res.Images {
+			r := map[string]any{"type": "result", "is_main_result": false}
+			switch img.MIMEType {
+			case "image/png":
+				r["png"] = base64.StdEncoding.EncodeToString(img.Data)
+				r["text"] = "<Figure>"
+			case "image/jpeg":
+				r["jpeg"] = base64.StdEncoding.EncodeToString(img.Data)
+			case "image/svg+xml":
+				r["svg"] = string(img.Data)
+			default:
+				continue
+			}
+			out.line(r)
 		}
-		enc.Encode(out)
+		if res.Value != "" {
+			out.line(map[string]any{"type": "result", "text": res.Value, "is_main_result": true})
+		}
+		if e := res.Error; e != nil {
+			out.line(map[string]any{"type": "error", "name": e.Name, "value": e.Value, "traceback": e.Traceback})
+		}
 	}
-	if res.Value != "" {
-		enc.Encode(map[string]any{"type": "result", "text": res.Value, "is_main_result": true})
+	out.line(map[string]any{"type": "number_of_executions", "execution_count": c.runs})
+	out.line(map[string]any{"type": "end_of_execution"})
+}
+
+// cellWriteTimeout bounds one write of a cell's output to the client: a
+// client that reads nothing for this long is dropped and its cell
+// interrupted (the cell blocks at its next print while a write waits).
+const cellWriteTimeout = time.Minute
+
+// cellStream writes a cell's output to the client as NDJSON lines as the
+// cell prints it: the response starts at the first line.
+type cellStream struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	cancel  context.CancelFunc // ends the cell when the client is gone
+	started bool
+	failed  bool
+}
+
+// chunk passes a piece of the cell's output on as a stdout or stderr line.
+func (o *cellStream) chunk(c codebox.Chunk) {
+	kind := "stdout"
+	if c.Stderr {
+		kind = "stderr"
 	}
-	if e := res.Error; e != nil {
-		enc.Encode(map[string]any{"type": "error", "name": e.Name, "value": e.Value, "traceback": e.Traceback})
+	o.line(map[string]any{"type": kind, "text": c.Text, "timestamp": time.Now().UnixNano()})
+}
+
+// line writes one line and flushes it.
+func (o *cellStream) line(v any) {
+	if o.failed {
+		return
 	}
-	enc.Encode(map[string]any{"type": "number_of_executions", "execution_count": n})
-	enc.Encode(map[string]any{"type": "end_of_execution"})
+	if !o.started {
+		o.started = true
+		o.w.Header().Set("Content-Type", "application/x-ndjson")
+		o.w.WriteHeader(http.StatusOK)
+	}
+	b, _ := json.Marshal(v)
+	o.rc.SetWriteDeadline(time.Now().Add(cellWriteTimeout))
+	_, err := o.w.Write(append(b, '\n'))
+	if err == nil {
+		err = o.rc.Flush()
+	}
+	if err != nil {
+		o.failed = true
+		o.cancel()
+	}
 }

@@ -199,6 +199,45 @@ def test_run_code_stdout_callback_and_envs(sb):
     assert sb.run_code("import os; print(os.environ.get('ONLY_HERE'))").logs.stdout == ["None\n"]
 
 
+# A cell waits for a file (up to 60 s) that the callbacks write once they
+# have seen its first stdout and stderr lines: the cell ends only if they
+# came while it ran. The results and the error come through theirs too.
+STREAMING_CELL = """import os, sys, time
+print("first")
+print("oops", file=sys.stderr)
+for _ in range(600):
+    if os.path.exists("/tmp/e2b-stream-gate"): break
+    time.sleep(0.1)
+else:
+    raise TimeoutError("the callbacks never saw the first lines")
+print("second")
+6 * 7
+"""
+
+
+def test_run_code_streams_to_callbacks(sb):
+    seen, results, errors = {"out": [], "err": []}, [], []
+
+    def saw(kind, m):
+        seen[kind].append(m.line)
+        if seen["out"][:1] == ["first\n"] and seen["err"][:1] == ["oops\n"] and not sb.files.exists("/tmp/e2b-stream-gate"):
+            sb.files.write("/tmp/e2b-stream-gate", "")
+
+    ex = sb.run_code(
+        STREAMING_CELL,
+        on_stdout=lambda m: saw("out", m),
+        on_stderr=lambda m: saw("err", m),
+        on_result=results.append,
+        on_error=errors.append,
+    )
+    assert ex.error is None, ex.error
+    assert "".join(ex.logs.stdout) == "first\nsecond\n" == "".join(seen["out"])
+    assert ex.logs.stderr == ["oops\n"] == seen["err"]
+    assert ex.text == "42" and [r.text for r in results] == ["42"]
+    ex = sb.run_code("print('before'); raise ValueError('late')", on_error=errors.append)
+    assert [e.name for e in errors] == ["ValueError"] and ex.logs.stdout == ["before\n"]
+
+
 @pytest.mark.skipif(not HAS_DATA, reason="the image with matplotlib (airlock/python-data) is not in the store: run hack/setup.sh")
 def test_run_code_chart_png(sb):
     ex = sb.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")

@@ -63,6 +63,27 @@ test("runCode", async () => {
   assert.equal(err.error.name, "ZeroDivisionError");
 });
 
+test("runCode streams to its callbacks while the cell runs", async () => {
+  // The cell waits (up to 60 s) for a file the callbacks write once they
+  // have seen its first stdout and stderr lines.
+  const out = [], err = [];
+  let gate;
+  const saw = () => {
+    if (!gate && out[0] === "first\n" && err[0] === "oops\n") gate = sbx.files.write("/tmp/e2b-node-gate", "");
+  };
+  const ex = await sbx.runCode(
+    'import os, sys, time\nprint("first")\nprint("oops", file=sys.stderr)\n' +
+      'for _ in range(600):\n    if os.path.exists("/tmp/e2b-node-gate"): break\n    time.sleep(0.1)\n' +
+      'else:\n    raise TimeoutError("the callbacks never saw the first lines")\nprint("second")',
+    { onStdout: (m) => { out.push(m.line); saw(); }, onStderr: (m) => { err.push(m.line); saw(); } },
+  );
+  await gate;
+  assert.equal(ex.error, undefined);
+  assert.equal(out.join(""), "first\nsecond\n");
+  assert.equal(ex.logs.stdout.join(""), "first\nsecond\n");
+  assert.deepEqual(ex.logs.stderr, ["oops\n"]);
+});
+
 test("kill", async () => {
   await sbx.kill();
   await assert.rejects(Sandbox.getInfo(sbx.sandboxId), (e) => e instanceof NotFoundError || /not found/i.test(String(e)));
