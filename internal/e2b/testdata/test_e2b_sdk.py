@@ -174,6 +174,35 @@ def test_files_stat_dirs_rename_remove(sb):
         sb.files.read("d1/y.txt")
 
 
+def events_until(h, want, seconds=60):
+    """Polls the watcher until every (type, name) of want came (bounded)."""
+    got = set()
+    deadline = time.monotonic() + seconds
+    while not want <= got and time.monotonic() < deadline:
+        got |= {(e.type.value, e.name) for e in h.get_new_events()}
+        if not want <= got:
+            time.sleep(0.1)
+    assert want <= got, (want - got, got)
+    return got
+
+
+def test_watch_dir(sb):
+    d = "/home/user/watched"
+    sb.files.make_dir(d)
+    h = sb.files.watch_dir(d, recursive=True)
+    sb.files.write(d + "/a.txt", "one")
+    sb.commands.run(f"echo two >> {d}/a.txt && mv {d}/a.txt {d}/b.txt && mkdir {d}/sub && rm {d}/b.txt")
+    events_until(h, {("create", "a.txt"), ("write", "a.txt"), ("rename", "a.txt"), ("create", "b.txt"), ("remove", "b.txt"), ("create", "sub")})
+    # Once its creation is reported, a new subdirectory is watched too.
+    sb.files.write(d + "/sub/c.txt", "deep")
+    events_until(h, {("create", "sub/c.txt")})
+    h.stop()
+    with pytest.raises(Exception):
+        h.get_new_events()
+    with pytest.raises(Exception):
+        sb.files.watch_dir(d + "/nope")
+
+
 # --- code interpreter ----------------------------------------------------
 
 

@@ -54,6 +54,24 @@ test("files", async () => {
   assert.equal(await sbx.files.exists("n/a.txt"), false);
 });
 
+test("watchDir streams events", async () => {
+  const d = "/home/user/watched-node";
+  await sbx.files.makeDir(d);
+  const seen = [];
+  let wake = () => {};
+  const h = await sbx.files.watchDir(d, (e) => { seen.push(`${e.type} ${e.name}`); wake(); }, { timeoutMs: 120_000 });
+  await sbx.files.write(`${d}/a.txt`, "one");
+  await sbx.commands.run(`mv ${d}/a.txt ${d}/b.txt && rm ${d}/b.txt`);
+  const want = ["create a.txt", "rename a.txt", "create b.txt", "remove b.txt"];
+  // Bounded wait for the events (the watch's own timeout ends it too).
+  const deadline = Date.now() + 60_000;
+  while (!want.every((w) => seen.includes(w)) && Date.now() < deadline) {
+    await new Promise((r) => { wake = r; setTimeout(r, 1000); });
+  }
+  await h.stop();
+  assert.deepEqual(want.filter((w) => !seen.includes(w)), [], `seen: ${seen}`);
+});
+
 test("runCode", async () => {
   await sbx.runCode("x = 41");
   const ex = await sbx.runCode("print('hi'); x + 1");
