@@ -288,6 +288,23 @@ def test_contexts(sb):
     assert c.id not in [x.id for x in sb.list_code_contexts()]
 
 
+def test_bash_context(sb):
+    c = sb.create_code_context(language="bash", cwd="/tmp")
+    assert c.language == "bash"
+    sb.run_code("X=5; cd /usr", context=c)
+    out = []
+    ex = sb.run_code('echo "$X $(pwd) $ONLY_HERE"; echo err >&2', context=c, envs={"ONLY_HERE": "y"}, on_stdout=lambda m: out.append(m.line))
+    assert "".join(ex.logs.stdout) == "5 /usr y\n" == "".join(out)
+    assert "".join(ex.logs.stderr) == "err\n" and ex.error is None
+    assert sb.run_code('echo "[$ONLY_HERE]"', context=c).logs.stdout == ["[]\n"]
+    ex = sb.run_code("ls /nope", context=c)
+    assert ex.error.name == "ExitError" and ex.error.value == "exit status 2" and "/nope" in "".join(ex.logs.stderr)
+    # language="bash" without a context: the sandbox's default bash context.
+    assert "".join(sb.run_code("printf 'no newline'", language="bash").logs.stdout) == "no newline"
+    with pytest.raises(Exception, match="python and bash"):
+        sb.run_code("1", language="js")
+
+
 # --- terminals ---------------------------------------------------------
 
 

@@ -102,6 +102,17 @@ test("runCode streams to its callbacks while the cell runs", async () => {
   assert.deepEqual(ex.logs.stderr, ["oops\n"]);
 });
 
+test("bash context, and a clear error for JavaScript", async () => {
+  const ctx = await sbx.createCodeContext({ language: "bash" });
+  await sbx.runCode("N=6", { context: ctx });
+  const ex = await sbx.runCode("echo $((N * 7))", { context: ctx });
+  assert.equal(ex.logs.stdout.join(""), "42\n");
+  // The Node SDK shows a 400 without its body (the Python test reads the
+  // message), and leaves its request timer running after an error: a short
+  // one lets node exit.
+  await assert.rejects(sbx.runCode("1", { language: "js", requestTimeoutMs: 5_000 }), /400/);
+});
+
 test("kill", async () => {
   await sbx.kill();
   await assert.rejects(Sandbox.getInfo(sbx.sandboxId), (e) => e instanceof NotFoundError || /not found/i.test(String(e)));
