@@ -60,6 +60,13 @@ def test_set_timeout_moves_the_end(sb):
     assert 1100 < left <= 1200, left
 
 
+def test_metrics(sb):
+    (m,) = sb.get_metrics()
+    assert m.cpu_count >= 1 and 0 <= m.cpu_used_pct <= 100
+    assert 0 < m.mem_used < m.mem_total and 0 < m.disk_used < m.disk_total
+    assert abs((m.timestamp - datetime.datetime.now(datetime.timezone.utc)).total_seconds()) < 600
+
+
 def test_connect(sb):
     again = Sandbox.connect(sb.sandbox_id)
     assert again.commands.run("echo connected").stdout == "connected\n"

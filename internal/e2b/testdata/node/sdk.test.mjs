@@ -28,6 +28,11 @@ test("set timeout", async () => {
   assert.ok(left > 800 && left <= 900, `${left}`);
 });
 
+test("getMetrics", async () => {
+  const [m] = await sbx.getMetrics();
+  assert.ok(m.cpuCount >= 1 && m.memUsed > 0 && m.memUsed < m.memTotal && m.diskUsed < m.diskTotal, JSON.stringify(m));
+});
+
 test("commands", async () => {
   const r = await sbx.commands.run("echo out; echo err >&2; id -un; pwd");
   assert.equal(r.exitCode, 0);
