@@ -225,6 +225,8 @@ type reply struct {
 	// output (Text), not its reply.
 	Stream string `json:"stream"`
 	Text   string `json:"text"`
+	// Image is a figure a streamed cell showed (plt.show()) as it ran.
+	Image *Image `json:"image"`
 	// tooLong marks a line over maxMessage, dropped unread.
 	tooLong bool
 }
@@ -352,6 +354,10 @@ type Chunk struct {
 	Stderr bool
 	// Text is the piece.
 	Text string
+	// Image, when set, is a figure the cell showed (plt.show()) as it
+	// ran, rendered as PNG (and closed); Text is then empty. It is not in
+	// Result.Images, which holds the figures left open at the end.
+	Image *Image
 }
 
 // maxStreamed bounds what the host keeps of one stream of a streamed cell
@@ -434,11 +440,15 @@ func (s *sink) finish(res *Result) {
 // streamed handles a piece of streamed output: it reports whether rep was
 // one (passed on when it is cell id's and a RunStream is running).
 func (x *Context) streamed(rep reply, id int64) bool {
-	if rep.Stream == "" {
+	if rep.Stream == "" && rep.Image == nil {
 		return false
 	}
 	if x.sink != nil && rep.ID != nil && *rep.ID == id {
-		x.sink.add(rep.Stream == "stderr", rep.Text)
+		if rep.Image != nil {
+			x.sink.on(Chunk{Image: rep.Image})
+		} else {
+			x.sink.add(rep.Stream == "stderr", rep.Text)
+		}
 	}
 	return true
 }

@@ -13,7 +13,9 @@
 #           STREAM_CHUNK characters), then its reply, whose "stdout" and
 #           "stderr" are "" (the streamed text is the output: the first
 #           LIMIT/2 characters live, then the drop note and the last LIMIT/2,
-#           and the fd-level output, at the end of the cell).
+#           and the fd-level output, at the end of the cell). A figure the
+#           cell shows (plt.show()) comes at once as {"id": N, "image":
+#           {"mime", "data"}}, and is not in the reply's "images".
 # Reseed:   {"id": N, "reseed": true} -> {"id": N}: fresh seeds for random and
 #           tempfile's names, sent by the host to an interpreter that lived
 #           through a snapshot (a fork child's, a warm pool box's); it runs as
@@ -28,6 +30,7 @@
 import ast
 import base64
 import collections
+import importlib.machinery
 import io
 import json
 import linecache
@@ -256,6 +259,46 @@ def _figures():
     return images
 
 
+# The id of the streamed cell running now (plt.show() sends its figures
+# at once), or None.
+_stream_id = None
+
+
+def _patch_pyplot(plt):
+    orig = plt.show
+
+    def show(*args, **kwargs):
+        if _stream_id is None:
+            return orig(*args, **kwargs)
+        for img in _figures():
+            _write(_encode({"id": _stream_id, "image": img}))
+
+    show.__doc__ = orig.__doc__
+    plt.show = show
+
+
+class _PyplotHook:
+    """Patches matplotlib.pyplot.show when pyplot is first imported."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "matplotlib.pyplot":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            _patch_pyplot(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _PyplotHook())
+
+
 def _run_cell(code, reply):
     global _count, _running
     _count += 1
@@ -280,9 +323,10 @@ def _run_cell(code, reply):
 
 
 def _handle(req):
-    global _running
+    global _running, _stream_id
     reply = {"id": req.get("id"), "stdout": "", "stderr": "", "value": None, "error": None, "images": [], "truncated": False}
     sid = req.get("id") if req.get("stream") else None
+    _stream_id = sid
     out, err = _Capture("<stdout>", sid), _Capture("<stderr>", sid)
     for f in (_fd_out, _fd_err):
         f.seek(0)
@@ -305,6 +349,7 @@ def _handle(req):
             err.write("airlock: figures lost: %r\n" % (e,))
     finally:
         _running = False
+        _stream_id = None
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
         os.dup2(_devnull, 1)
         os.dup2(_saved_err, 2)

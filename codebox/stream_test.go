@@ -113,3 +113,55 @@ func TestRunStreamInterruptKeepsTheProtocol(t *testing.T) {
 		t.Fatalf("after the interrupt: %+v", res)
 	}
 }
+
+// A figure a streamed cell shows (plt.show()) comes as the cell runs (the
+// cell waits for a file the callback makes on it), rendered and closed;
+// the figures left open at the end are the Result's. A stand-in pyplot
+// (no matplotlib on the host needed) renders "PNG n".
+func TestRunStreamShowsFiguresAsTheCellRuns(t *testing.T) {
+	x := hostContext(t, 2*time.Minute, 5*time.Second)
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "matplotlib"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "matplotlib", "__init__.py"), nil, 0o644)
+	os.WriteFile(filepath.Join(dir, "matplotlib", "pyplot.py"), []byte(`
+_open = []
+class _Fig:
+    def __init__(self, n): self.n = n
+    def savefig(self, buf, **kw): buf.write(b"PNG %d" % self.n)
+def plot(n): _open.append(n)
+def get_fignums(): return list(_open)
+def figure(n): return _Fig(n)
+def close(which): _open.clear()
+def show(*a, **k): pass
+`), 0o644)
+	gate := filepath.Join(dir, "go")
+	var shown []string
+	res, err := x.RunStream(context.Background(), fmt.Sprintf(`import os, sys, time
+sys.path.insert(0, %q)
+import matplotlib.pyplot as plt
+plt.plot(1)
+plt.show()
+for _ in range(600):
+    if os.path.exists(%q): break
+    time.sleep(0.1)
+else:
+    raise TimeoutError("the figure did not come while the cell ran")
+plt.plot(2)`, dir, gate), func(c Chunk) {
+		if c.Image != nil {
+			shown = append(shown, string(c.Image.Data))
+			os.WriteFile(gate, nil, 0o644)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Error != nil || len(shown) != 1 || shown[0] != "PNG 1" || len(res.Images) != 1 || string(res.Images[0].Data) != "PNG 2" {
+		t.Fatalf("shown %q, result images %d, error %v", shown, len(res.Images), res.Error)
+	}
+	// Run (not streamed): show() is pyplot's own, the figures come at the end.
+	if res := run(t, x, "plt.plot(3)\nplt.show()"); len(res.Images) != 1 || string(res.Images[0].Data) != "PNG 3" {
+		t.Fatalf("Run: %d images", len(res.Images))
+	}
+}

@@ -343,19 +343,7 @@ func (sb *sandbox) execute(w http.ResponseWriter, r *http.Request) {
 		out.line(map[string]any{"type": "error", "name": "SandboxError", "value": err.Error(), "traceback": ""})
 	} else {
 		for _, img := range res.Images {
-			r := map[string]any{"type": "result", "is_main_result": false}
-			switch img.MIMEType {
-			case "image/png":
-				r["png"] = base64.StdEncoding.EncodeToString(img.Data)
-				r["text"] = "<Figure>"
-			case "image/jpeg":
-				r["jpeg"] = base64.StdEncoding.EncodeToString(img.Data)
-			case "image/svg+xml":
-				r["svg"] = string(img.Data)
-			default:
-				continue
-			}
-			out.line(r)
+			out.image(img)
 		}
 		if res.Value != "" {
 			out.line(map[string]any{"type": "result", "text": res.Value, "is_main_result": true})
@@ -383,8 +371,30 @@ type cellStream struct {
 	failed  bool
 }
 
-// chunk passes a piece of the cell's output on as a stdout or stderr line.
+// image writes a figure as a result.
+func (o *cellStream) image(img codebox.Image) {
+	r := map[string]any{"type": "result", "is_main_result": false}
+	switch img.MIMEType {
+	case "image/png":
+		r["png"] = base64.StdEncoding.EncodeToString(img.Data)
+		r["text"] = "<Figure>"
+	case "image/jpeg":
+		r["jpeg"] = base64.StdEncoding.EncodeToString(img.Data)
+	case "image/svg+xml":
+		r["svg"] = string(img.Data)
+	default:
+		return
+	}
+	o.line(r)
+}
+
+// chunk passes a piece of the cell's output on as a stdout or stderr line,
+// or a figure it showed as a result.
 func (o *cellStream) chunk(c codebox.Chunk) {
+	if c.Image != nil {
+		o.image(*c.Image)
+		return
+	}
 	kind := "stdout"
 	if c.Stderr {
 		kind = "stderr"

@@ -276,7 +276,19 @@ def test_run_code_streams_to_callbacks(sb):
 
 @pytest.mark.skipif(not HAS_DATA, reason="the image with matplotlib (airlock/python-data) is not in the store: run hack/setup.sh")
 def test_run_code_chart_png(sb):
-    ex = sb.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
+    # plt.show() sends the chart at once: the cell waits (up to 60 s) for a
+    # file on_result writes when the chart comes.
+    def on_result(r):
+        if r.png and not sb.files.exists("/tmp/e2b-chart-gate"):
+            sb.files.write("/tmp/e2b-chart-gate", "")
+
+    ex = sb.run_code(
+        "import os, time\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\n"
+        "for _ in range(600):\n    if os.path.exists('/tmp/e2b-chart-gate'): break\n    time.sleep(0.1)\n"
+        "else:\n    raise TimeoutError('the chart did not come while the cell ran')",
+        on_result=on_result,
+    )
+    assert ex.error is None, ex.error
     pngs = [r.png for r in ex.results if r.png]
     assert len(pngs) == 1
     import base64
