@@ -327,6 +327,14 @@ func (s fsService) CreateWatcher(ctx context.Context, req *connect.Request[pb.Cr
 	if err != nil {
 		return nil, err
 	}
+	t := s.sb.watches
+	t.mu.Lock()
+	n := len(t.watchers)
+	t.mu.Unlock()
+	if n >= maxWatches {
+		// Ended watchers (their directory gone) count until removed.
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the sandbox has %d watchers, the most it may: stop one", maxWatches))
+	}
 	w, err := s.sb.startWatch(ctx, u, u.resolve(req.Msg.GetPath()), req.Msg.GetRecursive())
 	if err != nil {
 		return nil, err
@@ -335,7 +343,6 @@ func (s fsService) CreateWatcher(ctx context.Context, req *connect.Request[pb.Cr
 	rand.Read(b)
 	id := hex.EncodeToString(b)
 	wt := &watcher{w: w}
-	t := s.sb.watches
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
