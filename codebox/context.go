@@ -110,6 +110,7 @@ type Context struct {
 	k      *kernel
 	nextID int64
 	closed bool
+	sink   *sink // the running RunStream's; nil for Run
 }
 
 // kernelProc is the interpreter process: a daemon of the box reached
@@ -220,6 +221,12 @@ type reply struct {
 	Truncated bool    `json:"truncated"`
 	OutDrop   int64   `json:"stdout_dropped"`
 	ErrDrop   int64   `json:"stderr_dropped"`
+	// Stream ("stdout" or "stderr") marks a piece of a streamed cell's
+	// output (Text), not its reply.
+	Stream string `json:"stream"`
+	Text   string `json:"text"`
+	// Image is a figure a streamed cell showed (plt.show()) as it ran.
+	Image *Image `json:"image"`
 	// tooLong marks a line over maxMessage, dropped unread.
 	tooLong bool
 }
@@ -337,17 +344,113 @@ func (k *kernel) died() string {
 // interrupted cell), when the Context is closed, or when the box is gone
 // and no new interpreter could be started.
 func (x *Context) Run(ctx context.Context, code string) (*Result, error) {
+	return x.RunStream(ctx, code, nil)
+}
+
+// Chunk is a piece of a cell's output, as RunStream passes it on.
+type Chunk struct {
+	// Stderr is true for the cell's standard error, false for its
+	// standard output.
+	Stderr bool
+	// Text is the piece.
+	Text string
+	// Image, when set, is a figure the cell showed (plt.show()) as it
+	// ran, rendered as PNG (and closed); Text is then empty. It is not in
+	// Result.Images, which holds the figures left open at the end.
+	Image *Image
+}
+
+// maxStreamed bounds what the host keeps of one stream of a streamed cell
+// (the kernel sends at most its output limit; more is dropped and counted
+// in the Result's StdoutDropped/StderrDropped).
+const maxStreamed = maxMessage
+
+// RunStream is Run, with the cell's output also passed to on as the cell
+// prints it (on nil: Run). Python-level output (print, sys.stdout.write)
+// comes at each newline, flush() or 64 Ki characters; what the kernel
+// drops past its first half of the output limit comes at the end as the
+// drop note and the tail, as does the output of subprocesses and C code
+// (file descriptors 1 and 2). Each stream's chunks come in order and,
+// joined, are the Result's Stdout or Stderr; stdout and stderr chunks have
+// no order between them. Output printed before a cell was killed is kept.
+//
+// on runs in the caller's goroutine, before RunStream returns and never
+// after; while it blocks, the cell blocks at its next print and the
+// timeout is not checked, so on should return promptly (a sink that may
+// stall should bound its writes with a deadline).
+func (x *Context) RunStream(ctx context.Context, code string, on func(Chunk)) (*Result, error) {
 	t0 := time.Now()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.closed {
 		return nil, errClosed
 	}
+	if on != nil {
+		x.sink = &sink{on: on}
+		defer func() { x.sink = nil }()
+	}
 	res, err := x.run(ctx, code)
 	if res != nil {
+		if x.sink != nil {
+			x.sink.finish(res)
+		}
 		res.Duration = time.Since(t0)
 	}
 	return res, err
+}
+
+// sink collects a streamed cell's output and passes it on.
+type sink struct {
+	on               func(Chunk)
+	out, err         strings.Builder
+	outDrop, errDrop int64
+}
+
+func (s *sink) add(stderr bool, text string) {
+	b, drop := &s.out, &s.outDrop
+	if stderr {
+		b, drop = &s.err, &s.errDrop
+	}
+	if b.Len()+len(text) <= maxStreamed {
+		b.WriteString(text)
+	} else {
+		*drop += int64(len(text))
+	}
+	s.on(Chunk{Stderr: stderr, Text: text})
+}
+
+// finish puts the streamed output in res. A reply that carries output
+// (a kernel that does not stream: one in a box made by an older airlock)
+// passes it on first.
+func (s *sink) finish(res *Result) {
+	if res.Stdout != "" {
+		s.add(false, res.Stdout)
+	}
+	if res.Stderr != "" {
+		s.add(true, res.Stderr)
+	}
+	res.Stdout, res.Stderr = s.out.String(), s.err.String()
+	if s.outDrop > 0 || s.errDrop > 0 {
+		res.StdoutDropped += s.outDrop
+		res.StderrDropped += s.errDrop
+		res.Truncated = true
+	}
+}
+
+// streamed handles a piece of streamed output: it reports whether rep was
+// one (passed on when it is cell id's and a RunStream is running).
+func (x *Context) streamed(rep reply, id int64) bool {
+	if rep.Stream == "" && rep.Image == nil {
+		return false
+	}
+	if x.sink != nil && rep.ID != nil && *rep.ID == id {
+		if rep.Image != nil {
+			x.sink.on(Chunk{Image: rep.Image})
+		} else {
+			x.sink.add(rep.Stream == "stderr", rep.Text)
+		}
+	}
+	return true
 }
 
 func (x *Context) run(ctx context.Context, code string) (*Result, error) {
@@ -359,7 +462,7 @@ func (x *Context) run(ctx context.Context, code string) (*Result, error) {
 	k := x.k
 	x.nextID++
 	id := x.nextID
-	req, _ := json.Marshal(map[string]any{"id": id, "code": code})
+	req, _ := json.Marshal(map[string]any{"id": id, "code": code, "stream": x.sink != nil})
 	if _, err := k.stdin.Write(append(req, '\n')); err != nil {
 		return x.lost(ctx, "KernelDied", k.died(), false)
 	}
@@ -377,6 +480,9 @@ func (x *Context) run(ctx context.Context, code string) (*Result, error) {
 			}
 			if rep.tooLong {
 				return x.lost(ctx, "ProtocolError", errTooLong, false)
+			}
+			if x.streamed(rep, id) {
+				continue
 			}
 			if rep.ID == nil || *rep.ID != id {
 				continue // not this cell's (cannot happen with this kernel)
@@ -417,6 +523,9 @@ func (x *Context) interrupt(ctx context.Context, id int64, ctxErr error) (*Resul
 			if rep.tooLong {
 				res, err := x.lost(ctx, "ProtocolError", errTooLong, true)
 				return res, errors.Join(err, ctxErr)
+			}
+			if x.streamed(rep, id) {
+				continue
 			}
 			if rep.ID == nil || *rep.ID != id {
 				continue

@@ -7,6 +7,15 @@
 #            "images": [{"mime": "image/png", "data": "<base64>"}],
 #            "truncated": bool, "stdout_dropped": N, "stderr_dropped": N}
 # Ready:    {"ready": true, "python": "3.11.2", "pid": N} once at start.
+# Stream:   a request with "stream": true gets the cell's output as it is
+#           printed: {"id": N, "stream": "stdout"|"stderr", "text": "..."}
+#           lines (at each newline, flush() or 64 Ki characters, each at most
+#           STREAM_CHUNK characters), then its reply, whose "stdout" and
+#           "stderr" are "" (the streamed text is the output: the first
+#           LIMIT/2 characters live, then the drop note and the last LIMIT/2,
+#           and the fd-level output, at the end of the cell). A figure the
+#           cell shows (plt.show()) comes at once as {"id": N, "image":
+#           {"mime", "data"}}, and is not in the reply's "images".
 # Reseed:   {"id": N, "reseed": true} -> {"id": N}: fresh seeds for random and
 #           tempfile's names, sent by the host to an interpreter that lived
 #           through a snapshot (a fork child's, a warm pool box's); it runs as
@@ -21,6 +30,7 @@
 import ast
 import base64
 import collections
+import importlib.machinery
 import io
 import json
 import linecache
@@ -28,6 +38,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import traceback
 import warnings
 
@@ -38,6 +49,10 @@ LIMIT = int(os.environ.get("AIRLOCK_KERNEL_OUTPUT_LIMIT", str(8 << 20)))
 MESSAGE_LIMIT = int(os.environ.get("AIRLOCK_KERNEL_MESSAGE_LIMIT", str(32 << 20)))
 TAIL = LIMIT // 2
 HEAD = LIMIT - TAIL
+# A streamed line carries at most STREAM_CHUNK characters (JSON escapes keep
+# it far under MESSAGE_LIMIT); pending text is sent at STREAM_FLUSH.
+STREAM_CHUNK = 1 << 20
+STREAM_FLUSH = 64 << 10
 
 # The protocol runs on private copies of fds 0 and 1; the cell sees
 # /dev/null on stdin and temporary files on fds 1 and 2.
@@ -52,10 +67,20 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 warnings.filterwarnings("ignore", message=".*(non-interactive|non-GUI backend).*")
 
 _running = False
+# While the main thread writes a protocol line, SIGINT is held (a
+# KeyboardInterrupt mid-write would leave half a line): _deferred records it
+# and the write raises it once the line is out.
+_writing = False
+_deferred = False
+_proto_lock = threading.Lock()
 
 
 def _on_sigint(signum, frame):
+    global _deferred
     if _running:
+        if _writing:
+            _deferred = True
+            return
         raise KeyboardInterrupt
 
 
@@ -66,8 +91,13 @@ class _Capture(io.TextIOBase):
     """A text stream that keeps the first HEAD and the last TAIL characters
     written to it and counts the ones dropped between."""
 
-    def __init__(self, name):
+    def __init__(self, name, stream_id=None):
         self.name = name
+        # stream_id set: text that enters the head is also streamed to the
+        # host (pending until a newline, flush() or STREAM_FLUSH).
+        self.stream_id = stream_id
+        self.pending = []
+        self.psize = 0
         self.head = []
         self.hsize = 0
         self.tail = collections.deque()
@@ -98,6 +128,11 @@ class _Capture(io.TextIOBase):
             self.head.append(part)
             self.hsize += len(part)
             s = s[room:]
+            if self.stream_id is not None:
+                self.pending.append(part)
+                self.psize += len(part)
+                if "\n" in part or self.psize >= STREAM_FLUSH:
+                    self.flush()
         if not s:
             return n
         if len(s) >= TAIL:
@@ -124,7 +159,21 @@ class _Capture(io.TextIOBase):
         return n
 
     def flush(self):
-        pass
+        if self.pending:
+            text = "".join(self.pending)
+            self.pending, self.psize = [], 0
+            _stream(self.stream_id, self.name.strip("<>"), text)
+
+    def finish(self):
+        """Stream mode, at the end of the cell: send what was not streamed
+        (pending text, the drop note, the tail) and stop streaming."""
+        if self.stream_id is None:
+            return
+        self.flush()
+        rest = self.marked()[self.hsize:]
+        if rest:
+            _stream(self.stream_id, self.name.strip("<>"), rest)
+        self.stream_id = None
 
     def getvalue(self):
         return "".join(self.head) + "".join(self.tail)
@@ -210,6 +259,46 @@ def _figures():
     return images
 
 
+# The id of the streamed cell running now (plt.show() sends its figures
+# at once), or None.
+_stream_id = None
+
+
+def _patch_pyplot(plt):
+    orig = plt.show
+
+    def show(*args, **kwargs):
+        if _stream_id is None:
+            return orig(*args, **kwargs)
+        for img in _figures():
+            _write(_encode({"id": _stream_id, "image": img}))
+
+    show.__doc__ = orig.__doc__
+    plt.show = show
+
+
+class _PyplotHook:
+    """Patches matplotlib.pyplot.show when pyplot is first imported."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "matplotlib.pyplot":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module):
+            load(module)
+            _patch_pyplot(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _PyplotHook())
+
+
 def _run_cell(code, reply):
     global _count, _running
     _count += 1
@@ -234,9 +323,11 @@ def _run_cell(code, reply):
 
 
 def _handle(req):
-    global _running
+    global _running, _stream_id
     reply = {"id": req.get("id"), "stdout": "", "stderr": "", "value": None, "error": None, "images": [], "truncated": False}
-    out, err = _Capture("<stdout>"), _Capture("<stderr>")
+    sid = req.get("id") if req.get("stream") else None
+    _stream_id = sid
+    out, err = _Capture("<stdout>", sid), _Capture("<stderr>", sid)
     for f in (_fd_out, _fd_err):
         f.seek(0)
         f.truncate()
@@ -258,6 +349,7 @@ def _handle(req):
             err.write("airlock: figures lost: %r\n" % (e,))
     finally:
         _running = False
+        _stream_id = None
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
         os.dup2(_devnull, 1)
         os.dup2(_saved_err, 2)
@@ -272,6 +364,15 @@ def _handle(req):
             cap.dropped += size - LIMIT
             f.seek(size - TAIL)
             cap.write(f.read(TAIL).decode("utf-8", "replace"))
+    if sid is not None:
+        for cap in (out, err):
+            cap.finish()  # SIGINT is ignored now: _running is False
+        reply["streamed"] = True
+        reply["stdout_dropped"], reply["stderr_dropped"] = out.dropped, err.dropped
+        reply["truncated"] = out.truncated or err.truncated
+        if reply["error"] is not None and reply["error"]["name"] == "KeyboardInterrupt":
+            reply["error"]["value"] = reply["error"]["value"] or "interrupted"
+        return reply
     reply["stdout"], reply["stderr"] = out.marked(), err.marked()
     reply["stdout_dropped"], reply["stderr_dropped"] = out.dropped, err.dropped
     reply["truncated"] = out.truncated or err.truncated
@@ -286,9 +387,38 @@ def _encode(obj):
     return json.dumps(obj) + "\n"
 
 
+def _write(line):
+    """Writes one protocol line, holding SIGINT in the main thread until it
+    is out (another thread's line waits for the lock)."""
+    global _writing, _deferred
+    main = threading.current_thread() is threading.main_thread()
+    with _proto_lock:
+        if main:
+            _writing = True
+        try:
+            _proto_out.write(line)
+            _proto_out.flush()
+        finally:
+            if main:
+                _writing = False
+    if main and _deferred:
+        _deferred = False
+        if _running:
+            raise KeyboardInterrupt
+
+
+def _stream(cell_id, name, text):
+    for i in range(0, len(text), STREAM_CHUNK):
+        _write(_encode({"id": cell_id, "stream": name, "text": text[i:i + STREAM_CHUNK]}))
+
+
 def _send(obj):
     caps = obj.pop("_caps", None)
     line = _encode(obj)
+    if len(line) > MESSAGE_LIMIT and obj.get("streamed") and obj.get("images"):
+        obj["images"] = []
+        _stream(obj["id"], "stderr", "airlock: figures dropped: the reply would exceed %d bytes\n" % MESSAGE_LIMIT)
+        line = _encode(obj)
     # JSON escapes can make a reply several times its text: shrink the
     # output (figures first) until the line fits MESSAGE_LIMIT.
     keep = LIMIT
@@ -305,8 +435,7 @@ def _send(obj):
         obj["stdout_dropped"], obj["stderr_dropped"] = out.dropped, err.dropped
         obj["truncated"] = out.truncated or err.truncated
         line = _encode(obj)
-    _proto_out.write(line)
-    _proto_out.flush()
+    _write(line)
 
 
 def _reseed(req):

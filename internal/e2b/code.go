@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -20,12 +21,16 @@ import (
 const maxContexts = 32
 
 // codeContext is one E2B code context: a codebox context (a Python
-// interpreter in the box).
+// interpreter in the box), or a bash process (bash.go).
 type codeContext struct {
 	id, language, cwd string
+	user              userInfo
 
-	mu sync.Mutex // serialises runs, and guards x and runs
+	mu sync.Mutex // serialises runs, and guards x, sh and runs
 	x  *codebox.Context
+	// sh is a bash context's shell; nil until its first run, or after
+	// its bash ended.
+	sh *shell
 	// runs counts the context's runs (E2B's execution count).
 	runs int
 }
@@ -52,13 +57,29 @@ func (sb *sandbox) codeHandler() http.Handler {
 	return m
 }
 
-// language checks a context language: airlock's contexts are Python.
+// language checks a context language: airlock's contexts run Python
+// (codebox) and bash.
 func language(l string) (string, error) {
 	switch strings.ToLower(l) {
 	case "", "python", "python3":
 		return "python", nil
+	case "bash", "sh", "shell":
+		return "bash", nil
+	case "js", "javascript", "ts", "typescript", "deno":
+		return "", badRequest("language %q: airlock's code contexts run python and bash; JavaScript contexts are not offered (airlock's images carry no node): run node with sandbox.commands.run in an image that has it", l)
 	}
-	return "", badRequest("language %q: airlock's code contexts run Python only (run other languages with sandbox.commands.run)", l)
+	return "", badRequest("language %q: airlock's code contexts run python and bash (run other languages with sandbox.commands.run)", l)
+}
+
+// close ends the context's interpreter.
+func (c *codeContext) close() {
+	if c.x != nil {
+		c.x.Close()
+	}
+	if c.sh != nil {
+		c.sh.close()
+		c.sh = nil
+	}
 }
 
 // codebox returns the sandbox's CodeBox (made on first use).
@@ -75,10 +96,21 @@ func (sb *sandbox) closeCode() {
 	sb.cmu.Lock()
 	cb := sb.cb
 	sb.cb = nil
+	old := sb.contexts
 	sb.contexts = map[string]*codeContext{}
 	sb.cmu.Unlock()
 	if cb != nil {
 		cb.Close()
+	}
+	for _, c := range old {
+		if c.language == "bash" {
+			// A running cell ends as its box goes, and lets go of c.mu.
+			go func() {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.close()
+			}()
+		}
 	}
 }
 
@@ -105,6 +137,17 @@ func (sb *sandbox) newContext(ctx context.Context, id, lang, cwd string) (*codeC
 		return nil, badRequest("the sandbox has %d code contexts, the most it may: remove one", maxContexts)
 	}
 	sb.cmu.Unlock()
+	if lang == "bash" {
+		sh, err := sb.startShell(ctx, u, cwd)
+		if err != nil {
+			return nil, err
+		}
+		c := &codeContext{id: id, language: lang, cwd: cwd, user: u, sh: sh}
+		sb.cmu.Lock()
+		sb.contexts[id] = c
+		sb.cmu.Unlock()
+		return c, nil
+	}
 	var x *codebox.Context
 	if id == defaultContextID(lang) && sb.box.FromPool() {
 		// A box from a warm pool has its interpreter started: the default
@@ -122,7 +165,7 @@ func (sb *sandbox) newContext(ctx context.Context, id, lang, cwd string) (*codeC
 			return nil, err
 		}
 	}
-	c := &codeContext{id: id, language: lang, cwd: cwd, x: x}
+	c := &codeContext{id: id, language: lang, cwd: cwd, user: u, x: x}
 	sb.cmu.Lock()
 	sb.contexts[id] = c
 	sb.cmu.Unlock()
@@ -198,7 +241,7 @@ func (sb *sandbox) removeContext(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.mu.Lock()
-	c.x.Close()
+	c.close()
 	c.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -214,7 +257,12 @@ func (sb *sandbox) restartContext(w http.ResponseWriter, r *http.Request) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.x.Close()
+	c.close()
+	if c.language == "bash" {
+		// The next run starts a new bash.
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	x, err := sb.codebox().NewContext(r.Context(), codebox.ContextOptions{WorkingDir: c.cwd})
 	if err != nil {
 		writeBoxError(w, err)
@@ -254,6 +302,10 @@ func (sb *sandbox) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.language == "bash" {
+		sb.executeShell(ctx, w, c, body.Code, body.EnvVars)
+		return
+	}
 	code := body.Code
 	if len(body.EnvVars) > 0 {
 		// The variables hold for this run only, as E2B's do: set before
@@ -266,8 +318,11 @@ func (sb *sandbox) execute(w http.ResponseWriter, r *http.Request) {
 		}
 		defer c.x.Run(context.WithoutCancel(ctx), "for _k, _v in _e2b_saved.items():\n    if _v is None: _e2b_os.environ.pop(_k, None)\n    else: _e2b_os.environ[_k] = _v\n")
 	}
+	out := &cellStream{w: w, rc: http.NewResponseController(w)}
+	ctx, out.cancel = context.WithCancel(ctx)
+	defer out.cancel()
 	t0 := time.Now()
-	res, err := c.x.Run(ctx, code)
+	res, err := c.x.RunStream(ctx, code, out.chunk)
 	rec := AuditRecord{Kind: "cell", BoxID: sb.box.ID(), Code: code, Duration: time.Since(t0)}
 	if err != nil {
 		rec.Error = err.Error()
@@ -278,43 +333,161 @@ func (sb *sandbox) execute(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sb.s.audit(rec)
-	if err != nil {
+	if err != nil && !out.started {
 		writeBoxError(w, err)
 		return
 	}
 	c.runs++
-	n := c.runs
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	enc := json.NewEncoder(w)
-	now := time.Now().UnixNano()
-	if res.Stdout != "" {
-		enc.Encode(map[string]any{"type": "stdout", "text": res.Stdout, "timestamp": now})
-	}
-	if res.Stderr != "" {
-		enc.Encode(map[string]any{"type": "stderr", "text": res.Stderr, "timestamp": now})
-	}
-	for _, img := range res.Images {
-		out := map[string]any{"type": "result", "is_main_result": false}
-		switch img.MIMEType {
-		case "image/png":
-			out["png"] = base64.StdEncoding.EncodeToString(img.Data)
-			out["text"] = "<Figure>"
-		case "image/jpeg":
-			out["jpeg"] = base64.StdEncoding.EncodeToString(img.Data)
-		case "image/svg+xml":
-			out["svg"] = string(img.Data)
-		default:
-			continue
+	if err != nil {
+		// The cell's output went out already: the failure is the last line.
+		out.line(map[string]any{"type": "error", "name": "SandboxError", "value": err.Error(), "traceback": ""})
+	} else {
+		for _, img := range res.Images {
+			out.image(img)
 		}
-		enc.Encode(out)
+		if res.Value != "" {
+			out.line(map[string]any{"type": "result", "text": res.Value, "is_main_result": true})
+		}
+		if e := res.Error; e != nil {
+			out.line(map[string]any{"type": "error", "name": e.Name, "value": e.Value, "traceback": e.Traceback})
+		}
 	}
-	if res.Value != "" {
-		enc.Encode(map[string]any{"type": "result", "text": res.Value, "is_main_result": true})
-	}
-	if e := res.Error; e != nil {
-		enc.Encode(map[string]any{"type": "error", "name": e.Name, "value": e.Value, "traceback": e.Traceback})
-	}
-	enc.Encode(map[string]any{"type": "number_of_executions", "execution_count": n})
-	enc.Encode(map[string]any{"type": "end_of_execution"})
+	out.line(map[string]any{"type": "number_of_executions", "execution_count": c.runs})
+	out.line(map[string]any{"type": "end_of_execution"})
 }
+
+// cellWriteTimeout bounds one write of a cell's output to the client: a
+// client that reads nothing for this long is dropped and its cell
+// interrupted (the cell blocks at its next print while a write waits).
+const cellWriteTimeout = time.Minute
+
+// cellStream writes a cell's output to the client as NDJSON lines as the
+// cell prints it: the response starts at the first line.
+type cellStream struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	cancel  context.CancelFunc // ends the cell when the client is gone
+	started bool
+	failed  bool
+}
+
+// image writes a figure as a result.
+func (o *cellStream) image(img codebox.Image) {
+	r := map[string]any{"type": "result", "is_main_result": false}
+	switch img.MIMEType {
+	case "image/png":
+		r["png"] = base64.StdEncoding.EncodeToString(img.Data)
+		r["text"] = "<Figure>"
+	case "image/jpeg":
+		r["jpeg"] = base64.StdEncoding.EncodeToString(img.Data)
+	case "image/svg+xml":
+		r["svg"] = string(img.Data)
+	default:
+		return
+	}
+	o.line(r)
+}
+
+// chunk passes a piece of the cell's output on as a stdout or stderr line,
+// or a figure it showed as a result.
+func (o *cellStream) chunk(c codebox.Chunk) {
+	if c.Image != nil {
+		o.image(*c.Image)
+		return
+	}
+	kind := "stdout"
+	if c.Stderr {
+		kind = "stderr"
+	}
+	o.line(map[string]any{"type": kind, "text": c.Text, "timestamp": time.Now().UnixNano()})
+}
+
+// line writes one line and flushes it.
+func (o *cellStream) line(v any) {
+	if o.failed {
+		return
+	}
+	if !o.started {
+		o.started = true
+		o.w.Header().Set("Content-Type", "application/x-ndjson")
+		o.w.WriteHeader(http.StatusOK)
+	}
+	b, _ := json.Marshal(v)
+	o.rc.SetWriteDeadline(time.Now().Add(cellWriteTimeout))
+	_, err := o.w.Write(append(b, '\n'))
+	if err == nil {
+		err = o.rc.Flush()
+	}
+	if err != nil {
+		o.failed = true
+		o.cancel()
+	}
+}
+
+// executeShell runs a cell of a bash context: its output streamed as
+// NDJSON lines; a non-zero status of its last command is the cell's error
+// (name "ExitError"). env holds for this run only: the variables are
+// exported before the cell and unset after it (a value they had before
+// is not put back).
+func (sb *sandbox) executeShell(ctx context.Context, w http.ResponseWriter, c *codeContext, code string, env map[string]string) {
+	out := &cellStream{w: w, rc: http.NewResponseController(w)}
+	ctx, out.cancel = context.WithCancel(ctx)
+	defer out.cancel()
+	if c.sh == nil {
+		sh, err := sb.startShell(ctx, c.user, c.cwd)
+		if err != nil {
+			writeBoxError(w, err)
+			return
+		}
+		c.sh = sh
+	}
+	if len(env) > 0 {
+		var pre, unset strings.Builder
+		for k, v := range env {
+			if !envName.MatchString(k) {
+				writeBoxError(w, badRequest("env_vars: %q is not a variable name", k))
+				return
+			}
+			fmt.Fprintf(&pre, "export %s=%s\n", k, shellQuote(v))
+			fmt.Fprintf(&unset, "unset %s\n", k)
+		}
+		code = pre.String() + code
+		defer func() {
+			if c.sh != nil {
+				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+				defer cancel()
+				c.sh.run(uctx, unset.String(), func(codebox.Chunk) {})
+			}
+		}()
+	}
+	t0 := time.Now()
+	status, err := c.sh.run(ctx, code, out.chunk)
+	rec := AuditRecord{Kind: "cell", BoxID: sb.box.ID(), Code: code, Duration: time.Since(t0)}
+	if err != nil {
+		rec.Error = err.Error()
+		c.sh.close()
+		c.sh = nil
+	} else if status != 0 {
+		rec.Error = fmt.Sprintf("exit status %d", status)
+	}
+	sb.s.audit(rec)
+	if err != nil && !out.started {
+		writeBoxError(w, err)
+		return
+	}
+	c.runs++
+	switch {
+	case err != nil:
+		out.line(map[string]any{"type": "error", "name": "SandboxError", "value": err.Error(), "traceback": ""})
+	case status != 0:
+		out.line(map[string]any{"type": "error", "name": "ExitError", "value": fmt.Sprintf("exit status %d", status), "traceback": ""})
+	}
+	out.line(map[string]any{"type": "number_of_executions", "execution_count": c.runs})
+	out.line(map[string]any{"type": "end_of_execution"})
+}
+
+// envName is what an environment variable's name may be.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }

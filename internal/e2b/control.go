@@ -32,6 +32,7 @@ func (s *Server) controlMux() *http.ServeMux {
 	m.HandleFunc("POST /sandboxes/{id}/resume", s.connect)
 	m.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
 	m.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
+	m.HandleFunc("GET /sandboxes/{id}/metrics", s.metrics)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s is not answered by airlock's E2B API (see docs/e2b.md for what is)", r.Method, r.URL.Path))
 	})

@@ -411,7 +411,8 @@ type sandbox struct {
 	userOnce sync.Mutex
 	users    map[string]userInfo // by name, once looked up
 
-	procs *procTable
+	procs   *procTable
+	watches *watchTable
 
 	defMu      sync.Mutex // serialises the making of default contexts
 	cmu        sync.Mutex
@@ -422,7 +423,7 @@ type sandbox struct {
 }
 
 func newSandbox(s *Server, b *airlock.Box) *sandbox {
-	sb := &sandbox{s: s, box: b, users: map[string]userInfo{}, procs: newProcTable(), contexts: map[string]*codeContext{},
+	sb := &sandbox{s: s, box: b, users: map[string]userInfo{}, procs: newProcTable(), watches: newWatchTable(), contexts: map[string]*codeContext{},
 		proxies: map[int]http.Handler{}}
 	sb.envd = sb.envdHandler()
 	sb.code = sb.codeHandler()
@@ -431,6 +432,7 @@ func newSandbox(s *Server, b *airlock.Box) *sandbox {
 
 func (sb *sandbox) close() {
 	sb.procs.killAll()
+	sb.watches.stopAll()
 	sb.closeCode()
 	sb.cmu.Lock()
 	for _, tr := range sb.transports {

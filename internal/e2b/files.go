@@ -248,24 +248,6 @@ func (s fsService) Remove(ctx context.Context, req *connect.Request[pb.RemoveReq
 	return connect.NewResponse(&pb.RemoveResponse{}), nil
 }
 
-var errNoWatch = connect.NewError(connect.CodeUnimplemented, errors.New("watching directories is not supported by airlock's E2B API yet"))
-
-func (s fsService) WatchDir(context.Context, *connect.Request[pb.WatchDirRequest], *connect.ServerStream[pb.WatchDirResponse]) error {
-	return errNoWatch
-}
-
-func (s fsService) CreateWatcher(context.Context, *connect.Request[pb.CreateWatcherRequest]) (*connect.Response[pb.CreateWatcherResponse], error) {
-	return nil, errNoWatch
-}
-
-func (s fsService) GetWatcherEvents(context.Context, *connect.Request[pb.GetWatcherEventsRequest]) (*connect.Response[pb.GetWatcherEventsResponse], error) {
-	return nil, errNoWatch
-}
-
-func (s fsService) RemoveWatcher(context.Context, *connect.Request[pb.RemoveWatcherRequest]) (*connect.Response[pb.RemoveWatcherResponse], error) {
-	return nil, errNoWatch
-}
-
 // run runs a short command as u, its failure an error with its stderr.
 func (sb *sandbox) run(ctx context.Context, u userInfo, cmd string, args ...string) error {
 	res, err := sb.box.Exec(ctx, cmd, args, airlock.ExecOptions{User: strconv.Itoa(u.UID) + ":" + strconv.Itoa(u.GID), WorkingDir: "/", Timeout: time.Minute, MaxOutput: 64 << 10})

@@ -60,6 +60,13 @@ def test_set_timeout_moves_the_end(sb):
     assert 1100 < left <= 1200, left
 
 
+def test_metrics(sb):
+    (m,) = sb.get_metrics()
+    assert m.cpu_count >= 1 and 0 <= m.cpu_used_pct <= 100
+    assert 0 < m.mem_used < m.mem_total and 0 < m.disk_used < m.disk_total
+    assert abs((m.timestamp - datetime.datetime.now(datetime.timezone.utc)).total_seconds()) < 600
+
+
 def test_connect(sb):
     again = Sandbox.connect(sb.sandbox_id)
     assert again.commands.run("echo connected").stdout == "connected\n"
@@ -174,6 +181,35 @@ def test_files_stat_dirs_rename_remove(sb):
         sb.files.read("d1/y.txt")
 
 
+def events_until(h, want, seconds=60):
+    """Polls the watcher until every (type, name) of want came (bounded)."""
+    got = set()
+    deadline = time.monotonic() + seconds
+    while not want <= got and time.monotonic() < deadline:
+        got |= {(e.type.value, e.name) for e in h.get_new_events()}
+        if not want <= got:
+            time.sleep(0.1)
+    assert want <= got, (want - got, got)
+    return got
+
+
+def test_watch_dir(sb):
+    d = "/home/user/watched"
+    sb.files.make_dir(d)
+    h = sb.files.watch_dir(d, recursive=True)
+    sb.files.write(d + "/a.txt", "one")
+    sb.commands.run(f"echo two >> {d}/a.txt && mv {d}/a.txt {d}/b.txt && mkdir {d}/sub && rm {d}/b.txt")
+    events_until(h, {("create", "a.txt"), ("write", "a.txt"), ("rename", "a.txt"), ("create", "b.txt"), ("remove", "b.txt"), ("create", "sub")})
+    # Once its creation is reported, a new subdirectory is watched too.
+    sb.files.write(d + "/sub/c.txt", "deep")
+    events_until(h, {("create", "sub/c.txt")})
+    h.stop()
+    with pytest.raises(Exception):
+        h.get_new_events()
+    with pytest.raises(Exception):
+        sb.files.watch_dir(d + "/nope")
+
+
 # --- code interpreter ----------------------------------------------------
 
 
@@ -199,9 +235,60 @@ def test_run_code_stdout_callback_and_envs(sb):
     assert sb.run_code("import os; print(os.environ.get('ONLY_HERE'))").logs.stdout == ["None\n"]
 
 
+# A cell waits for a file (up to 60 s) that the callbacks write once they
+# have seen its first stdout and stderr lines: the cell ends only if they
+# came while it ran. The results and the error come through theirs too.
+STREAMING_CELL = """import os, sys, time
+print("first")
+print("oops", file=sys.stderr)
+for _ in range(600):
+    if os.path.exists("/tmp/e2b-stream-gate"): break
+    time.sleep(0.1)
+else:
+    raise TimeoutError("the callbacks never saw the first lines")
+print("second")
+6 * 7
+"""
+
+
+def test_run_code_streams_to_callbacks(sb):
+    seen, results, errors = {"out": [], "err": []}, [], []
+
+    def saw(kind, m):
+        seen[kind].append(m.line)
+        if seen["out"][:1] == ["first\n"] and seen["err"][:1] == ["oops\n"] and not sb.files.exists("/tmp/e2b-stream-gate"):
+            sb.files.write("/tmp/e2b-stream-gate", "")
+
+    ex = sb.run_code(
+        STREAMING_CELL,
+        on_stdout=lambda m: saw("out", m),
+        on_stderr=lambda m: saw("err", m),
+        on_result=results.append,
+        on_error=errors.append,
+    )
+    assert ex.error is None, ex.error
+    assert "".join(ex.logs.stdout) == "first\nsecond\n" == "".join(seen["out"])
+    assert ex.logs.stderr == ["oops\n"] == seen["err"]
+    assert ex.text == "42" and [r.text for r in results] == ["42"]
+    ex = sb.run_code("print('before'); raise ValueError('late')", on_error=errors.append)
+    assert [e.name for e in errors] == ["ValueError"] and ex.logs.stdout == ["before\n"]
+
+
 @pytest.mark.skipif(not HAS_DATA, reason="the image with matplotlib (airlock/python-data) is not in the store: run hack/setup.sh")
 def test_run_code_chart_png(sb):
-    ex = sb.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
+    # plt.show() sends the chart at once: the cell waits (up to 60 s) for a
+    # file on_result writes when the chart comes.
+    def on_result(r):
+        if r.png and not sb.files.exists("/tmp/e2b-chart-gate"):
+            sb.files.write("/tmp/e2b-chart-gate", "")
+
+    ex = sb.run_code(
+        "import os, time\nimport matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\n"
+        "for _ in range(600):\n    if os.path.exists('/tmp/e2b-chart-gate'): break\n    time.sleep(0.1)\n"
+        "else:\n    raise TimeoutError('the chart did not come while the cell ran')",
+        on_result=on_result,
+    )
+    assert ex.error is None, ex.error
     pngs = [r.png for r in ex.results if r.png]
     assert len(pngs) == 1
     import base64
@@ -218,6 +305,23 @@ def test_contexts(sb):
     assert ex.text == "False"
     sb.remove_code_context(c)
     assert c.id not in [x.id for x in sb.list_code_contexts()]
+
+
+def test_bash_context(sb):
+    c = sb.create_code_context(language="bash", cwd="/tmp")
+    assert c.language == "bash"
+    sb.run_code("X=5; cd /usr", context=c)
+    out = []
+    ex = sb.run_code('echo "$X $(pwd) $ONLY_HERE"; echo err >&2', context=c, envs={"ONLY_HERE": "y"}, on_stdout=lambda m: out.append(m.line))
+    assert "".join(ex.logs.stdout) == "5 /usr y\n" == "".join(out)
+    assert "".join(ex.logs.stderr) == "err\n" and ex.error is None
+    assert sb.run_code('echo "[$ONLY_HERE]"', context=c).logs.stdout == ["[]\n"]
+    ex = sb.run_code("ls /nope", context=c)
+    assert ex.error.name == "ExitError" and ex.error.value == "exit status 2" and "/nope" in "".join(ex.logs.stderr)
+    # language="bash" without a context: the sandbox's default bash context.
+    assert "".join(sb.run_code("printf 'no newline'", language="bash").logs.stdout) == "no newline"
+    with pytest.raises(Exception, match="python and bash"):
+        sb.run_code("1", language="js")
 
 
 # --- terminals ---------------------------------------------------------

@@ -28,6 +28,11 @@ test("set timeout", async () => {
   assert.ok(left > 800 && left <= 900, `${left}`);
 });
 
+test("getMetrics", async () => {
+  const [m] = await sbx.getMetrics();
+  assert.ok(m.cpuCount >= 1 && m.memUsed > 0 && m.memUsed < m.memTotal && m.diskUsed < m.diskTotal, JSON.stringify(m));
+});
+
 test("commands", async () => {
   const r = await sbx.commands.run("echo out; echo err >&2; id -un; pwd");
   assert.equal(r.exitCode, 0);
@@ -54,6 +59,24 @@ test("files", async () => {
   assert.equal(await sbx.files.exists("n/a.txt"), false);
 });
 
+test("watchDir streams events", async () => {
+  const d = "/home/user/watched-node";
+  await sbx.files.makeDir(d);
+  const seen = [];
+  let wake = () => {};
+  const h = await sbx.files.watchDir(d, (e) => { seen.push(`${e.type} ${e.name}`); wake(); }, { timeoutMs: 120_000 });
+  await sbx.files.write(`${d}/a.txt`, "one");
+  await sbx.commands.run(`mv ${d}/a.txt ${d}/b.txt && rm ${d}/b.txt`);
+  const want = ["create a.txt", "rename a.txt", "create b.txt", "remove b.txt"];
+  // Bounded wait for the events (the watch's own timeout ends it too).
+  const deadline = Date.now() + 60_000;
+  while (!want.every((w) => seen.includes(w)) && Date.now() < deadline) {
+    await new Promise((r) => { wake = r; setTimeout(r, 1000); });
+  }
+  await h.stop();
+  assert.deepEqual(want.filter((w) => !seen.includes(w)), [], `seen: ${seen}`);
+});
+
 test("runCode", async () => {
   await sbx.runCode("x = 41");
   const ex = await sbx.runCode("print('hi'); x + 1");
@@ -61,6 +84,38 @@ test("runCode", async () => {
   assert.equal(ex.text, "42");
   const err = await sbx.runCode("1/0");
   assert.equal(err.error.name, "ZeroDivisionError");
+});
+
+test("runCode streams to its callbacks while the cell runs", async () => {
+  // The cell waits (up to 60 s) for a file the callbacks write once they
+  // have seen its first stdout and stderr lines.
+  const out = [], err = [];
+  let gate;
+  const saw = () => {
+    if (!gate && out[0] === "first\n" && err[0] === "oops\n") gate = sbx.files.write("/tmp/e2b-node-gate", "");
+  };
+  const ex = await sbx.runCode(
+    'import os, sys, time\nprint("first")\nprint("oops", file=sys.stderr)\n' +
+      'for _ in range(600):\n    if os.path.exists("/tmp/e2b-node-gate"): break\n    time.sleep(0.1)\n' +
+      'else:\n    raise TimeoutError("the callbacks never saw the first lines")\nprint("second")',
+    { onStdout: (m) => { out.push(m.line); saw(); }, onStderr: (m) => { err.push(m.line); saw(); } },
+  );
+  await gate;
+  assert.equal(ex.error, undefined);
+  assert.equal(out.join(""), "first\nsecond\n");
+  assert.equal(ex.logs.stdout.join(""), "first\nsecond\n");
+  assert.deepEqual(ex.logs.stderr, ["oops\n"]);
+});
+
+test("bash context, and a clear error for JavaScript", async () => {
+  const ctx = await sbx.createCodeContext({ language: "bash" });
+  await sbx.runCode("N=6", { context: ctx });
+  const ex = await sbx.runCode("echo $((N * 7))", { context: ctx });
+  assert.equal(ex.logs.stdout.join(""), "42\n");
+  // The Node SDK shows a 400 without its body (the Python test reads the
+  // message), and leaves its request timer running after an error: a short
+  // one lets node exit.
+  await assert.rejects(sbx.runCode("1", { language: "js", requestTimeoutMs: 5_000 }), /400/);
 });
 
 test("kill", async () => {
