@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,7 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/mcpserver"
 	"github.com/airlock-run/airlock/internal/server"
 	"github.com/airlock-run/airlock/internal/tenant"
 	"github.com/airlock-run/airlock/internal/vmm/fake"
@@ -613,5 +617,97 @@ func TestTenantsReload(t *testing.T) {
 	}
 	if st := status(adminToken); st != 200 {
 		t.Errorf("the admin token: %d, want 200", st)
+	}
+}
+
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// TestTenantsMCP: an MCP session is its opener's: its box is made as the
+// tenant's (CheckBox sees the tenant and labels the box), and another
+// tenant's request on its session id is 404.
+func TestTenantsMCP(t *testing.T) {
+	open, _ := snapshottingHome(t)
+	r := open(0)
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	alice, bob := tenant.NewToken(), tenant.NewToken()
+	for name, tok := range map[string]string{"alice": alice, "bob": bob} {
+		if err := tenant.Add(file, tenant.Tenant{Name: name}, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set, err := tenant.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var srv *server.Server
+	type seen struct{ tenant, label string }
+	got := make(chan seen, 4)
+	ms := mcpserver.New(r, mcpserver.Options{Version: "test",
+		CheckBox: func(ctx context.Context, o *airlock.BoxOptions) (func(), error) {
+			release, err := srv.CheckBox(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			release()
+			got <- seen{server.TenantName(ctx), o.Labels[server.TenantLabel]}
+			return nil, errors.New("test: no box")
+		}})
+	defer ms.Close()
+	srv = server.New(server.Config{Runtime: r, Token: adminToken, Tenants: set, MCP: ms.HTTPHandler()})
+	ts := httptest.NewServer(srv.Handler(true))
+	defer ts.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ts.URL + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{alice, http.DefaultTransport}}, DisableStandaloneSSE: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "execute_python", Arguments: map[string]any{"code": "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError {
+		t.Errorf("the tool call made a box: %+v", res)
+	}
+	select {
+	case s := <-got:
+		if s.tenant != "alice" || s.label != "alice" {
+			t.Errorf("alice's session box: checked as tenant %q, labelled %q; want alice's", s.tenant, s.label)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("CheckBox was not called")
+	}
+	// Bob on alice's session: 404, as a session that does not exist.
+	for _, tok := range []string{bob} {
+		body := `{"jsonrpc":"2.0","id":9,"method":"tools/list"}`
+		req, _ := http.NewRequest("POST", ts.URL+"/mcp", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", cs.ID())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 404 {
+			t.Errorf("bob on alice's MCP session: %d, want 404", resp.StatusCode)
+		}
+	}
+	// Alice's session still answers her.
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Errorf("alice's session after bob's try: %v", err)
 	}
 }

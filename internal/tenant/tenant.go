@@ -336,12 +336,13 @@ func (s *Set) Reload() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sig, _ := statSig(s.path)
+	// A file that fails is not retried until it changes again.
+	s.sig = sig
 	f, err := Load(s.path)
 	if err != nil {
 		return err
 	}
 	s.cur.Store(f)
-	s.sig = sig
 	return nil
 }
 
