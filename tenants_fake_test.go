@@ -67,7 +67,10 @@ func newTenantEnv(t *testing.T, aliceQuota tenant.Quota) *tenantEnv {
 		}
 		ev := server.NewEvents()
 		s := server.New(server.Config{Runtime: r, Token: adminToken, Tenants: set, Audit: audit, Events: ev,
-			Metrics: server.NewMetrics("test"), MaxExecsPerClient: 8})
+			Metrics: server.NewMetrics("test"), MaxExecsPerClient: 8,
+			// The fake's disks take no room: the host's free space is
+			// no part of these tests.
+			Policy: server.Policy{MinFreeDiskMiB: server.NoLimit}})
 		ts := httptest.NewServer(s.Handler(true))
 		e := &tenantEnv{t: t, r: r, ref: ref, url: ts.URL, file: file, admin: adminToken, alice: alice, bob: bob, audit: auditPath}
 		e.close = func() { ts.Close(); audit.Close() }
