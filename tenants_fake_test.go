@@ -281,6 +281,7 @@ func TestTenantsEveryBoxRoute(t *testing.T) {
 		"POST /v1/boxes/{id}/snapshot":           map[string]any{"name": "s"},
 		"PUT /v1/boxes/{id}/files":               []byte("data"),
 		"PUT /v1/boxes/{id}/archive":             []byte{},
+		"PUT /v1/boxes/{id}/secrets/{name}":      map[string]any{"value": "v"},
 	}
 	routes := 0
 	for path, ops := range doc.Paths {
@@ -296,7 +297,7 @@ func TestTenantsEveryBoxRoute(t *testing.T) {
 			key := method + " " + path
 			t.Run(key, func(t *testing.T) {
 				at := func(id string) string {
-					p := strings.NewReplacer("{id}", id, "{ctx}", "c1", "{exec}", "e1").Replace(path)
+					p := strings.NewReplacer("{id}", id, "{ctx}", "c1", "{exec}", "e1", "{name}", "TOKEN").Replace(path)
 					return p + "?path=/etc/hostname"
 				}
 				// By id, by a prefix of it, and by alice's name.
