@@ -38,6 +38,9 @@ func TestPackageRules(t *testing.T) {
 		"internal/snapmeta": {"internal/scratch"},
 		// The named volume store (ext4 images under Home/volumes).
 		"internal/volume": {},
+		// The tenants file of airlock serve --tenants (tokens hashed,
+		// quotas, grants, reload); the server enforces them.
+		"internal/tenant": {},
 		// The root package's hooks for codebox, no public API (set in an
 		// init of the root package).
 		"internal/friend": {},

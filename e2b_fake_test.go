@@ -96,6 +96,7 @@ func TestE2BAPIFake(t *testing.T) {
 	}
 	for name, body := range map[string]map[string]any{
 		"reserved metadata": {"templateID": ref, "metadata": map[string]string{"airlock.e2b/template": "x"}},
+		"tenant metadata":   {"templateID": ref, "metadata": map[string]string{server.TenantLabel: "alice"}},
 		"zero timeout":      {"templateID": ref, "timeout": 0},
 		"timeout past 24h":  {"templateID": ref, "timeout": 86401},
 		"denyOut":           {"templateID": ref, "network": map[string]any{"denyOut": []string{"1.2.3.4"}}},

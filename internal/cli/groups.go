@@ -11,7 +11,7 @@ var verbGroups = []struct {
 		"rename", "prune", "stats", "top", "cp", "volume", "port", "network", "snapshot", "fork", "pause", "unpause",
 		"commit", "export"}},
 	{"images", "Image commands:", []string{"pull", "images", "rmi", "import", "save", "image", "build"}},
-	{"code", "Code commands:", []string{"ask", "serve", "mcp", "events"}},
+	{"code", "Code commands:", []string{"ask", "serve", "tenant", "mcp", "events"}},
 	{"cluster", "Cluster commands:", []string{"node"}},
 	{"system", "System commands:", []string{"doctor", "version", "system", "bench"}},
 }

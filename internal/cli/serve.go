@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/mcpserver"
 	"github.com/airlock-run/airlock/internal/server"
+	"github.com/airlock-run/airlock/internal/tenant"
 )
 
 func init() { extraCommands = append(extraCommands, newServeCmd) }
@@ -38,6 +40,7 @@ func newServeCmd() *cobra.Command {
 		auditMax                         int64
 		pools                            []string
 		publish                          []string
+		tenantsFile                      string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -70,11 +73,21 @@ ranges and image pulls from loopback or private registries
 (--allow-private-net), and the caps --max-boxes, --max-cpus,
 --max-memory, and what they can make it write: --max-disk per box,
 --min-free-disk kept free in the home, --max-volumes and --max-volume-space
-for named volumes, --max-snapshots (these have defaults). The grants and caps are server-wide: the server has one
-token, so they are not per token (--max-execs is per client: the token, or
-the unix socket). The MCP endpoint (/mcp) obeys them too: a session's box is
+for named volumes, --max-snapshots (these have defaults). The grants and caps
+are server-wide (--max-execs is per client: the token, a tenant, or the unix
+socket). The MCP endpoint (/mcp) obeys them too: a session's box is
 checked as a REST create is, and its tool calls take the exec slots of one
-client, "mcp" (--max-mcp-sessions bounds the sessions).`,
+client, "mcp", or of the session's tenant (--max-mcp-sessions bounds the
+sessions).
+
+--tenants FILE adds tenants: each token of FILE (airlock tenant add NAME
+makes one) is a tenant that sees, lists and touches only its own boxes,
+snapshots and named volumes (another's box is 404, as one that does not
+exist), within its own quotas (boxes, vCPUs, memory, disk, snapshots,
+concurrent execs) and the server's grants its entry names. The server's own
+token and the unix socket stay the admin: they see every box. FILE is
+reloaded when it changes (checked every second) and on SIGHUP, so tokens
+are added and revoked without a restart. Every audit line names its tenant.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if printSpec {
@@ -178,6 +191,36 @@ client, "mcp" (--max-mcp-sessions bounds the sessions).`,
 				}
 				cfg.Token = tok
 			}
+			if tenantsFile != "" {
+				set, err := tenant.Open(tenantsFile)
+				if err != nil {
+					return err
+				}
+				cfg.Tenants = set
+				hup := make(chan os.Signal, 1)
+				signal.Notify(hup, syscall.SIGHUP)
+				defer signal.Stop(hup)
+				reload := make(chan struct{}, 1)
+				go func() {
+					for range hup {
+						select {
+						case reload <- struct{}{}:
+						default:
+						}
+					}
+				}()
+				go set.Watch(cmd.Context(), reload, func(err error) {
+					if err != nil {
+						log.Error("tenants file not reloaded: the tenants loaded before stay", "file", tenantsFile, "err", err)
+						return
+					}
+					log.Info("tenants reloaded", "file", tenantsFile, "tenants", len(set.File().Tenants))
+				})
+				log.Info("tenants", "file", tenantsFile, "tenants", len(set.File().Tenants))
+				if listen == "" {
+					log.Warn("--tenants without --listen: tenants' tokens are for TCP clients, and the unix socket is the admin's")
+				}
+			}
 			if listen != "" {
 				tok, where, err := server.LoadToken(rt.Home(), token)
 				if err != nil {
@@ -246,6 +289,7 @@ client, "mcp" (--max-mcp-sessions bounds the sessions).`,
 	f.StringArrayVar(&pools, "pool", nil, "keep boxes of IMAGE ready, with Python started: IMAGE[=N] (N default 2; repeatable)")
 	f.StringVar(&e2bAddr, "e2b", "", "also serve E2B's API on this TCP address (e.g. 127.0.0.1:3000), for E2B's own SDKs: E2B_API_URL and E2B_SANDBOX_URL=http://ADDR, E2B_API_KEY=e2b_TOKEN (docs/e2b.md); the token must be hex")
 	f.StringArrayVar(&e2bTemplates, "e2b-template", nil, "map an E2B template to an image: NAME=IMAGE (repeatable; base and code-interpreter-v1 are mapped by default)")
+	f.StringVar(&tenantsFile, "tenants", "", "tenants file (airlock tenant add): more tokens, each a tenant with its own boxes, quotas and grants; reloaded on change and on SIGHUP")
 	f.BoolVar(&printSpec, "print-openapi", false, "print the OpenAPI document and exit (regenerates api/openapi.json)")
 	return cmd
 }

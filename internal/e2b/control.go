@@ -145,6 +145,9 @@ func (s *Server) optionsOf(body newSandboxBody) (airlock.BoxOptions, string, err
 		if strings.HasPrefix(k, labelPrefix) {
 			return o, "", badRequest("metadata key %q: the prefix %s is airlock's own", k, labelPrefix)
 		}
+		if k == tenantLabel {
+			return o, "", badRequest("metadata key %q is airlock's own (it names a box's tenant)", k)
+		}
 		o.Labels[k] = v
 	}
 	keys := make([]string, 0, len(body.EnvVars))

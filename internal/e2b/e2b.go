@@ -87,6 +87,11 @@ const labelPrefix = "airlock.e2b/"
 // without it are not E2B sandboxes and are not listed.
 const templateLabel = labelPrefix + "template"
 
+// tenantLabel is the label that names a box's tenant (airlock serve
+// --tenants; server.TenantLabel, which a test checks it equals): no
+// sandbox's metadata may set it.
+const tenantLabel = "airlock.tenant"
+
 // DefaultTemplates maps E2B's template names to images: "base" to the
 // default image, the code interpreter's templates to the Python data image
 // (numpy, pandas, matplotlib). Any other template name is taken as an image

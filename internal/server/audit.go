@@ -13,7 +13,7 @@ import (
 const DefaultAuditMaxBytes = 16 << 20
 
 // AuditLog appends one JSON line per exec (box, command, exit, duration,
-// client) to a file, owner-only. It is bounded on disk: past MaxBytes the
+// client, tenant) to a file, owner-only. It is bounded on disk: past MaxBytes the
 // file becomes PATH.1 (replacing the previous one) and a new file starts,
 // so at most twice MaxBytes are kept. Commands longer than 4 KiB are cut.
 type AuditLog struct {
@@ -36,8 +36,12 @@ type AuditEntry struct {
 	TimedOut   bool      `json:"timed_out,omitempty"`
 	Error      string    `json:"error,omitempty"`
 	DurationMS float64   `json:"duration_ms"`
-	Client     string    `json:"client"` // "unix" or "token:" + a hash prefix of the token
-	RequestID  string    `json:"request_id,omitempty"`
+	Client     string    `json:"client"` // "unix", "token:" + a hash prefix of the token, or "tenant:" + the tenant
+	// Tenant is the tenant of the request (airlock serve --tenants), or
+	// AdminTenant for the server's own token and the unix socket (and
+	// for an entry written without one).
+	Tenant    string `json:"tenant"`
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // OpenAuditLog opens (creating, mode 0600) the audit log at path; maxBytes
@@ -83,6 +87,9 @@ func (a *AuditLog) Write(e AuditEntry) {
 		return
 	}
 	e.Code = cut(e.Code)
+	if e.Tenant == "" {
+		e.Tenant = AdminTenant
+	}
 	n := 0
 	cmd := make([]string, 0, len(e.Cmd))
 	for _, c := range e.Cmd {
@@ -137,6 +144,7 @@ func (s *Server) audit(ctx context.Context, e AuditEntry, t0 time.Time, err erro
 	e.Time = t0.UTC()
 	e.DurationMS = ms(time.Since(t0))
 	e.Client = clientOf(ctx)
+	e.Tenant = TenantName(ctx)
 	if info, ok := ctx.Value(reqInfoKey).(*reqInfo); ok {
 		e.RequestID = info.id
 	}

@@ -123,7 +123,13 @@ type boxIDInput struct {
 	ID string `path:"id" doc:"Box id, unique id prefix, or name." maxLength:"128"`
 }
 
+// getBox returns the box id names (an id, unique id prefix, or name)
+// among those the request's tenant sees: another tenant's box is 404,
+// exactly as a box that does not exist.
 func (s *Server) getBox(ctx context.Context, id string) (*airlock.Box, error) {
+	if tenantOf(ctx) != nil {
+		return s.tenantBox(ctx, id)
+	}
 	b, err := s.rt.Get(ctx, id)
 	if err != nil {
 		return nil, problem(err)
@@ -152,7 +158,8 @@ func (s *Server) boxOut(ctx context.Context, b *airlock.Box) (*boxOutput, error)
 	if err != nil {
 		return nil, problem(err)
 	}
-	out := &boxOutput{Body: boxOf(info)}
+	s.noteOwner(info.ID, info.Options.Labels)
+	out := &boxOutput{Body: view(ctx, boxOf(info))}
 	if info.State == airlock.BoxRunning {
 		out.Body.Paused, _ = b.Paused(ctx) // false for a driver that cannot pause
 		out.Body.Unhealthy = b.Unhealthy()
@@ -189,13 +196,16 @@ func (s *Server) registerBoxes() {
 			}
 			opts.Secrets[n] = airlock.Secret{Value: s.Value, Hosts: s.Hosts}
 		}
+		if err := own(ctx, &opts); err != nil {
+			return nil, err
+		}
 		var release func()
 		var err error
 		if sp.FromSnapshot != "" {
 			if opts.Image == airlock.DefaultImage {
 				opts.Image = "" // huma's default: the snapshot names its image
 			}
-			opts.FromSnapshot = sp.FromSnapshot
+			opts.FromSnapshot = ns(ctx, sp.FromSnapshot)
 			release, err = s.checkRestore(ctx, opts)
 		} else {
 			release, err = s.checkCreate(ctx, &opts)
@@ -210,7 +220,7 @@ func (s *Server) registerBoxes() {
 				return nil, &Problem{Status: http.StatusConflict, Title: http.StatusText(http.StatusConflict), Code: CodePortInUse,
 					Detail: err.Error() + ": pick another host_port, or 0 for a free one"}
 			}
-			return nil, problem(err)
+			return nil, tenantProblem(ctx, err)
 		}
 		s.events.publish(Event{Type: EventBoxCreated, BoxID: b.ID()})
 		return s.boxOut(ctx, b)
@@ -218,7 +228,7 @@ func (s *Server) registerBoxes() {
 
 	huma.Register(s.api, huma.Operation{
 		OperationID: "list-boxes", Method: http.MethodGet, Path: "/v1/boxes", Tags: []string{"boxes"},
-		Summary: "List boxes", Description: "Every box of this airlock home, oldest first; with label, those with all the labels named.",
+		Summary: "List boxes", Description: "Every box of this airlock home the caller sees (a tenant's token: its own boxes; airlock serve --tenants), oldest first; with label, those with all the labels named.",
 		Errors: []int{http.StatusBadRequest},
 	}, func(ctx context.Context, in *struct {
 		Label []string `query:"label,explode" maxItems:"64" doc:"KEY=VALUE: only boxes with this label; KEY alone: with this key. Repeatable: all must match."`
@@ -244,12 +254,15 @@ func (s *Server) registerBoxes() {
 		out.Body.Boxes = make([]Box, 0, len(infos))
 	boxes:
 		for _, i := range infos {
+			if !sees(ctx, i.Options.Labels) {
+				continue
+			}
 			for _, w := range ws {
 				if v, ok := i.Options.Labels[w.k]; !ok || (!w.any && v != w.v) {
 					continue boxes
 				}
 			}
-			out.Body.Boxes = append(out.Body.Boxes, boxOf(i))
+			out.Body.Boxes = append(out.Body.Boxes, view(ctx, boxOf(i)))
 		}
 		s.cfg.Metrics.boxStates(infos)
 		return out, nil
@@ -275,9 +288,11 @@ func (s *Server) registerBoxes() {
 		if err != nil {
 			return nil, err
 		}
-		if err := s.checkStart(ctx, b); err != nil {
+		release, err := s.checkStart(ctx, b)
+		if err != nil {
 			return nil, err
 		}
+		defer release()
 		if err := b.Start(ctx); err != nil {
 			return nil, problem(err)
 		}
@@ -303,7 +318,7 @@ func (s *Server) registerBoxes() {
 			return out, nil
 		}
 		info.State = airlock.BoxStopped // removed on stop
-		return &boxOutput{Body: boxOf(info)}, nil
+		return &boxOutput{Body: view(ctx, boxOf(info))}, nil
 	})
 
 	huma.Register(s.api, huma.Operation{

@@ -185,6 +185,9 @@ func (s *Server) registerEvents() {
 				if !ok {
 					return
 				}
+				if !s.eventVisible(ctx, ev) {
+					continue // another tenant's box
+				}
 				if err := send.Data(ev); err != nil {
 					return
 				}

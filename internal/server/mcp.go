@@ -9,11 +9,16 @@ import (
 
 // CheckBox applies the server's policy to a box another front end of the
 // server makes on a client's behalf (the MCP endpoint's session boxes),
-// as to a REST create: the grants, the per-box caps and --max-boxes. A
+// as to a REST create: the grants, the per-box caps and --max-boxes, and
+// for a tenant's session (ctx carries the tenant) its quotas, the box
+// made the tenant's (opts gets TenantLabel). A
 // refusal is a *Problem whose Detail says why and which flag grants it.
 // Call release once the box is made (or its making failed): until then
 // the named volumes it makes count against the volume caps.
 func (s *Server) CheckBox(ctx context.Context, opts *airlock.BoxOptions) (release func(), err error) {
+	if err := own(ctx, opts); err != nil {
+		return nil, err
+	}
 	return s.checkCreate(ctx, opts)
 }
 
@@ -41,7 +46,13 @@ func (s *Server) PullContext(ctx context.Context) context.Context { return s.pul
 // CheckStart applies the policy to another front end's start or resume
 // of box b (airlock serve --e2b's connect), as POST /v1/boxes/{id}/start
 // and /resume do: --max-boxes and --min-free-disk. A refusal is a *Problem.
-func (s *Server) CheckStart(ctx context.Context, b *airlock.Box) error { return s.checkStart(ctx, b) }
+func (s *Server) CheckStart(ctx context.Context, b *airlock.Box) error {
+	release, err := s.checkStart(ctx, b)
+	if err == nil {
+		release() // the E2B API's requests are the admin's: no quota
+	}
+	return err
+}
 
 // CheckSuspend applies the policy to another front end's pause to disk of
 // box b, as POST /v1/boxes/{id}/pause with to_disk does: its memory counts

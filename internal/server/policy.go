@@ -185,8 +185,8 @@ func within(dir, p string) bool {
 
 // checkGrants applies the volume and network grants to a create request;
 // host volume sources in opts are replaced by their resolved paths.
-func (s *Server) checkGrants(opts *airlock.BoxOptions) error {
-	p := s.cfg.Policy
+func (s *Server) checkGrants(ctx context.Context, opts *airlock.BoxOptions) error {
+	p, volumeDirs := s.policyFor(ctx)
 	for i, v := range opts.Volumes {
 		if !v.IsHostDir() {
 			if p.DenyNamedVolumes {
@@ -194,16 +194,16 @@ func (s *Server) checkGrants(opts *airlock.BoxOptions) error {
 			}
 			continue
 		}
-		if len(s.volumeDirs) == 0 {
+		if len(volumeDirs) == 0 {
 			return denied("host volume %s: this server grants no host directories (start it with airlock serve --allow-volume DIR)", v.Source)
 		}
 		real, err := filepath.EvalSymlinks(filepath.Clean(v.Source))
 		if err != nil {
 			return denied("host volume %s: cannot resolve it on the server's host (%v): give an existing directory under %s",
-				v.Source, errors.Unwrap(err), strings.Join(s.volumeDirs, ", "))
+				v.Source, errors.Unwrap(err), strings.Join(volumeDirs, ", "))
 		}
 		ok := false
-		for _, d := range s.volumeDirs {
+		for _, d := range volumeDirs {
 			if within(d, real) {
 				ok = true
 				break
@@ -215,11 +215,11 @@ func (s *Server) checkGrants(opts *airlock.BoxOptions) error {
 				detail = " (" + real + " once symlinks are resolved)"
 			}
 			return denied("host volume %s%s is not under a directory this server grants (%s; airlock serve --allow-volume)",
-				v.Source, detail, strings.Join(s.volumeDirs, ", "))
+				v.Source, detail, strings.Join(volumeDirs, ", "))
 		}
 		opts.Volumes[i].Source = real
 	}
-	if err := s.checkPorts(opts); err != nil {
+	if err := s.checkPorts(p, opts); err != nil {
 		return err
 	}
 	for _, port := range opts.AllowHostPorts {
@@ -253,7 +253,7 @@ func denied(format string, a ...any) *Problem {
 // requests cannot pass the volume caps together.
 func (s *Server) checkCreate(ctx context.Context, opts *airlock.BoxOptions) (release func(), err error) {
 	p := s.cfg.Policy
-	if err := s.checkGrants(opts); err != nil {
+	if err := s.checkGrants(ctx, opts); err != nil {
 		return nil, err
 	}
 	cpus, mem, disk := opts.CPUs, opts.MemoryMiB, opts.DiskSizeMiB
@@ -278,8 +278,13 @@ func (s *Server) checkCreate(ctx context.Context, opts *airlock.BoxOptions) (rel
 	if err := s.checkBoxRoom(ctx, 1, ""); err != nil {
 		return nil, err
 	}
+	releaseQuota, err := s.reserveQuota(ctx, usageOfOptions(*opts, 1), fmt.Sprintf("a box with %d vCPUs, %d MiB of memory and a disk of %d MiB", cpus, mem, disk))
+	if err != nil {
+		return nil, err
+	}
 	volMiB, releaseVolumes, err := s.reserveVolumes(ctx, opts.Volumes)
 	if err != nil {
+		releaseQuota()
 		return nil, err
 	}
 	what := fmt.Sprintf("a box with a disk of %d MiB", disk)
@@ -289,6 +294,7 @@ func (s *Server) checkCreate(ctx context.Context, opts *airlock.BoxOptions) (rel
 	want := int64(disk) + int64(volMiB)
 	if err := s.checkFreeDisk(ctx, what, want); err != nil {
 		releaseVolumes()
+		releaseQuota()
 		return nil, err
 	}
 	// Until the box is made (and listed, its disk counted as owed),
@@ -296,6 +302,7 @@ func (s *Server) checkCreate(ctx context.Context, opts *airlock.BoxOptions) (rel
 	s.caps.diskMiB.Add(want)
 	return func() {
 		releaseVolumes()
+		releaseQuota()
 		s.caps.diskMiB.Add(-want)
 	}, nil
 }
@@ -414,21 +421,33 @@ func (s *Server) checkFreeDisk(ctx context.Context, what string, wantMiB int64) 
 
 // checkStart applies the policy to starting box b (start, or resume
 // from disk): a stopped box takes a place under Policy.MaxBoxes again, and
-// what its disk may still take counts against Policy.MinFreeDiskMiB. A
-// box not stopped passes.
-func (s *Server) checkStart(ctx context.Context, b *airlock.Box) error {
+// what its disk may still take counts against Policy.MinFreeDiskMiB; for a
+// tenant's request, its quotas. A box not stopped passes. Call release
+// once the start is done (or failed): until then its vCPUs and memory
+// count against the tenant's quotas.
+func (s *Server) checkStart(ctx context.Context, b *airlock.Box) (release func(), err error) {
 	info, err := b.Info(ctx)
 	if err != nil {
-		return problem(err)
+		return nil, problem(err)
 	}
 	if info.State != airlock.BoxStopped {
-		return nil
+		return func() {}, nil
 	}
 	if err := s.checkBoxRoom(ctx, 1, "starting a box: %[2]d boxes are not stopped; this server allows at most %[3]d (airlock serve --max-boxes): stop or remove one first"); err != nil {
-		return err
+		return nil, err
+	}
+	u := usageOfOptions(info.Options, 1)
+	u.diskMiB = 0 // a stopped box's disk is counted already
+	release, err = s.reserveQuota(ctx, u, "starting a box")
+	if err != nil {
+		return nil, err
 	}
 	disk := int64(info.Options.DiskSizeMiB)
-	return s.checkFreeDisk(ctx, fmt.Sprintf("starting a box with a disk of %d MiB", disk), max(0, disk-info.DiskBytes>>20))
+	if err := s.checkFreeDisk(ctx, fmt.Sprintf("starting a box with a disk of %d MiB", disk), max(0, disk-info.DiskBytes>>20)); err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
 }
 
 // checkBoxRoom refuses making n more boxes when they would pass

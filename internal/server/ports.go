@@ -107,10 +107,10 @@ func (g PublishGrant) covers(addr netip.Addr, port int, proto string) bool {
 	return g.Addr.IsUnspecified() && g.Addr.Is4() == addr.Is4()
 }
 
-// checkPorts applies Policy.AllowPublish to the published ports of a
+// checkPorts applies p.AllowPublish (the request's tenant's) to the published ports of a
 // create request, filling in their defaults (127.0.0.1, tcp).
-func (s *Server) checkPorts(opts *airlock.BoxOptions) error {
-	grants := s.cfg.Policy.AllowPublish
+func (s *Server) checkPorts(p Policy, opts *airlock.BoxOptions) error {
+	grants := p.AllowPublish
 	for i, p := range opts.Ports {
 		if p.HostIP == "" {
 			p.HostIP = "127.0.0.1"

@@ -54,6 +54,9 @@ const (
 	// CodeMethodNotAllowed: the path exists, not with that method (405;
 	// the Allow header lists the methods it takes).
 	CodeMethodNotAllowed = "method_not_allowed"
+	// CodeQuotaExceeded: the request would take its tenant past one of
+	// its quotas (403; airlock tenant add --max-...; tenants.go).
+	CodeQuotaExceeded = "quota_exceeded"
 )
 
 // Problem is an RFC 9457 problem details object with airlock's stable
@@ -64,7 +67,7 @@ type Problem struct {
 	Status   int                 `json:"status,omitempty" doc:"HTTP status code."`
 	Detail   string              `json:"detail,omitempty" doc:"What happened in this occurrence, and what to do."`
 	Instance string              `json:"instance,omitempty" doc:"The request id of this occurrence."`
-	Code     string              `json:"code" enum:"box_not_found,image_not_found,context_not_found,box_not_running,box_running,name_in_use,box_died,timeout,canceled,too_many_execs,unauthorized,body_too_large,invalid_request,not_found,internal,policy_denied,no_lease,exec_not_found,file_not_found,not_a_directory,is_a_directory,file_exists,permission_denied,read_only_filesystem,no_space,invalid_path,not_a_regular_file,port_in_use,snapshot_not_found,snapshot_exists,not_supported,host_capacity,too_many_subscribers,method_not_allowed,box_paused" doc:"Stable machine-readable code."`
+	Code     string              `json:"code" enum:"box_not_found,image_not_found,context_not_found,box_not_running,box_running,name_in_use,box_died,timeout,canceled,too_many_execs,unauthorized,body_too_large,invalid_request,not_found,internal,policy_denied,no_lease,exec_not_found,file_not_found,not_a_directory,is_a_directory,file_exists,permission_denied,read_only_filesystem,no_space,invalid_path,not_a_regular_file,port_in_use,snapshot_not_found,snapshot_exists,not_supported,host_capacity,too_many_subscribers,method_not_allowed,box_paused,quota_exceeded" doc:"Stable machine-readable code."`
 	Cause    string              `json:"cause,omitempty" doc:"For box_died: why the VM ended (guest kernel panic, QEMU process exited, ...)."`
 	Errors   []*huma.ErrorDetail `json:"errors,omitempty" doc:"Individual validation errors."`
 }

@@ -11,7 +11,8 @@ import (
 // (POST /v1/images/pull, a create whose image is absent) obey the server's
 // network grants (see checkPullAddr).
 func (s *Server) pullContext(ctx context.Context) context.Context {
-	return airlock.WithPullCheck(ctx, s.cfg.Policy.checkPullAddr)
+	p, _ := s.policyFor(ctx)
+	return airlock.WithPullCheck(ctx, p.checkPullAddr)
 }
 
 // checkPullAddr applies the network grants to an address an image pull

@@ -44,6 +44,7 @@ import (
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/defaults"
+	"github.com/airlock-run/airlock/internal/tenant"
 )
 
 // Defaults for Config fields left zero.
@@ -138,6 +139,11 @@ type Config struct {
 	MCP http.Handler
 	// Metrics, when set, is served at /metrics and fed by the server.
 	Metrics *Metrics
+	// Tenants, when set, are more bearer tokens for TCP clients, each a
+	// tenant that sees only its own boxes, snapshots and named volumes,
+	// within its quotas and grants (airlock serve --tenants; tenants.go).
+	// Token and the unix socket stay the admin, who sees every box.
+	Tenants *tenant.Set
 }
 
 // Server serves the airlock HTTP API.
@@ -158,6 +164,7 @@ type Server struct {
 
 	volumeDirs []string // Policy.AllowVolumeDirs, resolved
 	caps       capState // named volumes and snapshots being made (policy.go)
+	tenants    tenantState
 
 	mu        sync.Mutex
 	codeboxes map[string]*codeState // by box id
@@ -239,10 +246,10 @@ func New(cfg Config) *Server {
 	s.registerFiles()
 	s.mux.HandleFunc("GET /v1/boxes/{id}/exec/ws", s.handleExecWS)
 	if cfg.Metrics != nil {
-		s.mux.Handle("GET /metrics", cfg.Metrics.Handler())
+		s.mux.Handle("GET /metrics", adminOnly(cfg.Metrics.Handler()))
 	}
 	if cfg.MCP != nil {
-		s.mux.Handle("/mcp", cfg.MCP)
+		s.mux.Handle("/mcp", s.mcpTenants(cfg.MCP))
 	}
 	return s
 }
@@ -457,7 +464,8 @@ const (
 
 // reqInfo carries access-log fields filled in by handlers.
 type reqInfo struct {
-	id string
+	id     string
+	tenant string // the tenant auth found ("" until then)
 }
 
 // Handler returns the API handler. With requireToken every request needs
@@ -483,7 +491,12 @@ func (s *Server) withClient(client string, next http.Handler) http.Handler {
 	})
 }
 
+// clientOf is the client whose exec slots a request takes: its tenant
+// ("tenant:NAME"), else the listener's (the server token's, or "unix").
 func clientOf(ctx context.Context) string {
+	if t := tenantOf(ctx); t != nil {
+		return "tenant:" + t.Name
+	}
 	c, _ := ctx.Value(clientKey).(string)
 	return c
 }
@@ -492,7 +505,14 @@ func (s *Server) auth(next http.Handler) http.Handler {
 	want := []byte("Bearer " + s.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := []byte(r.Header.Get("Authorization"))
-		if s.cfg.Token == "" || subtle.ConstantTimeCompare(got, want) != 1 {
+		admin := s.cfg.Token != "" && subtle.ConstantTimeCompare(got, want) == 1
+		var t *tenant.Tenant
+		if !admin {
+			if tok, ok := strings.CutPrefix(string(got), "Bearer "); ok {
+				t, _ = s.cfg.Tenants.Lookup(tok)
+			}
+		}
+		if !admin && t == nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
 			// A peer without the token keeps no connection open.
 			w.Header().Set("Connection", "close")
@@ -501,6 +521,12 @@ func (s *Server) auth(next http.Handler) http.Handler {
 			return
 		}
 		markAuthenticated(r.Context())
+		if t != nil {
+			if info, ok := r.Context().Value(reqInfoKey).(*reqInfo); ok {
+				info.tenant = t.Name
+			}
+			r = r.WithContext(context.WithValue(r.Context(), tenantCtxKey{}, t))
+		}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -619,14 +645,17 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		info := &reqInfo{id: id}
 		next.ServeHTTP(sw, r.WithContext(context.WithValue(r.Context(), reqInfoKey, info)))
 		sw.deadline()
-		client := clientOf(r.Context())
+		client, tenantName := clientOf(r.Context()), AdminTenant
+		if info.tenant != "" {
+			client, tenantName = "tenant:"+info.tenant, info.tenant
+		}
 		if sw.status == http.StatusUnauthorized {
 			// The listener's client is the token holder: a request
 			// refused for its token is not theirs.
-			client = "unauthenticated"
+			client, tenantName = "unauthenticated", ""
 		}
 		attrs := []any{"request_id", id, "method", r.Method, "path", r.URL.Path, "status", sw.status,
-			"duration_ms", float64(time.Since(t0).Microseconds()) / 1000, "client", client}
+			"duration_ms", float64(time.Since(t0).Microseconds()) / 1000, "client", client, "tenant", tenantName}
 		if m := boxPath.FindStringSubmatch(r.URL.Path); m != nil {
 			attrs = append(attrs, "box", m[1])
 		}
@@ -649,11 +678,23 @@ func (s *Server) routeOf(r *http.Request) string {
 // acquire takes one of the client's exec slots; release returns it. A
 // client with none free gets 429.
 func (s *Server) acquire(ctx context.Context) (release func(), err error) {
-	client := clientOf(ctx)
+	client, limit := clientOf(ctx), s.cfg.MaxExecsPerClient
+	t := tenantOf(ctx)
+	if t != nil {
+		q := t.Quota
+		if cur, ok := s.cfg.Tenants.Get(t.Name); ok {
+			q = cur.Quota // the file as reloaded
+		}
+		if q.Execs > 0 {
+			limit = q.Execs
+		}
+		// A quota changed by a reload takes a new set of slots.
+		client = fmt.Sprintf("%s:%d", client, limit)
+	}
 	s.mu.Lock()
 	ch, ok := s.slots[client]
 	if !ok {
-		ch = make(chan struct{}, s.cfg.MaxExecsPerClient)
+		ch = make(chan struct{}, limit)
 		s.slots[client] = ch
 	}
 	s.mu.Unlock()
@@ -661,6 +702,10 @@ func (s *Server) acquire(ctx context.Context) (release func(), err error) {
 	case ch <- struct{}{}:
 		return func() { <-ch }, nil
 	default:
+		if t != nil {
+			return nil, &Problem{Status: http.StatusTooManyRequests, Title: "Too Many Requests", Code: CodeTooManyExecs,
+				Detail: fmt.Sprintf("tenant %s already runs %d execs, its limit (airlock tenant add --max-execs, else airlock serve --max-execs); wait for one to finish", t.Name, limit)}
+		}
 		return nil, &Problem{Status: http.StatusTooManyRequests, Title: "Too Many Requests", Code: CodeTooManyExecs,
 			Detail: fmt.Sprintf("this client already runs %d execs, the server's limit (airlock serve --max-execs); wait for one to finish", s.cfg.MaxExecsPerClient)}
 	}

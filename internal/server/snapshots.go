@@ -116,7 +116,7 @@ func (s *Server) checkFork(ctx context.Context, info airlock.BoxInfo, n int) err
 func (s *Server) checkRestore(ctx context.Context, opts airlock.BoxOptions) (release func(), err error) {
 	eff, err := s.rt.ResolveOptions(ctx, opts)
 	if err != nil {
-		return nil, problem(err)
+		return nil, tenantProblem(ctx, err)
 	}
 	return s.checkCreate(ctx, &eff)
 }
@@ -183,16 +183,21 @@ func (s *Server) registerSnapshots() {
 		if err != nil {
 			return nil, problem(err)
 		}
+		releaseTenant, err := s.reserveTenantSnapshot(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer releaseTenant()
 		release, err := s.reserveSnapshot(ctx, bi)
 		if err != nil {
 			return nil, err
 		}
-		info, err := b.Snapshot(ctx, in.Body.Name)
+		info, err := b.Snapshot(ctx, ns(ctx, in.Body.Name))
 		release()
 		if err != nil {
-			return nil, problem(err)
+			return nil, tenantProblem(ctx, err)
 		}
-		return &struct{ Body Snapshot }{snapshotOf(info)}, nil
+		return &struct{ Body Snapshot }{viewSnapshot(ctx, snapshotOf(info))}, nil
 	})
 
 	huma.Register(s.api, huma.Operation{
@@ -220,6 +225,11 @@ func (s *Server) registerSnapshots() {
 		if err := s.checkFork(ctx, bi, n); err != nil {
 			return nil, err
 		}
+		releaseQuota, err := s.reserveQuota(ctx, usageOfOptions(bi.Options, n), fmt.Sprintf("a fork into %d boxes", n))
+		if err != nil {
+			return nil, err
+		}
+		defer releaseQuota()
 		kids, err := s.fork(ctx, b, n)
 		if err != nil {
 			return nil, problem(err)
@@ -232,7 +242,8 @@ func (s *Server) registerSnapshots() {
 			if err != nil {
 				return nil, problem(err)
 			}
-			out.Body.Boxes = append(out.Body.Boxes, boxOf(info))
+			s.noteOwner(info.ID, info.Options.Labels)
+			out.Body.Boxes = append(out.Body.Boxes, view(ctx, boxOf(info)))
 		}
 		return out, nil
 	})
@@ -282,9 +293,11 @@ func (s *Server) registerSnapshots() {
 		if err != nil {
 			return nil, err
 		}
-		if err := s.checkStart(ctx, b); err != nil {
+		release, err := s.checkStart(ctx, b)
+		if err != nil {
 			return nil, err
 		}
+		defer release()
 		if err := b.Resume(ctx); err != nil {
 			return nil, problem(err)
 		}
@@ -293,7 +306,7 @@ func (s *Server) registerSnapshots() {
 
 	huma.Register(s.api, huma.Operation{
 		OperationID: "list-snapshots", Method: http.MethodGet, Path: "/v1/snapshots", Tags: []string{"snapshots"},
-		Summary: "List snapshots", Description: "Every memory snapshot of this airlock home, oldest first.",
+		Summary: "List snapshots", Description: "Every memory snapshot of this airlock home the caller sees (a tenant's token: its own), oldest first.",
 	}, func(ctx context.Context, _ *struct{}) (*struct{ Body SnapshotList }, error) {
 		list, err := s.rt.Snapshots(ctx)
 		if err != nil {
@@ -302,7 +315,9 @@ func (s *Server) registerSnapshots() {
 		out := &struct{ Body SnapshotList }{}
 		out.Body.Snapshots = make([]Snapshot, 0, len(list))
 		for _, i := range list {
-			out.Body.Snapshots = append(out.Body.Snapshots, snapshotOf(i))
+			if ownsSnapshot(ctx, i.Name) {
+				out.Body.Snapshots = append(out.Body.Snapshots, viewSnapshot(ctx, snapshotOf(i)))
+			}
 		}
 		return out, nil
 	})
@@ -311,11 +326,11 @@ func (s *Server) registerSnapshots() {
 		OperationID: "get-snapshot", Method: http.MethodGet, Path: "/v1/snapshots/{name}", Tags: []string{"snapshots"},
 		Summary: "Get a snapshot", Errors: []int{http.StatusNotFound},
 	}, func(ctx context.Context, in *snapshotNameInput) (*struct{ Body Snapshot }, error) {
-		info, err := s.rt.Snapshot(ctx, in.Name)
+		info, err := s.rt.Snapshot(ctx, ns(ctx, in.Name))
 		if err != nil {
-			return nil, problem(err)
+			return nil, tenantProblem(ctx, err)
 		}
-		return &struct{ Body Snapshot }{snapshotOf(info)}, nil
+		return &struct{ Body Snapshot }{viewSnapshot(ctx, snapshotOf(info))}, nil
 	})
 
 	huma.Register(s.api, huma.Operation{
@@ -323,8 +338,8 @@ func (s *Server) registerSnapshots() {
 		Summary: "Remove a snapshot", Description: "Boxes restored from it keep running: each has its own copy of what it needs.",
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, func(ctx context.Context, in *snapshotNameInput) (*struct{}, error) {
-		if err := s.rt.RemoveSnapshot(ctx, in.Name); err != nil {
-			return nil, problem(err)
+		if err := s.rt.RemoveSnapshot(ctx, ns(ctx, in.Name)); err != nil {
+			return nil, tenantProblem(ctx, err)
 		}
 		return nil, nil
 	})

@@ -71,9 +71,15 @@ def server_env(airlock_bin: Path) -> Iterator[dict]:
     # Published ports only on free ports of 127.0.0.1 (host_port 0). Pulls
     # from loopback are granted: the start-failure test names an image on a
     # loopback registry that refuses the connection.
+    # Two tenants (test_tenants): alice may keep one box, bob has no quota.
+    tenants = tmp / "tenants.json"
+    for name, quota in (("alice", ["--max-boxes", "1"]), ("bob", [])):
+        out = subprocess.run([str(airlock_bin), "tenant", "add", name, "--file", str(tenants), *quota],
+                             env=env, check=True, capture_output=True, text=True).stdout
+        env["AIRLOCK_TEST_TENANT_" + name.upper()] = out.strip()
     proc = subprocess.Popen([str(airlock_bin), "serve", "--socket", str(sock), "--listen", "127.0.0.1:0",
                              "--token", TOKEN, "--allow-volume", str(tmp / "volumes"), "--allow-publish", "127.0.0.1:0",
-                             "--allow-private-net"],
+                             "--allow-private-net", "--tenants", str(tenants)],
                             env=env, stdout=log, stderr=log)
     deadline = time.monotonic() + 30
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://airlock") as c:

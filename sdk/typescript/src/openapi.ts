@@ -13,7 +13,7 @@ export interface paths {
         };
         /**
          * List boxes
-         * @description Every box of this airlock home, oldest first; with label, those with all the labels named.
+         * @description Every box of this airlock home the caller sees (a tenant's token: its own boxes; airlock serve --tenants), oldest first; with label, those with all the labels named.
          */
         get: operations["list-boxes"];
         put?: never;
@@ -592,7 +592,7 @@ export interface paths {
         };
         /**
          * List snapshots
-         * @description Every memory snapshot of this airlock home, oldest first.
+         * @description Every memory snapshot of this airlock home the caller sees (a tenant's token: its own), oldest first.
          */
         get: operations["list-snapshots"];
         put?: never;
@@ -1098,7 +1098,7 @@ export interface components {
              * @description Stable machine-readable code.
              * @enum {string}
              */
-            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use" | "snapshot_not_found" | "snapshot_exists" | "not_supported" | "host_capacity" | "too_many_subscribers" | "method_not_allowed" | "box_paused";
+            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use" | "snapshot_not_found" | "snapshot_exists" | "not_supported" | "host_capacity" | "too_many_subscribers" | "method_not_allowed" | "box_paused" | "quota_exceeded";
             /** @description What happened in this occurrence, and what to do. */
             detail?: string;
             /** @description Individual validation errors. */
