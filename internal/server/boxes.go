@@ -212,7 +212,6 @@ func (s *Server) registerBoxes() {
 			}
 			return nil, problem(err)
 		}
-		s.events.publish(Event{Type: EventBoxCreated, BoxID: b.ID()})
 		return s.boxOut(ctx, b)
 	})
 
@@ -298,7 +297,6 @@ func (s *Server) registerBoxes() {
 		if err := b.Stop(ctx); err != nil {
 			return nil, problem(err)
 		}
-		s.events.publish(Event{Type: EventBoxStopped, BoxID: b.ID()})
 		if out, err := s.boxOut(ctx, b); err == nil {
 			return out, nil
 		}
@@ -322,7 +320,6 @@ func (s *Server) registerBoxes() {
 		if err := b.Remove(ctx, in.Force); err != nil {
 			return nil, problem(err)
 		}
-		s.events.publish(Event{Type: EventBoxRemoved, BoxID: b.ID(), Reason: "removed"})
 		return nil, nil
 	})
 }
