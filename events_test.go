@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,7 +69,8 @@ func (l *eventLog) take(names map[string]string) ([]string, []airlock.Event) {
 // exactly one event, in the order the calls made them: created before
 // started, pause/resume/snapshot/fork/suspend, every exec started and
 // ended with one ExecID; a stop of a stopped box and a pause of a paused
-// one make none; a failed Create says why and what became of its box.
+// one make none; a VM killed makes one box.died; an AutoRemove box's stop
+// says why it is removed.
 func TestEventsOrderedAndComplete(t *testing.T) {
 	ctx := context.Background()
 	h := fakeHarnessOn(t, fake.NewSnapshotting(os.Getenv("AIRLOCK_AGENT")))
@@ -128,6 +130,20 @@ func TestEventsOrderedAndComplete(t *testing.T) {
 	step("stop", func() error { return b.Stop(ctx) }, "box.stopped box")
 	step("stop again", func() error { return b.Stop(ctx) })
 	step("start", func() error { return b.Start(ctx) }, "box.started box")
+	// Its VM killed: one box.died, with the cause, once its watcher sees.
+	info, err := b.Info(ctx)
+	if err != nil || info.PID == 0 {
+		t.Fatalf("info %+v, %v", info, err)
+	}
+	syscall.Kill(info.PID, syscall.SIGKILL)
+	var died []string
+	for deadline := time.Now().Add(30 * time.Second); len(died) == 0 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		died, _ = log.take(names)
+	}
+	if len(died) != 1 || !strings.HasPrefix(died[0], "box.died box ") {
+		t.Fatalf("VM killed: events %q, want one box.died with its cause", died)
+	}
 	step("remove", func() error { return b.Remove(ctx, true) }, "box.removed box removed")
 
 	// An AutoRemove box goes with its stop: one event says why.

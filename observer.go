@@ -135,7 +135,8 @@ const (
 	// EventBoxDied: its VM ended unexpectedly; Reason is DiedError.Cause.
 	EventBoxDied EventType = "box.died"
 	// EventExecStarted: a process started in the box (every exec,
-	// buffered, streamed, a code run or a context cell); Cmd is its argv.
+	// buffered or streamed, and those code runs and a context's kernel make:
+	// a context's cells run in its kernel, one exec); Cmd is its argv.
 	EventExecStarted EventType = "exec.started"
 	// EventExecEnded: that process ended (or could not be waited for);
 	// ExitCode, TimedOut, Err, Duration.

@@ -243,7 +243,7 @@ func (s *Server) registerEvents() {
 		Summary: "Stream events (Server-Sent Events)",
 		Description: "Every transition of the server's boxes, in the order they happened, one SSE `message` per event (JSON, with an `id:` " +
 			"that is its seq): box created, started, start_failed, paused, resumed, suspended, snapshotted, forked, stopped, removed, died; " +
-			"exec started and ended (every exec, code run and context cell; one exec_id for both). seq counts 1, 2, 3... in the server's life. " +
+			"exec started and ended (every process started in the box: execs, code runs, a context's kernel and the helpers it runs; one exec_id for both). seq counts 1, 2, 3... in the server's life. " +
 			"The first message is stream.open, its seq the last event's. A stream resumes with ?since=SEQ or Last-Event-ID: the server keeps the " +
 			"last 1024 events; a stream that asks for older ones, or falls further behind, gets one events.dropped (dropped: how many, seq: the last " +
 			"of them) and goes on from the oldest kept: nothing is lost unmarked. A since past the last event (the server restarted) gets an " +
