@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
@@ -159,6 +160,8 @@ type Runtime struct {
 	keeper confine.Keeper
 
 	life lifeState // the reaper of boxes past their lifetime (lifetime.go)
+
+	execSeq atomic.Uint64 // the last Event.ExecID
 }
 
 // Open opens (creating if needed) the runtime home and reconciles box
@@ -267,7 +270,7 @@ func (r *Runtime) reconcile(ctx context.Context) error {
 		o := vmm.Handle{PID: cfg.OwnerPID, Start: cfg.OwnerStart}
 		if err == nil && cfg.Options.AutoRemove && o.PID != 0 && o.PID != os.Getpid() && !o.Alive() {
 			// Its creator died without removing it.
-			r.handle(rec, cfg).remove(ctx, true)
+			r.handle(rec, cfg).removeWhy(ctx, true, removedAuto)
 			continue
 		}
 		// A box whose configuration cannot be read is still reconciled;
@@ -423,7 +426,7 @@ func (r *Runtime) create(ctx context.Context, opts BoxOptions, forPool string) (
 		return nil, err
 	}
 	if err := b.Start(ctx); err != nil {
-		b.remove(context.WithoutCancel(ctx), true)
+		b.removeWhy(context.WithoutCancel(ctx), true, removedStartFailed)
 		return nil, err
 	}
 	return b, nil
@@ -528,6 +531,7 @@ func (r *Runtime) recordBox(ctx context.Context, opts BoxOptions, forPool string
 		b.remove(context.WithoutCancel(ctx), true)
 		return nil, err
 	}
+	b.emit(Event{Type: EventBoxCreated})
 	return b, nil
 }
 
@@ -649,18 +653,23 @@ func (r *Runtime) infoOf(rec *store.Box, cfg boxConfig) BoxInfo {
 // is refused with ErrBoxRunning unless force is set, which kills its VM.
 // A box whose record cannot be read can still be removed.
 func (r *Runtime) Remove(ctx context.Context, idOrName string, force bool) error {
+	return r.removeWhy(ctx, idOrName, force, removedByCaller)
+}
+
+// removeWhy is Remove with the box.removed event's reason.
+func (r *Runtime) removeWhy(ctx context.Context, idOrName string, force bool, why string) error {
 	b, err := r.Get(ctx, idOrName)
 	if errors.Is(err, errBadRecord) {
 		rec, gerr := r.db.Get(ctx, idOrName)
 		if gerr != nil {
 			return r.storeErr(idOrName, gerr)
 		}
-		return r.handle(rec, boxConfig{}).remove(ctx, force)
+		return r.handle(rec, boxConfig{}).removeWhy(ctx, force, why)
 	}
 	if err != nil {
 		return err
 	}
-	return b.remove(ctx, force)
+	return b.removeWhy(ctx, force, why)
 }
 
 // ImageInUse returns the ids of boxes that use the image with that

@@ -251,12 +251,13 @@ func (b *Box) Start(ctx context.Context) error {
 	if dir := b.suspendedDir(); dir != "" {
 		return b.resumeFromDisk(ctx, dir)
 	}
-	return b.startWith(ctx, b.r.drv.Start)
+	return b.startWith(ctx, b.r.drv.Start, EventBoxStarted)
 }
 
 // startWith is Start with the machine started by start (a boot, or a
-// restore from a snapshot).
-func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spec) (vmm.Machine, error)) (err error) {
+// restore from a snapshot); kind is the event a start that works makes
+// (box.started, or box.resumed from a suspend).
+func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spec) (vmm.Machine, error), kind EventType) (err error) {
 	rec, unlock, err := b.lockLoad(ctx)
 	defer unlock()
 	if err != nil {
@@ -284,7 +285,15 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 		// A warm pool's box is nobody's yet: not an event (pool.go).
 	} else if o := b.r.opts.Observer; o != nil {
 		t0 := time.Now()
-		defer func() { o.BoxStarted(BoxStartEvent{BoxID: b.id, Duration: time.Since(t0), Err: err}) }()
+		defer func() {
+			d := time.Since(t0)
+			o.BoxStarted(BoxStartEvent{BoxID: b.id, Duration: d, Err: err})
+			if err != nil {
+				b.emit(Event{Type: EventBoxStartFailed, Reason: err.Error(), Duration: d})
+			} else {
+				b.emit(Event{Type: kind, Duration: d})
+			}
+		}()
 	}
 	_, cfg := b.snapshot()
 	img, err := b.image(rec)
@@ -396,6 +405,7 @@ func (b *Box) watchVM(m vmm.Machine) {
 			return
 		}
 		defer b.r.endLate()
+		var died string // its cause, when it died
 		b.mu.Lock()
 		if b.m != m {
 			// A newer boot is being watched.
@@ -408,6 +418,7 @@ func (b *Box) watchVM(m vmm.Machine) {
 			if o := b.r.opts.Observer; o != nil {
 				o.BoxDied(BoxDiedEvent{BoxID: b.id, Cause: b.died.Cause})
 			}
+			died = b.died.Cause
 		}
 		// A stop releases the boot itself; releasing here too could race
 		// with the next Start and remove the cgroup it just made.
@@ -415,6 +426,9 @@ func (b *Box) watchVM(m vmm.Machine) {
 		b.dropConnLocked()
 		b.m, b.vmExit = nil, nil
 		b.mu.Unlock()
+		if died != "" {
+			b.emit(Event{Type: EventBoxDied, Reason: died})
+		}
 		if !released {
 			m.Release()
 		}
@@ -585,13 +599,16 @@ func (b *Box) stop(ctx context.Context, grace time.Duration) error {
 	if err != nil {
 		return err
 	}
-	err = b.stopLocked(ctx, grace)
+	was, err := b.stopLocked(ctx, grace)
+	if err == nil && was {
+		b.emit(Event{Type: EventBoxStopped})
+	}
 	unlock()
 	if err != nil {
 		return err
 	}
 	if _, cfg := b.snapshot(); cfg.Options.AutoRemove {
-		return b.remove(ctx, true)
+		return b.removeWhy(ctx, true, removedAuto)
 	}
 	return nil
 }
@@ -599,16 +616,17 @@ func (b *Box) stop(ctx context.Context, grace time.Duration) error {
 // defaultStopGrace is how long Stop waits for a clean shutdown.
 const defaultStopGrace = 10 * time.Second
 
-func (b *Box) stopLocked(ctx context.Context, grace time.Duration) error {
+// stopLocked stops the box (b.lock held); was is whether it ran.
+func (b *Box) stopLocked(ctx context.Context, grace time.Duration) (was bool, err error) {
 	rec, err := b.load(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	_, cfg := b.snapshot()
 	b.mu.Lock()
 	b.stopping = true
 	b.mu.Unlock()
-	if running(rec) {
+	if was = running(rec); was {
 		// Recorded before the machine goes: the first reason wins.
 		recordExit(b.r.opts.Home, b.id, rec.Started, ExitState{Reason: ExitStopped})
 		m := b.machine(rec, cfg)
@@ -619,16 +637,16 @@ func (b *Box) stopLocked(ctx context.Context, grace time.Duration) error {
 			}
 		}); err != nil {
 			b.stopNet()
-			return fmt.Errorf("box %s: %w", b.id, err)
+			return false, fmt.Errorf("box %s: %w", b.id, err)
 		}
 		m.Release()
 	}
 	b.dropConn()
 	b.stopNet()
 	if err := b.r.db.SetStopped(ctx, b.id); err != nil {
-		return fmt.Errorf("box %s: record it stopped: %w", b.id, err)
+		return false, fmt.Errorf("box %s: record it stopped: %w", b.id, err)
 	}
-	return nil
+	return was, nil
 }
 
 // dropConn closes the handle's agent connection, if any.
@@ -651,7 +669,7 @@ func (b *Box) dropConnLocked() {
 // another process created (a handle from Get or List) is left to it.
 func (b *Box) Close() error {
 	if _, cfg := b.snapshot(); cfg.Options.AutoRemove && (cfg.OwnerPID == 0 || cfg.OwnerPID == os.Getpid()) {
-		return b.remove(context.Background(), true)
+		return b.removeWhy(context.Background(), true, removedAuto)
 	}
 	b.dropConn()
 	b.r.forget(b.id)
@@ -659,9 +677,25 @@ func (b *Box) Close() error {
 }
 
 // Remove deletes the box; see Runtime.Remove.
-func (b *Box) Remove(ctx context.Context, force bool) error { return b.remove(ctx, force) }
+func (b *Box) Remove(ctx context.Context, force bool) error {
+	return b.removeWhy(ctx, force, removedByCaller)
+}
 
-func (b *Box) remove(ctx context.Context, force bool) error {
+// Event.Reason of a box.removed (and the ReapReasons).
+const (
+	removedByCaller    = "removed"
+	removedAuto        = "auto_remove"
+	removedStartFailed = "start_failed"
+	removedForkFailed  = "fork_failed" // a fork's other children failed
+)
+
+// remove removes the box, with no event: a cleanup of a box that had no
+// box.created, or whose removal the caller reports.
+func (b *Box) remove(ctx context.Context, force bool) error { return b.removeWhy(ctx, force, "") }
+
+// removeWhy removes the box; a box.removed with reason why follows,
+// unless why is "".
+func (b *Box) removeWhy(ctx context.Context, force bool, why string) error {
 	if _, err := os.Stat(b.dir); err == nil {
 		unlock, err := b.lock(ctx)
 		if err != nil {
@@ -704,5 +738,11 @@ func (b *Box) remove(ctx context.Context, force bool) error {
 	}
 	os.RemoveAll(boxdir.ShortDir(b.id))
 	b.r.forget(b.id)
-	return boxdir.RemoveBox(b.dir)
+	err = boxdir.RemoveBox(b.dir)
+	if why != "" {
+		// The record is gone: the box is, whatever is left of its
+		// directory.
+		b.emit(Event{Type: EventBoxRemoved, Reason: why})
+	}
+	return err
 }

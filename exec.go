@@ -147,6 +147,8 @@ type Process struct {
 
 	// outBytes counts output for the Observer.
 	outBytes atomic.Int64
+	// id is Event.ExecID.
+	id uint64
 }
 
 func (b *Box) start(ctx context.Context, cmd string, args []string, opts ExecOptions, stdout, stderr io.Writer, stdin bool) (*Process, error) {
@@ -173,7 +175,7 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 	spec.Timeout = lim.Timeout
 	// The call itself must outlive ctx long enough to hear the result.
 	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p := &Process{b: b, t0: time.Now(), cancel: cancel, done: make(chan struct{})}
+	p := &Process{b: b, t0: time.Now(), cancel: cancel, done: make(chan struct{}), id: b.r.execSeq.Add(1)}
 	// ExecStart's buffers: the result carries what they kept.
 	keptOut, _ := stdout.(*headtail.Buffer)
 	keptErr, _ := stderr.(*headtail.Buffer)
@@ -193,6 +195,7 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 		return nil, b.callErr(err)
 	}
 	p.proc = proc
+	b.r.execStarted(p, cmd, args) // before the waiter can report its end
 	if opts.Stdin != nil {
 		go execrun.CopyStdin(proc, opts.Stdin)
 	}

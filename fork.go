@@ -68,11 +68,16 @@ func (b *Box) fork(ctx context.Context, n int, opts ForkOptions) ([]*Box, error)
 	if err := errors.Join(errs...); err != nil {
 		for _, k := range kids {
 			if k != nil {
-				k.remove(context.WithoutCancel(ctx), true)
+				k.removeWhy(context.WithoutCancel(ctx), true, removedForkFailed)
 			}
 		}
 		return nil, fmt.Errorf("fork box %s: %w", b.id, err)
 	}
+	ids := make([]string, len(kids))
+	for i, k := range kids {
+		ids[i] = k.id
+	}
+	b.emit(Event{Type: EventBoxForked, Children: ids})
 	return kids, nil
 }
 

@@ -131,7 +131,7 @@ func (r *Runtime) Reap(ctx context.Context) []BoxReapedEvent {
 		if why == "" {
 			continue
 		}
-		err = r.Remove(ctx, rec.ID, true)
+		err = r.removeWhy(ctx, rec.ID, true, string(why))
 		if errors.Is(err, ErrBoxNotFound) {
 			continue // another process's reaper, or its owner, was first
 		}

@@ -128,8 +128,12 @@ func (b *Box) Pause(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	was, _ := p.Paused(ctx, spec, h)
 	if err := p.Pause(ctx, spec, h); err != nil {
 		return fmt.Errorf("pause box %s: %w", b.id, err)
+	}
+	if !was {
+		b.emit(Event{Type: EventBoxPaused})
 	}
 	return nil
 }
@@ -148,8 +152,12 @@ func (b *Box) Resume(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	was, _ := p.Paused(ctx, spec, h)
 	if err := p.Resume(ctx, spec, h); err != nil {
 		return fmt.Errorf("resume box %s: %w", b.id, err)
+	}
+	if was {
+		b.emit(Event{Type: EventBoxResumed})
 	}
 	c, err := b.client(ctx)
 	if err != nil {

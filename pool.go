@@ -282,6 +282,11 @@ func (r *Runtime) claimPooled(ctx context.Context, opts BoxOptions) (*Box, error
 		// tried.
 		return !errors.Is(err, ErrNameInUse), err
 	})
+	if err == nil && b != nil {
+		// The caller's box from now: its life's first events.
+		b.emit(Event{Type: EventBoxCreated})
+		b.emit(Event{Type: EventBoxStarted})
+	}
 	return b, err
 }
 

@@ -66,7 +66,11 @@ func (r *Runtime) snapshotter() (vmm.Snapshotter, error) {
 // Errors: ErrBoxNotRunning, ErrSnapshotExists, ErrNotSupported for a
 // driver without snapshots.
 func (b *Box) Snapshot(ctx context.Context, name string) (SnapshotInfo, error) {
-	return b.snapshotWith(ctx, name, vmm.SaveOptions{})
+	info, err := b.snapshotWith(ctx, name, vmm.SaveOptions{})
+	if err == nil {
+		b.emit(Event{Type: EventBoxSnapshotted, Snapshot: info.Name})
+	}
+	return info, err
 }
 
 // snapshotWith is Snapshot with the driver's save options (Fork's
@@ -266,12 +270,12 @@ func (r *Runtime) restore(ctx context.Context, opts BoxOptions, forPool string) 
 	}
 	err = b.startWith(ctx, func(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
 		return sn.StartFromSnapshot(ctx, spec, dir)
-	})
+	}, EventBoxStarted)
 	if err == nil {
 		err = b.restored(ctx)
 	}
 	if err != nil {
-		b.remove(context.WithoutCancel(ctx), true)
+		b.removeWhy(context.WithoutCancel(ctx), true, removedStartFailed)
 		return nil, fmt.Errorf("restore snapshot %s: %w", name, err)
 	}
 	return b, nil

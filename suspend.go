@@ -83,10 +83,11 @@ func (b *Box) Suspend(ctx context.Context) error {
 		return fmt.Errorf("suspend box %s: %w", b.id, err)
 	}
 	// Ended without a shutdown: the guest must not run on.
-	if err := b.stopLocked(ctx, 0); err != nil {
+	if _, err := b.stopLocked(ctx, 0); err != nil {
 		boxdir.DropSuspended(final)
 		return err
 	}
+	b.emit(Event{Type: EventBoxSuspended})
 	return nil
 }
 
@@ -103,12 +104,14 @@ func (b *Box) resumeFromDisk(ctx context.Context, dir string) error {
 	}
 	err = b.startWith(ctx, func(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
 		return sn.StartFromSnapshot(ctx, spec, dir)
-	})
+	}, EventBoxResumed)
 	if err == nil {
 		if err = b.restored(ctx); err != nil {
 			// Not resumed: stopped again, the saved state kept.
 			if unlock, lerr := b.lock(context.WithoutCancel(ctx)); lerr == nil {
-				b.stopLocked(context.WithoutCancel(ctx), 0)
+				if was, _ := b.stopLocked(context.WithoutCancel(ctx), 0); was {
+					b.emit(Event{Type: EventBoxStopped})
+				}
 				unlock()
 			}
 		}

@@ -42,16 +42,23 @@ func serverClient(socket string) (c *http.Client, base string, auth func(*http.R
 func newEventsCmd() *cobra.Command {
 	var socket string
 	var asJSON bool
+	var since int64
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "Print the events of a running airlock serve (boxes created, started, died; execs)",
 		Long: `events follows /v1/events of the airlock serve on the socket (--socket, else
 $AIRLOCK_SOCKET, else the home's), or of $AIRLOCK_URL with $AIRLOCK_TOKEN, and
-prints one line per event until interrupted.`,
+prints one line per event until interrupted. With --since SEQ it starts after
+that event (those the server still holds; an events.dropped line stands for
+older ones).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, base, auth, where := serverClient(socket)
-			req, err := http.NewRequestWithContext(cmd.Context(), "GET", base+"/v1/events", nil)
+			url := base + "/v1/events"
+			if since >= 0 {
+				url += fmt.Sprintf("?since=%d", since)
+			}
+			req, err := http.NewRequestWithContext(cmd.Context(), "GET", url, nil)
 			if err != nil {
 				return err
 			}
@@ -84,7 +91,16 @@ prints one line per event until interrupted.`,
 					fmt.Fprintln(out, data)
 					continue
 				}
-				line := fmt.Sprintf("%s %-16s %s", ev.Time.Local().Format(time.TimeOnly), ev.Type, ev.BoxID)
+				line := fmt.Sprintf("%s %6d %-16s %s", ev.Time.Local().Format(time.TimeOnly), ev.Seq, ev.Type, ev.BoxID)
+				if ev.Snapshot != "" {
+					line += " snapshot=" + ev.Snapshot
+				}
+				if len(ev.Children) > 0 {
+					line += " children=" + strings.Join(ev.Children, ",")
+				}
+				if ev.Dropped > 0 {
+					line += fmt.Sprintf(" dropped=%d", ev.Dropped)
+				}
 				if len(ev.Cmd) > 0 {
 					line += " " + strings.Join(ev.Cmd, " ")
 				}
@@ -113,5 +129,6 @@ prints one line per event until interrupted.`,
 	}
 	cmd.Flags().StringVar(&socket, "socket", "", "the server's unix socket (default $AIRLOCK_SOCKET, else the home's)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print each event as JSON")
+	cmd.Flags().Int64Var(&since, "since", -1, "start after the event of this seq (0: all the server holds)")
 	return cmd
 }

@@ -222,7 +222,6 @@ func (s *Server) registerBoxes() {
 			}
 			return nil, tenantProblem(ctx, err)
 		}
-		s.events.publish(Event{Type: EventBoxCreated, BoxID: b.ID()})
 		return s.boxOut(ctx, b)
 	})
 
@@ -313,7 +312,6 @@ func (s *Server) registerBoxes() {
 		if err := b.Stop(ctx); err != nil {
 			return nil, problem(err)
 		}
-		s.events.publish(Event{Type: EventBoxStopped, BoxID: b.ID()})
 		if out, err := s.boxOut(ctx, b); err == nil {
 			return out, nil
 		}
@@ -337,7 +335,6 @@ func (s *Server) registerBoxes() {
 		if err := b.Remove(ctx, in.Force); err != nil {
 			return nil, problem(err)
 		}
-		s.events.publish(Event{Type: EventBoxRemoved, BoxID: b.ID(), Reason: "removed"})
 		return nil, nil
 	})
 }

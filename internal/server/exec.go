@@ -131,7 +131,6 @@ func (s *Server) registerExec() {
 			}
 			opts.Stdin = bytes.NewReader(data)
 		}
-		s.events.publish(Event{Type: EventExecStarted, BoxID: b.ID(), Cmd: in.Body.Cmd})
 		t0 := time.Now()
 		res, err := s.execBuffered(ctx, b, in.Body.Cmd, opts)
 		e := AuditEntry{Kind: "exec", BoxID: b.ID(), Cmd: in.Body.Cmd}

@@ -32,9 +32,6 @@ func secs(f float64) time.Duration {
 func (s *Server) reaped(ev airlock.BoxReapedEvent) {
 	s.dropCodebox(ev.BoxID)
 	s.log.Info("box removed", "box", ev.BoxID, "reason", ev.Reason, "error", ev.Err)
-	if ev.Err == nil {
-		s.events.publish(Event{Type: EventBoxRemoved, BoxID: ev.BoxID, Reason: string(ev.Reason)})
-	}
 }
 
 // reap runs the Runtime's Reap every Config.ReapInterval until ctx ends

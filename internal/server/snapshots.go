@@ -237,7 +237,6 @@ func (s *Server) registerSnapshots() {
 		out := &struct{ Body ForkResult }{}
 		out.Body.Boxes = make([]Box, 0, len(kids))
 		for _, k := range kids {
-			s.events.publish(Event{Type: EventBoxCreated, BoxID: k.ID()})
 			info, err := k.Info(ctx)
 			if err != nil {
 				return nil, problem(err)

@@ -402,13 +402,20 @@ func TestServerVM(t *testing.T) {
 	})
 
 	t.Run("events", func(t *testing.T) {
-		want := []string{EventBoxStarted, EventBoxCreated, EventExecStarted, EventExecEnded, EventBoxDied, EventBoxRemoved}
+		// created before started (#39); every seq one more than the last.
+		want := []string{EventBoxCreated, EventBoxStarted, EventExecStarted, EventExecEnded, EventBoxDied, EventBoxRemoved}
 		evs := got.waitFor(t, EventBoxRemoved)
 		i := 0
 		sawExit3 := false
-		for _, ev := range evs {
+		for k, ev := range evs {
 			if ev.BoxID != id {
 				t.Errorf("event of another box: %+v", ev)
+			}
+			if k > 0 && ev.Seq != evs[k-1].Seq+1 {
+				t.Errorf("event %d has seq %d after %d", k, ev.Seq, evs[k-1].Seq)
+			}
+			if i == 0 && ev.Type != EventBoxCreated {
+				t.Errorf("first event %+v, want box.created", ev)
 			}
 			if i < len(want) && ev.Type == want[i] {
 				i++

@@ -154,7 +154,6 @@ func (s *Server) handleExecWS(w http.ResponseWriter, r *http.Request) {
 			Detail: "the first message must be a text frame with an ExecRequest (JSON, cmd not empty)"})
 		return
 	}
-	s.events.publish(Event{Type: EventExecStarted, BoxID: b.ID(), Cmd: req.Cmd})
 	t0 := time.Now()
 	audit := AuditEntry{Kind: "exec_stream", BoxID: b.ID(), Cmd: req.Cmd}
 	p, err := b.ExecStream(ctx, req.Cmd[0], req.Cmd[1:], req.options())

@@ -190,12 +190,11 @@ async def test_copy_in_out(box: airlock.CodeBox, tmp_path: Path) -> None:
     (src / "sub" / "big.bin").write_bytes(os.urandom(3 << 20))
     os.chmod(src / "data.csv", 0o640)
     (src / "link").symlink_to("data.csv")
-    # The destination's parent must exist.
-    with pytest.raises(airlock.AirlockError) as ei:
-        await box.copy_in(src, "/tmp/cp/tree")
-    assert ei.value.code == "file_not_found"
-    # A directory to a missing path is created there; a file into an existing directory keeps its name.
-    await box.mkdir("/tmp/cp")
+    # Missing parents are made, as write_file makes them.
+    await box.copy_in(src / "data.csv", "/tmp/cp-new/a/b/data.csv")
+    assert await box.read_file("/tmp/cp-new/a/b/data.csv") == b"a,b\n1,2\n"
+    # A directory to a missing path is created there (its parent too); a file into an existing directory keeps
+    # its name.
     await box.copy_in(src, "/tmp/cp/tree")
     await box.copy_in(src / "data.csv", "/tmp/cp")
     r = await box.exec("sh", "-c", "cd /tmp/cp && stat -c '%n %a' tree/data.csv data.csv && readlink tree/link && sha256sum tree/sub/big.bin")
@@ -238,3 +237,35 @@ async def test_host_volume_policy(server_env: dict, tmp_path: Path) -> None:
     with pytest.raises(airlock.AirlockError) as ei:
         await airlock.SimpleBox(network="none", volumes=[(str(tmp_path), "/data", "ro")]).start()
     assert (ei.value.status, ei.value.code) == (403, "policy_denied") and "--allow-volume" in ei.value.detail
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_events_ordered_and_resumable(server_env: dict) -> None:
+    """Client.events: a box's transitions in order, numbered; since=SEQ
+    resumes after it."""
+    client = airlock.Client()
+    sb = airlock.SimpleBox()
+    await sb.start()
+    r = await sb.exec("sh", "-c", "exit 3")
+    assert r.exit_code == 3
+    box_id = sb.id
+    await sb.stop()
+
+    async def of_box(since: int) -> list:
+        out = []
+
+        async def collect() -> None:
+            async for ev in client.events(since=since):
+                if ev.get("box_id") == box_id:
+                    out.append(ev)
+                    if ev["type"] == "box.removed":
+                        return
+
+        await asyncio.wait_for(collect(), 60)
+        return out
+
+    evs = await of_box(0)
+    assert [e["type"] for e in evs] == ["box.created", "box.started", "exec.started", "exec.ended", "box.removed"]
+    assert [e["seq"] for e in evs] == sorted(e["seq"] for e in evs) and len({e["seq"] for e in evs}) == 5
+    assert evs[3]["exit_code"] == 3 and evs[2]["exec_id"] == evs[3]["exec_id"]
+    assert [e["seq"] for e in await of_box(evs[1]["seq"])] == [e["seq"] for e in evs[2:]]

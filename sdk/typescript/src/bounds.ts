@@ -23,6 +23,8 @@ export const BOUNDS: Record<string, Record<string, Record<string, number>>> = {
         "working_dir": {"maxLength": 4096},
     },
     "Event": {
+        "dropped": {"minimum": 0},
+        "exec_id": {"minimum": 0},
         "seq": {"minimum": 0},
     },
     "ExecRequest": {

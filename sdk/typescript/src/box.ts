@@ -8,6 +8,7 @@ import { BOUNDS } from "./bounds.js";
 import { AirlockError, Client, problemError } from "./client.js";
 import { Files, type FileInfo } from "./files.js";
 import type { components } from "./openapi.js";
+import { NotImplementedError, networkOf, volumesOf } from "./boxlite.js";
 import { snapshotOf, type Snapshot } from "./snapshots.js";
 
 type Schemas = components["schemas"];
@@ -47,8 +48,12 @@ export interface BoxOptions {
   workingDir?: string;
   /** User of every exec: name, uid, name:group or uid:gid. */
   user?: string;
-  /** `"public"` (default: the internet; host and private ranges denied), `"allowlist"` (only `allowNet`) or `"none"` (no interface); `"enabled"`/`"disabled"` are old names. */
-  network?: "public" | "allowlist" | "none" | "enabled" | "disabled";
+  /**
+   * `"public"` (default: the internet; host and private ranges denied), `"allowlist"` (only `allowNet`) or `"none"`
+   * (no interface); `"enabled"`/`"disabled"` are old names. BoxLite's `{ mode, allowNet }` (or
+   * `{ outbound: { mode, allowNet } }`) works too: `enabled` with names is an allowlist.
+   */
+  network?: "public" | "allowlist" | "none" | "enabled" | "disabled" | { mode?: "enabled" | "disabled"; allowNet?: string[]; outbound?: { mode: "enabled" | "disabled"; allowNet?: string[] } };
   /** Destinations of an allowlist network: names (`*.example.com`), IPs, CIDRs, each with an optional `:PORT`. */
   allowNet?: string[];
   /** Host ports (of the host's 127.0.0.1) the box may reach as `host.airlock.internal:PORT`; each must be granted by `airlock serve --allow-host-port`. */
@@ -57,7 +62,7 @@ export interface BoxOptions {
    * Volumes: `"SRC:DST[:ro]"` strings or `{ source, target, readOnly }`. A host directory must be under one
    * the server grants (`airlock serve --allow-volume DIR`), else the start rejects with `policy_denied` (403).
    */
-  volumes?: (string | { source: string; target: string; readOnly?: boolean })[];
+  volumes?: (string | { source: string; target: string; readOnly?: boolean } | { hostPath: string; guestPath: string; readOnly?: boolean })[];
   /**
    * Published ports (Docker's `-p`): a guest port (`8000`: a free host port), `"[HOSTIP:]HOSTPORT:GUESTPORT[/tcp|udp]"`
    * (`"8080:80"`, `"127.0.0.1:5353:53/udp"`) or a {@link PortMapping}; the host address defaults to 127.0.0.1. The
@@ -74,8 +79,33 @@ export interface BoxOptions {
   secrets?: Record<string, Secret>;
   /** Writable layer size in MiB (server default 4096). */
   diskSizeMib?: number;
-  /** Remove the box when it stops. */
+  /** BoxLite's size in GB (× 1024 MiB); give this or `diskSizeMib`. */
+  diskSizeGb?: number;
+  /**
+   * Remove the box when it stops. Left out, {@link SimpleBox.stop} removes it all the same; `false` (BoxLite's
+   * spelling of a kept box) makes `stop()` shut it down and keep it, to be found again by `name`
+   * ({@link reuseExisting}).
+   */
   autoRemove?: boolean;
+  /**
+   * BoxLite's: with `name`, take the box of that name when it exists (started when stopped; {@link SimpleBox.created}
+   * is then false), else create it (true).
+   */
+  reuseExisting?: boolean;
+  /** BoxLite's runtime ({@link JsBoxlite}): its server is the one used (as `client`). */
+  runtime?: { readonly client: Client };
+  /** BoxLite's: accepted as `true` (an airlock box lives until removed); `false` is the default here too only for BoxLite's own runtime boxes. */
+  detach?: boolean;
+  /** Not supported (NotImplementedError at start): `airlock image import PATH --tag NAME`, then `image`. */
+  rootfsPath?: string;
+  /** Not supported (NotImplementedError at start): airlock's agent is init; start processes with `exec`/`stream`. */
+  entrypoint?: string[];
+  /** Not supported, as `entrypoint`. */
+  cmd?: string[];
+  /** Not supported (NotImplementedError at start): every box runs confined; `airlock serve`'s policy flags set limits. */
+  security?: unknown;
+  /** Not supported, as `security`. */
+  advanced?: unknown;
   /** Labels (key → value) stored with the box: `GET /v1/boxes?label=KEY=VALUE` and `airlock ls --filter label=KEY=VALUE` match them. */
   labels?: Record<string, string>;
   /**
@@ -237,7 +267,7 @@ function volumeSpec(v: string | { source: string; target: string; readOnly?: boo
   return { source, target: parts[1], read_only: parts[2] === "ro" };
 }
 
-function portSpec(p: number | string | PortMapping): Schemas["PortSpec"] {
+export function portSpec(p: number | string | PortMapping): Schemas["PortSpec"] {
   const bad = (): TypeError =>
     new TypeError(`port ${JSON.stringify(p)}: want a guest port, "[HOSTIP:]HOSTPORT:GUESTPORT[/tcp|udp]" or { guestPort, hostPort?, hostIp?, protocol? }`);
   if (typeof p === "number") {
@@ -315,8 +345,8 @@ function execRequest(cmd: string, args: string[], o: ExecOptions): ExecRequest {
 const KNOWN_OPTIONS = new Set([
   "image", "memoryMib", "cpus", "name", "env", "workingDir", "user", "network", "diskSizeMib", "autoRemove",
   "allowNet", "allowHostPorts", "volumes", "ports", "fromSnapshot", "labels", "secrets",
-  "client", "indexUrl",
-  "runtime", // BoxLite's runtime handle: the server is the runtime here
+  "client", "indexUrl", "diskSizeGb", "reuseExisting", "detach", "rootfsPath", "entrypoint", "cmd", "security", "advanced",
+  "runtime", // BoxLite's runtime handle (JsBoxlite): its server is used
 ]);
 
 // What to do, where the server's detail does not say it already (for
@@ -349,10 +379,11 @@ export class SimpleBox implements AsyncDisposable {
   private boxId?: string;
   private starting?: Promise<string>;
   private stopped = false;
+  private wasCreated: boolean | null = null;
 
   constructor(options: BoxOptions = {}) {
     this.options = options;
-    this.client = options.client ?? Client.default();
+    this.client = options.client ?? options.runtime?.client ?? Client.default();
     const spec: BoxSpec = {};
     if (options.fromSnapshot) {
       spec.from_snapshot = options.fromSnapshot;
@@ -366,12 +397,19 @@ export class SimpleBox implements AsyncDisposable {
     if (options.env !== undefined) spec.env = envList(options.env);
     if (options.workingDir !== undefined) spec.working_dir = options.workingDir;
     if (options.user !== undefined) spec.user = options.user;
-    if (options.network !== undefined) spec.network = options.network;
+    if (typeof options.network === "string") spec.network = options.network;
+    else if (options.network !== undefined) Object.assign(spec, networkOf(options.network));
     if (options.diskSizeMib !== undefined) spec.disk_size_mib = options.diskSizeMib;
+    if (options.diskSizeGb !== undefined) {
+      if (!Number.isInteger(options.diskSizeGb) || options.diskSizeGb < 1) throw new TypeError(`diskSizeGb must be a whole number of GB >= 1, got ${options.diskSizeGb}`);
+      spec.disk_size_mib = options.diskSizeGb * 1024;
+    }
     if (options.autoRemove) spec.auto_remove = true;
     if (options.allowNet?.length) spec.allow_net = [...options.allowNet];
     if (options.allowHostPorts?.length) spec.allow_host_ports = [...options.allowHostPorts];
-    if (options.volumes?.length) spec.volumes = options.volumes.map(volumeSpec);
+    if (options.volumes?.length) {
+      spec.volumes = options.volumes.map((v) => (typeof v === "object" && v !== null && "hostPath" in v ? volumesOf([v])![0] : volumeSpec(v as string)));
+    }
     if (options.ports?.length) spec.ports = options.ports.map(portSpec);
     if (options.labels && Object.keys(options.labels).length) spec.labels = { ...options.labels };
     if (options.secrets && Object.keys(options.secrets).length) {
@@ -421,7 +459,9 @@ export class SimpleBox implements AsyncDisposable {
   protected box(): Promise<string> {
     if (this.stopped) {
       return Promise.reject(new Error(
-        `this ${this.constructor.name} was stopped and its box removed; create a new ${this.constructor.name} to run more code`));
+        this.options.autoRemove === false
+          ? `this ${this.constructor.name} was stopped (its box kept: a new ${this.constructor.name} with reuseExisting and its name takes it again)`
+          : `this ${this.constructor.name} was stopped and its box removed; create a new ${this.constructor.name} to run more code`));
     }
     if (!this.starting) {
       this.starting = this.create().catch((e) => {
@@ -436,16 +476,69 @@ export class SimpleBox implements AsyncDisposable {
     if (this.unsupported.length) {
       throw new TypeError(`unsupported box options: ${this.unsupported.join(", ")}`);
     }
+    const o = this.options;
+    if (o.rootfsPath) throw new NotImplementedError("rootfsPath", "import the OCI layout as an image (airlock image import PATH --tag NAME) and pass image: NAME");
+    if (o.entrypoint !== undefined || o.cmd !== undefined) {
+      throw new NotImplementedError("entrypoint/cmd", "airlock boxes run its agent as init, not the image's entrypoint; start processes with exec() or stream()");
+    }
+    if (o.security !== undefined || o.advanced !== undefined) {
+      throw new NotImplementedError("security/advanced", "every airlock box runs confined (seccomp, no capabilities, its own uid); set limits with airlock serve's policy flags");
+    }
+    if (o.reuseExisting) {
+      if (!this.spec.name) throw new TypeError("reuseExisting needs a name (the box to take when it exists)");
+      const found = await this.reuse(this.spec.name);
+      if (found) return found;
+    }
     let info: BoxInfo;
     try {
       info = await this.client.request<BoxInfo>("POST", "/v1/boxes", this.spec);
     } catch (e) {
       if (!(e instanceof AirlockError)) throw e;
+      if (o.reuseExisting && e.code === "name_in_use") {
+        const found = await this.reuse(this.spec.name!); // made by another caller meanwhile
+        if (found) return found;
+      }
       const what = this.spec.from_snapshot ? `restore snapshot ${this.spec.from_snapshot}` : `start a box from ${this.image}`;
       throw new AirlockError(e.status, e.code, `could not ${what}: ${e.message}${startHint(e.code)}`, e.problem, { cause: e });
     }
     this.boxId = info.id;
+    this.wasCreated = true;
     return info.id;
+  }
+
+  /** The id of the box called name, started when stopped; undefined when there is none. */
+  private async reuse(name: string): Promise<string | undefined> {
+    let info: BoxInfo;
+    try {
+      info = await this.client.request<BoxInfo>("GET", `/v1/boxes/${encodeURIComponent(name)}`);
+    } catch (e) {
+      if (e instanceof AirlockError && e.code === "box_not_found") return undefined;
+      throw e;
+    }
+    if (info.state !== "running") await this.client.request("POST", `/v1/boxes/${encodeURIComponent(info.id)}/start`);
+    this.boxId = info.id;
+    this.wasCreated = false;
+    return info.id;
+  }
+
+  /** BoxLite's: whether the box was created (true) or an existing one reused (false); null before it starts. */
+  get created(): boolean | null {
+    return this.wasCreated;
+  }
+
+  /** The box name it was given, if any. */
+  get name(): string | undefined {
+    return this.spec.name ?? undefined;
+  }
+
+  /** BoxLite's: the box id, starting the box when needed. */
+  async getId(): Promise<string> {
+    return this.box();
+  }
+
+  /** BoxLite's: {@link info}, starting the box when needed. */
+  async getInfo(): Promise<BoxInfo> {
+    return this.info();
   }
 
   /** The box's description on the server. */
@@ -566,7 +659,8 @@ export class SimpleBox implements AsyncDisposable {
     }
     this.boxId = undefined;
     try {
-      await this.client.request("DELETE", `/v1/boxes/${encodeURIComponent(id)}?force=true`);
+      if (this.options.autoRemove === false) await this.client.request("POST", `/v1/boxes/${encodeURIComponent(id)}/stop`);
+      else await this.client.request("DELETE", `/v1/boxes/${encodeURIComponent(id)}?force=true`);
     } catch (e) {
       if (!(e instanceof AirlockError && e.code === "box_not_found")) throw e;
     }
@@ -585,8 +679,20 @@ export class SimpleBox implements AsyncDisposable {
    *
    *     const r = await box.exec("python3", "-c", "print(1)", { timeout: 10 });
    */
-  async exec(cmd: string, ...rest: [...args: string[], options: ExecOptions] | string[]): Promise<ExecResult> {
-    const [args, o] = splitArgs(rest);
+  async exec(cmd: string, ...rest: [...args: string[], options: ExecOptions] | string[]): Promise<ExecResult>;
+  /** BoxLite's form: `exec(cmd, args, env?, { cwd, user, timeoutSecs })`. */
+  async exec(cmd: string, args: string[], env?: Record<string, string> | null, options?: { cwd?: string; user?: string; timeoutSecs?: number }): Promise<ExecResult>;
+  async exec(cmd: string, ...rest: unknown[]): Promise<ExecResult> {
+    let args: string[];
+    let o: ExecOptions;
+    if (Array.isArray(rest[0])) {
+      // BoxLite's exec(cmd, args[], env?, { cwd, user, timeoutSecs })
+      const [a, env, bo] = rest as [string[], Record<string, string> | null | undefined, { cwd?: string; user?: string; timeoutSecs?: number } | undefined];
+      [args] = splitArgs(a);
+      o = { env: env ?? undefined, cwd: bo?.cwd, user: bo?.user, timeout: bo?.timeoutSecs };
+    } else {
+      [args, o] = splitArgs(rest as (string | ExecOptions)[]);
+    }
     const id = await this.box();
     const req = execRequest(cmd, args, o);
     if (o.stdin !== undefined) {
@@ -643,7 +749,7 @@ export class SimpleBox implements AsyncDisposable {
 
   /**
    * Copies a host file or directory tree into the box, as `docker cp`: into `boxPath` when it is an
-   * existing directory, else to `boxPath` itself (its parent must exist). Streamed as tar (modes, times,
+   * existing directory, else to `boxPath` itself (missing parent directories are created, as `writeFile` does). Streamed as tar (modes, times,
    * symlinks kept); each file lands atomically.
    */
   async copyIn(hostPath: string, boxPath: string): Promise<void> {
@@ -701,6 +807,8 @@ export class ExecStream implements AsyncIterable<OutputChunk>, AsyncDisposable {
   timedOut = false;
   /** Set when the process did not end normally. */
   errorMessage?: string;
+  /** The server's id of the exec (`GET /v1/boxes/{id}/execs`), once it has started. */
+  execId?: string;
 
   private ws?: Promise<WebSocket>;
   private queue: OutputChunk[] = [];
@@ -739,7 +847,7 @@ export class ExecStream implements AsyncIterable<OutputChunk>, AsyncDisposable {
         this.onMessage(data, isBinary);
         return;
       }
-      let m: { type?: string; problem?: { status?: number } } | undefined;
+      let m: { type?: string; exec_id?: string; problem?: { status?: number } } | undefined;
       try {
         m = isBinary ? undefined : JSON.parse(data.toString());
       } catch {
@@ -747,6 +855,7 @@ export class ExecStream implements AsyncIterable<OutputChunk>, AsyncDisposable {
       }
       if (m?.type === "started") {
         started = true;
+        this.execId = m.exec_id;
         settle!.resolve();
       } else if (m?.type === "error") {
         settle!.reject(problemError({ status: m.problem?.status ?? 0, body: m.problem }));
@@ -870,6 +979,11 @@ export class ExecStream implements AsyncIterable<OutputChunk>, AsyncDisposable {
   /** Sends a signal (`"SIGINT"`, `"TERM"`, 9) to the process. */
   async sendSignal(sig: string | number): Promise<void> {
     await this.send(JSON.stringify({ type: "signal", signal: sig }));
+  }
+
+  /** Opens the connection and resolves once the process has started (rejects as a start that failed). */
+  async started(): Promise<void> {
+    await this.connect();
   }
 
   /** Kills the process tree. */

@@ -427,6 +427,42 @@ export class Client {
     return ws;
   }
 
+  /**
+   * The server's events (`GET /v1/events`), in order, as they happen: every box transition and exec start and end,
+   * each with its `seq` (1, 2, 3... in the server's life). `since` resumes after that seq (the server keeps the last
+   * 1024 events; 0: all it holds); left out, only new events come. Where events were lost to this stream (older than
+   * the backlog, a reader more than 1024 behind, a restarted server) an `events.dropped` event says how many
+   * (`dropped`, up to `seq`): nothing is lost unmarked. Reconnect with the last `seq` seen to go on. Ends when the
+   * server closes the stream; `break` (or `return()`) closes it.
+   */
+  async *events(options: { since?: number } = {}): AsyncGenerator<components["schemas"]["Event"]> {
+    const q = options.since === undefined ? "" : `?since=${Math.max(0, Math.floor(options.since))}`;
+    const res = await this.transfer("GET", `/v1/events${q}`);
+    let buf = "";
+    try {
+      for await (const c of res) {
+        buf += (c as Buffer).toString("utf8");
+        if (buf.length > 1 << 20) throw new AirlockError(0, "protocol", "GET /v1/events: an event line over 1 MiB");
+        let nl: number;
+        while ((nl = buf.indexOf("\n")) >= 0) {
+          const line = buf.slice(0, nl);
+          buf = buf.slice(nl + 1);
+          if (!line.startsWith("data: ")) continue;
+          let ev: components["schemas"]["Event"];
+          try {
+            ev = JSON.parse(line.slice(6)) as components["schemas"]["Event"];
+          } catch {
+            continue;
+          }
+          if (ev.type === "stream.open") continue;
+          yield ev;
+        }
+      }
+    } finally {
+      res.destroy();
+    }
+  }
+
   /** The memory snapshots on the server, oldest first (see {@link SimpleBox.snapshot}). */
   async snapshots(): Promise<Snapshot[]> {
     const r = await this.request<components["schemas"]["SnapshotList"]>("GET", "/v1/snapshots");

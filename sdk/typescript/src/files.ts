@@ -322,6 +322,8 @@ export class Files {
       if (!(e instanceof AirlockError) || e.code !== "file_not_found") throw e;
     }
     const [dir, name] = intoDir ? [clean, path.basename(path.resolve(hostPath))] : [path.posix.dirname(clean), path.posix.basename(clean)];
+    // A missing parent is made, as writeFile does (docker cp would refuse).
+    if (!intoDir && dir !== "/") await this.mkdir(dir, 0o755);
     const res = await this.client.transfer("PUT", await this.url("archive", dir), Readable.from(tarOf(hostPath, name)), "application/x-tar");
     res.resume();
   }

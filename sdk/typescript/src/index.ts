@@ -33,3 +33,10 @@ export {
 export { type FileInfo } from "./files.js";
 export { type Snapshot } from "./snapshots.js";
 export type { components, paths, operations } from "./openapi.js";
+/** An event of {@link Client.events}. */
+export type Event = import("./openapi.js").components["schemas"]["Event"];
+export {
+  ApiKeyCredential, Box, Boxlite, BoxliteError, BoxliteRestOptions, EXECUTION_MAX_UNREAD, Execution, JsBoxlite, NotImplementedError,
+  type AccessToken, type CopyOptions, type ExecOutput, type ExecStdin, type ExecWaitResult, type JsBoxInfo, type JsBoxOptions,
+  type JsOptions, type JsRuntimeMetrics,
+} from "./boxlite.js";

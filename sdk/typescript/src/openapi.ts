@@ -498,7 +498,7 @@ export interface paths {
         };
         /**
          * Stream events (Server-Sent Events)
-         * @description Box created/started/stopped/removed/died and exec started/ended, as they happen, one SSE `message` per event (JSON). A client that falls 1024 events behind, or does not read for 30 s (airlock serve --write-stall), is disconnected; past the server's limit of open streams (--max-subscribers, 64 by default) a new one gets 503 too_many_subscribers.
+         * @description Every transition of the server's boxes, in the order they happened, one SSE `message` per event (JSON, with an `id:` that is its seq): box created, started, start_failed, paused, resumed, suspended, snapshotted, forked, stopped, removed, died; exec started and ended (every process started in the box: execs, code runs, a context's kernel and the helpers it runs; one exec_id for both). seq counts 1, 2, 3... in the server's life. The first message is stream.open, its seq the last event's. A stream resumes with ?since=SEQ or Last-Event-ID: the server keeps the last 1024 events; a stream that asks for older ones, or falls further behind, gets one events.dropped (dropped: how many, seq: the last of them) and goes on from the oldest kept: nothing is lost unmarked. A since past the last event (the server restarted) gets an events.dropped and the whole backlog. Events of boxes changed by another process (the CLI) are not seen. A client that does not read for 30 s (airlock serve --write-stall) is disconnected; past the server's limit of open streams (--max-subscribers, 64 by default) a new one gets 503 too_many_subscribers.
          */
         get: operations["events"];
         put?: never;
@@ -829,12 +829,24 @@ export interface components {
         };
         Event: {
             box_id?: string;
-            /** @description exec.started: the argv. */
+            /** @description box.forked: the new boxes' ids. */
+            children?: string[] | null;
+            /** @description exec.started: the argv (at most 1 KiB of it; longer is cut, with an ellipsis). */
             cmd?: string[] | null;
+            /**
+             * Format: int64
+             * @description events.dropped: how many events this stream missed.
+             */
+            dropped?: number;
             /** Format: double */
             duration_ms?: number;
             /** @description exec.ended: why the exec could not be carried out. */
             error?: string;
+            /**
+             * Format: int64
+             * @description exec.started and exec.ended: the same number for one exec.
+             */
+            exec_id?: number;
             /**
              * Format: int64
              * @description exec.ended: the exit status (absent when the exec failed).
@@ -843,14 +855,16 @@ export interface components {
             reason?: string;
             /**
              * Format: int64
-             * @description Increasing number of the event in this server's life.
+             * @description Number of the event in this server's life: 1, 2, 3... with no gaps; an events.dropped stands for those a stream missed. Resume a stream with ?since=SEQ (or the Last-Event-ID header, which EventSource sends by itself).
              */
             seq: number;
+            /** @description box.snapshotted: the snapshot's name. */
+            snapshot?: string;
             /** Format: date-time */
             time: string;
             timed_out?: boolean;
             /** @enum {string} */
-            type: "stream.open" | "box.created" | "box.started" | "box.start_failed" | "box.stopped" | "box.removed" | "box.died" | "exec.started" | "exec.ended";
+            type: "stream.open" | "events.dropped" | "box.created" | "box.started" | "box.start_failed" | "box.paused" | "box.resumed" | "box.suspended" | "box.snapshotted" | "box.forked" | "box.stopped" | "box.removed" | "box.died" | "exec.started" | "exec.ended";
         };
         ExecInfo: {
             box_id: string;
@@ -3409,8 +3423,14 @@ export interface operations {
     };
     events: {
         parameters: {
-            query?: never;
-            header?: never;
+            query?: {
+                /** @description Resume after this seq: the events that followed it (those still in the backlog of 1024; an events.dropped stands for older ones). 0: all the backlog. Absent: only new events. */
+                since?: string;
+            };
+            header?: {
+                /** @description As since (EventSource sends it when it reconnects); since wins. */
+                "Last-Event-ID"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -3434,6 +3454,24 @@ export interface operations {
                         /** @description The retry time in milliseconds. */
                         retry?: number;
                     }[];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Internal Server Error */

@@ -24,6 +24,8 @@ BOUNDS: dict[str, dict[str, dict[str, int]]] = {
         "working_dir": {"maxLength": 4096},
     },
     "Event": {
+        "dropped": {"minimum": 0},
+        "exec_id": {"minimum": 0},
         "seq": {"minimum": 0},
     },
     "ExecRequest": {

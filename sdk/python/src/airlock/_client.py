@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, AsyncIterator, Dict, List, Optional
 from urllib.parse import quote
 
 import httpx
@@ -244,6 +245,33 @@ class Client:
             headers = {"Authorization": f"Bearer {self.endpoint.token}"} if self.endpoint.token else None
             return connect(url, additional_headers=headers, max_size=None)
         return unix_connect(str(self.endpoint.socket), "ws://airlock" + path, max_size=None)
+
+    async def events(self, since: Optional[int] = None) -> AsyncIterator[Dict[str, Any]]:
+        """The server's events (``GET /v1/events``) in order, as they happen:
+        every box transition and exec start and end, each a dict with its
+        ``seq`` (1, 2, 3... in the server's life) and ``type``. ``since``
+        resumes after that seq (the server keeps the last 1024 events; 0:
+        all it holds); left out, only new events come. Where events were
+        lost to this stream (older than the backlog, a reader more than 1024
+        behind, a restarted server) an ``events.dropped`` event says how many
+        (``dropped``, up to ``seq``): nothing is lost unmarked. Reconnect
+        with the last ``seq`` seen to go on."""
+        http = await self._ensure()
+        params = {"since": str(max(0, int(since)))} if since is not None else None
+        async with http.stream("GET", "/v1/events", params=params, timeout=httpx.Timeout(10.0, read=None)) as r:
+            if r.status_code >= 400:
+                await r.aread()
+                _raise_for_problem(r)
+            async for line in r.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                try:
+                    ev = json.loads(line[6:])
+                except ValueError:
+                    continue
+                if ev.get("type") == "stream.open":
+                    continue
+                yield ev
 
     async def snapshots(self) -> List[Snapshot]:
         """The memory snapshots on the server, oldest first (see

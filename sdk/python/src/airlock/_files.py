@@ -333,7 +333,8 @@ class FilesMixin:
     async def copy_in(self, host_path: Union[str, Path], box_path: str) -> None:
         """Copies a host file or directory tree into the box, as ``docker cp``:
         into ``box_path`` when it is an existing directory, else to
-        ``box_path`` itself (its parent must exist). Streamed as tar (modes,
+        ``box_path`` itself (missing parent directories are created, as
+        ``write_file`` does). Streamed as tar (modes,
         times and symlinks kept), never held in memory; each file lands
         atomically."""
         box = await self._box()
@@ -351,6 +352,10 @@ class FilesMixin:
             box_dir, arcname = clean, src.name or src.resolve().name
         else:
             box_dir, arcname = posixpath.dirname(clean) or "/", posixpath.basename(clean)
+            if box_dir != "/":
+                # A missing parent is made, as write_file does (docker cp
+                # would refuse).
+                await self.mkdir(box_dir)
         http = await self._client.sync_http()
         try:
             await asyncio.to_thread(_copy_in, http, box, src, box_dir, arcname)
