@@ -256,12 +256,17 @@ func (b *Box) Start(ctx context.Context) error {
 
 // startWith is Start with the machine started by start (a boot, or a
 // restore from a snapshot).
-func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spec) (vmm.Machine, error)) (err error) {
+func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spec) (vmm.Machine, error)) error {
 	rec, unlock, err := b.lockLoad(ctx)
 	defer unlock()
 	if err != nil {
 		return err
 	}
+	return b.startLocked(ctx, rec, start)
+}
+
+// startLocked is startWith with the box's lock held, rec its record.
+func (b *Box) startLocked(ctx context.Context, rec *store.Box, start func(context.Context, vmm.Spec) (vmm.Machine, error)) (err error) {
 	if running(rec) {
 		_, err := b.client(ctx)
 		return err

@@ -103,13 +103,7 @@ func (b *Box) snapshotWith(ctx context.Context, name string, opts vmm.SaveOption
 	var m snapmeta.Meta
 	err = snapmeta.Make(ctx, b.r.snapshotsDir(), name, "snapshot-", "remove it, or pick another name", nil, func(tmp string) (snapmeta.Meta, error) {
 		_, cfg := b.snapshot()
-		b.waitExecTails(ctx)
-		thaw, err := b.freezeForSnapshot(ctx, rec)
-		if err != nil {
-			return m, fmt.Errorf("snapshot box %s: %w", b.id, err)
-		}
-		st, err := sn.SaveSnapshot(ctx, spec, handleOf(rec), tmp, opts)
-		thaw()
+		st, err := b.saveFrozen(ctx, sn, spec, rec, tmp, opts)
 		if err != nil {
 			return m, fmt.Errorf("snapshot box %s: %w", b.id, err)
 		}
@@ -122,6 +116,18 @@ func (b *Box) snapshotWith(ctx context.Context, name string, opts vmm.SaveOption
 		return SnapshotInfo{}, err
 	}
 	return b.r.snapshotInfo(m)
+}
+
+// saveFrozen saves the state of the box of rec into dir (sn's
+// SaveSnapshot) with its processes stopped (freezeForSnapshot).
+func (b *Box) saveFrozen(ctx context.Context, sn vmm.Snapshotter, spec vmm.Spec, rec *store.Box, dir string, opts vmm.SaveOptions) (vmm.SnapshotStats, error) {
+	b.waitExecTails(ctx)
+	thaw, err := b.freezeForSnapshot(ctx, rec)
+	if err != nil {
+		return vmm.SnapshotStats{}, err
+	}
+	defer thaw()
+	return sn.SaveSnapshot(ctx, spec, handleOf(rec), dir, opts)
 }
 
 // freezeForSnapshot stops the box's processes (the agent's Freeze) for
