@@ -51,6 +51,9 @@ type Box struct {
 	// not); reset by Start (health.go).
 	unhealthy string
 
+	// rebind is the ports a rollback's start binds again (Rollback).
+	rebind []PortMapping
+
 	// use is the box's use through this handle, for IdleTimeout
 	// (lifetime.go).
 	use lifetime.Use

@@ -109,8 +109,8 @@ func (b *Box) RemoveCheckpoint(ctx context.Context, name string) error {
 // is ended and started again from the checkpoint's memory, devices and
 // writable layer, so its processes, files and memory are as they were
 // then; the guest's clock is stepped to the host's and its RNG reseeded.
-// The box keeps its id, name, published ports, network policy and
-// secrets. Execs running in it end with ErrRolledBack; open network
+// The box keeps its id, name, published ports (the host ports bound,
+// picked ones too), network policy and secrets. Execs running in it end with ErrRolledBack; open network
 // connections do not survive. A stopped or suspended box is started at
 // the checkpoint. On error the box is left stopped (Start boots it with
 // the checkpoint's files if they were restored). Errors:
@@ -135,6 +135,11 @@ func (b *Box) Rollback(ctx context.Context, name string) error {
 		// Recorded first: execs that the stop ends say why.
 		if err := t.RolledBack(name, time.Now()); err != nil {
 			return err
+		}
+		if running(rec) { // the host ports it bound, picked ones too
+			b.mu.Lock()
+			b.rebind = readPorts(b.dir)
+			b.mu.Unlock()
 		}
 		if err := b.stopLocked(ctx, 0); err != nil {
 			return err
