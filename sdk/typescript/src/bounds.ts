@@ -22,6 +22,9 @@ export const BOUNDS: Record<string, Record<string, Record<string, number>>> = {
         "volumes": {"maxItems": 32},
         "working_dir": {"maxLength": 4096},
     },
+    "CheckpointRequest": {
+        "name": {"maxLength": 64},
+    },
     "Event": {
         "seq": {"minimum": 0},
     },
