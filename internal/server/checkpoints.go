@@ -117,7 +117,8 @@ func (s *Server) registerCheckpoints() {
 		Summary: "Roll a box back to a checkpoint",
 		Description: "Returns the box, in place, to its checkpoint: processes, files and memory as they were then; the guest's " +
 			"clock stepped to now and its RNG reseeded. The box keeps its id, name, published ports, network policy and secrets. " +
-			"Execs running in it end with rolled_back; its contexts end (create them again). A stopped box is started at the checkpoint.",
+			"Execs running in it end with rolled_back. Its contexts keep their ids, with their interpreters (variables, imports) as at the checkpoint; " +
+			"one made after the checkpoint starts a fresh interpreter at its next run. A stopped box is started at the checkpoint.",
 		Errors: append([]int{http.StatusForbidden, http.StatusServiceUnavailable}, pauseErrors...),
 	}, func(ctx context.Context, in *struct {
 		ID   string `path:"id" maxLength:"128" doc:"Box id, unique id prefix, or name."`
@@ -130,8 +131,17 @@ func (s *Server) registerCheckpoints() {
 		if err := s.checkStart(ctx, b); err != nil {
 			return nil, err
 		}
-		s.dropCodebox(b.ID()) // its interpreters' connections end with the VM
-		if err := b.Rollback(ctx, in.Body.Name); err != nil {
+		// A box with contexts is rolled back as a CodeBox: each context
+		// gets its interpreter as it was at the checkpoint.
+		s.mu.Lock()
+		cs := s.codeboxes[b.ID()]
+		s.mu.Unlock()
+		if cs != nil {
+			err = cs.cb.Rollback(ctx, in.Body.Name)
+		} else {
+			err = b.Rollback(ctx, in.Body.Name)
+		}
+		if err != nil {
 			return nil, problem(err)
 		}
 		return s.boxOut(ctx, b)

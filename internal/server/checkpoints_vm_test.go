@@ -12,7 +12,8 @@ import (
 // TestServerCheckpoints: checkpoints and rollback over REST: a checkpoint
 // (a second of the same name refused), a rollback that brings the file
 // back in the same box, the list as a tree with the current one, a
-// rollback to a missing checkpoint, and a removal that keeps the child.
+// rollback to a missing checkpoint, and a removal that keeps the child;
+// a context's variable is rolled back with the box.
 func TestServerCheckpoints(t *testing.T) {
 	requireVM(t)
 	rt, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
@@ -38,6 +39,12 @@ func TestServerCheckpoints(t *testing.T) {
 		return r.Stdout
 	}
 	sh("echo a > /root/f")
+	var cx ContextInfo
+	if st := c.do("POST", "/v1/boxes/"+id+"/contexts", nil, &cx); st != 201 {
+		t.Fatalf("create context: %d", st)
+	}
+	var cell CellResult
+	c.do("POST", "/v1/boxes/"+id+"/contexts/"+cx.ID+"/run", RunRequest{Code: "x = 1"}, &cell)
 	var ck Checkpoint
 	if st := c.do("POST", "/v1/boxes/"+id+"/checkpoints", CheckpointRequest{Name: "A"}, &ck); st != 201 || ck.Name != "A" || !ck.Current || ck.StateBytes == 0 {
 		t.Fatalf("checkpoint A: %d %+v", st, ck)
@@ -50,6 +57,7 @@ func TestServerCheckpoints(t *testing.T) {
 		t.Errorf("bad name: %d %+v", st, p)
 	}
 	sh("echo b > /root/f")
+	c.do("POST", "/v1/boxes/"+id+"/contexts/"+cx.ID+"/run", RunRequest{Code: "x = 2"}, &cell)
 	if st := c.do("POST", "/v1/boxes/"+id+"/checkpoints", CheckpointRequest{Name: "B"}, &ck); st != 201 || ck.Parent != "A" {
 		t.Fatalf("checkpoint B: %d %+v", st, ck)
 	}
@@ -59,6 +67,10 @@ func TestServerCheckpoints(t *testing.T) {
 	}
 	if got := sh("cat /root/f"); got != "a\n" {
 		t.Errorf("after rollback A: %q", got)
+	}
+	// The context is rolled back with the box: x as at A.
+	if st := c.do("POST", "/v1/boxes/"+id+"/contexts/"+cx.ID+"/run", RunRequest{Code: "x"}, &cell); st != 200 || cell.Value != "1" {
+		t.Errorf("context after rollback A: %d %+v, want x == 1", st, cell)
 	}
 	var list CheckpointList
 	if st := c.do("GET", "/v1/boxes/"+id+"/checkpoints", nil, &list); st != 200 || len(list.Checkpoints) != 2 ||

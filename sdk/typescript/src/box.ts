@@ -485,8 +485,9 @@ export class SimpleBox implements AsyncDisposable {
   /**
    * Returns the box, in place, to its checkpoint `name`: processes, files and memory as they were then (the clock
    * stepped to now, the RNG reseeded); the box keeps its id, name, published ports, network policy and secrets.
-   * Execs running in it end ({@link AirlockError} `rolled_back`, 409), and so do a CodeBox's contexts (create
-   * them again). A checkpoint taken afterwards starts a branch. Rejects with `checkpoint_not_found` (404).
+   * Execs running in it end ({@link AirlockError} `rolled_back`, 409). A CodeBox's contexts keep their ids, their
+   * variables as at the checkpoint; one made after the checkpoint starts afresh. A checkpoint taken afterwards
+   * starts a branch. Rejects with `checkpoint_not_found` (404).
    */
   async rollback(name: string): Promise<void> {
     const id = await this.box();

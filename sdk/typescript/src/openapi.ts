@@ -464,7 +464,7 @@ export interface paths {
         put?: never;
         /**
          * Roll a box back to a checkpoint
-         * @description Returns the box, in place, to its checkpoint: processes, files and memory as they were then; the guest's clock stepped to now and its RNG reseeded. The box keeps its id, name, published ports, network policy and secrets. Execs running in it end with rolled_back; its contexts end (create them again). A stopped box is started at the checkpoint.
+         * @description Returns the box, in place, to its checkpoint: processes, files and memory as they were then; the guest's clock stepped to now and its RNG reseeded. The box keeps its id, name, published ports, network policy and secrets. Execs running in it end with rolled_back. Its contexts keep their ids, with their interpreters (variables, imports) as at the checkpoint; one made after the checkpoint starts a fresh interpreter at its next run. A stopped box is started at the checkpoint.
          */
         post: operations["rollback-box"];
         delete?: never;

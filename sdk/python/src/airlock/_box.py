@@ -524,8 +524,10 @@ class SimpleBox(FilesMixin):
         files and memory as they were then (the clock stepped to now, the
         RNG reseeded); the box keeps its id, name, published ports, network
         policy and secrets. Execs running in it end (AirlockError
-        ``rolled_back``, 409), and so do a CodeBox's contexts (create them
-        again). A checkpoint taken afterwards starts a branch.
+        ``rolled_back``, 409). A CodeBox's contexts keep their ids, their
+        variables as at the checkpoint (``x = 1``, checkpoint, ``x = 2``,
+        rollback: ``x`` is 1); one made after the checkpoint starts afresh.
+        A checkpoint taken afterwards starts a branch.
 
         Raises AirlockError ``checkpoint_not_found`` (404).
         """
