@@ -39,6 +39,14 @@ type CheckpointList struct {
 	Checkpoints []Checkpoint `json:"checkpoints" doc:"Oldest first."`
 }
 
+// checkCheckpointDisk refuses a checkpoint of box info past
+// Policy.MinFreeDiskMiB, counting the box's memory and disk in full.
+func (s *Server) checkCheckpointDisk(ctx context.Context, info airlock.BoxInfo) error {
+	o := info.Options
+	return s.checkFreeDisk(ctx, fmt.Sprintf("a checkpoint of a box with %d MiB of memory and a disk of %d MiB", o.MemoryMiB, o.DiskSizeMiB),
+		int64(o.MemoryMiB)+int64(o.DiskSizeMiB))
+}
+
 func (s *Server) registerCheckpoints() {
 	huma.Register(s.api, huma.Operation{
 		OperationID: "checkpoint-box", Method: http.MethodPost, Path: "/v1/boxes/{id}/checkpoints", Tags: []string{"checkpoints"},
@@ -60,9 +68,7 @@ func (s *Server) registerCheckpoints() {
 		if err != nil {
 			return nil, problem(err)
 		}
-		o := bi.Options
-		if err := s.checkFreeDisk(ctx, fmt.Sprintf("a checkpoint of a box with %d MiB of memory and a disk of %d MiB", o.MemoryMiB, o.DiskSizeMiB),
-			int64(o.MemoryMiB)+int64(o.DiskSizeMiB)); err != nil {
+		if err := s.checkCheckpointDisk(ctx, bi); err != nil {
 			return nil, err
 		}
 		c, err := b.Checkpoint(ctx, in.Body.Name)
