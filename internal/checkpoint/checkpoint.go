@@ -100,6 +100,70 @@ type Meta struct {
 	PausedNs   int64 `json:"paused_ns"`
 }
 
+// Info describes a checkpoint of a box (the root package's
+// CheckpointInfo, Box.Checkpoint).
+type Info struct {
+	Name string
+	// Parent is the checkpoint the box was at when this one was taken:
+	// the last one taken or rolled back to ("" for a root).
+	Parent  string
+	Created time.Time
+	// Current: the box was last checkpointed at or rolled back to it.
+	Current bool
+	// StateBytes is the memory and device state on disk, DiskBytes the
+	// writable layer's copy (bytes allocated); Paused is how long the box
+	// stood still while it was taken.
+	StateBytes, DiskBytes int64
+	Paused                time.Duration
+}
+
+// Info returns m as an Info; head is the tree's Head.
+func (m Meta) Info(head string) Info {
+	return Info{Name: m.Name, Parent: m.Parent, Created: m.Created, Current: m.Name == head,
+		StateBytes: m.StateBytes, DiskBytes: m.DiskBytes, Paused: time.Duration(m.PausedNs)}
+}
+
+// Infos returns the box's checkpoints as Infos, oldest first.
+func (t Tree) Infos() ([]Info, error) {
+	list, err := t.List()
+	head := t.Head()
+	out := make([]Info, 0, len(list))
+	for _, m := range list {
+		out = append(out, m.Info(head))
+	}
+	return out, err
+}
+
+// Ended is the error of a call into the box that ended with err: when the
+// box was rolled back since the call began at t0 (so that the rollback
+// ended it), one wrapping ErrRolledBack that says so; else err.
+func (t Tree) Ended(boxID string, t0 time.Time, err error) error {
+	if to, at := t.LastRollback(); err != nil && at.After(t0) {
+		return fmt.Errorf("box %s was rolled back to checkpoint %s while this ran (%v): %w", boxID, to, err, ErrRolledBack)
+	}
+	return err
+}
+
+// SwapLayer replaces the box's writable layer at path with what fill
+// writes there (a checkpoint's copy): the old one is moved aside first and
+// comes back if fill fails, so that the box always has one. A driver
+// whose layer is not a file of its own passes "" (fill then does all).
+func SwapLayer(path string, fill func() error) error {
+	if path == "" {
+		return fill()
+	}
+	old := path + ".old"
+	if err := os.Rename(path, old); err != nil {
+		return err
+	}
+	if err := fill(); err != nil {
+		os.Remove(path)
+		os.Rename(old, path)
+		return err
+	}
+	return os.Remove(old)
+}
+
 // state is the box's position in its tree.
 type state struct {
 	Version int `json:"v"`
@@ -198,6 +262,9 @@ func (t Tree) state() state {
 
 func (t Tree) setState(s state) error {
 	s.Version = Version
+	if err := os.MkdirAll(t.dir, 0o700); err != nil {
+		return err
+	}
 	return writeJSON(filepath.Join(t.dir, stateFile), s)
 }
 

@@ -184,3 +184,49 @@ func TestHostileRecords(t *testing.T) {
 		t.Errorf("cycle drawn as %q", got)
 	}
 }
+
+// TestSwapLayer: the new layer replaces the old; a failed fill leaves the
+// old one in place.
+func TestSwapLayer(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "rw.ext4")
+	os.WriteFile(p, []byte("old"), 0o600)
+	err := SwapLayer(p, func() error {
+		os.WriteFile(p, []byte("half"), 0o600)
+		return errors.New("copy failed")
+	})
+	if got, _ := os.ReadFile(p); err == nil || string(got) != "old" {
+		t.Fatalf("after a failed fill: %q %v", got, err)
+	}
+	if err := SwapLayer(p, func() error { return os.WriteFile(p, []byte("new"), 0o600) }); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(p); string(got) != "new" {
+		t.Fatalf("after the swap: %q", got)
+	}
+	if _, err := os.Stat(p + ".old"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the old layer stays: %v", err)
+	}
+}
+
+// TestEnded: an error of a call that a later rollback ended says so; one
+// from before the rollback, or no error, is left as it is.
+func TestEnded(t *testing.T) {
+	tr := Of(t.TempDir())
+	cut := errors.New("connection lost")
+	t0 := time.Now()
+	if err := tr.Ended("b1", t0, cut); err != cut {
+		t.Fatalf("no rollback: %v", err)
+	}
+	if err := tr.RolledBack("A", time.Now().Add(time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Ended("b1", t0, cut); !errors.Is(err, ErrRolledBack) || !strings.Contains(err.Error(), "checkpoint A") {
+		t.Errorf("after a rollback: %v", err)
+	}
+	if err := tr.Ended("b1", time.Now().Add(time.Hour), cut); err != cut {
+		t.Errorf("a call begun after the rollback: %v", err)
+	}
+	if err := tr.Ended("b1", t0, nil); err != nil {
+		t.Errorf("no error: %v", err)
+	}
+}
