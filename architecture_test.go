@@ -36,6 +36,9 @@ func TestPackageRules(t *testing.T) {
 		// A snapshot's record on disk (snapshot.json), its names and flock;
 		// scratch names the temporary directory a snapshot is made in.
 		"internal/snapmeta": {"internal/scratch"},
+		// A box's checkpoints under its directory: names, layout, the tree;
+		// the root saves and restores the driver's files.
+		"internal/checkpoint": {},
 		// The named volume store (ext4 images under Home/volumes).
 		"internal/volume": {},
 		// The tenants file of airlock serve --tenants (tokens hashed,
@@ -105,7 +108,7 @@ func TestPackageRules(t *testing.T) {
 		// No rootfs, no image store: the lifecycle code builds the disks.
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/execrun", "internal/exitrec", "internal/friend", "internal/guestabi", "internal/lifetime", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/volume", "internal/capacity", "internal/sparse", "internal/secrets"},
+		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/execrun", "internal/exitrec", "internal/friend", "internal/guestabi", "internal/lifetime", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/checkpoint", "internal/volume", "internal/capacity", "internal/sparse", "internal/secrets"},
 		"codebox": {"", "internal/friend"},
 		"interp":  {"codebox"},
 		// The Kubernetes node (airlock node): pods as boxes through the

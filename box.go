@@ -51,6 +51,9 @@ type Box struct {
 	// not); reset by Start (health.go).
 	unhealthy string
 
+	// rebind is the ports a rollback's start binds again (Rollback).
+	rebind []PortMapping
+
 	// use is the box's use through this handle, for IdleTimeout
 	// (lifetime.go).
 	use lifetime.Use
@@ -256,13 +259,18 @@ func (b *Box) Start(ctx context.Context) error {
 
 // startWith is Start with the machine started by start (a boot, or a
 // restore from a snapshot); kind is the event a start that works makes
-// (box.started, or box.resumed from a suspend).
-func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spec) (vmm.Machine, error), kind EventType) (err error) {
+// (box.started, box.resumed from a suspend, box.rolled_back).
+func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spec) (vmm.Machine, error), kind EventType) error {
 	rec, unlock, err := b.lockLoad(ctx)
 	defer unlock()
 	if err != nil {
 		return err
 	}
+	return b.startLocked(ctx, rec, start, kind)
+}
+
+// startLocked is startWith with the box's lock held, rec its record.
+func (b *Box) startLocked(ctx context.Context, rec *store.Box, start func(context.Context, vmm.Spec) (vmm.Machine, error), kind EventType) (err error) {
 	if running(rec) {
 		_, err := b.client(ctx)
 		return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-run/airlock/internal/agent/client"
 	"github.com/airlock-run/airlock/internal/boundedpipe"
+	"github.com/airlock-run/airlock/internal/checkpoint"
 	"github.com/airlock-run/airlock/internal/execrun"
 	"github.com/airlock-run/airlock/internal/headtail"
 	"github.com/airlock-run/airlock/internal/secrets"
@@ -241,7 +242,7 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 			res.TimedOut, res.ExitCode = true, -1
 			res.ErrorMessage = fmt.Sprintf("timed out after %s; the box did not confirm the process ended within %s more and is marked unhealthy (Box.Unhealthy)", lim.Timeout, lim.Host()-lim.Timeout)
 		}
-		p.res, p.err = res, end.Outcome(func() error { return b.deadErr(0) }, b.callErr)
+		p.res, p.err = res, checkpoint.Of(b.dir).Ended(b.id, p.t0, end.Outcome(func() error { return b.deadErr(0) }, b.callErr))
 	}()
 	return p, nil
 }

@@ -185,7 +185,14 @@ func (b *Box) startNet(cfg boxConfig) (*helper.Starting, error) {
 		return nil, fmt.Errorf("box %s: secrets: %w", b.id, err)
 	}
 	ho.Secrets = sc
-	return helper.Start(b.netBox(), ho, secretPolicy(policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts), cfg), publishes(o.Ports))
+	ports := o.Ports
+	b.mu.Lock()
+	if len(b.rebind) == len(ports) { // a rollback keeps the ports picked
+		ports = b.rebind
+	}
+	b.rebind = nil
+	b.mu.Unlock()
+	return helper.Start(b.netBox(), ho, secretPolicy(policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts), cfg), publishes(ports))
 }
 
 // stopNet stops the box's network helper, if one runs.

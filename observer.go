@@ -122,6 +122,13 @@ const (
 	// EventBoxSnapshotted: a snapshot of the box was taken; Snapshot
 	// names it.
 	EventBoxSnapshotted EventType = "box.snapshotted"
+	// EventBoxCheckpointed: a checkpoint of the box was taken; Snapshot
+	// names it (Checkpoint).
+	EventBoxCheckpointed EventType = "box.checkpointed"
+	// EventBoxRolledBack: the box's machine started again from one of its
+	// checkpoints (Rollback), after the box.stopped of its old machine
+	// when it ran.
+	EventBoxRolledBack EventType = "box.rolled_back"
 	// EventBoxForked: the box was forked; Children are the new boxes
 	// (each has had its box.created and box.started before).
 	EventBoxForked EventType = "box.forked"

@@ -79,53 +79,63 @@ func (b *Box) snapshotWith(ctx context.Context, name string, opts vmm.SaveOption
 	if err := snapmeta.CheckName(name); err != nil {
 		return SnapshotInfo{}, err
 	}
-	sn, err := b.r.snapshotter()
-	if err != nil {
-		return SnapshotInfo{}, err
-	}
-	if _, cfg := b.snapshot(); len(cfg.Options.Volumes) > 0 {
-		// QEMU refuses to migrate a mounted 9p share, and a named volume's
-		// disk would be shared read-write by every restored box.
-		return SnapshotInfo{}, fmt.Errorf("box %s has volumes: boxes with volumes cannot be snapshotted or forked (detach them: create the box without -v)", b.id)
-	}
-	rec, unlock, err := b.lockLoad(ctx)
-	defer unlock()
-	if err != nil {
-		return SnapshotInfo{}, err
-	}
-	if !running(rec) {
-		return SnapshotInfo{}, fmt.Errorf("%w: %s: start it to snapshot it", ErrBoxNotRunning, b.id)
-	}
-	agentVersion, err := b.snapshotAgentVersion(ctx, rec)
-	if err != nil {
-		return SnapshotInfo{}, err
-	}
-	spec, err := b.specWithDisks(ctx, rec)
-	if err != nil {
-		return SnapshotInfo{}, err
-	}
 	var m snapmeta.Meta
-	err = snapmeta.Make(ctx, b.r.snapshotsDir(), name, "snapshot-", "remove it, or pick another name", nil, func(tmp string) (snapmeta.Meta, error) {
-		_, cfg := b.snapshot()
-		b.waitExecTails(ctx)
-		thaw, err := b.freezeForSnapshot(ctx, rec)
+	err := b.withSave(ctx, "snapshot", "snapshotted or forked", opts, func(rec *store.Box, save func(string) (vmm.SnapshotStats, error)) error {
+		agentVersion, err := b.snapshotAgentVersion(ctx, rec)
 		if err != nil {
-			return m, fmt.Errorf("snapshot box %s: %w", b.id, err)
+			return err
 		}
-		st, err := sn.SaveSnapshot(ctx, spec, handleOf(rec), tmp, opts)
-		thaw()
-		if err != nil {
-			return m, fmt.Errorf("snapshot box %s: %w", b.id, err)
-		}
-		m = snapmeta.Meta{Version: snapmeta.Version, Name: name, Box: b.id, BoxName: rec.Name, Created: time.Now().UTC(),
-			Image: rec.Image, ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), AgentVersion: agentVersion,
-			Driver: b.r.drv.Name(), StateBytes: st.StateBytes, DiskBytes: st.DiskBytes, PausedNs: st.PausedNs}
-		return m, nil
+		return snapmeta.Make(ctx, b.r.snapshotsDir(), name, "snapshot-", "remove it, or pick another name", nil, func(tmp string) (snapmeta.Meta, error) {
+			_, cfg := b.snapshot()
+			st, err := save(tmp)
+			if err != nil {
+				return m, fmt.Errorf("snapshot box %s: %w", b.id, err)
+			}
+			m = snapmeta.Meta{Version: snapmeta.Version, Name: name, Box: b.id, BoxName: rec.Name, Created: time.Now().UTC(),
+				Image: rec.Image, ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), AgentVersion: agentVersion,
+				Driver: b.r.drv.Name(), StateBytes: st.StateBytes, DiskBytes: st.DiskBytes, PausedNs: st.PausedNs}
+			return m, nil
+		})
 	})
 	if err != nil {
 		return SnapshotInfo{}, err
 	}
 	return b.r.snapshotInfo(m)
+}
+
+// withSave calls f under the box's lock, the box running and without
+// volumes (QEMU cannot migrate a mounted 9p share; a volume's disk would be
+// shared by every restored box), with save: the driver's SaveSnapshot into
+// a directory, the box's processes frozen. verb and done name it in errors.
+func (b *Box) withSave(ctx context.Context, verb, done string, opts vmm.SaveOptions, f func(rec *store.Box, save func(dir string) (vmm.SnapshotStats, error)) error) error {
+	sn, err := b.r.snapshotter()
+	if err != nil {
+		return err
+	}
+	if _, cfg := b.snapshot(); len(cfg.Options.Volumes) > 0 {
+		return fmt.Errorf("box %s has volumes: boxes with volumes cannot be %s (detach them: create the box without -v)", b.id, done)
+	}
+	rec, unlock, err := b.lockLoad(ctx)
+	defer unlock()
+	if err != nil {
+		return err
+	}
+	if !running(rec) {
+		return fmt.Errorf("%w: %s: start it to %s it", ErrBoxNotRunning, b.id, verb)
+	}
+	spec, err := b.specWithDisks(ctx, rec)
+	if err != nil {
+		return err
+	}
+	return f(rec, func(dir string) (vmm.SnapshotStats, error) {
+		b.waitExecTails(ctx)
+		thaw, err := b.freezeForSnapshot(ctx, rec)
+		if err != nil {
+			return vmm.SnapshotStats{}, err
+		}
+		defer thaw()
+		return sn.SaveSnapshot(ctx, spec, handleOf(rec), dir, opts)
+	})
 }
 
 // freezeForSnapshot stops the box's processes (the agent's Freeze) for

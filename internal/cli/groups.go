@@ -8,7 +8,7 @@ var verbGroups = []struct {
 	verbs     []string
 }{
 	{"boxes", "Box commands:", []string{"run", "create", "exec", "ls", "start", "stop", "rm", "logs", "inspect",
-		"rename", "prune", "stats", "top", "cp", "volume", "port", "network", "snapshot", "fork", "pause", "unpause",
+		"rename", "prune", "stats", "top", "cp", "volume", "port", "network", "snapshot", "checkpoint", "rollback", "fork", "pause", "unpause",
 		"commit", "export"}},
 	{"images", "Image commands:", []string{"pull", "images", "rmi", "import", "save", "image", "build"}},
 	{"code", "Code commands:", []string{"ask", "serve", "tenant", "mcp", "events"}},

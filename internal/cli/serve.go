@@ -178,7 +178,8 @@ are added and revoked without a restart. Every audit line names its tenant.`,
 				AcquireExec: func(ctx context.Context) (func(), error) {
 					return srv.AcquireExec(ctx, server.MCPClient)
 				},
-				MaxSessions: maxMCPSessions,
+				CheckCheckpoint: func(ctx context.Context, b *airlock.Box) error { return srv.CheckCheckpoint(ctx, b) },
+				MaxSessions:     maxMCPSessions,
 			})
 			defer ms.Close()
 			cfg := server.Config{Runtime: rt, Audit: audit, MCP: ms.HTTPHandler(), Logger: log, MaxExecsPerClient: maxExecs, MaxBodyBytes: maxBody, MaxUploadBytes: maxUpload,

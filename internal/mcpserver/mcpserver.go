@@ -51,6 +51,10 @@ const (
 	DefaultMaxSessions = 16
 	// DefaultMaxCallsPerSession is Options.MaxCallsPerSession's default.
 	DefaultMaxCallsPerSession = 4
+	// MaxCheckpoints bounds the checkpoints the checkpoint tool keeps of a
+	// session's box (each a copy of its memory and disk): one more is
+	// refused, saying which exist.
+	MaxCheckpoints = 8
 )
 
 // Options configure the session's box.
@@ -81,6 +85,10 @@ type Options struct {
 	// MaxTimeout caps the timeout a model may ask of a call (default
 	// DefaultMaxTimeout, 1 h).
 	MaxTimeout time.Duration
+	// CheckCheckpoint, when set, is asked before the checkpoint tool saves
+	// the session's box (airlock serve: --min-free-disk, the box's memory
+	// and disk counted in full); an error refuses the call.
+	CheckCheckpoint func(ctx context.Context, b *airlock.Box) error
 }
 
 func (o Options) withDefaults() Options {
@@ -408,6 +416,11 @@ type InstallArgs struct {
 	Packages []string `json:"packages" jsonschema:"pip requirements, e.g. requests or numpy==1.26.4"`
 }
 
+// CheckpointArgs are checkpoint's and rollback's arguments.
+type CheckpointArgs struct {
+	Name string `json:"name" jsonschema:"the checkpoint's name: 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"`
+}
+
 // boxPath makes a tool's path absolute: a relative one is taken from the
 // box's root.
 func boxPath(p string) string {
@@ -589,6 +602,64 @@ func newServer(state sessionOf, opts Options) *mcp.Server {
 				}
 			}
 			return res, nil, nil
+		})
+	mcp.AddTool(srv, &mcp.Tool{Name: "checkpoint",
+		Description: "Save the microVM's whole state (Python variables, files, running processes) as a named checkpoint, " +
+			"to return to with rollback. Take one before a risky step."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in CheckpointArgs) (*mcp.CallToolResult, any, error) {
+			s := state(req.Session)
+			end, err := s.begin(ctx, true)
+			if err != nil {
+				return errResult(err), nil, nil
+			}
+			defer end()
+			ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+			defer cancel()
+			cb, err := s.box(ctx)
+			if err != nil {
+				return errResult(err), nil, nil
+			}
+			if list, err := cb.Box().Checkpoints(); err != nil {
+				return errResult(err), nil, nil
+			} else if len(list) >= MaxCheckpoints {
+				names := make([]string, len(list))
+				for i, c := range list {
+					names[i] = c.Name
+				}
+				return errResult(fmt.Errorf("this session keeps at most %d checkpoints (%s): roll back to one of them instead", MaxCheckpoints, strings.Join(names, ", "))), nil, nil
+			}
+			if opts.CheckCheckpoint != nil {
+				if err := opts.CheckCheckpoint(ctx, cb.Box()); err != nil {
+					return errResult(err), nil, nil
+				}
+			}
+			c, err := cb.Box().Checkpoint(ctx, in.Name)
+			if err != nil {
+				return errResult(err), nil, nil
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{text("checkpoint %s saved", c.Name)}}, nil, nil
+		})
+
+	mcp.AddTool(srv, &mcp.Tool{Name: "rollback",
+		Description: "Undo: return the microVM to a checkpoint. Python variables, files and processes are as they were when it was taken; " +
+			"everything done since is gone. The checkpoint stays, to roll back to again."},
+		func(ctx context.Context, req *mcp.CallToolRequest, in CheckpointArgs) (*mcp.CallToolResult, any, error) {
+			s := state(req.Session)
+			end, err := s.begin(ctx, true)
+			if err != nil {
+				return errResult(err), nil, nil
+			}
+			defer end()
+			ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+			defer cancel()
+			cb, err := s.box(ctx)
+			if err != nil {
+				return errResult(err), nil, nil
+			}
+			if err := cb.Rollback(ctx, in.Name); err != nil {
+				return errResult(err), nil, nil
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{text("rolled back to checkpoint %s", in.Name)}}, nil, nil
 		})
 	return srv
 }

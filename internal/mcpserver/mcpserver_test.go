@@ -93,7 +93,8 @@ func TestMCPStdio(t *testing.T) {
 		names = append(names, tl.Name)
 	}
 	if got := strings.Join(names, ","); !strings.Contains(got, "execute_python") || !strings.Contains(got, "execute_command") ||
-		!strings.Contains(got, "write_file") || !strings.Contains(got, "read_file") || !strings.Contains(got, "install_packages") {
+		!strings.Contains(got, "write_file") || !strings.Contains(got, "read_file") || !strings.Contains(got, "install_packages") ||
+		!strings.Contains(got, "checkpoint") || !strings.Contains(got, "rollback") {
 		t.Fatalf("tools: %s", got)
 	}
 	call := func(name string, args map[string]any) *mcp.CallToolResult {
@@ -112,6 +113,23 @@ func TestMCPStdio(t *testing.T) {
 	r = call("execute_python", map[string]any{"code": "x + 1"})
 	if !strings.Contains(textOf(r), "value: 7") {
 		t.Errorf("state not kept: %q", textOf(r))
+	}
+	// Undo: a checkpoint, a change of x and of a file, a rollback.
+	if r = call("checkpoint", map[string]any{"name": "before"}); r.IsError {
+		t.Errorf("checkpoint: %q", textOf(r))
+	}
+	call("execute_python", map[string]any{"code": "x = 100\nopen('/tmp/undo', 'w').write('gone')"})
+	if r = call("checkpoint", map[string]any{"name": "../bad"}); !r.IsError || !strings.Contains(textOf(r), "checkpoint name") {
+		t.Errorf("checkpoint with a bad name: %v %q", r.IsError, textOf(r))
+	}
+	if r = call("rollback", map[string]any{"name": "before"}); r.IsError {
+		t.Errorf("rollback: %q", textOf(r))
+	}
+	if r = call("execute_python", map[string]any{"code": "import os\n(x + 1, os.path.exists('/tmp/undo'))"}); !strings.Contains(textOf(r), "value: (7, False)") {
+		t.Errorf("after rollback: %q", textOf(r))
+	}
+	if r = call("rollback", map[string]any{"name": "nope"}); !r.IsError || !strings.Contains(textOf(r), "checkpoint not found") {
+		t.Errorf("rollback to a missing checkpoint: %v %q", r.IsError, textOf(r))
 	}
 	r = call("execute_python", map[string]any{"code": "1/0"})
 	if !r.IsError || !strings.Contains(textOf(r), "ZeroDivisionError") {

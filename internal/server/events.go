@@ -18,19 +18,21 @@ import (
 // Event types of /v1/events: the library's (airlock.EventType), and two
 // of the stream's own.
 const (
-	EventBoxCreated     = string(airlock.EventBoxCreated)
-	EventBoxStarted     = string(airlock.EventBoxStarted)
-	EventBoxStartFailed = string(airlock.EventBoxStartFailed)
-	EventBoxPaused      = string(airlock.EventBoxPaused)
-	EventBoxResumed     = string(airlock.EventBoxResumed)
-	EventBoxSuspended   = string(airlock.EventBoxSuspended)
-	EventBoxSnapshotted = string(airlock.EventBoxSnapshotted)
-	EventBoxForked      = string(airlock.EventBoxForked)
-	EventBoxStopped     = string(airlock.EventBoxStopped)
-	EventBoxRemoved     = string(airlock.EventBoxRemoved)
-	EventBoxDied        = string(airlock.EventBoxDied)
-	EventExecStarted    = string(airlock.EventExecStarted)
-	EventExecEnded      = string(airlock.EventExecEnded)
+	EventBoxCreated      = string(airlock.EventBoxCreated)
+	EventBoxStarted      = string(airlock.EventBoxStarted)
+	EventBoxStartFailed  = string(airlock.EventBoxStartFailed)
+	EventBoxPaused       = string(airlock.EventBoxPaused)
+	EventBoxResumed      = string(airlock.EventBoxResumed)
+	EventBoxSuspended    = string(airlock.EventBoxSuspended)
+	EventBoxSnapshotted  = string(airlock.EventBoxSnapshotted)
+	EventBoxForked       = string(airlock.EventBoxForked)
+	EventBoxCheckpointed = string(airlock.EventBoxCheckpointed)
+	EventBoxRolledBack   = string(airlock.EventBoxRolledBack)
+	EventBoxStopped      = string(airlock.EventBoxStopped)
+	EventBoxRemoved      = string(airlock.EventBoxRemoved)
+	EventBoxDied         = string(airlock.EventBoxDied)
+	EventExecStarted     = string(airlock.EventExecStarted)
+	EventExecEnded       = string(airlock.EventExecEnded)
 	// EventStreamOpen is the first message of every stream; its seq is
 	// the last event's before the stream's first (0: none yet).
 	EventStreamOpen = "stream.open"
@@ -44,13 +46,13 @@ const (
 type Event struct {
 	Seq   uint64    `json:"seq" doc:"Number of the event in this server's life: 1, 2, 3... with no gaps; an events.dropped stands for those a stream missed. Resume a stream with ?since=SEQ (or the Last-Event-ID header, which EventSource sends by itself)."`
 	Time  time.Time `json:"time"`
-	Type  string    `json:"type" enum:"stream.open,events.dropped,box.created,box.started,box.start_failed,box.paused,box.resumed,box.suspended,box.snapshotted,box.forked,box.stopped,box.removed,box.died,exec.started,exec.ended"`
+	Type  string    `json:"type" enum:"stream.open,events.dropped,box.created,box.started,box.start_failed,box.paused,box.resumed,box.suspended,box.snapshotted,box.forked,box.checkpointed,box.rolled_back,box.stopped,box.removed,box.died,exec.started,exec.ended"`
 	BoxID string    `json:"box_id,omitempty"`
 	// Reason: why a box was removed (removed, auto_remove, start_failed,
 	// fork_failed, ttl, idle_timeout, lease_expired), why its VM died, why
 	// a start failed, why events were dropped.
 	Reason     string   `json:"reason,omitempty"`
-	Snapshot   string   `json:"snapshot,omitempty" doc:"box.snapshotted: the snapshot's name."`
+	Snapshot   string   `json:"snapshot,omitempty" doc:"box.snapshotted: the snapshot's name; box.checkpointed: the checkpoint's."`
 	Children   []string `json:"children,omitempty" doc:"box.forked: the new boxes' ids."`
 	ExecID     uint64   `json:"exec_id,omitempty" doc:"exec.started and exec.ended: the same number for one exec."`
 	Cmd        []string `json:"cmd,omitempty" doc:"exec.started: the argv (at most 1 KiB of it; longer is cut, with an ellipsis)."`
@@ -242,7 +244,7 @@ func (s *Server) registerEvents() {
 		OperationID: "events", Method: http.MethodGet, Path: "/v1/events", Tags: []string{"server"},
 		Summary: "Stream events (Server-Sent Events)",
 		Description: "Every transition of the server's boxes, in the order they happened, one SSE `message` per event (JSON, with an `id:` " +
-			"that is its seq): box created, started, start_failed, paused, resumed, suspended, snapshotted, forked, stopped, removed, died; " +
+			"that is its seq): box created, started, start_failed, paused, resumed, suspended, snapshotted, forked, checkpointed, rolled_back, stopped, removed, died; " +
 			"exec started and ended (every process started in the box: execs, code runs, a context's kernel and the helpers it runs; one exec_id for both). seq counts 1, 2, 3... in the server's life. " +
 			"The first message is stream.open, its seq the last event's. A stream resumes with ?since=SEQ or Last-Event-ID: the server keeps the " +
 			"last 1024 events; a stream that asks for older ones, or falls further behind, gets one events.dropped (dropped: how many, seq: the last " +

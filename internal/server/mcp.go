@@ -65,3 +65,15 @@ func (s *Server) CheckSuspend(ctx context.Context, b *airlock.Box) error {
 	mem := int64(info.Options.MemoryMiB)
 	return s.checkFreeDisk(ctx, fmt.Sprintf("pausing to disk a box with %d MiB of memory", mem), mem)
 }
+
+// CheckCheckpoint applies the policy to another front end's checkpoint of
+// box b (the MCP endpoint's checkpoint tool), as POST
+// /v1/boxes/{id}/checkpoints does: its memory and disk count against
+// --min-free-disk. A refusal is a *Problem.
+func (s *Server) CheckCheckpoint(ctx context.Context, b *airlock.Box) error {
+	info, err := b.Info(ctx)
+	if err != nil {
+		return problem(err)
+	}
+	return s.checkCheckpointDisk(ctx, info)
+}

@@ -39,6 +39,13 @@ const (
 	CodeSnapshotNotFound = "snapshot_not_found"
 	// CodeSnapshotExists: a snapshot of that name exists (409).
 	CodeSnapshotExists = "snapshot_exists"
+	// CodeCheckpointNotFound: the box has no checkpoint of that name (404).
+	CodeCheckpointNotFound = "checkpoint_not_found"
+	// CodeCheckpointExists: the box has a checkpoint of that name (409).
+	CodeCheckpointExists = "checkpoint_exists"
+	// CodeRolledBack: the call's box was rolled back to a checkpoint
+	// while it ran (409); what it did is gone with the state it ran in.
+	CodeRolledBack = "rolled_back"
 	// CodeNotSupported: the server's VM driver cannot do that (501).
 	CodeNotSupported = "not_supported"
 	// CodeHostCapacity: the box would pass a host-wide cap on running
@@ -67,7 +74,7 @@ type Problem struct {
 	Status   int                 `json:"status,omitempty" doc:"HTTP status code."`
 	Detail   string              `json:"detail,omitempty" doc:"What happened in this occurrence, and what to do."`
 	Instance string              `json:"instance,omitempty" doc:"The request id of this occurrence."`
-	Code     string              `json:"code" enum:"box_not_found,image_not_found,context_not_found,box_not_running,box_running,name_in_use,box_died,timeout,canceled,too_many_execs,unauthorized,body_too_large,invalid_request,not_found,internal,policy_denied,no_lease,exec_not_found,file_not_found,not_a_directory,is_a_directory,file_exists,permission_denied,read_only_filesystem,no_space,invalid_path,not_a_regular_file,port_in_use,snapshot_not_found,snapshot_exists,not_supported,host_capacity,too_many_subscribers,method_not_allowed,box_paused,quota_exceeded" doc:"Stable machine-readable code."`
+	Code     string              `json:"code" enum:"box_not_found,image_not_found,context_not_found,box_not_running,box_running,name_in_use,box_died,timeout,canceled,too_many_execs,unauthorized,body_too_large,invalid_request,not_found,internal,policy_denied,no_lease,exec_not_found,file_not_found,not_a_directory,is_a_directory,file_exists,permission_denied,read_only_filesystem,no_space,invalid_path,not_a_regular_file,port_in_use,snapshot_not_found,snapshot_exists,not_supported,host_capacity,too_many_subscribers,method_not_allowed,box_paused,quota_exceeded,checkpoint_not_found,checkpoint_exists,rolled_back" doc:"Stable machine-readable code."`
 	Cause    string              `json:"cause,omitempty" doc:"For box_died: why the VM ended (guest kernel panic, QEMU process exited, ...)."`
 	Errors   []*huma.ErrorDetail `json:"errors,omitempty" doc:"Individual validation errors."`
 }
@@ -161,6 +168,14 @@ func problem(err error) error {
 		return p
 	case errors.Is(err, airlock.ErrSnapshotExists):
 		return mk(http.StatusConflict, CodeSnapshotExists)
+	case errors.Is(err, airlock.ErrCheckpointNotFound):
+		p := mk(http.StatusNotFound, CodeCheckpointNotFound)
+		p.Detail += " (GET /v1/boxes/{id}/checkpoints lists them)"
+		return p
+	case errors.Is(err, airlock.ErrCheckpointExists):
+		return mk(http.StatusConflict, CodeCheckpointExists)
+	case errors.Is(err, airlock.ErrRolledBack):
+		return mk(http.StatusConflict, CodeRolledBack)
 	case errors.Is(err, vmm.ErrNotSupported):
 		p := mk(http.StatusNotImplemented, CodeNotSupported)
 		p.Detail += ": this server's VM driver cannot do that"

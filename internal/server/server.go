@@ -235,6 +235,7 @@ func New(cfg Config) *Server {
 	s.api = humago.New(s.mux, hc)
 	s.registerBoxes()
 	s.registerSnapshots()
+	s.registerCheckpoints()
 	s.registerExec()
 	s.registerCode()
 	s.registerMisc()

@@ -330,6 +330,9 @@ func TestProblemMapping(t *testing.T) {
 		{fmt.Errorf("x: %w", airlock.ErrBoxRunning), 409, CodeBoxRunning},
 		{fmt.Errorf("x: %w", airlock.ErrNameInUse), 409, CodeNameInUse},
 		{fmt.Errorf("exec: %w", died), 502, CodeBoxDied},
+		{fmt.Errorf("x: %w", airlock.ErrCheckpointNotFound), 404, CodeCheckpointNotFound},
+		{fmt.Errorf("x: %w", airlock.ErrCheckpointExists), 409, CodeCheckpointExists},
+		{fmt.Errorf("x: %w", airlock.ErrRolledBack), 409, CodeRolledBack},
 		{context.DeadlineExceeded, 504, CodeTimeout},
 		{errors.New("disk on fire"), 500, CodeInternal},
 	} {

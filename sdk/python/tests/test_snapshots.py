@@ -102,3 +102,26 @@ async def test_snapshot_restore_list_remove(server_env: dict) -> None:
             await call
         assert (ei.value.status, ei.value.code) == (404, "snapshot_not_found")
     await client.aclose()
+
+
+async def test_checkpoint_rollback(server_env: dict) -> None:
+    async with airlock.SimpleBox(network="none", lease=30) as box:
+        await box.write_file("/root/f", "a")
+        a = await box.checkpoint("A")
+        assert a.name == "A" and a.parent == "" and a.current and a.state_bytes > 0
+        with pytest.raises(airlock.AirlockError) as e:
+            await box.checkpoint("A")
+        assert e.value.code == "checkpoint_exists"
+        await box.write_file("/root/f", "b")
+        assert (await box.checkpoint("B")).parent == "A"
+        box_id = box.id
+        await box.rollback("A")
+        assert box.id == box_id
+        assert await box.read_file("/root/f") == b"a"
+        cps = await box.checkpoints()
+        assert [(c.name, c.parent, c.current) for c in cps] == [("A", "", True), ("B", "A", False)]
+        with pytest.raises(airlock.AirlockError) as e:
+            await box.rollback("nope")
+        assert e.value.code == "checkpoint_not_found"
+        await box.remove_checkpoint("A")
+        assert [(c.name, c.parent) for c in await box.checkpoints()] == [("B", "")]

@@ -22,6 +22,9 @@ export const BOUNDS: Record<string, Record<string, Record<string, number>>> = {
         "volumes": {"maxItems": 32},
         "working_dir": {"maxLength": 4096},
     },
+    "CheckpointRequest": {
+        "name": {"maxLength": 64},
+    },
     "Event": {
         "dropped": {"minimum": 0},
         "exec_id": {"minimum": 0},

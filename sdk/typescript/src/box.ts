@@ -9,7 +9,7 @@ import { AirlockError, Client, problemError } from "./client.js";
 import { Files, type FileInfo } from "./files.js";
 import type { components } from "./openapi.js";
 import { NotImplementedError, networkOf, volumesOf } from "./boxlite.js";
-import { snapshotOf, type Snapshot } from "./snapshots.js";
+import { checkpointOf, snapshotOf, type Checkpoint, type Snapshot } from "./snapshots.js";
 
 type Schemas = components["schemas"];
 // image is left out of a restore (from_snapshot): the snapshot names it.
@@ -560,6 +560,45 @@ export class SimpleBox implements AsyncDisposable {
     const id = await this.box();
     const body: Schemas["SnapshotRequest"] = { name };
     return snapshotOf(await this.client.request<Schemas["Snapshot"]>("POST", `/v1/boxes/${encodeURIComponent(id)}/snapshot`, body));
+  }
+
+  /**
+   * Saves the box's memory, devices and writable layer, at one paused instant, as its checkpoint `name` (1-64
+   * letters, digits, `_ . -`), kept with the box and removed with it; the box runs on. Its parent is the
+   * checkpoint the box was last checkpointed at or rolled back to. Starts the box when needed. Rejects with
+   * {@link AirlockError} `checkpoint_exists` (409) when the box has one of that name, `not_supported` (501) when
+   * the server's VM driver cannot snapshot; a box with volumes cannot be checkpointed.
+   */
+  async checkpoint(name: string): Promise<Checkpoint> {
+    const id = await this.box();
+    const body: Schemas["CheckpointRequest"] = { name };
+    return checkpointOf(await this.client.request<Schemas["Checkpoint"]>("POST", `/v1/boxes/${encodeURIComponent(id)}/checkpoints`, body));
+  }
+
+  /**
+   * Returns the box, in place, to its checkpoint `name`: processes, files and memory as they were then (the clock
+   * stepped to now, the RNG reseeded); the box keeps its id, name, published ports, network policy and secrets.
+   * Execs running in it end ({@link AirlockError} `rolled_back`, 409). A CodeBox's contexts keep their ids, their
+   * variables as at the checkpoint; one made after the checkpoint starts afresh. A checkpoint taken afterwards
+   * starts a branch. Rejects with `checkpoint_not_found` (404).
+   */
+  async rollback(name: string): Promise<void> {
+    const id = await this.box();
+    const body: Schemas["CheckpointRequest"] = { name };
+    await this.client.request("POST", `/v1/boxes/${encodeURIComponent(id)}/rollback`, body);
+  }
+
+  /** The box's checkpoints, oldest first; each names its parent. */
+  async checkpoints(): Promise<Checkpoint[]> {
+    const id = await this.box();
+    const r = await this.client.request<Schemas["CheckpointList"]>("GET", `/v1/boxes/${encodeURIComponent(id)}/checkpoints`);
+    return (r.checkpoints ?? []).map(checkpointOf);
+  }
+
+  /** Removes the box's checkpoint `name`; those taken after it get its parent. Rejects with `checkpoint_not_found` (404). */
+  async removeCheckpoint(name: string): Promise<void> {
+    const id = await this.box();
+    await this.client.request("DELETE", `/v1/boxes/${encodeURIComponent(id)}/checkpoints/${encodeURIComponent(name)}`);
   }
 
   /**

@@ -31,7 +31,7 @@ export {
   type ClientOptions, type Endpoint, type Problem,
 } from "./client.js";
 export { type FileInfo } from "./files.js";
-export { type Snapshot } from "./snapshots.js";
+export { type Checkpoint, type Snapshot } from "./snapshots.js";
 export type { components, paths, operations } from "./openapi.js";
 /** An event of {@link Client.events}. */
 export type Event = import("./openapi.js").components["schemas"]["Event"];

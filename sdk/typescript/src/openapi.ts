@@ -73,6 +73,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/boxes/{id}/checkpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a box's checkpoints
+         * @description Oldest first; each names its parent, so they form a tree.
+         */
+        get: operations["list-checkpoints"];
+        put?: never;
+        /**
+         * Checkpoint a running box
+         * @description Saves the box's memory, devices and writable layer, at one paused instant, as a checkpoint of the box (kept with it, removed with it); the box runs on. POST /v1/boxes/{id}/rollback returns the box to it in place. Its parent is the checkpoint the box was last checkpointed at or rolled back to. A box with volumes cannot be checkpointed.
+         */
+        post: operations["checkpoint-box"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/boxes/{id}/checkpoints/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove a checkpoint
+         * @description Safe for the checkpoints taken after it (each holds all a rollback needs): those whose parent it was get its parent.
+         */
+        delete: operations["remove-checkpoint"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/boxes/{id}/code/install": {
         parameters: {
             query?: never;
@@ -409,6 +453,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/boxes/{id}/rollback": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Roll a box back to a checkpoint
+         * @description Returns the box, in place, to its checkpoint: processes, files and memory as they were then; the guest's clock stepped to now and its RNG reseeded. The box keeps its id, name, published ports, network policy and secrets. Execs running in it end with rolled_back. Its contexts keep their ids, with their interpreters (variables, imports) as at the checkpoint; one made after the checkpoint starts a fresh interpreter at its next run. A stopped box is started at the checkpoint.
+         */
+        post: operations["rollback-box"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/boxes/{id}/secrets/{name}": {
         parameters: {
             query?: never;
@@ -498,7 +562,7 @@ export interface paths {
         };
         /**
          * Stream events (Server-Sent Events)
-         * @description Every transition of the server's boxes, in the order they happened, one SSE `message` per event (JSON, with an `id:` that is its seq): box created, started, start_failed, paused, resumed, suspended, snapshotted, forked, stopped, removed, died; exec started and ended (every process started in the box: execs, code runs, a context's kernel and the helpers it runs; one exec_id for both). seq counts 1, 2, 3... in the server's life. The first message is stream.open, its seq the last event's. A stream resumes with ?since=SEQ or Last-Event-ID: the server keeps the last 1024 events; a stream that asks for older ones, or falls further behind, gets one events.dropped (dropped: how many, seq: the last of them) and goes on from the oldest kept: nothing is lost unmarked. A since past the last event (the server restarted) gets an events.dropped and the whole backlog. Events of boxes changed by another process (the CLI) are not seen. A client that does not read for 30 s (airlock serve --write-stall) is disconnected; past the server's limit of open streams (--max-subscribers, 64 by default) a new one gets 503 too_many_subscribers.
+         * @description Every transition of the server's boxes, in the order they happened, one SSE `message` per event (JSON, with an `id:` that is its seq): box created, started, start_failed, paused, resumed, suspended, snapshotted, forked, checkpointed, rolled_back, stopped, removed, died; exec started and ended (every process started in the box: execs, code runs, a context's kernel and the helpers it runs; one exec_id for both). seq counts 1, 2, 3... in the server's life. The first message is stream.open, its seq the last event's. A stream resumes with ?since=SEQ or Last-Event-ID: the server keeps the last 1024 events; a stream that asks for older ones, or falls further behind, gets one events.dropped (dropped: how many, seq: the last of them) and goes on from the oldest kept: nothing is lost unmarked. A since past the last event (the server restarted) gets an events.dropped and the whole backlog. Events of boxes changed by another process (the CLI) are not seen. A client that does not read for 30 s (airlock serve --write-stall) is disconnected; past the server's limit of open streams (--max-subscribers, 64 by default) a new one gets 503 too_many_subscribers.
          */
         get: operations["events"];
         put?: never;
@@ -810,6 +874,38 @@ export interface components {
             /** @description repr() of the last expression, when not None. */
             value?: string;
         };
+        Checkpoint: {
+            /** Format: date-time */
+            created: string;
+            /** @description The box was last checkpointed at or rolled back to this one. */
+            current?: boolean;
+            /**
+             * Format: int64
+             * @description The writable layer's copy, bytes allocated.
+             */
+            disk_bytes: number;
+            name: string;
+            /** @description The checkpoint the box was at when this one was taken (the last one taken or rolled back to); absent for a root. */
+            parent?: string;
+            /**
+             * Format: double
+             * @description How long the box was stopped while the checkpoint was taken, ms.
+             */
+            paused_ms: number;
+            /**
+             * Format: int64
+             * @description Memory and device state on disk, bytes.
+             */
+            state_bytes: number;
+        };
+        CheckpointList: {
+            /** @description Oldest first. */
+            checkpoints: components["schemas"]["Checkpoint"][] | null;
+        };
+        CheckpointRequest: {
+            /** @description The checkpoint's name (letters, digits, _ . -; unique in the box). */
+            name: string;
+        };
         ContextInfo: {
             /** @description Context id. */
             id: string;
@@ -858,13 +954,13 @@ export interface components {
              * @description Number of the event in this server's life: 1, 2, 3... with no gaps; an events.dropped stands for those a stream missed. Resume a stream with ?since=SEQ (or the Last-Event-ID header, which EventSource sends by itself).
              */
             seq: number;
-            /** @description box.snapshotted: the snapshot's name. */
+            /** @description box.snapshotted: the snapshot's name; box.checkpointed: the checkpoint's. */
             snapshot?: string;
             /** Format: date-time */
             time: string;
             timed_out?: boolean;
             /** @enum {string} */
-            type: "stream.open" | "events.dropped" | "box.created" | "box.started" | "box.start_failed" | "box.paused" | "box.resumed" | "box.suspended" | "box.snapshotted" | "box.forked" | "box.stopped" | "box.removed" | "box.died" | "exec.started" | "exec.ended";
+            type: "stream.open" | "events.dropped" | "box.created" | "box.started" | "box.start_failed" | "box.paused" | "box.resumed" | "box.suspended" | "box.snapshotted" | "box.forked" | "box.checkpointed" | "box.rolled_back" | "box.stopped" | "box.removed" | "box.died" | "exec.started" | "exec.ended";
         };
         ExecInfo: {
             box_id: string;
@@ -1112,7 +1208,7 @@ export interface components {
              * @description Stable machine-readable code.
              * @enum {string}
              */
-            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use" | "snapshot_not_found" | "snapshot_exists" | "not_supported" | "host_capacity" | "too_many_subscribers" | "method_not_allowed" | "box_paused" | "quota_exceeded";
+            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use" | "snapshot_not_found" | "snapshot_exists" | "not_supported" | "host_capacity" | "too_many_subscribers" | "method_not_allowed" | "box_paused" | "quota_exceeded" | "checkpoint_not_found" | "checkpoint_exists" | "rolled_back";
             /** @description What happened in this occurrence, and what to do. */
             detail?: string;
             /** @description Individual validation errors. */
@@ -1663,6 +1759,205 @@ export interface operations {
             };
             /** @description No space left in the box (no_space). */
             507: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "list-checkpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CheckpointList"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "checkpoint-box": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CheckpointRequest"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Checkpoint"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Implemented */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Bad Gateway */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "remove-checkpoint": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+                /** @description Checkpoint name. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3021,6 +3316,105 @@ export interface operations {
             cookie?: never;
         };
         requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Box"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Implemented */
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Bad Gateway */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "rollback-box": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CheckpointRequest"];
+            };
+        };
         responses: {
             /** @description OK */
             200: {

@@ -43,3 +43,33 @@ export function snapshotOf(s: components["schemas"]["Snapshot"]): Snapshot {
   if (s.box_name) out.boxName = s.box_name;
   return out;
 }
+
+/**
+ * A checkpoint of a box: its memory, devices and writable layer at one paused
+ * instant, kept with the box ({@link SimpleBox.checkpoint});
+ * {@link SimpleBox.rollback} returns the box to it in place.
+ */
+export interface Checkpoint {
+  /** The checkpoint's name (unique in the box). */
+  name: string;
+  /** The checkpoint the box was at when this one was taken (the last one taken or rolled back to); "" for a root. */
+  parent: string;
+  /** The box was last checkpointed at or rolled back to it. */
+  current: boolean;
+  /** When it was taken. */
+  created: Date;
+  /** Memory and device state on the server's disk, bytes. */
+  stateBytes: number;
+  /** The writable layer's copy, bytes allocated. */
+  diskBytes: number;
+  /** How long the box was stopped while it was taken, ms. */
+  pausedMs: number;
+}
+
+/** @internal The SDK's Checkpoint of the API's. */
+export function checkpointOf(c: components["schemas"]["Checkpoint"]): Checkpoint {
+  return {
+    name: c.name, parent: c.parent ?? "", current: c.current ?? false, created: new Date(c.created),
+    stateBytes: c.state_bytes, diskBytes: c.disk_bytes, pausedMs: c.paused_ms,
+  };
+}

@@ -676,6 +676,26 @@ describe("fork and snapshots", () => {
   });
 });
 
+describe("checkpoints", () => {
+  it("checkpoint, rollback in place, list as a tree, remove", { timeout: 180_000 }, async () => {
+    await using b = new SimpleBox({ network: "none" });
+    await b.writeFile("/root/f", "a");
+    const a = await b.checkpoint("A");
+    assert.ok(a.name === "A" && a.parent === "" && a.current && a.stateBytes > 0, JSON.stringify(a));
+    await assert.rejects(b.checkpoint("A"), (e: unknown) => e instanceof AirlockError && e.status === 409 && e.code === "checkpoint_exists");
+    await b.writeFile("/root/f", "b");
+    assert.equal((await b.checkpoint("B")).parent, "A");
+    const id = b.id;
+    await b.rollback("A");
+    assert.equal(b.id, id);
+    assert.equal(new TextDecoder().decode(await b.readFile("/root/f")), "a");
+    assert.deepEqual((await b.checkpoints()).map((c) => [c.name, c.parent, c.current]), [["A", "", true], ["B", "A", false]]);
+    await assert.rejects(b.rollback("nope"), (e: unknown) => e instanceof AirlockError && e.status === 404 && e.code === "checkpoint_not_found");
+    await b.removeCheckpoint("A");
+    assert.deepEqual((await b.checkpoints()).map((c) => [c.name, c.parent]), [["B", ""]]);
+  });
+});
+
 describe("stop", () => {
   it("removes a started box; later calls reject", async () => {
     const cb = CodeBox.attach(box.id!);

@@ -22,7 +22,7 @@ from ._box import (DEFAULT_IMAGE, DEFAULT_LEASE, CellError, CellResult, CodeBox,
                    Secret, SimpleBox)
 from ._files import FileInfo
 from ._client import AirlockError, Client, Endpoint, default_socket
-from ._snapshots import Snapshot
+from ._snapshots import Checkpoint, Snapshot
 from ._sync import SyncClient, SyncCodeBox, SyncContext, SyncSimpleBox
 from ._boxlite import (AccessToken, ApiKeyCredential, Box, BrowserBox, ComputerBox, InteractiveBox, SkillBox, BoxInfo, Boxlite, BoxliteRestOptions, BoxOptions, BoxStateInfo,
                        CopyOptions, ExecStderr, ExecStdin, ExecStdout, Execution, ExecWaitResult, ImageRegistry,
@@ -81,6 +81,7 @@ __all__ = [
     "Secret",
     "SimpleBox",
     "Snapshot",
+    "Checkpoint",
     "SyncClient",
     "SyncCodeBox",
     "SyncContext",

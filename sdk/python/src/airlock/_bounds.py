@@ -23,6 +23,9 @@ BOUNDS: dict[str, dict[str, dict[str, int]]] = {
         "volumes": {"maxItems": 32},
         "working_dir": {"maxLength": 4096},
     },
+    "CheckpointRequest": {
+        "name": {"maxLength": 64},
+    },
     "Event": {
         "dropped": {"minimum": 0},
         "exec_id": {"minimum": 0},

@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator, Dict, Iterable, List, Mapping, Optional, 
 from ._bounds import BOUNDS
 from ._client import AirlockError, Client, Endpoint, _raise_for_problem, decode_output, sync_client
 from ._files import FilesMixin
-from ._snapshots import Snapshot
+from ._snapshots import Checkpoint, Snapshot
 
 _B = TypeVar("_B", bound="SimpleBox")
 
@@ -504,6 +504,47 @@ class SimpleBox(FilesMixin):
         """
         box = await self._box()
         return Snapshot._of(await self._client.request("POST", f"/v1/boxes/{box}/snapshot", json={"name": name}))
+
+    async def checkpoint(self, name: str) -> Checkpoint:
+        """Saves the box's memory, devices and writable layer, at one paused
+        instant, as its checkpoint ``name`` (1-64 letters, digits, ``_ .
+        -``), kept with the box and removed with it; the box runs on. Its
+        parent is the checkpoint the box was last checkpointed at or rolled
+        back to. Starts the box when needed.
+
+        Raises AirlockError ``checkpoint_exists`` (409) when the box has
+        one of that name, ``not_supported`` (501) when the server's VM
+        driver cannot snapshot; a box with volumes cannot be checkpointed.
+        """
+        box = await self._box()
+        return Checkpoint._of(await self._client.request("POST", f"/v1/boxes/{box}/checkpoints", json={"name": name}))
+
+    async def rollback(self, name: str) -> None:
+        """Returns the box, in place, to its checkpoint ``name``: processes,
+        files and memory as they were then (the clock stepped to now, the
+        RNG reseeded); the box keeps its id, name, published ports, network
+        policy and secrets. Execs running in it end (AirlockError
+        ``rolled_back``, 409). A CodeBox's contexts keep their ids, their
+        variables as at the checkpoint (``x = 1``, checkpoint, ``x = 2``,
+        rollback: ``x`` is 1); one made after the checkpoint starts afresh.
+        A checkpoint taken afterwards starts a branch.
+
+        Raises AirlockError ``checkpoint_not_found`` (404).
+        """
+        box = await self._box()
+        await self._client.request("POST", f"/v1/boxes/{box}/rollback", json={"name": name})
+
+    async def checkpoints(self) -> List[Checkpoint]:
+        """The box's checkpoints, oldest first; each names its parent."""
+        box = await self._box()
+        r = await self._client.request("GET", f"/v1/boxes/{box}/checkpoints")
+        return [Checkpoint._of(d) for d in r.get("checkpoints") or []]
+
+    async def remove_checkpoint(self, name: str) -> None:
+        """Removes the box's checkpoint ``name``; those taken after it get
+        its parent. AirlockError ``checkpoint_not_found`` (404)."""
+        box = await self._box()
+        await self._client.request("DELETE", f"/v1/boxes/{box}/checkpoints/{quote(name, safe='')}")
 
     async def pause(self, to_disk: bool = False) -> None:
         """Pauses the running box: its vCPUs stop (no guest CPU; its memory

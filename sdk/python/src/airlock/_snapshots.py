@@ -46,3 +46,33 @@ class Snapshot:
                    cpus=d["cpus"], memory_mib=d["memory_mib"], disk_size_mib=d["disk_size_mib"], network=d["network"],
                    created=d["created"], state_bytes=d.get("state_bytes", 0), disk_bytes=d.get("disk_bytes", 0),
                    paused_ms=float(d.get("paused_ms", 0)), box_name=d.get("box_name") or "")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint of a box: its memory, devices and writable layer at one
+    paused instant, kept with the box (:meth:`SimpleBox.checkpoint`);
+    :meth:`SimpleBox.rollback` returns the box to it in place.
+
+    Attributes:
+        name: the checkpoint's name (unique in the box).
+        parent: the checkpoint the box was at when this one was taken (the
+            last one taken or rolled back to); "" for a root.
+        current: the box was last checkpointed at or rolled back to it.
+        created: when it was taken (an ISO 8601 string from the server).
+        state_bytes, disk_bytes, paused_ms: as for :class:`Snapshot`.
+    """
+
+    name: str
+    created: str
+    parent: str = ""
+    current: bool = False
+    state_bytes: int = 0
+    disk_bytes: int = 0
+    paused_ms: float = 0.0
+
+    @classmethod
+    def _of(cls, d: Mapping[str, Any]) -> "Checkpoint":
+        return cls(name=d["name"], created=d["created"], parent=d.get("parent") or "", current=bool(d.get("current")),
+                   state_bytes=d.get("state_bytes", 0), disk_bytes=d.get("disk_bytes", 0),
+                   paused_ms=float(d.get("paused_ms", 0)))

@@ -9,7 +9,7 @@ from typing import Any, Coroutine, List, Optional, TypeVar, Union
 from ._box import CellResult, CodeBox, Context, ExecResult, PortMapping, SimpleBox
 from ._client import Client, Endpoint
 from ._files import FileInfo
-from ._snapshots import Snapshot
+from ._snapshots import Checkpoint, Snapshot
 
 T = TypeVar("T")
 S = TypeVar("S", bound="SyncSimpleBox")
@@ -91,6 +91,22 @@ class SyncSimpleBox:
     def snapshot(self, name: str) -> Snapshot:
         """See :meth:`airlock.SimpleBox.snapshot`."""
         return self._loop.run(self._box.snapshot(name))  # type: ignore[no-any-return]
+
+    def checkpoint(self, name: str) -> Checkpoint:
+        """See :meth:`airlock.SimpleBox.checkpoint`."""
+        return self._loop.run(self._box.checkpoint(name))  # type: ignore[no-any-return]
+
+    def rollback(self, name: str) -> None:
+        """See :meth:`airlock.SimpleBox.rollback`."""
+        self._loop.run(self._box.rollback(name))
+
+    def checkpoints(self) -> List[Checkpoint]:
+        """See :meth:`airlock.SimpleBox.checkpoints`."""
+        return self._loop.run(self._box.checkpoints())  # type: ignore[no-any-return]
+
+    def remove_checkpoint(self, name: str) -> None:
+        """See :meth:`airlock.SimpleBox.remove_checkpoint`."""
+        self._loop.run(self._box.remove_checkpoint(name))
 
     def pause(self, to_disk: bool = False) -> None:
         """See :meth:`airlock.SimpleBox.pause`."""
