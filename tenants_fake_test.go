@@ -54,8 +54,8 @@ func newTenantEnv(t *testing.T, aliceQuota tenant.Quota) *tenantEnv {
 	if err := tenant.Add(file, tenant.Tenant{Name: "bob"}, bob); err != nil {
 		t.Fatal(err)
 	}
-	var start func(r *airlock.Runtime) *tenantEnv
-	start = func(r *airlock.Runtime) *tenantEnv {
+	var start func(r *airlock.Runtime, ev *server.Events) *tenantEnv
+	start = func(r *airlock.Runtime, ev *server.Events) *tenantEnv {
 		set, err := tenant.Open(file)
 		if err != nil {
 			t.Fatal(err)
@@ -65,7 +65,6 @@ func newTenantEnv(t *testing.T, aliceQuota tenant.Quota) *tenantEnv {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev := server.NewEvents()
 		s := server.New(server.Config{Runtime: r, Token: adminToken, Tenants: set, Audit: audit, Events: ev,
 			Metrics: server.NewMetrics("test"), MaxExecsPerClient: 8,
 			// The fake's disks take no room: the host's free space is
@@ -77,17 +76,19 @@ func newTenantEnv(t *testing.T, aliceQuota tenant.Quota) *tenantEnv {
 		e.reopenWithSameHome = func() *tenantEnv {
 			e.close()
 			r.Close()
-			return start(open(0))
+			ev := server.NewEvents()
+			return start(open(0, ev), ev)
 		}
 		t.Cleanup(e.close)
 		return e
 	}
-	return start(open(0))
+	ev := server.NewEvents()
+	return start(open(0, ev), ev)
 }
 
 // snapshottingHome is lifeHome on the fake driver that snapshots
 // (fake.Snapshotting).
-func snapshottingHome(t *testing.T) (open func(reap time.Duration) *airlock.Runtime, ref string) {
+func snapshottingHome(t *testing.T) (open func(reap time.Duration, obs ...airlock.Observer) *airlock.Runtime, ref string) {
 	t.Helper()
 	ref = "test/fake:v1"
 	drv := fake.NewSnapshotting(os.Getenv("AIRLOCK_AGENT"))
@@ -105,9 +106,13 @@ func snapshottingHome(t *testing.T) (open func(reap time.Duration) *airlock.Runt
 			r.Close()
 		}
 	})
-	return func(reap time.Duration) *airlock.Runtime {
+	return func(reap time.Duration, obs ...airlock.Observer) *airlock.Runtime {
 		t.Helper()
-		r, err := airlock.OpenWithDriver(airlock.Options{Home: home, ImagesDir: images, CacheDir: cache, Warn: func(string) {}, ReapInterval: reap}, drv)
+		o := airlock.Options{Home: home, ImagesDir: images, CacheDir: cache, Warn: func(string) {}, ReapInterval: reap}
+		if len(obs) > 0 {
+			o.Observer = obs[0]
+		}
+		r, err := airlock.OpenWithDriver(o, drv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,6 +287,8 @@ func TestTenantsEveryBoxRoute(t *testing.T) {
 		"PUT /v1/boxes/{id}/files":               []byte("data"),
 		"PUT /v1/boxes/{id}/archive":             []byte{},
 		"PUT /v1/boxes/{id}/secrets/{name}":      map[string]any{"value": "v"},
+		"POST /v1/boxes/{id}/checkpoints":        map[string]any{"name": "c"},
+		"POST /v1/boxes/{id}/rollback":           map[string]any{"name": "c"},
 	}
 	routes := 0
 	for path, ops := range doc.Paths {
@@ -527,7 +534,7 @@ func TestTenantsEventsAndMetrics(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("no box.removed event for alice's box on the admin's and alice's streams")
+			t.Fatalf("no box.removed event for alice's box on the admin's and alice's streams: admin %+v alice %+v", admin.evs, alice.evs)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

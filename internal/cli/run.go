@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/netstack"
 )
 
 // boxFlags are the flags shared by run and create.
@@ -145,9 +146,15 @@ func secretFlags(in []string, lookup func(string) (string, bool)) (map[string]ai
 		if _, dup := out[name]; dup {
 			return nil, fmt.Errorf("--secret %s given twice: list its hosts in one flag (NAME=HOST,HOST)", name)
 		}
+		if err := netstack.CheckSecretName(name); err != nil {
+			return nil, fmt.Errorf("--secret: %w", err)
+		}
 		v, ok := lookup(name)
-		if !ok || v == "" {
+		if !ok {
 			return nil, fmt.Errorf("--secret %s: $%s is not set in this shell: export it, and airlock passes its value to the box's network helper (never into the box)", name, name)
+		}
+		if v == "" {
+			return nil, fmt.Errorf("--secret %s: $%s is empty in this shell: a secret's value is 1-%d bytes", name, name, airlock.MaxSecretValue)
 		}
 		out[name] = airlock.Secret{Value: v, Hosts: strings.Split(hosts, ",")}
 	}

@@ -23,6 +23,16 @@ func TestSecretFlags(t *testing.T) {
 			t.Errorf("%q: the error shows the value: %v", bad, err)
 		}
 	}
+	for flag, want := range map[string]string{
+		"UNSET=a.example": "$UNSET is not set in this shell",
+		"EMPTY=a.example": "$EMPTY is empty in this shell",
+		"1BAD=a.example":  "want an environment variable's name",
+		"PATH=a.example":  "a variable the box's programs need",
+	} {
+		if _, err := secretFlags([]string{flag}, lookup); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", flag, err, want)
+		}
+	}
 	if got, err := secretFlags(nil, lookup); got != nil || err != nil {
 		t.Errorf("no flags: %v %v", got, err)
 	}

@@ -29,7 +29,7 @@ func TestSecretChecks(t *testing.T) {
 			t.Errorf("CheckSecretName(%q): %v", n, err)
 		}
 	}
-	for _, n := range []string{"", "1A", "A-B", "A B", "A=B", strings.Repeat("A", 129)} {
+	for _, n := range []string{"", "1A", "A-B", "A B", "A=B", strings.Repeat("A", 129), "PATH", "HOME", "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS"} {
 		if err := CheckSecretName(n); err == nil {
 			t.Errorf("CheckSecretName(%q) accepted", n)
 		}

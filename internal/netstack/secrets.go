@@ -60,7 +60,19 @@ func CheckSecretName(name string) error {
 			return fmt.Errorf("secret name %q: want an environment variable's name (letters, digits and _, not a digit first)", name)
 		}
 	}
+	if reservedSecretNames[name] {
+		return fmt.Errorf("secret name %s: a variable the box's programs need (or airlock sets for the box's CA): name the secret otherwise", name)
+	}
 	return nil
+}
+
+// reservedSecretNames are variables a secret's placeholder must not
+// replace: what programs in the box need to run, and what airlock sets so
+// that they trust the box's CA.
+var reservedSecretNames = map[string]bool{
+	"PATH": true, "HOME": true, "USER": true, "SHELL": true, "PWD": true, "HOSTNAME": true, "TERM": true,
+	"LANG": true, "LD_PRELOAD": true, "LD_LIBRARY_PATH": true, "PYTHONPATH": true, "TMPDIR": true,
+	"SSL_CERT_FILE": true, "SSL_CERT_DIR": true, "REQUESTS_CA_BUNDLE": true, "CURL_CA_BUNDLE": true, "NODE_EXTRA_CA_CERTS": true,
 }
 
 // CheckSecretValue checks a secret's value: 1 to MaxSecretValue bytes,

@@ -101,7 +101,11 @@ func init() {
 			}
 			var d huma.ErrorDetailer
 			if errors.As(e, &d) {
-				p.Errors = append(p.Errors, d.ErrorDetail())
+				// Without the value: the client sent it, and it may be a
+				// secret's (or an env value, a file's bytes).
+				ed := *d.ErrorDetail()
+				ed.Value = nil
+				p.Errors = append(p.Errors, &ed)
 			} else {
 				p.Errors = append(p.Errors, &huma.ErrorDetail{Message: e.Error()})
 			}

@@ -118,3 +118,41 @@ func TestSetSecret(t *testing.T) {
 		t.Errorf("box after rotation: %s", b)
 	}
 }
+
+// TestValidationErrorsDoNotEchoValues: a request refused by the schema
+// (422) says where and why, never the value sent (it may be a secret's).
+func TestValidationErrorsDoNotEchoValues(t *testing.T) {
+	ts := httptest.NewServer(New(Config{Runtime: openRuntime(t)}).Handler(false))
+	defer ts.Close()
+	const v = "sk-schema-never-echo"
+	for what, body := range map[string]string{
+		"too long":       `{"value":"` + v + strings.Repeat("a", 9000) + `"}`,
+		"extra property": `{"value":"` + v + `","hosts":["a.example"]}`,
+	} {
+		req, _ := http.NewRequest(http.MethodPut, ts.URL+"/v1/boxes/x/secrets/TOKEN", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 422 || !strings.Contains(string(b), `"location"`) || strings.Contains(string(b), v) {
+			t.Errorf("%s: %d %s", what, resp.StatusCode, b)
+		}
+	}
+	for what, spec := range map[string]string{
+		"no hosts":     `{"image":"python:slim","secrets":{"X":{"value":"` + v + `"}}}`,
+		"number value": `{"image":"python:slim","secrets":{"X":{"value":1,"hosts":["a.example"],"extra":"` + v + `"}}}`,
+	} {
+		resp, err := http.Post(ts.URL+"/v1/boxes", "application/json", strings.NewReader(spec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode < 400 || strings.Contains(string(b), v) {
+			t.Errorf("create, %s: %d %s", what, resp.StatusCode, b)
+		}
+	}
+}

@@ -96,7 +96,16 @@ def _raise_for_problem(resp: httpx.Response) -> None:
         p = resp.json()
     except ValueError:
         p = {"detail": resp.text}
-    raise AirlockError(resp.status_code, p.get("code", ""), p.get("detail") or resp.reason_phrase, p.get("cause", ""))
+    if not isinstance(p, dict):
+        p = {"detail": resp.text}
+    detail = p.get("detail") or resp.reason_phrase
+    errs = p.get("errors") if isinstance(p, dict) else None
+    if isinstance(errs, list) and errs:
+        # Validation errors: where and what (the server never echoes the value).
+        parts = [f"{e.get('location', '')}: {e.get('message', '')}".strip(": ") for e in errs[:8] if isinstance(e, dict)]
+        if parts:
+            detail = f"{detail} ({'; '.join(parts)})"
+    raise AirlockError(resp.status_code, p.get("code", ""), detail, p.get("cause", ""))
 
 
 def decode_output(text: str, encoding: str) -> bytes:
