@@ -109,7 +109,7 @@ func TestPackageRules(t *testing.T) {
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
 		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/execrun", "internal/exitrec", "internal/friend", "internal/guestabi", "internal/lifetime", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/checkpoint", "internal/volume", "internal/capacity", "internal/sparse", "internal/secrets"},
-		"codebox": {"", "internal/friend"},
+		"codebox": {"", "internal/friend", "internal/headtail"},
 		"interp":  {"codebox"},
 		// The Kubernetes node (airlock node): pods as boxes through the
 		// public API only, with client-go and virtual-kubelet.
@@ -117,7 +117,7 @@ func TestPackageRules(t *testing.T) {
 		// E2B's API (airlock serve --e2b): the public API only, and its own
 		// generated envd messages; the REST server's policy comes in as
 		// functions.
-		"internal/e2b":                                     {"", "codebox", "internal/e2b/envdpb"},
+		"internal/e2b":                                     {"", "codebox", "internal/e2b/envdpb", "internal/headtail"},
 		"internal/e2b/envdpb/process":                      {},
 		"internal/e2b/envdpb/process/processconnect":       {"internal/e2b/envdpb/process"},
 		"internal/e2b/envdpb/filesystem":                   {},

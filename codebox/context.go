@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/airlock-run/airlock/internal/headtail"
 )
 
 //go:embed kernel.py
@@ -204,7 +206,7 @@ type kernel struct {
 	p       kernelProc
 	stdin   io.WriteCloser
 	replies chan reply // closed when stdout ends
-	stderr  *tail
+	stderr  *headtail.Tail
 	exited  chan struct{}
 	code    int
 	waitErr error
@@ -262,7 +264,7 @@ func startKernel(ctx context.Context, start func(context.Context) (kernelProc, e
 	if err != nil {
 		return nil, err
 	}
-	k := &kernel{p: p, stdin: p.Stdin(), replies: make(chan reply, 1), stderr: &tail{max: 64 << 10}, exited: make(chan struct{})}
+	k := &kernel{p: p, stdin: p.Stdin(), replies: make(chan reply, 1), stderr: &headtail.Tail{Max: 64 << 10}, exited: make(chan struct{})}
 	go func() {
 		defer close(k.replies)
 		r := bufio.NewReaderSize(p.Stdout(), 64<<10)
@@ -595,29 +597,4 @@ func (x *Context) Close() error {
 		x.onClose()
 	}
 	return nil
-}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-// Write keeps the end of p.
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-// String returns what is kept.
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }

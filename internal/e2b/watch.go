@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-run/airlock"
 	pb "github.com/airlock-run/airlock/internal/e2b/envdpb/filesystem"
+	"github.com/airlock-run/airlock/internal/headtail"
 )
 
 // watchScript is the watcher run in the box (python3 and inotify): no E2B
@@ -54,7 +55,7 @@ type watchEvent struct{ kind, name string }
 type guestWatch struct {
 	p      *airlock.Process
 	r      *bufio.Reader
-	stderr *tailBuffer
+	stderr *headtail.Tail
 	once   sync.Once
 }
 
@@ -105,7 +106,7 @@ func (sb *sandbox) startWatch(ctx context.Context, u userInfo, dir string, recur
 		t.mu.Unlock()
 		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the sandbox has %d directory watches, the most it may: stop one", maxWatches))
 	}
-	w := &guestWatch{stderr: &tailBuffer{max: 4 << 10}}
+	w := &guestWatch{stderr: &headtail.Tail{Max: 4 << 10}}
 	t.live[w] = struct{}{}
 	t.mu.Unlock()
 	rec := "0"
@@ -396,27 +397,4 @@ func (s fsService) RemoveWatcher(ctx context.Context, req *connect.Request[pb.Re
 	}
 	wt.w.stop()
 	return connect.NewResponse(&pb.RemoveWatcherResponse{}), nil
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }

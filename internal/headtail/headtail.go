@@ -6,6 +6,8 @@
 // what arrives, so a misbehaving agent cannot grow host memory either.
 package headtail
 
+import "sync"
+
 // Limiter splits a stream into a head that passes at once, a tail kept in
 // memory (at most max - max/2 bytes) and a dropped middle.
 type Limiter struct {
@@ -134,4 +136,31 @@ func (b *Buffer) Dropped() int64 {
 		return 0
 	}
 	return b.l.Dropped()
+}
+
+// Tail keeps the last Max bytes written to it (a process's stderr, for
+// an error message); safe for concurrent use.
+type Tail struct {
+	// Max is how many bytes are kept.
+	Max int
+	mu  sync.Mutex
+	b   []byte
+}
+
+// Write keeps the end of what was written; it never fails.
+func (t *Tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.Max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.Max:]...)
+	}
+	return len(p), nil
+}
+
+// String returns what is kept.
+func (t *Tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
 }
