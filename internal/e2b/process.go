@@ -503,6 +503,13 @@ func (s processService) SendSignal(ctx context.Context, req *connect.Request[pb.
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %v: want SIGTERM or SIGKILL", req.Msg.GetSignal()))
 	}
 	if err != nil {
+		select {
+		case <-pr.p.Done():
+			// It ended meanwhile (its end still being delivered): as
+			// envd, a process that is gone is not found.
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d has ended", pr.pid))
+		default:
+		}
 		return nil, connect.NewError(connect.CodeFailedPrecondition, err)
 	}
 	return connect.NewResponse(&pb.SendSignalResponse{}), nil
