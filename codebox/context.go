@@ -239,26 +239,6 @@ type reply struct {
 // it is read, and the interpreter restarted.
 const maxMessage = 32<<20 + 64<<10
 
-// readMessage reads one '\n'-terminated line of at most max bytes. A longer
-// line is read through its newline and discarded (tooLong), so memory stays
-// bounded however long the line is, newline or not.
-func readMessage(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
-	for {
-		chunk, err := r.ReadSlice('\n')
-		if !tooLong {
-			if len(line)+len(chunk) > max {
-				tooLong, line = true, nil
-			} else {
-				line = append(line, chunk...)
-			}
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		return line, tooLong, err
-	}
-}
-
 func startKernel(ctx context.Context, start func(context.Context) (kernelProc, error)) (*kernel, error) {
 	p, err := start(ctx)
 	if err != nil {
@@ -269,7 +249,7 @@ func startKernel(ctx context.Context, start func(context.Context) (kernelProc, e
 		defer close(k.replies)
 		r := bufio.NewReaderSize(p.Stdout(), 64<<10)
 		for {
-			line, tooLong, err := readMessage(r, maxMessage)
+			line, tooLong, err := headtail.ReadLine(r, maxMessage)
 			if tooLong {
 				k.replies <- reply{tooLong: true}
 			} else if len(bytes.TrimSpace(line)) > 0 {

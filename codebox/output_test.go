@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-run/airlock/internal/headtail"
 )
 
 // A cell printing far more than the cap keeps the head and tail of its
@@ -59,7 +61,7 @@ func TestReadMessageBoundsLines(t *testing.T) {
 		line    string
 		tooLong bool
 	}{{"short\n", false}, {"", true}, {"next\n", false}, {"last", false}} {
-		line, tooLong, _ := readMessage(r, 100)
+		line, tooLong, _ := headtail.ReadLine(r, 100)
 		if string(line) != want.line || tooLong != want.tooLong {
 			t.Fatalf("got %q %v, want %q %v", line, tooLong, want.line, want.tooLong)
 		}

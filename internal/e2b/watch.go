@@ -166,7 +166,7 @@ func (w *guestWatch) stop() {
 // next reads the watcher's next event; an error when it ended.
 func (w *guestWatch) next() (watchEvent, error) {
 	for {
-		line, tooLong, err := readBoundedLine(w.r, maxWatchLine)
+		line, tooLong, err := headtail.ReadLine(w.r, maxWatchLine)
 		if !tooLong && len(line) > 0 {
 			var v []string
 			if json.Unmarshal(line, &v) == nil && len(v) > 0 {
@@ -180,25 +180,6 @@ func (w *guestWatch) next() (watchEvent, error) {
 		if err != nil {
 			return watchEvent{}, err
 		}
-	}
-}
-
-// readBoundedLine reads one '\n'-terminated line of at most max bytes; a
-// longer one is read through its newline and dropped (tooLong).
-func readBoundedLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
-	for {
-		chunk, err := r.ReadSlice('\n')
-		if !tooLong {
-			if len(line)+len(chunk) > max {
-				tooLong, line = true, nil
-			} else {
-				line = append(line, chunk...)
-			}
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		return line, tooLong, err
 	}
 }
 

@@ -6,7 +6,10 @@
 // what arrives, so a misbehaving agent cannot grow host memory either.
 package headtail
 
-import "sync"
+import (
+	"bufio"
+	"sync"
+)
 
 // Limiter splits a stream into a head that passes at once, a tail kept in
 // memory (at most max - max/2 bytes) and a dropped middle.
@@ -163,4 +166,25 @@ func (t *Tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.b)
+}
+
+// ReadLine reads one '\n'-terminated line of at most max bytes from r (a
+// guest's output: its length is not ours to choose). A longer line is read
+// through its newline and discarded (tooLong), so memory stays bounded
+// however long the line is, newline or not.
+func ReadLine(r *bufio.Reader, max int) (line []byte, tooLong bool, err error) {
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if !tooLong {
+			if len(line)+len(chunk) > max {
+				tooLong, line = true, nil
+			} else {
+				line = append(line, chunk...)
+			}
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return line, tooLong, err
+	}
 }
