@@ -22,6 +22,10 @@
 //     the failure was for want of room;
 //   - a failed fill backs off (1 s, doubling, at most 30 s); a fill held
 //     back does not;
+//   - claims first, refill after: a fill neither starts nor warms its box
+//     while a claim is in progress or within Options.Quiet of the last
+//     one (at most Options.MaxDefer), and a claim never waits for a lock
+//     or a slot that a fill holds (quiet.go);
 //   - a start (Set.Launch) checks the Room and holds its place until its
 //     machine runs, so that concurrent starts cannot pass a cap together;
 //     a start that the Room says evicting would help first removes ready
@@ -137,6 +141,13 @@ type Options struct {
 	Live func(id string) bool
 	// Clock is what the fill loops wait on; nil: real time.
 	Clock Clock
+	// Quiet is how long after the last claim a fill waits before it
+	// starts or warms a box (claims first, refill after); 0:
+	// DefaultQuiet; negative: fills do not wait for claims.
+	Quiet time.Duration
+	// MaxDefer bounds how long claims that keep coming defer a fill
+	// (about: it waits whole Quiet periods); 0: DefaultMaxDefer.
+	MaxDefer time.Duration
 }
 
 // PruneAt is how many claimed boxes a Set remembers (FromPool, TakeWarm)
@@ -191,6 +202,15 @@ type Set[B Box] struct {
 	launching, launchingMiB int
 	// change is closed, and replaced, when a pool's state changes (Wait).
 	change chan struct{}
+
+	// quiet and maxDefer are Options.Quiet and MaxDefer with defaults
+	// (quiet 0: fills do not wait for claims).
+	quiet, maxDefer time.Duration
+	// claimsNow are the claims in progress; claimSeq counts their
+	// beginnings and ends; calmSeq is the claimSeq after which a quiet
+	// period passed (quiet.go).
+	claimsNow         int
+	claimSeq, calmSeq uint64
 }
 
 type pool[B Box] struct {
@@ -227,6 +247,14 @@ func New[B Box](specs []Spec[B], room Room, o Options) *Set[B] {
 		sem: make(chan struct{}, max(o.Fills, 1)), warm: map[string]any{}, from: map[string]bool{}, change: make(chan struct{})}
 	if s.clock == nil {
 		s.clock = realClock{}
+	}
+	s.quiet, s.maxDefer = o.Quiet, o.MaxDefer
+	if s.quiet == 0 {
+		s.quiet = DefaultQuiet
+	}
+	s.quiet = max(s.quiet, 0)
+	if s.maxDefer <= 0 {
+		s.maxDefer = DefaultMaxDefer
 	}
 	for _, sp := range specs {
 		p := &pool[B]{s: s, spec: sp, kick: make(chan struct{}, 1)}
@@ -302,6 +330,18 @@ func (p *pool[B]) run() {
 	var fills sync.WaitGroup
 	defer fills.Wait()
 	for ctx.Err() == nil {
+		p.mu.Lock()
+		short := len(p.ready)+p.filling < p.spec.Size
+		p.mu.Unlock()
+		if short && !p.s.calm() {
+			// Claims first: the pool says at once whether a cap holds
+			// its refill back (a claim does not ask the Room itself),
+			// then the refill waits for the claims to settle.
+			p.checkRoom(ctx)
+			if !p.s.awaitQuiet(ctx) {
+				return
+			}
+		}
 		p.mu.Lock()
 		need := p.spec.Size - len(p.ready) - p.filling
 		first := p.template == "" && !p.booted
@@ -434,6 +474,12 @@ func (p *pool[B]) make(ctx context.Context) (entry[B], error) {
 			return entry[B]{}, err
 		}
 	}
+	// Claims that came while the box started go first: the warm-up
+	// (a CodeBox pool's interpreter start) waits for them.
+	if !p.s.awaitQuiet(ctx) {
+		f.Remove(context.WithoutCancel(ctx), b)
+		return entry[B]{}, ctx.Err()
+	}
 	warm, err := f.Warm(ctx, b)
 	if err != nil {
 		f.Remove(context.WithoutCancel(ctx), b)
@@ -496,11 +542,13 @@ func (s *Set[B]) Claim(ctx context.Context, key string, take func(ctx context.Co
 		p.claimed++
 		p.claiming++
 		p.mu.Unlock()
+		s.claimBegins()
 		p.poke()
 		next, err := take(ctx, e.b, e.restored)
 		p.mu.Lock()
 		p.claiming--
 		p.mu.Unlock()
+		s.claimEnds()
 		if err == nil {
 			s.prune()
 			id := e.b.ID()
@@ -510,10 +558,9 @@ func (s *Set[B]) Claim(ctx context.Context, key string, take func(ctx context.Co
 				s.warm[id] = e.warm
 			}
 			s.mu.Unlock()
-			// Whether the pool may refill is known now, not only once
-			// its fill loop has run again: a status read right after the
-			// claim says so.
-			p.checkRoom(ctx)
+			// The pool's fill loop, poked, checks whether it may refill
+			// (HeldBack): the claim does not wait for the Room's lock.
+			p.poke()
 			s.changed()
 			return e.b, true, nil
 		}

@@ -131,6 +131,10 @@ type factory struct {
 	bootErr     error // Boot fails with it, when set
 	restoreErr  error // Restore fails with it, when set
 	warmErr     error
+	warms       int
+	// onRestore, when set, runs at the start of each Restore (outside
+	// the lock): a test holds a fill there.
+	onRestore func()
 }
 
 func newFactory(h *host, snap bool) *factory {
@@ -155,6 +159,12 @@ func (f *factory) Template(ctx context.Context) (string, error) {
 }
 
 func (f *factory) Restore(ctx context.Context, tmpl string) (*fakeBox, error) {
+	f.mu.Lock()
+	hook := f.onRestore
+	f.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	f.mu.Lock()
 	f.restores++
 	ok, err := f.templates[tmpl], f.restoreErr
@@ -185,6 +195,7 @@ func (f *factory) Warm(ctx context.Context, b *fakeBox) (any, error) {
 	if f.warmErr != nil {
 		return nil, f.warmErr
 	}
+	f.warms++
 	return "warm-" + b.id, nil
 }
 
@@ -360,7 +371,7 @@ func TestFill(t *testing.T) {
 			t.Fatalf("claim: %v %v", ok, err)
 		}
 	}
-	e2.until("refilled", false, func(st []Status) bool { return st[0].Ready == 2 })
+	e2.until("refilled", true, func(st []Status) bool { return st[0].Ready == 2 })
 	if r, b, m := f2.counts(); b != 4 || r != 0 || m != 0 {
 		t.Fatalf("%d boots, %d restores, %d templates: want 4 boots", b, r, m)
 	}
@@ -388,7 +399,7 @@ func TestClaim(t *testing.T) {
 	if !e.s.FromPool(b.id) || e.s.TakeWarm(b.id) != "warm-"+b.id || e.s.TakeWarm(b.id) != nil {
 		t.Fatalf("claimed box %s: FromPool or TakeWarm wrong", b.id)
 	}
-	st := e.until("refilled", false, func(st []Status) bool { return st[0].Ready == 4 })[0]
+	st := e.until("refilled", true, func(st []Status) bool { return st[0].Ready == 4 })[0]
 	if st.Claimed != 1 || slices.Contains(st.Boxes, b.id) {
 		t.Fatalf("after a claim: %+v", st)
 	}
@@ -423,7 +434,7 @@ func TestClaim(t *testing.T) {
 	}
 
 	// take refuses boxes: each is removed, the next tried.
-	e.until("refilled", false, func(st []Status) bool { return st[0].Ready == 4 })
+	e.until("refilled", true, func(st []Status) bool { return st[0].Ready == 4 })
 	var refused []string
 	b, ok, err = e.s.Claim(ctx, "a", func(ctx context.Context, b *fakeBox, r bool) (bool, error) {
 		if len(refused) < 2 {
@@ -441,7 +452,7 @@ func TestClaim(t *testing.T) {
 		}
 	}
 	// take says stop: its error, the box removed, none other spent.
-	before := e.until("refilled", false, func(st []Status) bool { return st[0].Ready == 4 })[0].Boxes
+	before := e.until("refilled", true, func(st []Status) bool { return st[0].Ready == 4 })[0].Boxes
 	stop := errors.New("name in use")
 	var spent string
 	_, ok, err = e.s.Claim(ctx, "a", func(ctx context.Context, b *fakeBox, r bool) (bool, error) {
@@ -479,7 +490,7 @@ func TestLostTemplateRemade(t *testing.T) {
 	if _, ok, _ := e.s.Claim(ctx, "a", take); !ok {
 		t.Fatal("no claim")
 	}
-	e.until("the failed restore", false, func(st []Status) bool { return st[0].LastError != "" })
+	e.until("the failed restore", true, func(st []Status) bool { return st[0].LastError != "" })
 	st := e.until("a new template", true, func(st []Status) bool { return st[0].Ready == 2 && st[0].Template == "tmpl2" })[0]
 	if st.LastError != "" {
 		t.Fatalf("LastError %q after a fill succeeded", st.LastError)
@@ -688,7 +699,7 @@ func TestPrune(t *testing.T) {
 			if ok {
 				return b.id
 			}
-			e.until("a ready box", false, func(st []Status) bool { return st[0].Ready > 0 })
+			e.until("a ready box", true, func(st []Status) bool { return st[0].Ready > 0 })
 		}
 	}
 	var ids []string
