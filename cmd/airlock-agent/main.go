@@ -172,7 +172,16 @@ func runInit() {
 		Shutdown:    guestinit.PowerOff,
 		SetHostname: guestinit.Hostname,
 	})
-	go srv.Prewarm()
+	// The prewarm runs while the agent finds its ports and reads the box
+	// secret, and ends before the first handshake: the host connects at
+	// once, and the prewarm's process (nice 0, the agent -15) used to be
+	// starved until the host's first exec had translated ld.so, libc
+	// and the exec path itself (~100 ms under TCG).
+	prewarmed := make(chan struct{})
+	go func() {
+		defer close(prewarmed)
+		srv.Prewarm()
+	}()
 	g := srv.Handle
 	devs, err := guestinit.FindPorts(p.Port, p.Ports, 10*time.Second)
 	if err != nil {
@@ -189,6 +198,12 @@ func runInit() {
 		secret = s
 	}
 	stamp("secret read")
+	select {
+	case <-prewarmed:
+	case <-time.After(prewarmWait):
+		// A /bin/true that hangs must not keep the host out.
+	}
+	stamp("prewarmed")
 	if p.VsockPort != 0 {
 		go serveVsock(p.VsockPort, secret, g)
 	}
@@ -199,6 +214,10 @@ func runInit() {
 	}
 	servePort(devs[0], hub.Sub(0), secret, g)
 }
+
+// prewarmWait bounds how long the agent waits for its prewarm before it
+// answers the host.
+const prewarmWait = 2 * time.Second
 
 // serveVsock serves the agent on an AF_VSOCK port, for hosts with
 // vhost-vsock: every connection is independent, so any number of host

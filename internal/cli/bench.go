@@ -53,10 +53,10 @@ airlock kernel and Debian's, when both are installed) it compares them.
 func writeBench(w io.Writer, rep *bench.Report) {
 	fmt.Fprintf(w, "accelerator: %s, medians of %d runs\n\n", rep.Accel, rep.Runs)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "kernel\tbare limit\tcold start\tcold/bare\texec rtt\tguest exec\tfirst python\tidle RSS\tbare RSS\tidle/bare")
+	fmt.Fprintln(tw, "kernel\tbare limit\tcold start\tcold/bare\tfirst exec\texec rtt\tguest exec\tfirst python\tidle RSS\tbare RSS\tidle/bare")
 	for _, k := range rep.Kernels {
-		fmt.Fprintf(tw, "%s %s\t%s\t%s\t%s\t%s\t%s\t%s\t%d MiB\t%d MiB\t%s\n", k.Kind, k.Version,
-			k.Bare.Round(time.Millisecond), k.ColdStart.Round(time.Millisecond), ratio(float64(k.ColdStart), float64(k.Bare)),
+		fmt.Fprintf(tw, "%s %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d MiB\t%d MiB\t%s\n", k.Kind, k.Version,
+			k.Bare.Round(time.Millisecond), k.ColdStart.Round(time.Millisecond), ratio(float64(k.ColdStart), float64(k.Bare)), k.FirstExec.Round(time.Millisecond),
 			k.ExecRoundTrip.Round(10*time.Microsecond), k.GuestExec.Round(10*time.Microsecond), k.FirstPython.Round(time.Millisecond),
 			k.IdleRSS>>10, k.BareRSS>>10, ratio(float64(k.IdleRSS), float64(k.BareRSS)))
 	}
