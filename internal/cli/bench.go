@@ -17,7 +17,8 @@ func init() { extraCommands = append(extraCommands, newBenchCmd) }
 
 func newBenchCmd() *cobra.Command {
 	var o bench.Options
-	var targets bool
+	var bo bench.BurstOptions
+	var targets, burstMode bool
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure box boot and exec costs against the bare limit",
@@ -29,6 +30,15 @@ airlock kernel and Debian's, when both are installed) it compares them.
 --targets adds the project's performance targets and whether each was met.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if burstMode {
+				bo.Image, bo.Runs = o.Image, o.Runs
+				bo.Log = func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }
+				rep, err := bench.RunBurst(cmd.Context(), bo)
+				if rep != nil {
+					writeBurst(cmd.OutOrStdout(), rep)
+				}
+				return err
+			}
 			o.Log = cmd.ErrOrStderr()
 			rep, err := bench.Run(cmd.Context(), o)
 			if err != nil {
@@ -46,6 +56,10 @@ airlock kernel and Debian's, when both are installed) it compares them.
 	cmd.Flags().StringVar(&o.Image, "image", airlock.DefaultImage, "image to boot")
 	cmd.Flags().StringArrayVar(&o.Kernels, "kernel", nil, "kernel (vmlinux) to measure, repeatable (default: the current one and Debian's)")
 	cmd.Flags().BoolVar(&targets, "targets", false, "also print the project's targets and whether each was met")
+	cmd.Flags().BoolVar(&burstMode, "burst", false, "instead: time to interactive (create to the first exec of true), cold and from a warm pool, one at a time (--runs) and --burst-size at once; and idle boxes' host memory, running and suspended (--density)")
+	cmd.Flags().IntVar(&bo.Burst, "burst-size", 10, "with --burst: creates at once (and the warm pool's size)")
+	cmd.Flags().IntVar(&bo.Density, "density", 8, "with --burst: idle boxes started for the memory figures")
+	cmd.Flags().BoolVar(&bo.NoDensity, "no-density", false, "with --burst: skip the memory figures")
 	return cmd
 }
 
@@ -141,5 +155,24 @@ func writeTargets(w io.Writer, rep *bench.Report) {
 		fmt.Fprintf(tw, "first python3 -c output\t%s\t%s\t%s\n", a.FirstPython.Round(time.Millisecond), d.FirstPython.Round(time.Millisecond), ratio(float64(d.FirstPython), float64(a.FirstPython)))
 		fmt.Fprintf(tw, "QEMU peak RSS (box)\t%d MiB\t%d MiB\t%s\n", a.PeakRSS>>10, d.PeakRSS>>10, vs(float64(a.PeakRSS), float64(d.PeakRSS), 0.55, true))
 		tw.Flush()
+	}
+}
+
+// writeBurst prints the figures of `airlock bench --burst`.
+func writeBurst(w io.Writer, rep *bench.BurstReport) {
+	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	fmt.Fprintf(w, "time to interactive (create -> first exec of true), %s:\n", rep.Image)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "\tn\tp50\tp95")
+	for _, r := range []struct {
+		name string
+		s    bench.Spread
+	}{{"cold, one at a time", rep.ColdSeq}, {"cold, at once", rep.ColdBurst}, {"warm pool, one at a time", rep.PoolSeq}, {"warm pool, at once", rep.PoolBurst}} {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", r.name, r.s.N, ms(r.s.P50), ms(r.s.P95))
+	}
+	tw.Flush()
+	if rep.Density > 0 {
+		fmt.Fprintf(w, "\n%d idle boxes: host PSS per box running %d MiB, suspended %d MiB (on disk %d MiB); suspend p50 %s, resume to first exec p50 %s\n",
+			rep.Density, rep.RunningPSSKiB>>10, rep.SuspendedPSSKiB>>10, rep.SuspendedDiskKiB>>10, ms(rep.SuspendTime.P50), ms(rep.ResumeToFirst.P50))
 	}
 }
