@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/image"
 )
 
 // report prints err, then what the user can do about it, as airlock
@@ -25,6 +26,7 @@ func hint(err error, box string) string {
 	}
 	var iu *airlock.ImageInUseError
 	var ce *airlock.CapacityError
+	var pe *image.PullError
 	switch {
 	case errors.As(err, &ce) && ce.Cap == "AIRLOCK_MAX_BOXES":
 		return "stop a box ('airlock ls' lists them), or raise the cap: AIRLOCK_MAX_BOXES=N"
@@ -40,6 +42,8 @@ func hint(err error, box string) string {
 		return fmt.Sprintf("start it first: airlock start %s", box)
 	case errors.Is(err, airlock.ErrBoxNotFound):
 		return "see 'airlock ls -a' for the boxes of " + airlock.DefaultHome()
+	case errors.As(err, &pe) && pe.Suggestion == "":
+		return "" // the error names 'airlock images' already
 	case errors.Is(err, airlock.ErrImageNotFound):
 		return "see 'airlock images' for the local images"
 	case errors.Is(err, airlock.ErrSnapshotNotFound):
