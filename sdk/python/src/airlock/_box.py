@@ -111,14 +111,29 @@ class Secret:
 
     hosts: Sequence[str]
     value: str
+    #: BoxLite's spelling (``Secret(name=, value=, hosts=)``), accepted so
+    #: that the object can be built; passing it in a list raises
+    #: ``NotImplementedError`` naming airlock's form (see ``_secrets``).
+    name: Optional[str] = None
+    placeholder: Optional[str] = None
 
     def __repr__(self) -> str:
-        return f"Secret(hosts={list(self.hosts)!r}, value=<hidden>)"
+        n = f"name={self.name!r}, " if self.name is not None else ""
+        return f"Secret({n}hosts={list(self.hosts)!r}, value=<hidden>)"
+
+
+_SECRETS_INSTEAD = ("airlock puts a secret's placeholder in the box's environment variable of its name, not in "
+                    "<BOXLITE_SECRET:name>: pass secrets={\"OPENAI_API_KEY\": Secret(hosts=[\"api.openai.com\"], "
+                    "value=...)} and send os.environ[\"OPENAI_API_KEY\"] in the box")
 
 
 def _secrets(secrets: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
     if not secrets:
         return None
+    if not isinstance(secrets, Mapping):
+        # BoxLite's secrets=[Secret(name=..., value=..., hosts=[...])].
+        raise NotImplementedError(f"secrets=[Secret(name=...), ...] (BoxLite's form) has no equivalent in airlock: "
+                                  f"{_SECRETS_INSTEAD}")
     out: Dict[str, Any] = {}
     for name, s in secrets.items():
         if isinstance(s, Secret):
@@ -251,7 +266,6 @@ _BOXLITE_UNSUPPORTED = {
     "entrypoint": "airlock boxes run its agent as init, not the image's entrypoint; start the process with exec/stream",
     "cmd": "airlock boxes run its agent as init, not the image's CMD; start the process with exec/stream",
     "advanced": "every airlock box runs confined; set limits with airlock serve's policy flags",
-    "secrets": "pass the value with env=..., or keep it on the host and proxy the calls",
     "detach": "use lease=0 (the box then lives until removed) or the default lease (removed soon after this process ends)",
 }
 
