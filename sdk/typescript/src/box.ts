@@ -196,6 +196,13 @@ export interface ExecResult {
   stdoutBytes: Buffer;
   /** Standard error, exactly. */
   stderrBytes: Buffer;
+  /** Output was cut at the server's bound (`airlock serve --max-output`, 16 MiB a stream): the first and last half of
+   * a stream are kept, and `stdoutDropped` / `stderrDropped` bytes between them are left out. */
+  truncated: boolean;
+  /** Bytes of stdout left out (0 unless `truncated`). */
+  stdoutDropped: number;
+  /** Bytes of stderr left out (0 unless `truncated`). */
+  stderrDropped: number;
 }
 
 /**
@@ -746,6 +753,7 @@ export class SimpleBox implements AsyncDisposable {
     return {
       exitCode: r.exit_code, stdout: out.toString("utf8"), stderr: err.toString("utf8"), errorMessage: msg,
       timedOut: r.timed_out, signal: r.signal ?? 0, stdoutBytes: out, stderrBytes: err,
+      truncated: r.truncated ?? false, stdoutDropped: r.stdout_dropped ?? 0, stderrDropped: r.stderr_dropped ?? 0,
     };
   }
 

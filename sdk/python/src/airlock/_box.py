@@ -45,6 +45,10 @@ class ExecResult:
         error_message: set only when the process did not end normally (timed
             out, could not run, died with its VM).
         timed_out: the timeout killed the process tree.
+        truncated: output was cut at the server's bound (``airlock serve
+            --max-output``, 16 MiB a stream): the first and last half of a
+            stream are kept, and ``stdout_dropped`` / ``stderr_dropped``
+            bytes between them are left out.
     """
 
     exit_code: int
@@ -54,6 +58,9 @@ class ExecResult:
     timed_out: bool = False
     stdout_bytes: bytes = b""
     stderr_bytes: bytes = b""
+    truncated: bool = False
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
 
 
 @dataclass
@@ -728,7 +735,8 @@ class SimpleBox(FilesMixin):
             msg = f"timed out after {timeout} s; the process tree was killed"
         return ExecResult(exit_code=r["exit_code"], stdout=out.decode("utf-8", "replace"),
                           stderr=err.decode("utf-8", "replace"), error_message=msg, timed_out=r["timed_out"],
-                          stdout_bytes=out, stderr_bytes=err)
+                          stdout_bytes=out, stderr_bytes=err, truncated=bool(r.get("truncated")),
+                          stdout_dropped=int(r.get("stdout_dropped") or 0), stderr_dropped=int(r.get("stderr_dropped") or 0))
 
     def stream(self, cmd: str, *args: str, env: Union[Mapping[str, str], Sequence[str], None] = None,
                user: Optional[str] = None, timeout: Optional[float] = None, cwd: Optional[str] = None,
