@@ -229,6 +229,9 @@ async def test_runtime_box_and_executions(server_env: dict, tmp_path: Path) -> N
         info = box.info()
         assert (info.id, info.name, info.image, info.cpus, info.memory_mib) == (box.id, name, IMAGE, 1, 512)
         assert info.state.status == "running" and info.state.running and info.created_at
+        # Not detached: a lease the SDK renews, shown with its deadline; no ttl or idle timeout.
+        assert info.lease_until and info.lease_until == info.raw["lease_until"], info.raw
+        assert info.expires_at is None and info.idle_deadline is None
         assert (await box.info()).id == box.id  # awaitable too, as in BoxLite's clone example
 
         ex = await box.exec("sh", ["-c", "echo 'to stdout'; echo 'to stderr' >&2; echo 'more stdout'; pwd; "

@@ -126,6 +126,12 @@ export interface JsBoxInfo {
   memoryMib: number;
   /** airlock's box JSON (ttl, lease and idle deadlines, ports...). */
   raw: AirlockBoxInfo;
+  /** When the box's ttl ends (RFC 3339; absent: no ttl). */
+  expiresAt?: string;
+  /** When the box is removed unless its lease is renewed (the runtime renews it unless `detach`). */
+  leaseUntil?: string;
+  /** When the box is removed unless used (its `idle_timeout`). */
+  idleDeadline?: string;
 }
 
 /** BoxLite's runtime counters, from the server's `/metrics` since it started. */
@@ -252,6 +258,7 @@ function infoOf(d: AirlockBoxInfo): JsBoxInfo {
   return {
     id: d.id, name: d.name || undefined, state: { status: d.state, running: d.state === "running" },
     createdAt: d.created, startedAt: d.started || undefined, image: d.image, cpus: d.cpus, memoryMib: d.memory_mib, raw: d,
+    expiresAt: d.expires_at || undefined, leaseUntil: d.lease_until || undefined, idleDeadline: d.idle_deadline || undefined,
   };
 }
 

@@ -149,6 +149,9 @@ describe("SimpleBox with BoxLite's options", () => {
       const w = await first.exec("sh", ["-c", "echo kept > /root/f"], { X: "1" });
       assert.equal(w.exitCode, 0);
       assert.equal(first.created, true);
+      // Its lease (renewed by the SDK while this process lives) shows with its deadline; no ttl.
+      const li = await rt.getInfo("bl-reuse");
+      assert.ok(li?.leaseUntil && li.leaseUntil === li.raw.lease_until && li.expiresAt === undefined, JSON.stringify(li?.raw));
       const pwd = await first.exec("pwd", [], undefined, { cwd: "/tmp", timeoutSecs: 30 });
       assert.equal(pwd.stdout, "/tmp\n");
       await first.stop(); // autoRemove: false: stopped, kept

@@ -468,6 +468,13 @@ class BoxInfo(_Awaitable):
     network: Optional[NetworkInfo]
     auto_remove: bool
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+    #: airlock's lifetimes (RFC 3339 times, None when not set): when the
+    #: box's ttl ends, when its lease runs out unless renewed (the SDK
+    #: renews it while this process lives, unless ``detach``), and when it
+    #: is removed unless used (``idle_timeout``).
+    expires_at: Optional[str] = None
+    lease_until: Optional[str] = None
+    idle_deadline: Optional[str] = None
 
     @classmethod
     def _of(cls, d: Dict[str, Any]) -> "BoxInfo":
@@ -483,7 +490,8 @@ class BoxInfo(_Awaitable):
         return cls(id=d["id"], name=d.get("name") or None, state=BoxStateInfo(status, st == "running"),
                    created_at=d.get("created") or "", started_at=d.get("started") or None, image=d.get("image") or "",
                    cpus=d.get("cpus") or 0, memory_mib=d.get("memory_mib") or 0, network=net,
-                   auto_remove=bool(d.get("auto_remove")), raw=d)
+                   auto_remove=bool(d.get("auto_remove")), raw=d, expires_at=d.get("expires_at") or None,
+                   lease_until=d.get("lease_until") or None, idle_deadline=d.get("idle_deadline") or None)
 
 
 @dataclass
