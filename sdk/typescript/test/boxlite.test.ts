@@ -36,7 +36,10 @@ describe("JsBoxlite", () => {
     const box = await rt.create({ env: [{ key: "USER", value: "alice" }], autoRemove: false, detach: true }, "bl-demo");
     try {
       assert.equal(box.name, "bl-demo");
-      assert.equal((await box.info()).state.running, true);
+      const first = await box.info();
+      assert.equal(first.state.running, true);
+      // Detached: no lease; no ttl or idle timeout either.
+      assert.ok(!first.leaseUntil && !first.expiresAt && !first.idleDeadline, JSON.stringify(first.raw));
       const ex = await box.exec("sh", ["-c", "echo $USER; echo oops >&2; echo $FOO"], [["FOO", "bar"]]);
       assert.match(await ex.id(), /.+/);
       // stderr first: the streams are read in any order.
@@ -108,6 +111,18 @@ describe("JsBoxlite", () => {
     assert.equal(opts.image, "python:slim");
   });
 
+  it("shows a box's lease deadline (not detached: the runtime renews it)", async () => {
+    const rt = JsBoxlite.withDefaultConfig();
+    const box = await rt.create({});
+    try {
+      const info = await box.info();
+      assert.ok(info.leaseUntil && info.leaseUntil === info.raw.lease_until && !info.expiresAt, JSON.stringify(info.raw));
+      assert.ok(Date.parse(info.leaseUntil) > Date.parse(info.createdAt), info.leaseUntil);
+    } finally {
+      await rt.remove(box.id, true);
+    }
+  });
+
   it("names what to use where airlock has no equivalent, and checks arguments before sending", async () => {
     const rt = JsBoxlite.withDefaultConfig();
     const cases: [Promise<unknown> | (() => unknown), RegExp][] = [
@@ -149,9 +164,6 @@ describe("SimpleBox with BoxLite's options", () => {
       const w = await first.exec("sh", ["-c", "echo kept > /root/f"], { X: "1" });
       assert.equal(w.exitCode, 0);
       assert.equal(first.created, true);
-      // Its lease (renewed by the SDK while this process lives) shows with its deadline; no ttl.
-      const li = await rt.getInfo("bl-reuse");
-      assert.ok(li?.leaseUntil && li.leaseUntil === li.raw.lease_until && li.expiresAt === undefined, JSON.stringify(li?.raw));
       const pwd = await first.exec("pwd", [], undefined, { cwd: "/tmp", timeoutSecs: 30 });
       assert.equal(pwd.stdout, "/tmp\n");
       await first.stop(); // autoRemove: false: stopped, kept
