@@ -5,10 +5,10 @@ import (
 	"time"
 
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
+	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	corev1listers "k8s.io/client-go/listers/core/v1"
 )
 
 // The provider pushes pod statuses (virtual-kubelet's PodNotifier) when
@@ -32,11 +32,12 @@ func (p *Provider) NotifyPods(ctx context.Context, f func(*corev1.Pod)) {
 	go p.resync(ctx)
 }
 
-// setLister gives the provider the informer's pods of this node, for the
-// resync.
-func (p *Provider) setLister(l corev1listers.PodLister) {
+// setListers gives the provider the informers' pods of this node, for
+// the resync, and the cluster's ConfigMaps and Secrets, for the sync of
+// volumes (syncVolumes).
+func (p *Provider) setListers(pc nodeutil.ProviderConfig) {
 	p.mu.Lock()
-	p.lister = l
+	p.lister, p.cmLister, p.secretLister = pc.Pods, pc.ConfigMaps, pc.Secrets
 	p.mu.Unlock()
 }
 
