@@ -75,8 +75,9 @@ func kubeUp(t *testing.T) (client kubernetes.Interface, kubectl func(args ...str
 	return c.client, c.kubectl
 }
 
-// kubeStart is kubeUp returning the whole cluster.
-func kubeStart(t *testing.T) *kubeCluster {
+// kubeStart is kubeUp returning the whole cluster; env (NAME=VALUE) is
+// hack/kube-up.sh's (AIRLOCK_KUBE_NODE_GRACE, ...).
+func kubeStart(t *testing.T, env ...string) *kubeCluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a Kubernetes control plane; skipped with -short")
@@ -90,7 +91,7 @@ func kubeStart(t *testing.T) *kubeCluster {
 	}
 	dir := t.TempDir()
 	up := osexec.Command("hack/kube-up.sh", dir)
-	up.Env = append(os.Environ(), "AIRLOCK_KUBE_BIN="+bin)
+	up.Env = append(append(os.Environ(), "AIRLOCK_KUBE_BIN="+bin), env...)
 	t.Cleanup(func() {
 		if out, err := osexec.Command("hack/kube-down.sh", dir).CombinedOutput(); err != nil {
 			t.Errorf("kube-down: %v\n%s", err, out)

@@ -2,6 +2,7 @@ package airlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -10,10 +11,13 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
+	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/image/imagetest"
 	"github.com/airlock-run/airlock/kubenode"
 )
@@ -233,5 +237,119 @@ func TestKubeNodeLife(t *testing.T) {
 	eventually(t, 30*time.Second, dialPublished)
 	if phase, _, _, err := c.podState("late"); err != nil || phase != corev1.PodSucceeded {
 		t.Errorf("late after the node's restart: %s, %v (a pod that was done stays done)", phase, err)
+	}
+}
+
+// TestKubeNodeEviction: two airlock nodes (fake driver, separate homes,
+// in the test's process) in a cluster whose controller manager declares a
+// node lost after 20 s without a lease (AIRLOCK_KUBE_NODE_GRACE). A
+// ReplicaSet's pod runs on node A; A stops (its process gone, its box
+// left running): A goes NotReady, Kubernetes' taint-based eviction
+// deletes the pod (it tolerates the NoExecute taints for 2 s) and the
+// ReplicaSet's new pod runs on node B. When A comes back, the evicted
+// pod's box is removed and the pod is gone from the API: no box is left
+// for a pod that no longer runs there.
+func TestKubeNodeEviction(t *testing.T) {
+	c := kubeStart(t, "AIRLOCK_KUBE_NODE_GRACE=20")
+	openA, _ := lifeHome(t)
+	openB, _ := lifeHome(t)
+	rtA := openA(0)
+	const nodeA, nodeB = "airlock-a", "airlock-b"
+	stopA := c.runNode(rtA, nodeA)
+	c.kubectl("apply", "-f", "deploy/kubernetes/")
+	c.waitDefaultSA()
+	ctx := context.Background()
+	rc := "airlock"
+	two := int64(2)
+	one := int32(1)
+	labels := map[string]string{"app": "keep"}
+	rs := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "keep"},
+		Spec: appsv1.ReplicaSetSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{RuntimeClassName: &rc,
+					Tolerations: []corev1.Toleration{
+						{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &two},
+						{Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &two}},
+					Containers: []corev1.Container{{Name: "main", Image: kubeRef, Command: []string{"sleep", "600"}}}}}},
+	}
+	if _, err := c.client.AppsV1().ReplicaSets("default").Create(ctx, rs, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	runningOn := func(node string) (*corev1.Pod, string) {
+		pods, err := c.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=keep"})
+		if err != nil {
+			return nil, err.Error()
+		}
+		var seen []string
+		for i, p := range pods.Items {
+			seen = append(seen, fmt.Sprintf("%s on %q %s deleting=%v", p.Name, p.Spec.NodeName, p.Status.Phase, p.DeletionTimestamp != nil))
+			if p.Spec.NodeName == node && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				return &pods.Items[i], ""
+			}
+		}
+		return nil, fmt.Sprintf("no pod of the ReplicaSet runs on %s: %s", node, strings.Join(seen, "; "))
+	}
+	var first *corev1.Pod
+	eventually(t, 60*time.Second, func() string {
+		var why string
+		first, why = runningOn(nodeA)
+		return why
+	})
+	t.Logf("the ReplicaSet's pod runs on node A")
+	boxA := kubenode.BoxName(first.UID)
+	if _, err := rtA.Get(ctx, boxA); err != nil {
+		t.Fatalf("the pod's box on node A: %v", err)
+	}
+	c.runNode(openB(0), nodeB)
+
+	// Node A's process ends; its box stays.
+	stopA()
+	rtA.Close()
+	t0 := time.Now()
+	eventually(t, 90*time.Second, func() string {
+		n, err := c.client.CoreV1().Nodes().Get(ctx, nodeA, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status != corev1.ConditionTrue {
+				return ""
+			}
+		}
+		return "node A is still Ready"
+	})
+	t.Logf("node A NotReady %s after it stopped", time.Since(t0).Round(time.Second))
+	eventually(t, 90*time.Second, func() string {
+		_, why := runningOn(nodeB)
+		return why
+	})
+	t.Logf("the ReplicaSet's pod runs on node B %s after node A stopped", time.Since(t0).Round(time.Second))
+
+	// Node A comes back: the evicted pod's box goes, and so does the pod.
+	rtA2 := openA(0)
+	if _, err := rtA2.Get(ctx, boxA); err != nil {
+		t.Fatalf("the evicted pod's box while node A was down: %v (want it there until A returns)", err)
+	}
+	c.runNode(rtA2, nodeA)
+	t.Logf("node A back %s after it stopped", time.Since(t0).Round(time.Second))
+	eventually(t, 60*time.Second, func() string {
+		if _, err := rtA2.Get(ctx, boxA); !errors.Is(err, airlock.ErrBoxNotFound) {
+			return "the evicted pod's box on node A: " + errString(err)
+		}
+		if _, err := c.client.CoreV1().Pods("default").Get(ctx, first.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return "the evicted pod in the API: " + errString(err)
+		}
+		return ""
+	})
+	t.Logf("the evicted pod and its box gone %s after node A stopped", time.Since(t0).Round(time.Second))
+	boxes, err := rtA2.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range boxes {
+		if strings.HasPrefix(b.Name, kubenode.BoxNamePrefix) {
+			t.Errorf("node A still has box %s (%s)", b.Name, b.State)
+		}
 	}
 }

@@ -64,17 +64,23 @@ func (p *Provider) notifyDeleted(pod *corev1.Pod) {
 	if f == nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return
 	}
+	f(terminated(pod, "the pod was deleted: its box was removed"))
+}
+
+// terminated returns the pod as deleted here: Succeeded, reason
+// Terminated, its containers terminated with msg.
+func terminated(pod *corev1.Pod, msg string) *corev1.Pod {
 	u := pod.DeepCopy()
 	u.Status.Phase, u.Status.Reason = corev1.PodSucceeded, "Terminated"
 	now := metav1.Now()
 	for i, cs := range u.Status.ContainerStatuses {
-		t := &corev1.ContainerStateTerminated{Reason: "Terminated", Message: "the pod was deleted: its box was removed", FinishedAt: now}
+		t := &corev1.ContainerStateTerminated{Reason: "Terminated", Message: msg, FinishedAt: now}
 		if cs.State.Running != nil {
 			t.StartedAt = cs.State.Running.StartedAt
 		}
 		u.Status.ContainerStatuses[i].State = corev1.ContainerState{Terminated: t}
 	}
-	f(u)
+	return u
 }
 
 // resync pushes the status of every pod of this node every resyncInterval.

@@ -868,6 +868,22 @@ func (p *Provider) runAdopted(ctx context.Context, pb *podBox) {
 	}
 }
 
+// reportTerminated tells the API that a pod deleted while its node was
+// down has no container running any more (its box was removed), so that
+// it is removed from the API at once (virtual-kubelet deletes a
+// terminating pod that runs nothing), not after its grace period.
+func (p *Provider) reportTerminated(ctx context.Context, pod *corev1.Pod) {
+	if p.client == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	u := terminated(pod, "the pod was deleted while its node was down: its box was removed")
+	if _, err := p.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
+		p.logf("pod %s/%s: reporting its end: %v", pod.Namespace, pod.Name, err)
+	}
+}
+
 // Adopt takes over the boxes of a restarted node: each box named
 // BoxName(uid) whose pod (one of pods, those bound to this node) still
 // exists becomes that pod's again; every other box named with
@@ -896,6 +912,9 @@ func (p *Provider) Adopt(ctx context.Context, pods []corev1.Pod) error {
 				return fmt.Errorf("removing box %s of a pod that is gone: %w", info.Name, err)
 			}
 			p.logf("removed box %s: its pod is gone", info.Name)
+			if ok {
+				p.reportTerminated(ctx, pod)
+			}
 			continue
 		}
 		box, err := p.rt.Get(ctx, info.ID)
