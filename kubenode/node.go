@@ -78,8 +78,9 @@ type Config struct {
 // returns (a restarted node adopts them); deleting the Node does not
 // remove them. A pod's command runs on an exec stream of this process: one
 // still running when the process exits ends with it (the Runtime's
-// Close), and its adopted box then shows the pod Running until the box
-// stops; keeping commands across a restart is a later slice.
+// Close, or Provider.Stop), and a restarted node applies the pod's
+// restartPolicy to that end (Provider.Adopt); keeping commands across a
+// restart is a later slice.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Name == "" || cfg.Client == nil || cfg.Runtime == nil {
 		return fmt.Errorf("kubenode: Name, Client and Runtime are required")
