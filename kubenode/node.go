@@ -25,6 +25,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 )
 
 // RuntimeLabel is the label (value "true") and the key of the NoSchedule
@@ -75,8 +78,9 @@ type Config struct {
 // returns (a restarted node adopts them); deleting the Node does not
 // remove them. A pod's command runs on an exec stream of this process: one
 // still running when the process exits ends with it (the Runtime's
-// Close), and its adopted box then shows the pod Running until the box
-// stops; keeping commands across a restart is a later slice.
+// Close, or Provider.Stop), and a restarted node applies the pod's
+// restartPolicy to that end (Provider.Adopt); keeping commands across a
+// restart is a later slice.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Name == "" || cfg.Client == nil || cfg.Runtime == nil {
 		return fmt.Errorf("kubenode: Name, Client and Runtime are required")
@@ -89,6 +93,15 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer prov.Stop()
+	// The pods' events (and virtual-kubelet's pod controller's) go to
+	// the API as a kubelet's do, from component kubelet on this host.
+	eb := record.NewBroadcaster()
+	eb.StartRecordingToSink(&corev1client.EventSinkImpl{Interface: cfg.Client.CoreV1().Events(metav1.NamespaceAll)})
+	defer eb.Shutdown()
+	recorder := eb.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.Name})
+	prov.SetRecorder(recorder)
+	prov.nodeName = cfg.Name
+	prov.SetAPI(cfg.Client, nodeIP(cfg))
 	pods, err := cfg.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", cfg.Name).String(),
 	})
@@ -98,8 +111,6 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := prov.Adopt(ctx, pods.Items); err != nil {
 		return fmt.Errorf("kubenode: adopting boxes: %w", err)
 	}
-	prov.nodeName = cfg.Name
-	prov.SetAPI(cfg.Client, nodeIP(cfg))
 	var kubelet *kubeletServer
 	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
 		kubelet, err = listenKubelet(cfg, cfg.Client, prov)
@@ -113,13 +124,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	capacity := Capacity(cfg.Runtime)
 	n, err := nodeutil.NewNode(cfg.Name, func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
-		prov.setLister(pc.Pods)
+		prov.setListers(pc)
 		return prov, nil, nil
 	}, func(c *nodeutil.NodeConfig) error {
 		c.Client = cfg.Client
 		c.KubeconfigPath = ""
 		c.HTTPListenAddr = "127.0.0.1:0" // unused: the kubelet API is served by listenKubelet
 		c.NumWorkers = max(2, runtime.NumCPU())
+		c.EventRecorder = recorder
 		// The provider resolves env itself (resolveEnv), so that a pod
 		// whose env cannot be made shows CreateContainerConfigError.
 		c.SkipDownwardAPIResolution = true

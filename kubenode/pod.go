@@ -23,7 +23,7 @@ func BoxName(uid types.UID) string { return BoxNamePrefix + string(uid) }
 const (
 	// ReasonUnsupported: the pod asks for something airlock does not do
 	// (yet): more than one container, init containers, volumes other
-	// than emptyDir, ConfigMap, Secret and projected ones, host ports.
+	// than emptyDir, ConfigMap, Secret and projected ones.
 	// status.message says which.
 	ReasonUnsupported = "UnsupportedPodSpec"
 	// ReasonStartError: the box could not be created or started, or the
@@ -59,11 +59,6 @@ func checkPod(pod *corev1.Pod) string {
 		why = append(why, "host namespaces (hostNetwork, hostPID, hostIPC) are not available to a box")
 	}
 	for _, c := range s.Containers {
-		for _, p := range c.Ports {
-			if p.HostPort != 0 {
-				why = append(why, fmt.Sprintf("container %s: hostPort %d is not supported yet", c.Name, p.HostPort))
-			}
-		}
 		if c.Stdin || c.TTY {
 			why = append(why, fmt.Sprintf("container %s: stdin and tty are not supported yet", c.Name))
 		}
