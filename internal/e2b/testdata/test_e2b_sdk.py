@@ -181,6 +181,25 @@ def test_files_stat_dirs_rename_remove(sb):
         sb.files.read("d1/y.txt")
 
 
+def test_signed_urls(sb):
+    import httpx
+
+    # The SDK signs with the sandbox's access token (every airlock
+    # sandbox is secure); the URLs carry no token and no E2B headers.
+    up = sb.upload_url("signed/up.txt", use_signature_expiration=600)
+    r = httpx.post(up, files={"file": ("up.txt", b"through a signed url")})
+    assert r.status_code == 200, r.text
+    assert sb.files.read("signed/up.txt") == "through a signed url"
+    down = sb.download_url("signed/up.txt")
+    assert httpx.get(down).content == b"through a signed url"
+    assert "through" in httpx.get(sb.download_url("signed/up.txt", use_signature_expiration=600)).text
+    wrong = down.replace("signature=v1_", "signature=v1_x")
+    assert httpx.get(wrong).status_code == 401
+    assert httpx.post(down, files={"file": ("up.txt", b"x")}).status_code == 401  # a read's signature
+    expired = httpx.get(sb.download_url("signed/up.txt", use_signature_expiration=-60))
+    assert expired.status_code == 401 and "expired" in expired.text
+
+
 def events_until(h, want, seconds=60):
     """Polls the watcher until every (type, name) of want came (bounded)."""
     got = set()
