@@ -223,6 +223,28 @@ func TestE2BAPIFake(t *testing.T) {
 	}
 	auditMu.Unlock()
 
+	// Snapshots and fork: what airlock cannot do is refused, saying so.
+	for _, c := range []struct {
+		method, path string
+		body         any
+		want         int
+	}{
+		{"POST", "/sandboxes/" + a + "/fork", map[string]int{"count": 21}, 400},
+		{"POST", "/sandboxes/" + a + "/snapshots", map[string]bool{"memory": false}, 400},
+		{"POST", "/sandboxes/" + a + "/snapshots", map[string]string{"name": "team/snap:v1"}, 400},
+		{"POST", "/sandboxes/nosuchbox/snapshots", map[string]string{}, 404},
+		{"DELETE", "/templates/base", nil, 404},
+		{"DELETE", "/templates/nosuchsnapshot", nil, 404},
+		{"POST", "/sandboxes/" + a + "/pause", map[string]bool{"memory": false}, 400},
+	} {
+		if st, _, body := call(c.method, c.path, key, c.body); st != c.want {
+			t.Errorf("%s %s %v: %d %s, want %d", c.method, c.path, c.body, st, body, c.want)
+		}
+	}
+	if st, _, body := call("GET", "/snapshots?sandboxID="+a, key, nil); st != 200 || strings.TrimSpace(string(body)) != "[]" {
+		t.Errorf("list snapshots: %d %s, want []", st, body)
+	}
+
 	// Signed URLs (download_url, upload_url): no E2B headers and no
 	// token; envd's v1 signature names the path, operation, user and
 	// the sandbox (its access token).

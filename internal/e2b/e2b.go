@@ -117,6 +117,11 @@ type Config struct {
 	// a connect that starts or resumes a box and to a pause to disk
 	// (server.Server.CheckStart, CheckSuspend).
 	CheckStart, CheckSuspend func(context.Context, *airlock.Box) error
+	// CheckSnapshot and CheckFork, when set, apply the server's policy to
+	// a create_snapshot and to a fork into n boxes
+	// (server.Server.CheckSnapshot, CheckFork).
+	CheckSnapshot func(context.Context, *airlock.Box) (release func(), err error)
+	CheckFork     func(ctx context.Context, b *airlock.Box, n int) error
 	// PullContext, when set, returns the context a create runs under, so
 	// that the pull of an absent image obeys the server's network grants
 	// (server.Server.PullContext).

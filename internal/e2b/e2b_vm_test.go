@@ -54,7 +54,7 @@ func serveForSDK(t *testing.T) []string {
 	token := hex.EncodeToString(b)
 	srv := server.New(server.Config{Runtime: rt, Token: token})
 	es, err := New(Config{Runtime: rt, Token: token, Templates: templates, CheckBox: srv.CheckBox, PullContext: srv.PullContext,
-		CheckStart: srv.CheckStart, CheckSuspend: srv.CheckSuspend,
+		CheckStart: srv.CheckStart, CheckSuspend: srv.CheckSuspend, CheckSnapshot: srv.CheckSnapshot, CheckFork: srv.CheckFork,
 		AcquireExec: func(ctx context.Context) (func(), error) { return srv.AcquireExec(ctx, server.E2BClient) }})
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func TestE2BSDK(t *testing.T) {
 	env := serveForSDK(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "testdata/test_e2b_sdk.py")
+	cmd := exec.CommandContext(ctx, py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=8", "testdata/test_e2b_sdk.py")
 	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	t.Logf("pytest testdata/test_e2b_sdk.py:\n%s", out)

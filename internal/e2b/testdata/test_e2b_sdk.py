@@ -389,6 +389,37 @@ def test_port_through_get_host(sb):
     server.kill()
 
 
+# --- fork and snapshots --------------------------------------------------
+
+
+def test_fork_and_snapshot(sb):
+    sb.files.write("forked.txt", "from the parent")
+    sb.run_code("forked_var = 'kept'")
+    (child,) = sb.fork(timeout=120)
+    try:
+        assert child.sandbox_id != sb.sandbox_id
+        assert Sandbox.get_info(child.sandbox_id).metadata == {"suite": "e2b", "run": "1"}
+        # Files and the Python interpreter's state as they were at the fork.
+        assert child.files.read("forked.txt") == "from the parent"
+        assert child.run_code("forked_var").text == "'kept'"
+        child.files.write("forked.txt", "changed in the child")
+        assert sb.files.read("forked.txt") == "from the parent"
+
+        snap = child.create_snapshot()
+        assert [s.snapshot_id for s in Sandbox.list_snapshots(sandbox_id=child.sandbox_id).next_items()] == [snap.snapshot_id]
+        restored = Sandbox.create(snap.snapshot_id, metadata={"suite": "e2b-restored"}, timeout=120)
+        try:
+            assert Sandbox.get_info(restored.sandbox_id).metadata == {"suite": "e2b-restored"}
+            assert restored.files.read("forked.txt") == "changed in the child"
+            assert restored.commands.run("id -un").stdout == "user\n"
+        finally:
+            restored.kill()
+        assert Sandbox.delete_snapshot(snap.snapshot_id)
+        assert not Sandbox.delete_snapshot(snap.snapshot_id)
+    finally:
+        child.kill()
+
+
 # --- pause ---------------------------------------------------------------
 
 
