@@ -342,11 +342,20 @@ func (sb *sandbox) execute(w http.ResponseWriter, r *http.Request) {
 		// The cell's output went out already: the failure is the last line.
 		out.line(map[string]any{"type": "error", "name": "SandboxError", "value": err.Error(), "traceback": ""})
 	} else {
+		for _, d := range res.Displays {
+			out.line(resultOf(d.Data, false))
+		}
 		for _, img := range res.Images {
 			out.image(img)
 		}
 		if res.Value != "" {
-			out.line(map[string]any{"type": "result", "text": res.Value, "is_main_result": true})
+			data := map[string]string{"text/plain": res.Value}
+			for k, v := range res.ValueData {
+				if k != "text/plain" {
+					data[k] = v
+				}
+			}
+			out.line(resultOf(data, true))
 		}
 		if e := res.Error; e != nil {
 			out.line(map[string]any{"type": "error", "name": e.Name, "value": e.Value, "traceback": e.Traceback})
@@ -388,11 +397,54 @@ func (o *cellStream) image(img codebox.Image) {
 	o.line(r)
 }
 
+// resultFields maps MIME types to the fields of E2B's Result.
+var resultFields = map[string]string{
+	"text/plain":             "text",
+	"text/html":              "html",
+	"text/markdown":          "markdown",
+	"image/svg+xml":          "svg",
+	"image/png":              "png",
+	"image/jpeg":             "jpeg",
+	"application/pdf":        "pdf",
+	"text/latex":             "latex",
+	"application/json":       "json",
+	"application/javascript": "javascript",
+}
+
+// resultOf is E2B's result line of a MIME bundle (a display() or the
+// cell's value): each known type in its field (json as JSON, the others
+// as text or base64), other types in "extra".
+func resultOf(data map[string]string, main bool) map[string]any {
+	r := map[string]any{"type": "result", "is_main_result": main}
+	extra := map[string]any{}
+	for mime, v := range data {
+		f, ok := resultFields[mime]
+		switch {
+		case !ok:
+			extra[mime] = v
+		case f == "json" && json.Valid([]byte(v)):
+			r[f] = json.RawMessage(v)
+		case f == "json":
+			extra[mime] = v
+		default:
+			r[f] = v
+		}
+	}
+	if len(extra) > 0 {
+		r["extra"] = extra
+	}
+	return r
+}
+
 // chunk passes a piece of the cell's output on as a stdout or stderr line,
 // or a figure it showed as a result.
 func (o *cellStream) chunk(c codebox.Chunk) {
 	if c.Image != nil {
 		o.image(*c.Image)
+		return
+	}
+	if c.Display != nil {
+		o.line(resultOf(c.Display.Data, false))
 		return
 	}
 	kind := "stdout"

@@ -315,6 +315,33 @@ def test_run_code_chart_png(sb):
     assert base64.b64decode(pngs[0]).startswith(b"\x89PNG")
 
 
+RICH_CELL = """class Md:
+    def __repr__(self): return "Md()"
+    def _repr_markdown_(self): return "**bold**"
+    def _repr_json_(self): return {"k": [1]}
+    def _repr_svg_(self): return "<svg/>"
+display(Md())
+"""
+
+
+def test_run_code_display_rich(sb):
+    shown = []
+    cell = RICH_CELL + ("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})\ndisplay(df)\ndf" if HAS_DATA else "Md()")
+    ex = sb.run_code(cell, on_result=shown.append)
+    assert ex.error is None, ex.error
+    assert len(shown) == len(ex.results)
+    md = ex.results[0]
+    assert not md.is_main_result and md.text == "Md()" and md.markdown == "**bold**" and md.json == {"k": [1]} and md.svg == "<svg/>"
+    main = ex.results[-1]
+    assert main.is_main_result and main.text == ex.text
+    if HAS_DATA:
+        df = ex.results[1]
+        assert not df.is_main_result and "<table" in df.html and "a" in df.text
+        assert "<table" in main.html
+    else:
+        assert main.markdown == "**bold**"
+
+
 def test_contexts(sb):
     c = sb.create_code_context(cwd="/tmp")
     assert c.cwd == "/tmp"
