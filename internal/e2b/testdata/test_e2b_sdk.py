@@ -24,6 +24,7 @@ from e2b import (
 from e2b_code_interpreter import Sandbox
 
 HAS_DATA = os.environ.get("AIRLOCK_E2B_DATA_IMAGE") == "1"
+NODE_IMAGE = os.environ.get("AIRLOCK_E2B_NODE_IMAGE")  # an image with node
 
 
 @pytest.fixture(scope="module")
@@ -368,6 +369,31 @@ def test_bash_context(sb):
     assert "".join(sb.run_code("printf 'no newline'", language="bash").logs.stdout) == "no newline"
     with pytest.raises(Exception, match="python and bash"):
         sb.run_code("1", language="js")
+
+
+@pytest.mark.skipif(not NODE_IMAGE, reason="the image with node (airlock/net-clients:1) is not in the store: run hack/setup.sh")
+def test_javascript_context():
+    with Sandbox.create(NODE_IMAGE, timeout=120) as js:
+        c = js.create_code_context(language="javascript", cwd="/tmp")
+        assert c.language == "javascript"
+        assert js.run_code("const xs = [1, 2, 3]; let total = 0", context=c).error is None
+        out = []
+        ex = js.run_code(
+            "for (const x of xs) { total += x; console.log('x', x) }\nconsole.error(process.cwd())\ntotal * 2",
+            context=c,
+            on_stdout=lambda m: out.append(m.line),
+        )
+        assert ex.error is None, ex.error
+        assert ex.text == "12" and ex.results[0].is_main_result
+        assert "".join(ex.logs.stdout) == "x 1\nx 2\nx 3\n" == "".join(out)
+        assert "".join(ex.logs.stderr) == "/tmp\n"
+        assert js.run_code("Promise.resolve(total + 1)", context=c).text == "7"
+        ex = js.run_code("process.env.ONLY_HERE", context=c, envs={"ONLY_HERE": "y"})
+        assert ex.text == "y" and js.run_code("process.env.ONLY_HERE", context=c).text is None
+        # language="js" without a context: the sandbox's default one.
+        ex = js.run_code("null.boom", language="js")
+        assert ex.error.name == "TypeError" and "null" in ex.error.value and "<cell-1>" in ex.error.traceback
+        assert js.run_code("typeof xs", language="js").text == "undefined"
 
 
 # --- terminals ---------------------------------------------------------
