@@ -75,7 +75,7 @@ type BoxOptions struct {
 	// CPUs, MemoryMiB, DiskSizeMiB and Network come from the snapshot
 	// (left zero, or equal to the snapshot's; public and allowlist are
 	// one machine: AllowNet makes the restored box an allowlist one); Env,
-	// WorkingDir, User, AllowNet and AllowHostPorts default to the
+	// WorkingDir, User, Labels, AllowNet and AllowHostPorts default to the
 	// snapshot's box's; Hostname and Ports are the caller's (never the
 	// snapshot's box's ports); Volumes are refused (ErrInvalidArgument).
 	// See docs/snapshots.md.

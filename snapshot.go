@@ -348,6 +348,11 @@ func restoreOptions(info SnapshotInfo, m snapmeta.Meta, opts BoxOptions) (BoxOpt
 	if opts.Env != nil {
 		o.Env = opts.Env
 	}
+	if opts.Labels != nil {
+		// The caller's labels, as its Env: they describe the new box
+		// (an E2B sandbox made from a snapshot has its own metadata).
+		o.Labels = opts.Labels
+	}
 	if opts.WorkingDir != "" {
 		o.WorkingDir = opts.WorkingDir
 	}
