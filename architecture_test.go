@@ -51,9 +51,10 @@ func TestPackageRules(t *testing.T) {
 		"internal/lifetime": {},
 		// How a box's boot ended, in its box directory.
 		"internal/exitrec": {"internal/boxdir"},
-		// The warm-pool scheduler: boxes, templates and the caps come in
-		// through its Factory and Room interfaces.
-		"internal/pool": {},
+		// The warm-pool scheduler: boxes and templates come in through its
+		// Factory interface; Caps, its Room, is the host caps' rules over
+		// counts passed in (capacity: their arithmetic).
+		"internal/pool": {"internal/capacity"},
 		// The host caps' arithmetic over counts and limits: the caller
 		// counts machines and boxes.
 		"internal/capacity": {},

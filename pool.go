@@ -215,8 +215,7 @@ func newPools(r *Runtime, opts Options) (*pool.Set[*Box], error) {
 		specs = append(specs, pool.Spec[*Box]{Key: key, Name: po.Image, Size: po.Size, MemoryMiB: o.MemoryMiB,
 			Factory: &poolFactory{r: r, key: key, opts: po}})
 	}
-	room := &poolRoom{r: r, homeLimit: max(opts.PoolMaxHomeBoxes, 0)}
-	return pool.New(specs, room, pool.Options{Fills: fills, Warn: r.warn, Live: r.holds}), nil
+	return pool.New(specs, r.caps(max(opts.PoolMaxHomeBoxes, 0)), pool.Options{Fills: fills, Warn: r.warn, Live: r.holds}), nil
 }
 
 // holds reports whether the runtime holds a handle for box id (it was
