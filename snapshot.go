@@ -176,10 +176,7 @@ const execTailWait = 200 * time.Millisecond
 // status, and a memory snapshot taken meanwhile would carry that work
 // into every box restored from it.
 func (b *Box) waitExecTails(ctx context.Context) {
-	b.mu.Lock()
-	c := b.conn
-	b.mu.Unlock()
-	if c != nil {
+	if c := b.vm.Conn(); c != nil {
 		c.WaitExecsEnded(ctx, execTailWait)
 	}
 }
