@@ -330,6 +330,41 @@ func (s *Session) CallErr(err error) error {
 	return fmt.Errorf("box %s: lost the connection to its agent (%v); the box may be overloaded or stopping — its console log %s may say why", s.id, err, s.console)
 }
 
+// FreezeTimeout bounds each Freeze call of a snapshot.
+const FreezeTimeout = 10 * time.Second
+
+// Freeze stops the guest's processes (the agent's Freeze, within
+// FreezeTimeout) and returns what continues them (else the agent does
+// after agent.FreezeMax).
+func (s *Session) Freeze(ctx context.Context) (thaw func(), err error) {
+	c, err := s.Client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fctx, cancel := context.WithTimeout(ctx, FreezeTimeout)
+	defer cancel()
+	if err := c.Freeze(fctx, true); err != nil {
+		return nil, fmt.Errorf("stop its processes for the snapshot: %w", s.CallErr(err))
+	}
+	return func() {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), FreezeTimeout)
+		defer cancel()
+		c.Freeze(tctx, false)
+	}, nil
+}
+
+// ExecTailWait bounds WaitExecTails.
+const ExecTailWait = 200 * time.Millisecond
+
+// WaitExecTails waits (up to ExecTailWait) until the agent has finished
+// with the execs of this session's connection that have returned (none
+// without a connection).
+func (s *Session) WaitExecTails(ctx context.Context) {
+	if c := s.Conn(); c != nil {
+		c.WaitExecsEnded(ctx, ExecTailWait)
+	}
+}
+
 // ProbeTimeout bounds the Hello that checks an unhealthy box still
 // answers; a box that does not is killed.
 const ProbeTimeout = 20 * time.Second
