@@ -67,11 +67,9 @@ func (b *Box) refresh(rec *store.Box) error {
 	b.mu.Lock()
 	b.rec, b.cfg = rec, cfg
 	b.mu.Unlock()
-	if running(rec) {
-		// Another process may have started the box again (Start, Resume)
-		// after the boot this handle saw end: that end is history.
-		b.vm.Restarted()
-	}
+	// Another process may have started the box again (Start, Resume)
+	// after the boot this handle saw end: that end is history.
+	b.vm.Restarted(func() bool { return running(rec) })
 	return nil
 }
 

@@ -98,12 +98,13 @@ func (s *Session) Begin() {
 	s.mu.Unlock()
 }
 
-// Restarted forgets a death this session saw, once no machine is watched:
-// another process started the box again (Start, Resume) after that boot
-// ended, so its end is history.
-func (s *Session) Restarted() {
+// Restarted forgets a death this session saw, once no machine is watched,
+// when running says the box runs again: another process started it
+// (Start, Resume) after that boot ended, so its end is history. running
+// is asked only then (it looks at a process).
+func (s *Session) Restarted(running func() bool) {
 	s.mu.Lock()
-	if s.died != nil && s.m == nil {
+	if s.died != nil && s.m == nil && running() {
 		s.died, s.unhealthy = nil, ""
 	}
 	s.mu.Unlock()

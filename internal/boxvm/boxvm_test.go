@@ -171,7 +171,12 @@ func TestDeathRecordedOnce(t *testing.T) {
 	h.mu.Lock()
 	h.m = newMachine(h.m.h)
 	h.mu.Unlock()
-	s.Restarted()
+	s.Restarted(func() bool { return false })
+	var d2 died
+	if err := s.DeadErr(0); !errors.As(err, &d2) {
+		t.Errorf("DeadErr after Restarted of a box not running: %v, want the death kept", err)
+	}
+	s.Restarted(func() bool { return true })
 	watched(t, s)
 }
 
