@@ -186,6 +186,18 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 		}
 		return
 	}
+	if apiBox(pod) {
+		// A box made through the API runs no main command: the pod
+		// runs while the box does, read from its record as an adopted
+		// box's (statusLocked), until the pod is deleted.
+		p.mu.Lock()
+		pb.started, pb.waiting, pb.message, pb.adopted = time.Now(), "", "", true
+		close(pb.startedCh)
+		p.mu.Unlock()
+		p.logf("pod %s/%s: box %s runs (made through the API)", pod.Namespace, pod.Name, box.ID())
+		p.changed(pb)
+		return
+	}
 	entry, cmd := box.ImageCommand()
 	argv, err := command(&pod.Spec.Containers[0], entry, cmd)
 	if err != nil {
