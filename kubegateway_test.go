@@ -29,6 +29,7 @@ import (
 // token) on a loopback port.
 type gwNode struct {
 	name string
+	api  string // the node's airlock API (http://127.0.0.1:PORT)
 	rt   *airlock.Runtime
 	stop func() // stops the node and its API (its boxes keep running)
 }
@@ -55,7 +56,7 @@ func (c *kubeCluster) startAPINode(rt *airlock.Runtime, name, nodeToken string) 
 			Ready: func() { close(ready) }, KubeletAddr: "127.0.0.1:0", APIAddr: l.Addr().String()})
 	}()
 	stopped := false
-	n := &gwNode{name: name, rt: rt}
+	n := &gwNode{name: name, rt: rt, api: "http://" + l.Addr().String()}
 	n.stop = func() {
 		if stopped {
 			return
@@ -422,5 +423,52 @@ func pythonSDK(t *testing.T, url, token string) {
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "ok ") {
 		t.Fatalf("the Python SDK against the gateway: %v\n%s", err, out)
+	}
+}
+
+// TestKubeGatewayOverhead (AIRLOCK_KUBE_BENCH=1; not a timed test: it
+// asserts nothing of the times) measures the gateway's overhead against
+// the node's own API, on one node (fake driver): the round trip of a
+// buffered exec of true, and a create (through the gateway: a pod
+// scheduled, run and reported Running by the node, then the box read
+// from the node) and a remove. It logs the medians.
+func TestKubeGatewayOverhead(t *testing.T) {
+	if os.Getenv("AIRLOCK_KUBE_BENCH") != "1" {
+		t.Skip("a benchmark: AIRLOCK_KUBE_BENCH=1 runs it")
+	}
+	c := kubeStart(t)
+	const token, nodeToken = "user-token", "node-token"
+	n := c.startAPINode(kubeRuntime(t), "airlock-bench", nodeToken)
+	c.kubectl("apply", "-f", "deploy/kubernetes/")
+	c.waitDefaultSA()
+	gw, _ := c.startGateway(token, nodeToken)
+	const creates, execs = 5, 50
+	for _, side := range []struct{ name, url, token string }{{"node", n.api, nodeToken}, {"gateway", gw, token}} {
+		var mk, rm, ex []time.Duration
+		for i := range creates {
+			t0 := time.Now()
+			code, body := call(t, "POST", side.url+"/v1/boxes", side.token, map[string]any{"image": kubeRef})
+			mk = append(mk, time.Since(t0))
+			if code != 201 {
+				t.Fatalf("%s create: %d %s", side.name, code, body)
+			}
+			id := decode[server.Box](t, body).ID
+			if i == 0 {
+				for range execs {
+					t0 := time.Now()
+					if code, body := call(t, "POST", side.url+"/v1/boxes/"+id+"/exec", side.token, map[string]any{"cmd": []string{"true"}}); code != 200 {
+						t.Fatalf("%s exec: %d %s", side.name, code, body)
+					}
+					ex = append(ex, time.Since(t0))
+				}
+			}
+			t0 = time.Now()
+			if code, body := call(t, "DELETE", side.url+"/v1/boxes/"+id+"?force=true", side.token, nil); code != 204 {
+				t.Fatalf("%s remove: %d %s", side.name, code, body)
+			}
+			rm = append(rm, time.Since(t0))
+		}
+		t.Logf("%s: exec round trip median %v (%d), create median %v, remove median %v (%d)", side.name,
+			median(ex), execs, median(mk), median(rm), creates)
 	}
 }

@@ -47,6 +47,8 @@ const (
 	// unreachableFor is how long a node that did not answer is reported
 	// lost in lists without being tried again.
 	unreachableFor = 30 * time.Second
+	// deleteGrace is the grace period (seconds) of a box's pod.
+	deleteGrace = 1
 	// maxNodeBoxBytes bounds a node's answer to GET /v1/boxes/{id}.
 	maxNodeBoxBytes = 1 << 20
 )
@@ -378,11 +380,14 @@ func (g *Gateway) RemoveBox(ctx context.Context, id string, force bool) error {
 		return &server.Problem{Status: http.StatusConflict, Code: server.CodeBoxRunning,
 			Detail: fmt.Sprintf("box %s is running: stop it first, or remove it with force=true", id)}
 	}
-	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}}
+	// A box has no process to let end: a grace period of 1 s (virtual-
+	// kubelet deletes the pod that long after its provider removed the
+	// box), 0 (at once) on a lost node or before one.
+	grace := int64(deleteGrace)
 	if st.lost != "" || p.Spec.NodeName == "" {
-		zero := int64(0)
-		opts.GracePeriodSeconds = &zero
+		grace = 0
 	}
+	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &p.UID}, GracePeriodSeconds: &grace}
 	if err := g.cfg.Client.CoreV1().Pods(g.cfg.Namespace).Delete(ctx, p.Name, opts); err != nil && !apierrors.IsNotFound(err) {
 		return apiProblem(err)
 	}

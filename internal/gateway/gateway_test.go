@@ -124,11 +124,11 @@ func TestGatewayCreateRefusals(t *testing.T) {
 	hs, client := gatewayOn(t)
 	for body, want := range map[string]string{
 		`{"image":"x","secrets":{"K":{"value":"v","hosts":["a.example"]}}}`: "not_supported",
-		`{"image":"x","volumes":[{"source":"data","target":"/data"}]}`:     "not_supported",
-		`{"image":"x","labels":{"bad key!":"v"}}`:                            "not a valid Kubernetes label key",
-		`{"image":"x","labels":{"k":"` + strings.Repeat("v", 64) + `"}}`:     "not a valid Kubernetes label value",
-		`{"image":"x","labels":{"airlock.dev/box-id":"v"}}`:                  "airlock's own",
-		`{"image":"x","name":"has space"}`:                                   "Kubernetes label value",
+		`{"image":"x","volumes":[{"source":"data","target":"/data"}]}`:      "not_supported",
+		`{"image":"x","labels":{"bad key!":"v"}}`:                           "not a valid Kubernetes label key",
+		`{"image":"x","labels":{"k":"` + strings.Repeat("v", 64) + `"}}`:    "not a valid Kubernetes label value",
+		`{"image":"x","labels":{"airlock.dev/box-id":"v"}}`:                 "airlock's own",
+		`{"image":"x","name":"has space"}`:                                  "Kubernetes label value",
 	} {
 		code, got := do(t, "POST", hs.URL+"/v1/boxes", body)
 		if code/100 != 4 && code != 501 || !strings.Contains(got, want) {

@@ -76,12 +76,12 @@ func (g *Gateway) podOf(id string, sp server.BoxSpec) (*corev1.Pod, error) {
 	}
 	opts := kubebox.Options{Network: sp.Network, AllowNet: sp.AllowNet, DiskSizeMiB: sp.DiskSizeMiB, User: sp.User,
 		TTL: sp.TTL, IdleTimeout: sp.IdleTimeout, Lease: sp.Lease}
-	rc, no := kubebox.RuntimeClass, false
+	rc, no, grace := kubebox.RuntimeClass, false, int64(deleteGrace)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: kubebox.PodNamePrefix + id, Namespace: g.cfg.Namespace, Labels: lbl,
 			Annotations: map[string]string{kubebox.OptionsAnnotation: opts.Format()}},
 		Spec: corev1.PodSpec{RuntimeClassName: &rc, RestartPolicy: corev1.RestartPolicyNever,
-			AutomountServiceAccountToken: &no, Containers: []corev1.Container{c}},
+			AutomountServiceAccountToken: &no, TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{c}},
 	}, nil
 }
 
