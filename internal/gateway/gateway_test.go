@@ -116,6 +116,9 @@ func TestGatewaySpec(t *testing.T) {
 	if code, body := do(t, "POST", hs.URL+"/v1/boxes/nosuch/exec", `{"cmd":["true"]}`); code != 404 || !strings.Contains(body, `"box_not_found"`) {
 		t.Errorf("exec in an unknown box: %d %s", code, body)
 	}
+	if code, body := do(t, "GET", hs.URL+"/v1/boxes/x/files/..%2F..%2Fimages", ""); code != 400 || !strings.Contains(body, "not clean") {
+		t.Errorf("a path out of the box: %d %s", code, body)
+	}
 }
 
 // TestGatewayCreateRefusals: what a pod cannot carry is refused before

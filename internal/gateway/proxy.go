@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 
@@ -29,6 +30,12 @@ var boxRoutes = map[string]bool{"start": true, "stop": true, "pause": true, "res
 // client's going away cancels the node's call. A node that is lost, or
 // does not answer, is 409 box_lost naming it.
 func (g *Gateway) ServeBox(w http.ResponseWriter, r *http.Request, id string) {
+	if path.Clean(r.URL.Path) != r.URL.Path {
+		// No dot segments: the path a node gets stays under the box.
+		server.WriteProblem(w, &server.Problem{Status: http.StatusBadRequest, Code: server.CodeInvalid,
+			Detail: fmt.Sprintf("path %q is not clean (no . or .. segments, no empty ones)", r.URL.Path)})
+		return
+	}
 	p, err := g.findPod(r.Context(), id)
 	if err != nil {
 		writeErr(w, err)
