@@ -118,7 +118,14 @@ func TestPackageRules(t *testing.T) {
 		"interp":  {"codebox"},
 		// The Kubernetes node (airlock node): pods as boxes through the
 		// public API only, with client-go and virtual-kubelet.
-		"kubenode": {""},
+		"kubenode": {"", "internal/kubebox"},
+		// The contract between airlock gateway and airlock node on the
+		// cluster's objects (names, labels, annotations): a leaf.
+		"internal/kubebox": {},
+		// airlock gateway: airlock serve's API (internal/server with a
+		// Cluster) over pods and nodes read with client-go; no box of its
+		// own, so never the root package.
+		"internal/gateway": {"internal/server", "internal/kubebox"},
 		// E2B's API (airlock serve --e2b): the public API only, and its own
 		// generated envd messages; the REST server's policy comes in as
 		// functions.

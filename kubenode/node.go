@@ -13,10 +13,12 @@ package kubenode
 import (
 	"context"
 	"fmt"
+	"net"
 	"path/filepath"
 	"runtime"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/kubebox"
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
 	"golang.org/x/sys/unix"
@@ -70,6 +72,11 @@ type Config struct {
 	// kubelet API (default: KubeletAddr's host when it names one, else
 	// the host's first global IPv4 address, else 127.0.0.1).
 	NodeIP string
+	// APIAddr, when set, is the address (host:port) of the node's airlock
+	// API for its own boxes (airlock node --api-listen), advertised on the
+	// Node as annotation kubebox.APIAnnotation (http://HOST:PORT; an
+	// unspecified host is NodeIP) so that airlock gateway finds it.
+	APIAddr string
 }
 
 // Run registers the node and runs its pods as boxes until ctx ends. At
@@ -139,6 +146,12 @@ func Run(ctx context.Context, cfg Config) error {
 		spec.Labels[RuntimeLabel] = "true"
 		spec.Labels[corev1.LabelOSStable] = runtime.GOOS
 		spec.Labels[corev1.LabelArchStable] = runtime.GOARCH
+		if u := apiURL(cfg); u != "" {
+			if spec.Annotations == nil {
+				spec.Annotations = map[string]string{}
+			}
+			spec.Annotations[kubebox.APIAnnotation] = u
+		}
 		spec.Spec.Taints = append(spec.Spec.Taints, corev1.Taint{Key: RuntimeLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule})
 		spec.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP(cfg)}}
 		if kubelet != nil {
@@ -188,4 +201,20 @@ func Capacity(rt *airlock.Runtime) corev1.ResourceList {
 		corev1.ResourceEphemeralStorage: *resource.NewQuantity(disk, resource.BinarySI),
 		corev1.ResourcePods:             *resource.NewQuantity(int64(boxes), resource.DecimalSI),
 	}
+}
+
+// apiURL is the URL the Node advertises for its airlock API ("" without
+// one): Config.APIAddr with an unspecified host replaced by the NodeIP.
+func apiURL(cfg Config) string {
+	if cfg.APIAddr == "" {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(cfg.APIAddr)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = nodeIP(cfg)
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }

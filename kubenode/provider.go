@@ -220,6 +220,18 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 		return
 	}
 	p.publishPorts(pb, box)
+	if apiBox(pod) {
+		// A box made through the API runs no main command: the pod
+		// runs while the box does, read from its record as an adopted
+		// box's (statusLocked), until the pod is deleted.
+		p.mu.Lock()
+		pb.started, pb.waiting, pb.message, pb.adopted = time.Now(), "", "", true
+		close(pb.startedCh)
+		p.mu.Unlock()
+		p.logf("pod %s/%s: box %s runs (made through the API)", pod.Namespace, pod.Name, box.ID())
+		p.changed(pb)
+		return
+	}
 	if p.client != nil && hasAPIVolumes(pod) {
 		syncCtx, stopSync := context.WithCancel(ctx)
 		defer stopSync()
@@ -935,7 +947,9 @@ func (p *Provider) Adopt(ctx context.Context, pods []corev1.Pod) error {
 				pb.last = t.DeepCopy()
 			}
 		}
-		pb.resume = pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+		// A box made through the API runs no command, so nothing ended
+		// with the node: it runs on as adopted.
+		pb.resume = !apiBox(pod) && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
 		p.mu.Lock()
 		p.pods[key(pod.Namespace, pod.Name)] = pb
 		p.mu.Unlock()

@@ -66,7 +66,8 @@ type Box struct {
 	Name           string            `json:"name,omitempty"`
 	Image          string            `json:"image"`
 	ImageDigest    string            `json:"image_digest,omitempty"`
-	State          string            `json:"state" enum:"created,running,stopped"`
+	State          string            `json:"state" enum:"created,running,stopped,lost" doc:"lost: the box's Kubernetes node stopped answering or is NotReady (airlock gateway); calls into it fail with box_lost, and the box is not recreated: remove it and create another."`
+	Node           string            `json:"node,omitempty" doc:"The Kubernetes node that runs the box (airlock gateway); absent from airlock serve."`
 	CPUs           int               `json:"cpus"`
 	MemoryMiB      int               `json:"memory_mib"`
 	DiskSizeMiB    int               `json:"disk_size_mib"`
@@ -177,6 +178,13 @@ func (s *Server) registerBoxes() {
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusBadGateway, http.StatusServiceUnavailable},
 	}, func(ctx context.Context, in *struct{ Body BoxSpec }) (*boxOutput, error) {
 		sp := in.Body
+		if s.cfg.Cluster != nil {
+			b, err := s.cfg.Cluster.CreateBox(ctx, sp)
+			if err != nil {
+				return nil, clusterProblem(err)
+			}
+			return &boxOutput{Body: b}, nil
+		}
 		opts := airlock.BoxOptions{Image: sp.Image, Name: sp.Name, CPUs: sp.CPUs, MemoryMiB: sp.MemoryMiB,
 			DiskSizeMiB: sp.DiskSizeMiB, Env: sp.Env, WorkingDir: sp.WorkingDir, User: sp.User,
 			AutoRemove: sp.AutoRemove, Network: airlock.NetworkMode(sp.Network), AllowNet: sp.AllowNet, AllowHostPorts: sp.AllowHostPorts,
@@ -232,34 +240,32 @@ func (s *Server) registerBoxes() {
 	}, func(ctx context.Context, in *struct {
 		Label []string `query:"label,explode" maxItems:"64" doc:"KEY=VALUE: only boxes with this label; KEY alone: with this key. Repeatable: all must match."`
 	}) (*struct{ Body BoxList }, error) {
-		type want struct {
-			k, v string
-			any  bool
+		match, err := labelFilter(in.Label)
+		if err != nil {
+			return nil, err
 		}
-		var ws []want
-		for _, l := range in.Label {
-			k, v, hasValue := strings.Cut(l, "=")
-			if k == "" {
-				return nil, &Problem{Status: http.StatusBadRequest, Title: "Bad Request", Code: CodeInvalid,
-					Detail: fmt.Sprintf("label %q: want KEY=VALUE or KEY", l)}
+		out := &struct{ Body BoxList }{}
+		if s.cfg.Cluster != nil {
+			boxes, err := s.cfg.Cluster.ListBoxes(ctx)
+			if err != nil {
+				return nil, clusterProblem(err)
 			}
-			ws = append(ws, want{k, v, !hasValue})
+			out.Body.Boxes = make([]Box, 0, len(boxes))
+			for _, b := range boxes {
+				if match(b.Labels) {
+					out.Body.Boxes = append(out.Body.Boxes, b)
+				}
+			}
+			return out, nil
 		}
 		infos, err := s.rt.List(ctx)
 		if err != nil {
 			return nil, problem(err)
 		}
-		out := &struct{ Body BoxList }{}
 		out.Body.Boxes = make([]Box, 0, len(infos))
-	boxes:
 		for _, i := range infos {
-			if !sees(ctx, i.Options.Labels) {
+			if !sees(ctx, i.Options.Labels) || !match(i.Options.Labels) {
 				continue
-			}
-			for _, w := range ws {
-				if v, ok := i.Options.Labels[w.k]; !ok || (!w.any && v != w.v) {
-					continue boxes
-				}
 			}
 			out.Body.Boxes = append(out.Body.Boxes, view(ctx, boxOf(i)))
 		}
@@ -271,6 +277,13 @@ func (s *Server) registerBoxes() {
 		OperationID: "get-box", Method: http.MethodGet, Path: "/v1/boxes/{id}", Tags: []string{"boxes"},
 		Summary: "Get a box", Errors: []int{http.StatusNotFound},
 	}, func(ctx context.Context, in *boxIDInput) (*boxOutput, error) {
+		if s.cfg.Cluster != nil {
+			b, err := s.cfg.Cluster.GetBox(ctx, in.ID)
+			if err != nil {
+				return nil, clusterProblem(err)
+			}
+			return &boxOutput{Body: b}, nil
+		}
 		b, err := s.getBox(ctx, in.ID)
 		if err != nil {
 			return nil, err
@@ -327,6 +340,9 @@ func (s *Server) registerBoxes() {
 		ID    string `path:"id" maxLength:"128"`
 		Force bool   `query:"force" doc:"Kill a running box's VM."`
 	}) (*struct{}, error) {
+		if s.cfg.Cluster != nil {
+			return nil, clusterProblem(s.cfg.Cluster.RemoveBox(ctx, in.ID, in.Force))
+		}
 		b, err := s.getBox(ctx, in.ID)
 		if err != nil {
 			return nil, err

@@ -745,6 +745,8 @@ export interface components {
             memory_mib: number;
             name?: string;
             network: string;
+            /** @description The Kubernetes node that runs the box (airlock gateway); absent from airlock serve. */
+            node?: string;
             /** @description The running box's vCPUs are stopped (POST /v1/boxes/{id}/pause): execs, code runs and file calls into it are refused (409 box_paused) until it is resumed. */
             paused?: boolean;
             /** @description Published ports: while the box runs, as bound by its current start (a host_port 0 replaced by the port picked); otherwise as asked. */
@@ -753,8 +755,11 @@ export interface components {
             secrets?: components["schemas"]["SecretInfo"][] | null;
             /** Format: date-time */
             started?: string;
-            /** @enum {string} */
-            state: "created" | "running" | "stopped";
+            /**
+             * @description lost: the box's Kubernetes node stopped answering or is NotReady (airlock gateway); calls into it fail with box_lost, and the box is not recreated: remove it and create another.
+             * @enum {string}
+             */
+            state: "created" | "running" | "stopped" | "lost";
             /** @description The stopped box was paused to disk (pause with to_disk): resume or start continues it from its saved memory. */
             suspended?: boolean;
             /** @description Why the running box was declared unhealthy (its agent did not report the end of a timed-out exec in time); it is killed if its agent then does not answer within 20 s. Absent when healthy. */
@@ -1208,7 +1213,7 @@ export interface components {
              * @description Stable machine-readable code.
              * @enum {string}
              */
-            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use" | "snapshot_not_found" | "snapshot_exists" | "not_supported" | "host_capacity" | "too_many_subscribers" | "method_not_allowed" | "box_paused" | "quota_exceeded" | "checkpoint_not_found" | "checkpoint_exists" | "rolled_back";
+            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use" | "snapshot_not_found" | "snapshot_exists" | "not_supported" | "host_capacity" | "too_many_subscribers" | "method_not_allowed" | "box_paused" | "quota_exceeded" | "checkpoint_not_found" | "checkpoint_exists" | "rolled_back" | "box_lost" | "unschedulable";
             /** @description What happened in this occurrence, and what to do. */
             detail?: string;
             /** @description Individual validation errors. */
