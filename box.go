@@ -254,7 +254,11 @@ func (b *Box) Start(ctx context.Context) error {
 	if dir := b.suspendedDir(); dir != "" {
 		return b.resumeFromDisk(ctx, dir)
 	}
-	return b.startWith(ctx, b.r.drv.Start, EventBoxStarted)
+	if err := b.startWith(ctx, b.r.drv.Start, EventBoxStarted); err != nil {
+		return err
+	}
+	b.idleClockRestart(ctx) // a start is a use
+	return nil
 }
 
 // startWith is Start with the machine started by start (a boot, or a

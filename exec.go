@@ -165,7 +165,7 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 	if strings.TrimSpace(cmd) == "" {
 		return nil, fmt.Errorf("%w: box %s: empty command (give the program to run)", ErrInvalidArgument, b.id)
 	}
-	c, err := b.client(ctx)
+	c, err := b.wakeClient(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -95,11 +95,19 @@ type BoxOptions struct {
 	// the home enforces it, at Open and while it stays open (see
 	// Options.ReapInterval). 0: no limit; negative: ErrInvalidArgument.
 	TTL time.Duration `json:",omitempty"`
-	// IdleTimeout, when positive, removes the box once no exec, file or
-	// snapshot call went through a Box for that long (an exec in flight
-	// counts as use). Use is recorded with the box at most every few
-	// seconds, so other processes on the home see it. 0: no limit.
+	// IdleTimeout, when positive, acts on the box (IdleAction: by default
+	// removes it) once no exec, file or snapshot call went through a Box
+	// for that long (an exec in flight counts as use; so does traffic on
+	// its network, for IdleSuspend and IdleStop). Use is recorded with the
+	// box at most every few seconds, so other processes on the home see
+	// it. 0: no limit.
 	IdleTimeout time.Duration `json:",omitempty"`
+	// IdleAction is what IdleTimeout does to an idle box: IdleRemove (""
+	// is the same), IdleStop or IdleSuspend (scale to zero: paused to
+	// disk, resumed by the next call or inbound connection; see
+	// IdleSuspend). Set without IdleTimeout, or another value:
+	// ErrInvalidArgument.
+	IdleAction IdleAction `json:",omitempty"`
 	// Secrets are values the box's code uses without seeing them (API
 	// keys), by environment variable name: in the box, the variable holds
 	// a placeholder of its own ("airlock-secret-" and 32 hex digits, per

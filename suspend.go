@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/agent/client"
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -120,5 +121,72 @@ func (b *Box) resumeFromDisk(ctx context.Context, dir string) error {
 		return fmt.Errorf("resume box %s from disk: %w (its saved state stays; 'airlock stop %s' discards it, and the next start boots the box)", b.id, err, b.id)
 	}
 	boxdir.DropSuspended(dir)
+	b.idleClockRestart(ctx) // a resume is a use
 	return nil
+}
+
+// wake resumes the box first when its idle timeout suspended it
+// (IdleSuspend) and it is still suspended: the call that needs it running
+// (exec, files, code, ports) then goes on as if it had never stopped.
+// Concurrent calls, through any handle of the runtime, resume it once.
+// Other boxes, and boxes suspended by an explicit Suspend of a box
+// without IdleSuspend, are left as they are (their calls say how to
+// resume them).
+func (b *Box) wake(ctx context.Context) error {
+	if _, cfg := b.snapshot(); cfg.Options.IdleAction != IdleSuspend || b.suspendedDir() == "" {
+		return nil
+	}
+	return b.r.wakeBox(ctx, b)
+}
+
+// wakeClient is client after wake.
+func (b *Box) wakeClient(ctx context.Context) (*client.Client, error) {
+	if err := b.wake(ctx); err != nil {
+		return nil, err
+	}
+	return b.client(ctx)
+}
+
+// waking is a resume in progress (wakeBox): done is closed once err is
+// set.
+type waking struct {
+	done chan struct{}
+	err  error
+}
+
+// wakeBox resumes the suspended box b, once for concurrent callers: the
+// first resumes it (bounded by bootTimeout, not by its caller's ctx, as
+// the others wait for it too), the others wait for that resume's outcome
+// (or their ctx).
+func (r *Runtime) wakeBox(ctx context.Context, b *Box) error {
+	r.life.wakeMu.Lock()
+	if w, ok := r.life.waking[b.id]; ok {
+		r.life.wakeMu.Unlock()
+		select {
+		case <-w.done:
+			return w.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	w := &waking{done: make(chan struct{})}
+	if r.life.waking == nil {
+		r.life.waking = map[string]*waking{}
+	}
+	r.life.waking[b.id] = w
+	r.life.wakeMu.Unlock()
+	defer func() {
+		r.life.wakeMu.Lock()
+		delete(r.life.waking, b.id)
+		r.life.wakeMu.Unlock()
+		close(w.done)
+	}()
+	if dir := b.suspendedDir(); dir != "" { // else resumed meanwhile
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bootTimeout)
+		defer cancel()
+		if err := b.resumeFromDisk(rctx, dir); err != nil {
+			w.err = fmt.Errorf("box %s was suspended when idle, and resuming it failed: %w", b.id, err)
+		}
+	}
+	return w.err
 }
