@@ -615,6 +615,7 @@ func (b *Box) stop(ctx context.Context, grace time.Duration) error {
 	if err == nil && was {
 		b.emit(Event{Type: EventBoxStopped})
 	}
+	b.r.releasePorts(b.id) // held for an IdleSuspend box (suspend.go)
 	unlock()
 	if err != nil {
 		return err
@@ -744,6 +745,7 @@ func (b *Box) removeWhy(ctx context.Context, force bool, why string) error {
 		}
 	}
 	b.stopNet()
+	b.r.releasePorts(b.id)
 	b.dropConn()
 	if err := b.r.db.Delete(ctx, b.id); err != nil {
 		return fmt.Errorf("box %s: delete its record: %w", b.id, err)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/lifetime"
 	"github.com/airlock-run/airlock/internal/netstack"
 	"github.com/airlock-run/airlock/internal/netstack/helper"
@@ -84,6 +86,10 @@ type lifeState struct {
 	// when idle, by box id (suspend.go).
 	wakeMu sync.Mutex
 	waking map[string]*waking
+	// heldMu guards held: the published ports of IdleSuspend boxes this
+	// runtime holds open, by box id (suspend.go).
+	heldMu sync.Mutex
+	held   map[string]*heldBox
 }
 
 // netMark is a box's network helper and the sum of its counters.
@@ -148,7 +154,12 @@ func (r *Runtime) startReaper() {
 }
 
 // stopReaper stops the reaper and waits for its pass in progress.
-func (r *Runtime) stopReaper() { r.life.loop.Stop() }
+func (r *Runtime) stopReaper() {
+	r.life.loop.Stop()
+	// The ports held for suspended boxes are closed with the runtime: a
+	// box it suspended then wakes by a call only.
+	r.releaseStale(nil)
+}
 
 // Reap removes the boxes of the home whose TTL, idle timeout or lease has
 // ended, and returns what it removed (or failed to). The reaper calls it
@@ -164,6 +175,13 @@ func (r *Runtime) Reap(ctx context.Context) []BoxReapedEvent {
 	}
 	now := time.Now()
 	var out []BoxReapedEvent
+	live := map[string]bool{}
+	for _, rec := range recs {
+		if running(rec) || boxdir.SuspendedIn(filepath.Join(r.opts.Home, "boxes", rec.ID)) != "" {
+			live[rec.ID] = true
+		}
+	}
+	r.releaseStale(live)
 	for _, rec := range recs {
 		cfg, err := decodeConfig(rec)
 		lim, dl := cfg.life()

@@ -192,6 +192,9 @@ func (b *Box) startNet(cfg boxConfig) (*helper.Starting, error) {
 	}
 	b.rebind = nil
 	b.mu.Unlock()
+	if ho.Held, err = b.r.holdPorts(b, cfg, ports); err != nil {
+		return nil, fmt.Errorf("box %s network: %w", b.id, err)
+	}
 	return helper.Start(b.netBox(), ho, secretPolicy(policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts), cfg), publishes(ports))
 }
 
