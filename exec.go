@@ -189,6 +189,10 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 		stdout, stderr = execrun.Counting(stdout, &p.outBytes), execrun.Counting(stderr, &p.outBytes)
 	}
 	used := b.useBegin(ctx)
+	if opts.Background {
+		used() // its start was a use; its run is not
+		used = func() {}
+	}
 	proc, err := c.Exec(callCtx, spec, stdout, stderr)
 	if err != nil {
 		used()

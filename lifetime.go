@@ -289,6 +289,11 @@ func (b *Box) idleClockRestart(ctx context.Context) {
 	_ = b.r.updateConfig(context.WithoutCancel(ctx), b.id, func(c *boxConfig) { c.LastUse = now })
 }
 
+// Use marks the box in use (for BoxOptions.IdleTimeout) until the func
+// it returns is called: for work done through a Background exec, which
+// does not count by itself (a CodeBox cell).
+func (b *Box) Use(ctx context.Context) (done func()) { return b.useBegin(ctx) }
+
 // useBegin marks an exec starting on the box; the func it returns marks
 // its end. An exec in flight keeps the box from going idle.
 func (b *Box) useBegin(ctx context.Context) func() {

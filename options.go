@@ -186,6 +186,12 @@ type ExecOptions struct {
 	// ExitOOMKilled when the guest's OOM killer took it), unless an end of
 	// that boot is recorded already. Wait returns once it is recorded.
 	Main bool
+	// Background makes the exec, while it runs, not keep the box in use
+	// for BoxOptions.IdleTimeout (its start counts as a use; any other
+	// exec keeps the box in use until it ends): for a relay to a daemon
+	// of the box, as CodeBox contexts use, whose work is marked with
+	// Box.Use instead.
+	Background bool
 }
 
 // DefaultMaxOutput is ExecOptions.MaxOutput's default: 16 MiB per stream.
