@@ -162,7 +162,9 @@ func (r *Runtime) stopReaper() {
 }
 
 // Reap removes the boxes of the home whose TTL, idle timeout or lease has
-// ended, and returns what it removed (or failed to). The reaper calls it
+// ended, and returns what it removed (or failed to); an idle box whose
+// IdleAction is IdleStop or IdleSuspend is stopped or suspended instead
+// (not returned: box.stopped and box.suspended events report it). The reaper calls it
 // every Options.ReapInterval; Open calls it once. Boxes in use through a
 // handle of this runtime count as used now, and their use is recorded so
 // that other processes' reapers see it.
