@@ -26,6 +26,9 @@ import (
 // one; Remove deletes the saved state with the box. The guest's
 // filesystems are flushed first (it runs `sync`, as Commit does). It
 // takes about as long as Snapshot.
+// A box created with IdleAction IdleSuspend also resumes by itself on
+// its next exec, file or port call, and on an inbound connection to a
+// published TCP port while this Runtime is open (see IdleSuspend).
 // Errors: ErrBoxNotRunning; boxes with volumes are refused (as by
 // Snapshot); ErrNotSupported for a driver without snapshots.
 func (b *Box) Suspend(ctx context.Context) error {

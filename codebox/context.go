@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/headtail"
 )
 
@@ -545,14 +546,27 @@ func (x *Context) reattach(ctx context.Context) {
 	if x.k == nil {
 		return
 	}
-	select {
-	case <-x.k.exited:
-	default:
-		return // the relay runs
-	}
 	dp, ok := x.k.p.(*daemonProc)
 	if !ok {
 		return
+	}
+	select {
+	case <-x.k.exited:
+	default:
+		if info, err := dp.box.Info(ctx); err != nil || info.State == airlock.BoxRunning {
+			return // the relay runs
+		}
+		// The machine ended under the relay: the relay's end is on its
+		// way (its connection drops).
+		t := time.NewTimer(10 * time.Second)
+		defer t.Stop()
+		select {
+		case <-x.k.exited:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 	if k, err := attachKernel(ctx, dp.box, dp.dir); err == nil {
 		x.k = k

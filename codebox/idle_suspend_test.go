@@ -29,7 +29,7 @@ func TestContextSurvivesIdleSuspendQEMU(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		info, err := cb.Box().Info(ctx)
-		if err == nil && info.Suspended {
+		if err == nil && info.Suspended && info.State == airlock.BoxStopped {
 			break
 		}
 		if time.Now().After(deadline) {
