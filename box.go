@@ -244,7 +244,11 @@ func (b *Box) Start(ctx context.Context) error {
 	if dir := b.suspendedDir(); dir != "" {
 		return b.resumeFromDisk(ctx, dir)
 	}
-	return b.startWith(ctx, b.r.drv.Start, EventBoxStarted)
+	if err := b.startWith(ctx, b.r.drv.Start, EventBoxStarted); err != nil {
+		return err
+	}
+	b.idleClockRestart(ctx) // a start is a use
+	return nil
 }
 
 // startWith is Start with the machine started by start (a boot, or a
@@ -522,6 +526,7 @@ func (b *Box) stop(ctx context.Context, grace time.Duration) error {
 	if err == nil && was {
 		b.emit(Event{Type: EventBoxStopped})
 	}
+	b.r.releasePorts(b.id) // held for an IdleSuspend box (suspend.go)
 	unlock()
 	if err != nil {
 		return err
@@ -635,6 +640,7 @@ func (b *Box) removeWhy(ctx context.Context, force bool, why string) error {
 		}
 	}
 	b.stopNet()
+	b.r.releasePorts(b.id)
 	b.dropConn()
 	if err := b.r.db.Delete(ctx, b.id); err != nil {
 		return fmt.Errorf("box %s: delete its record: %w", b.id, err)

@@ -164,7 +164,7 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 	if strings.TrimSpace(cmd) == "" {
 		return nil, fmt.Errorf("%w: box %s: empty command (give the program to run)", ErrInvalidArgument, b.id)
 	}
-	c, err := b.client(ctx)
+	c, err := b.wakeClient(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -188,6 +188,10 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 		stdout, stderr = execrun.Counting(stdout, &p.outBytes), execrun.Counting(stderr, &p.outBytes)
 	}
 	used := b.useBegin(ctx)
+	if opts.Background {
+		used() // its start was a use; its run is not
+		used = func() {}
+	}
 	proc, err := c.Exec(callCtx, spec, stdout, stderr)
 	if err != nil {
 		used()

@@ -42,7 +42,7 @@ func (b *Box) fork(ctx context.Context, n int, opts ForkOptions) ([]*Box, error)
 	// Children get the box's lease and idle timeout and what is left of
 	// its TTL.
 	_, cfg := b.snapshot()
-	life := BoxOptions{FromSnapshot: name, AutoRemove: opts.AutoRemove, IdleTimeout: cfg.Options.IdleTimeout, Lease: cfg.Options.Lease}
+	life := BoxOptions{FromSnapshot: name, AutoRemove: opts.AutoRemove, IdleTimeout: cfg.Options.IdleTimeout, IdleAction: cfg.Options.IdleAction, Lease: cfg.Options.Lease}
 	if !cfg.ExpiresAt.IsZero() {
 		life.TTL = max(time.Until(cfg.ExpiresAt), time.Millisecond)
 	}

@@ -99,7 +99,7 @@ func poolKey(opts BoxOptions) (key string, o BoxOptions, ok bool) {
 	}
 	k := o
 	k.Name, k.Hostname, k.AutoRemove = "", "", false
-	k.TTL, k.IdleTimeout, k.Lease = 0, 0, 0 // the claimer's, from its claim
+	k.TTL, k.IdleTimeout, k.IdleAction, k.Lease = 0, 0, "", 0 // the claimer's, from its claim
 	k.Labels = nil
 	if len(k.Env) == 0 {
 		k.Env = nil
@@ -267,7 +267,7 @@ func (r *Runtime) personalise(ctx context.Context, b *Box, restored bool, opts B
 			return err
 		}
 	}
-	c.Options.TTL, c.Options.IdleTimeout, c.Options.Lease = opts.TTL, opts.IdleTimeout, opts.Lease
+	c.Options.TTL, c.Options.IdleTimeout, c.Options.IdleAction, c.Options.Lease = opts.TTL, opts.IdleTimeout, opts.IdleAction, opts.Lease
 	c.Options.Labels = opts.Labels
 	c.startLife(time.Now())
 	// A pool box is nobody's until now: its record is c, whole.

@@ -316,7 +316,7 @@ func restoreOptions(info SnapshotInfo, m snapmeta.Meta, opts BoxOptions) (BoxOpt
 	}
 	o := so
 	o.Name, o.AutoRemove, o.FromSnapshot = opts.Name, opts.AutoRemove, name
-	o.TTL, o.IdleTimeout, o.Lease = opts.TTL, opts.IdleTimeout, opts.Lease // the caller's, not the snapshot's box's
+	o.TTL, o.IdleTimeout, o.IdleAction, o.Lease = opts.TTL, opts.IdleTimeout, opts.IdleAction, opts.Lease // the caller's, not the snapshot's box's
 	if err := restoredHostSide(&o, opts, name); err != nil {
 		return BoxOptions{}, err
 	}

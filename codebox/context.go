@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/headtail"
 )
 
@@ -469,12 +470,17 @@ func (x *Context) streamed(rep reply, id int64) bool {
 }
 
 func (x *Context) run(ctx context.Context, code string) (*Result, error) {
+	x.reattach(ctx)
 	if x.k == nil {
 		if err := x.init(ctx); err != nil {
 			return nil, fmt.Errorf("codebox: restart context: %w", err)
 		}
 	}
 	k := x.k
+	if dp, ok := k.p.(*daemonProc); ok {
+		// Its relay is a Background exec: the cell is the use.
+		defer dp.box.Use(ctx)()
+	}
 	x.nextID++
 	id := x.nextID
 	req, _ := json.Marshal(map[string]any{"id": id, "code": code, "stream": x.sink != nil})
@@ -560,6 +566,43 @@ func (x *Context) interrupt(ctx context.Context, id int64, ctxErr error) (*Resul
 			res, err := x.lost(ctx, "TimeoutError", msg, true)
 			return res, errors.Join(err, ctxErr)
 		}
+	}
+}
+
+// reattach gives the context a new relay to its interpreter when the
+// relay ended but the interpreter may live on: its box's machine ended
+// under it (suspended when idle, airlock.IdleSuspend), and the relay
+// exec, which wakes the box, reaches the interpreter with its variables
+// as they were. When the interpreter is gone, nothing changes: the cell
+// then finds it dead, and a new one starts (StateLost).
+func (x *Context) reattach(ctx context.Context) {
+	if x.k == nil {
+		return
+	}
+	dp, ok := x.k.p.(*daemonProc)
+	if !ok {
+		return
+	}
+	select {
+	case <-x.k.exited:
+	default:
+		if info, err := dp.box.Info(ctx); err != nil || info.State == airlock.BoxRunning {
+			return // the relay runs
+		}
+		// The machine ended under the relay: the relay's end is on its
+		// way (its connection drops).
+		t := time.NewTimer(10 * time.Second)
+		defer t.Stop()
+		select {
+		case <-x.k.exited:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+	if k, err := attachKernel(ctx, dp.box, dp.dir); err == nil {
+		x.k = k
 	}
 }
 

@@ -116,6 +116,17 @@ export interface BoxOptions {
    * rejects with `snapshot_not_found` (404).
    */
   fromSnapshot?: string;
+  /**
+   * Seconds without an exec, file or code call (nor, for `idleAction` `"stop"` and `"suspend"`, traffic on its
+   * network) after which the server takes `idleAction` on the box.
+   */
+  idleTimeout?: number;
+  /**
+   * What `idleTimeout` does: `"remove"` (default), `"stop"` or `"suspend"` (scale to zero: the box is paused to
+   * disk and holds no host memory; the next call on it, or an inbound connection to a published port, resumes
+   * it first, with its processes and memory). Needs `idleTimeout`.
+   */
+  idleAction?: "remove" | "stop" | "suspend";
   /** The server connection (default: one per process, from the environment). */
   client?: Client;
 }
@@ -351,7 +362,7 @@ function execRequest(cmd: string, args: string[], o: ExecOptions): ExecRequest {
 
 const KNOWN_OPTIONS = new Set([
   "image", "memoryMib", "cpus", "name", "env", "workingDir", "user", "network", "diskSizeMib", "autoRemove",
-  "allowNet", "allowHostPorts", "volumes", "ports", "fromSnapshot", "labels", "secrets",
+  "allowNet", "allowHostPorts", "volumes", "ports", "fromSnapshot", "labels", "secrets", "idleTimeout", "idleAction",
   "client", "indexUrl", "diskSizeGb", "reuseExisting", "detach", "rootfsPath", "entrypoint", "cmd", "security", "advanced",
   "runtime", // BoxLite's runtime handle (JsBoxlite): its server is used
 ]);
@@ -419,6 +430,8 @@ export class SimpleBox implements AsyncDisposable {
     }
     if (options.ports?.length) spec.ports = options.ports.map(portSpec);
     if (options.labels && Object.keys(options.labels).length) spec.labels = { ...options.labels };
+    if (options.idleTimeout !== undefined) spec.idle_timeout = options.idleTimeout;
+    if (options.idleAction !== undefined) spec.idle_action = options.idleAction;
     if (options.secrets && Object.keys(options.secrets).length) {
       spec.secrets = Object.fromEntries(
         Object.entries(options.secrets).map(([k, s]) => [k, { value: s.value, hosts: [...s.hosts] }]),

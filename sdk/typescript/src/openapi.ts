@@ -726,9 +726,11 @@ export interface components {
             expires_at?: string;
             /** @description Box id (12 hex digits). */
             id: string;
+            /** @description What idle_timeout does: remove, stop or suspend (absent: remove). */
+            idle_action?: string;
             /**
              * Format: date-time
-             * @description When the box is removed unless used before (absent: no idle_timeout). Use is recorded every few seconds, so this may lag a recent call by that much.
+             * @description When idle_action is taken on the box unless it is used before (absent: no idle_timeout). Use is recorded every few seconds, so this may lag a recent call by that much.
              */
             idle_deadline?: string;
             image: string;
@@ -760,7 +762,7 @@ export interface components {
              * @enum {string}
              */
             state: "created" | "running" | "stopped" | "lost";
-            /** @description The stopped box was paused to disk (pause with to_disk): resume or start continues it from its saved memory. */
+            /** @description The stopped box was paused to disk (pause with to_disk, or by idle_action suspend): resume or start continues it from its saved memory; a box suspended by idle_action suspend also resumes by itself on its next exec, file, code or port call or inbound connection. */
             suspended?: boolean;
             /** @description Why the running box was declared unhealthy (its agent did not report the end of a timed-out exec in time); it is killed if its agent then does not answer within 20 s. Absent when healthy. */
             unhealthy?: string;
@@ -793,8 +795,13 @@ export interface components {
             /** @description Restore this memory snapshot (POST /v1/boxes/{id}/snapshot) instead of booting: the box runs on from where the snapshot's box was, with its processes and files. Image, cpus, memory_mib, disk_size_mib and network come from the snapshot (leave them out, or give the snapshot's); env, working_dir, user, allow_net and allow_host_ports default to its box's (allow_net makes it an allowlist box); name, ports (never the snapshot box's) and the network policy are the request's, checked as for any create; volumes are refused. */
             from_snapshot?: string;
             /**
+             * @description What idle_timeout does: remove (the default) the box, stop it, or suspend it (scale to zero: paused to disk, no host memory or CPU held, shown as suspended; the next exec, file, code or port call resumes it first, and a published TCP port stays bound: its first inbound connection wakes the box and is then served). Needs idle_timeout; suspend refuses volumes.
+             * @enum {string}
+             */
+            idle_action?: "remove" | "stop" | "suspend";
+            /**
              * Format: double
-             * @description Seconds: the box is removed after this long with no exec, file or code call on it (stored with the box: a server restart keeps it).
+             * @description Seconds: after this long with no exec, file or code call on it (nor, for idle_action stop and suspend, traffic on its network), idle_action is taken (stored with the box: a server restart keeps it).
              */
             idle_timeout?: number;
             /**

@@ -341,8 +341,13 @@ class SimpleBox(FilesMixin):
             no call returns it.
         disk_size_mib: writable layer size.
         ttl: seconds after which the server removes the box, used or not.
-        idle_timeout: seconds without an exec after which the server removes
-            the box.
+        idle_timeout: seconds without an exec, file or code call after which
+            the server takes ``idle_action`` on the box.
+        idle_action: what ``idle_timeout`` does: ``"remove"`` (default),
+            ``"stop"`` or ``"suspend"`` (scale to zero: the box is paused to
+            disk and holds no host memory; the next call on it, or an inbound
+            connection to a published port, resumes it first, with its
+            processes and memory).
         lease: seconds (default 30) the box outlives this process if it
             crashes: a background thread renews the lease every third of
             that while the box is open; the server removes a box whose lease
@@ -366,7 +371,8 @@ class SimpleBox(FilesMixin):
                  *, name: Optional[str] = None, env: Union[Mapping[str, str], Sequence[str], None] = None,
                  working_dir: Optional[str] = None, user: Optional[str] = None, network: Optional[str] = None,
                  disk_size_mib: Optional[int] = None, ttl: Optional[float] = None,
-                 idle_timeout: Optional[float] = None, lease: float = DEFAULT_LEASE,
+                 idle_timeout: Optional[float] = None, idle_action: Optional[str] = None,
+                 lease: float = DEFAULT_LEASE,
                  volumes: Optional[Sequence[VolumeArg]] = None, allow_net: Optional[Sequence[str]] = None,
                  allow_host_ports: Optional[Sequence[int]] = None, ports: Optional[Sequence[PortArg]] = None,
                  client: Optional[Client] = None, from_snapshot: Optional[str] = None,
@@ -388,6 +394,7 @@ class SimpleBox(FilesMixin):
                               ("disk_size_mib", disk_size_mib, int, "an int"),
                               ("ttl", ttl, (int, float), "a number of seconds"),
                               ("idle_timeout", idle_timeout, (int, float), "a number of seconds"),
+                              ("idle_action", idle_action, str, "a str (remove, stop, suspend)"),
                               ("lease", lease, (int, float), "a number of seconds"),
                               ("from_snapshot", from_snapshot, str, "a str")):
             check_type(n, v, t, what)
@@ -404,6 +411,7 @@ class SimpleBox(FilesMixin):
         for k, v in (("memory_mib", memory_mib), ("cpus", cpus), ("name", name), ("env", _env_list(env)),
                      ("working_dir", working_dir), ("user", user), ("network", network),
                      ("disk_size_mib", disk_size_mib), ("ttl", ttl), ("idle_timeout", idle_timeout),
+                     ("idle_action", idle_action),
                      ("lease", float(lease) if lease else None),
                      ("volumes", [_volume(v) for v in volumes] if volumes else None),
                      ("allow_net", list(allow_net) if allow_net else None),
