@@ -31,6 +31,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/airlock-run/airlock/internal/checkpoint/pagediff"
 )
 
 // Version is the format version of Meta and of the state file; Read
@@ -338,8 +340,9 @@ func (t Tree) RolledBack(name string, at time.Time) error {
 }
 
 // Remove deletes checkpoint name. It is safe for the checkpoints taken
-// after it: each holds a full copy of what a rollback needs, and those
-// whose parent it was get its parent instead (the tree stays connected);
+// after it: those stored as deltas against it get the pages they took
+// from it first (pagediff.Merge), and those whose parent it was get its
+// parent instead (the tree stays connected);
 // if it was the head, its parent becomes the head. Errors: ErrNotFound.
 func (t Tree) Remove(name string) error {
 	m, err := t.Get(name)
@@ -349,6 +352,17 @@ func (t Tree) Remove(name string) error {
 	list, err := t.List()
 	if err != nil {
 		return err
+	}
+	// The checkpoints stored as deltas against it take the pages they
+	// need from it first.
+	var dirs []string
+	for _, c := range list {
+		if c.Name != name {
+			dirs = append(dirs, t.Path(c.Name))
+		}
+	}
+	if err := pagediff.Merge(t.Path(name), dirs, imageSize); err != nil {
+		return fmt.Errorf("remove checkpoint %s: %w", name, err)
 	}
 	for _, c := range list {
 		if c.Parent == name {
@@ -370,6 +384,16 @@ func (t Tree) Remove(name string) error {
 		return fmt.Errorf("remove checkpoint %s: %w", name, err)
 	}
 	return os.RemoveAll(gone)
+}
+
+// imageSize returns the size of image name of the checkpoint in dir (its
+// file's; pagediff checks its sums against it).
+func imageSize(dir, name string) (int64, error) {
+	fi, err := os.Stat(filepath.Join(dir, name))
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
 }
 
 func readJSON(path string, v any) error {
