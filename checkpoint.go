@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/agent/agentpb"
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/checkpoint"
+	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -47,9 +49,13 @@ func (b *Box) Checkpoint(ctx context.Context, name string) (CheckpointInfo, erro
 		opts.Parent = t.Path(head)
 	}
 	err := b.withSave(ctx, "checkpoint", "checkpointed", opts, func(rec *store.Box, save func(string) (vmm.SnapshotStats, error)) (err error) {
+		av, err := b.snapshotAgentVersion(ctx, rec)
+		if err != nil {
+			return err
+		}
 		m, err = t.Create(name, func(tmp string) (checkpoint.Meta, error) {
 			st, err := save(tmp)
-			return checkpoint.Meta{StateBytes: st.StateBytes, DiskBytes: st.DiskBytes, PausedNs: st.PausedNs}, err
+			return checkpoint.Meta{StateBytes: st.StateBytes, DiskBytes: st.DiskBytes, PausedNs: st.PausedNs, AgentVersion: av}, err
 		})
 		return err
 	})
@@ -141,4 +147,37 @@ func (b *Box) rollbackLocked(ctx context.Context, sn vmm.Snapshotter, rec *store
 		return err
 	}
 	return b.restored(ctx)
+}
+
+// snapshotOfCheckpoint makes snapshot name (under Home/snapshots) of the
+// box's checkpoint ckpt, whole (Tree.Flatten), with the box's record and
+// options, for Fork's children (ForkOptions.FromCheckpoint). The box need
+// not run. Errors: ErrCheckpointNotFound.
+func (b *Box) snapshotOfCheckpoint(ctx context.Context, ckpt, name string) error {
+	if _, err := b.r.snapshotter(); err != nil {
+		return err
+	}
+	rec, unlock, err := b.lockLoad(ctx) // no removal of the checkpoint meanwhile
+	defer unlock()
+	if err != nil {
+		return err
+	}
+	t := checkpoint.Of(b.dir)
+	cm, err := t.Get(ckpt)
+	if err != nil {
+		return err
+	}
+	av := cm.AgentVersion
+	if av == "" {
+		av = agentpb.Version
+	}
+	_, cfg := b.snapshot()
+	return snapmeta.Make(ctx, b.r.snapshotsDir(), name, "snapshot-", "remove it, or pick another name", nil, func(tmp string) (snapmeta.Meta, error) {
+		if err := t.Flatten(ckpt, tmp); err != nil {
+			return snapmeta.Meta{}, fmt.Errorf("checkpoint %s of box %s: %w", ckpt, b.id, err)
+		}
+		return snapmeta.Meta{Version: snapmeta.Version, Name: name, Box: b.id, BoxName: rec.Name, Created: cm.Created,
+			Image: rec.Image, ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), AgentVersion: av,
+			Driver: b.r.drv.Name(), StateBytes: cm.StateBytes, DiskBytes: cm.DiskBytes, PausedNs: cm.PausedNs}, nil
+	})
 }

@@ -30,6 +30,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/checkpoint/pagediff"
@@ -100,6 +101,9 @@ type Meta struct {
 	StateBytes int64 `json:"state_bytes"`
 	DiskBytes  int64 `json:"disk_bytes"`
 	PausedNs   int64 `json:"paused_ns"`
+	// AgentVersion is the guest agent's protocol version at the
+	// checkpoint ("" in checkpoints taken before it was recorded).
+	AgentVersion string `json:"agent_version,omitempty"`
 }
 
 // Info describes a checkpoint of a box (the root package's
@@ -384,6 +388,35 @@ func (t Tree) Remove(name string) error {
 		return fmt.Errorf("remove checkpoint %s: %w", name, err)
 	}
 	return os.RemoveAll(gone)
+}
+
+// Flatten writes checkpoint name's driver files into the empty directory
+// dst as a snapshot that needs no other checkpoint (what it stores as
+// changes against its parents is filled in from them; the rest is
+// hard-linked), for a restore outside the box (fork from a checkpoint).
+// The caller holds the box's lock. Errors: ErrNotFound.
+func (t Tree) Flatten(name, dst string) error {
+	if _, err := t.Get(name); err != nil {
+		return err
+	}
+	return pagediff.Flatten(t.Path(name), dst, func(n string) bool { return n != metaFile })
+}
+
+// Bytes returns the bytes the box's checkpoints take on disk (allocated),
+// unfinished ones included.
+func (t Tree) Bytes() int64 {
+	var n int64
+	filepath.WalkDir(t.dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					n += st.Blocks * 512
+				}
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // imageSize returns the size of image name of the checkpoint in dir (its

@@ -677,3 +677,86 @@ func mergeImage(dir, child, name string, size int64, upDelta bool) error {
 	}
 	return out.Sync()
 }
+
+// Flatten writes the snapshot in dir as a whole one into the empty
+// directory dst: each delta image materialised from its chain, the other
+// files hard-linked (they are never written in place), the sums and the
+// link left out, and those keep says no to. The result needs no other
+// directory.
+func Flatten(dir, dst string, keep func(name string) bool) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	l, err := ReadLink(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if name == linkFile || filepath.Ext(name) == sumsSuffix || !keep(name) {
+			continue
+		}
+		src, out := filepath.Join(dir, name), filepath.Join(dst, name)
+		if !l.delta(name) || !e.Type().IsRegular() {
+			if err := linkTree(src, out); err != nil {
+				return err
+			}
+			continue
+		}
+		chain, err := Chain(dir, name)
+		if err != nil {
+			return err
+		}
+		fi, err := e.Info()
+		if err != nil {
+			return err
+		}
+		f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return err
+		}
+		err = f.Truncate(fi.Size())
+		if err == nil {
+			_, err = Materialise(f, chain, name, fi.Size(), 0, fi.Size())
+		}
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// linkTree makes dst a copy of the tree at src whose regular files are
+// hard links (directories made, symbolic links copied, the rest left out).
+func linkTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		out := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.Mkdir(out, 0o700)
+		case d.Type().IsRegular():
+			return os.Link(p, out)
+		case d.Type()&os.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, out)
+		}
+		return nil
+	})
+}
