@@ -69,6 +69,11 @@ func (b *Box) Checkpoint(ctx context.Context, name string) (CheckpointInfo, erro
 // Checkpoints returns the box's checkpoints, oldest first.
 func (b *Box) Checkpoints() ([]CheckpointInfo, error) { return checkpoint.Of(b.dir).Infos() }
 
+// CheckpointsSize returns the bytes the box's checkpoints take on disk
+// (allocated; a checkpoint stored as changes takes only those), what a
+// server counts against a tenant's disk quota.
+func (b *Box) CheckpointsSize() int64 { return checkpoint.Of(b.dir).Bytes() }
+
 // RemoveCheckpoint deletes the box's checkpoint name. It is safe for the
 // checkpoints taken after it (each holds all a rollback needs): those
 // whose parent it was get its parent. Errors: ErrCheckpointNotFound.
