@@ -24,29 +24,45 @@ import (
 // box's RAM memfd and its layer from the chain, each page from the newest
 // link that holds it.
 
-// saveRAMDelta writes the RAM image of QEMU's memfds into dir as a chain
-// link: a delta against the snapshot in parent where that one's RAM image
-// holds the same parts (idx), else whole. It returns the image's sums and
-// whether it is a delta.
-func saveRAMDelta(dir string, parts []ramPart, memfds map[int]*os.File, parent string, idx []int) (*pagediff.Sums, bool, error) {
-	total := partOffset(parts, len(parts))
-	var ps *pagediff.Sums
-	if parent != "" {
-		if mm, err := readMeta(parent); err == nil && !mm.Transient && reflect.DeepEqual(mm.RAMParts, idx) {
-			ps, _ = pagediff.ReadSums(filepath.Join(parent, pagediff.SumsName(snapRAM)), total)
-		}
+// parentSums are the page sums of a checkpoint's parent, read before
+// the machine stops (they take a few MiB: not in the paused time).
+type parentSums struct {
+	ram, disk *pagediff.Sums
+}
+
+// readParentSums reads the sums of the snapshot in parent ("" none) that
+// a checkpoint of a machine with RAM parts idx (of parts) and the layer
+// at layer can be a delta against; one it cannot use is nil.
+func readParentSums(parent string, parts []ramPart, idx []int, layer string) parentSums {
+	var ps parentSums
+	if parent == "" {
+		return ps
 	}
+	if mm, err := readMeta(parent); err == nil && !mm.Transient && len(idx) > 0 && reflect.DeepEqual(mm.RAMParts, idx) {
+		ps.ram, _ = pagediff.ReadSums(filepath.Join(parent, pagediff.SumsName(snapRAM)), partOffset(parts, len(parts)))
+	}
+	if fi, err := os.Stat(layer); err == nil {
+		ps.disk, _ = pagediff.ReadSums(filepath.Join(parent, pagediff.SumsName(snapDisk)), fi.Size())
+	}
+	return ps
+}
+
+// saveRAMDelta writes the RAM image of QEMU's memfds into dir as a chain
+// link: a delta against parent (the parent's sums) where there is one,
+// else whole. It returns the image's sums.
+func saveRAMDelta(dir string, parts []ramPart, memfds map[int]*os.File, parent *pagediff.Sums) (*pagediff.Sums, error) {
+	total := partOffset(parts, len(parts))
 	var segs []pagediff.Segment
 	for i, f := range memfds {
 		segs = append(segs, pagediff.Segment{Src: f, Off: partOffset(parts, i), Size: int64(parts[i].sizeMiB) << 20})
 	}
-	s, _, err := pagediff.Save(filepath.Join(dir, snapRAM), total, segs, ps, pagediff.NewSeed(), runtime.NumCPU())
-	return s, ps != nil, err
+	s, _, err := pagediff.Save(filepath.Join(dir, snapRAM), total, segs, parent, pagediff.NewSeed(), runtime.NumCPU())
+	return s, err
 }
 
 // saveLayerDelta writes the writable layer at layer into dir as a chain
-// link (a delta against parent's where it has one of the same size).
-func saveLayerDelta(dir, layer, parent string) (*pagediff.Sums, bool, error) {
+// link (a delta against parent's sums where they are of its size).
+func saveLayerDelta(dir, layer string, parent *pagediff.Sums) (*pagediff.Sums, bool, error) {
 	f, err := os.Open(layer)
 	if err != nil {
 		return nil, false, err
@@ -56,12 +72,11 @@ func saveLayerDelta(dir, layer, parent string) (*pagediff.Sums, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	var ps *pagediff.Sums
-	if parent != "" {
-		ps, _ = pagediff.ReadSums(filepath.Join(parent, pagediff.SumsName(snapDisk)), fi.Size())
+	if parent != nil && parent.Size != fi.Size() {
+		parent = nil
 	}
-	s, _, err := pagediff.Save(filepath.Join(dir, snapDisk), fi.Size(), []pagediff.Segment{{Src: f, Size: fi.Size()}}, ps, pagediff.NewSeed(), runtime.NumCPU())
-	return s, ps != nil, err
+	s, _, err := pagediff.Save(filepath.Join(dir, snapDisk), fi.Size(), []pagediff.Segment{{Src: f, Size: fi.Size()}}, parent, pagediff.NewSeed(), runtime.NumCPU())
+	return s, parent != nil, err
 }
 
 // writeChain writes a checkpoint's sums and its link to parent (for the

@@ -399,6 +399,11 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 		// image, which no restore accepts.
 		return st, err
 	}
+	// A checkpoint's parent's page sums, read while the machine runs.
+	var parent parentSums
+	if opts.Chain {
+		parent = readParentSums(opts.Parent, parts, idx, spec.Disks.Layer)
+	}
 	t0 := time.Now()
 	if _, err := q.Execute("stop", nil); err != nil {
 		return st, err
@@ -439,7 +444,7 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	// A checkpoint's (opts.Chain) page sums, and whether its images are
 	// deltas against opts.Parent.
 	var ramSums, diskSums *pagediff.Sums
-	var ramDelta, diskDelta bool
+	var diskDelta bool
 	var held []*os.File // a transient snapshot's RAM image
 	defer func() { closeAll(held) }()
 	var heldBytes int64
@@ -462,7 +467,7 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 				return st, fmt.Errorf("copy the RAM image: %w", err)
 			}
 		case opts.Chain:
-			if ramSums, ramDelta, err = saveRAMDelta(dir, parts, memfds, opts.Parent, idx); err != nil {
+			if ramSums, err = saveRAMDelta(dir, parts, memfds, parent.ram); err != nil {
 				return st, fmt.Errorf("write the RAM image: %w", err)
 			}
 		default:
@@ -488,7 +493,7 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 		os.Remove(filepath.Join(dir, snapRAM))
 		closeAll(held)
 		held, heldBytes = nil, 0
-		ramSums, ramDelta = nil, false
+		ramSums = nil
 		if err := f.Truncate(0); err != nil {
 			return st, err
 		}
@@ -516,7 +521,7 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 			return st, fmt.Errorf("link the writable layer: %w", err)
 		}
 	case opts.Chain:
-		if diskSums, diskDelta, err = saveLayerDelta(dir, spec.Disks.Layer, opts.Parent); err != nil {
+		if diskSums, diskDelta, err = saveLayerDelta(dir, spec.Disks.Layer, parent.disk); err != nil {
 			return st, fmt.Errorf("copy the writable layer: %w", err)
 		}
 	default:
@@ -534,7 +539,7 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 		}
 	}
 	if opts.Chain {
-		if err := writeChain(dir, opts.Parent, ramSums, diskSums, ramDelta && ramParts != nil, diskDelta); err != nil {
+		if err := writeChain(dir, opts.Parent, ramSums, diskSums, parent.ram != nil && ramSums != nil && ramParts != nil, diskDelta); err != nil {
 			return st, err
 		}
 	}
