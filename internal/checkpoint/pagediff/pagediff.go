@@ -561,7 +561,8 @@ func Materialise(dst *os.File, dirs []string, name string, size, from, n int64) 
 }
 
 // copyRange copies n bytes of src at off to dst at dstOff: in the kernel
-// where it can (copy_file_range, same filesystem), else through buf.
+// where it can (copy_file_range on one filesystem, else sendfile, which
+// moves dst's file offset), else through buf.
 func copyRange(dst, src *os.File, off, dstOff, n int64, buf []byte, kernel *bool) (int64, error) {
 	var done int64
 	for *kernel && done < n {
@@ -572,6 +573,19 @@ func copyRange(dst, src *os.File, off, dstOff, n int64, buf []byte, kernel *bool
 			break
 		}
 		done += int64(m)
+	}
+	if done < n {
+		// sendfile: in the kernel too, into any file (a memfd).
+		if _, err := unix.Seek(int(dst.Fd()), dstOff+done, io.SeekStart); err == nil {
+			for done < n {
+				so := off + done
+				m, err := unix.Sendfile(int(dst.Fd()), int(src.Fd()), &so, int(min(n-done, 1<<30)))
+				if err != nil || m == 0 {
+					break
+				}
+				done += int64(m)
+			}
+		}
 	}
 	for done < n {
 		b := buf[:min(int64(len(buf)), n-done)]

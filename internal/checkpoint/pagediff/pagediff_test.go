@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 const testSize = 64 * PageSize
@@ -65,10 +67,12 @@ func restore(t *testing.T, root, dir string) image {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	// Into a memfd, as a restore's RAM (copy_file_range cannot: sendfile).
+	fd, err := unix.MemfdCreate("out", unix.MFD_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
 	}
+	f := os.NewFile(uintptr(fd), "out")
 	defer f.Close()
 	f.Truncate(testSize)
 	if _, err := Materialise(f, chain, "ram", testSize, 0, testSize); err != nil {
