@@ -37,8 +37,13 @@ func TestPackageRules(t *testing.T) {
 		// scratch names the temporary directory a snapshot is made in.
 		"internal/snapmeta": {"internal/scratch"},
 		// A box's checkpoints under its directory: names, layout, the tree;
-		// the root saves and restores the driver's files.
-		"internal/checkpoint": {},
+		// the root saves and restores the driver's files; a removed
+		// checkpoint is folded into its children (pagediff).
+		"internal/checkpoint": {"internal/checkpoint/pagediff"},
+		// Page-delta chains of fixed-size images (a checkpoint's RAM image
+		// and writable layer): per-page hashes, deltas, materialising,
+		// merging; the QEMU driver saves and restores with it.
+		"internal/checkpoint/pagediff": {},
 		// The named volume store (ext4 images under Home/volumes).
 		"internal/volume": {},
 		// The tenants file of airlock serve --tenants (tokens hashed,
@@ -111,7 +116,7 @@ func TestPackageRules(t *testing.T) {
 		// defaults: the allowlisted environment of QEMU and its helpers
 		// (defaults.ChildEnv), never a setting.
 		// No rootfs, no image store: the lifecycle code builds the disks.
-		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine"},
+		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine", "internal/checkpoint/pagediff"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
 		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boxvm", "internal/boundedpipe", "internal/execrun", "internal/exitrec", "internal/friend", "internal/guestabi", "internal/lifetime", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/checkpoint", "internal/volume", "internal/capacity", "internal/sparse", "internal/secrets"},
 		"codebox": {"", "internal/friend", "internal/headtail"},

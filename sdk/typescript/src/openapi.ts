@@ -384,7 +384,7 @@ export interface paths {
         put?: never;
         /**
          * Fork a running box
-         * @description Pauses the box briefly, snapshots it and starts n children from that instant: each an independent box with its own writable layer, the same processes and files, and, for a box with contexts, the same contexts (same ids, variables kept). Children get the box's lease and idle timeout and what is left of its TTL; they publish no ports. On error no child is left.
+         * @description Pauses the box briefly, snapshots it and starts n children from that instant (or, with from_checkpoint, from one of the box's checkpoints): each an independent box with its own writable layer, the same processes and files, and, for a box with contexts, the same contexts (same ids, variables kept). Children get the box's lease and idle timeout and what is left of its TTL; they publish no ports. On error no child is left.
          */
         post: operations["fork-box"];
         delete?: never;
@@ -1091,6 +1091,8 @@ export interface components {
             uid: number;
         };
         ForkRequest: {
+            /** @description Start the children from the box's checkpoint of this name (POST /v1/boxes/{id}/checkpoints), any node of its tree, instead of from the box as it is now; the box is left alone and need not run. The children have no contexts (start new ones). */
+            from_checkpoint?: string;
             /**
              * Format: int64
              * @description How many children (default 1, at most 64).
