@@ -669,13 +669,21 @@ export class SimpleBox implements AsyncDisposable {
    *       console.log((await c.context(ctx.id).run("x + 1")).value); // "42"
    *     }
    *
+   * With `opts.fromCheckpoint` the children start from that checkpoint of the box ({@link checkpoint}) instead
+   * of from now; the box need not be running.
+   *
    * Rejects with {@link AirlockError} `policy_denied` (403) when `n` more boxes would pass the server's
-   * `--max-boxes`, `not_supported` (501) when its VM driver cannot fork; on an error no child is left.
+   * `--max-boxes`, `checkpoint_not_found` (404) for an unknown checkpoint, `not_supported` (501) when its VM
+   * driver cannot fork; on an error no child is left.
    */
-  async fork(n = 1): Promise<this[]> {
+  async fork(n = 1, opts: { fromCheckpoint?: string } = {}): Promise<this[]> {
     if (!Number.isInteger(n) || n < 1 || n > MAX_FORK) throw new RangeError(`fork(${n}): n must be an integer from 1 to ${MAX_FORK}`);
+    if (opts.fromCheckpoint !== undefined && (typeof opts.fromCheckpoint !== "string" || opts.fromCheckpoint === "")) {
+      throw new TypeError(`fork: fromCheckpoint must be a checkpoint name (a non-empty string)`);
+    }
     const id = await this.box();
     const body: Schemas["ForkRequest"] = { n };
+    if (opts.fromCheckpoint !== undefined) body.from_checkpoint = opts.fromCheckpoint;
     const r = await this.client.request<Schemas["ForkResult"]>("POST", `/v1/boxes/${encodeURIComponent(id)}/fork`, body);
     const ctor = this.constructor as new (o: CodeBoxOptions) => this;
     return (r.boxes ?? []).map((b) => {

@@ -599,7 +599,7 @@ class SimpleBox(FilesMixin):
         box = await self._box()
         await self._client.request("POST", f"/v1/boxes/{box}/resume")
 
-    async def fork(self: _B, n: int = 1) -> List[_B]:
+    async def fork(self: _B, n: int = 1, from_checkpoint: Optional[str] = None) -> List[_B]:
         """Forks the running box into ``n`` (1-64) children: each an
         independent, running box that starts from this instant, with the
         box's processes and files and its own writable layer (what one
@@ -622,14 +622,24 @@ class SimpleBox(FilesMixin):
                     async with child:
                         print((await child.context(ctx.id).run("x + 1")).value)  # "42"
 
+        With ``from_checkpoint`` the children start from that checkpoint
+        of the box (:meth:`checkpoint`) instead of from now; the box need
+        not be running.
+
         Raises AirlockError ``policy_denied`` (403) when ``n`` more boxes
-        would pass the server's ``--max-boxes`` and ``not_supported`` (501)
-        when its VM driver cannot fork; on an error no child is left.
+        would pass the server's ``--max-boxes``, ``checkpoint_not_found``
+        (404) for an unknown checkpoint and ``not_supported`` (501) when
+        its VM driver cannot fork; on an error no child is left.
         """
         if not 1 <= n <= MAX_FORK:
             raise ValueError(f"fork(n={n}): n must be 1 to {MAX_FORK}")
+        if from_checkpoint is not None and (not isinstance(from_checkpoint, str) or not from_checkpoint):
+            raise TypeError(f"fork(from_checkpoint={from_checkpoint!r}): a checkpoint name (str) is needed")
         box = await self._box()
-        r = await self._client.request("POST", f"/v1/boxes/{box}/fork", json={"n": n})
+        body: Dict[str, Any] = {"n": n}
+        if from_checkpoint is not None:
+            body["from_checkpoint"] = from_checkpoint
+        r = await self._client.request("POST", f"/v1/boxes/{box}/fork", json=body)
         return [self._child(b["id"]) for b in r.get("boxes") or []]
 
     def _child(self: _B, box_id: str) -> _B:
