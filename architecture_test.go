@@ -37,8 +37,13 @@ func TestPackageRules(t *testing.T) {
 		// scratch names the temporary directory a snapshot is made in.
 		"internal/snapmeta": {"internal/scratch"},
 		// A box's checkpoints under its directory: names, layout, the tree;
-		// the root saves and restores the driver's files.
-		"internal/checkpoint": {},
+		// the root saves and restores the driver's files; a removed
+		// checkpoint is folded into its children (pagediff).
+		"internal/checkpoint": {"internal/checkpoint/pagediff"},
+		// Page-delta chains of fixed-size images (a checkpoint's RAM image
+		// and writable layer): per-page hashes, deltas, materialising,
+		// merging; the QEMU driver saves and restores with it.
+		"internal/checkpoint/pagediff": {},
 		// The named volume store (ext4 images under Home/volumes).
 		"internal/volume": {},
 		// The tenants file of airlock serve --tenants (tokens hashed,
@@ -51,9 +56,10 @@ func TestPackageRules(t *testing.T) {
 		"internal/lifetime": {},
 		// How a box's boot ended, in its box directory.
 		"internal/exitrec": {"internal/boxdir"},
-		// The warm-pool scheduler: boxes, templates and the caps come in
-		// through its Factory and Room interfaces.
-		"internal/pool": {},
+		// The warm-pool scheduler: boxes and templates come in through its
+		// Factory interface; Caps, its Room, is the host caps' rules over
+		// counts passed in (capacity: their arithmetic).
+		"internal/pool": {"internal/capacity"},
 		// The host caps' arithmetic over counts and limits: the caller
 		// counts machines and boxes.
 		"internal/capacity": {},
@@ -84,6 +90,10 @@ func TestPackageRules(t *testing.T) {
 		// Files in and out of a box over the agent's file calls, behind a
 		// small interface over the client: no box lifecycle, no VM.
 		"internal/boxfiles": {"internal/agent/client", "internal/agent/agentpb", "internal/tarfs"},
+		// A box handle's view of its current boot: the machine watched,
+		// the agent connection, a death, an unhealthy mark; the box comes
+		// in through its Host interface.
+		"internal/boxvm": {"internal/agent/client", "internal/store", "internal/vmm"},
 		// An exec's bounded output pipe.
 		"internal/boundedpipe": {},
 		// The host side of one exec apart from the box: environment,
@@ -106,14 +116,21 @@ func TestPackageRules(t *testing.T) {
 		// defaults: the allowlisted environment of QEMU and its helpers
 		// (defaults.ChildEnv), never a setting.
 		// No rootfs, no image store: the lifecycle code builds the disks.
-		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine"},
+		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine", "internal/checkpoint/pagediff"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boundedpipe", "internal/execrun", "internal/exitrec", "internal/friend", "internal/guestabi", "internal/lifetime", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/checkpoint", "internal/volume", "internal/capacity", "internal/sparse", "internal/secrets"},
+		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boxvm", "internal/boundedpipe", "internal/execrun", "internal/exitrec", "internal/friend", "internal/guestabi", "internal/lifetime", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/checkpoint", "internal/volume", "internal/capacity", "internal/sparse", "internal/secrets"},
 		"codebox": {"", "internal/friend", "internal/headtail"},
 		"interp":  {"codebox"},
 		// The Kubernetes node (airlock node): pods as boxes through the
 		// public API only, with client-go and virtual-kubelet.
-		"kubenode": {""},
+		"kubenode": {"", "internal/kubebox"},
+		// The contract between airlock gateway and airlock node on the
+		// cluster's objects (names, labels, annotations): a leaf.
+		"internal/kubebox": {},
+		// airlock gateway: airlock serve's API (internal/server with a
+		// Cluster) over pods and nodes read with client-go; no box of its
+		// own, so never the root package.
+		"internal/gateway": {"internal/server", "internal/kubebox"},
 		// E2B's API (airlock serve --e2b): the public API only, and its own
 		// generated envd messages; the REST server's policy comes in as
 		// functions.

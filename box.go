@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-run/airlock/internal/agent/client"
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/boxvm"
 	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/lifetime"
@@ -36,20 +37,6 @@ type Box struct {
 	mu  sync.Mutex
 	rec *store.Box // the record as last read or written by this handle
 	cfg boxConfig  // rec's decoded configuration
-	// conn is this handle's agent connection (nil: none yet, or dropped).
-	conn *client.Client
-	// m is the boot being watched (nil: none); vmExit is closed when it
-	// ends, and died then says why, unless stopping was set first (Stop
-	// or Remove ended it on purpose).
-	m      vmm.Machine
-	vmExit <-chan struct{}
-	// watched is closed once the watcher of m has handled its end.
-	watched  <-chan struct{}
-	died     *DiedError
-	stopping bool
-	// unhealthy says why the box was declared unhealthy ("" when it was
-	// not); reset by Start (health.go).
-	unhealthy string
 
 	// rebind is the ports a rollback's start binds again (Rollback).
 	rebind []PortMapping
@@ -57,11 +44,18 @@ type Box struct {
 	// use is the box's use through this handle, for IdleTimeout
 	// (lifetime.go).
 	use lifetime.Use
+
+	// vm is this handle's view of the box's current boot: the machine it
+	// watches, its agent connection, a death, an unhealthy mark
+	// (internal/boxvm; vmHost, below, is the box as it sees it).
+	vm *boxvm.Session
 }
 
 // newBox returns a handle for rec, whose configuration was decoded as cfg.
 func newBox(r *Runtime, rec *store.Box, cfg boxConfig) *Box {
-	return &Box{r: r, id: rec.ID, dir: filepath.Join(r.opts.Home, "boxes", rec.ID), rec: rec, cfg: cfg}
+	b := &Box{r: r, id: rec.ID, dir: filepath.Join(r.opts.Home, "boxes", rec.ID), rec: rec, cfg: cfg}
+	b.vm = boxvm.New(b.id, b.ConsoleLog(), (*vmHost)(b))
+	return b
 }
 
 // refresh makes rec the handle's record.
@@ -72,12 +66,10 @@ func (b *Box) refresh(rec *store.Box) error {
 	}
 	b.mu.Lock()
 	b.rec, b.cfg = rec, cfg
-	if b.died != nil && b.m == nil && running(rec) {
-		// Another process started the box again (Start, Resume) after
-		// the boot this handle saw end: that end is history.
-		b.died, b.unhealthy = nil, ""
-	}
 	b.mu.Unlock()
+	// Another process may have started the box again (Start, Resume)
+	// after the boot this handle saw end: that end is history.
+	b.vm.Restarted(func() bool { return running(rec) })
 	return nil
 }
 
@@ -203,13 +195,11 @@ func (b *Box) machine(rec *store.Box, cfg boxConfig) vmm.Machine {
 	return b.r.drv.Attach(b.vmSpec(rec, cfg), handleOf(rec))
 }
 
-func handleOf(rec *store.Box) vmm.Handle { return vmm.Handle{PID: rec.PID, Start: rec.PIDStart} }
+func handleOf(rec *store.Box) vmm.Handle { return boxvm.Handle(rec) }
 
 // running reports whether rec says the box runs and its machine process
-// does: the one test of "recorded running but gone".
-func running(rec *store.Box) bool {
-	return rec.State == store.StateRunning && handleOf(rec).Alive()
-}
+// does: the one test of "recorded running but gone" (boxvm.Running).
+func running(rec *store.Box) bool { return boxvm.Running(rec) }
 
 // create prepares the box directory: its disks (see disks), then the
 // driver's Create for a new box (with an empty writable layer), or prepare
@@ -254,7 +244,11 @@ func (b *Box) Start(ctx context.Context) error {
 	if dir := b.suspendedDir(); dir != "" {
 		return b.resumeFromDisk(ctx, dir)
 	}
-	return b.startWith(ctx, b.r.drv.Start, EventBoxStarted)
+	if err := b.startWith(ctx, b.r.drv.Start, EventBoxStarted); err != nil {
+		return err
+	}
+	b.idleClockRestart(ctx) // a start is a use
+	return nil
 }
 
 // startWith is Start with the machine started by start (a boot, or a
@@ -278,16 +272,8 @@ func (b *Box) startLocked(ctx context.Context, rec *store.Box, start func(contex
 	// An earlier boot that ended (killed, say) is handled by its watcher
 	// first: its death recorded against that boot, not taken for this
 	// one's.
-	b.mu.Lock()
-	old, watched := b.m, b.watched
-	b.mu.Unlock()
-	if old != nil {
-		select {
-		case <-watched:
-		case <-time.After(5 * time.Second):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := b.vm.WaitWatcher(ctx, 5*time.Second); err != nil {
+		return err
 	}
 	if _, cfg := b.snapshot(); cfg.Pool != "" {
 		// A warm pool's box is nobody's yet: not an event (pool.go).
@@ -363,9 +349,8 @@ func (b *Box) startLocked(ctx context.Context, rec *store.Box, start func(contex
 	up.State, up.PID, up.PIDStart, up.Started = store.StateRunning, h.PID, h.Start, now
 	b.mu.Lock()
 	b.rec = &up
-	b.died, b.unhealthy = nil, ""
-	b.stopping = false
 	b.mu.Unlock()
+	b.vm.Begin()
 	cctx, cancel := context.WithTimeout(ctx, bootTimeout)
 	defer cancel()
 	if _, err := b.client(cctx); err != nil {
@@ -394,147 +379,77 @@ func hostname(rec *store.Box, cfg boxConfig) string {
 	return guestabi.BoxHostname(cfg.Options.Hostname, rec.Name, rec.ID)
 }
 
-// watchVM starts watching machine m, once per boot.
-// Preconditions: b.mu is held.
-func (b *Box) watchVM(m vmm.Machine) {
-	if b.m != nil && b.m.Handle() == m.Handle() {
-		return
-	}
-	ch := m.Exited()
-	done := make(chan struct{})
-	b.m, b.vmExit, b.watched = m, ch, done
-	go func() {
-		defer close(done)
-		<-ch
-		if h := m.Handle(); h.PID > 0 {
-			b.r.keeper.Release(h.PID, h.Start) // if it watched it
-		}
-		if !b.r.beginLate() {
-			return
-		}
-		defer b.r.endLate()
-		var died string // its cause, when it died
-		b.mu.Lock()
-		if b.m != m {
-			// A newer boot is being watched.
-			b.mu.Unlock()
-			return
-		}
-		if !b.stopping && b.died == nil { // markUnhealthy may have said why first
-			b.died = b.diedError(m)
-			recordExit(b.r.opts.Home, b.id, b.rec.Started, ExitState{Reason: ExitVMDied, Cause: b.died.Cause})
-			if o := b.r.opts.Observer; o != nil {
-				o.BoxDied(BoxDiedEvent{BoxID: b.id, Cause: b.died.Cause})
-			}
-			died = b.died.Cause
-		}
-		// A stop releases the boot itself; releasing here too could race
-		// with the next Start and remove the cgroup it just made.
-		released := b.stopping
-		b.dropConnLocked()
-		b.m, b.vmExit = nil, nil
-		b.mu.Unlock()
-		if died != "" {
-			b.emit(Event{Type: EventBoxDied, Reason: died})
-		}
-		if !released {
-			m.Release()
-		}
-		b.r.db.SetStoppedIfPID(context.Background(), b.id, m.Handle().PID)
-	}()
+// vmHost is the box as its boot's session (internal/boxvm) sees it.
+type vmHost Box
+
+// Boot is the box's record and the machine it names.
+func (h *vmHost) Boot() (*store.Box, vmm.Machine) {
+	b := (*Box)(h)
+	rec, cfg := b.snapshot()
+	return rec, b.machine(rec, cfg)
 }
 
-// diedError says why machine m ended.
-func (b *Box) diedError(m vmm.Machine) *DiedError {
-	d := m.Death()
-	return &DiedError{BoxID: b.id, Cause: d.Cause, ConsoleTail: d.ConsoleTail}
+// Err is the DiedError of death d.
+func (h *vmHost) Err(d vmm.Death) error {
+	return &DiedError{BoxID: h.id, Cause: d.Cause, ConsoleTail: d.ConsoleTail}
 }
 
-// deadErr returns the DiedError if the VM is known to have died, waiting up
-// to wait for the exit watcher to notice.
-func (b *Box) deadErr(wait time.Duration) error {
-	deadline := time.Now().Add(wait)
-	for {
-		b.mu.Lock()
-		d, rec, cfg := b.died, b.rec, b.cfg
-		b.mu.Unlock()
-		if d != nil {
-			return d
-		}
-		m := b.machine(rec, cfg)
-		if !m.Alive() {
-			b.mu.Lock()
-			stopping := b.stopping
-			b.mu.Unlock()
-			if stopping {
-				return fmt.Errorf("%w: %s was stopped", ErrBoxNotRunning, b.id)
-			}
-			time.Sleep(20 * time.Millisecond)
-			b.mu.Lock()
-			d = b.died
-			b.mu.Unlock()
-			if d != nil {
-				return d
-			}
-			return b.diedError(m)
-		}
-		if time.Now().After(deadline) {
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
+// NotRunning is ErrBoxNotRunning (notRunningErr), saying when the box
+// was stopped meanwhile.
+func (h *vmHost) NotRunning(stopped bool) error {
+	if stopped {
+		return fmt.Errorf("%w: %s was stopped", ErrBoxNotRunning, h.id)
+	}
+	return (*Box)(h).notRunningErr()
+}
+
+func (h *vmHost) DialErr(ctx context.Context, rec *store.Box, err error) error {
+	return (*Box)(h).dialErr(ctx, rec, err)
+}
+
+func (h *vmHost) Paused(ctx context.Context, rec *store.Box) bool {
+	return (*Box)(h).pausedNow(ctx, rec)
+}
+
+// Ending: the keeper lets go of m, and its end is recorded unless the
+// runtime is closed (beginLate).
+func (h *vmHost) Ending(m vmm.Machine) (func(), bool) {
+	if hd := m.Handle(); hd.PID > 0 {
+		h.r.keeper.Release(hd.PID, hd.Start) // if it watched it
+	}
+	if !h.r.beginLate() {
+		return nil, false
+	}
+	return h.r.endLate, true
+}
+
+// Died records the death: the box's exit state ("vm-died"), the Observer.
+func (h *vmHost) Died(m vmm.Machine, d vmm.Death) {
+	rec, _ := (*Box)(h).snapshot()
+	recordExit(h.r.opts.Home, h.id, rec.Started, ExitState{Reason: ExitVMDied, Cause: d.Cause})
+	if o := h.r.opts.Observer; o != nil {
+		o.BoxDied(BoxDiedEvent{BoxID: h.id, Cause: d.Cause})
 	}
 }
+
+// Ended: a box.died event for a death; the record says stopped.
+func (h *vmHost) Ended(m vmm.Machine, cause string) {
+	if cause != "" {
+		(*Box)(h).emit(Event{Type: EventBoxDied, Reason: cause})
+	}
+	h.r.db.SetStoppedIfPID(context.Background(), h.id, m.Handle().PID)
+}
+
+// deadErr returns the DiedError if the VM is known to have died, waiting
+// up to wait for the exit watcher to notice.
+func (b *Box) deadErr(wait time.Duration) error { return b.vm.DeadErr(wait) }
 
 // client returns a connected agent client, connecting if needed.
-func (b *Box) client(ctx context.Context) (*client.Client, error) {
-	b.mu.Lock()
-	if b.conn != nil {
-		select {
-		case <-b.conn.Done():
-			b.conn = nil
-		default:
-			c := b.conn
-			b.mu.Unlock()
-			return c, nil
-		}
-	}
-	rec, cfg := b.rec, b.cfg
-	if d := b.died; d != nil {
-		b.mu.Unlock()
-		return nil, d
-	}
-	b.mu.Unlock()
-	if !running(rec) {
-		if rec.State == store.StateRunning {
-			if err := b.deadErr(0); err != nil {
-				return nil, err
-			}
-		}
-		return nil, b.notRunningErr()
-	}
-	m := b.machine(rec, cfg)
-	b.mu.Lock()
-	b.watchVM(m)
-	b.mu.Unlock()
-	c, err := m.DialAgent(ctx)
-	if err != nil {
-		if de := b.deadErr(time.Second); de != nil {
-			return nil, de
-		}
-		return nil, b.dialErr(ctx, rec, err)
-	}
-	// The handshake shows the agent answers (and checks its version): no
-	// Hello round trip on top of it.
-	b.keepWhilePaused(c, rec)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.conn != nil { // lost a race with another caller
-		c.Close()
-		return b.conn, nil
-	}
-	b.conn = c
-	return c, nil
-}
+func (b *Box) client(ctx context.Context) (*client.Client, error) { return b.vm.Client(ctx) }
+
+// callErr turns a transport error into one that says what happened: the
+// VM died (with cause and console), or the connection was lost.
+func (b *Box) callErr(err error) error { return b.vm.CallErr(err) }
 
 // GuestInfo describes the guest a box runs.
 type GuestInfo struct {
@@ -611,6 +526,7 @@ func (b *Box) stop(ctx context.Context, grace time.Duration) error {
 	if err == nil && was {
 		b.emit(Event{Type: EventBoxStopped})
 	}
+	b.r.releasePorts(b.id) // held for an IdleSuspend box (suspend.go)
 	unlock()
 	if err != nil {
 		return err
@@ -631,9 +547,7 @@ func (b *Box) stopLocked(ctx context.Context, grace time.Duration) (was bool, er
 		return false, err
 	}
 	_, cfg := b.snapshot()
-	b.mu.Lock()
-	b.stopping = true
-	b.mu.Unlock()
+	b.vm.Stopping()
 	if was = running(rec); was {
 		// Recorded before the machine goes: the first reason wins.
 		recordExit(b.r.opts.Home, b.id, rec.Started, ExitState{Reason: ExitStopped})
@@ -658,19 +572,7 @@ func (b *Box) stopLocked(ctx context.Context, grace time.Duration) (was bool, er
 }
 
 // dropConn closes the handle's agent connection, if any.
-func (b *Box) dropConn() {
-	b.mu.Lock()
-	b.dropConnLocked()
-	b.mu.Unlock()
-}
-
-// dropConnLocked is dropConn with b.mu held.
-func (b *Box) dropConnLocked() {
-	if b.conn != nil {
-		b.conn.Close()
-		b.conn = nil
-	}
-}
+func (b *Box) dropConn() { b.vm.DropConn() }
 
 // Close releases this handle's connection; the box keeps running. An
 // AutoRemove box that this process created is stopped and removed; one
@@ -720,11 +622,9 @@ func (b *Box) removeWhy(ctx context.Context, force bool, why string) error {
 			return fmt.Errorf("%w: %s: stop it first, or remove it with force to kill its VM", ErrBoxRunning, b.id)
 		}
 		b.flushVolumes(ctx, handleOf(rec))
-		b.mu.Lock()
-		b.stopping = true
-		b.dropConnLocked()
-		cfg := b.cfg
-		b.mu.Unlock()
+		b.vm.Stopping()
+		b.dropConn()
+		_, cfg := b.snapshot()
 		if err := b.machine(rec, cfg).Kill(); err != nil {
 			b.stopNet()
 			return fmt.Errorf("box %s: %w", b.id, err)
@@ -740,6 +640,7 @@ func (b *Box) removeWhy(ctx context.Context, force bool, why string) error {
 		}
 	}
 	b.stopNet()
+	b.r.releasePorts(b.id)
 	b.dropConn()
 	if err := b.r.db.Delete(ctx, b.id); err != nil {
 		return fmt.Errorf("box %s: delete its record: %w", b.id, err)

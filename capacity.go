@@ -73,23 +73,7 @@ func (r *Runtime) machineUsage(except string) *capacity.Usage {
 // capacity.OverheadMiB). A driver that cannot count its machines (no
 // vmm.UsageReporter) is held to the memory cap of one box.
 func (r *Runtime) checkCapacity(id string, memMiB int) error {
-	return r.checkCapacityWith(id, memMiB, 0, 0)
-}
-
-// checkCapacityWith is checkCapacity with pending more machines of
-// pendingMiB guest memory starting (not yet counted by the driver)
-// besides.
-func (r *Runtime) checkCapacityWith(id string, memMiB, pending, pendingMiB int) error {
-	l := r.capacityLimits()
-	if e := l.Alone(memMiB); e != nil {
-		return capacityError(e)
-	}
-	u := r.machineUsage(id)
-	if u != nil {
-		u.Machines += pending
-		u.MemoryMiB += pendingMiB
-	}
-	return capacityError(l.Start(u, memMiB))
+	return r.caps(0).Check(id, memMiB, 0, 0)
 }
 
 // checkMemoryCap refuses, at creation, a box whose memory alone (with

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/agent/agentpb"
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/checkpoint"
+	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -30,7 +32,8 @@ type CheckpointInfo = checkpoint.Info
 // at one paused instant, as its checkpoint name (1-64 letters, digits, '.',
 // '_', '-'), stored in its box directory and removed with it; the box runs
 // on. Its parent is the checkpoint the box was last checkpointed at or
-// rolled back to. It pauses the box about as long as Snapshot does.
+// rolled back to; the QEMU driver stores only the memory pages and disk
+// blocks that changed since the parent (docs/snapshots.md).
 // Errors: ErrInvalidArgument for a bad name, ErrCheckpointExists,
 // ErrBoxNotRunning; boxes with volumes are refused (as by Snapshot).
 func (b *Box) Checkpoint(ctx context.Context, name string) (CheckpointInfo, error) {
@@ -38,10 +41,21 @@ func (b *Box) Checkpoint(ctx context.Context, name string) (CheckpointInfo, erro
 		return CheckpointInfo{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
 	var m checkpoint.Meta
-	err := b.withSave(ctx, "checkpoint", "checkpointed", vmm.SaveOptions{}, func(rec *store.Box, save func(string) (vmm.SnapshotStats, error)) (err error) {
-		m, err = checkpoint.Of(b.dir).Create(name, func(tmp string) (checkpoint.Meta, error) {
+	// Stored as what changed since the box's current checkpoint (the
+	// driver's choice; a whole one where it cannot).
+	t := checkpoint.Of(b.dir)
+	opts := vmm.SaveOptions{Chain: true}
+	if head := t.Head(); head != "" {
+		opts.Parent = t.Path(head)
+	}
+	err := b.withSave(ctx, "checkpoint", "checkpointed", opts, func(rec *store.Box, save func(string) (vmm.SnapshotStats, error)) (err error) {
+		av, err := b.snapshotAgentVersion(ctx, rec)
+		if err != nil {
+			return err
+		}
+		m, err = t.Create(name, func(tmp string) (checkpoint.Meta, error) {
 			st, err := save(tmp)
-			return checkpoint.Meta{StateBytes: st.StateBytes, DiskBytes: st.DiskBytes, PausedNs: st.PausedNs}, err
+			return checkpoint.Meta{StateBytes: st.StateBytes, DiskBytes: st.DiskBytes, PausedNs: st.PausedNs, AgentVersion: av}, err
 		})
 		return err
 	})
@@ -54,6 +68,11 @@ func (b *Box) Checkpoint(ctx context.Context, name string) (CheckpointInfo, erro
 
 // Checkpoints returns the box's checkpoints, oldest first.
 func (b *Box) Checkpoints() ([]CheckpointInfo, error) { return checkpoint.Of(b.dir).Infos() }
+
+// CheckpointsSize returns the bytes the box's checkpoints take on disk
+// (allocated; a checkpoint stored as changes takes only those), what a
+// server counts against a tenant's disk quota.
+func (b *Box) CheckpointsSize() int64 { return checkpoint.Of(b.dir).Bytes() }
 
 // RemoveCheckpoint deletes the box's checkpoint name. It is safe for the
 // checkpoints taken after it (each holds all a rollback needs): those
@@ -133,4 +152,37 @@ func (b *Box) rollbackLocked(ctx context.Context, sn vmm.Snapshotter, rec *store
 		return err
 	}
 	return b.restored(ctx)
+}
+
+// snapshotOfCheckpoint makes snapshot name (under Home/snapshots) of the
+// box's checkpoint ckpt, whole (Tree.Flatten), with the box's record and
+// options, for Fork's children (ForkOptions.FromCheckpoint). The box need
+// not run. Errors: ErrCheckpointNotFound.
+func (b *Box) snapshotOfCheckpoint(ctx context.Context, ckpt, name string) error {
+	if _, err := b.r.snapshotter(); err != nil {
+		return err
+	}
+	rec, unlock, err := b.lockLoad(ctx) // no removal of the checkpoint meanwhile
+	defer unlock()
+	if err != nil {
+		return err
+	}
+	t := checkpoint.Of(b.dir)
+	cm, err := t.Get(ckpt)
+	if err != nil {
+		return err
+	}
+	av := cm.AgentVersion
+	if av == "" {
+		av = agentpb.Version
+	}
+	_, cfg := b.snapshot()
+	return snapmeta.Make(ctx, b.r.snapshotsDir(), name, "snapshot-", "remove it, or pick another name", nil, func(tmp string) (snapmeta.Meta, error) {
+		if err := t.Flatten(ckpt, tmp); err != nil {
+			return snapmeta.Meta{}, fmt.Errorf("checkpoint %s of box %s: %w", ckpt, b.id, err)
+		}
+		return snapmeta.Meta{Version: snapmeta.Version, Name: name, Box: b.id, BoxName: rec.Name, Created: cm.Created,
+			Image: rec.Image, ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), AgentVersion: av,
+			Driver: b.r.drv.Name(), StateBytes: cm.StateBytes, DiskBytes: cm.DiskBytes, PausedNs: cm.PausedNs}, nil
+	})
 }

@@ -148,3 +148,54 @@ func TestCheckpointOnFake(t *testing.T) {
 		t.Fatalf("box directory (with its checkpoints) after remove: %v", err)
 	}
 }
+
+// TestForkFromCheckpointOnFake: Fork with FromCheckpoint starts children
+// from a checkpoint, not from the box as it is: each child has the files
+// as at the checkpoint, the box keeps its own (and need not run); no
+// snapshot is left behind; a missing checkpoint is ErrCheckpointNotFound.
+func TestForkFromCheckpointOnFake(t *testing.T) {
+	ctx := context.Background()
+	h := fakeHarnessOn(t, fake.NewSnapshotting(os.Getenv("AIRLOCK_AGENT")))
+	home := t.TempDir()
+	r := h.open(t, home)
+	b, err := r.Create(ctx, airlock.BoxOptions{Image: h.image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Remove(context.Background(), true)
+	_, sh := fakeFiles(t, home, b)
+	sh(`echo a > "$F/v"`)
+	if _, err := b.Checkpoint(ctx, "A"); err != nil {
+		t.Fatal(err)
+	}
+	sh(`echo b > "$F/v"`)
+	if _, err := b.Checkpoint(ctx, "B"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Fork(ctx, 1, airlock.ForkOptions{FromCheckpoint: "nope"}); !errors.Is(err, airlock.ErrCheckpointNotFound) {
+		t.Fatalf("fork from a missing checkpoint: %v, want ErrCheckpointNotFound", err)
+	}
+	if err := b.Stop(ctx); err != nil { // a stopped box forks from its checkpoints too
+		t.Fatal(err)
+	}
+	kids, err := b.Fork(ctx, 2, airlock.ForkOptions{FromCheckpoint: "A"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range kids {
+		defer k.Remove(context.Background(), true)
+		_, ksh := fakeFiles(t, home, k)
+		if got := ksh(`cat "$F/v"`); got != "a" {
+			t.Errorf("child %s of checkpoint A has %q, want a", k.ID(), got)
+		}
+	}
+	if err := b.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(`cat "$F/v"`); got != "b" {
+		t.Errorf("the forked box has %q, want its own b", got)
+	}
+	if snaps, err := r.Snapshots(ctx); err != nil || len(snaps) != 0 {
+		t.Errorf("snapshots after a fork from a checkpoint: %v %v, want none", snaps, err)
+	}
+}

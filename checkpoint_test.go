@@ -132,3 +132,106 @@ func TestCheckpointQEMU(t *testing.T) {
 		t.Errorf("tree: %s", got)
 	}
 }
+
+// stepHolder starts a Python process marked n that keeps a random value
+// in its memory (written to /root/ans<n> on SIGUSR1) and returns it.
+func stepHolder(t *testing.T, b *airlock.Box, n int) string {
+	t.Helper()
+	return shIn(t, b, fmt.Sprintf(`setsid python3 -c '
+import os, signal, sys, time
+v = os.urandom(8).hex()
+signal.signal(signal.SIGUSR1, lambda *a: open("/root/ans" + sys.argv[1], "w").write(v))
+open("/root/drawn" + sys.argv[1], "w").write(v)
+while True: time.sleep(1)
+' %[1]d </dev/null >/dev/null 2>&1 &
+echo $! > /root/p%[1]d.pid
+while [ ! -s /root/drawn%[1]d ]; do sleep 0.05; done; cat /root/drawn%[1]d`, n))
+}
+
+// askStep returns what holder n answers ("" when it does not run).
+func askStep(t *testing.T, b *airlock.Box, n int) string {
+	t.Helper()
+	return shIn(t, b, fmt.Sprintf(`rm -f /root/ans%[1]d; kill -USR1 "$(cat /root/p%[1]d.pid 2>/dev/null)" 2>/dev/null || exit 0
+for i in $(seq 200); do [ -s /root/ans%[1]d ] && break; sleep 0.05; done; cat /root/ans%[1]d`, n))
+}
+
+// TestCheckpointChainQEMU: checkpoints after the first store what changed
+// (each takes less disk than the first), and every one restores exactly
+// whatever chain it sits on: at each of C0..C3 a file says the step, a
+// new process holds a value in memory and 2 MiB are written. Rollback to
+// C1, two deltas back: the file says 1, C1's process answers its value,
+// C2's does not run. Removing C2, in the middle of the chain, leaves C3
+// restorable: rollback C3 brings back the file and C2's and C3's
+// processes with their values. Fork from checkpoint C3 starts a box as at
+// C3, while the box itself runs on as it is.
+func TestCheckpointChainQEMU(t *testing.T) {
+	vmtest.Require(t)
+	ctx := context.Background()
+	r := openRuntime(t, "")
+	b, err := r.Create(ctx, airlock.BoxOptions{Image: vmtest.DefaultImage, Network: airlock.NetworkNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Remove(context.Background(), true) })
+	drawn := map[int]string{}
+	var sizes []int64
+	for i := 0; i < 4; i++ {
+		shIn(t, b, fmt.Sprintf("echo %d > /root/v; head -c 2M /dev/urandom > /root/r%d", i, i))
+		drawn[i] = stepHolder(t, b, i)
+		c, err := b.Checkpoint(ctx, fmt.Sprintf("C%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, c.StateBytes+c.DiskBytes)
+	}
+	for i, s := range sizes[1:] {
+		if s >= sizes[0] {
+			t.Errorf("checkpoint C%d takes %d bytes, the first %d: a checkpoint after the first stores what changed", i+1, s, sizes[0])
+		}
+	}
+	t.Logf("checkpoint sizes: %v", sizes)
+	check := func(at int, running ...int) {
+		t.Helper()
+		if got := shIn(t, b, "cat /root/v"); got != strconv.Itoa(at) {
+			t.Errorf("at C%d the file says %q", at, got)
+		}
+		for i := 0; i < 4; i++ {
+			want := ""
+			for _, r := range running {
+				if r == i {
+					want = drawn[i]
+				}
+			}
+			if got := askStep(t, b, i); got != want {
+				t.Errorf("at C%d process %d answers %q, want %q", at, i, got, want)
+			}
+		}
+	}
+	if err := b.Rollback(ctx, "C1"); err != nil {
+		t.Fatal(err)
+	}
+	check(1, 0, 1)
+	if err := b.RemoveCheckpoint(ctx, "C2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Rollback(ctx, "C3"); err != nil {
+		t.Fatal(err)
+	}
+	check(3, 0, 1, 2, 3)
+	shIn(t, b, "echo after > /root/v")
+	kids, err := b.Fork(ctx, 1, airlock.ForkOptions{FromCheckpoint: "C3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := kids[0]
+	t.Cleanup(func() { k.Remove(context.Background(), true) })
+	if got := shIn(t, k, "cat /root/v"); got != "3" {
+		t.Errorf("the box forked from C3 has the file saying %q, want 3", got)
+	}
+	if got := askStep(t, k, 3); got != drawn[3] {
+		t.Errorf("in the box forked from C3 process 3 answers %q, want %q", got, drawn[3])
+	}
+	if got := shIn(t, b, "cat /root/v"); got != "after" {
+		t.Errorf("the forked box's own file says %q after the fork, want after", got)
+	}
+}

@@ -3,10 +3,14 @@ package airlock_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -218,6 +222,71 @@ func TestE2BAPIFake(t *testing.T) {
 		t.Errorf("audit records: %+v, want the process's, exit 3", audits)
 	}
 	auditMu.Unlock()
+
+	// Snapshots and fork: what airlock cannot do is refused, saying so.
+	for _, c := range []struct {
+		method, path string
+		body         any
+		want         int
+	}{
+		{"POST", "/sandboxes/" + a + "/fork", map[string]int{"count": 21}, 400},
+		{"POST", "/sandboxes/" + a + "/snapshots", map[string]bool{"memory": false}, 400},
+		{"POST", "/sandboxes/" + a + "/snapshots", map[string]string{"name": "team/snap:v1"}, 400},
+		{"POST", "/sandboxes/nosuchbox/snapshots", map[string]string{}, 404},
+		{"DELETE", "/templates/base", nil, 404},
+		{"DELETE", "/templates/nosuchsnapshot", nil, 404},
+		{"POST", "/sandboxes/" + a + "/pause", map[string]bool{"memory": false}, 400},
+	} {
+		if st, _, body := call(c.method, c.path, key, c.body); st != c.want {
+			t.Errorf("%s %s %v: %d %s, want %d", c.method, c.path, c.body, st, body, c.want)
+		}
+	}
+	if st, _, body := call("GET", "/snapshots?sandboxID="+a, key, nil); st != 200 || strings.TrimSpace(string(body)) != "[]" {
+		t.Errorf("list snapshots: %d %s, want []", st, body)
+	}
+
+	// Signed URLs (download_url, upload_url): no E2B headers and no
+	// token; envd's v1 signature names the path, operation, user and
+	// the sandbox (its access token).
+	sign := func(path, op, tok string, exp int64) string {
+		raw := path + ":" + op + "::" + tok
+		q := url.Values{"path": {path}}
+		if exp != 0 {
+			raw += ":" + strconv.FormatInt(exp, 10)
+			q.Set("signature_expiration", strconv.FormatInt(exp, 10))
+		}
+		sum := sha256.Sum256([]byte(raw))
+		q.Set("signature", "v1_"+base64.RawStdEncoding.EncodeToString(sum[:]))
+		return "/files?" + q.Encode()
+	}
+	fileAt := home + "/signed.txt"
+	later := time.Now().Add(time.Hour).Unix()
+	if st, _, body := call("POST", sign(fileAt, "write", tokA.EnvdAccessToken, later), "", "signed bytes", "Content-Type", "application/octet-stream"); st != 200 {
+		t.Errorf("signed upload: %d %s", st, body)
+	}
+	if st, _, body := call("GET", sign(fileAt, "read", tokA.EnvdAccessToken, 0), "", nil); st != 200 || string(body) != `"signed bytes"` {
+		t.Errorf("signed download: %d %s", st, body)
+	}
+	for name, path := range map[string]string{
+		"expired":             sign(fileAt, "read", tokA.EnvdAccessToken, time.Now().Add(-time.Minute).Unix()),
+		"a write's signature": strings.Replace(sign(fileAt, "write", tokA.EnvdAccessToken, 0), "write", "read", 1),
+		"another path":        strings.Replace(sign(fileAt, "read", tokA.EnvdAccessToken, 0), "signed.txt", "other.txt", 1),
+		"a wrong token":       sign(fileAt, "read", "0123", 0),
+		"no signature":        "/files?path=" + url.QueryEscape(fileAt) + "&signature=",
+	} {
+		if st, _, body := call("GET", path, "", nil); st != http.StatusUnauthorized {
+			t.Errorf("signed download, %s: %d %s, want 401", name, st, body)
+		}
+		if st, _, body := call("GET", path, "", nil, "E2b-Sandbox-Id", a); st != http.StatusUnauthorized {
+			t.Errorf("signed download with E2b-Sandbox-Id, %s: %d %s, want 401", name, st, body)
+		}
+	}
+	if st, _, body := call("GET", sign(fileAt, "read", tokA.EnvdAccessToken, 0), "", nil, "E2b-Sandbox-Id", b); st != http.StatusUnauthorized {
+		t.Errorf("a's signed URL for sandbox b: %d %s, want 401", st, body)
+	}
+	if st, _, body := call("GET", sign(fileAt, "read", tokA.EnvdAccessToken, 0), "", nil, "X-Access-Token", "wrong"); st != http.StatusUnauthorized {
+		t.Errorf("a signed URL with a wrong token in the header: %d %s, want 401 (as envd)", st, body)
+	}
 
 	if st, _, _ := call("DELETE", "/sandboxes/"+a, key, nil); st != http.StatusNoContent {
 		t.Errorf("kill: %d", st)

@@ -2,7 +2,6 @@ package airlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -165,7 +164,7 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 	if strings.TrimSpace(cmd) == "" {
 		return nil, fmt.Errorf("%w: box %s: empty command (give the program to run)", ErrInvalidArgument, b.id)
 	}
-	c, err := b.client(ctx)
+	c, err := b.wakeClient(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -189,6 +188,10 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 		stdout, stderr = execrun.Counting(stdout, &p.outBytes), execrun.Counting(stderr, &p.outBytes)
 	}
 	used := b.useBegin(ctx)
+	if opts.Background {
+		used() // its start was a use; its run is not
+		used = func() {}
+	}
 	proc, err := c.Exec(callCtx, spec, stdout, stderr)
 	if err != nil {
 		used()
@@ -200,9 +203,7 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 	if opts.Stdin != nil {
 		go execrun.CopyStdin(proc, opts.Stdin)
 	}
-	b.mu.Lock()
-	vmExit := b.vmExit
-	b.mu.Unlock()
+	vmExit := b.vm.VMExit()
 	go func() {
 		defer close(p.done)
 		if opts.Main {
@@ -245,29 +246,6 @@ func (b *Box) startMax(ctx context.Context, cmd string, args []string, opts Exec
 		p.res, p.err = res, checkpoint.Of(b.dir).Ended(b.id, p.t0, end.Outcome(func() error { return b.deadErr(0) }, b.callErr))
 	}()
 	return p, nil
-}
-
-// callErr turns a transport error into one that says what happened: the VM
-// died (with cause and console), or the connection was lost.
-func (b *Box) callErr(err error) error {
-	if de := b.deadErr(1500 * time.Millisecond); de != nil {
-		return de
-	}
-	var cut error
-	b.mu.Lock()
-	if b.conn != nil {
-		select {
-		case <-b.conn.Done():
-			cut = b.conn.Err()
-			b.conn = nil
-		default:
-		}
-	}
-	b.mu.Unlock()
-	if errors.Is(cut, client.ErrHostileAgent) {
-		return fmt.Errorf("box %s: %w", b.id, cut)
-	}
-	return fmt.Errorf("box %s: lost the connection to its agent (%v); the box may be overloaded or stopping — its console log %s may say why", b.id, err, b.ConsoleLog())
 }
 
 // Stdout returns the process's standard output (ExecStream only).

@@ -58,7 +58,7 @@ func copyOpts(o []CopyOptions) boxfiles.Options {
 // files is the box as internal/boxfiles, which runs the file calls, sees
 // it.
 func (b *Box) files() *boxfiles.Box {
-	return &boxfiles.Box{ID: b.id, Agent: boxfiles.Dial(b.client), Use: b.useBegin, Touch: b.touch, CallErr: b.callErr}
+	return &boxfiles.Box{ID: b.id, Agent: boxfiles.Dial(b.wakeClient), Use: b.useBegin, Touch: b.touch, CallErr: b.callErr}
 }
 
 // Stat returns information on path in the box, following symlinks (which

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/checkpoint"
 	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -18,6 +19,10 @@ type ForkOptions struct {
 	// (BoxOptions.AutoRemove): removed by the next Open once the process
 	// that forked it is gone (codebox.CodeBox.Fork sets it).
 	AutoRemove bool
+	// FromCheckpoint starts the children from the box's checkpoint of
+	// that name (Box.Checkpoint) instead of from the box as it is now,
+	// which is left alone and need not run. Errors: ErrCheckpointNotFound.
+	FromCheckpoint string
 }
 
 // ForkWith is Fork with options.
@@ -33,16 +38,25 @@ func (b *Box) fork(ctx context.Context, n int, opts ForkOptions) ([]*Box, error)
 		return nil, fmt.Errorf("%w: fork into %d boxes: want 1..%d", ErrInvalidArgument, n, MaxForks)
 	}
 	name := snapmeta.TempName("fork-" + b.id)
-	// A transient snapshot: its RAM stays in this process's memory, which
-	// the children map copy-on-write, shared, and nothing is fsynced.
-	if _, err := b.snapshotWith(ctx, name, vmm.SaveOptions{Transient: true}); err != nil {
+	if opts.FromCheckpoint != "" {
+		// The checkpoint, whole, as a snapshot for the children.
+		if err := checkpoint.CheckName(opts.FromCheckpoint); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+		if err := b.snapshotOfCheckpoint(ctx, opts.FromCheckpoint, name); err != nil {
+			return nil, fmt.Errorf("fork box %s from checkpoint %s: %w", b.id, opts.FromCheckpoint, err)
+		}
+	} else if _, err := b.snapshotWith(ctx, name, vmm.SaveOptions{Transient: true}); err != nil {
+		// A transient snapshot: its RAM stays in this process's memory,
+		// which the children map copy-on-write, shared, and nothing is
+		// fsynced.
 		return nil, err
 	}
 	defer b.r.RemoveSnapshot(context.WithoutCancel(ctx), name)
 	// Children get the box's lease and idle timeout and what is left of
 	// its TTL.
 	_, cfg := b.snapshot()
-	life := BoxOptions{FromSnapshot: name, AutoRemove: opts.AutoRemove, IdleTimeout: cfg.Options.IdleTimeout, Lease: cfg.Options.Lease}
+	life := BoxOptions{FromSnapshot: name, AutoRemove: opts.AutoRemove, IdleTimeout: cfg.Options.IdleTimeout, IdleAction: cfg.Options.IdleAction, Lease: cfg.Options.Lease}
 	if !cfg.ExpiresAt.IsZero() {
 		life.TTL = max(time.Until(cfg.ExpiresAt), time.Millisecond)
 	}

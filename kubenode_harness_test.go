@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,8 +75,9 @@ func kubeUp(t *testing.T) (client kubernetes.Interface, kubectl func(args ...str
 	return c.client, c.kubectl
 }
 
-// kubeStart is kubeUp returning the whole cluster.
-func kubeStart(t *testing.T) *kubeCluster {
+// kubeStart is kubeUp returning the whole cluster; env (NAME=VALUE) is
+// hack/kube-up.sh's (AIRLOCK_KUBE_NODE_GRACE, ...).
+func kubeStart(t *testing.T, env ...string) *kubeCluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a Kubernetes control plane; skipped with -short")
@@ -89,7 +91,7 @@ func kubeStart(t *testing.T) *kubeCluster {
 	}
 	dir := t.TempDir()
 	up := osexec.Command("hack/kube-up.sh", dir)
-	up.Env = append(os.Environ(), "AIRLOCK_KUBE_BIN="+bin)
+	up.Env = append(append(os.Environ(), "AIRLOCK_KUBE_BIN="+bin), env...)
 	t.Cleanup(func() {
 		if out, err := osexec.Command("hack/kube-down.sh", dir).CombinedOutput(); err != nil {
 			t.Errorf("kube-down: %v\n%s", err, out)
@@ -143,6 +145,14 @@ func (c *kubeCluster) kubectlExit(stdin string, args ...string) (string, int) {
 // the kubelet API on 127.0.0.1 (a free port) served with the cluster's
 // node pair, and waits until it is Ready; it stops at cleanup.
 func (c *kubeCluster) startNode(rt *airlock.Runtime, name string) {
+	c.t.Helper()
+	c.runNode(rt, name)
+}
+
+// runNode is startNode returning a func that stops the node (as its
+// process would stop: the node's commands end, its boxes stay); cleanup
+// stops it too and removes the boxes of pods left on rt.
+func (c *kubeCluster) runNode(rt *airlock.Runtime, name string) (stop func()) {
 	t := c.t
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -155,11 +165,17 @@ func (c *kubeCluster) startNode(rt *airlock.Runtime, name string) {
 			TLSCertFile: filepath.Join(pki, "node.crt"), TLSKeyFile: filepath.Join(pki, "node.key"),
 			ClientCAFile: filepath.Join(pki, "ca.crt"), KubeletAddr: "127.0.0.1:0"})
 	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("kubenode.Run: %v", err)
+			}
+		})
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("kubenode.Run: %v", err)
-		}
+		stop()
 		// Boxes outlive their node (a restarted one adopts them): the
 		// test's go with it.
 		boxes, _ := rt.List(context.Background())
@@ -176,6 +192,7 @@ func (c *kubeCluster) startNode(rt *airlock.Runtime, name string) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the node was not Ready within 60 s")
 	}
+	return stop
 }
 
 // waitDefaultSA waits for the default service account, which the

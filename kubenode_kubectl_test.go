@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -386,6 +387,8 @@ func TestKubeKubectlVM(t *testing.T) {
 		Data: map[string]string{"index.html": "served from the box\n"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Its port 8000 is published on the node (127.0.0.1) as hostPort.
+	hostPort := freeTCPPort(t)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: corev1.PodSpec{RuntimeClassName: &rc, RestartPolicy: corev1.RestartPolicyNever,
@@ -394,6 +397,7 @@ func TestKubeKubectlVM(t *testing.T) {
 				{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 			Containers: []corev1.Container{{Name: "main", Image: "python:slim",
 				Command:      []string{"sh", "-c", "cd /srv && exec python3 -m http.server 8000"},
+				Ports:        []corev1.ContainerPort{{ContainerPort: 8000, HostPort: int32(hostPort)}},
 				VolumeMounts: []corev1.VolumeMount{{Name: "site", MountPath: "/srv"}, {Name: "scratch", MountPath: "/scratch"}}}}},
 	}
 	// A pod that fails once, leaving a file in its emptyDir, and
@@ -504,4 +508,33 @@ func TestKubeKubectlVM(t *testing.T) {
 		return ""
 	})
 	t.Logf("GET through kubectl port-forward (VM): %s", time.Since(t0).Round(time.Millisecond))
+
+	// The published hostPort reaches the box's server; a change of the
+	// ConfigMap reaches the page it serves.
+	get := func(want string) func() string {
+		return func() string {
+			resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/index.html", hostPort))
+			if err != nil {
+				return "GET through the published port: " + err.Error()
+			}
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			if string(b) != want {
+				return "GET through the published port: " + resp.Status + " " + string(b)
+			}
+			return ""
+		}
+	}
+	eventually(t, 30*time.Second, get("served from the box\n"))
+	cm, err := c.client.CoreV1().ConfigMaps("default").Get(ctx, "site", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data["index.html"] = "changed in the ConfigMap\n"
+	if _, err := c.client.CoreV1().ConfigMaps("default").Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	eventually(t, 60*time.Second, get("changed in the ConfigMap\n"))
+	t.Logf("ConfigMap update → served by the box (VM): %s", time.Since(t0).Round(time.Millisecond))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/image/imagetest"
 	"github.com/airlock-run/airlock/kubenode"
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
@@ -187,7 +189,11 @@ func TestAdoptByPodUID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := kfake.NewClientset(newPod("kept-pod", "kept", shell("sleep 100")))
+	kept := newPod("kept-pod", "kept", shell("sleep 100"))
+	kept.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	kept.Status.Phase = corev1.PodRunning
+	kept.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", RestartCount: 2}}
+	client := kfake.NewClientset(kept)
 	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", "n1").String()})
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +214,18 @@ func TestAdoptByPodUID(t *testing.T) {
 	got, err := p.GetPods(ctx)
 	if err != nil || len(got) != 1 || got[0].Name != "kept-pod" || got[0].Status.Phase != corev1.PodRunning {
 		t.Fatalf("GetPods = %v, %v", got, err)
+	}
+	// Its command did not outlive the node that ran it: the container
+	// is restarted (restartPolicy Always) and the API's count goes on.
+	st := waitStatus(t, p, "kept-pod", func(s *corev1.PodStatus) bool {
+		cs := s.ContainerStatuses[0]
+		return cs.State.Running != nil && cs.RestartCount == 3
+	})
+	if last := st.ContainerStatuses[0].LastTerminationState.Terminated; last == nil || last.Reason != kubenode.ReasonNodeRestarted || last.ExitCode != 137 {
+		t.Errorf("lastState = %+v, want %s, exit 137", last, kubenode.ReasonNodeRestarted)
+	}
+	if err := p.DeletePod(ctx, kept); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -408,4 +426,98 @@ func TestPodVolumes(t *testing.T) {
 	if st.PodIP != "192.0.2.7" || len(st.PodIPs) != 1 || st.HostIP != "192.0.2.7" {
 		t.Errorf("podIP %q, podIPs %v, hostIP %q: want the node's IP", st.PodIP, st.PodIPs, st.HostIP)
 	}
+}
+
+// TestPodImagePullBackOff: a pod whose image cannot be pulled waits in
+// ErrImagePull, then ImagePullBackOff (the kubelet's message), and runs
+// once the image is in its registry (a loopback registry), pulled again
+// after the back-off.
+func TestPodImagePullBackOff(t *testing.T) {
+	rt := kubeRuntime(t)
+	p, err := kubenode.NewProvider(rt, t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := imagetest.NewRegistry(t)
+	ref := reg.Host + "/test/late:1"
+	c := shell("echo pulled")
+	c.Image = ref
+	pod := newPod("late", "uid-late", c)
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, p, "late", func(s *corev1.PodStatus) bool {
+		w := s.ContainerStatuses[0].State.Waiting
+		return s.Phase == corev1.PodPending && w != nil && w.Reason == "ImagePullBackOff" && w.Message == `Back-off pulling image "`+ref+`"`
+	})
+	reg.Push(t, "test/late:1", imagetest.Image(t, []string{"sh"}))
+	st := waitStatus(t, p, "late", func(s *corev1.PodStatus) bool { return s.Phase == corev1.PodSucceeded || s.Phase == corev1.PodFailed })
+	if st.Phase != corev1.PodSucceeded {
+		t.Errorf("after the image was pushed: %s %+v", st.Phase, st.ContainerStatuses[0].State)
+	}
+}
+
+// TestPodPortsPublished: a pod's containerPorts are published on the node
+// (hostPort, else containerPort, on the node's IP); one that another
+// process holds is reported in the PortsPublished condition (False,
+// PortConflict) and the pod runs all the same.
+func TestPodPortsPublished(t *testing.T) {
+	rt := kubeRuntime(t)
+	p, err := kubenode.NewProvider(rt, t.TempDir(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetAPI(kfake.NewClientset(), "127.0.0.1")
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	heldPort := held.Addr().(*net.TCPAddr).Port
+	free := freeTCPPort(t)
+	c := shell("sleep 100")
+	c.Ports = []corev1.ContainerPort{{ContainerPort: 8000, HostPort: int32(free)}, {ContainerPort: int32(heldPort)}}
+	pod := newPod("ports", "uid-ports", c)
+	if err := p.CreatePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	defer p.DeletePod(context.Background(), pod)
+	st := waitStatus(t, p, "ports", func(s *corev1.PodStatus) bool { return s.Phase == corev1.PodRunning })
+	var cond *corev1.PodCondition
+	for i := range st.Conditions {
+		if st.Conditions[i].Type == kubenode.ConditionPortsPublished {
+			cond = &st.Conditions[i]
+		}
+	}
+	wantPub := fmt.Sprintf("127.0.0.1:%d->8000/TCP", free)
+	wantConflict := fmt.Sprintf("127.0.0.1:%d->%d/TCP: ", heldPort, heldPort)
+	if cond == nil || cond.Status != corev1.ConditionFalse || cond.Reason != kubenode.ReasonPortConflict ||
+		!strings.Contains(cond.Message, wantConflict) || !strings.Contains(cond.Message, "published: "+wantPub) {
+		t.Fatalf("PortsPublished condition = %+v; want False, %s, naming %q and %q", cond, kubenode.ReasonPortConflict, wantConflict, wantPub)
+	}
+	conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", free), 10*time.Second)
+	if err != nil {
+		t.Fatalf("the published port: %v", err)
+	}
+	conn.Close()
+	if err := p.DeletePod(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	// Deleting the pod stops publishing.
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", free))
+	if err != nil {
+		t.Fatalf("the port after the pod's delete: %v", err)
+	}
+	l.Close()
+}
+
+// freeTCPPort returns a TCP port of 127.0.0.1 that nothing listens on now.
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/lifetime"
+	"github.com/airlock-run/airlock/internal/netstack"
+	"github.com/airlock-run/airlock/internal/netstack/helper"
+	"github.com/airlock-run/airlock/internal/store"
 )
 
 // DefaultReapInterval is how often an open Runtime looks for boxes past
@@ -32,6 +37,29 @@ const (
 	ReapLease ReapReason = lifetime.ReasonLease
 )
 
+// IdleAction is what BoxOptions.IdleTimeout does to a box nothing used
+// for that long.
+type IdleAction string
+
+// Idle actions (BoxOptions.IdleAction).
+const (
+	// IdleRemove removes the idle box, running or not (the default; ""
+	// is the same).
+	IdleRemove IdleAction = "remove"
+	// IdleStop stops the idle box (Box.Stop); it stays, stopped, until
+	// started again. A stopped box is left as it is.
+	IdleStop IdleAction = "stop"
+	// IdleSuspend pauses the idle running box to disk (Box.Suspend): it
+	// holds no host memory or CPU, shows as suspended, and resumes by
+	// itself, with its processes and memory, on the next call that needs
+	// it (exec, files, code, ports) and, while a Runtime is open on the
+	// home, on the first inbound connection to a published TCP port
+	// (the port stays bound; the connection waits for the resume and is
+	// then served). Boxes with volumes cannot be suspended
+	// (ErrInvalidArgument).
+	IdleSuspend IdleAction = "suspend"
+)
+
 // ErrNoLease is returned by Box.RenewLease for a box created without
 // BoxOptions.Lease.
 var ErrNoLease = errors.New("box has no lease")
@@ -51,6 +79,23 @@ type lifeState struct {
 	hookMu sync.Mutex
 	hook   func(BoxReapedEvent)
 	loop   *lifetime.Loop
+	// traffic is, by box, its network counters when a pass last found it
+	// idle (guarded by mu): traffic since counts as use (idleUsed).
+	traffic map[string]netMark
+	// wakeMu guards waking: the resumes in progress of boxes suspended
+	// when idle, by box id (suspend.go).
+	wakeMu sync.Mutex
+	waking map[string]*waking
+	// heldMu guards held: the published ports of IdleSuspend boxes this
+	// runtime holds open, by box id (suspend.go).
+	heldMu sync.Mutex
+	held   map[string]*heldBox
+}
+
+// netMark is a box's network helper and the sum of its counters.
+type netMark struct {
+	pid int
+	sum uint64
 }
 
 // life returns c's lifetime options and deadlines (internal/lifetime).
@@ -73,6 +118,17 @@ func (c *boxConfig) startLife(now time.Time) {
 func checkLife(o BoxOptions) error {
 	if err := (lifetime.Limits{TTL: o.TTL, Idle: o.IdleTimeout, Lease: o.Lease}).Check(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	switch o.IdleAction {
+	case "", IdleRemove, IdleStop, IdleSuspend:
+	default:
+		return fmt.Errorf("%w: idle action %q: want %s, %s or %s", ErrInvalidArgument, o.IdleAction, IdleRemove, IdleStop, IdleSuspend)
+	}
+	if o.IdleAction != "" && o.IdleTimeout <= 0 {
+		return fmt.Errorf("%w: idle action %s without an idle timeout: set the idle timeout too", ErrInvalidArgument, o.IdleAction)
+	}
+	if o.IdleAction == IdleSuspend && len(o.Volumes) > 0 {
+		return fmt.Errorf("%w: idle action suspend: boxes with volumes cannot be suspended (QEMU cannot save a mounted share); use idle action stop", ErrInvalidArgument)
 	}
 	return nil
 }
@@ -98,10 +154,17 @@ func (r *Runtime) startReaper() {
 }
 
 // stopReaper stops the reaper and waits for its pass in progress.
-func (r *Runtime) stopReaper() { r.life.loop.Stop() }
+func (r *Runtime) stopReaper() {
+	r.life.loop.Stop()
+	// The ports held for suspended boxes are closed with the runtime: a
+	// box it suspended then wakes by a call only.
+	r.releaseStale(nil)
+}
 
 // Reap removes the boxes of the home whose TTL, idle timeout or lease has
-// ended, and returns what it removed (or failed to). The reaper calls it
+// ended, and returns what it removed (or failed to); an idle box whose
+// IdleAction is IdleStop or IdleSuspend is stopped or suspended instead
+// (not returned: box.stopped and box.suspended events report it). The reaper calls it
 // every Options.ReapInterval; Open calls it once. Boxes in use through a
 // handle of this runtime count as used now, and their use is recorded so
 // that other processes' reapers see it.
@@ -114,6 +177,13 @@ func (r *Runtime) Reap(ctx context.Context) []BoxReapedEvent {
 	}
 	now := time.Now()
 	var out []BoxReapedEvent
+	live := map[string]bool{}
+	for _, rec := range recs {
+		if running(rec) || boxdir.SuspendedIn(filepath.Join(r.opts.Home, "boxes", rec.ID)) != "" {
+			live[rec.ID] = true
+		}
+	}
+	r.releaseStale(live)
 	for _, rec := range recs {
 		cfg, err := decodeConfig(rec)
 		lim, dl := cfg.life()
@@ -131,6 +201,10 @@ func (r *Runtime) Reap(ctx context.Context) []BoxReapedEvent {
 		if why == "" {
 			continue
 		}
+		if act := cfg.Options.IdleAction; why == ReapIdle && (act == IdleStop || act == IdleSuspend) {
+			r.idleAct(ctx, rec, act)
+			continue
+		}
 		err = r.removeWhy(ctx, rec.ID, true, string(why))
 		if errors.Is(err, ErrBoxNotFound) {
 			continue // another process's reaper, or its owner, was first
@@ -146,6 +220,81 @@ func (r *Runtime) Reap(ctx context.Context) []BoxReapedEvent {
 	}
 	return out
 }
+
+// idleAct stops or suspends (act) the idle box of rec, unless it is not
+// running (stopped, suspended) or its network carried traffic since the
+// last pass that found it idle (that is use: its idle clock restarts).
+// A failure is reported as a warning, and the box is left for another
+// idle timeout.
+func (r *Runtime) idleAct(ctx context.Context, rec *store.Box, act IdleAction) {
+	if !running(rec) {
+		delete(r.life.traffic, rec.ID)
+		return
+	}
+	b, err := r.Get(ctx, rec.ID)
+	if err != nil {
+		return
+	}
+	if r.idleUsed(ctx, b) {
+		b.idleClockRestart(ctx)
+		return
+	}
+	if act == IdleSuspend {
+		err = b.Suspend(ctx)
+	} else {
+		err = b.Stop(ctx)
+	}
+	delete(r.life.traffic, rec.ID)
+	if err != nil && !errors.Is(err, ErrBoxNotFound) && ctx.Err() == nil {
+		r.warn(fmt.Sprintf("box %s: idle timeout: %s it: %v (tried again after another idle timeout)", rec.ID, act, err))
+		b.idleClockRestart(ctx)
+	}
+}
+
+// idleUsed reports whether b's network carried traffic (bytes, flows,
+// DNS queries) since the last pass that found it idle, and records its
+// counters. A network helper seen for the first time counts from its
+// start, when its counters were 0. Preconditions: r.life.mu is held.
+func (r *Runtime) idleUsed(ctx context.Context, b *Box) bool {
+	pid, ok := helper.PID(b.dir)
+	if !ok {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := helper.Call(cctx, b.netBox(), netstack.Request{Op: "stats"})
+	if err != nil {
+		return false
+	}
+	st := resp.Stats
+	cur := netMark{pid: pid, sum: st.BytesIn + st.BytesOut + st.Connections + st.DNSQueries}
+	if r.life.traffic == nil {
+		r.life.traffic = map[string]netMark{}
+	}
+	last, seen := r.life.traffic[b.id]
+	r.life.traffic[b.id] = cur
+	if !seen || last.pid != pid {
+		last = netMark{pid: pid}
+	}
+	return cur.sum != last.sum
+}
+
+// idleClockRestart restarts the idle clock of a box with an idle timeout
+// (a start or resume is a use).
+func (b *Box) idleClockRestart(ctx context.Context) {
+	_, cfg := b.snapshot()
+	if cfg.Options.IdleTimeout <= 0 {
+		return
+	}
+	now := time.Now()
+	b.use.Mark(now)
+	_ = b.r.updateConfig(context.WithoutCancel(ctx), b.id, func(c *boxConfig) { c.LastUse = now })
+}
+
+// Use marks the box in use (for BoxOptions.IdleTimeout) until the func
+// it returns is called: for work done through a Background exec, which
+// does not count by itself (a CodeBox cell).
+func (b *Box) Use(ctx context.Context) (done func()) { return b.useBegin(ctx) }
 
 // useBegin marks an exec starting on the box; the func it returns marks
 // its end. An exec in flight keeps the box from going idle.

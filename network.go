@@ -192,6 +192,9 @@ func (b *Box) startNet(cfg boxConfig) (*helper.Starting, error) {
 	}
 	b.rebind = nil
 	b.mu.Unlock()
+	if ho.Held, err = b.r.holdPorts(b, cfg, ports); err != nil {
+		return nil, fmt.Errorf("box %s network: %w", b.id, err)
+	}
 	return helper.Start(b.netBox(), ho, secretPolicy(policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts), cfg), publishes(ports))
 }
 
@@ -202,6 +205,9 @@ func (b *Box) stopNet() { helper.Stop(b.dir) }
 // (a HostPort of 0 replaced by the port picked); nil when it publishes
 // none or is not running.
 func (b *Box) Ports(ctx context.Context) ([]PortMapping, error) {
+	if err := b.wake(ctx); err != nil {
+		return nil, err
+	}
 	info, err := b.Info(ctx)
 	if err != nil {
 		return nil, err
@@ -262,6 +268,9 @@ func (b *Box) NetworkStats(ctx context.Context) (NetworkStats, error) {
 func (b *Box) DialPort(ctx context.Context, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, fmt.Errorf("%w: port %d: want 1-65535", ErrInvalidArgument, port)
+	}
+	if err := b.wake(ctx); err != nil {
+		return nil, err
 	}
 	if err := b.netReady(ctx); err != nil {
 		return nil, err

@@ -75,7 +75,7 @@ type BoxOptions struct {
 	// CPUs, MemoryMiB, DiskSizeMiB and Network come from the snapshot
 	// (left zero, or equal to the snapshot's; public and allowlist are
 	// one machine: AllowNet makes the restored box an allowlist one); Env,
-	// WorkingDir, User, AllowNet and AllowHostPorts default to the
+	// WorkingDir, User, Labels, AllowNet and AllowHostPorts default to the
 	// snapshot's box's; Hostname and Ports are the caller's (never the
 	// snapshot's box's ports); Volumes are refused (ErrInvalidArgument).
 	// See docs/snapshots.md.
@@ -95,11 +95,19 @@ type BoxOptions struct {
 	// the home enforces it, at Open and while it stays open (see
 	// Options.ReapInterval). 0: no limit; negative: ErrInvalidArgument.
 	TTL time.Duration `json:",omitempty"`
-	// IdleTimeout, when positive, removes the box once no exec, file or
-	// snapshot call went through a Box for that long (an exec in flight
-	// counts as use). Use is recorded with the box at most every few
-	// seconds, so other processes on the home see it. 0: no limit.
+	// IdleTimeout, when positive, acts on the box (IdleAction: by default
+	// removes it) once no exec, file or snapshot call went through a Box
+	// for that long (an exec in flight counts as use; so does traffic on
+	// its network, for IdleSuspend and IdleStop). Use is recorded with the
+	// box at most every few seconds, so other processes on the home see
+	// it. 0: no limit.
 	IdleTimeout time.Duration `json:",omitempty"`
+	// IdleAction is what IdleTimeout does to an idle box: IdleRemove (""
+	// is the same), IdleStop or IdleSuspend (scale to zero: paused to
+	// disk, resumed by the next call or inbound connection; see
+	// IdleSuspend). Set without IdleTimeout, or another value:
+	// ErrInvalidArgument.
+	IdleAction IdleAction `json:",omitempty"`
 	// Secrets are values the box's code uses without seeing them (API
 	// keys), by environment variable name: in the box, the variable holds
 	// a placeholder of its own ("airlock-secret-" and 32 hex digits, per
@@ -178,6 +186,12 @@ type ExecOptions struct {
 	// ExitOOMKilled when the guest's OOM killer took it), unless an end of
 	// that boot is recorded already. Wait returns once it is recorded.
 	Main bool
+	// Background makes the exec, while it runs, not keep the box in use
+	// for BoxOptions.IdleTimeout (its start counts as a use; any other
+	// exec keeps the box in use until it ends): for a relay to a daemon
+	// of the box, as CodeBox contexts use, whose work is marked with
+	// Box.Use instead.
+	Background bool
 }
 
 // DefaultMaxOutput is ExecOptions.MaxOutput's default: 16 MiB per stream.

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/agent/agentpb"
-	"github.com/airlock-run/airlock/internal/agent/client"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -31,9 +30,7 @@ func (b *Box) pausedNow(ctx context.Context, rec *store.Box) bool {
 // this airlock speaks, the only one a connection accepts (a box still
 // running an older agent is refused at its restore, saying so).
 func (b *Box) snapshotAgentVersion(ctx context.Context, rec *store.Box) (string, error) {
-	b.mu.Lock()
-	c := b.conn
-	b.mu.Unlock()
+	c := b.vm.Conn()
 	if c == nil && b.pausedNow(ctx, rec) {
 		return agentpb.Version, nil
 	}
@@ -51,21 +48,6 @@ func (b *Box) dialErr(ctx context.Context, rec *store.Box, err error) error {
 		return fmt.Errorf("box %s is paused: its agent answers once it runs again (airlock unpause %s, or Box.Resume): %w", b.id, b.id, err)
 	}
 	return fmt.Errorf("connect to agent of box %s: %w", b.id, err)
-}
-
-// keepWhilePaused keeps connection c to the box of rec open while the box
-// is paused: its keepalive pings go unanswered then, and ending the
-// connection stopped a box whose main command airlock follows (run -d,
-// create IMAGE COMMAND) about 10 s into a pause.
-func (b *Box) keepWhilePaused(c *client.Client, rec *store.Box) {
-	c.SetStalled(func() bool {
-		// A paused QEMU answers QMP at once; a frozen one (SIGSTOP, a
-		// wedged host) does not, and must still be noticed as dead
-		// within about the keepalive's time (TestHostile).
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		return b.pausedNow(ctx, rec)
-	})
 }
 
 // continueIfPaused lets a box paused in memory run again (QMP cont) so

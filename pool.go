@@ -85,77 +85,6 @@ type PoolInfo struct {
 	Boxes []string
 }
 
-// poolFactory makes the boxes of one warm pool (pool.Factory): boxes
-// recorded with the pool's key as their mark (boxConfig.Pool), which
-// keeps them out of List and Get until claimed.
-type poolFactory struct {
-	r    *Runtime
-	key  string
-	opts PoolOptions // BoxOptions with defaults
-}
-
-// Template boots a box of the pool, runs Prepare in it, snapshots it and
-// removes it; pool.ErrNoTemplate where the driver cannot snapshot.
-func (f *poolFactory) Template(ctx context.Context) (string, error) {
-	if _, err := f.r.snapshotter(); err != nil {
-		return "", fmt.Errorf("%w: %w", pool.ErrNoTemplate, err)
-	}
-	b, err := f.Boot(ctx)
-	if err != nil {
-		return "", fmt.Errorf("template box: %w", err)
-	}
-	defer b.remove(context.WithoutCancel(ctx), true)
-	pid := vmm.Handle{PID: os.Getpid()}
-	name := pool.TemplateName(f.key, pid.PID, vmm.StartTime(pid.PID), newID()[:6])
-	if _, err := b.Snapshot(ctx, name); err != nil {
-		if errors.Is(err, vmm.ErrNotSupported) {
-			return "", fmt.Errorf("%w: %w", pool.ErrNoTemplate, err)
-		}
-		return "", fmt.Errorf("template snapshot: %w", err)
-	}
-	return name, nil
-}
-
-// Restore starts a pool box from the template snapshot.
-func (f *poolFactory) Restore(ctx context.Context, template string) (*Box, error) {
-	return f.r.restore(ctx, BoxOptions{FromSnapshot: template, AutoRemove: true}, f.key)
-}
-
-// Boot creates a pool box by booting it, and runs Prepare in it.
-func (f *poolFactory) Boot(ctx context.Context) (*Box, error) {
-	b, err := f.r.create(ctx, f.opts.BoxOptions, f.key)
-	if err != nil {
-		return nil, err
-	}
-	if f.opts.Prepare != nil {
-		if err := f.opts.Prepare(ctx, b); err != nil {
-			b.remove(context.WithoutCancel(ctx), true)
-			return nil, fmt.Errorf("prepare pool box: %w", err)
-		}
-	}
-	return b, nil
-}
-
-// Warm runs the pool's warm hook (friend.PoolWarm), if set; otherwise
-// it runs `true` once, so that the restored QEMU has translated the exec
-// path before a claimer's first command does (TCG: ~100 ms). Best effort:
-// an image without `true` makes a pool box like any other.
-func (f *poolFactory) Warm(ctx context.Context, b *Box) (any, error) {
-	if f.opts.warm == nil {
-		b.Exec(ctx, "true", nil, ExecOptions{})
-		return nil, nil
-	}
-	return f.opts.warm(ctx, b)
-}
-
-// Remove removes a pool box, killing its machine.
-func (f *poolFactory) Remove(ctx context.Context, b *Box) error { return b.remove(ctx, true) }
-
-// RemoveTemplate removes a template snapshot.
-func (f *poolFactory) RemoveTemplate(ctx context.Context, name string) error {
-	return f.r.RemoveSnapshot(ctx, name)
-}
-
 // poolKey is the key of the pool that boxes of opts come from, and opts
 // with defaults; ok is false when opts cannot come from a pool.
 func poolKey(opts BoxOptions) (key string, o BoxOptions, ok bool) {
@@ -170,7 +99,7 @@ func poolKey(opts BoxOptions) (key string, o BoxOptions, ok bool) {
 	}
 	k := o
 	k.Name, k.Hostname, k.AutoRemove = "", "", false
-	k.TTL, k.IdleTimeout, k.Lease = 0, 0, 0 // the claimer's, from its claim
+	k.TTL, k.IdleTimeout, k.IdleAction, k.Lease = 0, 0, "", 0 // the claimer's, from its claim
 	k.Labels = nil
 	if len(k.Env) == 0 {
 		k.Env = nil
@@ -217,10 +146,47 @@ func newPools(r *Runtime, opts Options) (*pool.Set[*Box], error) {
 		o.Name, o.Hostname, o.AutoRemove = "", "", true
 		po.BoxOptions = o
 		specs = append(specs, pool.Spec[*Box]{Key: key, Name: po.Image, Size: po.Size, MemoryMiB: o.MemoryMiB,
-			Factory: &poolFactory{r: r, key: key, opts: po}})
+			Factory: r.poolMaker(key, po)})
 	}
-	room := &poolRoom{r: r, homeLimit: max(opts.PoolMaxHomeBoxes, 0)}
-	return pool.New(specs, room, pool.Options{Fills: fills, Warn: r.warn, Live: r.holds}), nil
+	return pool.New(specs, r.caps(max(opts.PoolMaxHomeBoxes, 0)), pool.Options{Fills: fills, Warn: r.warn, Live: r.holds}), nil
+}
+
+// poolMaker makes the boxes of the warm pool of key and po (BoxOptions
+// with defaults; pool.Maker): boxes recorded with the pool's key as their
+// mark (boxConfig.Pool), which keeps them out of List and Get until
+// claimed; restored from a template snapshot named pool.TemplateName with
+// this process's pid and start time.
+func (r *Runtime) poolMaker(key string, po PoolOptions) *pool.Maker[*Box] {
+	return &pool.Maker[*Box]{
+		CanSnapshot: func() error { _, err := r.snapshotter(); return err },
+		New:         func(ctx context.Context) (*Box, error) { return r.create(ctx, po.BoxOptions, key) },
+		Prepare:     po.Prepare,
+		TemplateName: func() string {
+			pid := os.Getpid()
+			return pool.TemplateName(key, pid, vmm.StartTime(pid), newID()[:6])
+		},
+		Snapshot: func(ctx context.Context, b *Box, name string) error {
+			_, err := b.Snapshot(ctx, name)
+			return err
+		},
+		NotSupported: vmm.ErrNotSupported,
+		FromTemplate: func(ctx context.Context, template string) (*Box, error) {
+			return r.restore(ctx, BoxOptions{FromSnapshot: template, AutoRemove: true}, key)
+		},
+		WarmUp: func(ctx context.Context, b *Box) (any, error) {
+			if po.warm != nil {
+				return po.warm(ctx, b)
+			}
+			// A plain pool box runs `true` once, so that its restored
+			// QEMU has translated the exec path before a claimer's first
+			// command does (TCG: ~100 ms). Best effort: an image without
+			// `true` makes a pool box like any other.
+			b.Exec(ctx, "true", nil, ExecOptions{})
+			return nil, nil
+		},
+		Delete:         func(ctx context.Context, b *Box) error { return b.remove(ctx, true) },
+		DeleteTemplate: r.RemoveSnapshot,
+	}
 }
 
 // holds reports whether the runtime holds a handle for box id (it was
@@ -311,7 +277,7 @@ func (r *Runtime) personalise(ctx context.Context, b *Box, restored bool, opts B
 			return err
 		}
 	}
-	c.Options.TTL, c.Options.IdleTimeout, c.Options.Lease = opts.TTL, opts.IdleTimeout, opts.Lease
+	c.Options.TTL, c.Options.IdleTimeout, c.Options.IdleAction, c.Options.Lease = opts.TTL, opts.IdleTimeout, opts.IdleAction, opts.Lease
 	c.Options.Labels = opts.Labels
 	c.startLife(time.Now())
 	// A pool box is nobody's until now: its record is c, whole.

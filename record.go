@@ -57,7 +57,7 @@ func encodeConfig(c boxConfig) []byte {
 		OwnerPID: c.OwnerPID, OwnerStart: c.OwnerStart, FromSnapshot: o.FromSnapshot, Pool: c.Pool,
 		TTLMs: boxrecord.Ms(o.TTL), IdleMs: boxrecord.Ms(o.IdleTimeout), LeaseMs: boxrecord.Ms(o.Lease),
 		ExpiresAtMs: boxrecord.UnixMs(c.ExpiresAt), LeaseUntilMs: boxrecord.UnixMs(c.LeaseUntil), LastUseMs: boxrecord.UnixMs(c.LastUse),
-		Labels: o.Labels}
+		IdleAction: string(o.IdleAction), Labels: o.Labels}
 	for _, p := range o.Ports {
 		r.Ports = append(r.Ports, boxrecord.Port{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Protocol})
 	}
@@ -88,7 +88,7 @@ func configOf(raw []byte) (boxConfig, error) {
 		Network:  NetworkMode(stored), // the stored names are the modes' (NetworkPublic, NetworkAllowlist, NetworkNone)
 		AllowNet: r.AllowNet, AllowHostPorts: r.AllowHostPorts, FromSnapshot: r.FromSnapshot,
 		TTL: boxrecord.Duration(r.TTLMs), IdleTimeout: boxrecord.Duration(r.IdleMs), Lease: boxrecord.Duration(r.LeaseMs),
-		Labels: r.Labels}
+		IdleAction: IdleAction(r.IdleAction), Labels: r.Labels}
 	for _, v := range r.Volumes {
 		o.Volumes = append(o.Volumes, Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}

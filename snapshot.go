@@ -141,48 +141,23 @@ func (b *Box) withSave(ctx context.Context, verb, done string, opts vmm.SaveOpti
 // freezeForSnapshot stops the box's processes (the agent's Freeze) for
 // the time of a snapshot, so that boxes restored from it run none of them
 // before Restored has reseeded their RNG (until then they share the
-// snapshot's RNG state), and returns what continues them in this box. A
-// paused box's agent cannot answer: its snapshot is taken as it is.
+// snapshot's RNG state), and returns what continues them in this box
+// (boxvm.Session.Freeze). A paused box's agent cannot answer: its
+// snapshot is taken as it is.
 func (b *Box) freezeForSnapshot(ctx context.Context, rec *store.Box) (thaw func(), err error) {
 	if b.pausedNow(ctx, rec) {
 		return func() {}, nil
 	}
 	b.touch(ctx)
-	c, err := b.client(ctx)
-	if err != nil {
-		return nil, err
-	}
-	fctx, cancel := context.WithTimeout(ctx, freezeTimeout)
-	defer cancel()
-	if err := c.Freeze(fctx, true); err != nil {
-		return nil, fmt.Errorf("stop its processes for the snapshot: %w", b.callErr(err))
-	}
-	return func() {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), freezeTimeout)
-		defer cancel()
-		c.Freeze(tctx, false) // else the agent continues them after agent.FreezeMax
-	}, nil
+	return b.vm.Freeze(ctx)
 }
 
-// freezeTimeout bounds each Freeze call of a snapshot.
-const freezeTimeout = 10 * time.Second
-
-// execTailWait bounds waitExecTails.
-const execTailWait = 200 * time.Millisecond
-
-// waitExecTails waits (up to execTailWait) until the agent has finished
-// with the execs of this process's connection that have returned: it
-// cleans up after an exec (its cgroup) once the caller has the exit
-// status, and a memory snapshot taken meanwhile would carry that work
-// into every box restored from it.
-func (b *Box) waitExecTails(ctx context.Context) {
-	b.mu.Lock()
-	c := b.conn
-	b.mu.Unlock()
-	if c != nil {
-		c.WaitExecsEnded(ctx, execTailWait)
-	}
-}
+// waitExecTails waits (up to boxvm.ExecTailWait) until the agent has
+// finished with the execs of this process's connection that have
+// returned: it cleans up after an exec (its cgroup) once the caller has
+// the exit status, and a memory snapshot taken meanwhile would carry that
+// work into every box restored from it.
+func (b *Box) waitExecTails(ctx context.Context) { b.vm.WaitExecTails(ctx) }
 
 func (r *Runtime) snapshotInfo(m snapmeta.Meta) (SnapshotInfo, error) {
 	cfg, err := configOf(m.Config)
@@ -341,12 +316,17 @@ func restoreOptions(info SnapshotInfo, m snapmeta.Meta, opts BoxOptions) (BoxOpt
 	}
 	o := so
 	o.Name, o.AutoRemove, o.FromSnapshot = opts.Name, opts.AutoRemove, name
-	o.TTL, o.IdleTimeout, o.Lease = opts.TTL, opts.IdleTimeout, opts.Lease // the caller's, not the snapshot's box's
+	o.TTL, o.IdleTimeout, o.IdleAction, o.Lease = opts.TTL, opts.IdleTimeout, opts.IdleAction, opts.Lease // the caller's, not the snapshot's box's
 	if err := restoredHostSide(&o, opts, name); err != nil {
 		return BoxOptions{}, err
 	}
 	if opts.Env != nil {
 		o.Env = opts.Env
+	}
+	if opts.Labels != nil {
+		// The caller's labels, as its Env: they describe the new box
+		// (an E2B sandbox made from a snapshot has its own metadata).
+		o.Labels = opts.Labels
 	}
 	if opts.WorkingDir != "" {
 		o.WorkingDir = opts.WorkingDir

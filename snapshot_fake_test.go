@@ -57,7 +57,7 @@ func TestSnapshotOnFake(t *testing.T) {
 		t.Cleanup(func() { b.Remove(context.Background(), true) })
 		return b
 	}
-	parent := create(t, airlock.BoxOptions{Image: h.image})
+	parent := create(t, airlock.BoxOptions{Image: h.image, Labels: map[string]string{"team": "a"}})
 	_, psh := fakeFiles(t, home, parent)
 	psh(`echo before > "$F/f"`)
 
@@ -78,7 +78,15 @@ func TestSnapshotOnFake(t *testing.T) {
 	psh(`echo after > "$F/after"`)
 
 	c1 := create(t, airlock.BoxOptions{FromSnapshot: "s1"})
-	c2 := create(t, airlock.BoxOptions{FromSnapshot: "s1"})
+	c2 := create(t, airlock.BoxOptions{FromSnapshot: "s1", Labels: map[string]string{"team": "b"}})
+	t.Run("labels are the snapshot's box's unless given", func(t *testing.T) {
+		for b, want := range map[*airlock.Box]string{c1: "a", c2: "b"} {
+			info, err := b.Info(ctx)
+			if err != nil || info.Options.Labels["team"] != want || len(info.Options.Labels) != 1 {
+				t.Errorf("box %s: labels %v %v, want team=%s", b.ID(), info.Options.Labels, err, want)
+			}
+		}
+	})
 	_, sh1 := fakeFiles(t, home, c1)
 	_, sh2 := fakeFiles(t, home, c2)
 	t.Run("restored boxes have the snapshot's files, each its own", func(t *testing.T) {

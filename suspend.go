@@ -3,10 +3,13 @@ package airlock
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/agent/client"
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/netstack/helper"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -23,6 +26,9 @@ import (
 // one; Remove deletes the saved state with the box. The guest's
 // filesystems are flushed first (it runs `sync`, as Commit does). It
 // takes about as long as Snapshot.
+// A box created with IdleAction IdleSuspend also resumes by itself on
+// its next exec, file or port call, and on an inbound connection to a
+// published TCP port while this Runtime is open (see IdleSuspend).
 // Errors: ErrBoxNotRunning; boxes with volumes are refused (as by
 // Snapshot); ErrNotSupported for a driver without snapshots.
 func (b *Box) Suspend(ctx context.Context) error {
@@ -60,6 +66,7 @@ func (b *Box) Suspend(ctx context.Context) error {
 		return err
 	}
 	h := handleOf(rec)
+	bound := readPorts(b.dir) // as its helper bound them, for wakeOnTraffic
 	// Stopped first, the machine stays stopped after the save: nothing
 	// the guest does after the saved instant reaches its disk.
 	was, err := p.Paused(ctx, spec, h)
@@ -88,6 +95,7 @@ func (b *Box) Suspend(ctx context.Context) error {
 		return err
 	}
 	b.emit(Event{Type: EventBoxSuspended})
+	b.r.wakeOnTraffic(b, bound)
 	return nil
 }
 
@@ -120,5 +128,213 @@ func (b *Box) resumeFromDisk(ctx context.Context, dir string) error {
 		return fmt.Errorf("resume box %s from disk: %w (its saved state stays; 'airlock stop %s' discards it, and the next start boots the box)", b.id, err, b.id)
 	}
 	boxdir.DropSuspended(dir)
+	b.idleClockRestart(ctx) // a resume is a use
 	return nil
+}
+
+// wake resumes the box first when its idle timeout suspended it
+// (IdleSuspend) and it is still suspended: the call that needs it running
+// (exec, files, code, ports) then goes on as if it had never stopped.
+// Concurrent calls, through any handle of the runtime, resume it once.
+// Other boxes, and boxes suspended by an explicit Suspend of a box
+// without IdleSuspend, are left as they are (their calls say how to
+// resume them).
+func (b *Box) wake(ctx context.Context) error {
+	if _, cfg := b.snapshot(); cfg.Options.IdleAction != IdleSuspend || b.suspendedDir() == "" {
+		return nil
+	}
+	return b.r.wakeBox(ctx, b)
+}
+
+// wakeClient is client after wake.
+func (b *Box) wakeClient(ctx context.Context) (*client.Client, error) {
+	if err := b.wake(ctx); err != nil {
+		return nil, err
+	}
+	return b.client(ctx)
+}
+
+// waking is a resume in progress (wakeBox): done is closed once err is
+// set.
+type waking struct {
+	done chan struct{}
+	err  error
+}
+
+// wakeBox resumes the suspended box b, once for concurrent callers: the
+// first resumes it (bounded by bootTimeout, not by its caller's ctx, as
+// the others wait for it too), the others wait for that resume's outcome
+// (or their ctx).
+func (r *Runtime) wakeBox(ctx context.Context, b *Box) error {
+	r.life.wakeMu.Lock()
+	if w, ok := r.life.waking[b.id]; ok {
+		r.life.wakeMu.Unlock()
+		select {
+		case <-w.done:
+			return w.err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	w := &waking{done: make(chan struct{})}
+	if r.life.waking == nil {
+		r.life.waking = map[string]*waking{}
+	}
+	r.life.waking[b.id] = w
+	r.life.wakeMu.Unlock()
+	defer func() {
+		r.life.wakeMu.Lock()
+		delete(r.life.waking, b.id)
+		r.life.wakeMu.Unlock()
+		close(w.done)
+	}()
+	if dir := b.suspendedDir(); dir != "" { // else resumed meanwhile
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bootTimeout)
+		defer cancel()
+		if err := b.resumeFromDisk(rctx, dir); err != nil {
+			w.err = fmt.Errorf("box %s was suspended when idle, and resuming it failed: %w", b.id, err)
+		}
+	}
+	return w.err
+}
+
+// heldBox is the published TCP ports of an IdleSuspend box that this
+// runtime holds (helper.Held), and the watch for a connection while the
+// box is suspended (cancel and waited are nil when none runs).
+type heldBox struct {
+	ports  *helper.Held
+	cancel context.CancelFunc
+	waited chan struct{} // closed when the watch's WaitConn has returned
+}
+
+// holdPorts returns the published TCP ports of an IdleSuspend box (b, of
+// configuration cfg, publishing ports) that its network helper is to
+// inherit: the ports this runtime holds for it, whose watch ends (the box
+// is starting), else ports it binds now and holds from now on, so that
+// they stay bound when the box is suspended. nil for other boxes: their
+// helpers bind their ports.
+func (r *Runtime) holdPorts(b *Box, cfg boxConfig, ports []PortMapping) (*helper.Held, error) {
+	if cfg.Options.IdleAction != IdleSuspend || len(ports) == 0 {
+		return nil, nil
+	}
+	r.life.heldMu.Lock()
+	defer r.life.heldMu.Unlock()
+	if hb := r.life.held[b.id]; hb != nil {
+		if hb.cancel != nil {
+			hb.cancel()
+			<-hb.waited
+			hb.cancel, hb.waited = nil, nil
+		}
+		return hb.ports, nil
+	}
+	h, err := helper.Bind(publishes(ports))
+	if err != nil || h == nil {
+		return nil, err
+	}
+	if r.life.held == nil {
+		r.life.held = map[string]*heldBox{}
+	}
+	r.life.held[b.id] = &heldBox{ports: h}
+	return h, nil
+}
+
+// releasePorts closes the ports this runtime holds for box id, if any
+// (its stop or removal: they are free again).
+func (r *Runtime) releasePorts(id string) {
+	r.life.heldMu.Lock()
+	hb := r.life.held[id]
+	delete(r.life.held, id)
+	r.life.heldMu.Unlock()
+	if hb != nil {
+		if hb.cancel != nil {
+			hb.cancel()
+			<-hb.waited
+		}
+		hb.ports.Close()
+	}
+}
+
+// releaseStale releases the ports held for boxes that are neither
+// running nor suspended (stopped, removed or died, maybe by another
+// process), live being the ids of those that are, unless a start holds
+// the box's lock; nil live releases every one.
+func (r *Runtime) releaseStale(live map[string]bool) {
+	r.life.heldMu.Lock()
+	var stale []string
+	for id := range r.life.held {
+		if !live[id] {
+			stale = append(stale, id)
+		}
+	}
+	r.life.heldMu.Unlock()
+	for _, id := range stale {
+		if live != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+			unlock, err := boxdir.LockBox(ctx, filepath.Join(r.opts.Home, "boxes", id))
+			cancel()
+			if err != nil && ctx.Err() != nil {
+				continue // locked: a start (or stop) in progress decides
+			}
+			if unlock != nil {
+				unlock()
+			}
+		}
+		r.releasePorts(id)
+	}
+}
+
+// wakeOnTraffic keeps the published TCP ports of the IdleSuspend box b,
+// just suspended, bound (bound: as its helper had them), and resumes the
+// box on the first connection to one, which its new helper then accepts:
+// the connection is held while the box resumes, not refused. The ports
+// are the ones held since the box's start, else bound now (a box another
+// process started: connections that came between its helper's end and
+// now were refused). It works while this runtime is open.
+func (r *Runtime) wakeOnTraffic(b *Box, bound []PortMapping) {
+	if _, cfg := b.snapshot(); cfg.Options.IdleAction != IdleSuspend || len(bound) == 0 {
+		return
+	}
+	r.life.heldMu.Lock()
+	defer r.life.heldMu.Unlock()
+	hb := r.life.held[b.id]
+	if hb == nil {
+		h, err := helper.Bind(publishes(bound))
+		if err != nil {
+			r.warn(fmt.Sprintf("box %s: suspended, but its published ports could not be kept bound (%v): connections to them are refused until it is resumed", b.id, err))
+			return
+		}
+		if h == nil {
+			return
+		}
+		if r.life.held == nil {
+			r.life.held = map[string]*heldBox{}
+		}
+		hb = &heldBox{ports: h}
+		r.life.held[b.id] = hb
+	}
+	if hb.cancel != nil {
+		return // watched already
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	waited := make(chan struct{})
+	hb.cancel, hb.waited = cancel, waited
+	go func() {
+		err := hb.ports.WaitConn(ctx)
+		close(waited)
+		if err != nil {
+			return // the box was started, stopped or removed
+		}
+		r.life.heldMu.Lock()
+		if hb.waited == waited {
+			hb.cancel, hb.waited = nil, nil
+		}
+		r.life.heldMu.Unlock()
+		cancel()
+		if err := b.wake(context.Background()); err != nil {
+			// Not resumed: what waits is refused, rather than held for
+			// ever.
+			r.warn(fmt.Sprintf("box %s: a connection to its published port could not wake it: %v; its ports are closed", b.id, err))
+			r.releasePorts(b.id)
+		}
+	}()
 }

@@ -722,3 +722,38 @@ func TestTenantsMCP(t *testing.T) {
 		t.Errorf("alice's session after bob's try: %v", err)
 	}
 }
+
+// TestTenantsCheckpointsInDiskQuota: a tenant's checkpoints count in its
+// disk quota by the bytes they take: once its disks and checkpoints reach
+// it, a checkpoint and a create are refused (403 quota_exceeded), and
+// removing checkpoints makes room again.
+func TestTenantsCheckpointsInDiskQuota(t *testing.T) {
+	e := newTenantEnv(t, tenant.Quota{DiskMiB: 100})
+	st, b, p := e.create(e.alice, map[string]any{"disk_size_mib": 32})
+	if st != 201 {
+		t.Fatalf("alice's box: %d %+v", st, p)
+	}
+	dir := fake.FilesDir(filepath.Join(e.r.Home(), "boxes", b.ID))
+	if st, body := e.call(e.alice, "POST", "/v1/boxes/"+b.ID+"/exec", map[string]any{"cmd": []string{"sh", "-c", `head -c 40000000 /dev/urandom > "$F/big"`}, "env": map[string]string{"F": dir}}); st != 200 {
+		t.Fatalf("write 40 MB: %d %s", st, body)
+	}
+	for _, name := range []string{"c1", "c2"} { // 32 + 40 MiB, then past 100
+		if st, body := e.call(e.alice, "POST", "/v1/boxes/"+b.ID+"/checkpoints", map[string]any{"name": name}); st != 201 {
+			t.Fatalf("checkpoint %s: %d %s", name, st, body)
+		}
+	}
+	if st, body := e.call(e.alice, "POST", "/v1/boxes/"+b.ID+"/checkpoints", map[string]any{"name": "c3"}); st != 403 || !strings.Contains(string(body), server.CodeQuotaExceeded) {
+		t.Errorf("a checkpoint past the disk quota: %d %s, want 403 quota_exceeded", st, body)
+	}
+	if st, _, p := e.create(e.alice, map[string]any{"disk_size_mib": 16}); st != 403 || p.Code != server.CodeQuotaExceeded || !strings.Contains(p.Detail, "disk") {
+		t.Errorf("a box past the disk quota its checkpoints fill: %d %+v, want 403 quota_exceeded naming disk", st, p)
+	}
+	for _, name := range []string{"c1", "c2"} {
+		if st, body := e.call(e.alice, "DELETE", "/v1/boxes/"+b.ID+"/checkpoints/"+name, nil); st != 204 && st != 200 {
+			t.Fatalf("remove checkpoint %s: %d %s", name, st, body)
+		}
+	}
+	if st, _, p := e.create(e.alice, map[string]any{"disk_size_mib": 16}); st != 201 {
+		t.Errorf("a box once the checkpoints are gone: %d %+v", st, p)
+	}
+}

@@ -185,9 +185,7 @@ func (b *Box) flushVolumes(ctx context.Context, h vmm.Handle) {
 	if err != nil {
 		return
 	}
-	b.mu.Lock()
-	b.stopping = true
-	b.mu.Unlock()
+	b.vm.Stopping()
 	if c.Shutdown(cctx) != nil {
 		return
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/airlock-run/airlock"
@@ -148,4 +150,68 @@ func liveBothWays(t *testing.T, b *airlock.Box, rwDir string) {
 	if got, _ := os.ReadFile(filepath.Join(rwDir, "box.txt")); string(got) != "from box\n" {
 		t.Fatalf("box write seen on the host: %q", got)
 	}
+}
+
+// TestVolumeOwnership: what a box writes to a host directory lands with
+// the directory owner's uid and gid and the modes of the host's umask
+// (0644 and 0755 under 022), not QEMU's 0600 and 0700, while the box
+// keeps its own view (its owner, its modes, a setuid bit) in the extended
+// attributes: no setuid file reaches the host (#39 point 7).
+func TestVolumeOwnership(t *testing.T) {
+	vmtest.Require(t)
+	r := openRuntime(t, "")
+	ctx := context.Background()
+	dir := t.TempDir()
+	wantUID, wantGID := os.Getuid(), os.Getgid()
+	if os.Getuid() == 0 {
+		// A directory of another user's, as a user's directory shared by
+		// a root airlock.
+		wantUID, wantGID = 1234, 2345
+		if err := os.Chown(dir, wantUID, wantGID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := r.Create(ctx, airlock.BoxOptions{Network: airlock.NetworkDisabled, Volumes: []airlock.Volume{{Source: dir, Target: "/v"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Remove(context.Background(), true) })
+	got := sh(t, b, "echo x > /v/f; mkdir /v/d; echo y > /v/s; chmod 4755 /v/s; stat -c '%n %u:%g %a' /v/f /v/d /v/s")
+	if want := "/v/f 0:0 644\n/v/d 0:0 755\n/v/s 0:0 4755\n"; got != want {
+		t.Errorf("in the box: %q, want %q (the box's own owner and modes)", got, want)
+	}
+	fileMode, dirMode := os.FileMode(0o644), os.FileMode(0o755)
+	if u := hostUmask(t); u != 0o022 {
+		fileMode, dirMode = 0o666&^u, 0o777&^u
+	}
+	for name, mode := range map[string]os.FileMode{"f": fileMode, "d": dirMode | os.ModeDir, "s": fileMode} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if int(st.Uid) != wantUID || int(st.Gid) != wantGID || fi.Mode() != mode {
+			t.Errorf("on the host, %s: %d:%d %v, want %d:%d %v", name, st.Uid, st.Gid, fi.Mode(), wantUID, wantGID, mode)
+		}
+	}
+}
+
+// hostUmask is this process's umask, read without changing it.
+func hostUmask(t *testing.T) os.FileMode {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+			m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return os.FileMode(m)
+		}
+	}
+	t.Fatal("no Umask in /proc/self/status")
+	return 0
 }

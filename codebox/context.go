@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/headtail"
 )
 
@@ -51,6 +52,16 @@ type Result struct {
 	// rendered as PNG (Agg backend) and then closed, like a notebook's
 	// inline backend. Empty when matplotlib is not installed or not used.
 	Images []Image
+	// ValueData are Value's rich representations by MIME type when the
+	// value has more than its repr (a pandas DataFrame's "text/html", a
+	// matplotlib figure's "image/png"; see Display.Data for the forms);
+	// nil otherwise.
+	ValueData map[string]string
+	// Displays are the objects the cell showed with display() (a
+	// builtin in the interpreter, and IPython.display.display when
+	// IPython is installed), in order, when the cell did not stream
+	// (RunStream passes them on as they come).
+	Displays []Display
 	// TimedOut is true when the cell ran past its timeout (or ctx ended)
 	// and was interrupted.
 	TimedOut bool
@@ -90,6 +101,19 @@ type Image struct {
 	MIMEType string `json:"mime"`
 	// Data is the encoded image.
 	Data []byte `json:"data"`
+}
+
+// Display is one object a cell showed with display(), as a notebook
+// shows it: its representations by MIME type, from the object's
+// _repr_*_ methods (IPython's protocol). Data always has "text/plain"
+// (its repr); others as the object offers them: text for "text/html",
+// "text/markdown", "text/latex", "image/svg+xml" and
+// "application/javascript", JSON text for "application/json", base64 for
+// "image/png", "image/jpeg" and "application/pdf". A display line is
+// bounded as every kernel line is (32 MiB; a larger one is dropped with
+// a note on stderr).
+type Display struct {
+	Data map[string]string `json:"data"`
 }
 
 // Context is a long-lived Python interpreter in the box: variables,
@@ -213,22 +237,27 @@ type kernel struct {
 }
 
 type reply struct {
-	ID        *int64  `json:"id"`
-	Ready     bool    `json:"ready"`
-	Stdout    string  `json:"stdout"`
-	Stderr    string  `json:"stderr"`
-	Value     *string `json:"value"`
-	Error     *Error  `json:"error"`
-	Images    []Image `json:"images"`
-	Truncated bool    `json:"truncated"`
-	OutDrop   int64   `json:"stdout_dropped"`
-	ErrDrop   int64   `json:"stderr_dropped"`
+	ID     *int64  `json:"id"`
+	Ready  bool    `json:"ready"`
+	Stdout string  `json:"stdout"`
+	Stderr string  `json:"stderr"`
+	Value  *string `json:"value"`
+	Error  *Error  `json:"error"`
+	Images []Image `json:"images"`
+	// ValueData and Displays: Result's.
+	ValueData map[string]string   `json:"value_data"`
+	Displays  []map[string]string `json:"displays"`
+	Truncated bool                `json:"truncated"`
+	OutDrop   int64               `json:"stdout_dropped"`
+	ErrDrop   int64               `json:"stderr_dropped"`
 	// Stream ("stdout" or "stderr") marks a piece of a streamed cell's
 	// output (Text), not its reply.
 	Stream string `json:"stream"`
 	Text   string `json:"text"`
 	// Image is a figure a streamed cell showed (plt.show()) as it ran.
 	Image *Image `json:"image"`
+	// Display is an object a streamed cell showed with display().
+	Display map[string]string `json:"display"`
 	// tooLong marks a line over maxMessage, dropped unread.
 	tooLong bool
 }
@@ -340,6 +369,9 @@ type Chunk struct {
 	// ran, rendered as PNG (and closed); Text is then empty. It is not in
 	// Result.Images, which holds the figures left open at the end.
 	Image *Image
+	// Display, when set, is an object the cell showed with display();
+	// Text is then empty.
+	Display *Display
 }
 
 // maxStreamed bounds what the host keeps of one stream of a streamed cell
@@ -422,12 +454,14 @@ func (s *sink) finish(res *Result) {
 // streamed handles a piece of streamed output: it reports whether rep was
 // one (passed on when it is cell id's and a RunStream is running).
 func (x *Context) streamed(rep reply, id int64) bool {
-	if rep.Stream == "" && rep.Image == nil {
+	if rep.Stream == "" && rep.Image == nil && rep.Display == nil {
 		return false
 	}
 	if x.sink != nil && rep.ID != nil && *rep.ID == id {
 		if rep.Image != nil {
 			x.sink.on(Chunk{Image: rep.Image})
+		} else if rep.Display != nil {
+			x.sink.on(Chunk{Display: &Display{Data: rep.Display}})
 		} else {
 			x.sink.add(rep.Stream == "stderr", rep.Text)
 		}
@@ -436,12 +470,17 @@ func (x *Context) streamed(rep reply, id int64) bool {
 }
 
 func (x *Context) run(ctx context.Context, code string) (*Result, error) {
+	x.reattach(ctx)
 	if x.k == nil {
 		if err := x.init(ctx); err != nil {
 			return nil, fmt.Errorf("codebox: restart context: %w", err)
 		}
 	}
 	k := x.k
+	if dp, ok := k.p.(*daemonProc); ok {
+		// Its relay is a Background exec: the cell is the use.
+		defer dp.box.Use(ctx)()
+	}
 	x.nextID++
 	id := x.nextID
 	req, _ := json.Marshal(map[string]any{"id": id, "code": code, "stream": x.sink != nil})
@@ -530,6 +569,43 @@ func (x *Context) interrupt(ctx context.Context, id int64, ctxErr error) (*Resul
 	}
 }
 
+// reattach gives the context a new relay to its interpreter when the
+// relay ended but the interpreter may live on: its box's machine ended
+// under it (suspended when idle, airlock.IdleSuspend), and the relay
+// exec, which wakes the box, reaches the interpreter with its variables
+// as they were. When the interpreter is gone, nothing changes: the cell
+// then finds it dead, and a new one starts (StateLost).
+func (x *Context) reattach(ctx context.Context) {
+	if x.k == nil {
+		return
+	}
+	dp, ok := x.k.p.(*daemonProc)
+	if !ok {
+		return
+	}
+	select {
+	case <-x.k.exited:
+	default:
+		if info, err := dp.box.Info(ctx); err != nil || info.State == airlock.BoxRunning {
+			return // the relay runs
+		}
+		// The machine ended under the relay: the relay's end is on its
+		// way (its connection drops).
+		t := time.NewTimer(10 * time.Second)
+		defer t.Stop()
+		select {
+		case <-x.k.exited:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+	if k, err := attachKernel(ctx, dp.box, dp.dir); err == nil {
+		x.k = k
+	}
+}
+
 // lost replaces a dead or killed interpreter with a new one and returns
 // the Result that says so.
 func (x *Context) lost(ctx context.Context, name, msg string, timedOut bool) (*Result, error) {
@@ -549,6 +625,10 @@ func (r reply) result() *Result {
 		StdoutDropped: r.OutDrop, StderrDropped: r.ErrDrop}
 	if r.Value != nil {
 		res.Value = *r.Value
+		res.ValueData = r.ValueData
+	}
+	for _, d := range r.Displays {
+		res.Displays = append(res.Displays, Display{Data: d})
 	}
 	return res
 }

@@ -189,7 +189,7 @@ func launchKernel(ctx context.Context, b *airlock.Box, python, dir string, co Co
 func relayKernel(ctx context.Context, b *airlock.Box, dir string) (kernelProc, error) {
 	// The relay must outlive ctx: a deadline on an ExecStream's ctx would
 	// become the process's timeout.
-	p, err := b.ExecStream(context.WithoutCancel(ctx), "sh", []string{"-c", relayScript, "relay", dir}, airlock.ExecOptions{})
+	p, err := b.ExecStream(context.WithoutCancel(ctx), "sh", []string{"-c", relayScript, "relay", dir}, airlock.ExecOptions{Background: true})
 	if err != nil {
 		return nil, err
 	}

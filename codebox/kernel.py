@@ -16,6 +16,16 @@
 #           and the fd-level output, at the end of the cell). A figure the
 #           cell shows (plt.show()) comes at once as {"id": N, "image":
 #           {"mime", "data"}}, and is not in the reply's "images".
+# Display:  display(obj, ...) (a builtin, and IPython.display.display when
+#           IPython is installed) shows an object as a notebook does: its
+#           MIME bundle {"text/plain": repr, "text/html": ..., ...} from the
+#           object's _repr_*_ methods (_repr_mimebundle_, _repr_html_,
+#           _repr_markdown_, _repr_svg_, _repr_png_, _repr_jpeg_, _repr_pdf_,
+#           _repr_latex_, _repr_json_, _repr_javascript_; a matplotlib figure
+#           as PNG). A streamed cell sends it at once as {"id": N, "display":
+#           {...}}; else it is in the reply's "displays" (a list of
+#           bundles). The reply's "value_data" is the bundle of the cell's
+#           value, without text/plain (that is "value"), when it has more.
 # Reseed:   {"id": N, "reseed": true} -> {"id": N}: fresh seeds for random and
 #           tempfile's names, sent by the host to an interpreter that lived
 #           through a snapshot (a fork child's, a warm pool box's); it runs as
@@ -263,6 +273,114 @@ def _figures():
 # at once), or None.
 _stream_id = None
 
+# The display() bundles of the cell running now (a cell that does not
+# stream).
+_displays = []
+
+# _repr_*_ methods and the MIME types they give, as IPython names them.
+_REPRS = (
+    ("_repr_html_", "text/html"),
+    ("_repr_markdown_", "text/markdown"),
+    ("_repr_svg_", "image/svg+xml"),
+    ("_repr_png_", "image/png"),
+    ("_repr_jpeg_", "image/jpeg"),
+    ("_repr_pdf_", "application/pdf"),
+    ("_repr_latex_", "text/latex"),
+    ("_repr_json_", "application/json"),
+    ("_repr_javascript_", "application/javascript"),
+)
+_BINARY = ("image/png", "image/jpeg", "application/pdf")
+
+
+def _mime_value(mime, v):
+    """A representation as the protocol carries it: text; base64 for
+    binary types; JSON text for application/json."""
+    if isinstance(v, tuple):  # (data, metadata)
+        v = v[0]
+    if v is None:
+        return None
+    if mime == "application/json":
+        return v if isinstance(v, str) else json.dumps(v)
+    if isinstance(v, (bytes, bytearray)):
+        if mime in _BINARY:
+            return base64.b64encode(bytes(v)).decode("ascii")
+        return bytes(v).decode("utf-8", "replace")
+    return str(v)
+
+
+def _lies(obj):
+    """Whether obj answers any attribute (a __getattr__ that makes them
+    up, as mocks do): its _repr_*_ are not asked, as IPython does not."""
+    try:
+        return getattr(obj, "_ipython_canary_method_should_not_exist_", None) is not None
+    except Exception:
+        return True
+
+
+def _bundle(obj):
+    """obj's MIME bundle, text/plain always in it; a broken _repr_*_ is
+    left out."""
+    data = {}
+    fig = sys.modules.get("matplotlib.figure")
+    if fig is not None and isinstance(obj, fig.Figure):
+        try:
+            buf = io.BytesIO()
+            obj.savefig(buf, format="png", bbox_inches="tight")
+            data["image/png"] = base64.b64encode(buf.getvalue()).decode("ascii")
+        except Exception:
+            pass
+    elif not isinstance(obj, type) and not _lies(obj):
+        m = getattr(obj, "_repr_mimebundle_", None)
+        if callable(m):
+            try:
+                b = m(include=None, exclude=None)
+                if isinstance(b, tuple):
+                    b = b[0]
+                for k, v in (b or {}).items():
+                    v = _mime_value(k, v)
+                    if v is not None:
+                        data[k] = v
+            except Exception:
+                pass
+        for meth, mime in _REPRS:
+            if mime in data:
+                continue
+            m = getattr(obj, meth, None)
+            if not callable(m):
+                continue
+            try:
+                v = _mime_value(mime, m())
+            except Exception:
+                continue
+            if v is not None:
+                data[mime] = v
+    if "text/plain" not in data:
+        try:
+            data["text/plain"] = repr(obj)
+        except Exception as e:
+            data["text/plain"] = "<unprintable %s: %r>" % (type(obj).__name__, e)
+    return data
+
+
+def display(*objs, **kwargs):
+    """Shows each object as a notebook's display() does: its rich
+    representations come back to the host as a display result."""
+    for obj in objs:
+        b = _bundle(obj)
+        if _stream_id is None:
+            _displays.append(b)
+            continue
+        line = _encode({"id": _stream_id, "display": b})
+        if len(line) > MESSAGE_LIMIT:
+            _stream(_stream_id, "stderr", "airlock: a display() of %s dropped: over %d bytes\n" % (type(obj).__name__, MESSAGE_LIMIT))
+            continue
+        _write(line)
+
+
+import builtins  # noqa: E402
+
+builtins.display = display
+
 
 def _patch_pyplot(plt):
     orig = plt.show
@@ -277,11 +395,20 @@ def _patch_pyplot(plt):
     plt.show = show
 
 
+def _patch_ipython(mod):
+    mod.display = display
+
+
+_PATCHES = {"matplotlib.pyplot": lambda m: _patch_pyplot(m), "IPython.display": _patch_ipython}
+
+
 class _PyplotHook:
-    """Patches matplotlib.pyplot.show when pyplot is first imported."""
+    """Patches matplotlib.pyplot.show when pyplot is first imported, and
+    IPython.display.display (to the kernel's display) when that is."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != "matplotlib.pyplot":
+        patch = _PATCHES.get(name)
+        if patch is None:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
@@ -290,7 +417,7 @@ class _PyplotHook:
 
         def exec_module(module):
             load(module)
-            _patch_pyplot(module)
+            patch(module)
 
         spec.loader.exec_module = exec_module
         return spec
@@ -317,7 +444,10 @@ def _run_cell(code, reply):
             value = eval(expr, _globals)
             if value is not None:
                 _globals["_"] = value
-                reply["value"] = repr(value)
+                b = _bundle(value)
+                reply["value"] = b.pop("text/plain")
+                if b:
+                    reply["value_data"] = b
     finally:
         _running = False
 
@@ -327,6 +457,7 @@ def _handle(req):
     reply = {"id": req.get("id"), "stdout": "", "stderr": "", "value": None, "error": None, "images": [], "truncated": False}
     sid = req.get("id") if req.get("stream") else None
     _stream_id = sid
+    del _displays[:]
     out, err = _Capture("<stdout>", sid), _Capture("<stderr>", sid)
     for f in (_fd_out, _fd_err):
         f.seek(0)
@@ -347,6 +478,9 @@ def _handle(req):
         except BaseException as e:
             _running = False
             err.write("airlock: figures lost: %r\n" % (e,))
+        if _displays:
+            reply["displays"] = list(_displays)
+            del _displays[:]
     finally:
         _running = False
         _stream_id = None
@@ -415,17 +549,20 @@ def _stream(cell_id, name, text):
 def _send(obj):
     caps = obj.pop("_caps", None)
     line = _encode(obj)
-    if len(line) > MESSAGE_LIMIT and obj.get("streamed") and obj.get("images"):
+    if len(line) > MESSAGE_LIMIT and obj.get("streamed") and (obj.get("images") or obj.get("value_data")):
         obj["images"] = []
-        _stream(obj["id"], "stderr", "airlock: figures dropped: the reply would exceed %d bytes\n" % MESSAGE_LIMIT)
+        obj.pop("value_data", None)
+        _stream(obj["id"], "stderr", "airlock: figures and rich value dropped: the reply would exceed %d bytes\n" % MESSAGE_LIMIT)
         line = _encode(obj)
     # JSON escapes can make a reply several times its text: shrink the
     # output (figures first) until the line fits MESSAGE_LIMIT.
     keep = LIMIT
     while len(line) > MESSAGE_LIMIT and caps is not None:
-        if obj.get("images"):
+        if obj.get("images") or obj.get("displays") or obj.get("value_data"):
             obj["images"] = []
-            caps[1].write("airlock: figures dropped: the reply would exceed %d bytes\n" % MESSAGE_LIMIT)
+            obj.pop("displays", None)
+            obj.pop("value_data", None)
+            caps[1].write("airlock: figures, displays and rich value dropped: the reply would exceed %d bytes\n" % MESSAGE_LIMIT)
         else:
             keep //= 2
             for c in caps:

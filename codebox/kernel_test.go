@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -168,4 +169,56 @@ func TestKernelHost(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
+}
+
+// TestKernelDisplay: display() and a cell's value give the object's rich
+// representations (IPython's _repr_*_ protocol), with the run's result
+// and, when streamed, as the cell runs; an object whose _repr_html_
+// raises, or that makes up attributes, has its repr only.
+func TestKernelDisplay(t *testing.T) {
+	x := hostContext(t, 10*time.Second, time.Second)
+	run(t, x, `
+class Rich:
+    def __repr__(self): return "Rich()"
+    def _repr_html_(self): return "<b>rich</b>"
+    def _repr_json_(self): return {"a": 1}
+    def _repr_png_(self): return b"\x89PNG"
+    def _repr_markdown_(self): return "**rich**"
+class Broken:
+    def __repr__(self): return "Broken()"
+    def _repr_html_(self): raise ValueError("no")
+class Liar:
+    def __getattr__(self, name): return lambda *a, **k: "made up"
+    def __repr__(self): return "Liar()"
+`)
+	res := run(t, x, "display(Rich(), Broken(), Liar())\nprint('after')\nRich()")
+	if res.Error != nil || res.Stdout != "after\n" || len(res.Displays) != 3 {
+		t.Fatalf("got %+v", res)
+	}
+	want := map[string]string{"text/plain": "Rich()", "text/html": "<b>rich</b>", "application/json": `{"a": 1}`,
+		"image/png": "iVBORw==", "text/markdown": "**rich**"}
+	if got := res.Displays[0].Data; !maps.Equal(got, want) {
+		t.Errorf("display(Rich()): %v, want %v", got, want)
+	}
+	for i, name := range []string{"Broken()", "Liar()"} {
+		if got := res.Displays[i+1].Data; len(got) != 1 || got["text/plain"] != name {
+			t.Errorf("display(%s): %v, want its repr only", name, got)
+		}
+	}
+	delete(want, "text/plain")
+	if res.Value != "Rich()" || !maps.Equal(res.ValueData, want) {
+		t.Errorf("value %q %v, want Rich() and %v", res.Value, res.ValueData, want)
+	}
+	if res := run(t, x, "41 + 1"); res.Value != "42" || res.ValueData != nil || res.Displays != nil {
+		t.Errorf("a plain value: %+v", res)
+	}
+	var shown []*Display
+	res, err := x.RunStream(context.Background(), "display(Rich())\nprint('x')", func(c Chunk) {
+		if c.Display != nil {
+			shown = append(shown, c.Display)
+		}
+	})
+	if err != nil || res.Error != nil || len(res.Displays) != 0 || len(shown) != 1 || shown[0].Data["text/html"] != "<b>rich</b>" {
+		t.Errorf("streamed display: %+v %v, shown %v", res, err, shown)
+	}
 }

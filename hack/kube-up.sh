@@ -16,6 +16,10 @@
 # a serving pair for nodes on 127.0.0.1, the service-account key pair) are
 # made with openssl in DIR/pki. Binaries: $AIRLOCK_KUBE_BIN, else
 # ~/.cache/airlock/kube/<version> (hack/build-kube.sh prints it).
+# AIRLOCK_KUBE_NODE_GRACE=SECONDS, when set, is the controller manager's
+# --node-monitor-grace-period (checked every second): a node whose lease
+# is that old is NotReady and its pods are evicted (tests of node loss;
+# the default is Kubernetes' 50 s).
 set -euo pipefail
 
 DIR=${1:?usage: hack/kube-up.sh DIR}
@@ -148,7 +152,8 @@ start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$DIR/
 	--bind-address 127.0.0.1 --secure-port "$CM_PORT" --leader-elect=false \
 	--service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
 	--cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
-	--service-cluster-ip-range 10.0.0.0/24 --use-service-account-credentials=false
+	--service-cluster-ip-range 10.0.0.0/24 --use-service-account-credentials=false \
+	${AIRLOCK_KUBE_NODE_GRACE:+--node-monitor-grace-period "${AIRLOCK_KUBE_NODE_GRACE}s" --node-monitor-period 1s}
 start kube-scheduler "$BIN/kube-scheduler" --kubeconfig "$DIR/kubeconfig" \
 	--bind-address 127.0.0.1 --secure-port "$SCHED_PORT" --leader-elect=false
 

@@ -13,10 +13,12 @@ package kubenode
 import (
 	"context"
 	"fmt"
+	"net"
 	"path/filepath"
 	"runtime"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/kubebox"
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
 	"golang.org/x/sys/unix"
@@ -25,6 +27,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 )
 
 // RuntimeLabel is the label (value "true") and the key of the NoSchedule
@@ -67,6 +72,11 @@ type Config struct {
 	// kubelet API (default: KubeletAddr's host when it names one, else
 	// the host's first global IPv4 address, else 127.0.0.1).
 	NodeIP string
+	// APIAddr, when set, is the address (host:port) of the node's airlock
+	// API for its own boxes (airlock node --api-listen), advertised on the
+	// Node as annotation kubebox.APIAnnotation (http://HOST:PORT; an
+	// unspecified host is NodeIP) so that airlock gateway finds it.
+	APIAddr string
 }
 
 // Run registers the node and runs its pods as boxes until ctx ends. At
@@ -75,8 +85,9 @@ type Config struct {
 // returns (a restarted node adopts them); deleting the Node does not
 // remove them. A pod's command runs on an exec stream of this process: one
 // still running when the process exits ends with it (the Runtime's
-// Close), and its adopted box then shows the pod Running until the box
-// stops; keeping commands across a restart is a later slice.
+// Close, or Provider.Stop), and a restarted node applies the pod's
+// restartPolicy to that end (Provider.Adopt); keeping commands across a
+// restart is a later slice.
 func Run(ctx context.Context, cfg Config) error {
 	if cfg.Name == "" || cfg.Client == nil || cfg.Runtime == nil {
 		return fmt.Errorf("kubenode: Name, Client and Runtime are required")
@@ -89,6 +100,15 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer prov.Stop()
+	// The pods' events (and virtual-kubelet's pod controller's) go to
+	// the API as a kubelet's do, from component kubelet on this host.
+	eb := record.NewBroadcaster()
+	eb.StartRecordingToSink(&corev1client.EventSinkImpl{Interface: cfg.Client.CoreV1().Events(metav1.NamespaceAll)})
+	defer eb.Shutdown()
+	recorder := eb.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kubelet", Host: cfg.Name})
+	prov.SetRecorder(recorder)
+	prov.nodeName = cfg.Name
+	prov.SetAPI(cfg.Client, nodeIP(cfg))
 	pods, err := cfg.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", cfg.Name).String(),
 	})
@@ -98,8 +118,6 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := prov.Adopt(ctx, pods.Items); err != nil {
 		return fmt.Errorf("kubenode: adopting boxes: %w", err)
 	}
-	prov.nodeName = cfg.Name
-	prov.SetAPI(cfg.Client, nodeIP(cfg))
 	var kubelet *kubeletServer
 	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
 		kubelet, err = listenKubelet(cfg, cfg.Client, prov)
@@ -113,13 +131,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	capacity := Capacity(cfg.Runtime)
 	n, err := nodeutil.NewNode(cfg.Name, func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
-		prov.setLister(pc.Pods)
+		prov.setListers(pc)
 		return prov, nil, nil
 	}, func(c *nodeutil.NodeConfig) error {
 		c.Client = cfg.Client
 		c.KubeconfigPath = ""
 		c.HTTPListenAddr = "127.0.0.1:0" // unused: the kubelet API is served by listenKubelet
 		c.NumWorkers = max(2, runtime.NumCPU())
+		c.EventRecorder = recorder
 		// The provider resolves env itself (resolveEnv), so that a pod
 		// whose env cannot be made shows CreateContainerConfigError.
 		c.SkipDownwardAPIResolution = true
@@ -127,6 +146,12 @@ func Run(ctx context.Context, cfg Config) error {
 		spec.Labels[RuntimeLabel] = "true"
 		spec.Labels[corev1.LabelOSStable] = runtime.GOOS
 		spec.Labels[corev1.LabelArchStable] = runtime.GOARCH
+		if u := apiURL(cfg); u != "" {
+			if spec.Annotations == nil {
+				spec.Annotations = map[string]string{}
+			}
+			spec.Annotations[kubebox.APIAnnotation] = u
+		}
 		spec.Spec.Taints = append(spec.Spec.Taints, corev1.Taint{Key: RuntimeLabel, Value: "true", Effect: corev1.TaintEffectNoSchedule})
 		spec.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: nodeIP(cfg)}}
 		if kubelet != nil {
@@ -176,4 +201,20 @@ func Capacity(rt *airlock.Runtime) corev1.ResourceList {
 		corev1.ResourceEphemeralStorage: *resource.NewQuantity(disk, resource.BinarySI),
 		corev1.ResourcePods:             *resource.NewQuantity(int64(boxes), resource.DecimalSI),
 	}
+}
+
+// apiURL is the URL the Node advertises for its airlock API ("" without
+// one): Config.APIAddr with an unspecified host replaced by the NodeIP.
+func apiURL(cfg Config) string {
+	if cfg.APIAddr == "" {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(cfg.APIAddr)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = nodeIP(cfg)
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }

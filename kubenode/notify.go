@@ -5,10 +5,10 @@ import (
 	"time"
 
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
+	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	corev1listers "k8s.io/client-go/listers/core/v1"
 )
 
 // The provider pushes pod statuses (virtual-kubelet's PodNotifier) when
@@ -32,11 +32,12 @@ func (p *Provider) NotifyPods(ctx context.Context, f func(*corev1.Pod)) {
 	go p.resync(ctx)
 }
 
-// setLister gives the provider the informer's pods of this node, for the
-// resync.
-func (p *Provider) setLister(l corev1listers.PodLister) {
+// setListers gives the provider the informers' pods of this node, for
+// the resync, and the cluster's ConfigMaps and Secrets, for the sync of
+// volumes (syncVolumes).
+func (p *Provider) setListers(pc nodeutil.ProviderConfig) {
 	p.mu.Lock()
-	p.lister = l
+	p.lister, p.cmLister, p.secretLister = pc.Pods, pc.ConfigMaps, pc.Secrets
 	p.mu.Unlock()
 }
 
@@ -63,17 +64,23 @@ func (p *Provider) notifyDeleted(pod *corev1.Pod) {
 	if f == nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return
 	}
+	f(terminated(pod, "the pod was deleted: its box was removed"))
+}
+
+// terminated returns the pod as deleted here: Succeeded, reason
+// Terminated, its containers terminated with msg.
+func terminated(pod *corev1.Pod, msg string) *corev1.Pod {
 	u := pod.DeepCopy()
 	u.Status.Phase, u.Status.Reason = corev1.PodSucceeded, "Terminated"
 	now := metav1.Now()
 	for i, cs := range u.Status.ContainerStatuses {
-		t := &corev1.ContainerStateTerminated{Reason: "Terminated", Message: "the pod was deleted: its box was removed", FinishedAt: now}
+		t := &corev1.ContainerStateTerminated{Reason: "Terminated", Message: msg, FinishedAt: now}
 		if cs.State.Running != nil {
 			t.StartedAt = cs.State.Running.StartedAt
 		}
 		u.Status.ContainerStatuses[i].State = corev1.ContainerState{Terminated: t}
 	}
-	f(u)
+	return u
 }
 
 // resync pushes the status of every pod of this node every resyncInterval.

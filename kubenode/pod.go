@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/kubebox"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -13,17 +15,25 @@ import (
 // BoxNamePrefix starts the name of every box that runs a pod: the box is
 // named BoxNamePrefix + the pod's UID, so that a restarted node finds the
 // boxes of its pods (and removes those whose pod is gone).
-const BoxNamePrefix = "k8s-"
+const BoxNamePrefix = kubebox.BoxNamePrefix
 
 // BoxName is the name of the box that runs the pod with this UID.
-func BoxName(uid types.UID) string { return BoxNamePrefix + string(uid) }
+func BoxName(uid types.UID) string { return kubebox.BoxName(string(uid)) }
+
+// apiBox says whether the pod is a box made through airlock's API (by
+// airlock gateway: it carries kubebox.OptionsAnnotation): no main command
+// runs in it, and it runs until the pod is deleted or the box stops.
+func apiBox(pod *corev1.Pod) bool {
+	_, ok := pod.Annotations[kubebox.OptionsAnnotation]
+	return ok
+}
 
 // Status reasons of pods this node refuses or fails (pod.status.reason, and
 // the terminated container's reason where it has one).
 const (
 	// ReasonUnsupported: the pod asks for something airlock does not do
 	// (yet): more than one container, init containers, volumes other
-	// than emptyDir, ConfigMap, Secret and projected ones, host ports.
+	// than emptyDir, ConfigMap, Secret and projected ones.
 	// status.message says which.
 	ReasonUnsupported = "UnsupportedPodSpec"
 	// ReasonStartError: the box could not be created or started, or the
@@ -59,11 +69,6 @@ func checkPod(pod *corev1.Pod) string {
 		why = append(why, "host namespaces (hostNetwork, hostPID, hostIPC) are not available to a box")
 	}
 	for _, c := range s.Containers {
-		for _, p := range c.Ports {
-			if p.HostPort != 0 {
-				why = append(why, fmt.Sprintf("container %s: hostPort %d is not supported yet", c.Name, p.HostPort))
-			}
-		}
 		if c.Stdin || c.TTY {
 			why = append(why, fmt.Sprintf("container %s: stdin and tty are not supported yet", c.Name))
 		}
@@ -136,6 +141,21 @@ func boxOptions(pod *corev1.Pod) (airlock.BoxOptions, error) {
 	}
 	if h := pod.Spec.Hostname; h != "" {
 		opts.Hostname = h
+	}
+	if a, ok := pod.Annotations[kubebox.OptionsAnnotation]; ok {
+		o, err := kubebox.ParseOptions(a)
+		if err != nil {
+			return opts, err
+		}
+		if o.Network != "" {
+			opts.Network = airlock.NetworkMode(o.Network)
+		}
+		opts.AllowNet, opts.DiskSizeMiB = o.AllowNet, o.DiskSizeMiB
+		if o.User != "" {
+			opts.User = o.User
+		}
+		sec := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+		opts.TTL, opts.IdleTimeout, opts.Lease = sec(o.TTL), sec(o.IdleTimeout), sec(o.Lease)
 	}
 	return opts, nil
 }

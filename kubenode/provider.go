@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/record"
 )
 
 // Provider runs the pods bound to one node as airlock boxes: one box per
@@ -33,14 +34,17 @@ type Provider struct {
 	started  time.Time            // when the provider was made
 	client   kubernetes.Interface // resolves env valueFrom/envFrom (SetAPI); nil: refused
 	hostIP   string               // the node's InternalIP (status.hostIP)
+	recorder record.EventRecorder // the pods' events (SetRecorder); nil: none
 
-	mu          sync.Mutex
-	pods        map[string]*podBox // by namespace/name
-	cpuLast     map[types.UID]cpuSample
-	nodeCPULast cpuSample
-	notify      func(*corev1.Pod)       // NotifyPods' callback
-	lister      corev1listers.PodLister // this node's pods, for the resync
-	deletedKeys map[string]struct{}     // pods deleted here that the API still lists
+	mu           sync.Mutex
+	pods         map[string]*podBox // by namespace/name
+	cpuLast      map[types.UID]cpuSample
+	nodeCPULast  cpuSample
+	notify       func(*corev1.Pod)             // NotifyPods' callback
+	lister       corev1listers.PodLister       // this node's pods, for the resync
+	cmLister     corev1listers.ConfigMapLister // for syncVolumes
+	secretLister corev1listers.SecretLister
+	deletedKeys  map[string]struct{} // pods deleted here that the API still lists
 
 	quit     chan struct{} // closed by Stop: no container restarts any more
 	quitOnce sync.Once
@@ -70,6 +74,9 @@ type podBox struct {
 	restartCount int                              // times the container was started again
 	last         *corev1.ContainerStateTerminated // the previous run's end (lastState)
 	backoff      time.Duration                    // the next restart's back-off (0: at once)
+
+	ports  *podPorts // the published containerPorts (publishPorts), or nil
+	resume bool      // adopted and not done: resumeAdopted takes it over
 }
 
 // NewProvider returns a provider that runs pods as boxes of rt. Container
@@ -85,10 +92,32 @@ func NewProvider(rt *airlock.Runtime, logDir string, logf func(string, ...any)) 
 	return &Provider{rt: rt, logDir: logDir, logf: logf, pods: map[string]*podBox{}, started: time.Now(), quit: make(chan struct{})}, nil
 }
 
-// Stop ends the provider's restarts: a container that ends from now on is
-// not started again (its box stays, for a node that adopts it). Run
-// calls it when the node stops.
-func (p *Provider) Stop() { p.quitOnce.Do(func() { close(p.quit) }) }
+// Stop ends the provider's work when its node stops: no container is
+// started again, no port published, no volume synced, and the commands
+// it runs end (as they end with the node process that runs them). The
+// boxes stay, for a node that adopts them. Run calls it when the node
+// stops.
+func (p *Provider) Stop() {
+	p.quitOnce.Do(func() {
+		close(p.quit)
+		p.mu.Lock()
+		var cancels []context.CancelFunc
+		var ports []*podPorts
+		for _, pb := range p.pods {
+			if pb.cancel != nil {
+				cancels = append(cancels, pb.cancel)
+			}
+			ports = append(ports, pb.ports)
+		}
+		p.mu.Unlock()
+		for _, c := range cancels {
+			c()
+		}
+		for _, pp := range ports {
+			pp.close()
+		}
+	})
+}
 
 // SetAPI gives the provider the cluster's API, through which a pod's env
 // valueFrom and envFrom are resolved (ConfigMaps, Secrets, the downward
@@ -96,6 +125,18 @@ func (p *Provider) Stop() { p.quitOnce.Do(func() { close(p.quit) }) }
 // Without it, pods with such env are refused. Call it before CreatePod.
 func (p *Provider) SetAPI(client kubernetes.Interface, hostIP string) {
 	p.client, p.hostIP = client, hostIP
+}
+
+// SetRecorder gives the provider the recorder of the pods' events
+// (pull failures, starts, kills, port conflicts). Call it before
+// CreatePod.
+func (p *Provider) SetRecorder(r record.EventRecorder) { p.recorder = r }
+
+// event records an event of the pod, when there is a recorder.
+func (p *Provider) event(pod *corev1.Pod, typ, reason, msg string) {
+	if p.recorder != nil {
+		p.recorder.Event(pod, typ, reason, msg)
+	}
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }
@@ -161,16 +202,8 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 		fail(ReasonStartError, err.Error())
 		return
 	}
-	box, err := p.rt.Create(ctx, opts)
-	if err != nil {
-		if ctx.Err() != nil {
-			return
-		}
-		if errors.Is(err, airlock.ErrImageNotFound) {
-			fail("ErrImagePull", err.Error())
-			return
-		}
-		fail(ReasonStartError, err.Error())
+	box, ok := p.createBox(ctx, pb, opts)
+	if !ok {
 		return
 	}
 	p.mu.Lock()
@@ -185,6 +218,24 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 			fail(ReasonStartError, err.Error())
 		}
 		return
+	}
+	p.publishPorts(pb, box)
+	if apiBox(pod) {
+		// A box made through the API runs no main command: the pod
+		// runs while the box does, read from its record as an adopted
+		// box's (statusLocked), until the pod is deleted.
+		p.mu.Lock()
+		pb.started, pb.waiting, pb.message, pb.adopted = time.Now(), "", "", true
+		close(pb.startedCh)
+		p.mu.Unlock()
+		p.logf("pod %s/%s: box %s runs (made through the API)", pod.Namespace, pod.Name, box.ID())
+		p.changed(pb)
+		return
+	}
+	if p.client != nil && hasAPIVolumes(pod) {
+		syncCtx, stopSync := context.WithCancel(ctx)
+		defer stopSync()
+		go p.syncVolumes(syncCtx, pb, box, files)
 	}
 	entry, cmd := box.ImageCommand()
 	argv, err := command(&pod.Spec.Containers[0], entry, cmd)
@@ -204,12 +255,86 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 			return
 		}
 	}
-	// The pod is done; its box stops (its writable layer stays until the
-	// pod is deleted).
+	p.done(pb, box)
+}
+
+// done stops the box of a pod that is done (its writable layer stays until
+// the pod is deleted) and its published ports.
+func (p *Provider) done(pb *podBox, box *airlock.Box) {
+	pod := pb.pod
+	p.closePorts(pb)
 	stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := box.Stop(stopCtx); err != nil {
 		p.logf("pod %s/%s: stopping box %s: %v", pod.Namespace, pod.Name, box.ID(), err)
+	}
+}
+
+// Back-off between pulls of an image that could not be pulled, as a
+// kubelet's: pullBackoff, doubling up to maxPullBackoff.
+const (
+	pullBackoff    = 10 * time.Second
+	maxPullBackoff = 5 * time.Minute
+	// pullErrShown is how long a failed pull shows as ErrImagePull
+	// before the wait shows as ImagePullBackOff.
+	pullErrShown = 2 * time.Second
+)
+
+// createBox creates the pod's box (pulling its image when absent). An
+// image that cannot be pulled leaves the container waiting as a kubelet
+// leaves it: ErrImagePull, then ImagePullBackOff until the next pull,
+// after a back-off (pullBackoff doubling to maxPullBackoff), with events
+// Failed and BackOff; it is pulled again until it can be or the pod is
+// deleted. Any other error ends the container (StartError). ok false: no
+// box (the pod was deleted or failed).
+func (p *Provider) createBox(ctx context.Context, pb *podBox, opts airlock.BoxOptions) (*airlock.Box, bool) {
+	pod := pb.pod
+	wait := time.Duration(0)
+	for {
+		box, err := p.rt.Create(ctx, opts)
+		if err == nil {
+			if wait > 0 {
+				p.mu.Lock()
+				pb.waiting, pb.message = "ContainerCreating", ""
+				p.mu.Unlock()
+				p.changed(pb)
+				p.event(pod, corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q", opts.Image))
+			}
+			return box, true
+		}
+		if ctx.Err() != nil {
+			return nil, false
+		}
+		if !errors.Is(err, airlock.ErrImageNotFound) {
+			p.fail(pb, ReasonStartError, err.Error())
+			return nil, false
+		}
+		wait = min(max(2*wait, pullBackoff), maxPullBackoff)
+		p.fail(pb, "ErrImagePull", err.Error())
+		p.event(pod, corev1.EventTypeWarning, "Failed", fmt.Sprintf("Failed to pull image %q: %v", opts.Image, err))
+		if !sleepCtx(ctx, min(pullErrShown, wait)) {
+			return nil, false
+		}
+		p.mu.Lock()
+		pb.waiting, pb.message = "ImagePullBackOff", fmt.Sprintf("Back-off pulling image %q", opts.Image)
+		p.mu.Unlock()
+		p.changed(pb)
+		p.event(pod, corev1.EventTypeNormal, "BackOff", fmt.Sprintf("Back-off pulling image %q", opts.Image))
+		if !sleepCtx(ctx, wait-min(pullErrShown, wait)) {
+			return nil, false
+		}
+	}
+}
+
+// sleepCtx waits d, or until ctx ends (false).
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -264,6 +389,7 @@ func (p *Provider) runOnce(ctx context.Context, pb *podBox, box *airlock.Box, ar
 	}
 	p.mu.Unlock()
 	p.logf("pod %s/%s: box %s runs %q", pod.Namespace, pod.Name, box.ID(), argv)
+	p.event(pod, corev1.EventTypeNormal, "Started", fmt.Sprintf("Started container %s in box %s", pod.Spec.Containers[0].Name, box.ID()))
 	p.changed(pb)
 	res, err := proc.Wait()
 	if ctx.Err() != nil { // deleted: DeletePod removes the box
@@ -435,7 +561,9 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	if ok && pb.pod.UID != pod.UID {
 		ok = false
 	}
+	var cancel context.CancelFunc
 	if ok {
+		cancel = pb.cancel
 		pb.deleted = true
 		delete(p.pods, k)
 		if p.deletedKeys == nil {
@@ -452,9 +580,11 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 		}
 		return errdefs.NotFoundf("pod %s is not known to this node", k)
 	}
-	if pb.cancel != nil {
-		pb.cancel()
+	if cancel != nil {
+		cancel()
 	}
+	p.event(pb.pod, corev1.EventTypeNormal, "Killing", fmt.Sprintf("Stopping container %s: its box is removed", pb.pod.Spec.Containers[0].Name))
+	p.closePorts(pb)
 	if err := p.removeBox(ctx, pod.UID); err != nil {
 		return err
 	}
@@ -592,7 +722,18 @@ func (p *Provider) statusLocked(pb *podBox) corev1.PodStatus {
 			cond(corev1.ContainersReady, false, created), cond(corev1.PodReady, false, created)}
 	}
 	st.ContainerStatuses = []corev1.ContainerStatus{cs}
+	if c := pb.ports.condition(created); c != nil {
+		st.Conditions = append(st.Conditions, *c)
+	}
 	return st
+}
+
+// closePorts stops publishing the pod's ports.
+func (p *Provider) closePorts(pb *podBox) {
+	p.mu.Lock()
+	pp := pb.ports
+	p.mu.Unlock()
+	pp.close()
 }
 
 // terminatedLocked is the container's last end as the API shows it
@@ -646,11 +787,123 @@ func (p *Provider) refreshAdoptedLocked(pb *podBox) {
 	pb.exitCode, pb.reason, pb.message = 137, ReasonBoxDied, "the box stopped while the node was down"
 }
 
+// ReasonNodeRestarted is the terminated reason of a container whose
+// command ended with the airlock node process that ran it (a command
+// runs on that process's exec stream; a restarted node adopts the box,
+// not the command).
+const ReasonNodeRestarted = "NodeRestarted"
+
+// resumeAdopted takes over each adopted pod that is not done: its
+// container's command ended with the node process that ran it, so the
+// container is terminated (ReasonNodeRestarted, exit 137; or the end the
+// box recorded) and the pod's restartPolicy applies to it as to any end,
+// with the restartCount and lastState the API showed (a restart is a new
+// boot of the adopted box). Adopt calls it.
+func (p *Provider) resumeAdopted() {
+	p.mu.Lock()
+	var todo []*podBox
+	for _, pb := range p.pods {
+		if pb.resume {
+			pb.resume = false
+			todo = append(todo, pb)
+		}
+	}
+	p.mu.Unlock()
+	for _, pb := range todo {
+		ctx, cancel := context.WithCancel(context.Background())
+		p.mu.Lock()
+		pb.cancel = cancel
+		p.mu.Unlock()
+		go p.runAdopted(ctx, pb)
+	}
+}
+
+// runAdopted records the end of an adopted pod's container and restarts
+// it as its restartPolicy says (see resumeAdopted).
+func (p *Provider) runAdopted(ctx context.Context, pb *podBox) {
+	box := pb.box
+	p.mu.Lock()
+	p.refreshAdoptedLocked(pb) // a stopped box: the end it recorded
+	pb.adopted = false
+	if !pb.exited {
+		pb.exited, pb.finished = true, time.Now()
+		pb.exitCode, pb.reason = 137, ReasonNodeRestarted
+		pb.message = "the container's command ended with the airlock node process that ran it"
+	}
+	code := pb.exitCode
+	again := restarts(pb.pod.Spec.RestartPolicy, code)
+	if again {
+		pb.restarting = true
+		pb.waiting, pb.message = "ContainerCreating", ""
+		if pb.restartCount > 0 {
+			// The back-off goes on from the restarts the API counted.
+			pb.backoff = restartBackoff
+			pb.waiting = "CrashLoopBackOff"
+			pb.message = fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)",
+				pb.backoff, pb.pod.Spec.Containers[0].Name, pb.pod.Name, pb.pod.Namespace, pb.pod.UID)
+		}
+	}
+	p.mu.Unlock()
+	p.logf("pod %s/%s: its container ended with the node (exit %d); restartPolicy %s", pb.pod.Namespace, pb.pod.Name, code, pb.pod.Spec.RestartPolicy)
+	p.changed(pb)
+	if !again {
+		p.done(pb, box)
+		return
+	}
+	pod, files, ok := pb.pod, []volumeFile(nil), true
+	if p.client != nil {
+		if pod, files, ok = p.resolvePodEnv(ctx, pb); !ok {
+			return
+		}
+	}
+	entry, cmd := box.ImageCommand()
+	argv, err := command(&pod.Spec.Containers[0], entry, cmd)
+	if err != nil {
+		p.fail(pb, ReasonStartError, err.Error())
+		return
+	}
+	p.publishPorts(pb, box)
+	if p.client != nil && hasAPIVolumes(pod) {
+		syncCtx, stopSync := context.WithCancel(ctx)
+		defer stopSync()
+		go p.syncVolumes(syncCtx, pb, box, files)
+	}
+	for p.restart(ctx, pb, box) {
+		code, ok := p.runOnce(ctx, pb, box, argv)
+		if !ok {
+			return
+		}
+		if !restarts(pod.Spec.RestartPolicy, code) {
+			p.done(pb, box)
+			return
+		}
+	}
+}
+
+// reportTerminated tells the API that a pod deleted while its node was
+// down has no container running any more (its box was removed), so that
+// it is removed from the API at once (virtual-kubelet deletes a
+// terminating pod that runs nothing), not after its grace period.
+func (p *Provider) reportTerminated(ctx context.Context, pod *corev1.Pod) {
+	if p.client == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	u := terminated(pod, "the pod was deleted while its node was down: its box was removed")
+	if _, err := p.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
+		p.logf("pod %s/%s: reporting its end: %v", pod.Namespace, pod.Name, err)
+	}
+}
+
 // Adopt takes over the boxes of a restarted node: each box named
 // BoxName(uid) whose pod (one of pods, those bound to this node) still
-// exists becomes that pod's again (a running box shows its pod Running;
-// its command's end is read from the box record); every other box named
-// with BoxNamePrefix is removed, so no VM outlives its pod.
+// exists becomes that pod's again; every other box named with
+// BoxNamePrefix is removed, so no VM outlives its pod. A pod that is done
+// (Succeeded or Failed in the API) keeps the end its box recorded; one
+// that is not is resumed (resumeAdopted): its command ended with the node
+// that ran it, and its restartPolicy applies, with the API's restartCount.
+// Call SetAPI first: a resumed pod's env and volumes are made again.
 func (p *Provider) Adopt(ctx context.Context, pods []corev1.Pod) error {
 	byUID := map[types.UID]*corev1.Pod{}
 	for i := range pods {
@@ -671,6 +924,9 @@ func (p *Provider) Adopt(ctx context.Context, pods []corev1.Pod) error {
 				return fmt.Errorf("removing box %s of a pod that is gone: %w", info.Name, err)
 			}
 			p.logf("removed box %s: its pod is gone", info.Name)
+			if ok {
+				p.reportTerminated(ctx, pod)
+			}
 			continue
 		}
 		box, err := p.rt.Get(ctx, info.ID)
@@ -682,10 +938,23 @@ func (p *Provider) Adopt(ctx context.Context, pods []corev1.Pod) error {
 		if pb.started.IsZero() {
 			pb.started = info.Created
 		}
+		// The API's counts go on; a pod that is not done is resumed
+		// (resumeAdopted): its command did not outlive the node.
+		if n := len(pod.Status.ContainerStatuses); n > 0 {
+			cs := pod.Status.ContainerStatuses[0]
+			pb.restartCount = int(cs.RestartCount)
+			if t := cs.LastTerminationState.Terminated; t != nil {
+				pb.last = t.DeepCopy()
+			}
+		}
+		// A box made through the API runs no command, so nothing ended
+		// with the node: it runs on as adopted.
+		pb.resume = !apiBox(pod) && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
 		p.mu.Lock()
 		p.pods[key(pod.Namespace, pod.Name)] = pb
 		p.mu.Unlock()
 		p.logf("adopted box %s of pod %s/%s", info.Name, pod.Namespace, pod.Name)
 	}
+	p.resumeAdopted()
 	return nil
 }

@@ -2,6 +2,7 @@ package kubenode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 )
 
 // A pod's volumes are written into its box before its command first runs
@@ -25,8 +27,9 @@ import (
 //   - configMap, secret and projected (of configMaps and secrets): their
 //     keys as files at the mount path (items, defaultMode and mode, and
 //     optional, as Kubernetes defines them; the pod's fsGroup owns them).
-//     They are copies made at start: later changes to the ConfigMap or
-//     Secret do not reach a running box, and readOnly is not enforced.
+//     They are written at start and kept in step with the ConfigMap or
+//     Secret while the pod runs (syncVolumes, every volumeSyncInterval,
+//     as a kubelet's sync updates them); readOnly is not enforced.
 //
 // The service-account token volume that admission adds to every pod
 // (serviceAccountVolumePrefix) is not mounted.
@@ -106,6 +109,47 @@ func checkVolumes(s *corev1.PodSpec) []string {
 // mounts put into its box, reading ConfigMaps and Secrets through the API.
 // A required source that is missing is a *volumeError.
 func resolveVolumes(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod, c *corev1.Container) ([]volumeFile, error) {
+	return resolveVolumesFrom(ctx, func(ctx context.Context, ns, kind, name string) (map[string][]byte, error) {
+		return sourceData(ctx, client, ns, kind, name)
+	}, pod, c)
+}
+
+// sourceFunc returns the keys of a ConfigMap or Secret (kind) or an error
+// that apierrors.IsNotFound recognises.
+type sourceFunc func(ctx context.Context, ns, kind, name string) (map[string][]byte, error)
+
+// listerSource reads ConfigMaps and Secrets from informer caches (no API
+// request), as a kubelet's sync does.
+func listerSource(cms corev1listers.ConfigMapLister, secrets corev1listers.SecretLister) sourceFunc {
+	return func(ctx context.Context, ns, kind, name string) (map[string][]byte, error) {
+		out := map[string][]byte{}
+		if kind == "Secret" {
+			s, err := secrets.Secrets(ns).Get(name)
+			if err != nil {
+				return nil, err
+			}
+			for k, v := range s.Data {
+				out[k] = v
+			}
+			return out, nil
+		}
+		cm, err := cms.ConfigMaps(ns).Get(name)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range cm.Data {
+			out[k] = []byte(v)
+		}
+		for k, v := range cm.BinaryData {
+			out[k] = v
+		}
+		return out, nil
+	}
+}
+
+// resolveVolumesFrom is resolveVolumes with ConfigMaps and Secrets read
+// through get.
+func resolveVolumesFrom(ctx context.Context, get sourceFunc, pod *corev1.Pod, c *corev1.Container) ([]volumeFile, error) {
 	vols := map[string]*corev1.Volume{}
 	for i := range pod.Spec.Volumes {
 		vols[pod.Spec.Volumes[i].Name] = &pod.Spec.Volumes[i]
@@ -121,7 +165,7 @@ func resolveVolumes(ctx context.Context, client kubernetes.Interface, pod *corev
 			out = append(out, volumeFile{path: m.MountPath, mode: 0o777, dir: true})
 			continue
 		}
-		files, err := volumeFiles(ctx, client, pod.Namespace, v)
+		files, err := volumeFiles(ctx, get, pod.Namespace, v)
 		if err != nil {
 			return nil, err
 		}
@@ -140,7 +184,7 @@ func resolveVolumes(ctx context.Context, client kubernetes.Interface, pod *corev
 
 // volumeFiles returns the files of one configMap, secret or projected
 // volume, with paths relative to its mount path.
-func volumeFiles(ctx context.Context, client kubernetes.Interface, ns string, v *corev1.Volume) ([]volumeFile, error) {
+func volumeFiles(ctx context.Context, get sourceFunc, ns string, v *corev1.Volume) ([]volumeFile, error) {
 	type source struct {
 		kind, name  string
 		items       []corev1.KeyToPath
@@ -165,7 +209,7 @@ func volumeFiles(ctx context.Context, client kubernetes.Interface, ns string, v 
 	}
 	var out []volumeFile
 	for _, s := range srcs {
-		data, err := sourceData(ctx, client, ns, s.kind, s.name)
+		data, err := get(ctx, ns, s.kind, s.name)
 		if apierrors.IsNotFound(err) {
 			if s.optional != nil && *s.optional {
 				continue
@@ -287,4 +331,99 @@ func writeVolumes(ctx context.Context, box *airlock.Box, pod *corev1.Pod, files 
 		}
 	}
 	return nil
+}
+
+// volumeSyncInterval is how often the files of a running pod's configMap,
+// secret and projected volumes are compared with their sources (a
+// kubelet's sync period is a minute, plus its cache's TTL).
+const volumeSyncInterval = 5 * time.Second
+
+// hasAPIVolumes says whether the pod mounts a configMap, secret or
+// projected volume (other than the service-account token).
+func hasAPIVolumes(pod *corev1.Pod) bool {
+	for _, v := range pod.Spec.Volumes {
+		if (v.ConfigMap != nil || v.Secret != nil || v.Projected != nil) && !strings.HasPrefix(v.Name, serviceAccountVolumePrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// syncVolumes keeps the files of the pod's configMap, secret and
+// projected volumes in box in step with their sources until ctx ends:
+// every volumeSyncInterval it reads them again (from the node's informer
+// caches) and writes the files that
+// changed, makes new ones and removes those whose key is gone. While a
+// source is missing the files stay as they are (as a kubelet keeps them).
+// A write that fails (the box restarting) is tried at the next round.
+func (p *Provider) syncVolumes(ctx context.Context, pb *podBox, box *airlock.Box, written []volumeFile) {
+	pod := pb.pod
+	type state struct {
+		data string
+		mode fs.FileMode
+	}
+	last := map[string]state{}
+	for _, f := range written {
+		if !f.dir {
+			last[f.path] = state{string(f.data), f.mode}
+		}
+	}
+	t := time.NewTicker(volumeSyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		get := p.volumeSource()
+		if get == nil {
+			continue
+		}
+		files, err := resolveVolumesFrom(ctx, get, pod, &pod.Spec.Containers[0])
+		if err != nil {
+			continue
+		}
+		var changed []volumeFile
+		now := map[string]bool{}
+		for _, f := range files {
+			if f.dir {
+				continue
+			}
+			now[f.path] = true
+			if s, ok := last[f.path]; !ok || s.data != string(f.data) || s.mode != f.mode {
+				changed = append(changed, f)
+			}
+		}
+		if len(changed) > 0 {
+			if err := writeVolumes(ctx, box, pod, changed); err != nil {
+				continue
+			}
+			for _, f := range changed {
+				last[f.path] = state{string(f.data), f.mode}
+			}
+		}
+		for path := range last {
+			if now[path] {
+				continue
+			}
+			if err := box.RemovePath(ctx, path); err == nil || errors.Is(err, fs.ErrNotExist) {
+				delete(last, path)
+			}
+		}
+		if len(changed) > 0 {
+			p.logf("pod %s/%s: %d volume file(s) updated", pod.Namespace, pod.Name, len(changed))
+		}
+	}
+}
+
+// volumeSource reads ConfigMaps and Secrets from the node's informer
+// caches, or nil before virtual-kubelet has given them.
+func (p *Provider) volumeSource() sourceFunc {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmLister == nil || p.secretLister == nil {
+		return nil
+	}
+	return listerSource(p.cmLister, p.secretLister)
 }

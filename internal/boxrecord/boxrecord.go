@@ -60,6 +60,10 @@ type Record struct {
 	ExpiresAtMs  int64 `json:"expires_at_ms,omitempty"`
 	LeaseUntilMs int64 `json:"lease_until_ms,omitempty"`
 	LastUseMs    int64 `json:"last_use_ms,omitempty"`
+	// IdleAction is what an idle timeout does: "" (remove), "stop" or
+	// "suspend"; optional, added in version 1 without a bump (an older
+	// airlock ignores it and removes the idle box).
+	IdleAction string `json:"idle_action,omitempty"`
 	// Labels: optional, added in version 1 without a bump (absent =
 	// none).
 	Labels map[string]string `json:"labels,omitempty"`

@@ -30,7 +30,10 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/airlock-run/airlock/internal/checkpoint/pagediff"
 )
 
 // Version is the format version of Meta and of the state file; Read
@@ -98,6 +101,9 @@ type Meta struct {
 	StateBytes int64 `json:"state_bytes"`
 	DiskBytes  int64 `json:"disk_bytes"`
 	PausedNs   int64 `json:"paused_ns"`
+	// AgentVersion is the guest agent's protocol version at the
+	// checkpoint ("" in checkpoints taken before it was recorded).
+	AgentVersion string `json:"agent_version,omitempty"`
 }
 
 // Info describes a checkpoint of a box (the root package's
@@ -338,8 +344,9 @@ func (t Tree) RolledBack(name string, at time.Time) error {
 }
 
 // Remove deletes checkpoint name. It is safe for the checkpoints taken
-// after it: each holds a full copy of what a rollback needs, and those
-// whose parent it was get its parent instead (the tree stays connected);
+// after it: those stored as deltas against it get the pages they took
+// from it first (pagediff.Merge), and those whose parent it was get its
+// parent instead (the tree stays connected);
 // if it was the head, its parent becomes the head. Errors: ErrNotFound.
 func (t Tree) Remove(name string) error {
 	m, err := t.Get(name)
@@ -349,6 +356,17 @@ func (t Tree) Remove(name string) error {
 	list, err := t.List()
 	if err != nil {
 		return err
+	}
+	// The checkpoints stored as deltas against it take the pages they
+	// need from it first.
+	var dirs []string
+	for _, c := range list {
+		if c.Name != name {
+			dirs = append(dirs, t.Path(c.Name))
+		}
+	}
+	if err := pagediff.Merge(t.Path(name), dirs, imageSize); err != nil {
+		return fmt.Errorf("remove checkpoint %s: %w", name, err)
 	}
 	for _, c := range list {
 		if c.Parent == name {
@@ -370,6 +388,45 @@ func (t Tree) Remove(name string) error {
 		return fmt.Errorf("remove checkpoint %s: %w", name, err)
 	}
 	return os.RemoveAll(gone)
+}
+
+// Flatten writes checkpoint name's driver files into the empty directory
+// dst as a snapshot that needs no other checkpoint (what it stores as
+// changes against its parents is filled in from them; the rest is
+// hard-linked), for a restore outside the box (fork from a checkpoint).
+// The caller holds the box's lock. Errors: ErrNotFound.
+func (t Tree) Flatten(name, dst string) error {
+	if _, err := t.Get(name); err != nil {
+		return err
+	}
+	return pagediff.Flatten(t.Path(name), dst, func(n string) bool { return n != metaFile })
+}
+
+// Bytes returns the bytes the box's checkpoints take on disk (allocated),
+// unfinished ones included.
+func (t Tree) Bytes() int64 {
+	var n int64
+	filepath.WalkDir(t.dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					n += st.Blocks * 512
+				}
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// imageSize returns the size of image name of the checkpoint in dir (its
+// file's; pagediff checks its sums against it).
+func imageSize(dir, name string) (int64, error) {
+	fi, err := os.Stat(filepath.Join(dir, name))
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
 }
 
 func readJSON(path string, v any) error {

@@ -12,7 +12,7 @@ var verbGroups = []struct {
 		"commit", "export"}},
 	{"images", "Image commands:", []string{"pull", "images", "rmi", "import", "save", "image", "build"}},
 	{"code", "Code commands:", []string{"ask", "serve", "tenant", "mcp", "events"}},
-	{"cluster", "Cluster commands:", []string{"node"}},
+	{"cluster", "Cluster commands:", []string{"node", "gateway"}},
 	{"system", "System commands:", []string{"doctor", "version", "system", "bench"}},
 }
 

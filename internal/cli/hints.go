@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/image"
 )
 
 // report prints err, then what the user can do about it, as airlock
@@ -25,6 +26,7 @@ func hint(err error, box string) string {
 	}
 	var iu *airlock.ImageInUseError
 	var ce *airlock.CapacityError
+	var pe *image.PullError
 	switch {
 	case errors.As(err, &ce) && ce.Cap == "AIRLOCK_MAX_BOXES":
 		return "stop a box ('airlock ls' lists them), or raise the cap: AIRLOCK_MAX_BOXES=N"
@@ -36,10 +38,14 @@ func hint(err error, box string) string {
 		return fmt.Sprintf("remove them first ('airlock rm -f %s'), or use 'airlock rmi -f'", strings.Join(iu.Boxes, " "))
 	case errors.Is(err, airlock.ErrBoxRunning):
 		return fmt.Sprintf("stop it first (airlock stop %s), or force removal (airlock rm -f %s)", box, box)
+	case errors.Is(err, airlock.ErrBoxNotRunning) && strings.Contains(err.Error(), "unpause it first"):
+		return "" // paused to disk: the error says to unpause it, one hint is enough
 	case errors.Is(err, airlock.ErrBoxNotRunning):
 		return fmt.Sprintf("start it first: airlock start %s", box)
 	case errors.Is(err, airlock.ErrBoxNotFound):
 		return "see 'airlock ls -a' for the boxes of " + airlock.DefaultHome()
+	case errors.As(err, &pe) && pe.Suggestion == "":
+		return "" // the error names 'airlock images' already
 	case errors.Is(err, airlock.ErrImageNotFound):
 		return "see 'airlock images' for the local images"
 	case errors.Is(err, airlock.ErrSnapshotNotFound):

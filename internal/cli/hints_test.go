@@ -34,3 +34,18 @@ func TestReportAddsTheCommandToRun(t *testing.T) {
 		t.Errorf("no hint expected: %q", w.String())
 	}
 }
+
+// A box paused to disk: its error says to unpause it, and no second hint
+// ("start it first") follows (#39 point 5); an image error without a near
+// name names 'airlock images' once.
+func TestReportOneHint(t *testing.T) {
+	for _, err := range []error{
+		fmt.Errorf("%w: keep is paused to disk: unpause it first (airlock unpause keep, or Box.Resume)", airlock.ErrBoxNotRunning),
+	} {
+		var w bytes.Buffer
+		report(&w, err, "keep")
+		if w.String() != "airlock: "+err.Error()+"\n" {
+			t.Errorf("printed %q, want the error alone", w.String())
+		}
+	}
+}

@@ -1,11 +1,21 @@
 package cli
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/airlock-run/airlock/internal/server"
 
 	"github.com/airlock-run/airlock/kubenode"
 	"github.com/spf13/cobra"
@@ -15,7 +25,7 @@ import (
 func init() { extraCommands = append(extraCommands, newNodeCmd) }
 
 func newNodeCmd() *cobra.Command {
-	var kubeconfig, name, certFile, keyFile, clientCA, address, nodeIP string
+	var kubeconfig, name, certFile, keyFile, clientCA, address, nodeIP, apiListen, apiTokenFile string
 	var kubeletPort int
 	cmd := &cobra.Command{
 		Use:   "node",
@@ -28,11 +38,16 @@ capacity is the host's CPUs and airlock's host caps (AIRLOCK_MAX_MEMORY,
 AIRLOCK_MAX_BOXES) and the free disk of the airlock home.
 
 A pod runs as one box named k8s-<pod UID>: one container (a pod with more is
-refused: status.reason UnsupportedPodSpec), its image, command and args (with
-the image's entrypoint and cmd, as Kubernetes defines them), plain env values,
-workingDir, runAsUser and resources.limits cpu and memory (the box's size).
-restartPolicy must be Never. Deleting the pod removes its box. A restarted
-node adopts the boxes of its pods and removes those whose pod is gone.
+refused: status.reason UnsupportedPodSpec), its image (ErrImagePull, then
+ImagePullBackOff, while it cannot be pulled), command and args (with the
+image's entrypoint and cmd, as Kubernetes defines them), env (valueFrom and
+envFrom through the API), volumes (emptyDir, configMap, secret, projected;
+kept in step with their sources), workingDir, runAsUser, resources.limits cpu
+and memory (the box's size) and restartPolicy (with a kubelet's back-off).
+Its ports are published on the node (hostIP:hostPort, else the node's
+IP:containerPort). Deleting the pod removes its box. A restarted node adopts
+the boxes of its pods (their commands ended with the node: restartPolicy
+applies) and removes those whose pod is gone.
 
 kubectl logs, exec, attach and port-forward, and /stats/summary, reach the
 node through its kubelet API, served on --kubelet-port over TLS with the pair
@@ -42,6 +57,13 @@ authenticated by a client certificate of --client-ca-file (the API server's
 --kubelet-client-certificate) or a bearer token (TokenReview), and authorised
 with SubjectAccessReviews, as a kubelet's are. hack/kube-up.sh DIR makes such a
 pair in DIR/pki (node.crt, node.key, ca.crt). See docs/kubernetes.md.
+
+The node serves airlock's REST API (the API of airlock serve) for its own
+boxes on --api-listen (default port 7770 on --address), for airlock gateway:
+requests need the node token (--api-token-file, default
+$AIRLOCK_HOME/node.token, made when absent; give every node and gateway the
+same one). It advertises the address on its Node (annotation
+airlock.dev/api). --api-listen off serves none.
 
 --kubeconfig defaults to $KUBECONFIG; without either, the in-cluster
 configuration of a pod's service account is used.`,
@@ -81,11 +103,38 @@ configuration of a pod's service account is used.`,
 			logf := func(format string, args ...any) {
 				fmt.Fprintf(errw, "%s %s\n", time.Now().Format(time.TimeOnly), fmt.Sprintf(format, args...))
 			}
+			var apiAddr string
+			if apiListen != "off" {
+				if apiListen == "" {
+					apiListen = net.JoinHostPort(address, strconv.Itoa(DefaultNodeAPIPort))
+				}
+				if apiTokenFile == "" {
+					apiTokenFile = filepath.Join(rt.Home(), NodeTokenName)
+				}
+				tok, err := loadNodeToken(apiTokenFile, true)
+				if err != nil {
+					return err
+				}
+				l, err := net.Listen("tcp", apiListen)
+				if err != nil {
+					return fmt.Errorf("--api-listen: %w", err)
+				}
+				apiAddr = l.Addr().String()
+				srv := server.New(server.Config{Runtime: rt, Token: tok,
+					Logger: slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+				done := make(chan struct{})
+				defer func() { <-done }()
+				ctx, cancel := context.WithCancel(cmd.Context())
+				defer cancel()
+				go func() { defer close(done); srv.Serve(ctx, l) }()
+				logf("airlock API for this node's boxes on %s (token in %s)", apiAddr, apiTokenFile)
+			}
 			return kubenode.Run(cmd.Context(), kubenode.Config{
 				Name: name, Client: client, Runtime: rt, Logf: logf,
 				Ready:       func() { logf("node %s registered and Ready", name) },
 				TLSCertFile: certFile, TLSKeyFile: keyFile, ClientCAFile: clientCA,
 				KubeletAddr: net.JoinHostPort(address, strconv.Itoa(kubeletPort)), NodeIP: nodeIP,
+				APIAddr: apiAddr,
 			})
 		},
 	}
@@ -97,5 +146,41 @@ configuration of a pod's service account is used.`,
 	cmd.Flags().IntVar(&kubeletPort, "kubelet-port", kubenode.DefaultKubeletPort, "port of the kubelet API (0 picks a free one)")
 	cmd.Flags().StringVar(&address, "address", "", "address the kubelet API listens on (default all)")
 	cmd.Flags().StringVar(&nodeIP, "node-ip", "", "the node's InternalIP, where the API server reaches the kubelet API (default --address, else the host's first global IPv4 address)")
+	cmd.Flags().StringVar(&apiListen, "api-listen", "", "address of airlock's API for this node's boxes, for airlock gateway (default --address:7770; off: none)")
+	cmd.Flags().StringVar(&apiTokenFile, "api-token-file", "", "the node token that --api-listen requires (default $AIRLOCK_HOME/node.token, made when absent)")
 	return cmd
+}
+
+// DefaultNodeAPIPort is the port of airlock node's API (--api-listen).
+const DefaultNodeAPIPort = 7770
+
+// NodeTokenName is the node token's file in the airlock home.
+const NodeTokenName = "node.token"
+
+// loadNodeToken reads the node token from path; with create, a missing
+// file is made (32 random bytes, hex, mode 0600).
+func loadNodeToken(path string, create bool) (string, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if len(b) > 4096 {
+			return "", fmt.Errorf("node token %s: %d bytes, more than 4096", path, len(b))
+		}
+		if t := strings.TrimSpace(string(b)); t != "" {
+			return t, nil
+		}
+		return "", fmt.Errorf("node token %s is empty", path)
+	}
+	if !create || !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("node token: %w", err)
+	}
+	buf := make([]byte, 32)
+	rand.Read(buf)
+	t := hex.EncodeToString(buf)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(t+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("node token: %w", err)
+	}
+	return t, nil
 }

@@ -30,6 +30,8 @@ type boxFlags struct {
 	from     string
 	labels   []string
 	secrets  []string
+	idle     time.Duration
+	idleAct  string
 }
 
 func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
@@ -50,6 +52,8 @@ func (f *boxFlags) add(cmd *cobra.Command, withRm bool) {
 		fl.BoolVar(&f.rm, "rm", false, "remove the box when the command exits")
 	}
 	fl.StringArrayVarP(&f.labels, "label", "l", nil, "set a label on the box (KEY=VALUE), repeatable; shown by inspect, matched by ls --filter label=KEY=VALUE")
+	fl.DurationVar(&f.idle, "idle-timeout", 0, "act on the box (--idle-action) after this long with no exec, file or code call on it (nor traffic on its network, for stop and suspend), e.g. 10m; enforced while a Runtime is open on the home (airlock serve, node, the next airlock command)")
+	fl.StringVar(&f.idleAct, "idle-action", "", "what --idle-timeout does: remove (default), stop, or suspend (pause to disk; the next exec, file call or inbound connection to a published port resumes it)")
 	fl.StringVar(&f.from, "from", "", "restore the memory snapshot NAME instead of booting an image (no IMAGE argument; see 'airlock snapshot')")
 }
 
@@ -87,7 +91,18 @@ func (f *boxFlags) options(cmd *cobra.Command, image string) (airlock.BoxOptions
 	o := airlock.BoxOptions{
 		Image: image, Name: f.name, Env: append(fromFiles, env...), WorkingDir: f.workdir, User: f.user,
 		CPUs: f.cpus, MemoryMiB: mem, DiskSizeMiB: disk, AutoRemove: f.rm, Hostname: f.hostname,
-		Volumes: vols, FromSnapshot: f.from,
+		Volumes: vols, FromSnapshot: f.from, IdleTimeout: f.idle, IdleAction: airlock.IdleAction(f.idleAct),
+	}
+	if f.idle < 0 {
+		return airlock.BoxOptions{}, fmt.Errorf("--idle-timeout %s: want a positive duration such as 10m", f.idle)
+	}
+	if f.idleAct != "" && f.idle == 0 {
+		return airlock.BoxOptions{}, fmt.Errorf("--idle-action %s needs --idle-timeout DURATION", f.idleAct)
+	}
+	switch airlock.IdleAction(f.idleAct) {
+	case "", airlock.IdleRemove, airlock.IdleStop, airlock.IdleSuspend:
+	default:
+		return airlock.BoxOptions{}, fmt.Errorf("--idle-action %q: want remove, stop or suspend", f.idleAct)
 	}
 	for _, l := range f.labels {
 		k, v, ok := strings.Cut(l, "=")

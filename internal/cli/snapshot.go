@@ -74,12 +74,17 @@ fresh kernel randomness, the host's time and its own hostname.`,
 
 func newForkCmd() *cobra.Command {
 	var n int
+	var from string
 	cmd := &cobra.Command{
-		Use:   "fork BOX [-n N]",
+		Use:   "fork BOX [-n N] [--from-checkpoint NAME]",
 		Short: "Start N copies of a running box from its memory; print their ids",
 		Long: `Snapshot the running box BOX (pausing it briefly) and start N boxes from
 that snapshot, each with its own writable layer and the box's processes;
-print one id per line. The snapshot is removed afterwards.`,
+print one id per line. The snapshot is removed afterwards.
+
+With --from-checkpoint NAME the boxes start from BOX's checkpoint NAME
+(airlock checkpoint create) instead, any node of its tree; BOX is left
+alone and need not run.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if n < 1 || n > airlock.MaxForks {
@@ -90,7 +95,7 @@ print one id per line. The snapshot is removed afterwards.`,
 				return err
 			}
 			defer r.Close()
-			kids, err := b.Fork(cmd.Context(), n)
+			kids, err := b.Fork(cmd.Context(), n, airlock.ForkOptions{FromCheckpoint: from})
 			if err != nil {
 				return err
 			}
@@ -101,6 +106,7 @@ print one id per line. The snapshot is removed afterwards.`,
 		},
 	}
 	cmd.Flags().IntVarP(&n, "number", "n", 1, fmt.Sprintf("how many boxes to start (1..%d)", airlock.MaxForks))
+	cmd.Flags().StringVar(&from, "from-checkpoint", "", "start them from the box's checkpoint NAME, not from the box as it is now")
 	return cmd
 }
 

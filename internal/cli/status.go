@@ -44,6 +44,9 @@ func rowOf(r *airlock.Runtime, b airlock.BoxInfo) boxRow {
 	}
 	if b.Suspended {
 		row.Status = "Paused to disk"
+		if b.Options.IdleAction == airlock.IdleSuspend {
+			row.Status = "Suspended (idle)"
+		}
 		if ok {
 			row.Status += " " + humanDuration(time.Since(e.Finished)) + " ago"
 		}

@@ -31,6 +31,12 @@ type shell struct {
 	chunks chan shellChunk
 	quit   chan struct{} // closed by close: the readers stop
 	once   sync.Once
+	// frame, when set, writes a cell for another interpreter than bash
+	// (a JavaScript context's node, js.go); result is where that one
+	// leaves a cell's outcome.
+	frame  func(code string) []byte
+	result string
+	gone   error // the error of a cell whose interpreter ended (nil: errShellGone)
 }
 
 // shellChunk is a piece of a stream, or (end) its end line.
@@ -161,20 +167,25 @@ var errShellGone = errors.New("the bash process of the context exited (did the c
 // status of its last command. A cell cut short by ctx kills bash (its
 // state is lost).
 func (sh *shell) run(ctx context.Context, code string, on func(codebox.Chunk)) (int, error) {
-	delim := "AIRLOCK_CELL_" + sh.token
-	if strings.Contains(code, delim) {
-		return 0, badRequest("the cell contains the context's own delimiter")
+	var cmd []byte
+	if sh.frame != nil {
+		cmd = sh.frame(code)
+	} else {
+		delim := "AIRLOCK_CELL_" + sh.token
+		if strings.Contains(code, delim) {
+			return 0, badRequest("the cell contains the context's own delimiter")
+		}
+		cmd = fmt.Appendf(nil, "eval \"$(cat <<'%s'\n%s\n%s\n)\" </dev/null\nprintf '%s %%d\\n' \"$?\"; printf '%s 0\\n' >&2\n", delim, code, delim, sh.token, sh.token)
 	}
-	cmd := fmt.Sprintf("eval \"$(cat <<'%s'\n%s\n%s\n)\" </dev/null\nprintf '%s %%d\\n' \"$?\"; printf '%s 0\\n' >&2\n", delim, code, delim, sh.token, sh.token)
-	if _, err := sh.stdin.Write([]byte(cmd)); err != nil {
-		return 0, errShellGone
+	if _, err := sh.stdin.Write(cmd); err != nil {
+		return 0, sh.goneErr()
 	}
 	ended, status := 0, 0
 	for ended < 2 {
 		select {
 		case c, ok := <-sh.chunks:
 			if !ok {
-				return 0, errShellGone
+				return 0, sh.goneErr()
 			}
 			if c.end {
 				ended++
@@ -190,6 +201,13 @@ func (sh *shell) run(ctx context.Context, code string, on func(codebox.Chunk)) (
 		}
 	}
 	return status, nil
+}
+
+func (sh *shell) goneErr() error {
+	if sh.gone != nil {
+		return sh.gone
+	}
+	return errShellGone
 }
 
 // close ends bash.

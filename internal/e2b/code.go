@@ -58,17 +58,27 @@ func (sb *sandbox) codeHandler() http.Handler {
 }
 
 // language checks a context language: airlock's contexts run Python
-// (codebox) and bash.
+// (codebox), bash and, in an image with node, JavaScript.
 func language(l string) (string, error) {
 	switch strings.ToLower(l) {
 	case "", "python", "python3":
 		return "python", nil
 	case "bash", "sh", "shell":
 		return "bash", nil
-	case "js", "javascript", "ts", "typescript", "deno":
-		return "", badRequest("language %q: airlock's code contexts run python and bash; JavaScript contexts are not offered (airlock's images carry no node): run node with sandbox.commands.run in an image that has it", l)
+	case "js", "javascript":
+		return "javascript", nil
+	case "ts", "typescript", "deno":
+		return "", badRequest("language %q: airlock's code contexts run python, bash and javascript (node, in an image that has it); TypeScript is not offered: run it with sandbox.commands.run", l)
 	}
-	return "", badRequest("language %q: airlock's code contexts run python and bash (run other languages with sandbox.commands.run)", l)
+	return "", badRequest("language %q: airlock's code contexts run python, bash and javascript (node, in an image that has it); run other languages with sandbox.commands.run", l)
+}
+
+// startInterp starts a bash or JavaScript context's process.
+func (sb *sandbox) startInterp(ctx context.Context, lang string, u userInfo, cwd string) (*shell, error) {
+	if lang == "javascript" {
+		return sb.startNode(ctx, u, cwd)
+	}
+	return sb.startShell(ctx, u, cwd)
 }
 
 // close ends the context's interpreter.
@@ -103,7 +113,7 @@ func (sb *sandbox) closeCode() {
 		cb.Close()
 	}
 	for _, c := range old {
-		if c.language == "bash" {
+		if c.language == "bash" || c.language == "javascript" {
 			// A running cell ends as its box goes, and lets go of c.mu.
 			go func() {
 				c.mu.Lock()
@@ -137,8 +147,8 @@ func (sb *sandbox) newContext(ctx context.Context, id, lang, cwd string) (*codeC
 		return nil, badRequest("the sandbox has %d code contexts, the most it may: remove one", maxContexts)
 	}
 	sb.cmu.Unlock()
-	if lang == "bash" {
-		sh, err := sb.startShell(ctx, u, cwd)
+	if lang == "bash" || lang == "javascript" {
+		sh, err := sb.startInterp(ctx, lang, u, cwd)
 		if err != nil {
 			return nil, err
 		}
@@ -258,8 +268,8 @@ func (sb *sandbox) restartContext(w http.ResponseWriter, r *http.Request) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.close()
-	if c.language == "bash" {
-		// The next run starts a new bash.
+	if c.language == "bash" || c.language == "javascript" {
+		// The next run starts a new bash or node.
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
@@ -302,7 +312,7 @@ func (sb *sandbox) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.language == "bash" {
+	if c.language == "bash" || c.language == "javascript" {
 		sb.executeShell(ctx, w, c, body.Code, body.EnvVars)
 		return
 	}
@@ -342,11 +352,20 @@ func (sb *sandbox) execute(w http.ResponseWriter, r *http.Request) {
 		// The cell's output went out already: the failure is the last line.
 		out.line(map[string]any{"type": "error", "name": "SandboxError", "value": err.Error(), "traceback": ""})
 	} else {
+		for _, d := range res.Displays {
+			out.line(resultOf(d.Data, false))
+		}
 		for _, img := range res.Images {
 			out.image(img)
 		}
 		if res.Value != "" {
-			out.line(map[string]any{"type": "result", "text": res.Value, "is_main_result": true})
+			data := map[string]string{"text/plain": res.Value}
+			for k, v := range res.ValueData {
+				if k != "text/plain" {
+					data[k] = v
+				}
+			}
+			out.line(resultOf(data, true))
 		}
 		if e := res.Error; e != nil {
 			out.line(map[string]any{"type": "error", "name": e.Name, "value": e.Value, "traceback": e.Traceback})
@@ -388,11 +407,54 @@ func (o *cellStream) image(img codebox.Image) {
 	o.line(r)
 }
 
+// resultFields maps MIME types to the fields of E2B's Result.
+var resultFields = map[string]string{
+	"text/plain":             "text",
+	"text/html":              "html",
+	"text/markdown":          "markdown",
+	"image/svg+xml":          "svg",
+	"image/png":              "png",
+	"image/jpeg":             "jpeg",
+	"application/pdf":        "pdf",
+	"text/latex":             "latex",
+	"application/json":       "json",
+	"application/javascript": "javascript",
+}
+
+// resultOf is E2B's result line of a MIME bundle (a display() or the
+// cell's value): each known type in its field (json as JSON, the others
+// as text or base64), other types in "extra".
+func resultOf(data map[string]string, main bool) map[string]any {
+	r := map[string]any{"type": "result", "is_main_result": main}
+	extra := map[string]any{}
+	for mime, v := range data {
+		f, ok := resultFields[mime]
+		switch {
+		case !ok:
+			extra[mime] = v
+		case f == "json" && json.Valid([]byte(v)):
+			r[f] = json.RawMessage(v)
+		case f == "json":
+			extra[mime] = v
+		default:
+			r[f] = v
+		}
+	}
+	if len(extra) > 0 {
+		r["extra"] = extra
+	}
+	return r
+}
+
 // chunk passes a piece of the cell's output on as a stdout or stderr line,
 // or a figure it showed as a result.
 func (o *cellStream) chunk(c codebox.Chunk) {
 	if c.Image != nil {
 		o.image(*c.Image)
+		return
+	}
+	if c.Display != nil {
+		o.line(resultOf(c.Display.Data, false))
 		return
 	}
 	kind := "stdout"
@@ -434,14 +496,30 @@ func (sb *sandbox) executeShell(ctx context.Context, w http.ResponseWriter, c *c
 	ctx, out.cancel = context.WithCancel(ctx)
 	defer out.cancel()
 	if c.sh == nil {
-		sh, err := sb.startShell(ctx, c.user, c.cwd)
+		sh, err := sb.startInterp(ctx, c.language, c.user, c.cwd)
 		if err != nil {
 			writeBoxError(w, err)
 			return
 		}
 		c.sh = sh
 	}
-	if len(env) > 0 {
+	if len(env) > 0 && c.language == "javascript" {
+		// Set in node's process.env for this run, deleted after it.
+		raw, _ := json.Marshal(env)
+		if _, err := c.sh.run(ctx, fmt.Sprintf("Object.assign(process.env, %s); undefined", raw), func(codebox.Chunk) {}); err != nil {
+			c.sh.close()
+			c.sh = nil
+			writeBoxError(w, err)
+			return
+		}
+		defer func() {
+			if c.sh != nil {
+				uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+				defer cancel()
+				c.sh.run(uctx, fmt.Sprintf("for (const k of Object.keys(%s)) delete process.env[k]; undefined", raw), func(codebox.Chunk) {})
+			}
+		}()
+	} else if len(env) > 0 {
 		var pre, unset strings.Builder
 		for k, v := range env {
 			if !envName.MatchString(k) {
@@ -467,6 +545,8 @@ func (sb *sandbox) executeShell(ctx context.Context, w http.ResponseWriter, c *c
 		rec.Error = err.Error()
 		c.sh.close()
 		c.sh = nil
+	} else if status != 0 && c.language == "javascript" {
+		rec.Error = "the cell threw"
 	} else if status != 0 {
 		rec.Error = fmt.Sprintf("exit status %d", status)
 	}
@@ -479,6 +559,8 @@ func (sb *sandbox) executeShell(ctx context.Context, w http.ResponseWriter, c *c
 	switch {
 	case err != nil:
 		out.line(map[string]any{"type": "error", "name": "SandboxError", "value": err.Error(), "traceback": ""})
+	case c.language == "javascript":
+		sb.jsLines(ctx, out, c.sh)
 	case status != 0:
 		out.line(map[string]any{"type": "error", "name": "ExitError", "value": fmt.Sprintf("exit status %d", status), "traceback": ""})
 	}

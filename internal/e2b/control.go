@@ -33,6 +33,10 @@ func (s *Server) controlMux() *http.ServeMux {
 	m.HandleFunc("POST /sandboxes/{id}/connect", s.connect)
 	m.HandleFunc("POST /v2/sandboxes/{id}/connect", s.connect)
 	m.HandleFunc("GET /sandboxes/{id}/metrics", s.metrics)
+	m.HandleFunc("POST /sandboxes/{id}/snapshots", s.createSnapshot)
+	m.HandleFunc("GET /snapshots", s.listSnapshots)
+	m.HandleFunc("DELETE /templates/{id}", s.deleteSnapshot)
+	m.HandleFunc("POST /sandboxes/{id}/fork", s.fork)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s is not answered by airlock's E2B API (see docs/e2b.md for what is)", r.Method, r.URL.Path))
 	})
@@ -196,8 +200,27 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	check := &opts
+	if _, named := s.templates[tmpl]; !named {
+		// A template naming a snapshot of this home (create_snapshot's
+		// id) restores it.
+		sn, err := s.snapshotTemplate(ctx, tmpl)
+		if err != nil {
+			writeBoxError(w, err)
+			return
+		}
+		if sn != nil {
+			opts.Image, opts.FromSnapshot = "", sn.Name
+			eff, err := s.rt.ResolveOptions(ctx, opts)
+			if err != nil {
+				writeBoxError(w, err)
+				return
+			}
+			check = &eff // the policy sees the restored box's machine
+		}
+	}
 	if s.cfg.CheckBox != nil {
-		release, err := s.cfg.CheckBox(ctx, &opts)
+		release, err := s.cfg.CheckBox(ctx, check)
 		if err != nil {
 			writeBoxError(w, err)
 			return
@@ -526,12 +549,13 @@ func (s *Server) sweep(ctx context.Context) {
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		KeepMemory *bool `json:"keepMemory"`
+		Memory     *bool `json:"memory"`
 	}
 	if err := s.decodeBody(w, r, &body); err != nil {
 		writeBoxError(w, err)
 		return
 	}
-	if body.KeepMemory != nil && !*body.KeepMemory {
+	if (body.KeepMemory != nil && !*body.KeepMemory) || (body.Memory != nil && !*body.Memory) {
 		writeBoxError(w, badRequest("keepMemory false: airlock pauses a sandbox with its memory"))
 		return
 	}

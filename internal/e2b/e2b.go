@@ -117,6 +117,11 @@ type Config struct {
 	// a connect that starts or resumes a box and to a pause to disk
 	// (server.Server.CheckStart, CheckSuspend).
 	CheckStart, CheckSuspend func(context.Context, *airlock.Box) error
+	// CheckSnapshot and CheckFork, when set, apply the server's policy to
+	// a create_snapshot and to a fork into n boxes
+	// (server.Server.CheckSnapshot, CheckFork).
+	CheckSnapshot func(context.Context, *airlock.Box) (release func(), err error)
+	CheckFork     func(ctx context.Context, b *airlock.Box, n int) error
 	// PullContext, when set, returns the context a create runs under, so
 	// that the pull of an absent image obeys the server's network grants
 	// (server.Server.PullContext).
@@ -241,6 +246,13 @@ func (s *Server) Handler() http.Handler {
 				return
 			}
 		}
+		if id == "" && r.Header.Get("X-Access-Token") == "" && r.URL.Query().Has("signature") {
+			// A signed URL of download_url or upload_url.
+			if op, ok := signedFileRequest(r); ok {
+				s.signedFiles(w, r, op)
+				return
+			}
+		}
 		if id == "" {
 			if !s.apiKeyOK(r) {
 				writeError(w, http.StatusUnauthorized, "missing or wrong API key: set E2B_API_KEY to e2b_ followed by the airlock server's token (airlock serve prints where it is stored)")
@@ -284,8 +296,18 @@ func (s *Server) dataOK(r *http.Request, id string) bool {
 // dataPlane routes a request for sandbox id by its port.
 func (s *Server) dataPlane(w http.ResponseWriter, r *http.Request, id string) {
 	if !s.dataOK(r, id) {
-		writeError(w, http.StatusUnauthorized, "missing or wrong sandbox access token (X-Access-Token): connect to the sandbox with the SDK (Sandbox.connect) to get it")
-		return
+		op, signable := signedFileRequest(r)
+		if !signable || r.Header.Get("X-Access-Token") != "" || !r.URL.Query().Has("signature") {
+			writeError(w, http.StatusUnauthorized, "missing or wrong sandbox access token (X-Access-Token): connect to the sandbox with the SDK (Sandbox.connect) to get it")
+			return
+		}
+		// envd's signed URLs: the signature stands for the token, for
+		// the path, user and operation it was made for.
+		if err := s.checkSignature(r, id, op); err != nil {
+			writeError(w, statusOfSigned(err), err.Error())
+			return
+		}
+		r.Header.Del("Authorization") // the user is the signed one
 	}
 	sb, err := s.sandbox(r.Context(), id)
 	if err != nil {

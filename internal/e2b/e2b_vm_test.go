@@ -48,13 +48,18 @@ func serveForSDK(t *testing.T) []string {
 			t.Logf("%s is not in the image store: code-interpreter-v1 is %s here, the chart case skips", dataImage, airlock.DefaultImage)
 			templates["code-interpreter-v1"] = airlock.DefaultImage
 		}
+		if _, err := st.Resolve(vmtest.NetClientsImage); err == nil {
+			env = append(env, "AIRLOCK_E2B_NODE_IMAGE="+vmtest.NetClientsImage)
+		} else {
+			t.Logf("%s is not in the image store: the JavaScript context case skips", vmtest.NetClientsImage)
+		}
 	}
 	b := make([]byte, 16)
 	rand.Read(b)
 	token := hex.EncodeToString(b)
 	srv := server.New(server.Config{Runtime: rt, Token: token})
 	es, err := New(Config{Runtime: rt, Token: token, Templates: templates, CheckBox: srv.CheckBox, PullContext: srv.PullContext,
-		CheckStart: srv.CheckStart, CheckSuspend: srv.CheckSuspend,
+		CheckStart: srv.CheckStart, CheckSuspend: srv.CheckSuspend, CheckSnapshot: srv.CheckSnapshot, CheckFork: srv.CheckFork,
 		AcquireExec: func(ctx context.Context) (func(), error) { return srv.AcquireExec(ctx, server.E2BClient) }})
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +95,11 @@ func TestE2BSDK(t *testing.T) {
 	env := serveForSDK(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "testdata/test_e2b_sdk.py")
+	args := []string{"-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=8", "testdata/test_e2b_sdk.py"}
+	if k := os.Getenv("AIRLOCK_E2B_PYTEST_K"); k != "" {
+		args = append(args, "-k", k) // a developer's run of some cases
+	}
+	cmd := exec.CommandContext(ctx, py, args...)
 	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	t.Logf("pytest testdata/test_e2b_sdk.py:\n%s", out)

@@ -249,11 +249,11 @@ func (s *Store) pullError(ref, norm, reg string, err error) error {
 			if hasCode(terr, transport.NameUnknownErrorCode, transport.ManifestUnknownErrorCode) {
 				break
 			}
-			return fmt.Errorf("pull %s: %s refused access (%s): if the image is private, log in with 'docker login %s' (airlock reads ~/.docker/config.json); otherwise check the name: %w",
-				norm, reg, statusText(terr), reg, ErrUnauthorized)
+			return s.notFoundError(ref, fmt.Sprintf("%s refused access (%s)", reg, statusText(terr)),
+				fmt.Sprintf("if the image is private, log in with 'docker login %s' (airlock reads ~/.docker/config.json); otherwise check the name", reg), ErrUnauthorized)
 		}
 		if terr.StatusCode == http.StatusNotFound || hasCode(terr, transport.NameUnknownErrorCode, transport.ManifestUnknownErrorCode) {
-			return fmt.Errorf("pull %s: %s has no such image or tag (%s): %w", norm, reg, statusText(terr), ErrNotFound)
+			return s.notFoundError(ref, fmt.Sprintf("%s has no such image or tag (%s)", reg, statusText(terr)), "", ErrNotFound)
 		}
 		return fmt.Errorf("pull %s: %s answered %s", norm, reg, statusText(terr))
 	}
@@ -261,10 +261,10 @@ func (s *Store) pullError(ref, norm, reg string, err error) error {
 		local := ""
 		if img, lerr := s.Resolve(ref); lerr == nil {
 			local = fmt.Sprintf(" (a local copy %s, %s, is present and can be used as is)", img.Ref, img.Digest[:19])
-			return fmt.Errorf("pull %s: %s is unreachable%s: %w: %v", norm, reg, local, ErrUnreachable, err)
+			return fmt.Errorf("pull %s: %s is unreachable%s: %w: %s", norm, reg, local, ErrUnreachable, shortNetError(err))
 		}
-		return fmt.Errorf("image %q not found in the local store %s (see 'airlock images'; AIRLOCK_IMAGES points at another store) and %s is unreachable: pull it where it is reachable and 'airlock import' it, or build one with 'airlock image build-debian': %w: %v",
-			ref, s.Dir(), reg, ErrUnreachable, err)
+		return s.notFoundError(ref, fmt.Sprintf("%s is unreachable (%s)", reg, shortNetError(err)),
+			"pull it where it is reachable and 'airlock import' it, or build one with 'airlock image build-debian' (AIRLOCK_IMAGES names another store)", ErrUnreachable)
 	}
 	return fmt.Errorf("pull %s: %w", norm, err)
 }

@@ -293,7 +293,7 @@ func TestPullErrors(t *testing.T) {
 	l.Close()
 	_, err = s.Pull(context.Background(), addr+"/x/y:z", image.PullOptions{})
 	t.Logf("error: %v", err)
-	if !errors.Is(err, image.ErrUnreachable) || !strings.Contains(err.Error(), "airlock import") || !strings.Contains(err.Error(), "not found in the local store") {
+	if !errors.Is(err, image.ErrUnreachable) || !strings.Contains(err.Error(), "airlock import") || !strings.Contains(err.Error(), "not a local image") {
 		t.Errorf("unreachable registry: %v", err)
 	}
 }

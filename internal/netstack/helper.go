@@ -255,8 +255,11 @@ func (h *Helper) Kill() { h.cmd.Process.Kill() }
 // stderrPath). It does not wait: the helper binds its ports, then waits for
 // QEMU's socket (hc.NetSocket); Wait says when it is connected. Secrets,
 // when set, go to the helper through a pipe (hc.Secrets is set to say
-// so): no file and no command line has their values.
-func LaunchHelper(bin, configPath, stderrPath string, hc HelperConfig, secrets *SecretConfig) (*Helper, error) {
+// so): no file and no command line has their values. Listeners, by index
+// in hc.Publish, are listening TCP sockets the helper inherits for those
+// ports (Publish.FD is set to their descriptor numbers in the helper);
+// the caller keeps its own copies.
+func LaunchHelper(bin, configPath, stderrPath string, hc HelperConfig, secrets *SecretConfig, listeners map[int]*os.File) (*Helper, error) {
 	var secretJSON []byte
 	if secrets != nil {
 		var err error
@@ -267,6 +270,23 @@ func LaunchHelper(bin, configPath, stderrPath string, hc HelperConfig, secrets *
 			return nil, fmt.Errorf("secrets: %d bytes of configuration: at most %d", len(secretJSON), maxSecretConfig)
 		}
 		hc.Secrets = true
+	}
+	// Inherited after the ready pipe (readyFD) and the secrets pipe
+	// (secretsFD), in hc.Publish's order.
+	var inherit []*os.File
+	next := secretsFD
+	if secrets != nil {
+		next++
+	}
+	if len(listeners) > 0 {
+		hc.Publish = append([]Publish(nil), hc.Publish...)
+		for i := range hc.Publish {
+			if f := listeners[i]; f != nil {
+				hc.Publish[i].FD = next
+				inherit = append(inherit, f)
+				next++
+			}
+		}
 	}
 	raw, _ := json.Marshal(hc)
 	if err := os.WriteFile(configPath, raw, 0o600); err != nil {
@@ -298,6 +318,7 @@ func LaunchHelper(bin, configPath, stderrPath string, hc HelperConfig, secrets *
 		}
 		cmd.ExtraFiles = append(cmd.ExtraFiles, sr) // secretsFD
 	}
+	cmd.ExtraFiles = append(cmd.ExtraFiles, inherit...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		pr.Close()

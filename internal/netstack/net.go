@@ -37,6 +37,11 @@ type Publish struct {
 	HostPort  int    `json:"host_port"` // 0: any free port (Net.Published says which)
 	GuestPort int    `json:"guest_port"`
 	Proto     string `json:"proto"` // "tcp" or "udp"
+	// FD, when positive, is a listening TCP socket this process inherited
+	// for the port (bound by its host process, which keeps it open while
+	// the box is suspended: see helper.Held), used instead of binding
+	// HostIP:HostPort; its pending connections are served.
+	FD int `json:"fd,omitempty"`
 }
 
 func (p Publish) String() string {
@@ -109,11 +114,12 @@ func New(cfg Config) (*Net, error) {
 		addr := net.JoinHostPort(ip, strconv.Itoa(p.HostPort))
 		switch p.Proto {
 		case "tcp", "":
-			l, err := net.Listen("tcp", addr)
+			l, err := listenTCP(addr, p.FD)
 			if err != nil {
 				n.Close()
 				return nil, fmt.Errorf("publish %s: %w", addr, err)
 			}
+			p.FD = 0
 			n.tcpLs = append(n.tcpLs, l)
 			p.HostPort = l.Addr().(*net.TCPAddr).Port
 			p.Proto = "tcp"
@@ -138,6 +144,28 @@ func New(cfg Config) (*Net, error) {
 		n.published = append(n.published, p)
 	}
 	return n, nil
+}
+
+// listenTCP binds addr, or takes the inherited listening socket fd (when
+// positive; net.FileListener makes a copy, and fd is closed).
+func listenTCP(addr string, fd int) (net.Listener, error) {
+	if fd <= 0 {
+		return net.Listen("tcp", addr)
+	}
+	f := os.NewFile(uintptr(fd), "publish "+addr)
+	if f == nil {
+		return nil, fmt.Errorf("inherited descriptor %d: not open", fd)
+	}
+	defer f.Close()
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("inherited descriptor %d: %w", fd, err)
+	}
+	if _, ok := l.(*net.TCPListener); !ok {
+		l.Close()
+		return nil, fmt.Errorf("inherited descriptor %d: not a TCP listener", fd)
+	}
+	return l, nil
 }
 
 // Engine returns the policy engine (to change the policy, read counters).

@@ -7,7 +7,9 @@
 // the pool's template, restores or boots its boxes, warms and removes
 // them; a Room for the whole set says whether there is room for one more
 // box (a fill, a start) and whether a start should evict ready pool boxes.
-// The root package implements both over its Runtime and Box.
+// Maker (a Factory over functions) and Caps (the Room of the host caps and
+// a home's budget, over counts passed in) implement them for the root
+// package, over its Runtime and Box.
 //
 // The rules (docs/pool.md, "Caps"):
 //

@@ -32,7 +32,8 @@ type BoxSpec struct {
 	Ports          []PortSpec        `json:"ports,omitempty" maxItems:"64" doc:"Published ports (Docker's -p): host address and port forwarded to a port in the box; each must be granted by airlock serve --allow-publish. Needs a network (not none)."`
 	AutoRemove     bool              `json:"auto_remove,omitempty" doc:"Remove the box when it stops."`
 	TTL            float64           `json:"ttl,omitempty" minimum:"0" doc:"Seconds: the box is removed this long after creating it (stored with the box: a server restart keeps it)."`
-	IdleTimeout    float64           `json:"idle_timeout,omitempty" minimum:"0" doc:"Seconds: the box is removed after this long with no exec, file or code call on it (stored with the box: a server restart keeps it)."`
+	IdleTimeout    float64           `json:"idle_timeout,omitempty" minimum:"0" doc:"Seconds: after this long with no exec, file or code call on it (nor, for idle_action stop and suspend, traffic on its network), idle_action is taken (stored with the box: a server restart keeps it)."`
+	IdleAction     string            `json:"idle_action,omitempty" enum:"remove,stop,suspend" doc:"What idle_timeout does: remove (the default) the box, stop it, or suspend it (scale to zero: paused to disk, no host memory or CPU held, shown as suspended; the next exec, file, code or port call resumes it first, and a published TCP port stays bound: its first inbound connection wakes the box and is then served). Needs idle_timeout; suspend refuses volumes."`
 	Lease          float64           `json:"lease,omitempty" minimum:"0" doc:"Seconds: the box is removed unless POST /v1/boxes/{id}/lease renews it within this time (the SDKs do, while their process lives; stored with the box: a server restart keeps it)."`
 	Labels         map[string]string `json:"labels,omitempty" doc:"The caller's key/value pairs, stored with the box and matched by GET /v1/boxes?label=KEY=VALUE: at most 64, keys 1..128 bytes, values at most 1024, UTF-8 without control characters."`
 	FromSnapshot   string            `json:"from_snapshot,omitempty" maxLength:"128" doc:"Restore this memory snapshot (POST /v1/boxes/{id}/snapshot) instead of booting: the box runs on from where the snapshot's box was, with its processes and files. Image, cpus, memory_mib, disk_size_mib and network come from the snapshot (leave them out, or give the snapshot's); env, working_dir, user, allow_net and allow_host_ports default to its box's (allow_net makes it an allowlist box); name, ports (never the snapshot box's) and the network policy are the request's, checked as for any create; volumes are refused."`
@@ -66,7 +67,8 @@ type Box struct {
 	Name           string            `json:"name,omitempty"`
 	Image          string            `json:"image"`
 	ImageDigest    string            `json:"image_digest,omitempty"`
-	State          string            `json:"state" enum:"created,running,stopped"`
+	State          string            `json:"state" enum:"created,running,stopped,lost" doc:"lost: the box's Kubernetes node stopped answering or is NotReady (airlock gateway); calls into it fail with box_lost, and the box is not recreated: remove it and create another."`
+	Node           string            `json:"node,omitempty" doc:"The Kubernetes node that runs the box (airlock gateway); absent from airlock serve."`
 	CPUs           int               `json:"cpus"`
 	MemoryMiB      int               `json:"memory_mib"`
 	DiskSizeMiB    int               `json:"disk_size_mib"`
@@ -81,10 +83,11 @@ type Box struct {
 	Started        time.Time         `json:"started,omitzero"`
 	Paused         bool              `json:"paused,omitempty" doc:"The running box's vCPUs are stopped (POST /v1/boxes/{id}/pause): execs, code runs and file calls into it are refused (409 box_paused) until it is resumed."`
 	Unhealthy      string            `json:"unhealthy,omitempty" doc:"Why the running box was declared unhealthy (its agent did not report the end of a timed-out exec in time); it is killed if its agent then does not answer within 20 s. Absent when healthy."`
-	Suspended      bool              `json:"suspended,omitempty" doc:"The stopped box was paused to disk (pause with to_disk): resume or start continues it from its saved memory."`
+	Suspended      bool              `json:"suspended,omitempty" doc:"The stopped box was paused to disk (pause with to_disk, or by idle_action suspend): resume or start continues it from its saved memory; a box suspended by idle_action suspend also resumes by itself on its next exec, file, code or port call or inbound connection."`
 	ExpiresAt      time.Time         `json:"expires_at,omitzero" doc:"When the box's ttl ends and it is removed (absent: no ttl)."`
 	LeaseUntil     time.Time         `json:"lease_until,omitzero" doc:"When the box is removed unless its lease is renewed (absent: no lease)."`
-	IdleDeadline   time.Time         `json:"idle_deadline,omitzero" doc:"When the box is removed unless used before (absent: no idle_timeout). Use is recorded every few seconds, so this may lag a recent call by that much."`
+	IdleDeadline   time.Time         `json:"idle_deadline,omitzero" doc:"When idle_action is taken on the box unless it is used before (absent: no idle_timeout). Use is recorded every few seconds, so this may lag a recent call by that much."`
+	IdleAction     string            `json:"idle_action,omitempty" doc:"What idle_timeout does: remove, stop or suspend (absent: remove)."`
 	Labels         map[string]string `json:"labels,omitempty"`
 }
 
@@ -93,7 +96,7 @@ func boxOf(i airlock.BoxInfo) Box {
 		CPUs: i.Options.CPUs, MemoryMiB: i.Options.MemoryMiB, DiskSizeMiB: i.Options.DiskSizeMiB,
 		Network: string(i.Options.Network), AutoRemove: i.Options.AutoRemove, Created: i.Created, Started: i.Started,
 		AllowNet: i.Options.AllowNet, AllowHostPorts: i.Options.AllowHostPorts, Suspended: i.Suspended,
-		ExpiresAt: i.ExpiresAt, LeaseUntil: i.LeaseUntil, IdleDeadline: i.IdleDeadline, Labels: i.Options.Labels}
+		ExpiresAt: i.ExpiresAt, LeaseUntil: i.LeaseUntil, IdleDeadline: i.IdleDeadline, IdleAction: string(i.Options.IdleAction), Labels: i.Options.Labels}
 	for _, v := range i.Options.Volumes {
 		b.Volumes = append(b.Volumes, VolumeSpec{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}
@@ -177,10 +180,17 @@ func (s *Server) registerBoxes() {
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusBadGateway, http.StatusServiceUnavailable},
 	}, func(ctx context.Context, in *struct{ Body BoxSpec }) (*boxOutput, error) {
 		sp := in.Body
+		if s.cfg.Cluster != nil {
+			b, err := s.cfg.Cluster.CreateBox(ctx, sp)
+			if err != nil {
+				return nil, clusterProblem(err)
+			}
+			return &boxOutput{Body: b}, nil
+		}
 		opts := airlock.BoxOptions{Image: sp.Image, Name: sp.Name, CPUs: sp.CPUs, MemoryMiB: sp.MemoryMiB,
 			DiskSizeMiB: sp.DiskSizeMiB, Env: sp.Env, WorkingDir: sp.WorkingDir, User: sp.User,
 			AutoRemove: sp.AutoRemove, Network: airlock.NetworkMode(sp.Network), AllowNet: sp.AllowNet, AllowHostPorts: sp.AllowHostPorts,
-			TTL: secs(sp.TTL), IdleTimeout: secs(sp.IdleTimeout), Lease: secs(sp.Lease), Labels: sp.Labels}
+			TTL: secs(sp.TTL), IdleTimeout: secs(sp.IdleTimeout), IdleAction: airlock.IdleAction(sp.IdleAction), Lease: secs(sp.Lease), Labels: sp.Labels}
 		for _, v := range sp.Volumes {
 			opts.Volumes = append(opts.Volumes, airlock.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 		}
@@ -232,34 +242,32 @@ func (s *Server) registerBoxes() {
 	}, func(ctx context.Context, in *struct {
 		Label []string `query:"label,explode" maxItems:"64" doc:"KEY=VALUE: only boxes with this label; KEY alone: with this key. Repeatable: all must match."`
 	}) (*struct{ Body BoxList }, error) {
-		type want struct {
-			k, v string
-			any  bool
+		match, err := labelFilter(in.Label)
+		if err != nil {
+			return nil, err
 		}
-		var ws []want
-		for _, l := range in.Label {
-			k, v, hasValue := strings.Cut(l, "=")
-			if k == "" {
-				return nil, &Problem{Status: http.StatusBadRequest, Title: "Bad Request", Code: CodeInvalid,
-					Detail: fmt.Sprintf("label %q: want KEY=VALUE or KEY", l)}
+		out := &struct{ Body BoxList }{}
+		if s.cfg.Cluster != nil {
+			boxes, err := s.cfg.Cluster.ListBoxes(ctx)
+			if err != nil {
+				return nil, clusterProblem(err)
 			}
-			ws = append(ws, want{k, v, !hasValue})
+			out.Body.Boxes = make([]Box, 0, len(boxes))
+			for _, b := range boxes {
+				if match(b.Labels) {
+					out.Body.Boxes = append(out.Body.Boxes, b)
+				}
+			}
+			return out, nil
 		}
 		infos, err := s.rt.List(ctx)
 		if err != nil {
 			return nil, problem(err)
 		}
-		out := &struct{ Body BoxList }{}
 		out.Body.Boxes = make([]Box, 0, len(infos))
-	boxes:
 		for _, i := range infos {
-			if !sees(ctx, i.Options.Labels) {
+			if !sees(ctx, i.Options.Labels) || !match(i.Options.Labels) {
 				continue
-			}
-			for _, w := range ws {
-				if v, ok := i.Options.Labels[w.k]; !ok || (!w.any && v != w.v) {
-					continue boxes
-				}
 			}
 			out.Body.Boxes = append(out.Body.Boxes, view(ctx, boxOf(i)))
 		}
@@ -271,6 +279,13 @@ func (s *Server) registerBoxes() {
 		OperationID: "get-box", Method: http.MethodGet, Path: "/v1/boxes/{id}", Tags: []string{"boxes"},
 		Summary: "Get a box", Errors: []int{http.StatusNotFound},
 	}, func(ctx context.Context, in *boxIDInput) (*boxOutput, error) {
+		if s.cfg.Cluster != nil {
+			b, err := s.cfg.Cluster.GetBox(ctx, in.ID)
+			if err != nil {
+				return nil, clusterProblem(err)
+			}
+			return &boxOutput{Body: b}, nil
+		}
 		b, err := s.getBox(ctx, in.ID)
 		if err != nil {
 			return nil, err
@@ -327,6 +342,9 @@ func (s *Server) registerBoxes() {
 		ID    string `path:"id" maxLength:"128"`
 		Force bool   `query:"force" doc:"Kill a running box's VM."`
 	}) (*struct{}, error) {
+		if s.cfg.Cluster != nil {
+			return nil, clusterProblem(s.cfg.Cluster.RemoveBox(ctx, in.ID, in.Force))
+		}
 		b, err := s.getBox(ctx, in.ID)
 		if err != nil {
 			return nil, err

@@ -71,6 +71,13 @@ func (s *Server) registerCheckpoints() {
 		if err := s.checkCheckpointDisk(ctx, bi); err != nil {
 			return nil, err
 		}
+		// Checkpoints count in the tenant's disk quota by what they
+		// take, known once taken: refused once the quota is reached.
+		releaseQuota, err := s.reserveQuota(ctx, tenantUsage{diskMiB: 1}, "a checkpoint")
+		if err != nil {
+			return nil, err
+		}
+		defer releaseQuota()
 		c, err := b.Checkpoint(ctx, in.Body.Name)
 		if err != nil {
 			return nil, problem(err)

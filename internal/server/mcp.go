@@ -77,3 +77,27 @@ func (s *Server) CheckCheckpoint(ctx context.Context, b *airlock.Box) error {
 	}
 	return s.checkCheckpointDisk(ctx, info)
 }
+
+// CheckSnapshot applies the policy to another front end's snapshot of
+// box b (airlock serve --e2b's create_snapshot), as POST
+// /v1/boxes/{id}/snapshots does: --max-snapshots and --min-free-disk.
+// Call release once the snapshot is taken (or failed). A refusal is a
+// *Problem.
+func (s *Server) CheckSnapshot(ctx context.Context, b *airlock.Box) (release func(), err error) {
+	info, err := b.Info(ctx)
+	if err != nil {
+		return nil, problem(err)
+	}
+	return s.reserveSnapshot(ctx, info)
+}
+
+// CheckFork applies the policy to another front end's fork of box b into
+// n boxes (airlock serve --e2b's fork), as POST /v1/boxes/{id}/fork does:
+// --max-boxes and --min-free-disk. A refusal is a *Problem.
+func (s *Server) CheckFork(ctx context.Context, b *airlock.Box, n int) error {
+	info, err := b.Info(ctx)
+	if err != nil {
+		return problem(err)
+	}
+	return s.checkFork(ctx, info, n)
+}

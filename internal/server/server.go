@@ -144,6 +144,10 @@ type Config struct {
 	// within its quotas and grants (airlock serve --tenants; tenants.go).
 	// Token and the unix socket stay the admin, who sees every box.
 	Tenants *tenant.Set
+	// Cluster, when set, serves the boxes instead of Runtime (airlock
+	// gateway; cluster.go): Runtime is then nil. Tenants are not served
+	// with a Cluster yet.
+	Cluster Cluster
 }
 
 // Server serves the airlock HTTP API.
@@ -479,6 +483,9 @@ func (s *Server) Handler(requireToken bool) http.Handler {
 		client = "token:" + hex.EncodeToString(sum[:6])
 	}
 	h := unrouted(s.mux)
+	if s.cfg.Cluster != nil {
+		h = s.cluster(h)
+	}
 	h = s.limits(h)
 	if requireToken {
 		h = s.auth(h)

@@ -49,6 +49,8 @@ type SnapshotList struct {
 // ForkRequest is the body of POST /v1/boxes/{id}/fork.
 type ForkRequest struct {
 	N int `json:"n,omitempty" minimum:"0" maximum:"64" doc:"How many children (default 1, at most 64)."`
+	// FromCheckpoint is ForkOptions.FromCheckpoint.
+	FromCheckpoint string `json:"from_checkpoint,omitempty" maxLength:"64" doc:"Start the children from the box's checkpoint of this name (POST /v1/boxes/{id}/checkpoints), any node of its tree, instead of from the box as it is now; the box is left alone and need not run. The children have no contexts (start new ones)."`
 }
 
 // ForkResult is the body of a fork's answer.
@@ -123,7 +125,10 @@ func (s *Server) checkRestore(ctx context.Context, opts airlock.BoxOptions) (rel
 
 // fork forks box b into n children; a box with contexts is forked as a
 // CodeBox, so that each child has them under the same ids.
-func (s *Server) fork(ctx context.Context, b *airlock.Box, n int) ([]*airlock.Box, error) {
+func (s *Server) fork(ctx context.Context, b *airlock.Box, n int, from string) ([]*airlock.Box, error) {
+	if from != "" {
+		return b.Fork(ctx, n, airlock.ForkOptions{FromCheckpoint: from})
+	}
 	s.mu.Lock()
 	cs := s.codeboxes[b.ID()]
 	s.mu.Unlock()
@@ -203,7 +208,8 @@ func (s *Server) registerSnapshots() {
 	huma.Register(s.api, huma.Operation{
 		OperationID: "fork-box", Method: http.MethodPost, Path: "/v1/boxes/{id}/fork", Tags: []string{"snapshots"},
 		Summary: "Fork a running box",
-		Description: "Pauses the box briefly, snapshots it and starts n children from that instant: each an independent box " +
+		Description: "Pauses the box briefly, snapshots it and starts n children from that instant (or, with from_checkpoint, " +
+			"from one of the box's checkpoints): each an independent box " +
 			"with its own writable layer, the same processes and files, and, for a box with contexts, the same contexts " +
 			"(same ids, variables kept). Children get the box's lease and idle timeout and what is left of its TTL; " +
 			"they publish no ports. On error no child is left.",
@@ -230,7 +236,7 @@ func (s *Server) registerSnapshots() {
 			return nil, err
 		}
 		defer releaseQuota()
-		kids, err := s.fork(ctx, b, n)
+		kids, err := s.fork(ctx, b, n, in.Body.FromCheckpoint)
 		if err != nil {
 			return nil, problem(err)
 		}

@@ -265,7 +265,7 @@ type tenantState struct {
 }
 
 // usageOf returns what the boxes of tenant t take now (not counting
-// requests in progress).
+// requests in progress); their disk counts their checkpoints' bytes.
 func (s *Server) usageOf(ctx context.Context, name string) (tenantUsage, error) {
 	infos, err := s.rt.List(ctx)
 	if err != nil {
@@ -277,6 +277,10 @@ func (s *Server) usageOf(ctx context.Context, name string) (tenantUsage, error) 
 			continue
 		}
 		u.diskMiB += i.Options.DiskSizeMiB
+		// And what its checkpoints take on disk.
+		if b, err := s.rt.Get(ctx, i.ID); err == nil {
+			u.diskMiB += int((b.CheckpointsSize() + 1<<20 - 1) >> 20)
+		}
 		if i.State != airlock.BoxStopped {
 			u.boxes++
 			u.cpus += i.Options.CPUs

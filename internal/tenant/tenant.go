@@ -45,7 +45,9 @@ type Quota struct {
 	// not stopped, summed.
 	MemoryMiB int `json:"memory_mib,omitempty"`
 	// DiskMiB bounds the disks (disk_size_mib), in MiB, of all the
-	// tenant's boxes, stopped ones included (their disks stay).
+	// tenant's boxes, stopped ones included (their disks stay), plus
+	// what their checkpoints take on disk; a checkpoint is refused once
+	// the quota is reached.
 	DiskMiB int `json:"disk_mib,omitempty"`
 	// Snapshots bounds the tenant's memory snapshots.
 	Snapshots int `json:"snapshots,omitempty"`

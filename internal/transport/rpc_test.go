@@ -154,12 +154,26 @@ func TestCloseEndsWithTheCallsContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close(); close(sg.done) })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s, err := c.Call(ctx, "Wait")
-	if err != nil {
-		t.Fatal(err)
+	// Calls opened while the guest still reads: each try below closes one.
+	type call struct {
+		s      *Stream
+		cancel context.CancelFunc
 	}
+	var calls []call
+	for i := 0; i < 60; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		s, err := c.Call(ctx, "Wait")
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		calls = append(calls, call{s, cancel})
+	}
+	t.Cleanup(func() {
+		for _, w := range calls {
+			w.cancel()
+		}
+	})
 	// The guest stops reading; calls with no deadline fill the
 	// connection (64 streams × yamux's 256 KiB first window is past any
 	// loopback socket's buffers).
@@ -172,18 +186,28 @@ func TestCloseEndsWithTheCallsContext(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(500 * time.Millisecond)
-	closed := make(chan error, 1)
-	go func() { closed <- s.Close() }()
-	select {
-	case err := <-closed:
-		t.Fatalf("Close returned (%v) while the guest read nothing: the connection was not filled, the test shows nothing", err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	cancel()
-	select {
-	case <-closed:
-	case <-time.After(3 * time.Second):
-		t.Fatal("Close still blocked 3 s after the call's context ended")
+	// How soon the fill blocks the connection depends on the machine's
+	// load, so each try opens a call and closes it: a Close that returns
+	// at once means the connection is not full yet (try again); one that
+	// blocks shows the case, and must end when its call's context does.
+	for i, w := range calls {
+		closed := make(chan error, 1)
+		go func() { closed <- w.s.Close() }()
+		select {
+		case err := <-closed:
+			if i == len(calls)-1 {
+				t.Fatalf("Close returned (%v) on every try while the guest read nothing: the connection was never filled, the test shows nothing", err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			continue
+		case <-time.After(300 * time.Millisecond):
+		}
+		w.cancel()
+		select {
+		case <-closed:
+		case <-time.After(3 * time.Second):
+			t.Fatal("Close still blocked 3 s after the call's context ended")
+		}
+		return
 	}
 }

@@ -80,4 +80,15 @@ type SaveOptions struct {
 	// by another process, or once the driver let go of its memory
 	// (StartFromSnapshot then fails saying so).
 	Transient bool
+	// Chain: the snapshot is a checkpoint (Box.Checkpoint): the driver
+	// keeps what lets a later one store only what changed since (per-page
+	// hashes of its memory and writable layer).
+	Chain bool
+	// Parent, with Chain: the directory of an earlier snapshot saved with
+	// Chain, a sibling of the new one's final directory (the box's
+	// previous checkpoint). The driver may then store only what differs
+	// from it; such a snapshot needs its parents to be restored until
+	// pagediff.Merge folds a removed parent into it. A parent it cannot
+	// use (gone, another machine) makes a whole snapshot.
+	Parent string
 }

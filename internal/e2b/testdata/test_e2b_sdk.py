@@ -24,6 +24,7 @@ from e2b import (
 from e2b_code_interpreter import Sandbox
 
 HAS_DATA = os.environ.get("AIRLOCK_E2B_DATA_IMAGE") == "1"
+NODE_IMAGE = os.environ.get("AIRLOCK_E2B_NODE_IMAGE")  # an image with node
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +182,25 @@ def test_files_stat_dirs_rename_remove(sb):
         sb.files.read("d1/y.txt")
 
 
+def test_signed_urls(sb):
+    import httpx
+
+    # The SDK signs with the sandbox's access token (every airlock
+    # sandbox is secure); the URLs carry no token and no E2B headers.
+    up = sb.upload_url("signed/up.txt", use_signature_expiration=600)
+    r = httpx.post(up, files={"file": ("up.txt", b"through a signed url")})
+    assert r.status_code == 200, r.text
+    assert sb.files.read("signed/up.txt") == "through a signed url"
+    down = sb.download_url("signed/up.txt")
+    assert httpx.get(down).content == b"through a signed url"
+    assert "through" in httpx.get(sb.download_url("signed/up.txt", use_signature_expiration=600)).text
+    wrong = down.replace("signature=v1_", "signature=v1_x")
+    assert httpx.get(wrong).status_code == 401
+    assert httpx.post(down, files={"file": ("up.txt", b"x")}).status_code == 401  # a read's signature
+    expired = httpx.get(sb.download_url("signed/up.txt", use_signature_expiration=-60))
+    assert expired.status_code == 401 and "expired" in expired.text
+
+
 def events_until(h, want, seconds=60):
     """Polls the watcher until every (type, name) of want came (bounded)."""
     got = set()
@@ -296,6 +316,33 @@ def test_run_code_chart_png(sb):
     assert base64.b64decode(pngs[0]).startswith(b"\x89PNG")
 
 
+RICH_CELL = """class Md:
+    def __repr__(self): return "Md()"
+    def _repr_markdown_(self): return "**bold**"
+    def _repr_json_(self): return {"k": [1]}
+    def _repr_svg_(self): return "<svg/>"
+display(Md())
+"""
+
+
+def test_run_code_display_rich(sb):
+    shown = []
+    cell = RICH_CELL + ("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})\ndisplay(df)\ndf" if HAS_DATA else "Md()")
+    ex = sb.run_code(cell, on_result=shown.append)
+    assert ex.error is None, ex.error
+    assert len(shown) == len(ex.results)
+    md = ex.results[0]
+    assert not md.is_main_result and md.text == "Md()" and md.markdown == "**bold**" and md.json == {"k": [1]} and md.svg == "<svg/>"
+    main = ex.results[-1]
+    assert main.is_main_result and main.text == ex.text
+    if HAS_DATA:
+        df = ex.results[1]
+        assert not df.is_main_result and "<table" in df.html and "a" in df.text
+        assert "<table" in main.html
+    else:
+        assert main.markdown == "**bold**"
+
+
 def test_contexts(sb):
     c = sb.create_code_context(cwd="/tmp")
     assert c.cwd == "/tmp"
@@ -322,6 +369,31 @@ def test_bash_context(sb):
     assert "".join(sb.run_code("printf 'no newline'", language="bash").logs.stdout) == "no newline"
     with pytest.raises(Exception, match="python and bash"):
         sb.run_code("1", language="js")
+
+
+@pytest.mark.skipif(not NODE_IMAGE, reason="the image with node (airlock/net-clients:1) is not in the store: run hack/setup.sh")
+def test_javascript_context():
+    with Sandbox.create(NODE_IMAGE, timeout=120) as js:
+        c = js.create_code_context(language="javascript", cwd="/tmp")
+        assert c.language == "javascript"
+        assert js.run_code("const xs = [1, 2, 3]; let total = 0", context=c).error is None
+        out = []
+        ex = js.run_code(
+            "for (const x of xs) { total += x; console.log('x', x) }\nconsole.error(process.cwd())\ntotal * 2",
+            context=c,
+            on_stdout=lambda m: out.append(m.line),
+        )
+        assert ex.error is None, ex.error
+        assert ex.text == "12" and ex.results[0].is_main_result
+        assert "".join(ex.logs.stdout) == "x 1\nx 2\nx 3\n" == "".join(out)
+        assert "".join(ex.logs.stderr) == "/tmp\n"
+        assert js.run_code("Promise.resolve(total + 1)", context=c).text == "7"
+        ex = js.run_code("process.env.ONLY_HERE", context=c, envs={"ONLY_HERE": "y"})
+        assert ex.text == "y" and js.run_code("process.env.ONLY_HERE", context=c).text is None
+        # language="js" without a context: the sandbox's default one.
+        ex = js.run_code("null.boom", language="js")
+        assert ex.error.name == "TypeError" and "null" in ex.error.value and "<cell-1>" in ex.error.traceback
+        assert js.run_code("typeof xs", language="js").text == "undefined"
 
 
 # --- terminals ---------------------------------------------------------
@@ -368,6 +440,37 @@ def test_port_through_get_host(sb):
     assert r.text == "served from the box"
     assert httpx.get(url + "/index.html", headers={"Host": host}).status_code == 401
     server.kill()
+
+
+# --- fork and snapshots --------------------------------------------------
+
+
+def test_fork_and_snapshot(sb):
+    sb.files.write("forked.txt", "from the parent")
+    sb.run_code("forked_var = 'kept'")
+    (child,) = sb.fork(timeout=120)
+    try:
+        assert child.sandbox_id != sb.sandbox_id
+        assert Sandbox.get_info(child.sandbox_id).metadata == {"suite": "e2b", "run": "1"}
+        # Files and the Python interpreter's state as they were at the fork.
+        assert child.files.read("forked.txt") == "from the parent"
+        assert child.run_code("forked_var").text == "'kept'"
+        child.files.write("forked.txt", "changed in the child")
+        assert sb.files.read("forked.txt") == "from the parent"
+
+        snap = child.create_snapshot()
+        assert [s.snapshot_id for s in Sandbox.list_snapshots(sandbox_id=child.sandbox_id).next_items()] == [snap.snapshot_id]
+        restored = Sandbox.create(snap.snapshot_id, metadata={"suite": "e2b-restored"}, timeout=120)
+        try:
+            assert Sandbox.get_info(restored.sandbox_id).metadata == {"suite": "e2b-restored"}
+            assert restored.files.read("forked.txt") == "changed in the child"
+            assert restored.commands.run("id -un").stdout == "user\n"
+        finally:
+            restored.kill()
+        assert Sandbox.delete_snapshot(snap.snapshot_id)
+        assert not Sandbox.delete_snapshot(snap.snapshot_id)
+    finally:
+        child.kill()
 
 
 # --- pause ---------------------------------------------------------------

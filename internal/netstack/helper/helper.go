@@ -68,6 +68,10 @@ type Options struct {
 	// Secrets, when set, are the box's secrets and CA, which the helper
 	// gets through a pipe (netstack.LaunchHelper), never a file.
 	Secrets *netstack.SecretConfig
+	// Held, when set, holds listening sockets of the published TCP ports
+	// (by index in the ports Start publishes) that the helper inherits
+	// instead of binding them (see Held).
+	Held *Held
 }
 
 func (o Options) warn(msg string) {
@@ -129,7 +133,11 @@ func Start(b Box, o Options, pol netstack.Policy, pub []netstack.Publish) (s *St
 		}
 	}
 	os.Remove(hc.NetSocket)
-	h, err := netstack.LaunchHelper(bin, filepath.Join(b.Dir, boxdir.NetConfig), filepath.Join(b.Dir, boxdir.NetStderr), hc, o.Secrets)
+	inherit := o.Held.files()
+	h, err := netstack.LaunchHelper(bin, filepath.Join(b.Dir, boxdir.NetConfig), filepath.Join(b.Dir, boxdir.NetStderr), hc, o.Secrets, inherit)
+	for _, f := range inherit {
+		f.Close() // the helper has its own, and Held the originals
+	}
 	if err != nil {
 		return nil, fmt.Errorf("box %s network: %w", b.ID, err)
 	}

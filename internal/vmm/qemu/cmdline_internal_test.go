@@ -94,3 +94,18 @@ func TestHostileArchiveTestFaultParam(t *testing.T) {
 		t.Errorf("release build: CheckCmdline(... %s) = %v, want it refused naming it", wedge, err)
 	}
 }
+
+// TestShareHostModes: a 9p share's -fsdev carries the host modes of the
+// umask (fmode, dmode), so what a box writes is not 0600 on the host.
+func TestShareHostModes(t *testing.T) {
+	spec := vmm.Spec{ID: "0123456789ab", Dir: t.TempDir(), Volumes: []vmm.Volume{{HostDir: "/src", Target: "/src"}}}
+	_, shares, _, _ := volumeDevices(spec, Transport9p, 1)
+	fm, dm := HostModes()
+	if len(shares) != 1 || shares[0].FileMode != fm || shares[0].DirMode != dm || fm&0o600 != 0o600 || dm&0o700 != 0o700 {
+		t.Fatalf("shares %+v, host modes %v %v", shares, fm, dm)
+	}
+	args := strings.Join(Config{Shares: []Share{{ID: "vol0", Tag: "t", HostDir: "/src", FileMode: 0o644, DirMode: 0o755}}}.Args(), " ")
+	if !strings.Contains(args, "security_model=mapped-xattr,fmode=0644,dmode=0755") {
+		t.Errorf("args: %s", args)
+	}
+}

@@ -38,6 +38,37 @@ type Disk struct {
 type Share struct {
 	ID, Tag, HostDir string
 	ReadOnly         bool
+	// FileMode and DirMode are the host modes of the files and
+	// directories the guest creates (QEMU's fmode and dmode; the guest's
+	// own modes stay in the extended attributes): 0 leaves QEMU's
+	// defaults, 0600 and 0700. volumeDevices sets them from the host's
+	// umask (HostModes), as a host program's new files would have.
+	FileMode, DirMode os.FileMode
+}
+
+// HostModes are the modes a host program's new files and directories get
+// under this process's umask (0644 and 0755 under 022): read from
+// /proc/self/status (Linux 4.7+), since umask(2) can only read it by
+// changing it, which races other threads; 0600 and 0700, QEMU's own
+// defaults, when it cannot be read.
+func HostModes() (file, dir os.FileMode) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0o600, 0o700
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+			m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32)
+			if err != nil {
+				break
+			}
+			// Never more than the owner's read and write (and search):
+			// the owner keeps access whatever the umask says.
+			u := os.FileMode(m) & 0o077
+			return 0o666 &^ u, 0o777 &^ u
+		}
+	}
+	return 0o600, 0o700
 }
 
 // FSShare is a host directory shared over virtio-fs: a vhost-user-fs
@@ -321,6 +352,12 @@ func (c Config) args(refs argRefs) []string {
 		fsdev := "local,id=" + sh.ID + ",path=" + escapeComma(p) + ",security_model=mapped-xattr"
 		if sh.ReadOnly {
 			fsdev += ",readonly=on"
+		}
+		if sh.FileMode != 0 {
+			fsdev += fmt.Sprintf(",fmode=%04o", sh.FileMode.Perm())
+		}
+		if sh.DirMode != 0 {
+			fsdev += fmt.Sprintf(",dmode=%04o", sh.DirMode.Perm())
 		}
 		a = append(a, "-fsdev", fsdev, "-device", "virtio-9p-device,fsdev="+sh.ID+",mount_tag="+sh.Tag)
 	}

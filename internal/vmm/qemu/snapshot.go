@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-run/airlock/internal/assets"
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/checkpoint/pagediff"
 	"github.com/airlock-run/airlock/internal/sparse"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -398,6 +399,11 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 		// image, which no restore accepts.
 		return st, err
 	}
+	// A checkpoint's parent's page sums, read while the machine runs.
+	var parent parentSums
+	if opts.Chain {
+		parent = readParentSums(opts.Parent, parts, idx, spec.Disks.Layer)
+	}
 	t0 := time.Now()
 	if _, err := q.Execute("stop", nil); err != nil {
 		return st, err
@@ -435,6 +441,10 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 		return f.Sync()
 	}
 	var ramParts []int
+	// A checkpoint's (opts.Chain) page sums, and whether its images are
+	// deltas against opts.Parent.
+	var ramSums, diskSums *pagediff.Sums
+	var diskDelta bool
 	var held []*os.File // a transient snapshot's RAM image
 	defer func() { closeAll(held) }()
 	var heldBytes int64
@@ -451,12 +461,19 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 		if memfds == nil {
 			break
 		}
-		if transient {
+		switch {
+		case transient:
 			if held, heldBytes, err = sealedCopies(parts, memfds); err != nil {
 				return st, fmt.Errorf("copy the RAM image: %w", err)
 			}
-		} else if _, err := writeRAMImage(filepath.Join(dir, snapRAM), parts, memfds); err != nil {
-			return st, fmt.Errorf("write the RAM image: %w", err)
+		case opts.Chain:
+			if ramSums, err = saveRAMDelta(dir, parts, memfds, parent.ram); err != nil {
+				return st, fmt.Errorf("write the RAM image: %w", err)
+			}
+		default:
+			if _, err := writeRAMImage(filepath.Join(dir, snapRAM), parts, memfds); err != nil {
+				return st, fmt.Errorf("write the RAM image: %w", err)
+			}
 		}
 		after, err := serialQueues(q)
 		if err != nil {
@@ -476,6 +493,7 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 		os.Remove(filepath.Join(dir, snapRAM))
 		closeAll(held)
 		held, heldBytes = nil, 0
+		ramSums = nil
 		if err := f.Truncate(0); err != nil {
 			return st, err
 		}
@@ -497,12 +515,19 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	}
 	// QEMU flushed and let go of its disks when the migration completed;
 	// the copy matches the guest state just saved. cont takes them back.
-	if opts.LinkDisk {
+	switch {
+	case opts.LinkDisk:
 		if err := os.Link(spec.Disks.Layer, filepath.Join(dir, snapDisk)); err != nil {
 			return st, fmt.Errorf("link the writable layer: %w", err)
 		}
-	} else if err := sparse.Copy(spec.Disks.Layer, filepath.Join(dir, snapDisk)); err != nil {
-		return st, fmt.Errorf("copy the writable layer: %w", err)
+	case opts.Chain:
+		if diskSums, diskDelta, err = saveLayerDelta(dir, spec.Disks.Layer, parent.disk); err != nil {
+			return st, fmt.Errorf("copy the writable layer: %w", err)
+		}
+	default:
+		if err := sparse.Copy(spec.Disks.Layer, filepath.Join(dir, snapDisk)); err != nil {
+			return st, fmt.Errorf("copy the writable layer: %w", err)
+		}
 	}
 	st.PausedNs = int64(time.Since(t0))
 	resume()
@@ -510,6 +535,11 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 		// After the box runs on: the image's pages were written while
 		// it was stopped.
 		if err := syncFile(filepath.Join(dir, snapRAM)); err != nil {
+			return st, err
+		}
+	}
+	if opts.Chain {
+		if err := writeChain(dir, opts.Parent, ramSums, diskSums, parent.ram != nil && ramSums != nil && ramParts != nil, diskDelta); err != nil {
 			return st, err
 		}
 	}
@@ -525,8 +555,9 @@ func (d *Driver) SaveSnapshot(ctx context.Context, spec vmm.Spec, h vmm.Handle, 
 	if err := os.WriteFile(filepath.Join(dir, snapMachine), meta, 0o600); err != nil {
 		return st, err
 	}
-	st.StateBytes = allocated(filepath.Join(dir, snapState)) + allocated(filepath.Join(dir, snapRAM)) + heldBytes
-	st.DiskBytes = allocated(filepath.Join(dir, snapDisk))
+	st.StateBytes = allocated(filepath.Join(dir, snapState)) + allocated(filepath.Join(dir, snapRAM)) + heldBytes +
+		allocated(filepath.Join(dir, pagediff.SumsName(snapRAM)))
+	st.DiskBytes = allocated(filepath.Join(dir, snapDisk)) + allocated(filepath.Join(dir, pagediff.SumsName(snapDisk)))
 	return st, nil
 }
 
@@ -698,6 +729,9 @@ func (d *Driver) checkSnapshot(ctx context.Context, spec vmm.Spec, dir string) (
 			return Config{}, mm, fmt.Errorf("snapshot %s is incomplete: %w", dir, err)
 		}
 	}
+	if err := checkChain(dir); err != nil {
+		return Config{}, mm, err
+	}
 	var cid uint32
 	if mm.Config.VsockCID != 0 {
 		if !VsockAvailable() {
@@ -765,6 +799,9 @@ func (d *Driver) CreateFromSnapshot(ctx context.Context, spec vmm.Spec, dir stri
 	if _, _, err := d.checkSnapshot(ctx, spec, dir); err != nil {
 		return err
 	}
+	if pagediff.IsDelta(dir, snapDisk) {
+		return materialiseLayer(ctx, dir, spec.Disks.Layer)
+	}
 	return sparse.Copy(filepath.Join(dir, snapDisk), spec.Disks.Layer)
 }
 
@@ -829,7 +866,11 @@ func (d *Driver) startOnce(ctx context.Context, spec vmm.Spec, qc Config, mm mac
 	filled := func() error { return nil }
 	if len(mm.RAMParts) > 0 && qc.RAMImages == nil {
 		// The box's own copy, filled while QEMU starts.
-		images, fill, err := ramCopy(filepath.Join(dir, snapRAM), parts, idx)
+		copyRAM := func() ([]*os.File, func() error, error) { return ramCopy(filepath.Join(dir, snapRAM), parts, idx) }
+		if pagediff.IsDelta(dir, snapRAM) {
+			copyRAM = func() ([]*os.File, func() error, error) { return ramCopyChain(dir, parts, idx) }
+		}
+		images, fill, err := copyRAM()
 		if err != nil {
 			return nil, err
 		}

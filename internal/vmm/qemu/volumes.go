@@ -73,7 +73,10 @@ func checkVolumes(vols []vmm.Volume, kernel assets.Kernel, transport string) err
 // Over 9p, host directories are shared with security_model=mapped-xattr
 // (the guest's owners and modes live in extended attributes, so a box
 // cannot make a setuid file on the host) and, for read-only ones,
-// readonly=on, which QEMU enforces on the host.
+// readonly=on, which QEMU enforces on the host. What the guest creates
+// gets the host modes of the host's umask (HostModes: 0644 and 0755 under
+// 022), and, from a confined QEMU, the directory's owner (its idmapped
+// mount, see confine.Start).
 //
 // Over virtio-fs, each host directory gets a vhost-user-fs device whose
 // backend is a virtiofsd listening on a socket in the box's socket
@@ -89,7 +92,8 @@ func volumeDevices(spec vmm.Spec, transport string, firstDisk int) (disks []Disk
 			continue
 		}
 		if v.HostDir != "" {
-			shares = append(shares, Share{ID: id, Tag: tag, HostDir: v.HostDir, ReadOnly: v.ReadOnly})
+			fm, dm := HostModes()
+			shares = append(shares, Share{ID: id, Tag: tag, HostDir: v.HostDir, ReadOnly: v.ReadOnly, FileMode: fm, DirMode: dm})
 			params = append(params, guestabi.Volume{Kind: guestabi.VolumeKind9p, Source: tag, Target: v.Target, ReadOnly: v.ReadOnly}.Arg())
 			continue
 		}

@@ -81,13 +81,69 @@ def test_box_options_checked_before_sending(kwargs: dict, exc: type, words: str)
     ({"rootfs_path": "/oci"}, "airlock image import"),
     ({"entrypoint": ["dockerd"]}, "box.exec"),
     ({"cmd": ["--flag"]}, "box.exec"),
-    ({"secrets": [object()]}, "env="),
+    ({"secrets": [boxlite.Secret(name="openai", value="sk-x", hosts=["api.openai.com"])]}, 'secrets={"OPENAI_API_KEY"'),
     ({"advanced": object()}, "policy flags"),
 ])
 def test_box_options_without_equivalent(kwargs: dict, words: str) -> None:
     with pytest.raises(NotImplementedError) as ei:
         boxlite.BoxOptions(image=IMAGE, **kwargs)._spec(None)
     assert "no equivalent in airlock" in str(ei.value) and words in str(ei.value)
+
+
+# BoxLite's package exports (boxlite-ai/boxlite sdks/python/boxlite/__init__.py
+# __all__, and boxlite.sync_api's): each name imports from airlock.
+BOXLITE_NAMES = """AccessToken ApiKeyCredential Box BoxInfo Boxlite BoxliteRestOptions BoxMetrics BoxOptions BoxStateInfo
+CloneOptions CopyOptions CopyOutOutcome CopyOutPair ExecStderr ExecStdout Execution ExportOptions HealthCheckOptions
+ImageHandle ImageInfo ImagePullResult HealthState HealthStatus NetworkSpec ImageRegistry Options RuntimeMetrics Secret
+SecurityOptions SnapshotHandle SnapshotInfo SnapshotOptions Credential SimpleBox CodeBox ExecResult BoxliteError ExecError
+TimeoutError ParseError BrowserBox BrowserBoxOptions ComputerBox InteractiveBox SkillBox BoxRuntime ManagedBox BoxGroup
+SyncBoxlite SyncBox SyncImageHandle SyncExecution SyncExecStdout SyncExecStderr SyncSimpleBox SyncCodeBox
+SyncSkillBox""".split()
+
+# Those airlock has no equivalent of: constructing one says what to use.
+WITHOUT_EQUIVALENT = {
+    "BoxMetrics": "runtime.metrics()", "CloneOptions": "clone_box()", "CopyOutOutcome": "copy_out",
+    "CopyOutPair": "copy_out", "ExportOptions": "airlock export", "HealthCheckOptions": "unhealthy",
+    "ImageHandle": "airlock images", "ImageInfo": "airlock images", "ImagePullResult": "airlock pull",
+    "HealthState": "unhealthy", "HealthStatus": "unhealthy", "SecurityOptions": "policy flags",
+    "SnapshotHandle": "snapshot(name)", "SnapshotInfo": "airlock.Snapshot", "SnapshotOptions": "snapshot(name)",
+    "BrowserBox": "SimpleBox", "BrowserBoxOptions": "SimpleBox", "ComputerBox": "SimpleBox",
+    "InteractiveBox": "SimpleBox.stream", "SkillBox": "CodeBox", "BoxRuntime": "publish a port",
+    "ManagedBox": "SimpleBox", "BoxGroup": "SimpleBox", "SyncImageHandle": "airlock images", "SyncSkillBox": "SyncCodeBox",
+}
+
+
+def test_boxlite_public_names() -> None:
+    import airlock.sync_api as sync_api
+
+    missing = [n for n in BOXLITE_NAMES if not hasattr(boxlite, n)]
+    assert missing == [], f"BoxLite names airlock lacks: {missing}"
+    for n in ("SyncBoxlite", "SyncBox", "SyncExecution", "SyncSimpleBox", "SyncCodeBox", "SyncImageHandle", "SyncSkillBox"):
+        assert hasattr(sync_api, n), n
+    for n, words in WITHOUT_EQUIVALENT.items():
+        with pytest.raises(NotImplementedError) as ei:
+            getattr(boxlite, n)()
+        assert "no equivalent in airlock" in str(ei.value) and words in str(ei.value), (n, str(ei.value))
+    # BoxLite's errors: BoxliteError subclasses, with BoxLite's fields.
+    e = boxlite.ExecError("ls /nope", 2, "No such file")
+    assert isinstance(e, boxlite.BoxliteError) and (e.command, e.exit_code, e.stderr) == ("ls /nope", 2, "No such file")
+    assert "exit code 2" in str(e)
+    for cls, code in ((boxlite.TimeoutError, "timeout"), (boxlite.ParseError, "parse_error")):
+        assert issubclass(cls, boxlite.BoxliteError) and cls("x").code == code
+    assert boxlite.TimeoutError is not TimeoutError  # Python's own is untouched
+    # Credential: ApiKeyCredential is one, and the REST options take any.
+    assert isinstance(boxlite.ApiKeyCredential("k"), boxlite.Credential)
+
+    class Token(boxlite.Credential):
+        def get_token(self) -> boxlite.AccessToken:
+            return boxlite.AccessToken("t")
+
+    assert boxlite.BoxliteRestOptions("http://127.0.0.1:1", credential=Token()).credential.get_token().token == "t"
+    # airlock's secrets through BoxOptions: {NAME: Secret(hosts, value)}.
+    spec = boxlite.BoxOptions(secrets={"API_KEY": boxlite.Secret(hosts=["api.example.com"], value="v")})._spec(None)
+    assert spec["secrets"] == {"API_KEY": {"value": "v", "hosts": ["api.example.com"]}}
+    with pytest.raises(NotImplementedError, match="OPENAI_API_KEY"):
+        boxlite.SimpleBox(image=IMAGE, secrets=[boxlite.Secret(name="openai", value="v", hosts=["api.openai.com"])])
 
 
 def test_simplebox_checks_and_unsupported() -> None:
@@ -173,6 +229,9 @@ async def test_runtime_box_and_executions(server_env: dict, tmp_path: Path) -> N
         info = box.info()
         assert (info.id, info.name, info.image, info.cpus, info.memory_mib) == (box.id, name, IMAGE, 1, 512)
         assert info.state.status == "running" and info.state.running and info.created_at
+        # Not detached: a lease the SDK renews, shown with its deadline; no ttl or idle timeout.
+        assert info.lease_until and info.lease_until == info.raw["lease_until"], info.raw
+        assert info.expires_at is None and info.idle_deadline is None
         assert (await box.info()).id == box.id  # awaitable too, as in BoxLite's clone example
 
         ex = await box.exec("sh", ["-c", "echo 'to stdout'; echo 'to stderr' >&2; echo 'more stdout'; pwd; "

@@ -123,5 +123,12 @@ async def test_checkpoint_rollback(server_env: dict) -> None:
         with pytest.raises(airlock.AirlockError) as e:
             await box.rollback("nope")
         assert e.value.code == "checkpoint_not_found"
+        (kid,) = await box.fork(from_checkpoint="B")
+        async with kid:
+            assert kid.id != box_id
+            assert await kid.read_file("/root/f") == b"b"
+        with pytest.raises(airlock.AirlockError) as e:
+            await box.fork(from_checkpoint="nope")
+        assert e.value.code == "checkpoint_not_found"
         await box.remove_checkpoint("A")
         assert [(c.name, c.parent) for c in await box.checkpoints()] == [("B", "")]

@@ -40,6 +40,7 @@ export const BOUNDS: Record<string, Record<string, Record<string, number>>> = {
         "working_dir": {"maxLength": 4096},
     },
     "ForkRequest": {
+        "from_checkpoint": {"maxLength": 64},
         "n": {"maximum": 64, "minimum": 0},
     },
     "InstallRequest": {

@@ -116,6 +116,17 @@ export interface BoxOptions {
    * rejects with `snapshot_not_found` (404).
    */
   fromSnapshot?: string;
+  /**
+   * Seconds without an exec, file or code call (nor, for `idleAction` `"stop"` and `"suspend"`, traffic on its
+   * network) after which the server takes `idleAction` on the box.
+   */
+  idleTimeout?: number;
+  /**
+   * What `idleTimeout` does: `"remove"` (default), `"stop"` or `"suspend"` (scale to zero: the box is paused to
+   * disk and holds no host memory; the next call on it, or an inbound connection to a published port, resumes
+   * it first, with its processes and memory). Needs `idleTimeout`.
+   */
+  idleAction?: "remove" | "stop" | "suspend";
   /** The server connection (default: one per process, from the environment). */
   client?: Client;
 }
@@ -196,6 +207,13 @@ export interface ExecResult {
   stdoutBytes: Buffer;
   /** Standard error, exactly. */
   stderrBytes: Buffer;
+  /** Output was cut at the server's bound (`airlock serve --max-output`, 16 MiB a stream): the first and last half of
+   * a stream are kept, and `stdoutDropped` / `stderrDropped` bytes between them are left out. */
+  truncated: boolean;
+  /** Bytes of stdout left out (0 unless `truncated`). */
+  stdoutDropped: number;
+  /** Bytes of stderr left out (0 unless `truncated`). */
+  stderrDropped: number;
 }
 
 /**
@@ -344,7 +362,7 @@ function execRequest(cmd: string, args: string[], o: ExecOptions): ExecRequest {
 
 const KNOWN_OPTIONS = new Set([
   "image", "memoryMib", "cpus", "name", "env", "workingDir", "user", "network", "diskSizeMib", "autoRemove",
-  "allowNet", "allowHostPorts", "volumes", "ports", "fromSnapshot", "labels", "secrets",
+  "allowNet", "allowHostPorts", "volumes", "ports", "fromSnapshot", "labels", "secrets", "idleTimeout", "idleAction",
   "client", "indexUrl", "diskSizeGb", "reuseExisting", "detach", "rootfsPath", "entrypoint", "cmd", "security", "advanced",
   "runtime", // BoxLite's runtime handle (JsBoxlite): its server is used
 ]);
@@ -412,6 +430,8 @@ export class SimpleBox implements AsyncDisposable {
     }
     if (options.ports?.length) spec.ports = options.ports.map(portSpec);
     if (options.labels && Object.keys(options.labels).length) spec.labels = { ...options.labels };
+    if (options.idleTimeout !== undefined) spec.idle_timeout = options.idleTimeout;
+    if (options.idleAction !== undefined) spec.idle_action = options.idleAction;
     if (options.secrets && Object.keys(options.secrets).length) {
       spec.secrets = Object.fromEntries(
         Object.entries(options.secrets).map(([k, s]) => [k, { value: s.value, hosts: [...s.hosts] }]),
@@ -649,13 +669,21 @@ export class SimpleBox implements AsyncDisposable {
    *       console.log((await c.context(ctx.id).run("x + 1")).value); // "42"
    *     }
    *
+   * With `opts.fromCheckpoint` the children start from that checkpoint of the box ({@link checkpoint}) instead
+   * of from now; the box need not be running.
+   *
    * Rejects with {@link AirlockError} `policy_denied` (403) when `n` more boxes would pass the server's
-   * `--max-boxes`, `not_supported` (501) when its VM driver cannot fork; on an error no child is left.
+   * `--max-boxes`, `checkpoint_not_found` (404) for an unknown checkpoint, `not_supported` (501) when its VM
+   * driver cannot fork; on an error no child is left.
    */
-  async fork(n = 1): Promise<this[]> {
+  async fork(n = 1, opts: { fromCheckpoint?: string } = {}): Promise<this[]> {
     if (!Number.isInteger(n) || n < 1 || n > MAX_FORK) throw new RangeError(`fork(${n}): n must be an integer from 1 to ${MAX_FORK}`);
+    if (opts.fromCheckpoint !== undefined && (typeof opts.fromCheckpoint !== "string" || opts.fromCheckpoint === "")) {
+      throw new TypeError(`fork: fromCheckpoint must be a checkpoint name (a non-empty string)`);
+    }
     const id = await this.box();
     const body: Schemas["ForkRequest"] = { n };
+    if (opts.fromCheckpoint !== undefined) body.from_checkpoint = opts.fromCheckpoint;
     const r = await this.client.request<Schemas["ForkResult"]>("POST", `/v1/boxes/${encodeURIComponent(id)}/fork`, body);
     const ctor = this.constructor as new (o: CodeBoxOptions) => this;
     return (r.boxes ?? []).map((b) => {
@@ -746,6 +774,7 @@ export class SimpleBox implements AsyncDisposable {
     return {
       exitCode: r.exit_code, stdout: out.toString("utf8"), stderr: err.toString("utf8"), errorMessage: msg,
       timedOut: r.timed_out, signal: r.signal ?? 0, stdoutBytes: out, stderrBytes: err,
+      truncated: r.truncated ?? false, stdoutDropped: r.stdout_dropped ?? 0, stderrDropped: r.stderr_dropped ?? 0,
     };
   }
 

@@ -60,10 +60,10 @@ export class ApiKeyCredential {
 /** BoxLite's REST options: `url` of `airlock serve --listen ADDR`, its token as `credential`. */
 export class BoxliteRestOptions {
   readonly url: string;
-  readonly credential?: ApiKeyCredential;
+  readonly credential?: Credential;
   readonly pathPrefix?: string;
 
-  constructor(options: { url: string; credential?: ApiKeyCredential | null; pathPrefix?: string }) {
+  constructor(options: { url: string; credential?: Credential | null; pathPrefix?: string }) {
     if (typeof options?.url !== "string" || !/^https?:\/\//.test(options.url)) {
       throw new TypeError(`BoxliteRestOptions.url must be an http(s) URL, got ${JSON.stringify(options?.url)}`);
     }
@@ -126,6 +126,12 @@ export interface JsBoxInfo {
   memoryMib: number;
   /** airlock's box JSON (ttl, lease and idle deadlines, ports...). */
   raw: AirlockBoxInfo;
+  /** When the box's ttl ends (RFC 3339; absent: no ttl). */
+  expiresAt?: string;
+  /** When the box is removed unless its lease is renewed (the runtime renews it unless `detach`). */
+  leaseUntil?: string;
+  /** When the box is removed unless used (its `idle_timeout`). */
+  idleDeadline?: string;
 }
 
 /** BoxLite's runtime counters, from the server's `/metrics` since it started. */
@@ -252,6 +258,7 @@ function infoOf(d: AirlockBoxInfo): JsBoxInfo {
   return {
     id: d.id, name: d.name || undefined, state: { status: d.state, running: d.state === "running" },
     createdAt: d.created, startedAt: d.started || undefined, image: d.image, cpus: d.cpus, memoryMib: d.memory_mib, raw: d,
+    expiresAt: d.expires_at || undefined, leaseUntil: d.lease_until || undefined, idleDeadline: d.idle_deadline || undefined,
   };
 }
 
@@ -620,7 +627,7 @@ export class JsBoxlite {
   }
 
   /** A runtime on `airlock serve --listen ADDR --token KEY`: `rest(url, credential?)` or `rest(new BoxliteRestOptions({...}))`. */
-  static rest(urlOrOptions: string | BoxliteRestOptions, credential?: ApiKeyCredential | null, prefix?: string | null): JsBoxlite {
+  static rest(urlOrOptions: string | BoxliteRestOptions, credential?: Credential | null, prefix?: string | null): JsBoxlite {
     const o = typeof urlOrOptions === "string" ? new BoxliteRestOptions({ url: urlOrOptions, credential, pathPrefix: prefix ?? undefined }) : urlOrOptions;
     if (!(o instanceof BoxliteRestOptions)) throw new TypeError("rest: want a URL string or a BoxliteRestOptions");
     if (o.pathPrefix) {
@@ -768,3 +775,102 @@ export class JsBoxlite {
 export const Boxlite = JsBoxlite;
 /** BoxLite's runtime under its Python name. */
 export type Boxlite = JsBoxlite;
+
+/** BoxLite's `TimeoutError`: an {@link AirlockError} with code `timeout`. airlock reports an exec's timeout in its
+ * result (`timedOut`) rather than throw this; it is here for code that throws or catches it. */
+export class TimeoutError extends AirlockError {
+  constructor(message: string) {
+    super(0, "timeout", message);
+    this.name = "TimeoutError";
+  }
+}
+
+/** BoxLite's `ParseError`: an {@link AirlockError} with code `parse_error`; airlock throws it nowhere (the server
+ * parses what it returns). */
+export class ParseError extends AirlockError {
+  constructor(message: string) {
+    super(0, "parse_error", message);
+    this.name = "ParseError";
+  }
+}
+
+function missingBox(name: string, instead: string): new (...args: unknown[]) => never {
+  return class {
+    constructor(..._args: unknown[]) {
+      throw new NotImplementedError(`new ${name}()`, instead);
+    }
+  } as unknown as new (...args: unknown[]) => never;
+}
+
+/** BoxLite's `BrowserBox`: constructing it throws {@link NotImplementedError} naming what to use. */
+export const BrowserBox = missingBox("BrowserBox", "run a browser image with new SimpleBox({ image, ports: [9222] }) and connect to the published port");
+/** BoxLite's `ComputerBox`: constructing it throws {@link NotImplementedError} naming what to use. */
+export const ComputerBox = missingBox("ComputerBox", "run a desktop image with new SimpleBox({ image, ports: [...] }) and drive it with exec (xdotool)");
+/** BoxLite's `InteractiveBox`: constructing it throws {@link NotImplementedError} naming what to use. */
+export const InteractiveBox = missingBox("InteractiveBox", "use SimpleBox.stream(cmd, { tty: true }) or `airlock run -it IMAGE`");
+/** BoxLite's `SkillBox`: constructing it throws {@link NotImplementedError} naming what to use. */
+export const SkillBox = missingBox("SkillBox", "use CodeBox or SimpleBox and exec the agent's CLI");
+
+/** BoxLite's loader of its runtime class: here {@link JsBoxlite}. */
+export function getJsBoxlite(): typeof JsBoxlite {
+  return JsBoxlite;
+}
+
+/** BoxLite's native module: airlock has none (the SDK talks to `airlock serve`); throws {@link NotImplementedError}. */
+export function getNativeModule(): never {
+  throw new NotImplementedError("getNativeModule()", "airlock has no native module: use JsBoxlite, SimpleBox or CodeBox, which talk to airlock serve");
+}
+
+// BoxLite's constants (its specialized boxes' defaults), for code that names
+// them; DEFAULT_CPUS and DEFAULT_MEMORY_MIB are airlock's box defaults too.
+export const COMPUTERBOX_IMAGE = "lscr.io/linuxserver/webtop:ubuntu-xfce";
+export const COMPUTERBOX_CPUS = 2;
+export const COMPUTERBOX_MEMORY_MIB = 2048;
+export const COMPUTERBOX_DISPLAY_NUMBER = ":1";
+export const COMPUTERBOX_DISPLAY_WIDTH = 1024;
+export const COMPUTERBOX_DISPLAY_HEIGHT = 768;
+export const COMPUTERBOX_GUI_HTTP_PORT = 3000;
+export const COMPUTERBOX_GUI_HTTPS_PORT = 3001;
+export const DESKTOP_READY_TIMEOUT = 60;
+export const DESKTOP_READY_RETRY_DELAY = 2;
+export const BROWSERBOX_IMAGE_CHROMIUM = "browserless/chrome:latest";
+export const BROWSERBOX_IMAGE_FIREFOX = "browserless/firefox:latest";
+export const BROWSERBOX_IMAGE_WEBKIT = "browserless/webkit:latest";
+export const BROWSERBOX_PORT_CHROMIUM = 9222;
+export const BROWSERBOX_PORT_FIREFOX = 9223;
+export const BROWSERBOX_PORT_WEBKIT = 9224;
+export const DEFAULT_CPUS = 1;
+export const DEFAULT_MEMORY_MIB = 512;
+
+/** BoxLite's credential interface: `getToken()` gives the bearer token ({@link ApiKeyCredential} is one). */
+export interface Credential {
+  getToken(): AccessToken;
+}
+/** BoxLite's `SimpleBoxOptions`: airlock's box options (`BoxOptions` of `SimpleBox`/`CodeBox`). */
+export type SimpleBoxOptions = import("./box.js").BoxOptions;
+/** BoxLite's network spec: `{ mode: "enabled" | "disabled", allowNet? }` (see {@link JsBoxOptions}). */
+export type NetworkSpec = { mode: "enabled" | "disabled"; allowNet?: string[] };
+/** BoxLite's security options: not supported (`NotImplementedError` at create; boxes always run confined). */
+export type SecurityOptions = Record<string, unknown>;
+/** Options of BoxLite's specialized boxes, which airlock does not provide (their constructors throw). */
+export type BrowserBoxOptions = Record<string, unknown>;
+/** BoxLite's browser kinds (`BrowserBox`, not provided). */
+export type BrowserType = "chromium" | "firefox" | "webkit";
+/** Options of BoxLite's `ComputerBox` (not provided). */
+export type ComputerBoxOptions = Record<string, unknown>;
+/** BoxLite's `ComputerBox` screenshot (not provided). */
+export type Screenshot = { data: string; width: number; height: number; format: string };
+/** Options of BoxLite's `InteractiveBox` (not provided). */
+export type InteractiveBoxOptions = Record<string, unknown>;
+/** Options of BoxLite's `SkillBox` (not provided). */
+export type SkillBoxOptions = Record<string, unknown>;
+/** BoxLite's image handle (`rt.images`): not provided; `airlock images` / GET /v1/images. */
+export type ImageHandle = never;
+/** BoxLite's image info: GET /v1/images gives airlock's. */
+export type ImageInfo = Record<string, unknown>;
+/** BoxLite's pull result: `airlock pull IMAGE` on the server's host. */
+export type ImagePullResult = Record<string, unknown>;
+/** BoxLite's registry options: not supported (`NotImplementedError`: `airlock login REGISTRY`). */
+export type JsImageRegistry = Record<string, unknown>;
+/** BoxLite's registry credentials: not supported (`airlock login REGISTRY`). */
+export type JsImageRegistryAuth = Record<string, unknown>;

@@ -40,3 +40,15 @@ export {
   type AccessToken, type CopyOptions, type ExecOutput, type ExecStdin, type ExecWaitResult, type JsBoxInfo, type JsBoxOptions,
   type JsOptions, type JsRuntimeMetrics,
 } from "./boxlite.js";
+// BoxLite's other exports: errors for its spelling, specialized boxes that
+// throw NotImplementedError naming what to use, its loader and constants.
+export {
+  BROWSERBOX_IMAGE_CHROMIUM, BROWSERBOX_IMAGE_FIREFOX, BROWSERBOX_IMAGE_WEBKIT, BROWSERBOX_PORT_CHROMIUM, BROWSERBOX_PORT_FIREFOX,
+  BROWSERBOX_PORT_WEBKIT, BrowserBox, COMPUTERBOX_CPUS, COMPUTERBOX_DISPLAY_HEIGHT, COMPUTERBOX_DISPLAY_NUMBER,
+  COMPUTERBOX_DISPLAY_WIDTH, COMPUTERBOX_GUI_HTTPS_PORT, COMPUTERBOX_GUI_HTTP_PORT, COMPUTERBOX_IMAGE, COMPUTERBOX_MEMORY_MIB,
+  ComputerBox, DEFAULT_CPUS, DEFAULT_MEMORY_MIB, DESKTOP_READY_RETRY_DELAY, DESKTOP_READY_TIMEOUT, InteractiveBox, ParseError,
+  SkillBox, TimeoutError, getJsBoxlite, getNativeModule,
+  type BrowserBoxOptions, type BrowserType, type ComputerBoxOptions, type Credential, type ImageHandle, type ImageInfo,
+  type ImagePullResult, type InteractiveBoxOptions, type JsImageRegistry, type JsImageRegistryAuth, type NetworkSpec,
+  type Screenshot, type SecurityOptions, type SimpleBoxOptions, type SkillBoxOptions,
+} from "./boxlite.js";

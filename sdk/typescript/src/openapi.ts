@@ -384,7 +384,7 @@ export interface paths {
         put?: never;
         /**
          * Fork a running box
-         * @description Pauses the box briefly, snapshots it and starts n children from that instant: each an independent box with its own writable layer, the same processes and files, and, for a box with contexts, the same contexts (same ids, variables kept). Children get the box's lease and idle timeout and what is left of its TTL; they publish no ports. On error no child is left.
+         * @description Pauses the box briefly, snapshots it and starts n children from that instant (or, with from_checkpoint, from one of the box's checkpoints): each an independent box with its own writable layer, the same processes and files, and, for a box with contexts, the same contexts (same ids, variables kept). Children get the box's lease and idle timeout and what is left of its TTL; they publish no ports. On error no child is left.
          */
         post: operations["fork-box"];
         delete?: never;
@@ -726,9 +726,11 @@ export interface components {
             expires_at?: string;
             /** @description Box id (12 hex digits). */
             id: string;
+            /** @description What idle_timeout does: remove, stop or suspend (absent: remove). */
+            idle_action?: string;
             /**
              * Format: date-time
-             * @description When the box is removed unless used before (absent: no idle_timeout). Use is recorded every few seconds, so this may lag a recent call by that much.
+             * @description When idle_action is taken on the box unless it is used before (absent: no idle_timeout). Use is recorded every few seconds, so this may lag a recent call by that much.
              */
             idle_deadline?: string;
             image: string;
@@ -745,6 +747,8 @@ export interface components {
             memory_mib: number;
             name?: string;
             network: string;
+            /** @description The Kubernetes node that runs the box (airlock gateway); absent from airlock serve. */
+            node?: string;
             /** @description The running box's vCPUs are stopped (POST /v1/boxes/{id}/pause): execs, code runs and file calls into it are refused (409 box_paused) until it is resumed. */
             paused?: boolean;
             /** @description Published ports: while the box runs, as bound by its current start (a host_port 0 replaced by the port picked); otherwise as asked. */
@@ -753,9 +757,12 @@ export interface components {
             secrets?: components["schemas"]["SecretInfo"][] | null;
             /** Format: date-time */
             started?: string;
-            /** @enum {string} */
-            state: "created" | "running" | "stopped";
-            /** @description The stopped box was paused to disk (pause with to_disk): resume or start continues it from its saved memory. */
+            /**
+             * @description lost: the box's Kubernetes node stopped answering or is NotReady (airlock gateway); calls into it fail with box_lost, and the box is not recreated: remove it and create another.
+             * @enum {string}
+             */
+            state: "created" | "running" | "stopped" | "lost";
+            /** @description The stopped box was paused to disk (pause with to_disk, or by idle_action suspend): resume or start continues it from its saved memory; a box suspended by idle_action suspend also resumes by itself on its next exec, file, code or port call or inbound connection. */
             suspended?: boolean;
             /** @description Why the running box was declared unhealthy (its agent did not report the end of a timed-out exec in time); it is killed if its agent then does not answer within 20 s. Absent when healthy. */
             unhealthy?: string;
@@ -788,8 +795,13 @@ export interface components {
             /** @description Restore this memory snapshot (POST /v1/boxes/{id}/snapshot) instead of booting: the box runs on from where the snapshot's box was, with its processes and files. Image, cpus, memory_mib, disk_size_mib and network come from the snapshot (leave them out, or give the snapshot's); env, working_dir, user, allow_net and allow_host_ports default to its box's (allow_net makes it an allowlist box); name, ports (never the snapshot box's) and the network policy are the request's, checked as for any create; volumes are refused. */
             from_snapshot?: string;
             /**
+             * @description What idle_timeout does: remove (the default) the box, stop it, or suspend it (scale to zero: paused to disk, no host memory or CPU held, shown as suspended; the next exec, file, code or port call resumes it first, and a published TCP port stays bound: its first inbound connection wakes the box and is then served). Needs idle_timeout; suspend refuses volumes.
+             * @enum {string}
+             */
+            idle_action?: "remove" | "stop" | "suspend";
+            /**
              * Format: double
-             * @description Seconds: the box is removed after this long with no exec, file or code call on it (stored with the box: a server restart keeps it).
+             * @description Seconds: after this long with no exec, file or code call on it (nor, for idle_action stop and suspend, traffic on its network), idle_action is taken (stored with the box: a server restart keeps it).
              */
             idle_timeout?: number;
             /**
@@ -1079,6 +1091,8 @@ export interface components {
             uid: number;
         };
         ForkRequest: {
+            /** @description Start the children from the box's checkpoint of this name (POST /v1/boxes/{id}/checkpoints), any node of its tree, instead of from the box as it is now; the box is left alone and need not run. The children have no contexts (start new ones). */
+            from_checkpoint?: string;
             /**
              * Format: int64
              * @description How many children (default 1, at most 64).
@@ -1208,7 +1222,7 @@ export interface components {
              * @description Stable machine-readable code.
              * @enum {string}
              */
-            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use" | "snapshot_not_found" | "snapshot_exists" | "not_supported" | "host_capacity" | "too_many_subscribers" | "method_not_allowed" | "box_paused" | "quota_exceeded" | "checkpoint_not_found" | "checkpoint_exists" | "rolled_back";
+            code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use" | "snapshot_not_found" | "snapshot_exists" | "not_supported" | "host_capacity" | "too_many_subscribers" | "method_not_allowed" | "box_paused" | "quota_exceeded" | "checkpoint_not_found" | "checkpoint_exists" | "rolled_back" | "box_lost" | "unschedulable";
             /** @description What happened in this occurrence, and what to do. */
             detail?: string;
             /** @description Individual validation errors. */

@@ -9,6 +9,7 @@ import { after, before, describe, it } from "node:test";
 import {
   ApiKeyCredential, BoxliteError, BoxliteRestOptions, Client, JsBoxlite, NotImplementedError, SimpleBox, type Event, type ExecOutput,
 } from "@airlock-run/sdk";
+import * as boxlite from "@airlock-run/sdk";
 
 import { startServer, type TestServer } from "./server.js";
 
@@ -35,7 +36,10 @@ describe("JsBoxlite", () => {
     const box = await rt.create({ env: [{ key: "USER", value: "alice" }], autoRemove: false, detach: true }, "bl-demo");
     try {
       assert.equal(box.name, "bl-demo");
-      assert.equal((await box.info()).state.running, true);
+      const first = await box.info();
+      assert.equal(first.state.running, true);
+      // Detached: no lease; no ttl or idle timeout either.
+      assert.ok(!first.leaseUntil && !first.expiresAt && !first.idleDeadline, JSON.stringify(first.raw));
       const ex = await box.exec("sh", ["-c", "echo $USER; echo oops >&2; echo $FOO"], [["FOO", "bar"]]);
       assert.match(await ex.id(), /.+/);
       // stderr first: the streams are read in any order.
@@ -78,6 +82,45 @@ describe("JsBoxlite", () => {
       await rt.remove("bl-demo", true).catch(() => undefined);
     }
     assert.equal(await rt.getInfo("bl-demo"), null);
+  });
+
+  it("exports every value of @boxlite-ai/boxlite's index", () => {
+    // BoxLite's lib/index.ts value exports (types are checked by the compiler: SimpleBoxOptions, Credential, ...).
+    const names = ["JsBoxlite", "ApiKeyCredential", "getNativeModule", "getJsBoxlite", "SimpleBox", "BoxliteError", "ExecError",
+      "TimeoutError", "ParseError", "CodeBox", "BrowserBox", "ComputerBox", "InteractiveBox", "SkillBox", "COMPUTERBOX_IMAGE",
+      "COMPUTERBOX_CPUS", "COMPUTERBOX_MEMORY_MIB", "COMPUTERBOX_DISPLAY_NUMBER", "COMPUTERBOX_DISPLAY_WIDTH",
+      "COMPUTERBOX_DISPLAY_HEIGHT", "COMPUTERBOX_GUI_HTTP_PORT", "COMPUTERBOX_GUI_HTTPS_PORT", "DESKTOP_READY_TIMEOUT",
+      "DESKTOP_READY_RETRY_DELAY", "BROWSERBOX_IMAGE_CHROMIUM", "BROWSERBOX_IMAGE_FIREFOX", "BROWSERBOX_IMAGE_WEBKIT",
+      "BROWSERBOX_PORT_CHROMIUM", "BROWSERBOX_PORT_FIREFOX", "BROWSERBOX_PORT_WEBKIT", "DEFAULT_CPUS", "DEFAULT_MEMORY_MIB"];
+    const mod = boxlite as Record<string, unknown>;
+    assert.deepEqual(names.filter((n) => mod[n] === undefined), []);
+    assert.equal(boxlite.getJsBoxlite(), JsBoxlite);
+    for (const [make, re] of [
+      [() => new boxlite.BrowserBox(), /SimpleBox/], [() => new boxlite.ComputerBox(), /SimpleBox/],
+      [() => new boxlite.InteractiveBox(), /tty: true/], [() => new boxlite.SkillBox(), /CodeBox/],
+      [() => boxlite.getNativeModule(), /airlock serve/],
+    ] as [() => unknown, RegExp][]) {
+      assert.throws(make, (e: unknown) => e instanceof NotImplementedError && re.test((e as Error).message));
+    }
+    const t = new boxlite.TimeoutError("slow");
+    assert.ok(t instanceof BoxliteError && t.code === "timeout" && t.message.includes("slow"));
+    assert.ok(new boxlite.ParseError("bad") instanceof BoxliteError);
+    const cred: boxlite.Credential = { getToken: () => ({ token: "t", expiresAt: null }) };
+    assert.equal(new BoxliteRestOptions({ url: "http://127.0.0.1:1", credential: cred }).credential?.getToken().token, "t");
+    const opts: boxlite.SimpleBoxOptions = { image: "python:slim" };
+    assert.equal(opts.image, "python:slim");
+  });
+
+  it("shows a box's lease deadline (not detached: the runtime renews it)", async () => {
+    const rt = JsBoxlite.withDefaultConfig();
+    const box = await rt.create({});
+    try {
+      const info = await box.info();
+      assert.ok(info.leaseUntil && info.leaseUntil === info.raw.lease_until && !info.expiresAt, JSON.stringify(info.raw));
+      assert.ok(Date.parse(info.leaseUntil) > Date.parse(info.createdAt), info.leaseUntil);
+    } finally {
+      await rt.remove(box.id, true);
+    }
   });
 
   it("names what to use where airlock has no equivalent, and checks arguments before sending", async () => {

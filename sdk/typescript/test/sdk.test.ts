@@ -691,6 +691,13 @@ describe("checkpoints", () => {
     assert.equal(new TextDecoder().decode(await b.readFile("/root/f")), "a");
     assert.deepEqual((await b.checkpoints()).map((c) => [c.name, c.parent, c.current]), [["A", "", true], ["B", "A", false]]);
     await assert.rejects(b.rollback("nope"), (e: unknown) => e instanceof AirlockError && e.status === 404 && e.code === "checkpoint_not_found");
+    {
+      const [kid] = await b.fork(1, { fromCheckpoint: "B" });
+      await using _kid = kid;
+      assert.notEqual(kid.id, id);
+      assert.equal(new TextDecoder().decode(await kid.readFile("/root/f")), "b");
+    }
+    await assert.rejects(b.fork(1, { fromCheckpoint: "nope" }), (e: unknown) => e instanceof AirlockError && e.status === 404 && e.code === "checkpoint_not_found");
     await b.removeCheckpoint("A");
     assert.deepEqual((await b.checkpoints()).map((c) => [c.name, c.parent]), [["B", ""]]);
   });

@@ -59,6 +59,19 @@ test("files", async () => {
   assert.equal(await sbx.files.exists("n/a.txt"), false);
 });
 
+test("signed upload and download URLs", async () => {
+  const up = await sbx.uploadUrl("signed-node.txt", { useSignatureExpiration: 600 });
+  const form = new FormData();
+  form.append("file", new Blob(["signed from node"]), "signed-node.txt");
+  const r = await fetch(up, { method: "POST", body: form });
+  assert.equal(r.status, 200, await r.text());
+  const down = await sbx.downloadUrl("signed-node.txt");
+  assert.equal(await (await fetch(down)).text(), "signed from node");
+  const wrong = await fetch(down.replace("signature=v1_", "signature=v1_x"));
+  assert.equal(wrong.status, 401);
+  await wrong.body?.cancel();
+});
+
 test("watchDir streams events", async () => {
   const d = "/home/user/watched-node";
   await sbx.files.makeDir(d);
@@ -84,6 +97,17 @@ test("runCode", async () => {
   assert.equal(ex.text, "42");
   const err = await sbx.runCode("1/0");
   assert.equal(err.error.name, "ZeroDivisionError");
+  // display() and a value with rich representations (IPython's protocol).
+  const rich = await sbx.runCode(
+    'class Md:\n    def __repr__(self): return "Md()"\n    def _repr_markdown_(self): return "**bold**"\n' +
+      '    def _repr_html_(self): return "<b>bold</b>"\ndisplay(Md())\nMd()',
+  );
+  assert.equal(rich.results.length, 2);
+  assert.equal(rich.results[0].isMainResult, false);
+  assert.equal(rich.results[0].markdown, "**bold**");
+  assert.equal(rich.results[1].isMainResult, true);
+  assert.equal(rich.results[1].html, "<b>bold</b>");
+  assert.equal(rich.text, "Md()");
 });
 
 test("runCode streams to its callbacks while the cell runs", async () => {

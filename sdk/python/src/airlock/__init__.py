@@ -27,11 +27,20 @@ from ._sync import SyncClient, SyncCodeBox, SyncContext, SyncSimpleBox
 from ._boxlite import (AccessToken, ApiKeyCredential, Box, BrowserBox, ComputerBox, InteractiveBox, SkillBox, BoxInfo, Boxlite, BoxliteRestOptions, BoxOptions, BoxStateInfo,
                        CopyOptions, ExecStderr, ExecStdin, ExecStdout, Execution, ExecWaitResult, ImageRegistry,
                        NetworkInfo, NetworkSpec, Options, PublishedPort, RestOptions, RuntimeMetrics)
+# BoxLite's other public names: errors for its spelling, and types airlock
+# has no equivalent of (constructing one raises NotImplementedError naming
+# what to use; see the README's table).
+from ._boxlite import (BoxGroup, BoxliteTimeoutError, BoxMetrics, BoxRuntime, BrowserBoxOptions, CloneOptions,
+                       CopyOutOutcome, CopyOutPair, Credential, ExecError, ExportOptions, HealthCheckOptions,
+                       HealthState, HealthStatus, ImageHandle, ImageInfo, ImagePullResult, ManagedBox, ParseError,
+                       SecurityOptions, SnapshotHandle, SnapshotInfo, SnapshotOptions, SyncImageHandle, SyncSkillBox)
 from ._boxlite_sync import SyncBox, SyncBoxlite, SyncExecStderr, SyncExecStdout, SyncExecution
 from . import sync_api  # noqa: F401  (BoxLite's ``from boxlite.sync_api import SyncBoxlite``)
 
 #: BoxLite's base error: airlock's server errors are AirlockError.
 BoxliteError = AirlockError
+#: BoxLite's ``TimeoutError`` (an AirlockError; not Python's builtin).
+TimeoutError = BoxliteTimeoutError  # noqa: A001
 
 __all__ = [
     "AccessToken",
@@ -87,6 +96,31 @@ __all__ = [
     "SyncContext",
     "SyncSimpleBox",
     "default_socket",
+    "BoxGroup",
+    "BoxMetrics",
+    "BoxRuntime",
+    "BrowserBoxOptions",
+    "CloneOptions",
+    "CopyOutOutcome",
+    "CopyOutPair",
+    "Credential",
+    "ExecError",
+    "ExportOptions",
+    "HealthCheckOptions",
+    "HealthState",
+    "HealthStatus",
+    "ImageHandle",
+    "ImageInfo",
+    "ImagePullResult",
+    "ManagedBox",
+    "ParseError",
+    "SecurityOptions",
+    "SnapshotHandle",
+    "SnapshotInfo",
+    "SnapshotOptions",
+    "SyncImageHandle",
+    "SyncSkillBox",
+    "TimeoutError",
 ]
 
 __version__ = "0.1.0"

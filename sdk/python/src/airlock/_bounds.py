@@ -41,6 +41,7 @@ BOUNDS: dict[str, dict[str, dict[str, int]]] = {
         "working_dir": {"maxLength": 4096},
     },
     "ForkRequest": {
+        "from_checkpoint": {"maxLength": 64},
         "n": {"maximum": 64, "minimum": 0},
     },
     "InstallRequest": {

@@ -45,6 +45,10 @@ class ExecResult:
         error_message: set only when the process did not end normally (timed
             out, could not run, died with its VM).
         timed_out: the timeout killed the process tree.
+        truncated: output was cut at the server's bound (``airlock serve
+            --max-output``, 16 MiB a stream): the first and last half of a
+            stream are kept, and ``stdout_dropped`` / ``stderr_dropped``
+            bytes between them are left out.
     """
 
     exit_code: int
@@ -54,6 +58,9 @@ class ExecResult:
     timed_out: bool = False
     stdout_bytes: bytes = b""
     stderr_bytes: bytes = b""
+    truncated: bool = False
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
 
 
 @dataclass
@@ -111,14 +118,29 @@ class Secret:
 
     hosts: Sequence[str]
     value: str
+    #: BoxLite's spelling (``Secret(name=, value=, hosts=)``), accepted so
+    #: that the object can be built; passing it in a list raises
+    #: ``NotImplementedError`` naming airlock's form (see ``_secrets``).
+    name: Optional[str] = None
+    placeholder: Optional[str] = None
 
     def __repr__(self) -> str:
-        return f"Secret(hosts={list(self.hosts)!r}, value=<hidden>)"
+        n = f"name={self.name!r}, " if self.name is not None else ""
+        return f"Secret({n}hosts={list(self.hosts)!r}, value=<hidden>)"
+
+
+_SECRETS_INSTEAD = ("airlock puts a secret's placeholder in the box's environment variable of its name, not in "
+                    "<BOXLITE_SECRET:name>: pass secrets={\"OPENAI_API_KEY\": Secret(hosts=[\"api.openai.com\"], "
+                    "value=...)} and send os.environ[\"OPENAI_API_KEY\"] in the box")
 
 
 def _secrets(secrets: Optional[Mapping[str, Any]]) -> Optional[Dict[str, Any]]:
     if not secrets:
         return None
+    if not isinstance(secrets, Mapping):
+        # BoxLite's secrets=[Secret(name=..., value=..., hosts=[...])].
+        raise NotImplementedError(f"secrets=[Secret(name=...), ...] (BoxLite's form) has no equivalent in airlock: "
+                                  f"{_SECRETS_INSTEAD}")
     out: Dict[str, Any] = {}
     for name, s in secrets.items():
         if isinstance(s, Secret):
@@ -251,7 +273,6 @@ _BOXLITE_UNSUPPORTED = {
     "entrypoint": "airlock boxes run its agent as init, not the image's entrypoint; start the process with exec/stream",
     "cmd": "airlock boxes run its agent as init, not the image's CMD; start the process with exec/stream",
     "advanced": "every airlock box runs confined; set limits with airlock serve's policy flags",
-    "secrets": "pass the value with env=..., or keep it on the host and proxy the calls",
     "detach": "use lease=0 (the box then lives until removed) or the default lease (removed soon after this process ends)",
 }
 
@@ -320,8 +341,13 @@ class SimpleBox(FilesMixin):
             no call returns it.
         disk_size_mib: writable layer size.
         ttl: seconds after which the server removes the box, used or not.
-        idle_timeout: seconds without an exec after which the server removes
-            the box.
+        idle_timeout: seconds without an exec, file or code call after which
+            the server takes ``idle_action`` on the box.
+        idle_action: what ``idle_timeout`` does: ``"remove"`` (default),
+            ``"stop"`` or ``"suspend"`` (scale to zero: the box is paused to
+            disk and holds no host memory; the next call on it, or an inbound
+            connection to a published port, resumes it first, with its
+            processes and memory).
         lease: seconds (default 30) the box outlives this process if it
             crashes: a background thread renews the lease every third of
             that while the box is open; the server removes a box whose lease
@@ -345,7 +371,8 @@ class SimpleBox(FilesMixin):
                  *, name: Optional[str] = None, env: Union[Mapping[str, str], Sequence[str], None] = None,
                  working_dir: Optional[str] = None, user: Optional[str] = None, network: Optional[str] = None,
                  disk_size_mib: Optional[int] = None, ttl: Optional[float] = None,
-                 idle_timeout: Optional[float] = None, lease: float = DEFAULT_LEASE,
+                 idle_timeout: Optional[float] = None, idle_action: Optional[str] = None,
+                 lease: float = DEFAULT_LEASE,
                  volumes: Optional[Sequence[VolumeArg]] = None, allow_net: Optional[Sequence[str]] = None,
                  allow_host_ports: Optional[Sequence[int]] = None, ports: Optional[Sequence[PortArg]] = None,
                  client: Optional[Client] = None, from_snapshot: Optional[str] = None,
@@ -367,6 +394,7 @@ class SimpleBox(FilesMixin):
                               ("disk_size_mib", disk_size_mib, int, "an int"),
                               ("ttl", ttl, (int, float), "a number of seconds"),
                               ("idle_timeout", idle_timeout, (int, float), "a number of seconds"),
+                              ("idle_action", idle_action, str, "a str (remove, stop, suspend)"),
                               ("lease", lease, (int, float), "a number of seconds"),
                               ("from_snapshot", from_snapshot, str, "a str")):
             check_type(n, v, t, what)
@@ -383,6 +411,7 @@ class SimpleBox(FilesMixin):
         for k, v in (("memory_mib", memory_mib), ("cpus", cpus), ("name", name), ("env", _env_list(env)),
                      ("working_dir", working_dir), ("user", user), ("network", network),
                      ("disk_size_mib", disk_size_mib), ("ttl", ttl), ("idle_timeout", idle_timeout),
+                     ("idle_action", idle_action),
                      ("lease", float(lease) if lease else None),
                      ("volumes", [_volume(v) for v in volumes] if volumes else None),
                      ("allow_net", list(allow_net) if allow_net else None),
@@ -570,7 +599,7 @@ class SimpleBox(FilesMixin):
         box = await self._box()
         await self._client.request("POST", f"/v1/boxes/{box}/resume")
 
-    async def fork(self: _B, n: int = 1) -> List[_B]:
+    async def fork(self: _B, n: int = 1, from_checkpoint: Optional[str] = None) -> List[_B]:
         """Forks the running box into ``n`` (1-64) children: each an
         independent, running box that starts from this instant, with the
         box's processes and files and its own writable layer (what one
@@ -593,14 +622,24 @@ class SimpleBox(FilesMixin):
                     async with child:
                         print((await child.context(ctx.id).run("x + 1")).value)  # "42"
 
+        With ``from_checkpoint`` the children start from that checkpoint
+        of the box (:meth:`checkpoint`) instead of from now; the box need
+        not be running.
+
         Raises AirlockError ``policy_denied`` (403) when ``n`` more boxes
-        would pass the server's ``--max-boxes`` and ``not_supported`` (501)
-        when its VM driver cannot fork; on an error no child is left.
+        would pass the server's ``--max-boxes``, ``checkpoint_not_found``
+        (404) for an unknown checkpoint and ``not_supported`` (501) when
+        its VM driver cannot fork; on an error no child is left.
         """
         if not 1 <= n <= MAX_FORK:
             raise ValueError(f"fork(n={n}): n must be 1 to {MAX_FORK}")
+        if from_checkpoint is not None and (not isinstance(from_checkpoint, str) or not from_checkpoint):
+            raise TypeError(f"fork(from_checkpoint={from_checkpoint!r}): a checkpoint name (str) is needed")
         box = await self._box()
-        r = await self._client.request("POST", f"/v1/boxes/{box}/fork", json={"n": n})
+        body: Dict[str, Any] = {"n": n}
+        if from_checkpoint is not None:
+            body["from_checkpoint"] = from_checkpoint
+        r = await self._client.request("POST", f"/v1/boxes/{box}/fork", json=body)
         return [self._child(b["id"]) for b in r.get("boxes") or []]
 
     def _child(self: _B, box_id: str) -> _B:
@@ -714,7 +753,8 @@ class SimpleBox(FilesMixin):
             msg = f"timed out after {timeout} s; the process tree was killed"
         return ExecResult(exit_code=r["exit_code"], stdout=out.decode("utf-8", "replace"),
                           stderr=err.decode("utf-8", "replace"), error_message=msg, timed_out=r["timed_out"],
-                          stdout_bytes=out, stderr_bytes=err)
+                          stdout_bytes=out, stderr_bytes=err, truncated=bool(r.get("truncated")),
+                          stdout_dropped=int(r.get("stdout_dropped") or 0), stderr_dropped=int(r.get("stderr_dropped") or 0))
 
     def stream(self, cmd: str, *args: str, env: Union[Mapping[str, str], Sequence[str], None] = None,
                user: Optional[str] = None, timeout: Optional[float] = None, cwd: Optional[str] = None,

@@ -11,6 +11,7 @@ bad value ``ValueError``, naming the parameter.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import json
 import os
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ._box import DEFAULT_IMAGE, DEFAULT_LEASE, _LeaseRenewer, _port, _volume, env_pairs
+from ._box import _SECRETS_INSTEAD, DEFAULT_IMAGE, _secrets, DEFAULT_LEASE, _LeaseRenewer, _port, _volume, env_pairs
 from ._client import AirlockError, Client, Endpoint, _raise_for_problem, sync_client
 from ._files import FilesMixin
 
@@ -173,7 +174,17 @@ class AccessToken:
         return f"AccessToken(token='***', expires_at={self.expires_at!r})"
 
 
-class ApiKeyCredential:
+class Credential(abc.ABC):
+    """BoxLite's credential interface: ``get_token()`` returns the
+    :class:`AccessToken` sent as ``Authorization: Bearer TOKEN`` (airlock's
+    ``serve --token``). :class:`ApiKeyCredential` is one."""
+
+    @abc.abstractmethod
+    def get_token(self) -> AccessToken:
+        """The token to send."""
+
+
+class ApiKeyCredential(Credential):
     """An API key, sent as ``Authorization: Bearer KEY``: airlock's
     ``serve --token`` (or ``$AIRLOCK_TOKEN``)."""
 
@@ -203,13 +214,13 @@ class BoxliteRestOptions:
     server, so a prefix raises ``NotImplementedError`` (start one server per
     home instead)."""
 
-    def __init__(self, url: str, credential: Optional[ApiKeyCredential] = None, prefix: Optional[str] = None) -> None:
+    def __init__(self, url: str, credential: Optional[Credential] = None, prefix: Optional[str] = None) -> None:
         if not isinstance(url, str):
             raise TypeError(f"url must be a str, not {type(url).__name__}")
         if not re.match(r"^https?://[^/]", url):
             raise ValueError(f"url={url!r}: want http://HOST:PORT or https://HOST:PORT (airlock serve --listen)")
-        if credential is not None and not isinstance(credential, ApiKeyCredential):
-            raise TypeError(f"credential must be an ApiKeyCredential, not {type(credential).__name__}")
+        if credential is not None and not isinstance(credential, Credential):
+            raise TypeError(f"credential must be an ApiKeyCredential (a Credential), not {type(credential).__name__}")
         self.url = url.rstrip("/")
         self.credential = credential
         self.prefix = _opt_str("prefix", prefix)
@@ -226,7 +237,7 @@ class BoxliteRestOptions:
         return BoxliteRestOptions(url, ApiKeyCredential.from_env(), os.environ.get("BOXLITE_REST_PREFIX") or None)
 
     def __repr__(self) -> str:
-        cred = "ApiKeyCredential(***)" if self.credential else "None"
+        cred = type(self.credential).__name__ + "(***)" if self.credential else "None"
         return f"BoxliteRestOptions(url={self.url!r}, credential={cred}, prefix={self.prefix!r})"
 
 
@@ -295,8 +306,12 @@ class BoxOptions:
     is removed soon after this process ends, by a lease the SDK renews;
     True: it lives until removed), ``user``, ``name`` (as ``create``'s).
 
+    ``secrets``: airlock's ``{"NAME": Secret(hosts=[...], value=...)}``
+    (the box's ``$NAME`` holds the placeholder).
+
     Not supported (``NotImplementedError`` at ``create``): ``rootfs_path``,
-    ``entrypoint``, ``cmd``, ``advanced`` and ``secrets`` (see the README).
+    ``entrypoint``, ``cmd``, ``advanced`` and BoxLite's list of
+    ``Secret(name=...)`` (see the README).
     """
 
     def __init__(self, image: Optional[str] = None, rootfs_path: Optional[str] = None, cpus: Optional[int] = None,
@@ -332,7 +347,9 @@ class BoxOptions:
         self.cmd = _str_list("cmd", cmd)
         self.user = _opt_str("user", user)
         self.advanced = advanced
-        self.secrets = list(secrets or [])
+        # airlock's {NAME: Secret(hosts=[...], value=...)}, or BoxLite's
+        # list (refused at create, naming airlock's form).
+        self.secrets = dict(secrets) if isinstance(secrets, Mapping) else list(secrets or [])
         self.name = _opt_str("name", name)
 
     def _spec(self, name: Optional[str]) -> Dict[str, Any]:
@@ -348,9 +365,8 @@ class BoxOptions:
             raise _unsupported("BoxOptions(advanced=...)",
                                "every airlock box runs confined (seccomp, no capabilities, its own uid); set limits with "
                                "airlock serve's policy flags")
-        if self.secrets:
-            raise _unsupported("BoxOptions(secrets=...)",
-                               "pass the value with env=..., or keep it on the host and proxy the calls")
+        if self.secrets and not isinstance(self.secrets, dict):
+            raise _unsupported("BoxOptions(secrets=[Secret(name=...), ...])", _SECRETS_INSTEAD)
         spec: Dict[str, Any] = {"image": self.image or DEFAULT_IMAGE}
         n = name if name is not None else self.name
         for k, v in (("name", n), ("cpus", self.cpus), ("memory_mib", self.memory_mib),
@@ -359,6 +375,8 @@ class BoxOptions:
                      ("volumes", self._volumes or None), ("ports", self._ports or None)):
             if v is not None:
                 spec[k] = v
+        if self.secrets:
+            spec["secrets"] = _secrets(self.secrets)
         if self.network is not None:
             spec.update(self.network._fields())
         spec["auto_remove"] = True if self.auto_remove is None else self.auto_remove
@@ -450,6 +468,13 @@ class BoxInfo(_Awaitable):
     network: Optional[NetworkInfo]
     auto_remove: bool
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+    #: airlock's lifetimes (RFC 3339 times, None when not set): when the
+    #: box's ttl ends, when its lease runs out unless renewed (the SDK
+    #: renews it while this process lives, unless ``detach``), and when it
+    #: is removed unless used (``idle_timeout``).
+    expires_at: Optional[str] = None
+    lease_until: Optional[str] = None
+    idle_deadline: Optional[str] = None
 
     @classmethod
     def _of(cls, d: Dict[str, Any]) -> "BoxInfo":
@@ -465,7 +490,8 @@ class BoxInfo(_Awaitable):
         return cls(id=d["id"], name=d.get("name") or None, state=BoxStateInfo(status, st == "running"),
                    created_at=d.get("created") or "", started_at=d.get("started") or None, image=d.get("image") or "",
                    cpus=d.get("cpus") or 0, memory_mib=d.get("memory_mib") or 0, network=net,
-                   auto_remove=bool(d.get("auto_remove")), raw=d)
+                   auto_remove=bool(d.get("auto_remove")), raw=d, expires_at=d.get("expires_at") or None,
+                   lease_until=d.get("lease_until") or None, idle_deadline=d.get("idle_deadline") or None)
 
 
 @dataclass
@@ -1094,3 +1120,74 @@ ComputerBox = _missing_box("ComputerBox", "run a desktop image with SimpleBox(im
                                           "with exec (xdotool)")
 InteractiveBox = _missing_box("InteractiveBox", "use SimpleBox.stream(cmd, tty=True) or `airlock run -it IMAGE`")
 SkillBox = _missing_box("SkillBox", "use CodeBox or SimpleBox and exec the agent's CLI")
+
+
+def _missing_type(name: str, instead: str) -> type:
+    """BoxLite's type ``name``, which airlock has no equivalent of:
+    constructing it raises ``NotImplementedError`` naming what to use."""
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise _unsupported(name, instead)
+
+    return type(name, (), {"__init__": __init__, "__doc__": f"BoxLite's {name}: not provided ({instead})."})
+
+
+BrowserBoxOptions = _missing_type("BrowserBoxOptions", "run a browser image with SimpleBox(image=..., ports=[9222])")
+BoxRuntime = _missing_type("BoxRuntime", "airlock boxes have no guest-to-guest messaging: publish a port "
+                                         "(ports=[...]) and connect through the host, or share a named volume")
+ManagedBox = _missing_type("ManagedBox", "use SimpleBox or CodeBox; boxes talk through published ports or a named volume")
+BoxGroup = _missing_type("BoxGroup", "create the boxes with SimpleBox and stop them together (asyncio.gather)")
+BoxMetrics = _missing_type("BoxMetrics", "airlock keeps no per-box counters: runtime.metrics() (the server's), or "
+                                         "box.info()")
+CloneOptions = _missing_type("CloneOptions", "box.clone_box() forks a running copy with the box's disk and memory; "
+                                             "it takes no options")
+ExportOptions = _missing_type("ExportOptions", "`airlock export BOX -o FILE` on the server's host")
+SnapshotOptions = _missing_type("SnapshotOptions", "SimpleBox.attach(id).snapshot(name) (airlock's snapshots hold "
+                                                   "memory too); SimpleBox(from_snapshot=name) starts from one")
+SnapshotHandle = _missing_type("SnapshotHandle", "SimpleBox.snapshot(name) returns an airlock.Snapshot")
+SnapshotInfo = _missing_type("SnapshotInfo", "airlock.Snapshot (Client.snapshots() lists them)")
+CopyOutPair = _missing_type("CopyOutPair", "call box.copy_out(src, host_dest) once per path")
+CopyOutOutcome = _missing_type("CopyOutOutcome", "box.copy_out(src, host_dest) raises AirlockError on failure")
+HealthCheckOptions = _missing_type("HealthCheckOptions", "airlock checks its agent itself; the box JSON's 'unhealthy' "
+                                                         "(box.info().raw) says why when it is not")
+HealthState = _missing_type("HealthState", "box.info().raw.get('unhealthy') (absent when healthy)")
+HealthStatus = _missing_type("HealthStatus", "box.info().raw.get('unhealthy') (absent when healthy)")
+SecurityOptions = _missing_type("SecurityOptions", "every airlock box runs confined (seccomp, no capabilities, its own "
+                                                   "uid); set limits with airlock serve's policy flags")
+ImageHandle = _missing_type("ImageHandle", "GET /v1/images (`airlock images`), `airlock pull IMAGE`")
+ImageInfo = _missing_type("ImageInfo", "GET /v1/images (`airlock images`)")
+SyncImageHandle = _missing_type("SyncImageHandle", "GET /v1/images (`airlock images`), `airlock pull IMAGE`")
+SyncSkillBox = _missing_type("SyncSkillBox", "use SyncCodeBox or SyncSimpleBox and exec the agent's CLI")
+ImagePullResult = _missing_type("ImagePullResult", "`airlock pull IMAGE` (a box's image is pulled at create)")
+
+
+class ExecError(AirlockError):
+    """BoxLite's ``ExecError(command, exit_code, stderr)``, an
+    :class:`AirlockError` (``BoxliteError``) with ``code`` ``exec_failed``.
+    airlock's ``exec`` calls return the exit code (``ExecResult``) rather
+    than raise this; it is here for code that raises or catches it."""
+
+    def __init__(self, command: str, exit_code: int, stderr: str) -> None:
+        super().__init__(0, "exec_failed", f"Command '{command}' failed with exit code {exit_code}: {stderr}")
+        self.command = command
+        self.exit_code = exit_code
+        self.stderr = stderr
+
+
+class BoxliteTimeoutError(AirlockError):
+    """BoxLite's ``TimeoutError`` (``airlock.TimeoutError``; another name
+    here, so as not to hide Python's own in this module), an :class:`AirlockError` with ``code``
+    ``timeout``. airlock reports an exec's timeout in its result
+    (``ExecResult.timed_out``, ``ExecWaitResult.timed_out``); a server call
+    that times out raises ``AirlockError`` with code ``timeout``."""
+
+    def __init__(self, message: str = "timed out") -> None:
+        super().__init__(0, "timeout", message)
+
+
+class ParseError(AirlockError):
+    """BoxLite's ``ParseError``, an :class:`AirlockError` with ``code``
+    ``parse_error``; airlock raises it nowhere (its results are parsed by
+    the server)."""
+
+    def __init__(self, message: str = "parse error") -> None:
+        super().__init__(0, "parse_error", message)

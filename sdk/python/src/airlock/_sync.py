@@ -120,11 +120,11 @@ class SyncSimpleBox:
         """See :meth:`airlock.SimpleBox.set_secret`."""
         self._loop.run(self._box.set_secret(name, value))
 
-    def fork(self: S, n: int = 1) -> List[S]:
+    def fork(self: S, n: int = 1, from_checkpoint: Optional[str] = None) -> List[S]:
         """See :meth:`airlock.SimpleBox.fork`: the children are of this
         class (a SyncCodeBox's are SyncCodeBoxes), each with its own event
         loop; ``stop()`` each, or use it in ``with``."""
-        kids = self._loop.run(self._box.fork(n))
+        kids = self._loop.run(self._box.fork(n, from_checkpoint=from_checkpoint))
         out: List[S] = []
         for k in kids:
             c = type(self).__new__(type(self))

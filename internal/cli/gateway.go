@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
+
+	"github.com/airlock-run/airlock/internal/defaults"
+	"github.com/airlock-run/airlock/internal/gateway"
+	"github.com/airlock-run/airlock/internal/server"
+)
+
+func init() { extraCommands = append(extraCommands, newGatewayCmd) }
+
+// DefaultGatewayListen is airlock gateway's --listen default.
+const DefaultGatewayListen = "127.0.0.1:7771"
+
+func newGatewayCmd() *cobra.Command {
+	var kubeconfig, listen, tokenFile, nodeTokenFile, namespace, logFormat string
+	var createTimeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Serve airlock's API over the airlock nodes of a Kubernetes cluster",
+		Long: `gateway serves airlock's REST API (the OpenAPI of airlock serve, so the SDKs, with
+AIRLOCK_URL and AIRLOCK_TOKEN) on --listen for the airlock nodes of a
+Kubernetes cluster, until SIGINT or SIGTERM. It keeps no state: a box is a pod
+(named box-ID, with runtimeClassName: airlock, in --namespace), placed by the
+Kubernetes scheduler on an airlock node; every call into a box is proxied to
+the airlock API of its node (airlock node --api-listen), authenticated with the
+node token (--node-token-file), never the client's. Any number of gateways
+answer for the same boxes.
+
+Clients send Authorization: Bearer TOKEN, the token of --token-file (else
+$AIRLOCK_TOKEN). A box whose node is NotReady, has lost its lease or does not
+answer is reported with state lost, and calls into it fail with box_lost: it
+is never recreated. See docs/kubernetes.md.
+
+--kubeconfig defaults to $KUBECONFIG; without either, the in-cluster
+configuration of a pod's service account is used.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			token := os.Getenv("AIRLOCK_TOKEN")
+			if tokenFile != "" {
+				t, err := loadNodeToken(tokenFile, false)
+				if err != nil {
+					return usagef(cmd, "--token-file: %v", err)
+				}
+				token = t
+			}
+			if token == "" {
+				return usagef(cmd, "no token for clients: --token-file FILE or AIRLOCK_TOKEN")
+			}
+			if nodeTokenFile == "" {
+				nodeTokenFile = filepath.Join(defaults.Home(), NodeTokenName)
+			}
+			nodeToken, err := loadNodeToken(nodeTokenFile, false)
+			if err != nil {
+				return usagef(cmd, "--node-token-file: %v (the token of the nodes' airlock node --api-token-file)", err)
+			}
+			if kubeconfig == "" {
+				kubeconfig = os.Getenv("KUBECONFIG")
+			}
+			if kubeconfig != "" {
+				if _, err := os.Stat(kubeconfig); err != nil {
+					return usagef(cmd, "--kubeconfig: %v", err)
+				}
+			}
+			client, err := nodeutil.ClientsetFromEnv(kubeconfig)
+			if err != nil {
+				return err
+			}
+			errw := cmd.ErrOrStderr()
+			var h slog.Handler = slog.NewTextHandler(errw, nil)
+			if logFormat == "json" {
+				h = slog.NewJSONHandler(errw, nil)
+			}
+			log := slog.New(h)
+			gw, err := gateway.New(gateway.Config{Client: client, Namespace: namespace, NodeToken: nodeToken,
+				CreateTimeout: createTimeout, Logf: func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }})
+			if err != nil {
+				return err
+			}
+			defer gw.Close()
+			if err := gw.Start(cmd.Context()); err != nil {
+				return err
+			}
+			l, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("--listen: %w", err)
+			}
+			log.Info("airlock gateway", "listen", l.Addr().String(), "namespace", namespace)
+			return server.New(server.Config{Cluster: gw, Token: token, Logger: log, Metrics: server.NewMetrics(server.Version())}).Serve(cmd.Context(), l)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file of the cluster (default $KUBECONFIG, else in-cluster)")
+	f.StringVar(&listen, "listen", DefaultGatewayListen, "TCP address to serve the API on")
+	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token clients send (default $AIRLOCK_TOKEN)")
+	f.StringVar(&nodeTokenFile, "node-token-file", "", "file holding the nodes' API token (airlock node --api-token-file; default $AIRLOCK_HOME/node.token)")
+	f.StringVar(&namespace, "namespace", gateway.DefaultNamespace, "namespace of the boxes' pods")
+	f.DurationVar(&createTimeout, "create-timeout", gateway.DefaultCreateTimeout, "how long a create waits for its pod to run on a node")
+	f.StringVar(&logFormat, "log-format", "text", "access log format: text or json")
+	return cmd
+}

@@ -1,0 +1,335 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/airlock-run/airlock/internal/kubebox"
+	"github.com/airlock-run/airlock/internal/server"
+)
+
+// Box sizes a pod asks for when the create leaves them out: airlock's
+// defaults, so that the scheduler counts what the box takes.
+const (
+	defaultCPUs      = 1
+	defaultMemoryMiB = 512
+)
+
+func invalid(format string, args ...any) *server.Problem {
+	return &server.Problem{Status: http.StatusBadRequest, Code: server.CodeInvalid, Detail: fmt.Sprintf(format, args...)}
+}
+
+// podOf is the pod of a box made from spec, with id.
+func (g *Gateway) podOf(id string, sp server.BoxSpec) (*corev1.Pod, error) {
+	switch {
+	case len(sp.Volumes) > 0, len(sp.Ports) > 0, len(sp.AllowHostPorts) > 0, sp.FromSnapshot != "", len(sp.Secrets) > 0:
+		return nil, &server.Problem{Status: http.StatusNotImplemented, Code: server.CodeNotSupported,
+			Detail: "volumes, ports, allow_host_ports, from_snapshot and secrets are not supported by airlock gateway yet: leave them out, or use a node's airlock serve"}
+	}
+	lbl := map[string]string{kubebox.IDLabel: id}
+	for k, v := range sp.Labels {
+		if strings.HasPrefix(k, "airlock.dev/") {
+			return nil, invalid("label %q: the airlock.dev/ prefix is airlock's own: use another key", k)
+		}
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return nil, invalid("label key %q is not a valid Kubernetes label key (a box's labels are its pod's labels): %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return nil, invalid("label %s: value %q is not a valid Kubernetes label value (a box's labels are its pod's labels): %s", k, v, strings.Join(errs, "; "))
+		}
+		lbl[k] = v
+	}
+	if sp.Name != "" {
+		if errs := validation.IsValidLabelValue(sp.Name); len(errs) > 0 {
+			return nil, invalid("name %q: a box's name through airlock gateway is a Kubernetes label value: %s", sp.Name, strings.Join(errs, "; "))
+		}
+		lbl[kubebox.NameLabel] = sp.Name
+	}
+	cpus, mem := sp.CPUs, sp.MemoryMiB
+	if cpus == 0 {
+		cpus = defaultCPUs
+	}
+	if mem == 0 {
+		mem = defaultMemoryMiB
+	}
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewQuantity(int64(cpus), resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(int64(mem)<<20, resource.BinarySI),
+	}
+	c := corev1.Container{Name: "box", Image: sp.Image, WorkingDir: sp.WorkingDir,
+		Resources: corev1.ResourceRequirements{Limits: res, Requests: res}}
+	for _, e := range sp.Env {
+		k, v, _ := strings.Cut(e, "=")
+		c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: v})
+	}
+	opts := kubebox.Options{Network: sp.Network, AllowNet: sp.AllowNet, DiskSizeMiB: sp.DiskSizeMiB, User: sp.User,
+		TTL: sp.TTL, IdleTimeout: sp.IdleTimeout, Lease: sp.Lease}
+	rc, no, grace := kubebox.RuntimeClass, false, int64(deleteGrace)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: kubebox.PodNamePrefix + id, Namespace: g.cfg.Namespace, Labels: lbl,
+			Annotations: map[string]string{kubebox.OptionsAnnotation: opts.Format()}},
+		Spec: corev1.PodSpec{RuntimeClassName: &rc, RestartPolicy: corev1.RestartPolicyNever,
+			AutomountServiceAccountToken: &no, TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{c}},
+	}, nil
+}
+
+// userLabels are the pod's labels that are the box's (not airlock's own).
+func userLabels(p *corev1.Pod) map[string]string {
+	var out map[string]string
+	for k, v := range p.Labels {
+		if strings.HasPrefix(k, "airlock.dev/") {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// boxOfPod is the box as its pod shows it (no call to its node); ns is
+// its node's state (nil: none yet).
+func boxOfPod(p *corev1.Pod, ns *nodeState) server.Box {
+	b := server.Box{ID: p.Labels[kubebox.IDLabel], Name: p.Labels[kubebox.NameLabel], Created: p.CreationTimestamp.Time,
+		Labels: userLabels(p), Node: p.Spec.NodeName, Network: "public"}
+	if len(p.Spec.Containers) > 0 {
+		c := p.Spec.Containers[0]
+		b.Image = c.Image
+		if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
+			b.CPUs = int((q.MilliValue() + 999) / 1000)
+		}
+		if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+			b.MemoryMiB = int(q.Value() >> 20)
+		}
+	}
+	if o, err := kubebox.ParseOptions(p.Annotations[kubebox.OptionsAnnotation]); err == nil {
+		b.DiskSizeMiB, b.AllowNet = o.DiskSizeMiB, o.AllowNet
+		if o.Network != "" {
+			b.Network = o.Network
+		}
+	}
+	switch p.Status.Phase {
+	case corev1.PodRunning:
+		b.State = "running"
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Running != nil {
+				b.Started = cs.State.Running.StartedAt.Time
+			}
+		}
+	case corev1.PodSucceeded, corev1.PodFailed:
+		b.State = "stopped"
+	default:
+		b.State = "created"
+	}
+	if ns != nil && ns.lost != "" && b.State != "stopped" {
+		b.State = server.BoxLost
+	}
+	return b
+}
+
+// fixBox puts the pod's id, name, labels and node on a box its node
+// returned (the node knows the box by kubebox.BoxName(pod UID)).
+func fixBox(b *server.Box, p *corev1.Pod) {
+	b.ID, b.Name, b.Labels, b.Node = p.Labels[kubebox.IDLabel], p.Labels[kubebox.NameLabel], userLabels(p), p.Spec.NodeName
+}
+
+// nodeBox asks the node for the pod's box. Errors that are not problems
+// are the node's failing to answer.
+func (g *Gateway) nodeBox(ctx context.Context, st nodeState, p *corev1.Pod) (server.Box, error) {
+	var b server.Box
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, st.api+"/v1/boxes/"+kubebox.BoxName(string(p.UID)), nil)
+	if err != nil {
+		return b, &server.Problem{Status: http.StatusBadGateway, Code: server.CodeInternal,
+			Detail: fmt.Sprintf("node %s advertises a bad API address %q (annotation %s): %v", st.name, st.api, kubebox.APIAnnotation, err)}
+	}
+	req.Header.Set("Authorization", "Bearer "+g.cfg.NodeToken)
+	resp, err := g.client.Do(req)
+	if err != nil {
+		return b, err
+	}
+	defer resp.Body.Close()
+	g.markReachable(st.name)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxNodeBoxBytes))
+	if err != nil {
+		return b, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var pr server.Problem
+		if json.Unmarshal(body, &pr) == nil && pr.Code != "" {
+			if pr.Code == server.CodeUnauthorized {
+				pr.Status, pr.Detail = http.StatusBadGateway, fmt.Sprintf("node %s refused the gateway's node token: give the gateway the nodes' token (airlock gateway --node-token-file, airlock node --api-token-file)", st.name)
+			}
+			return b, &pr
+		}
+		return b, &server.Problem{Status: http.StatusBadGateway, Code: server.CodeInternal,
+			Detail: fmt.Sprintf("node %s answered %s", st.name, resp.Status)}
+	}
+	if err := json.Unmarshal(body, &b); err != nil {
+		return b, &server.Problem{Status: http.StatusBadGateway, Code: server.CodeInternal,
+			Detail: fmt.Sprintf("node %s: box: %v", st.name, err)}
+	}
+	fixBox(&b, p)
+	return b, nil
+}
+
+// CreateBox implements server.Cluster: it creates the box's pod and
+// returns once the pod runs on a node, with the box as that node shows
+// it. The scheduler's refusal (Unschedulable) is 409 unschedulable with
+// its message; a pod its node fails is the node's reason. A create that
+// fails deletes its pod.
+func (g *Gateway) CreateBox(ctx context.Context, sp server.BoxSpec) (server.Box, error) {
+	id := newID()
+	pod, err := g.podOf(id, sp)
+	if err != nil {
+		return server.Box{}, err
+	}
+	if sp.Name != "" {
+		sel := labels.SelectorFromSet(labels.Set{kubebox.NameLabel: sp.Name}).String()
+		list, err := g.cfg.Client.CoreV1().Pods(g.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return server.Box{}, apiProblem(err)
+		}
+		if len(list.Items) > 0 {
+			return server.Box{}, &server.Problem{Status: http.StatusConflict, Code: server.CodeNameInUse,
+				Detail: fmt.Sprintf("a box named %q exists (%s): pick another name, or remove it", sp.Name, list.Items[0].Labels[kubebox.IDLabel])}
+		}
+	}
+	pods := g.cfg.Client.CoreV1().Pods(g.cfg.Namespace)
+	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+			return server.Box{}, invalid("the box's pod was refused: %v", err)
+		}
+		return server.Box{}, apiProblem(err)
+	}
+	fail := func(p *server.Problem) (server.Box, error) {
+		zero := int64(0)
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		pods.Delete(dctx, created.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &created.UID}})
+		return server.Box{}, p
+	}
+	wctx, cancel := context.WithTimeout(ctx, g.cfg.CreateTimeout)
+	defer cancel()
+	for tick := 0; ; tick++ {
+		p, err := g.pods.Get(created.Name)
+		if err != nil || p.UID != created.UID || tick%20 == 19 {
+			// Not in the cache yet, or now and then: from the API server.
+			if q, err := pods.Get(wctx, created.Name, metav1.GetOptions{}); err == nil {
+				p = q
+			}
+		}
+		if p != nil && p.UID == created.UID {
+			if b, done, perr := g.created(wctx, p); done {
+				if perr != nil {
+					return fail(perr)
+				}
+				g.cfg.Logf("box %s made: pod %s on node %s", id, p.Name, p.Spec.NodeName)
+				return b, nil
+			}
+		}
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return fail(&server.Problem{Status: 499, Code: server.CodeCanceled, Detail: "the client went away: the box's pod was deleted"})
+			}
+			why := "pending"
+			if p != nil {
+				why = podWhy(p)
+			}
+			return fail(&server.Problem{Status: http.StatusGatewayTimeout, Code: server.CodeTimeout,
+				Detail: fmt.Sprintf("the box's pod did not run within %s (%s): it was deleted", g.cfg.CreateTimeout, why)})
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// created looks at a new box's pod: done with the box once it runs and
+// its node shows it, done with a problem when it cannot run.
+func (g *Gateway) created(ctx context.Context, p *corev1.Pod) (server.Box, bool, *server.Problem) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return server.Box{}, true, &server.Problem{Status: http.StatusConflict, Code: server.CodeUnschedulable,
+				Detail: fmt.Sprintf("no node can run the box: %s (the Kubernetes scheduler)", c.Message)}
+		}
+	}
+	switch p.Status.Phase {
+	case corev1.PodFailed, corev1.PodSucceeded:
+		why := podWhy(p)
+		if strings.Contains(why, "ErrImagePull") {
+			return server.Box{}, true, &server.Problem{Status: http.StatusNotFound, Code: server.CodeImageNotFound,
+				Detail: fmt.Sprintf("node %s could not get the image: %s", p.Spec.NodeName, why)}
+		}
+		return server.Box{}, true, &server.Problem{Status: http.StatusBadGateway, Code: server.CodeBoxDied,
+			Detail: fmt.Sprintf("node %s could not run the box: %s", p.Spec.NodeName, why)}
+	case corev1.PodRunning:
+	default:
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil && w.Reason == "ErrImagePull" {
+				return server.Box{}, true, &server.Problem{Status: http.StatusNotFound, Code: server.CodeImageNotFound,
+					Detail: fmt.Sprintf("node %s could not get the image: %s", p.Spec.NodeName, w.Message)}
+			}
+		}
+		return server.Box{}, false, nil
+	}
+	st, err := g.node(ctx, p.Spec.NodeName, false)
+	if err != nil {
+		return server.Box{}, false, nil
+	}
+	if st.lost != "" {
+		return server.Box{}, true, lostProblem(p.Labels[kubebox.IDLabel], st.lost)
+	}
+	if st.api == "" {
+		return server.Box{}, true, &server.Problem{Status: http.StatusBadGateway, Code: server.CodeInternal,
+			Detail: fmt.Sprintf("node %s serves no airlock API (no annotation %s: start it with airlock node --api-listen)", st.name, kubebox.APIAnnotation)}
+	}
+	b, err := g.nodeBox(ctx, st, p)
+	if err != nil {
+		return server.Box{}, false, nil // tried again until the deadline
+	}
+	return b, true, nil
+}
+
+// podWhy says where a pod stands: its phase, reason and message, or its
+// container's.
+func podWhy(p *corev1.Pod) string {
+	parts := []string{"pod " + string(p.Status.Phase)}
+	if p.Status.Reason != "" {
+		parts = append(parts, p.Status.Reason)
+	}
+	if p.Status.Message != "" {
+		parts = append(parts, p.Status.Message)
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil {
+			parts = append(parts, w.Reason, w.Message)
+		}
+		if t := cs.State.Terminated; t != nil {
+			parts = append(parts, t.Reason, t.Message)
+		}
+	}
+	return strings.Join(slicesCompact(parts), ": ")
+}
+
+func slicesCompact(s []string) []string {
+	out := s[:0]
+	for _, x := range s {
+		if x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}

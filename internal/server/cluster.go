@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+)
+
+// Cluster serves the boxes from somewhere other than a local Runtime:
+// airlock gateway (internal/gateway) implements it over the pods of a
+// Kubernetes cluster. A Server with Config.Cluster set serves the same
+// OpenAPI document, auth, limits, problem details, access log and metrics
+// as airlock serve; the box collection (create, list, get, remove) calls
+// the Cluster, every other route under /v1/boxes/{id}/ is handed to
+// ServeBox (which proxies it to the node running the box), and the routes
+// a cluster does not serve yet answer 501 not_supported.
+//
+// Errors a Cluster returns are shown as they are when they are *Problem;
+// others are 500 internal.
+type Cluster interface {
+	// CreateBox makes a box and returns it once it runs.
+	CreateBox(ctx context.Context, spec BoxSpec) (Box, error)
+	// ListBoxes returns every box of the cluster, oldest first.
+	ListBoxes(ctx context.Context) ([]Box, error)
+	// GetBox returns the box id names (its id or name).
+	GetBox(ctx context.Context, id string) (Box, error)
+	// RemoveBox removes the box id names and returns once it is gone; a
+	// running box needs force (else 409 box_running, as airlock serve).
+	RemoveBox(ctx context.Context, id string, force bool) error
+	// ServeBox answers a request under /v1/boxes/{id}/ for the box id
+	// names (authenticated and bounded by the Server already).
+	ServeBox(w http.ResponseWriter, r *http.Request, id string)
+}
+
+// CodeBoxLost: the box's node stopped answering or is NotReady (airlock
+// gateway; 409): its box is reported with state lost, never recreated
+// silently. Remove it and create another.
+const CodeBoxLost = "box_lost"
+
+// CodeUnschedulable: no node can take the box (airlock gateway; 409): the
+// detail is the scheduler's message (0/2 nodes are available: ...).
+const CodeUnschedulable = "unschedulable"
+
+// BoxLost is the state of a box whose node is lost (airlock gateway).
+const BoxLost = "lost"
+
+// perBoxPath matches the routes under one box: /v1/boxes/{id}/...
+var perBoxPath = regexp.MustCompile(`^/v1/boxes/([^/]+)/.`)
+
+// clusterRoutes are the routes a Server with a Cluster serves itself
+// under /v1 (the box collection and the server's own); every other /v1
+// route but the per-box ones answers 501 (/openapi.json, /metrics and /mcp
+// are the server's).
+var clusterRoutes = map[string]bool{
+	"POST /v1/boxes": true, "GET /v1/boxes": true, "GET /v1/boxes/{id}": true, "DELETE /v1/boxes/{id}": true,
+	"GET /v1/health": true, "GET /v1/version": true,
+}
+
+// cluster routes a request of a Server with a Cluster: per-box routes to
+// Cluster.ServeBox, the box collection and the server's own routes to the
+// mux, others to 501.
+func (s *Server) cluster(mux http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m := perBoxPath.FindStringSubmatch(r.URL.Path); m != nil {
+			s.cfg.Cluster.ServeBox(w, r, m[1])
+			return
+		}
+		if _, pat := s.mux.Handler(r); strings.Contains(pat, " /v1/") && !clusterRoutes[pat] {
+			writeProblem(w, &Problem{Status: http.StatusNotImplemented, Code: CodeNotSupported,
+				Detail: fmt.Sprintf("%s %s is not served by airlock gateway yet: call the node's own airlock serve for it", r.Method, r.URL.Path)})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// WriteProblem writes p as an application/problem+json response (for a
+// Cluster's ServeBox).
+func WriteProblem(w http.ResponseWriter, p *Problem) { writeProblem(w, p) }
+
+// labelFilter parses GET /v1/boxes' label parameters and returns the
+// filter they make.
+func labelFilter(labels []string) (func(map[string]string) bool, error) {
+	type want struct {
+		k, v string
+		any  bool
+	}
+	var ws []want
+	for _, l := range labels {
+		k, v, hasValue := strings.Cut(l, "=")
+		if k == "" {
+			return nil, &Problem{Status: http.StatusBadRequest, Title: "Bad Request", Code: CodeInvalid,
+				Detail: fmt.Sprintf("label %q: want KEY=VALUE or KEY", l)}
+		}
+		ws = append(ws, want{k, v, !hasValue})
+	}
+	return func(m map[string]string) bool {
+		for _, w := range ws {
+			if v, ok := m[w.k]; !ok || (!w.any && v != w.v) {
+				return false
+			}
+		}
+		return true
+	}, nil
+}
+
+// clusterProblem passes a Cluster's *Problem on and makes others 500s.
+func clusterProblem(err error) error {
+	if err == nil {
+		return nil
+	}
+	if p, ok := err.(*Problem); ok {
+		return p
+	}
+	return &Problem{Status: http.StatusInternalServerError, Code: CodeInternal, Detail: err.Error()}
+}

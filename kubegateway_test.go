@@ -1,0 +1,474 @@
+package airlock_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	osexec "os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/gateway"
+	"github.com/airlock-run/airlock/internal/server"
+	"github.com/airlock-run/airlock/kubenode"
+	"github.com/coder/websocket"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// gwNode is an airlock node of the gateway test: kubenode.Run with the
+// node's airlock API (internal/server on its Runtime, with the node
+// token) on a loopback port.
+type gwNode struct {
+	name string
+	api  string // the node's airlock API (http://127.0.0.1:PORT)
+	rt   *airlock.Runtime
+	stop func() // stops the node and its API (its boxes keep running)
+}
+
+// startAPINode runs airlock node NAME on rt with its API, as airlock node
+// --api-listen does, and waits until it is Ready.
+func (c *kubeCluster) startAPINode(rt *airlock.Runtime, name, nodeToken string) *gwNode {
+	t := c.t
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		server.New(server.Config{Runtime: rt, Token: nodeToken, DrainTimeout: 5 * time.Second}).Serve(ctx, l)
+	}()
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- kubenode.Run(ctx, kubenode.Config{Name: name, Client: c.client, Runtime: rt, Logf: t.Logf,
+			Ready: func() { close(ready) }, KubeletAddr: "127.0.0.1:0", APIAddr: l.Addr().String()})
+	}()
+	stopped := false
+	n := &gwNode{name: name, rt: rt, api: "http://" + l.Addr().String()}
+	n.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("kubenode.Run %s: %v", name, err)
+		}
+		<-served
+	}
+	t.Cleanup(func() {
+		n.stop()
+		boxes, _ := rt.List(context.Background())
+		for _, b := range boxes {
+			if strings.HasPrefix(b.Name, kubenode.BoxNamePrefix) {
+				rt.Remove(context.Background(), b.ID, true)
+			}
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("kubenode.Run %s: %v", name, err)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("node %s was not Ready within 60 s", name)
+	}
+	return n
+}
+
+// startGateway runs an airlock gateway on the cluster (as airlock gateway
+// does) and returns its URL and a stop function.
+func (c *kubeCluster) startGateway(token, nodeToken string) (url string, stop func()) {
+	t := c.t
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	gw, err := gateway.New(gateway.Config{Client: c.client, NodeToken: nodeToken, CreateTimeout: 90 * time.Second, RemoveTimeout: 60 * time.Second, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		server.New(server.Config{Cluster: gw, Token: token, DrainTimeout: 5 * time.Second}).Serve(ctx, l)
+	}()
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			<-served
+			gw.Close()
+		}
+	}
+	t.Cleanup(stop)
+	return "http://" + l.Addr().String(), stop
+}
+
+// call makes an API call with the token and returns the status and body.
+func call(t *testing.T, method, url, token string, body any) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, _ := json.Marshal(b)
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if _, ok := body.([]byte); !ok && body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
+}
+
+func decode[T any](t *testing.T, b []byte) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	return v
+}
+
+// TestKubeGateway runs a loopback control plane with two airlock nodes
+// (fake driver), each serving airlock's API for its boxes, and airlock
+// gateways in front: boxes made through one gateway land on both nodes
+// (each box asks for all of a node's CPUs); exec, files and the exec
+// WebSocket go through either gateway to the box's node; the list shows
+// both with their labels; a third box is refused with the scheduler's
+// Unschedulable message; a restarted gateway answers for the boxes; a
+// stopped node's box is lost (state lost, calls box_lost naming the node);
+// removing boxes removes their pods and, on a live node, their box.
+func TestKubeGateway(t *testing.T) {
+	c := kubeStart(t)
+	const token, nodeToken = "user-token", "node-token"
+	n1 := c.startAPINode(kubeRuntime(t), "airlock-gw-1", nodeToken)
+	n2 := c.startAPINode(kubeRuntime(t), "airlock-gw-2", nodeToken)
+	c.kubectl("apply", "-f", "deploy/kubernetes/")
+	c.waitDefaultSA()
+	g1, stop1 := c.startGateway(token, nodeToken)
+	g2, _ := c.startGateway(token, nodeToken)
+
+	// The gateway's spec is airlock serve's.
+	code, spec := call(t, "GET", g1+"/openapi.json", token, nil)
+	want, err := server.OpenAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b any
+	json.Unmarshal(spec, &a)
+	json.Unmarshal(want, &b)
+	if code != 200 || fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatalf("gateway /openapi.json (%d) differs from airlock serve's", code)
+	}
+	if code, body := call(t, "GET", g1+"/v1/boxes", "wrong", nil); code != 401 || !strings.Contains(string(body), `"unauthorized"`) {
+		t.Fatalf("wrong token: %d %s", code, body)
+	}
+
+	// The Python SDK, unchanged, pointed at the gateway.
+	pythonSDK(t, g1, token)
+
+	cpus := runtime.NumCPU() // a node's capacity: one box per node
+	mk := func(g, name string) server.Box {
+		t.Helper()
+		code, body := call(t, "POST", g+"/v1/boxes", token, map[string]any{"image": kubeRef, "name": name, "cpus": cpus,
+			"labels": map[string]string{"team": "a", "box": name}})
+		if code != 201 {
+			t.Fatalf("create %s: %d %s", name, code, body)
+		}
+		return decode[server.Box](t, body)
+	}
+	boxA := mk(g1, "alpha")
+	boxB := mk(g2, "beta")
+	if boxA.State != "running" || boxB.State != "running" || boxA.Node == "" || boxB.Node == "" || boxA.Node == boxB.Node {
+		t.Fatalf("boxes: %+v\n%+v", boxA, boxB)
+	}
+	if len(boxA.ID) != 12 || boxA.Name != "alpha" || boxA.Labels["team"] != "a" {
+		t.Fatalf("box A: %+v", boxA)
+	}
+
+	// The third finds no node with the CPUs.
+	code, body := call(t, "POST", g1+"/v1/boxes", token, map[string]any{"image": kubeRef, "cpus": cpus})
+	if code != 409 || !strings.Contains(string(body), `"unschedulable"`) || !strings.Contains(string(body), "Insufficient cpu") {
+		t.Fatalf("third box: %d %s", code, body)
+	}
+	eventually(t, 60*time.Second, func() string { // its pod is deleted
+		pods, err := c.client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if len(pods.Items) != 2 {
+			return fmt.Sprintf("%d pods", len(pods.Items))
+		}
+		return ""
+	})
+
+	// Exec through the other gateway, by id and by name.
+	for _, g := range []string{g1, g2} {
+		for _, id := range []string{boxA.ID, "beta"} {
+			code, body := call(t, "POST", g+"/v1/boxes/"+id+"/exec", token, map[string]any{"cmd": []string{"sh", "-c", "echo out-$0; echo err >&2; exit 4", id}})
+			res := decode[server.ExecResult](t, body)
+			if code != 200 || res.ExitCode != 4 || res.Stdout != "out-"+id+"\n" || res.Stderr != "err\n" {
+				t.Fatalf("exec in %s via %s: %d %s", id, g, code, body)
+			}
+		}
+	}
+	// Files: written through one gateway, read through the other.
+	if code, body := call(t, "PUT", g1+"/v1/boxes/"+boxB.ID+"/files?path=/tmp/hello.txt", token, []byte("through the gateway\n")); code/100 != 2 {
+		t.Fatalf("write file: %d %s", code, body)
+	}
+	if code, body := call(t, "GET", g2+"/v1/boxes/beta/files?path=/tmp/hello.txt", token, nil); code != 200 || string(body) != "through the gateway\n" {
+		t.Fatalf("read file: %d %q", code, body)
+	}
+	// The exec WebSocket, streamed through the gateway.
+	wsExec(t, g2, token, boxA.ID)
+
+	// List and filters (pod labels).
+	code, body = call(t, "GET", g2+"/v1/boxes?label=box=beta", token, nil)
+	list := decode[server.BoxList](t, body)
+	if code != 200 || len(list.Boxes) != 1 || list.Boxes[0].ID != boxB.ID || list.Boxes[0].Node != boxB.Node {
+		t.Fatalf("list box=beta: %d %s", code, body)
+	}
+	code, body = call(t, "GET", g1+"/v1/boxes?label=team", token, nil)
+	if list := decode[server.BoxList](t, body); code != 200 || len(list.Boxes) != 2 {
+		t.Fatalf("list team: %d %s", code, body)
+	}
+	// Routes the gateway does not serve yet say so.
+	if code, body := call(t, "GET", g1+"/v1/images", token, nil); code != 501 || !strings.Contains(string(body), `"not_supported"`) {
+		t.Fatalf("images through the gateway: %d %s", code, body)
+	}
+
+	// A restarted gateway loses nothing.
+	stop1()
+	g3, _ := c.startGateway(token, nodeToken)
+	code, body = call(t, "GET", g3+"/v1/boxes/alpha", token, nil)
+	if got := decode[server.Box](t, body); code != 200 || got.ID != boxA.ID || got.State != "running" || got.Node != boxA.Node {
+		t.Fatalf("box A after a gateway restart: %d %s", code, body)
+	}
+	if code, body := call(t, "POST", g3+"/v1/boxes/"+boxA.ID+"/exec", token, map[string]any{"cmd": []string{"true"}}); code != 200 {
+		t.Fatalf("exec after a gateway restart: %d %s", code, body)
+	}
+
+	// A node that stops: its box is lost, never recreated.
+	lostNode, lostBox, liveBox, liveNode := n2, boxB, boxA, n1
+	if boxA.Node == n2.name {
+		lostBox, liveBox, lostNode, liveNode = boxA, boxB, n1, n2
+	}
+	lostNode.stop()
+	code, body = call(t, "POST", g3+"/v1/boxes/"+lostBox.ID+"/exec", token, map[string]any{"cmd": []string{"true"}})
+	if code != 409 || !strings.Contains(string(body), `"box_lost"`) || !strings.Contains(string(body), lostNode.name) {
+		t.Fatalf("exec on a lost node: %d %s", code, body)
+	}
+	code, body = call(t, "GET", g3+"/v1/boxes/"+lostBox.ID, token, nil)
+	if got := decode[server.Box](t, body); code != 200 || got.State != server.BoxLost || got.Node != lostNode.name {
+		t.Fatalf("box on a lost node: %d %s", code, body)
+	}
+	code, body = call(t, "GET", g3+"/v1/boxes", token, nil)
+	for _, bx := range decode[server.BoxList](t, body).Boxes {
+		if want := map[bool]string{true: server.BoxLost, false: "running"}[bx.ID == lostBox.ID]; bx.State != want {
+			t.Fatalf("list after the node stopped: %s is %s, want %s", bx.ID, bx.State, want)
+		}
+	}
+
+	// Remove: the live node's box goes with its pod; the lost one's pod
+	// is deleted at once.
+	if code, body := call(t, "DELETE", g3+"/v1/boxes/"+liveBox.ID, token, nil); code != 409 || !strings.Contains(string(body), `"box_running"`) {
+		t.Fatalf("remove without force: %d %s", code, body)
+	}
+	for _, bx := range []server.Box{liveBox, lostBox} {
+		if code, body := call(t, "DELETE", g3+"/v1/boxes/"+bx.ID+"?force=true", token, nil); code != 204 {
+			t.Fatalf("remove %s: %d %s", bx.ID, code, body)
+		}
+		if _, err := c.client.CoreV1().Pods("default").Get(context.Background(), "box-"+bx.ID, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("pod of %s after remove: %v", bx.ID, err)
+		}
+	}
+	boxes, err := liveNode.rt.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bx := range boxes {
+		if strings.HasPrefix(bx.Name, kubenode.BoxNamePrefix) {
+			t.Fatalf("box %s left on node %s after its remove", bx.Name, liveNode.name)
+		}
+	}
+	if code, body := call(t, "GET", g2+"/v1/boxes/"+liveBox.ID, token, nil); code != 404 || !strings.Contains(string(body), `"box_not_found"`) {
+		t.Fatalf("removed box: %d %s", code, body)
+	}
+}
+
+// wsExec runs a command over the exec WebSocket through the gateway at
+// url and checks its output and exit frames.
+func wsExec(t *testing.T, url, token, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http")+"/v1/boxes/"+id+"/exec/ws",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+	if err != nil {
+		body := ""
+		if resp != nil && resp.Body != nil {
+			b, _ := io.ReadAll(resp.Body)
+			body = string(b)
+		}
+		t.Fatalf("exec WebSocket through the gateway: %v %s", err, body)
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(1 << 20)
+	req, _ := json.Marshal(map[string]any{"cmd": []string{"sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x; cat"}})
+	if err := conn.Write(ctx, websocket.MessageText, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Write(ctx, websocket.MessageBinary, append([]byte{0}, "from stdin"...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Write(ctx, websocket.MessageText, []byte(`{"type":"close_stdin"}`)); err != nil {
+		t.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	for {
+		typ, msg, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatalf("exec WebSocket: %v (stdout so far %d bytes)", err, stdout.Len())
+		}
+		if typ == websocket.MessageBinary {
+			if len(msg) > 0 && msg[0] == 1 {
+				stdout.Write(msg[1:])
+			}
+			continue
+		}
+		var f struct {
+			Type     string `json:"type"`
+			ExitCode int    `json:"exit_code"`
+		}
+		json.Unmarshal(msg, &f)
+		if f.Type == "exit" {
+			want := strings.Repeat("x", 300000) + "from stdin"
+			if f.ExitCode != 0 || stdout.String() != want {
+				t.Fatalf("exec WebSocket: exit %d, stdout %d bytes (want %d)", f.ExitCode, stdout.Len(), len(want))
+			}
+			return
+		}
+		if f.Type == "error" {
+			t.Fatalf("exec WebSocket: %s", msg)
+		}
+	}
+}
+
+// sdkScript runs through the Python SDK (sync API) against AIRLOCK_URL:
+// a box with labels, exec with exit code and both streams, a file written
+// and read back, the box in the list with its label, and its removal.
+const sdkScript = `
+import os, airlock, httpx
+with airlock.SyncSimpleBox(os.environ["IMAGE"], labels={"sdk": "py"}) as box:
+    r = box.exec("sh", "-c", "echo hi; echo err >&2; exit 3")
+    assert (r.exit_code, r.stdout, r.stderr) == (3, "hi\n", "err\n"), r
+    box.write_file("/tmp/f", b"bytes\x00\x01")
+    assert box.read_file("/tmp/f") == b"bytes\x00\x01"
+    bid = box.id
+    got = httpx.get(os.environ["AIRLOCK_URL"] + "/v1/boxes", params={"label": "sdk=py"},
+                    headers={"Authorization": "Bearer " + os.environ["AIRLOCK_TOKEN"]}).json()["boxes"]
+    assert [b["id"] for b in got] == [bid], got
+print("ok", bid)
+`
+
+// pythonSDK runs sdkScript with the SDK of sdk/python (its .venv, else
+// $AIRLOCK_TEST_PYTHON) against the gateway at url; without a Python
+// environment it says so and does nothing.
+func pythonSDK(t *testing.T, url, token string) {
+	t.Helper()
+	py := "sdk/python/.venv/bin/python"
+	if _, err := os.Stat(py); err != nil {
+		if py = os.Getenv("AIRLOCK_TEST_PYTHON"); py == "" {
+			t.Log("no sdk/python/.venv (hack/setup.sh makes it): the Python SDK is not run against the gateway")
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := osexec.CommandContext(ctx, py, "-c", sdkScript)
+	cmd.Env = append(os.Environ(), "AIRLOCK_URL="+url, "AIRLOCK_TOKEN="+token, "IMAGE="+kubeRef, "PYTHONPATH=sdk/python/src")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "ok ") {
+		t.Fatalf("the Python SDK against the gateway: %v\n%s", err, out)
+	}
+}
+
+// TestKubeGatewayOverhead (AIRLOCK_KUBE_BENCH=1; not a timed test: it
+// asserts nothing of the times) measures the gateway's overhead against
+// the node's own API, on one node (fake driver): the round trip of a
+// buffered exec of true, and a create (through the gateway: a pod
+// scheduled, run and reported Running by the node, then the box read
+// from the node) and a remove. It logs the medians.
+func TestKubeGatewayOverhead(t *testing.T) {
+	if os.Getenv("AIRLOCK_KUBE_BENCH") != "1" {
+		t.Skip("a benchmark: AIRLOCK_KUBE_BENCH=1 runs it")
+	}
+	c := kubeStart(t)
+	const token, nodeToken = "user-token", "node-token"
+	n := c.startAPINode(kubeRuntime(t), "airlock-bench", nodeToken)
+	c.kubectl("apply", "-f", "deploy/kubernetes/")
+	c.waitDefaultSA()
+	gw, _ := c.startGateway(token, nodeToken)
+	const creates, execs = 5, 50
+	for _, side := range []struct{ name, url, token string }{{"node", n.api, nodeToken}, {"gateway", gw, token}} {
+		var mk, rm, ex []time.Duration
+		for i := range creates {
+			t0 := time.Now()
+			code, body := call(t, "POST", side.url+"/v1/boxes", side.token, map[string]any{"image": kubeRef})
+			mk = append(mk, time.Since(t0))
+			if code != 201 {
+				t.Fatalf("%s create: %d %s", side.name, code, body)
+			}
+			id := decode[server.Box](t, body).ID
+			if i == 0 {
+				for range execs {
+					t0 := time.Now()
+					if code, body := call(t, "POST", side.url+"/v1/boxes/"+id+"/exec", side.token, map[string]any{"cmd": []string{"true"}}); code != 200 {
+						t.Fatalf("%s exec: %d %s", side.name, code, body)
+					}
+					ex = append(ex, time.Since(t0))
+				}
+			}
+			t0 = time.Now()
+			if code, body := call(t, "DELETE", side.url+"/v1/boxes/"+id+"?force=true", side.token, nil); code != 204 {
+				t.Fatalf("%s remove: %d %s", side.name, code, body)
+			}
+			rm = append(rm, time.Since(t0))
+		}
+		t.Logf("%s: exec round trip median %v (%d), create median %v, remove median %v (%d)", side.name,
+			median(ex), execs, median(mk), median(rm), creates)
+	}
+}
