@@ -189,6 +189,11 @@ func (r *Runtime) wakeBox(ctx context.Context, b *Box) error {
 		close(w.done)
 	}()
 	if dir := b.suspendedDir(); dir != "" { // else resumed meanwhile
+		// The call that wakes the box is a use, from now: a reaper pass
+		// that finds the box running while it resumes must not find it
+		// idle (its last use from before the suspend) and suspend it again
+		// under the call that woke it.
+		b.idleClockRestart(ctx)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bootTimeout)
 		defer cancel()
 		if err := b.resumeFromDisk(rctx, dir); err != nil {

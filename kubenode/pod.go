@@ -156,6 +156,7 @@ func boxOptions(pod *corev1.Pod) (airlock.BoxOptions, error) {
 		}
 		sec := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
 		opts.TTL, opts.IdleTimeout, opts.Lease = sec(o.TTL), sec(o.IdleTimeout), sec(o.Lease)
+		opts.IdleAction = airlock.IdleAction(o.IdleAction)
 	}
 	return opts, nil
 }

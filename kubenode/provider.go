@@ -765,6 +765,12 @@ func (p *Provider) refreshAdoptedLocked(pb *podBox) {
 	if info.State == airlock.BoxRunning {
 		return
 	}
+	if info.Suspended && apiBox(pb.pod) {
+		// Paused to disk (idle_action suspend, or a pause to disk through
+		// the node's API): the box is kept and the next call resumes
+		// it, so its pod runs on.
+		return
+	}
 	pb.exited, pb.finished = true, time.Now()
 	if e := info.Exit; e != nil {
 		pb.exitCode, pb.finished = e.ExitCode, e.Finished

@@ -190,6 +190,8 @@ func TestCLIFlagErrors(t *testing.T) {
 		{[]string{"fork", "somebox", "-n", "65"}, "fork: -n 65: want 1..64", ""},
 		{[]string{"export", "somebox"}, "export: missing -o FILE", ""},
 		{[]string{"serve", "--pool", "python:slim=0"}, "serve: --pool \"python:slim=0\": want IMAGE[=N] with N in 1..64", ""},
+		{[]string{"run", "-d", "--idle-timeout", "5s", "--idle-action", "suspend", "python:slim", "sleep", "9"}, "run: --idle-action suspend: a box's main command keeps it in use", ""},
+		{[]string{"create", "--idle-timeout", "5s", "--idle-action", "stop", "python:slim", "sleep", "9"}, "create: --idle-action stop: a box's main command keeps it in use", ""},
 	} {
 		_, errs, code := c.run(tc.args...)
 		if code != 125 || !strings.Contains(errs, tc.want) || (tc.reject != "" && strings.Contains(errs, tc.reject)) {

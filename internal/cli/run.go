@@ -238,6 +238,9 @@ snapshot's box was, its processes included.`,
 			if err != nil {
 				return usagef(cmd, "run: %v", err)
 			}
+			if err := idleWithMain(opts); err != nil {
+				return usagef(cmd, "run: %v", err)
+			}
 			r, err := openRuntime(cmd)
 			if err != nil {
 				return err
@@ -318,6 +321,16 @@ func (bf *boxFlags) imageOptions(cmd *cobra.Command, args []string) (airlock.Box
 	return opts, rest, err
 }
 
+// idleWithMain refuses the idle actions stop and suspend for a box that
+// runs a main command (run, create IMAGE COMMAND): the command is a use
+// of the box for as long as it runs, so the box would never go idle.
+func idleWithMain(opts airlock.BoxOptions) error {
+	if a := opts.IdleAction; a == airlock.IdleStop || a == airlock.IdleSuspend {
+		return fmt.Errorf("--idle-action %s: a box's main command keeps it in use while it runs, so it would never go idle; create the box without a command ('airlock create --idle-timeout ... --idle-action %s IMAGE') and start long-running programs in it in the background ('airlock exec BOX sh -c \"nohup PROGRAM >/tmp/PROGRAM.log 2>&1 &\"')", a, a)
+	}
+	return nil
+}
+
 // mainArgv is the box's main command: entrypoint (when given) followed by
 // args; else args; else the image's default command.
 func mainArgv(b *airlock.Box, args []string, entrypoint string) []string {
@@ -351,6 +364,11 @@ box stops when it ends.
 			opts, rest, err := bf.imageOptions(cmd, args)
 			if err != nil {
 				return usagef(cmd, "create: %v", err)
+			}
+			if len(rest) > 0 || entrypoint != "" {
+				if err := idleWithMain(opts); err != nil {
+					return usagef(cmd, "create: %v", err)
+				}
 			}
 			r, err := openRuntime(cmd)
 			if err != nil {

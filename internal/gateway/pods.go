@@ -75,7 +75,7 @@ func (g *Gateway) podOf(id string, sp server.BoxSpec) (*corev1.Pod, error) {
 		c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: v})
 	}
 	opts := kubebox.Options{Network: sp.Network, AllowNet: sp.AllowNet, DiskSizeMiB: sp.DiskSizeMiB, User: sp.User,
-		TTL: sp.TTL, IdleTimeout: sp.IdleTimeout, Lease: sp.Lease}
+		TTL: sp.TTL, IdleTimeout: sp.IdleTimeout, Lease: sp.Lease, IdleAction: sp.IdleAction}
 	rc, no, grace := kubebox.RuntimeClass, false, int64(deleteGrace)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: kubebox.PodNamePrefix + id, Namespace: g.cfg.Namespace, Labels: lbl,

@@ -72,6 +72,10 @@ type Options struct {
 	TTL         float64 `json:"ttl,omitempty"`
 	IdleTimeout float64 `json:"idle_timeout,omitempty"`
 	Lease       float64 `json:"lease,omitempty"`
+	// IdleAction is what IdleTimeout does: remove (empty), stop or
+	// suspend. A suspended box's pod stays Running: the next call
+	// through the node's API resumes it.
+	IdleAction string `json:"idle_action,omitempty"`
 }
 
 // ParseOptions reads OptionsAnnotation's value.
@@ -85,6 +89,11 @@ func ParseOptions(s string) (Options, error) {
 	}
 	if o.TTL < 0 || o.IdleTimeout < 0 || o.Lease < 0 || o.DiskSizeMiB < 0 {
 		return o, fmt.Errorf("annotation %s: negative ttl, idle_timeout, lease or disk_size_mib", OptionsAnnotation)
+	}
+	switch o.IdleAction {
+	case "", "remove", "stop", "suspend":
+	default:
+		return o, fmt.Errorf("annotation %s: idle_action %q: want remove, stop or suspend", OptionsAnnotation, o.IdleAction)
 	}
 	return o, nil
 }
