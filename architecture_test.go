@@ -72,7 +72,7 @@ func TestPackageRules(t *testing.T) {
 		// The box archive format: hostile input read against limits its
 		// caller gives; no VM driver (checks that need one are passed in).
 		// scratch and snapmeta: where an import is extracted and recorded.
-		"internal/boxarchive": {"internal/image", "internal/sparse", "internal/scratch", "internal/snapmeta"},
+		"internal/boxarchive": {"internal/image", "internal/sparse", "internal/scratch", "internal/snapmeta", "internal/checkpoint"},
 		// The box network: a user-mode stack in a helper process per box,
 		// which knows nothing of VMs or boxes.
 		"internal/netstack": {"internal/defaults"},

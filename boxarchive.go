@@ -28,6 +28,11 @@ type ExportOptions struct {
 	// the box is paused briefly and runs on) and puts it in the archive:
 	// ImportBox then starts the box where it was, processes included.
 	Memory bool
+	// Checkpoints puts the box's checkpoints in the archive (each whole:
+	// what the box stores as changes against its parent is filled in),
+	// with their tree: ImportBox gives them to the new box, which can
+	// roll back to them. Not with Memory (ErrInvalidArgument).
+	Checkpoints bool
 }
 
 // ExportStats describes an archive written by Export or ExportSnapshot.
@@ -48,6 +53,9 @@ type ExportStats struct {
 // with Memory. Errors: ErrBoxNotRunning for Memory on a stopped box, and
 // those of Snapshot.
 func (b *Box) Export(ctx context.Context, w io.Writer, opts ExportOptions) (ExportStats, error) {
+	if opts.Memory && opts.Checkpoints {
+		return ExportStats{}, fmt.Errorf("export box %s: checkpoints go only in an archive without memory (take a checkpoint instead of the memory export): %w", b.id, ErrInvalidArgument)
+	}
 	if opts.Memory {
 		name := snapmeta.TempName("export-" + b.id)
 		info, err := b.Snapshot(ctx, name)
@@ -73,6 +81,15 @@ func (b *Box) Export(ctx context.Context, w io.Writer, opts ExportOptions) (Expo
 	if err := os.MkdirAll(scratch, 0o700); err != nil {
 		return ExportStats{}, err
 	}
+	var ckpts []boxarchive.CheckpointSource
+	var head string
+	if opts.Checkpoints {
+		var drop func()
+		if ckpts, head, drop, err = b.wholeCheckpoints(ctx, scratch); err != nil {
+			return ExportStats{}, fmt.Errorf("export box %s: %w", b.id, err)
+		}
+		defer drop()
+	}
 	disk, paused, cleanup, err := b.stableDisk(ctx, scratch)
 	if err != nil {
 		return ExportStats{}, err
@@ -80,8 +97,8 @@ func (b *Box) Export(ctx context.Context, w io.Writer, opts ExportOptions) (Expo
 	defer cleanup()
 	_, cfg := b.snapshot()
 	m := boxarchive.Manifest{Kind: boxarchive.KindBox, Box: b.id, BoxName: rec.Name, Image: rec.Image,
-		ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), Exported: time.Now().UTC()}
-	ast, err := boxarchive.Write(ctx, w, m, disk, "")
+		ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), Exported: time.Now().UTC(), CheckpointHead: head}
+	ast, err := boxarchive.Write(ctx, w, m, disk, "", ckpts)
 	st := exportStats(ast)
 	st.Paused = paused
 	if err != nil {
@@ -117,7 +134,7 @@ func (r *Runtime) exportSnapshot(ctx context.Context, name, label string, w io.W
 	}
 	m := boxarchive.Manifest{Kind: boxarchive.KindSnapshot, Box: sm.Box, BoxName: sm.BoxName, Snapshot: label,
 		Image: sm.Image, ImageDigest: sm.ImageDigest, Config: sm.Config, Exported: time.Now().UTC()}
-	ast, err := boxarchive.Write(ctx, w, m, filepath.Join(dir, boxarchive.DiskFile), dir)
+	ast, err := boxarchive.Write(ctx, w, m, filepath.Join(dir, boxarchive.DiskFile), dir, nil)
 	st := exportStats(ast)
 	if err != nil {
 		return st, fmt.Errorf("export snapshot %s: %w", name, err)
@@ -157,15 +174,20 @@ type ImportResult struct {
 // by content: the export records their SHA-256, and they are built
 // reproducibly, so a host with the same image, agent, kernel, erofs-utils
 // and QEMU restores it). The archive's image (its digest) must be in the image store.
-// Published ports, volumes and host ports the box may reach name host
-// resources and are not carried. The archive is hostile input: only its
+// An archive written with checkpoints (ExportOptions.Checkpoints) gives
+// them to the new box, tree, names and current one as they were; a
+// checkpoint is restored only by Rollback, which runs QEMU on its device
+// state as an import with memory does. Published ports, volumes and host
+// ports the box may reach name host resources and are not carried. The archive is hostile input: only its
 // fixed entries, in order, as plain (not sparse) files of the sizes and
 // checksums it declares, within the box's disk and memory sizes, are
 // accepted, for a box whose memory is within the host memory cap
 // (CapacityError), whose disk is at most 1 TiB, and whose entries fit the
 // home's free space; a memory archive's kernel command line may hold only
 // the parameters airlock writes (the QEMU driver's CheckCmdline: no init=, module
-// parameters or "--" tail); anything else is refused with an error
+// parameters or "--" tail), as each checkpoint's; at most 64 checkpoints,
+// named as Checkpoint names them, each listed after its parent (a tree:
+// no loop, no missing parent); anything else is refused with an error
 // (ErrLimit for sizes). Importing memory runs QEMU on the
 // archive's device state, which QEMU does not treat as untrusted: import
 // archives with memory only from hosts you trust.
@@ -212,10 +234,12 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 		defer cleanup()
 		b, err := r.recordBox(ctx, o, "", img, func(ctx context.Context, spec vmm.Spec) error {
 			dst := filepath.Join(spec.Dir, boxdir.RW)
-			if os.Rename(disk, dst) == nil {
-				return nil
+			if err := os.Rename(disk, dst); err != nil {
+				if err := rootfs.CopyDisk(disk, dst); err != nil { // another filesystem
+					return err
+				}
 			}
-			return rootfs.CopyDisk(disk, dst) // another filesystem
+			return adoptCheckpoints(spec.Dir, filepath.Dir(disk), m)
 		})
 		if err != nil {
 			return res, fmt.Errorf("import box: %w", err)

@@ -16,6 +16,21 @@
 //	                   kept out of the state): its data ranges, back to
 //	                   back, placed by Manifest.RAM as rw.ext4.data by Disk
 //
+// and, for a box archive written with its checkpoints
+// (Manifest.Checkpoints, at most MaxCheckpoints, parents before
+// children), for each checkpoint I (0, 1, ...) in order:
+//
+//	checkpoint.I.rw.ext4.data   its writable layer's data (Checkpoint.Disk)
+//	checkpoint.I.machine.json   its machine description
+//	checkpoint.I.state          its memory and device state
+//	checkpoint.I.ram.data       its RAM image's data, where it has one
+//	                            (Checkpoint.RAM)
+//
+// Each checkpoint is whole (what the box stores as page deltas against its
+// parent is filled in on export): the archive carries no delta chains, so
+// nothing in it is read as a link to another checkpoint; Parent only
+// shapes the tree.
+//
 // An archive is hostile input. Read accepts exactly these names, in this
 // order, as regular (not sparse) files of the sizes the manifest declares
 // within the Limits its caller gives, and checks each one's SHA-256. No
@@ -45,6 +60,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-run/airlock/internal/checkpoint"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/unpack"
 )
@@ -97,8 +113,51 @@ type Manifest struct {
 	Disk        DiskMap         `json:"disk"`
 	// RAM places ram.data (a snapshot with a RAM image); nil: none.
 	RAM *DiskMap `json:"ram,omitempty"`
+	// Checkpoints are the box's checkpoints (a KindBox archive written
+	// with them), each after its parent; nil: none (archives written
+	// before checkpoints were exported have none).
+	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
+	// CheckpointHead is the checkpoint the box was last checkpointed at
+	// or rolled back to ("" none): the parent of its next one.
+	CheckpointHead string `json:"checkpoint_head,omitempty"`
 	// Files are the entries after this one, in order.
 	Files []File `json:"files"`
+}
+
+// Checkpoint is one checkpoint an archive carries (Manifest.Checkpoints):
+// its record's fields and where its images' data goes.
+type Checkpoint struct {
+	Name string `json:"name"`
+	// Parent is "" (a root) or a checkpoint listed before this one.
+	Parent       string    `json:"parent,omitempty"`
+	Created      time.Time `json:"created"`
+	PausedNs     int64     `json:"paused_ns,omitempty"`
+	AgentVersion string    `json:"agent_version,omitempty"`
+	// Disk places checkpoint.I.rw.ext4.data, RAM checkpoint.I.ram.data
+	// (nil: no RAM image).
+	Disk DiskMap  `json:"disk"`
+	RAM  *DiskMap `json:"ram,omitempty"`
+}
+
+// CheckpointSource is a checkpoint for Write: its record's fields (Disk
+// and RAM are filled in) and Dir, a whole snapshot directory of it
+// (DiskFile, MachineFile, StateFile, RAMFile where there is one).
+type CheckpointSource struct {
+	Checkpoint
+	Dir string
+}
+
+// MaxCheckpoints bounds the checkpoints an archive may carry: as many as
+// a box keeps (checkpoint.MaxCheckpoints).
+const MaxCheckpoints = checkpoint.MaxCheckpoints
+
+// CheckpointEntry is the archive entry name of file base (DiskName,
+// MachineFile, StateFile, RAMName) of checkpoint i.
+func CheckpointEntry(i int, base string) string { return fmt.Sprintf("checkpoint.%d.%s", i, base) }
+
+// CheckpointDir is where Extract puts checkpoint i's files under dir.
+func CheckpointDir(dir string, i int) string {
+	return filepath.Join(dir, fmt.Sprintf("checkpoint.%d", i))
 }
 
 // DataBytes is the bytes of all entries after the manifest.
@@ -135,55 +194,92 @@ type Stats struct {
 // Write writes m's archive to w: the data of the sparse disk file disk,
 // then, with snapDir != "" (m.Kind KindSnapshot), the files of that
 // snapshot directory (SnapshotFile, MachineFile, StateFile and, where
-// there is one, RAMFile). It fills in m's Version, Disk, RAM and Files.
-// The files must not change while it runs (their checksums are taken
-// before they are written); an error says which did.
-func Write(ctx context.Context, w io.Writer, m Manifest, disk, snapDir string) (Stats, error) {
+// there is one, RAMFile), then the files of each of ckpts (a KindBox
+// archive's checkpoints, each after its parent). It fills in m's
+// Version, Disk, RAM, Checkpoints and Files. The files must not change
+// while it runs (their checksums are taken before they are written); an
+// error says which did.
+func Write(ctx context.Context, w io.Writer, m Manifest, disk, snapDir string, ckpts []CheckpointSource) (Stats, error) {
 	var st Stats
 	m.Version = Version
-	f, err := os.Open(disk)
+	m.RAM, m.Checkpoints, m.Files = nil, nil, nil
+	var srcs []*source
+	defer func() {
+		for _, s := range srcs {
+			s.f.Close()
+		}
+	}()
+	// add opens the entry name of path (sparse: its data ranges only)
+	// and takes its checksum first: the manifest lists them.
+	add := func(name, path string, sparse, optional bool) (*source, error) {
+		f, err := os.Open(path)
+		if err != nil {
+			if optional && os.IsNotExist(err) {
+				return nil, nil
+			}
+			return nil, err
+		}
+		s := &source{name: name, f: f, sparse: sparse}
+		srcs = append(srcs, s)
+		if sparse {
+			if s.dm, err = dataExtents(f); err != nil {
+				return nil, fmt.Errorf("map %s: %w", path, err)
+			}
+		} else {
+			fi, err := f.Stat()
+			if err != nil {
+				return nil, err
+			}
+			s.dm = DiskMap{Size: fi.Size(), Extents: [][2]int64{{0, fi.Size()}}}
+			if fi.Size() == 0 {
+				s.dm.Extents = nil
+			}
+		}
+		h := sha256.New()
+		if err := copyExtents(ctx, h, f, s.dm); err != nil {
+			return nil, err
+		}
+		m.Files = append(m.Files, File{Name: name, Size: extentsLen(s.dm), SHA256: hex.EncodeToString(h.Sum(nil))})
+		return s, nil
+	}
+	d, err := add(DiskName, disk, true, false)
 	if err != nil {
 		return st, err
 	}
-	defer f.Close()
-	dm, err := dataExtents(f)
-	if err != nil {
-		return st, fmt.Errorf("map the writable layer: %w", err)
-	}
-	m.Disk = dm
-	dataLen := extentsLen(dm)
-	// Checksums first: the manifest lists them.
-	sum := sha256.New()
-	if err := copyExtents(ctx, sum, f, dm); err != nil {
-		return st, err
-	}
-	m.Files = []File{{Name: DiskName, Size: dataLen, SHA256: hex.EncodeToString(sum.Sum(nil))}}
-	m.RAM = nil
-	var ram *os.File
+	m.Disk = d.dm
 	if snapDir != "" {
 		for _, name := range []string{SnapshotFile, MachineFile, StateFile} {
-			af, err := hashFile(ctx, filepath.Join(snapDir, name))
-			if err != nil {
+			if _, err := add(name, filepath.Join(snapDir, name), false, false); err != nil {
 				return st, err
 			}
-			af.Name = name
-			m.Files = append(m.Files, af)
 		}
-		if ram, err = os.Open(filepath.Join(snapDir, RAMFile)); err == nil {
-			defer ram.Close()
-			rm, err := dataExtents(ram)
-			if err != nil {
-				return st, fmt.Errorf("map the RAM image: %w", err)
-			}
-			m.RAM = &rm
-			sum := sha256.New()
-			if err := copyExtents(ctx, sum, ram, rm); err != nil {
-				return st, err
-			}
-			m.Files = append(m.Files, File{Name: RAMName, Size: extentsLen(rm), SHA256: hex.EncodeToString(sum.Sum(nil))})
-		} else if !os.IsNotExist(err) {
+		r, err := add(RAMName, filepath.Join(snapDir, RAMFile), true, true)
+		if err != nil {
 			return st, err
 		}
+		if r != nil {
+			m.RAM = &r.dm
+		}
+	}
+	for i, c := range ckpts {
+		cd, err := add(CheckpointEntry(i, DiskName), filepath.Join(c.Dir, DiskFile), true, false)
+		if err != nil {
+			return st, fmt.Errorf("checkpoint %s: %w", c.Name, err)
+		}
+		c.Disk, c.RAM = cd.dm, nil
+		for _, name := range []string{MachineFile, StateFile} {
+			if _, err := add(CheckpointEntry(i, name), filepath.Join(c.Dir, name), false, false); err != nil {
+				return st, fmt.Errorf("checkpoint %s: %w", c.Name, err)
+			}
+		}
+		r, err := add(CheckpointEntry(i, RAMName), filepath.Join(c.Dir, RAMFile), true, true)
+		if err != nil {
+			return st, fmt.Errorf("checkpoint %s: %w", c.Name, err)
+		}
+		if r != nil {
+			c.RAM = &r.dm
+		}
+		m.Checkpoints = append(m.Checkpoints, c.Checkpoint)
 	}
 	raw, _ := json.MarshalIndent(m, "", "  ")
 	cw := &countWriter{w: w}
@@ -197,35 +293,19 @@ func Write(ctx context.Context, w io.Writer, m Manifest, disk, snapDir string) (
 	if _, err := tw.Write(raw); err != nil {
 		return st, err
 	}
-	if err := hdr(DiskName, dataLen); err != nil {
-		return st, err
-	}
-	if err := copyExtents(ctx, tw, f, dm); err != nil {
-		return st, err
-	}
-	st.DiskBytes = dataLen
-	for _, af := range m.Files[1:] {
-		if err := hdr(af.Name, af.Size); err != nil {
+	for i, s := range srcs {
+		size := m.Files[i].Size
+		if err := hdr(s.name, size); err != nil {
 			return st, err
 		}
-		if af.Name == RAMName {
-			if err := copyExtents(ctx, tw, ram, *m.RAM); err != nil {
-				return st, err
-			}
-			st.StateBytes += af.Size
-			continue
+		if err := copyExtents(ctx, tw, s.f, s.dm); err != nil {
+			return st, fmt.Errorf("%s changed while it was exported: %w", s.name, err)
 		}
-		g, err := os.Open(filepath.Join(snapDir, af.Name))
-		if err != nil {
-			return st, err
-		}
-		_, err = io.CopyN(tw, g, af.Size)
-		g.Close()
-		if err != nil {
-			return st, fmt.Errorf("%s changed while it was exported: %w", af.Name, err)
-		}
-		if af.Name == StateFile {
-			st.StateBytes += af.Size
+		switch {
+		case i == 0:
+			st.DiskBytes = size
+		case s.name == StateFile || s.name == RAMName:
+			st.StateBytes += size
 		}
 	}
 	if err := tw.Close(); err != nil {
@@ -233,6 +313,14 @@ func Write(ctx context.Context, w io.Writer, m Manifest, disk, snapDir string) (
 	}
 	st.Bytes = cw.n
 	return st, nil
+}
+
+// source is an entry Write writes: the data dm places of f.
+type source struct {
+	name   string
+	f      *os.File
+	sparse bool
+	dm     DiskMap
 }
 
 // Limits are the sizes an archive's box allows, from its configuration
@@ -315,37 +403,83 @@ func (rd *Reader) Manifest() *Manifest { return &rd.m }
 // files already written stay: the caller removes dir.
 func (rd *Reader) Extract(ctx context.Context, dir string) error {
 	m := &rd.m
-	if err := rd.next(DiskName, m.Files[0].Size); err != nil {
-		return err
-	}
-	if err := writeSparse(ctx, rd.tr, filepath.Join(dir, DiskFile), m.Disk, m.Files[0]); err != nil {
-		return err
-	}
-	for _, af := range m.Files[1:] {
+	for i, af := range m.Files {
 		if err := rd.next(af.Name, af.Size); err != nil {
 			return err
 		}
-		if af.Name == RAMName {
-			if err := writeSparse(ctx, rd.tr, filepath.Join(dir, RAMFile), *m.RAM, af); err != nil {
+		p, dm, base, err := rd.dest(dir, i)
+		if err != nil {
+			return err
+		}
+		if dm != nil {
+			if err := writeSparse(ctx, rd.tr, p, *dm, af); err != nil {
 				return err
 			}
 			continue
 		}
-		p := filepath.Join(dir, af.Name)
 		if err := writeChecked(ctx, rd.tr, p, af); err != nil {
 			return err
 		}
-		if rd.lim.CheckFile != nil && (af.Name == SnapshotFile || af.Name == MachineFile) {
+		if rd.lim.CheckFile != nil && (base == SnapshotFile || base == MachineFile) {
 			b, err := os.ReadFile(p)
 			if err != nil {
 				return err
 			}
-			if err := rd.lim.CheckFile(af.Name, b); err != nil {
+			if err := rd.lim.CheckFile(base, b); err != nil {
+				if base != af.Name {
+					return fmt.Errorf("the archive's %s: %w", af.Name, err)
+				}
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// dest returns where entry i of the manifest goes under dir: its path,
+// its map if it is a sparse image (nil: a plain file), and its name in a
+// snapshot directory's terms (SnapshotFile, MachineFile...). A
+// checkpoint's directory is made as its first entry comes.
+func (rd *Reader) dest(dir string, i int) (path string, dm *DiskMap, base string, err error) {
+	m := &rd.m
+	name := m.Files[i].Name
+	at := dir
+	if ci, b, ok := rd.checkpointEntry(name); ok {
+		at, name = CheckpointDir(dir, ci), b
+		c := &m.Checkpoints[ci]
+		if name == DiskName {
+			if err := os.Mkdir(at, 0o700); err != nil {
+				return "", nil, "", err
+			}
+			return filepath.Join(at, DiskFile), &c.Disk, DiskFile, nil
+		}
+		if name == RAMName {
+			return filepath.Join(at, RAMFile), c.RAM, RAMFile, nil
+		}
+		return filepath.Join(at, name), nil, name, nil
+	}
+	switch name {
+	case DiskName:
+		return filepath.Join(at, DiskFile), &m.Disk, DiskFile, nil
+	case RAMName:
+		return filepath.Join(at, RAMFile), m.RAM, RAMFile, nil
+	}
+	return filepath.Join(at, name), nil, name, nil
+}
+
+// checkpointEntry parses a checkpoint's entry name (one check accepted).
+func (rd *Reader) checkpointEntry(name string) (i int, base string, ok bool) {
+	if !strings.HasPrefix(name, "checkpoint.") {
+		return 0, "", false
+	}
+	for i := range rd.m.Checkpoints {
+		for _, b := range []string{DiskName, MachineFile, StateFile, RAMName} {
+			if name == CheckpointEntry(i, b) {
+				return i, b, true
+			}
+		}
+	}
+	return 0, "", false
 }
 
 // next reads the next entry's header: want, a regular file, not sparse,
@@ -378,6 +512,9 @@ func (rd *Reader) next(want string, size int64) error {
 	return nil
 }
 
+// agentVersion is what Read accepts as a checkpoint's agent version.
+var agentVersion = regexp.MustCompile(`^[A-Za-z0-9_.+-]{0,64}$`)
+
 var imageDigest = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 // boxID is what Read accepts as the exported box's id: one that
@@ -395,9 +532,6 @@ func check(m *Manifest, lim Limits) error {
 	} else if m.RAM != nil {
 		return fmt.Errorf("the archive places a RAM image but is not of a snapshot")
 	}
-	if len(m.Files) != len(want) {
-		return fmt.Errorf("the archive lists %d entries, not the %d of a %s archive", len(m.Files), len(want), m.Kind)
-	}
 	d := m.Disk
 	if d.Size != lim.DiskBytes {
 		return fmt.Errorf("the archive's disk is %d bytes, not the %d MiB of its box's options", d.Size, lim.DiskBytes>>20)
@@ -406,10 +540,12 @@ func check(m *Manifest, lim Limits) error {
 	if err != nil {
 		return err
 	}
-	limits := map[string]int64{DiskName: data, SnapshotFile: MaxJSON, MachineFile: MaxJSON,
-		// The migration stream holds at most the guest's RAM, plus
-		// device state.
-		StateFile: lim.MemoryBytes + 256<<20}
+	// The migration stream holds at most the guest's RAM, plus device
+	// state.
+	stateMax := lim.MemoryBytes + 256<<20
+	limits := map[string]int64{DiskName: data, SnapshotFile: MaxJSON, MachineFile: MaxJSON, StateFile: stateMax}
+	// exact are the entries whose size is their map's data.
+	exact := map[string]bool{DiskName: true, RAMName: true}
 	if m.RAM != nil {
 		if m.RAM.Size != lim.MemoryBytes {
 			return fmt.Errorf("the archive's RAM image is %d bytes, not the %d MiB of its box's options", m.RAM.Size, lim.MemoryBytes>>20)
@@ -418,16 +554,88 @@ func check(m *Manifest, lim Limits) error {
 			return err
 		}
 	}
+	if err := checkCheckpoints(m); err != nil {
+		return err
+	}
+	for i, c := range m.Checkpoints {
+		what := "checkpoint " + c.Name
+		n := CheckpointEntry(i, DiskName)
+		want = append(want, n, CheckpointEntry(i, MachineFile), CheckpointEntry(i, StateFile))
+		if c.Disk.Size != lim.DiskBytes {
+			return fmt.Errorf("the archive's %s has a disk of %d bytes, not the %d MiB of its box's options", what, c.Disk.Size, lim.DiskBytes>>20)
+		}
+		if limits[n], err = checkExtents(c.Disk, what+" disk"); err != nil {
+			return err
+		}
+		exact[n] = true
+		limits[CheckpointEntry(i, MachineFile)], limits[CheckpointEntry(i, StateFile)] = MaxJSON, stateMax
+		if c.RAM != nil {
+			n := CheckpointEntry(i, RAMName)
+			want = append(want, n)
+			if c.RAM.Size != lim.MemoryBytes {
+				return fmt.Errorf("the archive's %s has a RAM image of %d bytes, not the %d MiB of its box's options", what, c.RAM.Size, lim.MemoryBytes>>20)
+			}
+			if limits[n], err = checkExtents(*c.RAM, what+" RAM image"); err != nil {
+				return err
+			}
+			exact[n] = true
+		}
+	}
+	if len(m.Files) != len(want) {
+		return fmt.Errorf("the archive lists %d entries, not the %d of a %s archive with %d checkpoints", len(m.Files), len(want), m.Kind, len(m.Checkpoints))
+	}
 	for i, af := range m.Files {
 		if af.Name != want[i] {
 			return fmt.Errorf("the archive lists entry %q where %s belongs", af.Name, want[i])
 		}
-		if af.Size < 0 || af.Size > limits[af.Name] || (af.Name == DiskName || af.Name == RAMName) && af.Size != limits[af.Name] {
+		if af.Size < 0 || af.Size > limits[af.Name] || exact[af.Name] && af.Size != limits[af.Name] {
 			return fmt.Errorf("the archive's %s is %d bytes, over what its box allows (%d): %w", af.Name, af.Size, limits[af.Name], ErrLimit)
 		}
 		if b, err := hex.DecodeString(af.SHA256); err != nil || len(b) != sha256.Size {
 			return fmt.Errorf("the archive's %s has no valid SHA-256", af.Name)
 		}
+	}
+	return nil
+}
+
+// checkCheckpoints checks the checkpoints m lists: only a box archive
+// has them, at most MaxCheckpoints, with valid distinct names, each
+// parent "" or a checkpoint listed before it (so that they form a tree:
+// no loop, no parent missing), the head "" or one of them.
+func checkCheckpoints(m *Manifest) error {
+	if len(m.Checkpoints) == 0 {
+		if m.CheckpointHead != "" {
+			return fmt.Errorf("the archive names a current checkpoint but has none")
+		}
+		return nil
+	}
+	if m.Kind != KindBox {
+		return fmt.Errorf("the archive carries checkpoints but is not of a box without memory: not an archive Box.Export wrote")
+	}
+	if len(m.Checkpoints) > MaxCheckpoints {
+		return fmt.Errorf("the archive carries %d checkpoints, more than the %d a box keeps: %w", len(m.Checkpoints), MaxCheckpoints, ErrLimit)
+	}
+	seen := make(map[string]bool, len(m.Checkpoints))
+	for _, c := range m.Checkpoints {
+		if err := checkpoint.CheckName(c.Name); err != nil {
+			return fmt.Errorf("the archive's %w", err)
+		}
+		if seen[c.Name] {
+			return fmt.Errorf("the archive carries checkpoint %s twice", c.Name)
+		}
+		if c.Parent != "" && !seen[c.Parent] {
+			if err := checkpoint.CheckName(c.Parent); err != nil {
+				return fmt.Errorf("the archive's checkpoint %s has a parent that is no %w", c.Name, err)
+			}
+			return fmt.Errorf("the archive's checkpoint %s has parent %s, which is not a checkpoint listed before it (a loop, or one missing): not an archive Box.Export wrote", c.Name, c.Parent)
+		}
+		if c.PausedNs < 0 || !agentVersion.MatchString(c.AgentVersion) {
+			return fmt.Errorf("the archive's checkpoint %s has a bad record (paused %d ns, or an agent version that is not 0-64 letters, digits, '.', '_', '-', '+')", c.Name, c.PausedNs)
+		}
+		seen[c.Name] = true
+	}
+	if m.CheckpointHead != "" && !seen[m.CheckpointHead] {
+		return fmt.Errorf("the archive's current checkpoint is not one it carries")
 	}
 	return nil
 }

@@ -371,7 +371,7 @@ func TestWriteRead(t *testing.T) {
 			var buf bytes.Buffer
 			m := boxarchive.Manifest{Kind: kind, Box: "b1", Image: "docker.io/library/python:slim", ImageDigest: "sha256:" + strings.Repeat("a", 64),
 				Config: json.RawMessage(`{"memory_mib":64}`), Exported: time.Now().UTC()}
-			st, err := boxarchive.Write(ctx, &buf, m, filepath.Join(src, boxarchive.DiskFile), snapDir)
+			st, err := boxarchive.Write(ctx, &buf, m, filepath.Join(src, boxarchive.DiskFile), snapDir, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -460,7 +460,7 @@ func TestImportWrites(t *testing.T) {
 		var buf bytes.Buffer
 		m := boxarchive.Manifest{Kind: kind, Box: "b1", BoxName: "web", Snapshot: "s", Image: "docker.io/library/python:slim",
 			ImageDigest: "sha256:" + strings.Repeat("a", 64), Config: json.RawMessage(`{"memory_mib":64}`), Exported: time.Now().UTC()}
-		if _, err := boxarchive.Write(ctx, &buf, m, filepath.Join(src, boxarchive.DiskFile), snapDir); err != nil {
+		if _, err := boxarchive.Write(ctx, &buf, m, filepath.Join(src, boxarchive.DiskFile), snapDir, nil); err != nil {
 			t.Fatal(err)
 		}
 		rd, err := boxarchive.Read(&buf, func(*boxarchive.Manifest) (boxarchive.Limits, error) {

@@ -324,6 +324,60 @@ func (t Tree) Create(name string, save func(tmp string) (Meta, error)) (Meta, er
 	return m, nil
 }
 
+// Adopt makes checkpoint m.Name of the whole snapshot directory src (on
+// the same filesystem as the box's directory; it is moved), with m's
+// parent, creation time, pause and agent version, for an imported box
+// (airlock.ImportBox). The caller adopts parents first and has checked
+// the tree (internal/boxarchive); m.Parent must be a checkpoint of the
+// box already. It does not move the head (SetHead). Errors: a bad name,
+// ErrExists, ErrNotFound for the parent, more than MaxCheckpoints.
+func (t Tree) Adopt(m Meta, src string, stateBytes, diskBytes int64) error {
+	if err := CheckName(m.Name); err != nil {
+		return err
+	}
+	if m.Parent != "" {
+		if _, err := t.Get(m.Parent); err != nil {
+			return fmt.Errorf("checkpoint %s: its parent: %w", m.Name, err)
+		}
+	}
+	if _, err := os.Stat(t.Path(m.Name)); err == nil {
+		return fmt.Errorf("%w: %q", ErrExists, m.Name)
+	}
+	if list, err := t.List(); err != nil {
+		return err
+	} else if len(list) >= MaxCheckpoints {
+		return fmt.Errorf("the box has %d checkpoints, the most it keeps", len(list))
+	}
+	if err := os.MkdirAll(t.dir, 0o700); err != nil {
+		return err
+	}
+	m.Version, m.StateBytes, m.DiskBytes = Version, stateBytes, diskBytes
+	if m.Created.IsZero() {
+		m.Created = time.Now().UTC()
+	}
+	if err := writeJSON(filepath.Join(src, metaFile), m); err != nil {
+		return err
+	}
+	if err := os.Rename(src, t.Path(m.Name)); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", m.Name, err)
+	}
+	return nil
+}
+
+// SetHead makes checkpoint name ("" none) the head: the checkpoint the
+// box is at, the parent of its next one (an imported box's). Errors:
+// ErrNotFound.
+func (t Tree) SetHead(name string) error {
+	if name != "" {
+		if _, err := t.Get(name); err != nil {
+			return err
+		}
+	}
+	s := t.state()
+	s.Head = name
+	return t.setState(s)
+}
+
 // dropUnfinished removes what checkpoints cut short left (the caller
 // holds the box's lock: none is being taken).
 func (t Tree) dropUnfinished() {

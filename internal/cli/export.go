@@ -19,18 +19,23 @@ func init() {
 
 func newExportCmd() *cobra.Command {
 	var out, snapshot string
-	var memory bool
+	var memory, checkpoints bool
 	cmd := &cobra.Command{
 		Use:   "export BOX -o FILE | export --snapshot NAME -o FILE",
 		Short: "Write a box (configuration, writable layer, optionally memory) to a tar archive",
 		Long: `Write BOX to a tar archive: its configuration and writable layer (what it
 changed in its image; volumes are not included). With --with-memory the
 running box is snapshotted (paused briefly; it runs on) and its memory goes
-in too; --snapshot NAME exports an existing snapshot instead of a box.
+in too; --with-checkpoints puts the box's checkpoints in (each whole, with
+their tree: the imported box can roll back to them; not with --with-memory);
+--snapshot NAME exports an existing snapshot instead of a box.
 'airlock import FILE' makes a box of the archive here or on another host
 that has the same image (with memory: also the same guest kernel, agent and
 QEMU; the boot disks are compared by content). -o - writes to standard output.`,
 		Args: func(cmd *cobra.Command, args []string) error {
+			if snapshot != "" && checkpoints {
+				return usagef(cmd, "export: --with-checkpoints exports a box's checkpoints, not a snapshot's")
+			}
 			if snapshot != "" {
 				return cobra.NoArgs(cmd, args)
 			}
@@ -72,7 +77,7 @@ QEMU; the boot disks are compared by content). -o - writes to standard output.`,
 					return err
 				}
 				defer r.Close()
-				if st, err = b.Export(cmd.Context(), bw, airlock.ExportOptions{Memory: memory}); err != nil {
+				if st, err = b.Export(cmd.Context(), bw, airlock.ExportOptions{Memory: memory, Checkpoints: checkpoints}); err != nil {
 					return err
 				}
 			}
@@ -94,6 +99,7 @@ QEMU; the boot disks are compared by content). -o - writes to standard output.`,
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "archive to write (- for standard output)")
 	cmd.Flags().BoolVar(&memory, "with-memory", false, "include a memory snapshot of the running box")
+	cmd.Flags().BoolVar(&checkpoints, "with-checkpoints", false, "include the box's checkpoints (not with --with-memory)")
 	cmd.Flags().StringVar(&snapshot, "snapshot", "", "export this snapshot (with memory) instead of a box")
 	cmd.ValidArgsFunction = completeFirstBox(nil)
 	cmd.RegisterFlagCompletionFunc("snapshot", completeSnapshots)
