@@ -3,6 +3,7 @@ package airlock
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -273,9 +274,13 @@ func (r *Runtime) releaseStale(live map[string]bool) {
 	}
 	r.life.heldMu.Unlock()
 	for _, id := range stale {
-		if live != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-			unlock, err := boxdir.LockBox(ctx, filepath.Join(r.opts.Home, "boxes", id))
+		dir := filepath.Join(r.opts.Home, "boxes", id)
+		if _, err := os.Stat(dir); live != nil && err == nil {
+			// A box that still exists may be starting: a start holds its
+			// lock for the whole start (long past this wait), and then
+			// decides. A removed box has no lock to ask.
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			unlock, err := boxdir.LockBox(ctx, dir)
 			cancel()
 			if err != nil && ctx.Err() != nil {
 				continue // locked: a start (or stop) in progress decides
