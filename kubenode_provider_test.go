@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	kfake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/airlock-run/airlock/internal/vmm/fake"
 )
 
 // kubeRuntime opens a Runtime on the fake driver (its commands run on the
@@ -32,6 +34,26 @@ func kubeRuntime(t *testing.T) *airlock.Runtime {
 		t.Fatalf("lifeHome's image is %s", ref)
 	}
 	return open(0)
+}
+
+// kubeSnapRuntime is kubeRuntime on the fake driver that can snapshot,
+// and so suspend a box (BoxOptions.IdleAction suspend).
+func kubeSnapRuntime(t *testing.T) *airlock.Runtime {
+	t.Helper()
+	drv := fake.NewSnapshotting(os.Getenv("AIRLOCK_AGENT"))
+	home, images, cache := t.TempDir(), fakeImageStore(t, kubeRef), t.TempDir()
+	r, err := airlock.OpenWithDriver(airlock.Options{Home: home, ImagesDir: images, CacheDir: cache, Warn: func(w string) { t.Log(w) }}, drv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // boxes first: their agents are host processes
+		boxes, _ := r.List(context.Background())
+		for _, b := range boxes {
+			r.Remove(context.Background(), b.ID, true)
+		}
+		r.Close()
+	})
+	return r
 }
 
 // kubeRef is the image of the fake driver's boxes (cmd sh).
