@@ -35,6 +35,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -385,7 +386,13 @@ func ListenUnix(path string) (net.Listener, error) {
 	if listenUnixHook != nil {
 		listenUnixHook(path)
 	}
-	return &unixListener{UnixListener: ul, addr: &net.UnixAddr{Name: path, Net: "unix"}}, nil
+	os.Remove(tmp) // path is the socket's one name from now (its ctime set)
+	fi, err := os.Lstat(path)
+	if err != nil {
+		ul.Close()
+		return nil, err
+	}
+	return &unixListener{UnixListener: ul, addr: &net.UnixAddr{Name: path, Net: "unix"}, file: fi}, nil
 }
 
 // SocketInUseError is ListenUnix's error when a server answers on the
@@ -449,14 +456,31 @@ var listenUnixHook func(path string)
 type unixListener struct {
 	*net.UnixListener
 	addr      *net.UnixAddr
+	file      os.FileInfo // the socket file linked at addr's path (sameSocket)
 	closeOnce sync.Once
 }
 
 func (l *unixListener) Addr() net.Addr { return l.addr }
 
+// sameSocket reports whether a and b are the same socket file: the same
+// inode and the same change time, since a replacing server's new socket
+// may get the inode number the removed one had.
+func sameSocket(a, b os.FileInfo) bool {
+	sa, ok1 := a.Sys().(*syscall.Stat_t)
+	sb, ok2 := b.Sys().(*syscall.Stat_t)
+	return ok1 && ok2 && os.SameFile(a, b) && sa.Ctim == sb.Ctim
+}
+
+// Close closes the listener and removes its path, unless the path is
+// another socket by now: a server that replaced this one (listenReplacing
+// in the CLI) may have bound it once this one stopped accepting.
 func (l *unixListener) Close() error {
 	err := l.UnixListener.Close()
-	l.closeOnce.Do(func() { os.Remove(l.addr.Name) })
+	l.closeOnce.Do(func() {
+		if cur, err := os.Lstat(l.addr.Name); err == nil && sameSocket(cur, l.file) {
+			os.Remove(l.addr.Name)
+		}
+	})
 	return err
 }
 

@@ -577,3 +577,34 @@ func TestEnvListOrObject(t *testing.T) {
 		}
 	}
 }
+
+// A server that stops after another bound its socket path (the CLI's
+// listenReplacing: the new server takes the path once the old one stops
+// accepting, and the old one's listener closes after) leaves the new
+// server's socket in place.
+func TestUnixCloseKeepsAReplacingServersSocket(t *testing.T) {
+	dir, err := os.MkdirTemp("", "airlock-sock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, SocketName)
+	old, err := ListenUnix(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The old server no longer accepts: its path is a stale socket to the
+	// new one, which replaces it.
+	old.(*unixListener).UnixListener.Close()
+	l, err := ListenUnix(path)
+	if err != nil {
+		t.Fatalf("replacing a stopped server: %v", err)
+	}
+	defer l.Close()
+	old.Close()
+	c, err := net.DialTimeout("unix", path, 5*time.Second)
+	if err != nil {
+		t.Fatalf("the replacing server's socket after the old listener closed: %v", err)
+	}
+	c.Close()
+}
