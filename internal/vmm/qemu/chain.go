@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
-	"sync"
 
 	"github.com/airlock-run/airlock/internal/checkpoint/pagediff"
 )
@@ -162,24 +161,10 @@ func ramCopyChain(dir string, parts []ramPart, idx []int) (files []*os.File, fil
 		return nil, nil, err
 	}
 	total := partOffset(parts, len(parts))
-	files, err = fillMemfds(parts, idx, false, func(*os.File, int) error { return nil })
-	if err != nil {
-		return nil, nil, err
-	}
-	done := make(chan error, 1)
-	go func() {
-		for _, i := range idx {
-			if _, err := pagediff.Materialise(files[i], chain, snapRAM, total, partOffset(parts, i), int64(parts[i].sizeMiB)<<20); err != nil {
-				done <- fmt.Errorf("load the checkpoint's RAM image: %w", err)
-				return
-			}
+	return fillInBackground(parts, idx, func(dst *os.File, i int) error {
+		if _, err := pagediff.Materialise(dst, chain, snapRAM, total, partOffset(parts, i), int64(parts[i].sizeMiB)<<20); err != nil {
+			return fmt.Errorf("load the checkpoint's RAM image: %w", err)
 		}
-		done <- nil
-	}()
-	var once sync.Once
-	var ferr error
-	return files, func() error {
-		once.Do(func() { ferr = <-done })
-		return ferr
-	}, nil
+		return nil
+	}, func() {})
 }

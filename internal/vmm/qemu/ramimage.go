@@ -363,26 +363,41 @@ func ramCopy(path string, parts []ramPart, idx []int) (files []*os.File, filled 
 	if err != nil {
 		return nil, nil, err
 	}
+	files, filled, err = fillInBackground(parts, idx, func(dst *os.File, i int) error {
+		_, err := copyData(dst, f, 0, partOffset(parts, i), int64(parts[i].sizeMiB)<<20, false)
+		if err != nil {
+			return fmt.Errorf("load the snapshot's RAM image: %w", err)
+		}
+		return nil
+	}, func() { f.Close() })
+	return files, filled, err
+}
+
+// fillInBackground makes the memfds of the parts in idx (fillMemfds, empty)
+// and fills each with fill in the background, while QEMU starts; filled
+// waits for the fill and returns its error. done runs once the fill
+// ends, or at once if the memfds cannot be made.
+func fillInBackground(parts []ramPart, idx []int, fill func(dst *os.File, i int) error, done func()) (files []*os.File, filled func() error, err error) {
 	files, err = fillMemfds(parts, idx, false, func(*os.File, int) error { return nil }) // filled below
 	if err != nil {
-		f.Close()
+		done()
 		return nil, nil, err
 	}
-	done := make(chan error, 1)
+	end := make(chan error, 1)
 	go func() {
-		defer f.Close()
+		defer done()
 		for _, i := range idx {
-			if _, err := copyData(files[i], f, 0, partOffset(parts, i), int64(parts[i].sizeMiB)<<20, false); err != nil {
-				done <- fmt.Errorf("load the snapshot's RAM image: %w", err)
+			if err := fill(files[i], i); err != nil {
+				end <- err
 				return
 			}
 		}
-		done <- nil
+		end <- nil
 	}()
 	var once sync.Once
 	var ferr error
 	return files, func() error {
-		once.Do(func() { ferr = <-done })
+		once.Do(func() { ferr = <-end })
 		return ferr
 	}, nil
 }
