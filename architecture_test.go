@@ -94,6 +94,10 @@ func TestPackageRules(t *testing.T) {
 		// the agent connection, a death, an unhealthy mark; the box comes
 		// in through its Host interface.
 		"internal/boxvm": {"internal/agent/client", "internal/store", "internal/vmm"},
+		// The box lifecycle's engine: the sequences over the record, the
+		// driver, the boot's session and the network helper; what a box
+		// is, the public errors and the events come from the root.
+		"internal/lifecycle": {"internal/boxdir", "internal/netstack", "internal/netstack/helper"},
 		// An exec's bounded output pipe.
 		"internal/boundedpipe": {},
 		// The host side of one exec apart from the box: environment,
@@ -118,7 +122,7 @@ func TestPackageRules(t *testing.T) {
 		// No rootfs, no image store: the lifecycle code builds the disks.
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine", "internal/checkpoint/pagediff"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boxvm", "internal/boundedpipe", "internal/execrun", "internal/exitrec", "internal/friend", "internal/guestabi", "internal/lifetime", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/checkpoint", "internal/volume", "internal/capacity", "internal/sparse", "internal/secrets"},
+		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boxvm", "internal/boundedpipe", "internal/execrun", "internal/exitrec", "internal/friend", "internal/guestabi", "internal/lifetime", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/checkpoint", "internal/volume", "internal/capacity", "internal/sparse", "internal/secrets", "internal/lifecycle"},
 		"codebox": {"", "internal/friend", "internal/headtail"},
 		"interp":  {"codebox"},
 		// The Kubernetes node (airlock node): pods as boxes through the

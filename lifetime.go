@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/lifecycle"
 	"github.com/airlock-run/airlock/internal/lifetime"
 	"github.com/airlock-run/airlock/internal/netstack"
 	"github.com/airlock-run/airlock/internal/netstack/helper"
@@ -82,14 +83,12 @@ type lifeState struct {
 	// traffic is, by box, its network counters when a pass last found it
 	// idle (guarded by mu): traffic since counts as use (idleUsed).
 	traffic map[string]netMark
-	// wakeMu guards waking: the resumes in progress of boxes suspended
-	// when idle, by box id (suspend.go).
-	wakeMu sync.Mutex
-	waking map[string]*waking
-	// heldMu guards held: the published ports of IdleSuspend boxes this
-	// runtime holds open, by box id (suspend.go).
-	heldMu sync.Mutex
-	held   map[string]*heldBox
+	// wakes is the resumes in progress of boxes suspended when idle
+	// (suspend.go).
+	wakes lifecycle.Wakes
+	// held is the published ports of IdleSuspend boxes this runtime holds
+	// open (suspend.go).
+	held lifecycle.Ports
 }
 
 // netMark is a box's network helper and the sum of its counters.

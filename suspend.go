@@ -3,7 +3,6 @@ package airlock
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -155,41 +154,16 @@ func (b *Box) wakeClient(ctx context.Context) (*client.Client, error) {
 	return b.client(ctx)
 }
 
-// waking is a resume in progress (wakeBox): done is closed once err is
-// set.
-type waking struct {
-	done chan struct{}
-	err  error
-}
-
-// wakeBox resumes the suspended box b, once for concurrent callers: the
-// first resumes it (bounded by bootTimeout, not by its caller's ctx, as
-// the others wait for it too), the others wait for that resume's outcome
-// (or their ctx).
+// wakeBox resumes the suspended box b, once for concurrent callers
+// (lifecycle.Wakes): the first resumes it (bounded by bootTimeout, not by
+// its caller's ctx, as the others wait for it too), the others wait for
+// that resume's outcome (or their ctx).
 func (r *Runtime) wakeBox(ctx context.Context, b *Box) error {
-	r.life.wakeMu.Lock()
-	if w, ok := r.life.waking[b.id]; ok {
-		r.life.wakeMu.Unlock()
-		select {
-		case <-w.done:
-			return w.err
-		case <-ctx.Done():
-			return ctx.Err()
+	return r.life.wakes.Do(ctx, b.id, func() error {
+		dir := b.suspendedDir()
+		if dir == "" {
+			return nil // resumed meanwhile
 		}
-	}
-	w := &waking{done: make(chan struct{})}
-	if r.life.waking == nil {
-		r.life.waking = map[string]*waking{}
-	}
-	r.life.waking[b.id] = w
-	r.life.wakeMu.Unlock()
-	defer func() {
-		r.life.wakeMu.Lock()
-		delete(r.life.waking, b.id)
-		r.life.wakeMu.Unlock()
-		close(w.done)
-	}()
-	if dir := b.suspendedDir(); dir != "" { // else resumed meanwhile
 		// The call that wakes the box is a use, from now: a reaper pass
 		// that finds the box running while it resumes must not find it
 		// idle (its last use from before the suspend) and suspend it again
@@ -198,99 +172,32 @@ func (r *Runtime) wakeBox(ctx context.Context, b *Box) error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bootTimeout)
 		defer cancel()
 		if err := b.resumeFromDisk(rctx, dir); err != nil {
-			w.err = fmt.Errorf("box %s was suspended when idle, and resuming it failed: %w", b.id, err)
+			return fmt.Errorf("box %s was suspended when idle, and resuming it failed: %w", b.id, err)
 		}
-	}
-	return w.err
-}
-
-// heldBox is the published TCP ports of an IdleSuspend box that this
-// runtime holds (helper.Held), and the watch for a connection while the
-// box is suspended (cancel and waited are nil when none runs).
-type heldBox struct {
-	ports  *helper.Held
-	cancel context.CancelFunc
-	waited chan struct{} // closed when the watch's WaitConn has returned
+		return nil
+	})
 }
 
 // holdPorts returns the published TCP ports of an IdleSuspend box (b, of
 // configuration cfg, publishing ports) that its network helper is to
-// inherit: the ports this runtime holds for it, whose watch ends (the box
-// is starting), else ports it binds now and holds from now on, so that
-// they stay bound when the box is suspended. nil for other boxes: their
-// helpers bind their ports.
+// inherit (lifecycle.Ports.Hold): held so that they stay bound when the
+// box is suspended. nil for other boxes: their helpers bind their ports.
 func (r *Runtime) holdPorts(b *Box, cfg boxConfig, ports []PortMapping) (*helper.Held, error) {
 	if cfg.Options.IdleAction != IdleSuspend || len(ports) == 0 {
 		return nil, nil
 	}
-	r.life.heldMu.Lock()
-	defer r.life.heldMu.Unlock()
-	if hb := r.life.held[b.id]; hb != nil {
-		if hb.cancel != nil {
-			hb.cancel()
-			<-hb.waited
-			hb.cancel, hb.waited = nil, nil
-		}
-		return hb.ports, nil
-	}
-	h, err := helper.Bind(publishes(ports))
-	if err != nil || h == nil {
-		return nil, err
-	}
-	if r.life.held == nil {
-		r.life.held = map[string]*heldBox{}
-	}
-	r.life.held[b.id] = &heldBox{ports: h}
-	return h, nil
+	return r.life.held.Hold(b.id, publishes(ports))
 }
 
 // releasePorts closes the ports this runtime holds for box id, if any
 // (its stop or removal: they are free again).
-func (r *Runtime) releasePorts(id string) {
-	r.life.heldMu.Lock()
-	hb := r.life.held[id]
-	delete(r.life.held, id)
-	r.life.heldMu.Unlock()
-	if hb != nil {
-		if hb.cancel != nil {
-			hb.cancel()
-			<-hb.waited
-		}
-		hb.ports.Close()
-	}
-}
+func (r *Runtime) releasePorts(id string) { r.life.held.Release(id) }
 
 // releaseStale releases the ports held for boxes that are neither
-// running nor suspended (stopped, removed or died, maybe by another
-// process), live being the ids of those that are, unless a start holds
-// the box's lock; nil live releases every one.
+// running nor suspended, live being the ids of those that are
+// (lifecycle.Ports.ReleaseStale); nil live releases every one.
 func (r *Runtime) releaseStale(live map[string]bool) {
-	r.life.heldMu.Lock()
-	var stale []string
-	for id := range r.life.held {
-		if !live[id] {
-			stale = append(stale, id)
-		}
-	}
-	r.life.heldMu.Unlock()
-	for _, id := range stale {
-		dir := filepath.Join(r.opts.Home, "boxes", id)
-		if _, err := os.Stat(dir); live != nil && err == nil {
-			// A box that still exists may be starting: a start holds its
-			// lock for the whole start (long past this wait), and then
-			// decides. A removed box has no lock to ask.
-			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-			unlock, err := boxdir.LockBox(ctx, dir)
-			cancel()
-			if err != nil && ctx.Err() != nil {
-				continue // locked: a start (or stop) in progress decides
-			}
-			if unlock != nil {
-				unlock()
-			}
-		}
-		r.releasePorts(id)
-	}
+	r.life.held.ReleaseStale(live, func(id string) string { return filepath.Join(r.opts.Home, "boxes", id) })
 }
 
 // wakeOnTraffic keeps the published TCP ports of the IdleSuspend box b,
@@ -304,47 +211,15 @@ func (r *Runtime) wakeOnTraffic(b *Box, bound []PortMapping) {
 	if _, cfg := b.snapshot(); cfg.Options.IdleAction != IdleSuspend || len(bound) == 0 {
 		return
 	}
-	r.life.heldMu.Lock()
-	defer r.life.heldMu.Unlock()
-	hb := r.life.held[b.id]
-	if hb == nil {
-		h, err := helper.Bind(publishes(bound))
-		if err != nil {
-			r.warn(fmt.Sprintf("box %s: suspended, but its published ports could not be kept bound (%v): connections to them are refused until it is resumed", b.id, err))
-			return
-		}
-		if h == nil {
-			return
-		}
-		if r.life.held == nil {
-			r.life.held = map[string]*heldBox{}
-		}
-		hb = &heldBox{ports: h}
-		r.life.held[b.id] = hb
-	}
-	if hb.cancel != nil {
-		return // watched already
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	waited := make(chan struct{})
-	hb.cancel, hb.waited = cancel, waited
-	go func() {
-		err := hb.ports.WaitConn(ctx)
-		close(waited)
-		if err != nil {
-			return // the box was started, stopped or removed
-		}
-		r.life.heldMu.Lock()
-		if hb.waited == waited {
-			hb.cancel, hb.waited = nil, nil
-		}
-		r.life.heldMu.Unlock()
-		cancel()
+	err := r.life.held.Watch(b.id, publishes(bound), func() {
 		if err := b.wake(context.Background()); err != nil {
 			// Not resumed: what waits is refused, rather than held for
 			// ever.
 			r.warn(fmt.Sprintf("box %s: a connection to its published port could not wake it: %v; its ports are closed", b.id, err))
 			r.releasePorts(b.id)
 		}
-	}()
+	})
+	if err != nil {
+		r.warn(fmt.Sprintf("box %s: suspended, but its published ports could not be kept bound (%v): connections to them are refused until it is resumed", b.id, err))
+	}
 }
