@@ -14,15 +14,17 @@ import (
 	"github.com/airlock-run/airlock/internal/boxvm"
 	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/lifecycle"
 	"github.com/airlock-run/airlock/internal/lifetime"
+	"github.com/airlock-run/airlock/internal/netstack/helper"
 	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
 // bootTimeout bounds how long Start waits for the agent after launching
-// the machine. TCG boots take seconds, more when many boxes boot at once.
-const bootTimeout = 120 * time.Second
+// the machine (lifecycle.BootTimeout).
+const bootTimeout = lifecycle.BootTimeout
 
 // Box is a handle on one box. Handles are cheap; several processes may hold
 // handles on the same box. Methods are safe for concurrent use; several
@@ -49,12 +51,18 @@ type Box struct {
 	// watches, its agent connection, a death, an unhealthy mark
 	// (internal/boxvm; vmHost, below, is the box as it sees it).
 	vm *boxvm.Session
+
+	// eng is the box's lifecycle engine (internal/lifecycle: start,
+	// stop, remove over the record, the driver, vm and the network
+	// helper; vmHost is the box as it sees it).
+	eng *lifecycle.Box
 }
 
 // newBox returns a handle for rec, whose configuration was decoded as cfg.
 func newBox(r *Runtime, rec *store.Box, cfg boxConfig) *Box {
 	b := &Box{r: r, id: rec.ID, dir: filepath.Join(r.opts.Home, "boxes", rec.ID), rec: rec, cfg: cfg}
 	b.vm = boxvm.New(b.id, b.ConsoleLog(), (*vmHost)(b))
+	b.eng = &lifecycle.Box{ID: b.id, Dir: b.dir, DB: r.db, Drv: r.drv, VM: b.vm, Held: &r.life.held, Host: (*vmHost)(b)}
 	return b
 }
 
@@ -163,13 +171,7 @@ func (b *Box) lockLoad(ctx context.Context) (rec *store.Box, unlock func(), err 
 
 // lock takes the box's lock (boxdir.LockBox), held by Start, Stop and
 // Remove.
-func (b *Box) lock(ctx context.Context) (func(), error) {
-	unlock, err := boxdir.LockBox(ctx, b.dir)
-	if err != nil {
-		return nil, fmt.Errorf("lock box %s: %w", b.id, err)
-	}
-	return unlock, nil
-}
+func (b *Box) lock(ctx context.Context) (func(), error) { return b.eng.Lock(ctx) }
 
 // vmSpec is what the driver makes the box's machine from (without the
 // image, which only Create and Start need).
@@ -191,9 +193,7 @@ func diesWithOwner(cfg boxConfig) bool {
 }
 
 // machine is the recorded boot of rec (it may have ended).
-func (b *Box) machine(rec *store.Box, cfg boxConfig) vmm.Machine {
-	return b.r.drv.Attach(b.vmSpec(rec, cfg), handleOf(rec))
-}
+func (b *Box) machine(rec *store.Box, cfg boxConfig) vmm.Machine { return b.eng.Machine(rec) }
 
 func handleOf(rec *store.Box) vmm.Handle { return boxvm.Handle(rec) }
 
@@ -263,114 +263,61 @@ func (b *Box) startWith(ctx context.Context, start func(context.Context, vmm.Spe
 	return b.startLocked(ctx, rec, start, kind)
 }
 
-// startLocked is startWith with the box's lock held, rec its record.
-func (b *Box) startLocked(ctx context.Context, rec *store.Box, start func(context.Context, vmm.Spec) (vmm.Machine, error), kind EventType) (err error) {
-	if running(rec) {
-		_, err := b.client(ctx)
-		return err
-	}
-	// An earlier boot that ended (killed, say) is handled by its watcher
-	// first: its death recorded against that boot, not taken for this
-	// one's.
-	if err := b.vm.WaitWatcher(ctx, 5*time.Second); err != nil {
-		return err
-	}
-	if _, cfg := b.snapshot(); cfg.Pool != "" {
-		// A warm pool's box is nobody's yet: not an event (pool.go).
-	} else if o := b.r.opts.Observer; o != nil {
-		t0 := time.Now()
-		defer func() {
-			d := time.Since(t0)
-			o.BoxStarted(BoxStartEvent{BoxID: b.id, Duration: d, Err: err})
-			if err != nil {
-				b.emit(Event{Type: EventBoxStartFailed, Reason: err.Error(), Duration: d})
-			} else {
-				b.emit(Event{Type: kind, Duration: d})
-			}
-		}()
-	}
+// startLocked is startWith with the box's lock held, rec its record: the
+// engine's start (lifecycle.Box.Start) with what the box is.
+func (b *Box) startLocked(ctx context.Context, rec *store.Box, start func(context.Context, vmm.Spec) (vmm.Machine, error), kind EventType) error {
 	_, cfg := b.snapshot()
-	img, err := b.image(rec)
-	if err != nil {
-		return err
+	l := lifecycle.Launch{Spec: b.vmSpec(rec, cfg), Machine: start, IsDeath: func(err error) bool {
+		var de *DiedError
+		return errors.As(err, &de)
+	}}
+	if cfg.Pool != "" {
+		// A warm pool's box is nobody's yet: not an event (pool.go). It
+		// ends with this process until a claim hands it on.
+		l.Keep = func(h vmm.Handle) error { return b.r.keeper.Watch(h.PID, h.Start) }
+	} else if o := b.r.opts.Observer; o != nil {
+		l.Begin = func() func(error) {
+			t0 := time.Now()
+			return func(err error) {
+				d := time.Since(t0)
+				o.BoxStarted(BoxStartEvent{BoxID: b.id, Duration: d, Err: err})
+				if err != nil {
+					b.emit(Event{Type: EventBoxStartFailed, Reason: err.Error(), Duration: d})
+				} else {
+					b.emit(Event{Type: kind, Duration: d})
+				}
+			}
+		}
 	}
-	if err := b.r.prepareVolumes(ctx, cfg.Options.Volumes); err != nil {
-		return fmt.Errorf("box %s: %w", b.id, err)
+	l.Prepare = func(ctx context.Context) (func(context.Context) (vmm.Disks, error), error) {
+		img, err := b.image(rec)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.r.prepareVolumes(ctx, cfg.Options.Volumes); err != nil {
+			return nil, fmt.Errorf("box %s: %w", b.id, err)
+		}
+		return func(ctx context.Context) (vmm.Disks, error) { return b.r.disks(ctx, img, b.dir) }, nil
 	}
 	// The host caps; with warm pools, ready pool boxes make room and the
 	// start holds its place until its machine runs (pool_caps.go).
-	launched, err := b.r.reserveLaunch(ctx, b.id, cfg.Options.MemoryMiB, cfg.Pool == "")
-	if err != nil {
-		return err
+	l.Reserve = func(ctx context.Context) (func(), error) {
+		return b.r.reserveLaunch(ctx, b.id, cfg.Options.MemoryMiB, cfg.Pool == "")
 	}
-	defer launched()
-	spec := b.vmSpec(rec, cfg)
-	if spec.Disks, err = b.r.disks(ctx, img, b.dir); err != nil {
-		return fmt.Errorf("box %s: %w", b.id, err)
+	l.Net = func() (*helper.Starting, error) { return b.startNet(cfg) }
+	l.Running = func(up *store.Box) {
+		b.mu.Lock()
+		b.rec = up
+		b.mu.Unlock()
 	}
-	// The network helper starts while the machine does: it binds the
-	// published ports, then connects to the machine's network socket.
-	nh, err := b.startNet(cfg)
-	if err != nil {
-		return err
-	}
-	stopNet := func() {
-		nh.Joined()
-		b.stopNet()
-	}
-	m, err := start(ctx, spec)
-	launched()
-	if err != nil {
-		stopNet()
-		return fmt.Errorf("box %s: %w", b.id, err)
-	}
-	if cfg.Pool != "" {
-		// A pool box ends with this process until a claim hands it on.
-		if h := m.Handle(); h.PID > 0 {
-			if err := b.r.keeper.Watch(h.PID, h.Start); err != nil {
-				m.Kill()
-				stopNet()
-				return fmt.Errorf("box %s: %w", b.id, err)
-			}
+	l.Ready = func(ctx context.Context) error {
+		if err := b.installCA(ctx, cfg); err != nil {
+			return fmt.Errorf("box %s: install its CA for secrets: %w", b.id, err)
 		}
+		b.r.warnBoot()
+		return nil
 	}
-	if err := nh.Wait(ctx); err != nil {
-		m.Kill()
-		stopNet()
-		return err
-	}
-	h, now := m.Handle(), time.Now()
-	if err := b.r.db.SetRunning(ctx, b.id, h.PID, h.Start, now); err != nil {
-		m.Kill()
-		stopNet()
-		return fmt.Errorf("box %s: record it running: %w", b.id, err)
-	}
-	up := *rec
-	up.State, up.PID, up.PIDStart, up.Started = store.StateRunning, h.PID, h.Start, now
-	b.mu.Lock()
-	b.rec = &up
-	b.mu.Unlock()
-	b.vm.Begin()
-	cctx, cancel := context.WithTimeout(ctx, bootTimeout)
-	defer cancel()
-	if _, err := b.client(cctx); err != nil {
-		m.Kill()
-		stopNet()
-		b.r.db.SetStopped(context.WithoutCancel(ctx), b.id)
-		var de *DiedError
-		if errors.As(err, &de) {
-			return err
-		}
-		return fmt.Errorf("box %s did not come up: %w\n--- console (last lines) ---\n%s", b.id, err, m.Console(20))
-	}
-	if err := b.installCA(cctx, cfg); err != nil {
-		m.Kill()
-		stopNet()
-		b.r.db.SetStopped(context.WithoutCancel(ctx), b.id)
-		return fmt.Errorf("box %s: install its CA for secrets: %w", b.id, err)
-	}
-	b.r.warnBoot()
-	return nil
+	return b.eng.Start(ctx, rec, l)
 }
 
 // hostname is the box's hostname: BoxOptions.Hostname, else its name
@@ -431,6 +378,18 @@ func (h *vmHost) Died(m vmm.Machine, d vmm.Death) {
 		o.BoxDied(BoxDiedEvent{BoxID: h.id, Cause: d.Cause})
 	}
 }
+
+// Spec is the box's machine as rec records it (vmSpec).
+func (h *vmHost) Spec(rec *store.Box) vmm.Spec {
+	_, cfg := (*Box)(h).snapshot()
+	return (*Box)(h).vmSpec(rec, cfg)
+}
+
+// StoreErr is the runtime's storeErr for the box.
+func (h *vmHost) StoreErr(err error) error { return h.r.storeErr(h.id, err) }
+
+// Forget drops the runtime's handle of the removed box.
+func (h *vmHost) Forget() { h.r.forget(h.id) }
 
 // Ended: a box.died event for a death; the record says stopped.
 func (h *vmHost) Ended(m vmm.Machine, cause string) {
@@ -540,35 +499,17 @@ func (b *Box) stop(ctx context.Context, grace time.Duration) error {
 // defaultStopGrace is how long Stop waits for a clean shutdown.
 const defaultStopGrace = 10 * time.Second
 
-// stopLocked stops the box (b.lock held); was is whether it ran.
+// stopLocked stops the box (b.lock held); was is whether it ran
+// (lifecycle.Box.Stop).
 func (b *Box) stopLocked(ctx context.Context, grace time.Duration) (was bool, err error) {
 	rec, err := b.load(ctx)
 	if err != nil {
 		return false, err
 	}
-	_, cfg := b.snapshot()
-	b.vm.Stopping()
-	if was = running(rec); was {
+	return b.eng.Stop(ctx, rec, grace, func() {
 		// Recorded before the machine goes: the first reason wins.
 		recordExit(b.r.opts.Home, b.id, rec.Started, ExitState{Reason: ExitStopped})
-		m := b.machine(rec, cfg)
-		// Asked to shut down, then told to quit, then killed.
-		if err := vmm.Stop(ctx, m, grace, func(ctx context.Context) {
-			if c, err := b.client(ctx); err == nil {
-				c.Shutdown(ctx)
-			}
-		}); err != nil {
-			b.stopNet()
-			return false, fmt.Errorf("box %s: %w", b.id, err)
-		}
-		m.Release()
-	}
-	b.dropConn()
-	b.stopNet()
-	if err := b.r.db.SetStopped(ctx, b.id); err != nil {
-		return false, fmt.Errorf("box %s: record it stopped: %w", b.id, err)
-	}
-	return was, nil
+	})
 }
 
 // dropConn closes the handle's agent connection, if any.
@@ -603,52 +544,17 @@ const (
 // box.created, or whose removal the caller reports.
 func (b *Box) remove(ctx context.Context, force bool) error { return b.removeWhy(ctx, force, "") }
 
-// removeWhy removes the box; a box.removed with reason why follows,
-// unless why is "".
+// removeWhy removes the box (lifecycle.Box.Remove); a box.removed with
+// reason why follows, unless why is "".
 func (b *Box) removeWhy(ctx context.Context, force bool, why string) error {
-	if _, err := os.Stat(b.dir); err == nil {
-		unlock, err := b.lock(ctx)
-		if err != nil {
-			return err
-		}
-		defer unlock()
-	}
-	rec, err := b.r.db.Get(ctx, b.id)
-	if err != nil {
-		return b.r.storeErr(b.id, err)
-	}
-	if running(rec) {
+	gone, err := b.eng.Remove(ctx, func(rec *store.Box) error {
 		if !force {
 			return fmt.Errorf("%w: %s: stop it first, or remove it with force to kill its VM", ErrBoxRunning, b.id)
 		}
 		b.flushVolumes(ctx, handleOf(rec))
-		b.vm.Stopping()
-		b.dropConn()
-		_, cfg := b.snapshot()
-		if err := b.machine(rec, cfg).Kill(); err != nil {
-			b.stopNet()
-			return fmt.Errorf("box %s: %w", b.id, err)
-		}
-	}
-	// A machine no record names (a start cut short before its record)
-	// goes before the record does.
-	if sk, ok := b.r.drv.(vmm.StrayKiller); ok {
-		_, cfg := b.snapshot()
-		if err := sk.KillStray(b.vmSpec(rec, cfg)); err != nil {
-			b.stopNet()
-			return err
-		}
-	}
-	b.stopNet()
-	b.r.releasePorts(b.id)
-	b.dropConn()
-	if err := b.r.db.Delete(ctx, b.id); err != nil {
-		return fmt.Errorf("box %s: delete its record: %w", b.id, err)
-	}
-	os.RemoveAll(boxdir.ShortDir(b.id))
-	b.r.forget(b.id)
-	err = boxdir.RemoveBox(b.dir)
-	if why != "" {
+		return nil
+	})
+	if why != "" && gone {
 		// The record is gone: the box is, whatever is left of its
 		// directory.
 		b.emit(Event{Type: EventBoxRemoved, Reason: why})
