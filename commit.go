@@ -7,13 +7,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/confine"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/unpack"
 	"github.com/airlock-run/airlock/internal/rootfs"
-	scratchfs "github.com/airlock-run/airlock/internal/scratch"
-	"github.com/airlock-run/airlock/internal/vmm"
 )
 
 // CommitOptions tune Box.Commit. The zero value is ready to use.
@@ -101,49 +98,17 @@ func (b *Box) Commit(ctx context.Context, ref string, opts CommitOptions) (Commi
 }
 
 // stableDisk returns a path to the box's writable layer that nothing
-// writes while the caller reads it: the disk itself for a stopped box
-// (held by the box lock until cleanup), else a copy made while the box
-// was paused, after a sync in the guest.
+// writes while the caller reads it (lifecycle.Box.StableDisk): the disk
+// itself for a stopped box, else a copy made while the box was paused,
+// after a sync in the guest.
 func (b *Box) stableDisk(ctx context.Context, scratch string) (disk string, paused time.Duration, cleanup func(), err error) {
-	unlock, err := b.lock(ctx)
-	if err != nil {
-		return "", 0, nil, err
-	}
-	rec, err := b.load(ctx)
-	if err != nil {
-		unlock()
-		return "", 0, nil, err
-	}
-	rw := filepath.Join(b.dir, boxdir.RW)
-	if !running(rec) {
-		if _, err := os.Stat(rw); err != nil {
-			unlock()
-			return "", 0, nil, fmt.Errorf("box %s has no writable layer: %w", b.id, err)
+	return b.eng.StableDisk(ctx, scratch, b.load, func(ctx context.Context) error {
+		r, err := b.Exec(ctx, "sync", nil, ExecOptions{Timeout: time.Minute})
+		if err == nil && r.ExitCode != 0 {
+			err = fmt.Errorf("exit status %d: %s", r.ExitCode, r.Stderr)
 		}
-		return rw, 0, unlock, nil
-	}
-	defer unlock()
-	p, ok := b.r.drv.(vmm.Pauser)
-	if !ok {
-		return "", 0, nil, fmt.Errorf("read the disk of running box %s: %w (driver %s): stop the box first", b.id, vmm.ErrNotSupported, b.r.drv.Name())
-	}
-	// Dirty pages in the guest's page cache are not on the disk yet.
-	r, err := b.Exec(ctx, "sync", nil, ExecOptions{Timeout: time.Minute})
-	if err == nil && r.ExitCode != 0 {
-		err = fmt.Errorf("exit status %d: %s", r.ExitCode, r.Stderr)
-	}
-	if err != nil {
-		return "", 0, nil, fmt.Errorf("box %s: flush its filesystem (sync): %w; stop the box and try again", b.id, err)
-	}
-	_, cfg := b.snapshot()
-	spec, h := b.vmSpec(rec, cfg), handleOf(rec)
-	copyPath := scratchfs.Path(scratch, "disk-"+b.id, ".ext4")
-	paused, err = vmm.WhilePaused(ctx, p, spec, h, func() error { return rootfs.CopyDisk(rw, copyPath) })
-	if err != nil {
-		os.Remove(copyPath)
-		return "", 0, nil, fmt.Errorf("copy the writable layer of box %s: %w", b.id, err)
-	}
-	return copyPath, paused, func() { os.Remove(copyPath) }, nil
+		return err
+	})
 }
 
 // diskTool returns how Commit runs e2fsck and debugfs on a box's disk:

@@ -12,16 +12,8 @@ import (
 
 // pausedNow reports whether the VM of rec is paused (Pause): its vCPUs
 // are stopped, so its agent answers no new connection's handshake. False
-// when the driver cannot tell.
-func (b *Box) pausedNow(ctx context.Context, rec *store.Box) bool {
-	p, ok := b.r.drv.(vmm.Pauser)
-	if !ok || rec == nil || !running(rec) {
-		return false
-	}
-	_, cfg := b.snapshot()
-	paused, err := p.Paused(ctx, b.vmSpec(rec, cfg), handleOf(rec))
-	return err == nil && paused
-}
+// when the driver cannot tell (lifecycle.Box.Paused).
+func (b *Box) pausedNow(ctx context.Context, rec *store.Box) bool { return b.eng.Paused(ctx, rec) }
 
 // snapshotAgentVersion is the guest agent version a snapshot of the box
 // records. A paused box's agent cannot complete a new connection's
@@ -56,13 +48,8 @@ func (b *Box) dialErr(ctx context.Context, rec *store.Box, err error) error {
 // made the machine quit, its processes never told and its files not
 // flushed.
 func (b *Box) continueIfPaused(ctx context.Context) {
-	rec, err := b.load(ctx)
-	if err != nil || !b.pausedNow(ctx, rec) {
-		return
-	}
-	_, cfg := b.snapshot()
-	if p, ok := b.r.drv.(vmm.Pauser); ok {
-		p.Resume(ctx, b.vmSpec(rec, cfg), handleOf(rec))
+	if rec, err := b.load(ctx); err == nil {
+		b.eng.Continue(ctx, rec)
 	}
 }
 

@@ -65,33 +65,11 @@ func (b *Box) Suspend(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h := handleOf(rec)
 	bound := readPorts(b.dir) // as its helper bound them, for wakeOnTraffic
-	// Stopped first, the machine stays stopped after the save: nothing
-	// the guest does after the saved instant reaches its disk.
-	was, err := p.Paused(ctx, spec, h)
-	if err != nil {
-		return fmt.Errorf("suspend box %s: %w", b.id, err)
-	}
-	b.waitExecTails(ctx) // the sync's
-	if err := p.Pause(ctx, spec, h); err != nil {
-		return fmt.Errorf("suspend box %s: %w", b.id, err)
-	}
-	// The box keeps its own writable layer, which matches the saved state
-	// (the machine does not run again): linked, not copied.
-	final, err := boxdir.SaveSuspended(b.dir, func(tmp string) error {
-		_, err := sn.SaveSnapshot(ctx, spec, h, tmp, vmm.SaveOptions{LinkDisk: true})
+	if err := b.eng.Suspend(ctx, rec, spec, sn, p, func() error {
+		_, err := b.stopLocked(ctx, 0)
 		return err
-	})
-	if err != nil {
-		if !was {
-			p.Resume(context.WithoutCancel(ctx), spec, h)
-		}
-		return fmt.Errorf("suspend box %s: %w", b.id, err)
-	}
-	// Ended without a shutdown: the guest must not run on.
-	if _, err := b.stopLocked(ctx, 0); err != nil {
-		boxdir.DropSuspended(final)
+	}); err != nil {
 		return err
 	}
 	b.emit(Event{Type: EventBoxSuspended})

@@ -1,0 +1,118 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/boxvm"
+	"github.com/airlock-run/airlock/internal/rootfs"
+	"github.com/airlock-run/airlock/internal/scratch"
+	"github.com/airlock-run/airlock/internal/store"
+	"github.com/airlock-run/airlock/internal/vmm"
+)
+
+// Paused reports whether the machine of rec is paused (vmm.Pauser): its
+// vCPUs are stopped, so its agent answers no new connection's handshake.
+// False when the driver cannot tell.
+func (b *Box) Paused(ctx context.Context, rec *store.Box) bool {
+	p, ok := b.Drv.(vmm.Pauser)
+	if !ok || rec == nil || !boxvm.Running(rec) {
+		return false
+	}
+	paused, err := p.Paused(ctx, b.Host.Spec(rec), boxvm.Handle(rec))
+	return err == nil && paused
+}
+
+// Continue lets the machine of rec run again if it is paused, so that a
+// stop shuts it down cleanly: a paused guest cannot answer the shutdown
+// request, and a stop waited out its whole grace and then made the
+// machine quit, its processes never told and its files not flushed.
+func (b *Box) Continue(ctx context.Context, rec *store.Box) {
+	if !b.Paused(ctx, rec) {
+		return
+	}
+	if p, ok := b.Drv.(vmm.Pauser); ok {
+		p.Resume(ctx, b.Host.Spec(rec), boxvm.Handle(rec))
+	}
+}
+
+// Suspend pauses the running machine of rec (its lock held; spec its
+// machine with its disks), saves its state in the box directory
+// (boxdir.SaveSuspended; the writable layer linked, not copied: the
+// machine does not run again) and then ends it with stop, without a
+// shutdown. A failed save lets a machine that was not paused before run
+// on; a failed stop drops the saved state.
+func (b *Box) Suspend(ctx context.Context, rec *store.Box, spec vmm.Spec, sn vmm.Snapshotter, p vmm.Pauser, stop func() error) error {
+	h := boxvm.Handle(rec)
+	// Stopped first, the machine stays stopped after the save: nothing
+	// the guest does after the saved instant reaches its disk.
+	was, err := p.Paused(ctx, spec, h)
+	if err != nil {
+		return fmt.Errorf("suspend box %s: %w", b.ID, err)
+	}
+	b.VM.WaitExecTails(ctx) // the flush's
+	if err := p.Pause(ctx, spec, h); err != nil {
+		return fmt.Errorf("suspend box %s: %w", b.ID, err)
+	}
+	final, err := boxdir.SaveSuspended(b.Dir, func(tmp string) error {
+		_, err := sn.SaveSnapshot(ctx, spec, h, tmp, vmm.SaveOptions{LinkDisk: true})
+		return err
+	})
+	if err != nil {
+		if !was {
+			p.Resume(context.WithoutCancel(ctx), spec, h)
+		}
+		return fmt.Errorf("suspend box %s: %w", b.ID, err)
+	}
+	// Ended without a shutdown: the guest must not run on.
+	if err := stop(); err != nil {
+		boxdir.DropSuspended(final)
+		return err
+	}
+	return nil
+}
+
+// StableDisk returns a path to the box's writable layer that nothing
+// writes while the caller reads it: the disk itself for a stopped box
+// (held by the box lock until cleanup), else a copy in dir made while the
+// box was paused, after flush (a sync in the guest). load reads the
+// box's record, with its lock held.
+func (b *Box) StableDisk(ctx context.Context, dir string, load func(context.Context) (*store.Box, error), flush func(context.Context) error) (disk string, paused time.Duration, cleanup func(), err error) {
+	unlock, err := b.Lock(ctx)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	rec, err := load(ctx)
+	if err != nil {
+		unlock()
+		return "", 0, nil, err
+	}
+	rw := filepath.Join(b.Dir, boxdir.RW)
+	if !boxvm.Running(rec) {
+		if _, err := os.Stat(rw); err != nil {
+			unlock()
+			return "", 0, nil, fmt.Errorf("box %s has no writable layer: %w", b.ID, err)
+		}
+		return rw, 0, unlock, nil
+	}
+	defer unlock()
+	p, ok := b.Drv.(vmm.Pauser)
+	if !ok {
+		return "", 0, nil, fmt.Errorf("read the disk of running box %s: %w (driver %s): stop the box first", b.ID, vmm.ErrNotSupported, b.Drv.Name())
+	}
+	// Dirty pages in the guest's page cache are not on the disk yet.
+	if err := flush(ctx); err != nil {
+		return "", 0, nil, fmt.Errorf("box %s: flush its filesystem (sync): %w; stop the box and try again", b.ID, err)
+	}
+	copyPath := scratch.Path(dir, "disk-"+b.ID, ".ext4")
+	paused, err = vmm.WhilePaused(ctx, p, b.Host.Spec(rec), boxvm.Handle(rec), func() error { return rootfs.CopyDisk(rw, copyPath) })
+	if err != nil {
+		os.Remove(copyPath)
+		return "", 0, nil, fmt.Errorf("copy the writable layer of box %s: %w", b.ID, err)
+	}
+	return copyPath, paused, func() { os.Remove(copyPath) }, nil
+}
