@@ -239,7 +239,7 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 					return err
 				}
 			}
-			return adoptCheckpoints(spec.Dir, filepath.Dir(disk), m)
+			return boxarchive.AdoptCheckpoints(spec.Dir, filepath.Dir(disk), m)
 		})
 		if err != nil {
 			return res, fmt.Errorf("import box: %w", err)

@@ -3,15 +3,12 @@ package airlock
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/agent/agentpb"
 	"github.com/airlock-run/airlock/internal/boxarchive"
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/checkpoint"
-	"github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -191,91 +188,18 @@ func (b *Box) snapshotOfCheckpoint(ctx context.Context, ckpt, name string) error
 	})
 }
 
-// wholeCheckpoints writes each of the box's checkpoints whole
-// (Tree.Flatten) into a new directory in tmpRoot, parents first, sealed
-// for another host (vmm.SnapshotSealer), for Export with Checkpoints: the
-// checkpoints, the box's current one, and what removes the directory.
+// wholeCheckpoints writes each of the box's checkpoints whole, parents
+// first, sealed for another host, under its lock, for Export with
+// Checkpoints (boxarchive.WholeCheckpoints).
 func (b *Box) wholeCheckpoints(ctx context.Context, tmpRoot string) ([]boxarchive.CheckpointSource, string, func(), error) {
 	unlock, err := b.lock(ctx) // no checkpoint taken or removed meanwhile
 	if err != nil {
 		return nil, "", nil, err
 	}
 	defer unlock()
-	t := checkpoint.Of(b.dir)
-	list, err := t.List()
-	if err != nil {
-		return nil, "", nil, err
+	var seal func(context.Context, string) error
+	if s, ok := b.r.drv.(vmm.SnapshotSealer); ok {
+		seal = s.SealSnapshot
 	}
-	tmp, err := scratch.MkdirTemp(tmpRoot, "export-checkpoints")
-	if err != nil {
-		return nil, "", nil, err
-	}
-	drop := func() { os.RemoveAll(tmp) }
-	var out []boxarchive.CheckpointSource
-	for _, m := range treeOrder(list) {
-		dir := filepath.Join(tmp, m.Name)
-		if err := os.Mkdir(dir, 0o700); err == nil {
-			err = t.Flatten(m.Name, dir)
-		}
-		if err == nil {
-			if s, ok := b.r.drv.(vmm.SnapshotSealer); ok {
-				err = s.SealSnapshot(ctx, dir)
-			}
-		}
-		if err != nil {
-			drop()
-			return nil, "", nil, fmt.Errorf("checkpoint %s: %w", m.Name, err)
-		}
-		out = append(out, boxarchive.CheckpointSource{Dir: dir, Checkpoint: boxarchive.Checkpoint{Name: m.Name,
-			Parent: m.Parent, Created: m.Created, PausedNs: m.PausedNs, AgentVersion: m.AgentVersion}})
-	}
-	return out, t.Head(), drop, nil
-}
-
-// treeOrder returns list (oldest first) with each checkpoint after its
-// parent; one whose parent is not in list (or in a loop of damaged
-// records) becomes a root.
-func treeOrder(list []checkpoint.Meta) []checkpoint.Meta {
-	done := make(map[string]bool, len(list))
-	out := make([]checkpoint.Meta, 0, len(list))
-	for len(out) < len(list) {
-		n := len(out)
-		for _, m := range list {
-			if !done[m.Name] && (m.Parent == "" || done[m.Parent]) {
-				done[m.Name] = true
-				out = append(out, m)
-			}
-		}
-		if len(out) == n { // the rest have no parent among them
-			for _, m := range list {
-				if !done[m.Name] {
-					m.Parent = ""
-					done[m.Name] = true
-					out = append(out, m)
-					break
-				}
-			}
-		}
-	}
-	return out
-}
-
-// adoptCheckpoints gives the box in boxDir the checkpoints of archive m
-// that Extract wrote under dir (boxarchive.CheckpointDir), parents first
-// (the archive lists them so; Read checked the tree), and its current
-// checkpoint.
-func adoptCheckpoints(boxDir, dir string, m *boxarchive.Manifest) error {
-	if len(m.Checkpoints) == 0 {
-		return nil
-	}
-	t := checkpoint.Of(boxDir)
-	for i, c := range m.Checkpoints {
-		src := boxarchive.CheckpointDir(dir, i)
-		state, disk := boxarchive.SnapshotBytes(src)
-		cm := checkpoint.Meta{Name: c.Name, Parent: c.Parent, Created: c.Created, PausedNs: c.PausedNs, AgentVersion: c.AgentVersion}
-		if err := t.Adopt(cm, src, state, disk); err != nil {
-			return fmt.Errorf("the archive's checkpoint %s: %w", c.Name, err)
-		}
-	}
-	return t.SetHead(m.CheckpointHead)
+	return boxarchive.WholeCheckpoints(ctx, checkpoint.Of(b.dir), tmpRoot, seal)
 }
