@@ -11,8 +11,6 @@ import (
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/lifecycle"
 	"github.com/airlock-run/airlock/internal/lifetime"
-	"github.com/airlock-run/airlock/internal/netstack"
-	"github.com/airlock-run/airlock/internal/netstack/helper"
 	"github.com/airlock-run/airlock/internal/store"
 )
 
@@ -81,20 +79,14 @@ type lifeState struct {
 	hook   func(BoxReapedEvent)
 	loop   *lifetime.Loop
 	// traffic is, by box, its network counters when a pass last found it
-	// idle (guarded by mu): traffic since counts as use (idleUsed).
-	traffic map[string]netMark
+	// idle (guarded by mu): traffic since counts as use (idleAct).
+	traffic lifecycle.Traffic
 	// wakes is the resumes in progress of boxes suspended when idle
 	// (suspend.go).
 	wakes lifecycle.Wakes
 	// held is the published ports of IdleSuspend boxes this runtime holds
 	// open (suspend.go).
 	held lifecycle.Ports
-}
-
-// netMark is a box's network helper and the sum of its counters.
-type netMark struct {
-	pid int
-	sum uint64
 }
 
 // life returns c's lifetime options and deadlines (internal/lifetime).
@@ -227,14 +219,14 @@ func (r *Runtime) Reap(ctx context.Context) []BoxReapedEvent {
 // idle timeout.
 func (r *Runtime) idleAct(ctx context.Context, rec *store.Box, act IdleAction) {
 	if !running(rec) {
-		delete(r.life.traffic, rec.ID)
+		r.life.traffic.Forget(rec.ID)
 		return
 	}
 	b, err := r.Get(ctx, rec.ID)
 	if err != nil {
 		return
 	}
-	if r.idleUsed(ctx, b) {
+	if r.life.traffic.Used(ctx, b.netBox()) {
 		b.idleClockRestart(ctx)
 		return
 	}
@@ -243,39 +235,11 @@ func (r *Runtime) idleAct(ctx context.Context, rec *store.Box, act IdleAction) {
 	} else {
 		err = b.Stop(ctx)
 	}
-	delete(r.life.traffic, rec.ID)
+	r.life.traffic.Forget(rec.ID)
 	if err != nil && !errors.Is(err, ErrBoxNotFound) && ctx.Err() == nil {
 		r.warn(fmt.Sprintf("box %s: idle timeout: %s it: %v (tried again after another idle timeout)", rec.ID, act, err))
 		b.idleClockRestart(ctx)
 	}
-}
-
-// idleUsed reports whether b's network carried traffic (bytes, flows,
-// DNS queries) since the last pass that found it idle, and records its
-// counters. A network helper seen for the first time counts from its
-// start, when its counters were 0. Preconditions: r.life.mu is held.
-func (r *Runtime) idleUsed(ctx context.Context, b *Box) bool {
-	pid, ok := helper.PID(b.dir)
-	if !ok {
-		return false
-	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	resp, err := helper.Call(cctx, b.netBox(), netstack.Request{Op: "stats"})
-	if err != nil {
-		return false
-	}
-	st := resp.Stats
-	cur := netMark{pid: pid, sum: st.BytesIn + st.BytesOut + st.Connections + st.DNSQueries}
-	if r.life.traffic == nil {
-		r.life.traffic = map[string]netMark{}
-	}
-	last, seen := r.life.traffic[b.id]
-	r.life.traffic[b.id] = cur
-	if !seen || last.pid != pid {
-		last = netMark{pid: pid}
-	}
-	return cur.sum != last.sum
 }
 
 // idleClockRestart restarts the idle clock of a box with an idle timeout
