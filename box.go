@@ -17,7 +17,6 @@ import (
 	"github.com/airlock-run/airlock/internal/lifecycle"
 	"github.com/airlock-run/airlock/internal/lifetime"
 	"github.com/airlock-run/airlock/internal/netstack/helper"
-	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -142,20 +141,11 @@ func (b *Box) specWithDisks(ctx context.Context, rec *store.Box) (vmm.Spec, erro
 	return spec, nil
 }
 
-// disks returns the root filesystem disks of a box in dir, of img, for a
-// driver that boots from disks (vmm.DiskBooter; none for others): the
-// image's base, built first when the cache lacks it (internal/rootfs: a
-// check of its superblock when it is there), and where the box's writable
-// layer is (boxdir.RW, the name every release used).
+// disks returns the root filesystem disks of a box in dir, of img
+// (lifecycle.Disks): for a driver that boots from disks, the image's
+// base, built first when the cache lacks it, and the writable layer.
 func (r *Runtime) disks(ctx context.Context, img *image.Image, dir string) (vmm.Disks, error) {
-	if d, ok := r.drv.(vmm.DiskBooter); !ok || !d.BootsFromDisks() {
-		return vmm.Disks{}, nil
-	}
-	base, err := rootfs.Base(ctx, r.images, img, r.opts.CacheDir)
-	if err != nil {
-		return vmm.Disks{}, fmt.Errorf("root filesystem for %s: %w", img.Ref, err)
-	}
-	return vmm.Disks{Base: base, Layer: filepath.Join(dir, boxdir.RW)}, nil
+	return lifecycle.Disks(ctx, r.drv, r.images, img, r.opts.CacheDir, dir)
 }
 
 // lockLoad takes the box's lock (see lock) and reads its record; the
@@ -203,28 +193,12 @@ func running(rec *store.Box) bool { return boxvm.Running(rec) }
 
 // create prepares the box directory: its disks (see disks), then the
 // driver's Create for a new box (with an empty writable layer), or prepare
-// when it is set (a restore or an import, which fill the layer).
-func (b *Box) create(ctx context.Context, img *image.Image, prepare func(context.Context, vmm.Spec) error) (err error) {
-	if err := os.MkdirAll(b.dir, 0o700); err != nil {
-		return fmt.Errorf("box %s: %w", b.id, err)
-	}
+// when it is set (a restore or an import, which fill the layer;
+// lifecycle.Box.Create).
+func (b *Box) create(ctx context.Context, img *image.Image, prepare func(context.Context, vmm.Spec) error) error {
 	rec, cfg := b.snapshot()
-	spec := b.vmSpec(rec, cfg)
-	if spec.Disks, err = b.r.disks(ctx, img, b.dir); err != nil {
-		return fmt.Errorf("box %s: %w", b.id, err)
-	}
-	if prepare == nil {
-		if spec.Disks.Layer != "" {
-			if err := rootfs.NewDisk(spec.Disks.Layer, spec.DiskSizeMiB, b.r.opts.CacheDir); err != nil {
-				return fmt.Errorf("box %s: %w", b.id, err)
-			}
-		}
-		prepare = b.r.drv.Create
-	}
-	if err := prepare(ctx, spec); err != nil {
-		return fmt.Errorf("box %s: %w", b.id, err)
-	}
-	return nil
+	disks := func(ctx context.Context) (vmm.Disks, error) { return b.r.disks(ctx, img, b.dir) }
+	return b.eng.Create(ctx, b.vmSpec(rec, cfg), disks, b.r.opts.CacheDir, prepare)
 }
 
 func (b *Box) image(rec *store.Box) (*image.Image, error) {

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/boxvm"
+	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/netstack/helper"
+	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -257,4 +260,47 @@ func (b *Box) Remove(ctx context.Context, running func(rec *store.Box) error) (g
 	os.RemoveAll(boxdir.ShortDir(b.ID))
 	b.Host.Forget()
 	return true, boxdir.RemoveBox(b.Dir)
+}
+
+// Disks names the root filesystem disks of a box in dir, of img, for a
+// driver that boots from disks (vmm.DiskBooter; none for others): the
+// image's base, built first when the cache (cacheDir) lacks it
+// (internal/rootfs: a check of its superblock when it is there), and
+// where the box's writable layer is (boxdir.RW, the name every release
+// used).
+func Disks(ctx context.Context, drv vmm.Driver, images *image.Store, img *image.Image, cacheDir, dir string) (vmm.Disks, error) {
+	if d, ok := drv.(vmm.DiskBooter); !ok || !d.BootsFromDisks() {
+		return vmm.Disks{}, nil
+	}
+	base, err := rootfs.Base(ctx, images, img, cacheDir)
+	if err != nil {
+		return vmm.Disks{}, fmt.Errorf("root filesystem for %s: %w", img.Ref, err)
+	}
+	return vmm.Disks{Base: base, Layer: filepath.Join(dir, boxdir.RW)}, nil
+}
+
+// Create prepares the box directory for machine spec: its disks (named
+// by disks), then the driver's Create for a new box, with an empty
+// writable layer of spec.DiskSizeMiB (rootfs.NewDisk, cacheDir holding
+// its template), or prepare when it is set (a restore or an import,
+// which fill the layer).
+func (b *Box) Create(ctx context.Context, spec vmm.Spec, disks func(context.Context) (vmm.Disks, error), cacheDir string, prepare func(context.Context, vmm.Spec) error) (err error) {
+	if err := os.MkdirAll(b.Dir, 0o700); err != nil {
+		return fmt.Errorf("box %s: %w", b.ID, err)
+	}
+	if spec.Disks, err = disks(ctx); err != nil {
+		return fmt.Errorf("box %s: %w", b.ID, err)
+	}
+	if prepare == nil {
+		if spec.Disks.Layer != "" {
+			if err := rootfs.NewDisk(spec.Disks.Layer, spec.DiskSizeMiB, cacheDir); err != nil {
+				return fmt.Errorf("box %s: %w", b.ID, err)
+			}
+		}
+		prepare = b.Drv.Create
+	}
+	if err := prepare(ctx, spec); err != nil {
+		return fmt.Errorf("box %s: %w", b.ID, err)
+	}
+	return nil
 }

@@ -316,3 +316,31 @@ func TestRemoveForcedKillsTheMachine(t *testing.T) {
 		t.Fatalf("forced Remove = %v, %v, killed %v", gone, err, b.drv.m.wasKilled())
 	}
 }
+
+func TestCreatePreparesTheBoxDirectory(t *testing.T) {
+	b := newBox(t)
+	b.Dir = filepath.Join(t.TempDir(), "new")
+	ctx := context.Background()
+	disks := func(context.Context) (vmm.Disks, error) { return vmm.Disks{Base: "/base.erofs"}, nil }
+	var got vmm.Spec
+	prepare := func(_ context.Context, s vmm.Spec) error { got = s; return nil }
+	if err := b.Create(ctx, vmm.Spec{ID: b.ID, Dir: b.Dir}, disks, t.TempDir(), prepare); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(b.Dir); err != nil || !fi.IsDir() || got.Disks.Base != "/base.erofs" {
+		t.Errorf("box directory %v; prepare got disks %+v", err, got.Disks)
+	}
+	// Without prepare, the driver's Create prepares it.
+	if err := b.Create(ctx, vmm.Spec{ID: b.ID, Dir: b.Dir}, disks, t.TempDir(), nil); err != nil {
+		t.Errorf("the driver's Create: %v", err)
+	}
+	bad := errors.New("no base")
+	err := b.Create(ctx, vmm.Spec{}, func(context.Context) (vmm.Disks, error) { return vmm.Disks{}, bad }, t.TempDir(), prepare)
+	if !errors.Is(err, bad) || !strings.Contains(err.Error(), b.ID) {
+		t.Errorf("Create with disks failing = %v", err)
+	}
+	// A driver that does not boot from disks gets none.
+	if d, err := Disks(ctx, b.Drv, nil, nil, t.TempDir(), b.Dir); err != nil || d != (vmm.Disks{}) {
+		t.Errorf("Disks for a driver without disks = %+v, %v", d, err)
+	}
+}
