@@ -128,36 +128,10 @@ func (b *Box) withSave(ctx context.Context, verb, done string, opts vmm.SaveOpti
 		return err
 	}
 	return f(rec, func(dir string) (vmm.SnapshotStats, error) {
-		b.waitExecTails(ctx)
-		thaw, err := b.freezeForSnapshot(ctx, rec)
-		if err != nil {
-			return vmm.SnapshotStats{}, err
-		}
-		defer thaw()
-		return sn.SaveSnapshot(ctx, spec, handleOf(rec), dir, opts)
+		// The box's processes frozen (lifecycle.Box.Save).
+		return b.eng.Save(ctx, rec, spec, sn, dir, opts, func() { b.touch(ctx) })
 	})
 }
-
-// freezeForSnapshot stops the box's processes (the agent's Freeze) for
-// the time of a snapshot, so that boxes restored from it run none of them
-// before Restored has reseeded their RNG (until then they share the
-// snapshot's RNG state), and returns what continues them in this box
-// (boxvm.Session.Freeze). A paused box's agent cannot answer: its
-// snapshot is taken as it is.
-func (b *Box) freezeForSnapshot(ctx context.Context, rec *store.Box) (thaw func(), err error) {
-	if b.pausedNow(ctx, rec) {
-		return func() {}, nil
-	}
-	b.touch(ctx)
-	return b.vm.Freeze(ctx)
-}
-
-// waitExecTails waits (up to boxvm.ExecTailWait) until the agent has
-// finished with the execs of this process's connection that have
-// returned: it cleans up after an exec (its cgroup) once the caller has
-// the exit status, and a memory snapshot taken meanwhile would carry that
-// work into every box restored from it.
-func (b *Box) waitExecTails(ctx context.Context) { b.vm.WaitExecTails(ctx) }
 
 func (r *Runtime) snapshotInfo(m snapmeta.Meta) (SnapshotInfo, error) {
 	cfg, err := configOf(m.Config)

@@ -116,3 +116,28 @@ func (b *Box) StableDisk(ctx context.Context, dir string, load func(context.Cont
 	}
 	return copyPath, paused, func() { os.Remove(copyPath) }, nil
 }
+
+// Save saves the running machine of rec (its lock held; spec its machine
+// with its disks) into dir with the driver's SaveSnapshot. First it waits
+// (up to boxvm.ExecTailWait) until the agent has finished with the execs
+// of this process's connection that have returned: it cleans up after an
+// exec (its cgroup) once the caller has the exit status, and a memory
+// snapshot taken meanwhile would carry that work into every box restored
+// from it. Then it stops the box's processes (the agent's Freeze) for the
+// time of the save, so that boxes restored from it run none of them before
+// their RNG is reseeded (until then they share the snapshot's RNG state),
+// and continues them in this box after (boxvm.Session.Freeze); touch
+// records that as a use. A paused box's agent cannot answer: its
+// snapshot is taken as it is.
+func (b *Box) Save(ctx context.Context, rec *store.Box, spec vmm.Spec, sn vmm.Snapshotter, dir string, opts vmm.SaveOptions, touch func()) (vmm.SnapshotStats, error) {
+	b.VM.WaitExecTails(ctx)
+	if !b.Paused(ctx, rec) {
+		touch()
+		thaw, err := b.VM.Freeze(ctx)
+		if err != nil {
+			return vmm.SnapshotStats{}, err
+		}
+		defer thaw()
+	}
+	return sn.SaveSnapshot(ctx, spec, boxvm.Handle(rec), dir, opts)
+}

@@ -199,3 +199,31 @@ func TestStableDisk(t *testing.T) {
 		t.Errorf("running box on a driver that cannot pause: %v", err)
 	}
 }
+
+func TestSaveFreezesAllButAPausedBox(t *testing.T) {
+	b, d := pausingBox(t)
+	ctx := context.Background()
+	rec := b.running(t)
+	touched := 0
+	touch := func() { touched++ }
+	// Running: its processes are frozen first, through its agent; one
+	// that does not answer fails the save before anything is written.
+	if _, err := b.Save(ctx, rec, vmm.Spec{}, d, t.TempDir(), vmm.SaveOptions{}, touch); err == nil {
+		t.Fatal("saved a box whose agent could not freeze its processes")
+	}
+	if len(d.pauses) != 0 || touched != 1 {
+		t.Errorf("saves %v, touched %d; want none, one use", d.pauses, touched)
+	}
+	// Paused: its agent cannot answer; saved as it is.
+	d.Pause(ctx, vmm.Spec{}, vmm.Handle{})
+	dir := t.TempDir()
+	if _, err := b.Save(ctx, rec, vmm.Spec{}, d, dir, vmm.SaveOptions{}, touch); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.pauses) != 1 || touched != 1 {
+		t.Errorf("saves %v, touched %d; want one save, no further use", d.pauses, touched)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state")); err != nil {
+		t.Error(err)
+	}
+}
