@@ -2,6 +2,7 @@ package airlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -14,13 +15,20 @@ import (
 // are stopped, so its agent answers no new connection's handshake. False
 // when the driver cannot tell.
 func (b *Box) pausedNow(ctx context.Context, rec *store.Box) bool {
+	paused, err := b.pausedState(ctx, rec)
+	return err == nil && paused
+}
+
+// pausedState asks the driver whether the machine of rec is paused; an
+// error says it could not tell (no machine, no answer, a driver that
+// cannot pause).
+func (b *Box) pausedState(ctx context.Context, rec *store.Box) (bool, error) {
 	p, ok := b.r.drv.(vmm.Pauser)
 	if !ok || rec == nil || !running(rec) {
-		return false
+		return false, errors.New("no running machine that can pause")
 	}
 	_, cfg := b.snapshot()
-	paused, err := p.Paused(ctx, b.vmSpec(rec, cfg), handleOf(rec))
-	return err == nil && paused
+	return p.Paused(ctx, b.vmSpec(rec, cfg), handleOf(rec))
 }
 
 // snapshotAgentVersion is the guest agent version a snapshot of the box
