@@ -114,7 +114,8 @@ func TestStartJail(t *testing.T) {
 // its "other" bits, what the program creates belongs on the host to the
 // directory's owner, and the program holds no capability (#39 point 7).
 // For a directory of root's, root's files show as root's, and the
-// program, root in its namespace, still has no capability.
+// program, root in its namespace, still has no capability. Its
+// supplementary group (as QEMU's kvm group) stays its own.
 func TestStartJailShowsShareOwner(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (a uid of its own, idmapped mounts)")
@@ -150,13 +151,13 @@ func TestStartJailShowsShareOwner(t *testing.T) {
 			script := `cd /shares/v; echo "STAT $(stat -c '%n=%u:%g' . mine other shared | tr '\n' ' ')"; ` +
 				`echo "MINE $(cat mine)"; cat other >/dev/null 2>&1 && echo READ-OTHER; ` +
 				`echo x >> shared 2>/dev/null && echo WROTE-SHARED; ` +
-				`echo new > made && mkdir madedir && echo MADE; grep -E '^(Uid|Gid|Cap[A-Z][a-z]+|NoNewPrivs):' /proc/self/status`
+				`echo new > made && mkdir madedir && echo MADE; grep -E '^(Uid|Gid|Groups|Cap[A-Z][a-z]+|NoNewPrivs):' /proc/self/status`
 			st, err := Start(Spec{
 				Name: "test", Path: "/bin/sh", Args: []string{"-c", script}, Env: []string{"PATH=/usr/bin:/bin"},
 				Root:   filepath.Join(dir, "jail"),
 				Binds:  []string{"/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc/ld.so.cache"},
 				Shares: []ShareMount{{Src: vol, Dst: "/shares/v"}},
-				UID:    uid, GID: uid,
+				UID:    uid, GID: uid, Groups: []int{4444},
 				Stdout: w, Stderr: w,
 			})
 			w.Close()
@@ -187,6 +188,9 @@ func TestStartJailShowsShareOwner(t *testing.T) {
 			}
 			if want := o + " " + o + " " + o + " " + o; got["Uid"] != want {
 				t.Errorf("the program's Uid (in its namespace): %q, want %q", got["Uid"], want)
+			}
+			if want := g + " " + g + " " + g + " " + g; got["Gid"] != want || got["Groups"] != "4444" {
+				t.Errorf("the program's Gid %q and Groups %q (in its namespace), want %q and 4444 (mapped to itself, as the kvm group)", got["Gid"], got["Groups"], want)
 			}
 			if got["MINE"] != "secret" || got["MADE"] == "" && !strings.Contains(string(out), "MADE") {
 				t.Errorf("the owner's file read %q; made: %v\n%s", got["MINE"], strings.Contains(string(out), "MADE"), out)
