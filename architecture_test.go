@@ -39,16 +39,16 @@ func TestPackageRules(t *testing.T) {
 		// A box's checkpoints under its directory: names, layout, the tree;
 		// the root saves and restores the driver's files; a removed
 		// checkpoint is folded into its children (pagediff).
-		"internal/checkpoint": {"internal/checkpoint/pagediff"},
+		"internal/checkpoint": {"internal/checkpoint/pagediff", "internal/boundedio"},
 		// Page-delta chains of fixed-size images (a checkpoint's RAM image
 		// and writable layer): per-page hashes, deltas, materialising,
 		// merging; the QEMU driver saves and restores with it.
-		"internal/checkpoint/pagediff": {},
+		"internal/checkpoint/pagediff": {"internal/boundedio"},
 		// The named volume store (ext4 images under Home/volumes).
 		"internal/volume": {},
 		// The tenants file of airlock serve --tenants (tokens hashed,
 		// quotas, grants, reload); the server enforces them.
-		"internal/tenant": {},
+		"internal/tenant": {"internal/boundedio"},
 		// The root package's hooks for codebox, no public API (set in an
 		// init of the root package).
 		"internal/friend": {},
@@ -100,6 +100,8 @@ func TestPackageRules(t *testing.T) {
 		"internal/lifecycle": {"internal/boxdir", "internal/boxvm", "internal/store", "internal/vmm", "internal/netstack", "internal/netstack/helper", "internal/image", "internal/rootfs", "internal/scratch"},
 		// An exec's bounded output pipe.
 		"internal/boundedpipe": {},
+		// Whole-file reads under a bound (records others wrote).
+		"internal/boundedio": {},
 		// The host side of one exec apart from the box: environment,
 		// deadlines, the wait for its end.
 		"internal/execrun": {"internal/agent/client", "internal/boundedpipe"},

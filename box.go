@@ -328,8 +328,8 @@ func (h *vmHost) DialErr(ctx context.Context, rec *store.Box, err error) error {
 	return (*Box)(h).dialErr(ctx, rec, err)
 }
 
-func (h *vmHost) Paused(ctx context.Context, rec *store.Box) bool {
-	return (*Box)(h).pausedNow(ctx, rec)
+func (h *vmHost) Paused(ctx context.Context, rec *store.Box) (bool, error) {
+	return (*Box)(h).pausedState(ctx, rec)
 }
 
 // Ending: the keeper lets go of m, and its end is recorded unless the

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/boxvm"
 	"github.com/airlock-run/airlock/internal/vmm/qemu"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
@@ -32,8 +33,9 @@ func TestHostileGuestTakesOverAgent(t *testing.T) {
 	os.Mkdir(filepath.Join(home, ".ssh"), 0o700)
 	os.WriteFile(filepath.Join(home, ".ssh", "authorized_keys"), []byte("mine"), 0o600)
 	os.WriteFile(filepath.Join(home, ".bashrc"), []byte("mine"), 0o644)
-	// The host's session with the stopped agent ends by keepalive (about
-	// 10 s); the next call connects again, to evilguest.
+	// The host's session with the stopped agent ends by keepalive (its
+	// QEMU runs: boxvm.SlowAgentGrace, 24 s); the next call connects
+	// again, to evilguest.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -120,7 +122,9 @@ func TestHostileGuestPingFlood(t *testing.T) {
 	stop := peakRSS(t)
 	calls, cut := 0, 0
 	var last error
-	for end := time.Now().Add(12 * time.Second); time.Now().Before(end); {
+	// The session with the stopped agent ends by keepalive first (its
+	// QEMU runs: boxvm.SlowAgentGrace); then each connection floods.
+	for end := time.Now().Add(boxvm.SlowAgentGrace + 12*time.Second); time.Now().Before(end) && cut < 3; {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		_, err := b.ReadFile(ctx, "/etc/hostname")
 		cancel()

@@ -15,6 +15,13 @@ import (
 // when the driver cannot tell (lifecycle.Box.Paused).
 func (b *Box) pausedNow(ctx context.Context, rec *store.Box) bool { return b.eng.Paused(ctx, rec) }
 
+// pausedState asks the driver whether the machine of rec is paused; an
+// error says it could not tell (no machine, no answer, a driver that
+// cannot pause; lifecycle.Box.PausedState).
+func (b *Box) pausedState(ctx context.Context, rec *store.Box) (bool, error) {
+	return b.eng.PausedState(ctx, rec)
+}
+
 // snapshotAgentVersion is the guest agent version a snapshot of the box
 // records. A paused box's agent cannot complete a new connection's
 // handshake (a snapshot from another process than the one that paused it

@@ -156,7 +156,10 @@ func liveBothWays(t *testing.T, b *airlock.Box, rwDir string) {
 // the directory owner's uid and gid and the modes of the host's umask
 // (0644 and 0755 under 022), not QEMU's 0600 and 0700, while the box
 // keeps its own view (its owner, its modes, a setuid bit) in the extended
-// attributes: no setuid file reaches the host (#39 point 7).
+// attributes: no setuid file reaches the host; and the host's files show
+// their host owner in the box, as root starts it (not the box's
+// confinement uid), or root for the caller's own files when airlock runs
+// unprivileged (#39 point 7).
 func TestVolumeOwnership(t *testing.T) {
 	vmtest.Require(t)
 	r := openRuntime(t, "")
@@ -171,11 +174,26 @@ func TestVolumeOwnership(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := os.WriteFile(filepath.Join(dir, "host.txt"), []byte("from the host\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(dir, "host.txt"), wantUID, wantGID); err != nil {
+		t.Fatal(err)
+	}
+	// In the box: the host owner, except for an unprivileged airlock's
+	// confined QEMU, whose user namespace maps the caller to root.
+	inBox := strconv.Itoa(wantUID) + ":" + strconv.Itoa(wantGID)
+	if os.Getuid() != 0 && os.Getenv("AIRLOCK_CONFINE") != "off" {
+		inBox = "0:0"
+	}
 	b, err := r.Create(ctx, airlock.BoxOptions{Network: airlock.NetworkDisabled, Volumes: []airlock.Volume{{Source: dir, Target: "/v"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Remove(context.Background(), true) })
+	if got, want := sh(t, b, "stat -c '%n %u:%g' /v /v/host.txt; cat /v/host.txt"), "/v "+inBox+"\n/v/host.txt "+inBox+"\nfrom the host\n"; got != want {
+		t.Errorf("host files in the box: %q, want %q (their host owner)", got, want)
+	}
 	got := sh(t, b, "echo x > /v/f; mkdir /v/d; echo y > /v/s; chmod 4755 /v/s; stat -c '%n %u:%g %a' /v/f /v/d /v/s")
 	if want := "/v/f 0:0 644\n/v/d 0:0 755\n/v/s 0:0 4755\n"; got != want {
 		t.Errorf("in the box: %q, want %q (the box's own owner and modes)", got, want)

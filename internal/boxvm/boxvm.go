@@ -39,7 +39,9 @@ type Host interface {
 	DialErr(ctx context.Context, rec *store.Box, err error) error
 	// Paused reports whether the machine of rec is paused: its agent
 	// answers no new handshake, and unanswered keepalives are no death.
-	Paused(ctx context.Context, rec *store.Box) bool
+	// An error says the machine did not answer (frozen, gone, or a
+	// driver that cannot tell).
+	Paused(ctx context.Context, rec *store.Box) (bool, error)
 	// Ending is told that watched machine m ended. ok false makes the
 	// Session record nothing (its runtime is closed); else done is called
 	// once Died and Ended have been.
@@ -215,18 +217,31 @@ func (s *Session) Client(ctx context.Context) (*client.Client, error) {
 	return c, nil
 }
 
+// SlowAgentGrace is how long an agent whose machine runs (its QEMU
+// answers and is not paused) may leave a keepalive ping unanswered before
+// its connection ends: such a guest is slow rather than dead (TCG on a
+// loaded host while the guest reclaims memory for an OOM kill left a ping
+// unanswered for 8 s in CI). A frozen or gone machine still ends the
+// connection after transport.KeepAliveTimeout.
+const SlowAgentGrace = 24 * time.Second
+
 // keepWhilePaused keeps connection c to the box of rec open while the box
 // is paused: its keepalive pings go unanswered then, and ending the
 // connection stopped a box whose main command airlock follows (run -d,
-// create IMAGE COMMAND) about 10 s into a pause.
+// create IMAGE COMMAND) about 10 s into a pause. A running machine whose
+// agent is slow to answer gets SlowAgentGrace.
 func (s *Session) keepWhilePaused(c *client.Client, rec *store.Box) {
-	c.SetStalled(func() bool {
-		// A paused QEMU answers QMP at once; a frozen one (SIGSTOP, a
-		// wedged host) does not, and must still be noticed as dead
-		// within about the keepalive's time (TestHostile).
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	c.SetStalled(func(unanswered time.Duration) bool {
+		// A paused or running QEMU answers QMP at once; a frozen one
+		// (SIGSTOP, a wedged host) does not, and must still be noticed
+		// as dead within about the keepalive's time (TestHostile).
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 		defer cancel()
-		return s.h.Paused(ctx, rec)
+		paused, err := s.h.Paused(ctx, rec)
+		if err != nil {
+			return false
+		}
+		return paused || unanswered < SlowAgentGrace
 	})
 }
 

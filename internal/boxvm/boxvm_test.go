@@ -98,7 +98,7 @@ func (h *host) NotRunning(stopped bool) error {
 func (h *host) DialErr(ctx context.Context, rec *store.Box, err error) error {
 	return fmt.Errorf("connect to agent: %w", err)
 }
-func (h *host) Paused(ctx context.Context, rec *store.Box) bool { return false }
+func (h *host) Paused(ctx context.Context, rec *store.Box) (bool, error) { return false, nil }
 func (h *host) Ending(m vmm.Machine) (func(), bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()

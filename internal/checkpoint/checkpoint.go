@@ -24,7 +24,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -33,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/boundedio"
 	"github.com/airlock-run/airlock/internal/checkpoint/pagediff"
 )
 
@@ -484,17 +484,9 @@ func imageSize(dir, name string) (int64, error) {
 }
 
 func readJSON(path string, v any) error {
-	f, err := os.Open(path)
+	b, err := boundedio.ReadFile(path, maxFile)
 	if err != nil {
 		return err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
-	if err != nil {
-		return err
-	}
-	if len(b) > maxFile {
-		return fmt.Errorf("%s is larger than %d bytes", filepath.Base(path), maxFile)
 	}
 	return json.Unmarshal(b, v)
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/airlock-run/airlock/internal/confine/jailstage"
 )
 
 // The box uid range comes from Options.UIDRange / AIRLOCK_UID_RANGE when
@@ -225,5 +227,61 @@ func TestStartAsUIDNeedsRoot(t *testing.T) {
 	}
 	if _, err := Start(Spec{Name: "test", Path: "/bin/true", UID: 1234}); err == nil || !strings.Contains(err.Error(), "needs root") {
 		t.Errorf("Start as uid 1234 = %v", err)
+	}
+}
+
+// The stage runs in the shares' owner's user namespace only where root,
+// without capabilities, reaches every path it opens: a directory of
+// another uid's that only that uid may search (a home of mode 0700)
+// keeps it out; a directory others may search, or root's own, does not.
+func TestReachableByRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (chown)")
+	}
+	dir := t.TempDir()
+	mk := func(name string, mode os.FileMode, uid, gid int) string {
+		p := filepath.Join(dir, name)
+		if err := os.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(p, "f"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Join(p, "f")
+	}
+	for _, c := range []struct {
+		name     string
+		mode     os.FileMode
+		uid, gid int
+		ok       bool
+	}{
+		{"home", 0o700, 1234, 1234, false},
+		{"home-group", 0o750, 1234, 1234, false},
+		{"root-group", 0o750, 1234, 0, true},
+		{"open", 0o711, 1234, 1234, true},
+		{"roots", 0o700, 0, 0, true},
+	} {
+		err := reachableByRoot(mk(c.name, c.mode, c.uid, c.gid), 6)
+		if (err == nil) != c.ok {
+			t.Errorf("%s (%v %d:%d): %v, want reachable %v", c.name, c.mode, c.uid, c.gid, err, c.ok)
+		}
+	}
+	if err := reachableByRoot(filepath.Join(dir, "missing", "f"), 4); err != nil {
+		t.Errorf("a missing path: %v, want nil (the stage reports it)", err)
+	}
+	s := Spec{UID: 0x6b000001, GID: 0x6b000001}
+	spec := jailstage.Spec{Root: filepath.Join(dir, "jail"), Open: []OpenFile{{Path: filepath.Join(dir, "home", "f"), Flags: os.O_RDWR}}}
+	if err := ownerUserns(s, spec, 1000, 1000); err == nil || !strings.Contains(err.Error(), "home") {
+		t.Errorf("a disk under a 0700 home of another uid's: %v, want it named", err)
+	}
+	spec = jailstage.Spec{Root: filepath.Join(dir, "jail"), Groups: []int{1000}}
+	if err := ownerUserns(s, spec, 1000, 1000); err == nil {
+		t.Error("a supplementary group that is the owner's gid: no error")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
@@ -76,7 +77,14 @@ type Spec struct {
 	Files   []BindFile
 	Devices []string
 	// Shares are host directories mounted read-write (or read-only) into
-	// the jail; with UID set, idmapped: their owner appears as UID.
+	// the jail; with UID set, idmapped: their owner appears as UID, so
+	// the program reads and writes what the owner may, and what it creates
+	// belongs to the owner. When every share has the same owner (and the
+	// stage's host paths are open to root without capabilities, see
+	// ownerUserns), the stage and the program also run in a user
+	// namespace that maps only that owner's uid and gid to UID and GID
+	// (and Groups to themselves): the program runs as the owner's ids
+	// there and sees the shares' files with their host owner, not UID.
 	Shares []ShareMount
 	// Proc mounts the jail's own /proc (its pid namespace's, pids only).
 	Proc bool
@@ -192,6 +200,24 @@ func Start(s Spec) (*Stage, error) {
 		cmd.SysProcAttr.GidMappingsEnableSetgroups = false
 		spec.Groups = nil
 	}
+	if spec.Userns {
+		// The stage runs in a user namespace that maps only the shares'
+		// owner (spec.UID, GID) to the program's uid and gid (s.UID, GID),
+		// and its supplementary groups to themselves: the program, which
+		// runs as that owner there, sees the shares' files with their
+		// owner's ids (see ownerUserns). The stage's own uid, root's, is
+		// not mapped there, so it keeps what it needs to build the jail as
+		// ambient capabilities across its exec; it drops them all before
+		// the program (jailstage.Confine).
+		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWUSER
+		cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: spec.UID, HostID: s.UID, Size: 1}}
+		cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: spec.GID, HostID: s.GID, Size: 1}}
+		for _, g := range spec.Groups {
+			cmd.SysProcAttr.GidMappings = append(cmd.SysProcAttr.GidMappings, syscall.SysProcIDMap{ContainerID: g, HostID: g, Size: 1})
+		}
+		cmd.SysProcAttr.GidMappingsEnableSetgroups = true
+		cmd.SysProcAttr.AmbientCaps = stageCaps
+	}
 	if s.DieWithCaller {
 		// The stage's parent-death signal follows the thread that
 		// started it: one that never ends.
@@ -254,29 +280,52 @@ func stageSpec(s Spec) (spec jailstage.Spec, extra, closers []*os.File, err erro
 		spec.Keep = append(spec.Keep, FDFirst+i)
 	}
 	next := func() int { return FDFirst + len(extra) }
-	// Shares of a program that runs as a uid of its own are idmapped: the
-	// directory's owner appears as that uid in the jail.
-	if spec.Root != "" && s.UID != 0 {
-		byOwner := map[[2]int]int{}
+	// Shares of a program that runs as a uid of its own are idmapped
+	// mounts, made here (the stage may run in a user namespace, where it
+	// could not make them): the directory's owner appears as that uid in
+	// the jail.
+	if spec.Root != "" && s.UID != 0 && len(spec.Shares) > 0 {
+		byOwner := map[[2]int]*os.File{}
 		for i := range spec.Shares {
-			fi, err := os.Stat(spec.Shares[i].Src)
+			sh := &spec.Shares[i]
+			fi, err := os.Stat(sh.Src)
 			if err != nil {
-				return spec, extra, closers, fmt.Errorf("volume %s: %w", spec.Shares[i].Src, err)
+				return spec, extra, closers, fmt.Errorf("volume %s: %w", sh.Src, err)
 			}
 			st := fi.Sys().(*syscall.Stat_t)
 			owner := [2]int{int(st.Uid), int(st.Gid)}
-			fd, ok := byOwner[owner]
+			ns, ok := byOwner[owner]
 			if !ok {
-				f, err := IdmapUserns(owner[0], owner[1], s.UID, s.GID)
+				ns, err = IdmapUserns(owner[0], owner[1], s.UID, s.GID)
 				if err != nil {
-					return spec, extra, closers, fmt.Errorf("volume %s: %w", spec.Shares[i].Src, err)
+					return spec, extra, closers, fmt.Errorf("volume %s: %w", sh.Src, err)
 				}
-				closers = append(closers, f)
-				fd = next()
-				extra = append(extra, f)
-				byOwner[owner] = fd
+				closers = append(closers, ns)
+				byOwner[owner] = ns
 			}
-			spec.Shares[i].UsernsFD = fd
+			m, err := idmappedMount(sh.Src, ns, sh.ReadOnly)
+			if err != nil {
+				return spec, extra, closers, err
+			}
+			closers = append(closers, m)
+			sh.MountFD = next()
+			extra = append(extra, m)
+		}
+		if len(byOwner) == 1 {
+			for owner := range byOwner {
+				if ownerUserns(s, spec, owner[0], owner[1]) != nil {
+					break
+				}
+				root, err := jailTmpfs()
+				if err != nil {
+					return spec, extra, closers, err
+				}
+				closers = append(closers, root)
+				spec.RootFD = next()
+				extra = append(extra, root)
+				spec.Userns = true
+				spec.UID, spec.GID = owner[0], owner[1]
+			}
 		}
 	}
 	for _, f := range s.Inherit {
@@ -355,6 +404,143 @@ func onLaunchThread(f func() error) error {
 	done := make(chan error, 1)
 	launchThread() <- func() { done <- f() }
 	return <-done
+}
+
+// stageCaps are the capabilities a stage in a user namespace (Spec.Shares)
+// keeps across its exec: mounts and pivot_root, the program's ids, and
+// the drop itself (in that namespace only).
+var stageCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETUID, unix.CAP_SETGID, unix.CAP_SETPCAP}
+
+// ownerUserns returns nil if the stage of s (its spec so far) can run in a
+// user namespace that maps only uid and gid (the owner of every share) to
+// s.UID and s.GID, else why not: its supplementary groups (mapped to
+// themselves) must be other ids than those two, and every host path the
+// stage opens, binds or creates a socket in must be reachable by root
+// through the owner, group or other bits of the files and directories on
+// the way (root is not mapped in that namespace, so its capabilities do
+// not override their permissions there).
+func ownerUserns(s Spec, spec jailstage.Spec, uid, gid int) error {
+	for _, g := range spec.Groups {
+		if g == gid || g == s.GID {
+			return fmt.Errorf("supplementary group %d is the owner's or the box's gid", g)
+		}
+	}
+	type access struct {
+		path string
+		bits uint32 // of rwx (4, 2, 1) the path needs
+	}
+	var need []access
+	for _, p := range spec.Listen {
+		need = append(need, access{filepath.Dir(p), 3})
+	}
+	for _, p := range spec.Connect {
+		need = append(need, access{p, 2})
+	}
+	for _, o := range spec.Open {
+		bits := uint32(4)
+		switch o.Flags & unix.O_ACCMODE {
+		case unix.O_WRONLY:
+			bits = 2
+		case unix.O_RDWR:
+			bits = 6
+		}
+		need = append(need, access{o.Path, bits})
+	}
+	for _, p := range spec.Binds {
+		need = append(need, access{p, 0})
+	}
+	for _, f := range spec.Files {
+		need = append(need, access{f.Src, 0})
+	}
+	for _, p := range spec.Devices {
+		need = append(need, access{p, 0})
+	}
+	need = append(need, access{spec.Root, 0})
+	for _, a := range need {
+		if err := reachableByRoot(a.path, a.bits); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reachableByRoot returns nil if uid 0 and gid 0, without capabilities,
+// may search every directory on the way to path (made absolute) and has
+// bits (rwx as 4, 2, 1) on path itself; a missing path is reachable (the
+// stage skips it or fails as it would anyway).
+func reachableByRoot(path string, bits uint32) error {
+	path, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	allows := func(st *unix.Stat_t, want uint32) bool {
+		mode := st.Mode & 0o777
+		switch {
+		case st.Uid == 0:
+			mode >>= 6
+		case st.Gid == 0:
+			mode >>= 3
+		}
+		return mode&want == want
+	}
+	for d := filepath.Dir(path); ; d = filepath.Dir(d) {
+		var st unix.Stat_t
+		if unix.Stat(d, &st) == nil && !allows(&st, 1) {
+			return fmt.Errorf("%s is not searchable by root without capabilities", d)
+		}
+		if d == "/" {
+			break
+		}
+	}
+	var st unix.Stat_t
+	if bits != 0 && unix.Stat(path, &st) == nil && !allows(&st, bits) {
+		return fmt.Errorf("%s is not open to root without capabilities", path)
+	}
+	return nil
+}
+
+// idmappedMount returns a detached mount of the directory src (not its
+// submounts), idmapped through userns, private, nosuid, nodev and
+// read-only if readOnly.
+func idmappedMount(src string, userns *os.File, readOnly bool) (*os.File, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("volume %s: open_tree: %w", src, err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV,
+		Userns_fd: uint64(userns.Fd()), Propagation: unix.MS_PRIVATE}
+	if readOnly {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("volume %s: idmapped mount (the file system must support idmapped mounts, Linux 5.12+): %w", src, err)
+	}
+	return os.NewFile(uintptr(fd), src), nil
+}
+
+// jailTmpfs returns a detached tmpfs mount for a jail's root (1 MiB,
+// mode 0755, nosuid), made in this process's user namespace, where the
+// stage's root may create files.
+func jailTmpfs() (*os.File, error) {
+	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("jail root: fsopen tmpfs: %w", err)
+	}
+	defer unix.Close(fs)
+	for _, kv := range [][2]string{{"source", "airlock-jail"}, {"size", "1m"}, {"mode", "0755"}} {
+		if err := unix.FsconfigSetString(fs, kv[0], kv[1]); err != nil {
+			return nil, fmt.Errorf("jail root: tmpfs %s: %w", kv[0], err)
+		}
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return nil, fmt.Errorf("jail root: tmpfs: %w", err)
+	}
+	m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID)
+	if err != nil {
+		return nil, fmt.Errorf("jail root: fsmount: %w", err)
+	}
+	return os.NewFile(uintptr(m), "jail-root"), nil
 }
 
 // IdmapUserns returns a user namespace (its /proc/PID/ns/user, open) that

@@ -135,10 +135,10 @@ func (b *box) NotRunning(bool) error           { return errNotRunning }
 func (b *box) DialErr(ctx context.Context, rec *store.Box, err error) error {
 	return err
 }
-func (b *box) Paused(context.Context, *store.Box) bool { return false }
-func (b *box) Ending(vmm.Machine) (func(), bool)       { return func() {}, true }
-func (b *box) Died(vmm.Machine, vmm.Death)             {}
-func (b *box) Ended(vmm.Machine, string)               {}
+func (b *box) Paused(context.Context, *store.Box) (bool, error) { return false, nil }
+func (b *box) Ending(vmm.Machine) (func(), bool)                { return func() {}, true }
+func (b *box) Died(vmm.Machine, vmm.Death)                      {}
+func (b *box) Ended(vmm.Machine, string)                        {}
 
 // launch is a start of b's machine that records what it went through.
 type launch struct {

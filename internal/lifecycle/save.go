@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,12 +20,19 @@ import (
 // vCPUs are stopped, so its agent answers no new connection's handshake.
 // False when the driver cannot tell.
 func (b *Box) Paused(ctx context.Context, rec *store.Box) bool {
+	paused, err := b.PausedState(ctx, rec)
+	return err == nil && paused
+}
+
+// PausedState asks the driver whether the machine of rec is paused; an
+// error says it could not tell (no machine, no answer, a driver that
+// cannot pause).
+func (b *Box) PausedState(ctx context.Context, rec *store.Box) (bool, error) {
 	p, ok := b.Drv.(vmm.Pauser)
 	if !ok || rec == nil || !boxvm.Running(rec) {
-		return false
+		return false, errors.New("no running machine that can pause")
 	}
-	paused, err := p.Paused(ctx, b.Host.Spec(rec), boxvm.Handle(rec))
-	return err == nil && paused
+	return p.Paused(ctx, b.Host.Spec(rec), boxvm.Handle(rec))
 }
 
 // Continue lets the machine of rec run again if it is paused, so that a

@@ -22,7 +22,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -31,6 +30,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/airlock-run/airlock/internal/boundedio"
 )
 
 // Quota bounds what one tenant's boxes may take, over all of them; 0
@@ -166,17 +167,9 @@ func Parse(b []byte) (*File, error) {
 
 // Load reads and parses the tenants file at path (at most MaxFileBytes).
 func Load(path string) (*File, error) {
-	fh, err := os.Open(path)
+	b, err := boundedio.ReadFile(path, MaxFileBytes)
 	if err != nil {
-		return nil, err
-	}
-	defer fh.Close()
-	b, err := io.ReadAll(io.LimitReader(fh, MaxFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > MaxFileBytes {
-		return nil, fmt.Errorf("tenants file %s: over %d bytes", path, MaxFileBytes)
+		return nil, fmt.Errorf("tenants file: %w", err)
 	}
 	f, err := Parse(b)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -101,7 +102,8 @@ func TestKeepaliveEndsSessionWithDeadAgent(t *testing.T) {
 // session past the keepalive timeout; once it is no longer stalled and
 // still does not answer, keepalive ends the session as usual. (Without
 // SetStalled a pause of ~10 s ended the connection, and the follower of a
-// box's main command then stopped the box.)
+// box's main command then stopped the box.) The test is told how long the
+// ping has gone unanswered: a slow peer's grace is a span of that.
 func TestKeepaliveSparesStalledPeer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes ~20 s")
@@ -115,11 +117,18 @@ func TestKeepaliveSparesStalledPeer(t *testing.T) {
 	defer c.Close()
 	var stalled atomic.Bool
 	stalled.Store(true)
-	c.SetStalled(stalled.Load)
+	var mu sync.Mutex
+	var seen []time.Duration
+	c.SetStalled(func(unanswered time.Duration) bool {
+		mu.Lock()
+		seen = append(seen, unanswered)
+		mu.Unlock()
+		return stalled.Load()
+	})
 	select {
 	case <-c.Done():
 		t.Fatalf("session of a stalled peer ended: %v", c.Err())
-	case <-time.After(KeepAliveInterval + KeepAliveTimeout + 2*time.Second):
+	case <-time.After(KeepAliveInterval + 2*KeepAliveTimeout + 2*time.Second):
 	}
 	stalled.Store(false)
 	select {
@@ -129,5 +138,17 @@ func TestKeepaliveSparesStalledPeer(t *testing.T) {
 	}
 	if !errors.Is(c.Err(), ErrAgentUnresponsive) {
 		t.Fatalf("Err = %v, want ErrAgentUnresponsive", c.Err())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// One ping stays unanswered throughout: each call is told a longer
+	// time, each at least KeepAliveTimeout more than the one before.
+	if len(seen) < 3 || seen[0] < KeepAliveTimeout {
+		t.Fatalf("stalled test told %v, want 3 or more times from %s on", seen, KeepAliveTimeout)
+	}
+	for i := 1; i < len(seen); i++ {
+		if seen[i]-seen[i-1] < KeepAliveTimeout-time.Second {
+			t.Fatalf("stalled test told %v: not one ping unanswered for longer each time", seen)
+		}
 	}
 }

@@ -29,8 +29,8 @@ type Client struct {
 	guard *guardConn // the connection below yamux
 
 	mu      sync.Mutex
-	err     error       // why the session was ended by keepalive
-	stalled func() bool // SetStalled
+	err     error                    // why the session was ended by keepalive
+	stalled func(time.Duration) bool // SetStalled
 }
 
 // NewClient performs the host handshake on conn (giving up at deadline) and
@@ -81,6 +81,7 @@ func (c *Client) keepalive(interval, timeout time.Duration) {
 		case <-time.After(interval):
 		}
 		pong := make(chan error, 1)
+		sent := time.Now()
 		go func() {
 			_, err := c.Session.Ping()
 			pong <- err
@@ -93,7 +94,7 @@ func (c *Client) keepalive(interval, timeout time.Duration) {
 				return
 			case err := <-pong:
 				if err != nil {
-					if c.stalledNow() {
+					if c.stalledNow(time.Since(sent)) {
 						break wait // ping again
 					}
 					c.fail(fmt.Errorf("%w: keepalive ping failed: %v", ErrAgentUnresponsive, err))
@@ -101,11 +102,11 @@ func (c *Client) keepalive(interval, timeout time.Duration) {
 				}
 				break wait
 			case <-timer:
-				if c.stalledNow() {
+				if c.stalledNow(time.Since(sent)) {
 					timer = time.After(timeout)
 					continue
 				}
-				c.fail(fmt.Errorf("%w: no answer to a keepalive ping within %s", ErrAgentUnresponsive, timeout))
+				c.fail(fmt.Errorf("%w: no answer to a keepalive ping within %s", ErrAgentUnresponsive, time.Since(sent).Round(time.Second)))
 				return
 			}
 		}
@@ -113,20 +114,22 @@ func (c *Client) keepalive(interval, timeout time.Duration) {
 }
 
 // SetStalled gives the keepalive a test of a peer that cannot answer for
-// now but is not dead (a paused VM: its vCPUs are stopped): while f
-// returns true an unanswered ping does not end the session. f is called
-// only when a ping went unanswered for KeepAliveTimeout; nil removes it.
-func (c *Client) SetStalled(f func() bool) {
+// now but is not dead (a paused VM: its vCPUs are stopped; a running one
+// slowed down): while f returns true an unanswered ping does not end the
+// session. f is called, with how long the ping has been unanswered, each
+// time a ping went unanswered for another KeepAliveTimeout; nil removes
+// it.
+func (c *Client) SetStalled(f func(unanswered time.Duration) bool) {
 	c.mu.Lock()
 	c.stalled = f
 	c.mu.Unlock()
 }
 
-func (c *Client) stalledNow() bool {
+func (c *Client) stalledNow(unanswered time.Duration) bool {
 	c.mu.Lock()
 	f := c.stalled
 	c.mu.Unlock()
-	return f != nil && f()
+	return f != nil && f(unanswered)
 }
 
 func (c *Client) fail(err error) {

@@ -121,9 +121,9 @@ func DialAuth(ctx context.Context, secret []byte, dial func(ctx context.Context)
 }
 
 // SetStalled tells the connection's keepalive how to see a box that
-// cannot answer for now but is not dead (paused): see
+// cannot answer for now but is not dead (paused, or running slowly): see
 // transport.Client.SetStalled.
-func (c *Client) SetStalled(f func() bool) { c.t.SetStalled(f) }
+func (c *Client) SetStalled(f func(unanswered time.Duration) bool) { c.t.SetStalled(f) }
 
 // AgentVersion is the version the agent announced in the handshake.
 func (c *Client) AgentVersion() string { return c.t.AgentVersion }

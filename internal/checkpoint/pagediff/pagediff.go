@@ -45,6 +45,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/airlock-run/airlock/internal/boundedio"
 	"github.com/cespare/xxhash/v2"
 	"golang.org/x/sys/unix"
 )
@@ -390,20 +391,12 @@ const maxLink = 4 << 10
 // snapshot (the zero Link).
 func ReadLink(dir string) (Link, error) {
 	var l Link
-	f, err := os.Open(filepath.Join(dir, linkFile))
+	raw, err := boundedio.ReadFile(filepath.Join(dir, linkFile), maxLink)
 	if errors.Is(err, os.ErrNotExist) {
 		return l, nil
 	}
 	if err != nil {
 		return l, err
-	}
-	defer f.Close()
-	raw, err := io.ReadAll(io.LimitReader(f, maxLink+1))
-	if err != nil {
-		return l, err
-	}
-	if len(raw) > maxLink {
-		return l, fmt.Errorf("%s: larger than %d bytes", linkFile, maxLink)
 	}
 	if err := json.Unmarshal(raw, &l); err != nil {
 		return l, fmt.Errorf("%s: %w", linkFile, err)

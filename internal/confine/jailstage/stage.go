@@ -65,7 +65,7 @@ const (
 	FDSpec = 3 // the stage's spec (a pipe)
 	// FDFirst is the first descriptor the launcher passes on (the
 	// caller's files, kept at their numbers across the exec: see
-	// Spec.Keep; then the user namespaces of idmapped share mounts, the
+	// Spec.Keep; then the idmapped share mounts and the jail root, the
 	// inherited files and the lease, each named by number in the spec).
 	FDFirst = 4
 	// FDBase is the first of the sockets and files the stage opens and
@@ -114,11 +114,23 @@ type Spec struct {
 	// (as the caller, before it gives up its privileges).
 	Write []WriteFile
 	// Shares are the 9p share directories, mounted at Dst in the jail
-	// (idmapped when Userns is set).
+	// (idmapped mounts the launcher made when MountFD is set).
 	Shares []ShareMount
+	// UID, GID and Groups are the ids the program runs as (UID 0: the
+	// stage's own, unless Userns).
 	UID    int
 	GID    int
 	Groups []int
+	// Userns says the stage runs in a user namespace its launcher made
+	// that maps only the program's ids (see confine.Spec.Shares): UID,
+	// GID and Groups are ids of that namespace and are set even when 0
+	// (the stage's own uid is not mapped there).
+	Userns bool
+	// RootFD, when non-zero, is a descriptor of the stage: a detached
+	// tmpfs mount the launcher made, which the stage attaches on Root
+	// instead of mounting one (a tmpfs mounted in a user namespace takes
+	// no file of an unmapped uid, the stage's).
+	RootFD int
 	// THPOff disables transparent huge pages for the program
 	// (PR_SET_THP_DISABLE, inherited across the exec).
 	THPOff bool
@@ -142,14 +154,15 @@ type WriteFile struct {
 }
 
 // ShareMount is a host directory mounted into the jail for a 9p share.
-// With UsernsFD (a descriptor of the stage) the mount is idmapped through
-// that user namespace: the directory's owner appears as the box's uid, so
-// the box's QEMU reads and writes what the owner may, and what it creates
-// on the host belongs to the owner.
+// With MountFD (a descriptor of the stage) the share is that detached
+// mount, which the launcher made idmapped (confine.Start): the
+// directory's owner appears as the box's uid, so the box's QEMU reads and
+// writes what the owner may, and what it creates on the host belongs to
+// the owner. Without it the stage binds Src.
 type ShareMount struct {
 	Src, Dst string
 	ReadOnly bool
-	UsernsFD int
+	MountFD  int
 }
 
 // OpenFile is a file the stage opens (as the caller, before the jail)
@@ -283,7 +296,7 @@ func stage() error {
 	if s.THPOff {
 		unix.Prctl(unix.PR_SET_THP_DISABLE, 1, 0, 0, 0)
 	}
-	if err := Confine(s.UID, s.GID, s.Groups); err != nil {
+	if err := confine(s.UID, s.GID, s.Groups, s.Userns); err != nil {
 		return err
 	}
 	// Every descriptor but stdio and the ones the program is told about
@@ -344,7 +357,12 @@ func dieWithLauncher(lease int, prog string) error {
 // (uid 0 there) the same holds within the namespace.
 // The caller must have locked its OS thread: credentials and no_new_privs
 // are per thread, and the thread must be the one that execs.
-func Confine(uid, gid int, groups []int) error {
+func Confine(uid, gid int, groups []int) error { return confine(uid, gid, groups, false) }
+
+// confine is Confine; with setIDs it sets uid, gid and groups even when
+// uid is 0 (a stage in a user namespace that maps only the program's ids,
+// where uid 0 is a mapped id and the stage's own is not).
+func confine(uid, gid int, groups []int, setIDs bool) error {
 	const (
 		secbitNoroot                  = 1 << 0
 		secbitNorootLocked            = 1 << 1
@@ -360,7 +378,7 @@ func Confine(uid, gid int, groups []int) error {
 	if data[0].Effective&(1<<unix.CAP_SETPCAP) == 0 {
 		// An unprivileged caller without a user namespace: nothing to
 		// drop, and no way to (no_new_privs keeps exec from granting any).
-		if uid != 0 || data[0].Permitted|data[1].Permitted != 0 {
+		if uid != 0 || setIDs || data[0].Permitted|data[1].Permitted != 0 {
 			return fmt.Errorf("cannot drop capabilities: no CAP_SETPCAP (permitted %#x %#x)", data[0].Permitted, data[1].Permitted)
 		}
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
@@ -383,7 +401,7 @@ func Confine(uid, gid int, groups []int) error {
 		secbitNoCapAmbientRaise|secbitNoCapAmbientRaiseLocked, 0, 0, 0); err != nil {
 		return fmt.Errorf("securebits: %w", err)
 	}
-	if uid != 0 {
+	if uid != 0 || setIDs {
 		if groups == nil {
 			groups = []int{}
 		}
@@ -535,7 +553,12 @@ func buildRoot(s *Spec) error {
 	if err != nil || !fi.IsDir() {
 		return fmt.Errorf("jail root %s is not a directory", s.Root)
 	}
-	if err := unix.Mount("airlock-jail", s.Root, "tmpfs", unix.MS_NOSUID, "size=1m,mode=0755"); err != nil {
+	if s.RootFD > 0 {
+		if err := unix.MoveMount(s.RootFD, "", unix.AT_FDCWD, s.Root, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("attach jail tmpfs on %s: %w", s.Root, err)
+		}
+		unix.Close(s.RootFD)
+	} else if err := unix.Mount("airlock-jail", s.Root, "tmpfs", unix.MS_NOSUID, "size=1m,mode=0755"); err != nil {
 		return fmt.Errorf("mount jail tmpfs on %s: %w", s.Root, err)
 	}
 	r := s.Root
@@ -654,13 +677,14 @@ func bindInto(root, src, dst string) error {
 }
 
 // mountShare mounts a 9p share's host directory at sh.Dst under root,
-// read-only for a read-only share; idmapped through sh.UsernsFD when set.
+// read-only for a read-only share: the launcher's idmapped mount sh.MountFD
+// when set, else a bind of sh.Src.
 func mountShare(root string, sh ShareMount) error {
 	target := filepath.Join(root, sh.Dst)
 	if err := os.MkdirAll(target, 0o755); err != nil {
 		return err
 	}
-	if sh.UsernsFD <= 0 {
+	if sh.MountFD <= 0 {
 		if err := unix.Mount(sh.Src, target, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind volume %s: %w", sh.Src, err)
 		}
@@ -684,19 +708,8 @@ func mountShare(root string, sh ShareMount) error {
 		}
 		return nil
 	}
-	fd, err := unix.OpenTree(unix.AT_FDCWD, sh.Src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-	if err != nil {
-		return fmt.Errorf("volume %s: open_tree: %w", sh.Src, err)
-	}
-	defer unix.Close(fd)
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Userns_fd: uint64(sh.UsernsFD)}
-	if sh.ReadOnly {
-		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
-	}
-	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
-		return fmt.Errorf("volume %s: idmapped mount (the file system must support idmapped mounts, Linux 5.12+): %w", sh.Src, err)
-	}
-	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+	defer unix.Close(sh.MountFD)
+	if err := unix.MoveMount(sh.MountFD, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("volume %s: move_mount: %w", sh.Src, err)
 	}
 	return nil
