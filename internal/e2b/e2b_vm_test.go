@@ -59,7 +59,7 @@ func serveForSDK(t *testing.T) []string {
 	token := hex.EncodeToString(b)
 	srv := server.New(server.Config{Runtime: rt, Token: token})
 	es, err := New(Config{Runtime: rt, Token: token, Templates: templates, CheckBox: srv.CheckBox, PullContext: srv.PullContext,
-		CheckStart: srv.CheckStart, CheckSuspend: srv.CheckSuspend, CheckSnapshot: srv.CheckSnapshot, CheckFork: srv.CheckFork,
+		CheckStart: srv.CheckStart, CheckSuspend: srv.CheckSuspend, CheckSnapshot: srv.CheckSnapshot, CheckFork: srv.CheckFork, CheckNetwork: srv.CheckNetwork,
 		AcquireExec: func(ctx context.Context) (func(), error) { return srv.AcquireExec(ctx, server.E2BClient) }})
 	if err != nil {
 		t.Fatal(err)
