@@ -9,10 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/netstack"
 	"github.com/airlock-run/airlock/internal/server"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
@@ -28,6 +30,11 @@ const dataImage = "airlock/python-data"
 // and returns the environment E2B's SDKs need (E2B_API_URL,
 // E2B_SANDBOX_URL, E2B_API_KEY) and whether the data image is there.
 func serveForSDK(t *testing.T) []string {
+	// A stand-in for an internet server, on loopback: boxes reach
+	// 127.0.0.2:PORT as 198.18.0.2:PORT (netstack.TestInternetEnv), so
+	// that the egress cases send nothing off the host.
+	t.Setenv(netstack.TestInternetEnv, "198.18.0.0/24")
+	probe := reachable(t, "127.0.0.2:0")
 	rt, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +83,30 @@ func serveForSDK(t *testing.T) []string {
 	go hs.Serve(l)
 	t.Cleanup(func() { hs.Close() })
 	url := "http://" + l.Addr().String()
+	env = append(env, "AIRLOCK_E2B_NET_PROBE=198.18.0.2:"+strconv.Itoa(probe))
 	return append(env, "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY=e2b_"+token, "E2B_DOMAIN=airlock.invalid")
+}
+
+// reachable listens on addr and writes "reachable" to each connection,
+// then closes it; it returns the port.
+func reachable(t *testing.T, addr string) int {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			c.Write([]byte("reachable"))
+			c.Close()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // TestE2BSDK runs E2B's own Python SDKs (e2b, e2b-code-interpreter, as
