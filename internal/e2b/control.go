@@ -549,10 +549,25 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		writeBoxError(w, err)
 		return
 	}
+	var ttl time.Duration
+	if body.Timeout != nil {
+		if ttl, err = timeoutOf(body.Timeout); err != nil {
+			writeBoxError(w, err)
+			return
+		}
+	}
 	status := http.StatusOK
 	if info.State != airlock.BoxRunning || paused(ctx, b) {
 		if s.cfg.CheckStart != nil {
 			if err := s.cfg.CheckStart(ctx, b); err != nil {
+				writeBoxError(w, err)
+				return
+			}
+		}
+		if autoPauses(info.Options) && ttl > 0 {
+			// The new timeout first: the old one may be shorter than
+			// the resume takes, and pause the box again at once.
+			if err := setTimeout(ctx, b, info.Options, ttl); err != nil {
 				writeBoxError(w, err)
 				return
 			}
@@ -563,12 +578,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		}
 		status = http.StatusCreated
 	}
-	if body.Timeout != nil {
-		ttl, err := timeoutOf(body.Timeout)
-		if err != nil {
-			writeBoxError(w, err)
-			return
-		}
+	if ttl > 0 {
 		if err := setTimeout(ctx, b, info.Options, ttl); err != nil {
 			writeBoxError(w, err)
 			return

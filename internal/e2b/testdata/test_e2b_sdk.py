@@ -135,7 +135,7 @@ def test_update_network(sb):
 def test_no_internet_and_auto_pause():
     # Another sandbox (the default template): no internet, and its timeout
     # pauses it instead of killing it (airlock's idle suspend).
-    s = BaseSandbox.create(timeout=120, allow_internet_access=False, lifecycle={"on_timeout": "pause"}, metadata={"suite": "e2b-lifecycle"})
+    s = Sandbox.create("base", timeout=120, allow_internet_access=False, lifecycle={"on_timeout": "pause"}, metadata={"suite": "e2b-lifecycle"})
     try:
         info = s.get_info()
         assert info.lifecycle == {"on_timeout": "pause", "auto_resume": False}
@@ -144,6 +144,7 @@ def test_no_internet_and_auto_pause():
         s.update_network({"deny_out": [ALL_TRAFFIC], "allow_out": [PROBE_HOST]})
         assert reach(s) == "reachable"
         s.files.write("kept.txt", "through the pause")
+        s.run_code("v = 7")
         s.set_timeout(1)  # paused once a second passes without a call
         deadline = time.monotonic() + 120
         while BaseSandbox.get_info(s.sandbox_id).state != SandboxState.PAUSED:
@@ -152,9 +153,10 @@ def test_no_internet_and_auto_pause():
         # Not killed: without auto_resume a call does not wake it, connect does.
         with pytest.raises(Exception):
             s.commands.run("true")
-        again = BaseSandbox.connect(s.sandbox_id, timeout=120)
+        again = Sandbox.connect(s.sandbox_id, timeout=120)
         assert BaseSandbox.get_info(s.sandbox_id).state == SandboxState.RUNNING
         assert again.files.read("kept.txt") == "through the pause"
+        assert again.run_code("v").text == "7"  # the interpreter too, unlike pause()
         assert again.get_info().network == {"allow_out": [PROBE_HOST], "deny_out": [ALL_TRAFFIC]}
     finally:
         s.kill()
