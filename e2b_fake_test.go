@@ -115,6 +115,10 @@ func TestE2BAPIFake(t *testing.T) {
 		"a bad allowOut":             {"templateID": ref, "network": map[string]any{"allowOut": []string{"10.0.0.0/33"}, "denyOut": []string{"0.0.0.0/0"}}},
 		"pause without memory":       {"templateID": ref, "autoPause": true, "autoPauseMemory": false},
 		"autoResume without a pause": {"templateID": ref, "autoResume": map[string]bool{"enabled": true}},
+		"a host path as a volume":    {"templateID": ref, "volumeMounts": []map[string]string{{"name": "/etc", "path": "/mnt/etc"}}},
+		"a relative volume name":     {"templateID": ref, "volumeMounts": []map[string]string{{"name": "../x", "path": "/mnt/x"}}},
+		"a relative mount path":      {"templateID": ref, "volumeMounts": []map[string]string{{"name": "data", "path": "mnt"}}},
+		"volumes with autoPause":     {"templateID": ref, "autoPause": true, "volumeMounts": []map[string]string{{"name": "data", "path": "/mnt/data"}}},
 	} {
 		if st, _, b := call("POST", "/v2/sandboxes", key, body); st != http.StatusBadRequest {
 			t.Errorf("%s: status %d %s, want 400", name, st, b)

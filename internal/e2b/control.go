@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,10 +59,55 @@ type newSandboxBody struct {
 	AutoResume          *struct {
 		Enabled *bool `json:"enabled"`
 	} `json:"autoResume"`
-	Network      *egress           `json:"network"`
-	VolumeMounts []json.RawMessage `json:"volumeMounts"`
-	MCP          json.RawMessage   `json:"mcp"`
-	IAM          json.RawMessage   `json:"iam"`
+	Network      *egress         `json:"network"`
+	VolumeMounts []volumeMount   `json:"volumeMounts"`
+	MCP          json.RawMessage `json:"mcp"`
+	IAM          json.RawMessage `json:"iam"`
+}
+
+// volumeMount is E2B's SandboxVolumeMount: a volume by name, at a path.
+type volumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+// maxVolumeMounts bounds a create's volumeMounts.
+const maxVolumeMounts = 16
+
+// volumeName is what an E2B volume name may be here: an airlock volume
+// name, never a host path.
+var volumeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// volumesOf maps E2B's volume mounts onto airlock's named volumes
+// (BoxOptions.Volumes): each name is a volume of the airlock home, made
+// empty on first use and kept when the sandbox is killed; the server's
+// policy on named volumes applies (CheckBox).
+func volumesOf(ms []volumeMount) ([]airlock.Volume, error) {
+	if len(ms) > maxVolumeMounts {
+		return nil, badRequest("volumeMounts: at most %d", maxVolumeMounts)
+	}
+	var out []airlock.Volume
+	for _, m := range ms {
+		if !volumeName.MatchString(m.Name) {
+			return nil, badRequest("volumeMounts name %q: want a volume name (letters, digits, _ . -; at most 128)", m.Name)
+		}
+		if !path.IsAbs(m.Path) || path.Clean(m.Path) == "/" || len(m.Path) > 4096 {
+			return nil, badRequest("volumeMounts path %q: want an absolute path other than /", m.Path)
+		}
+		out = append(out, airlock.Volume{Source: m.Name, Target: path.Clean(m.Path)})
+	}
+	return out, nil
+}
+
+// mountsOf is the named volumes of o as E2B's volume mounts.
+func mountsOf(o airlock.BoxOptions) []volumeMount {
+	out := []volumeMount{}
+	for _, v := range o.Volumes {
+		if !v.IsHostDir() {
+			out = append(out, volumeMount{Name: v.Source, Path: v.Target})
+		}
+	}
+	return out
 }
 
 // The labels that keep a sandbox's lifecycle (E2B's autoPause and
@@ -136,6 +183,7 @@ type detail struct {
 	Domain              *string       `json:"domain"`
 	Network             *networkInfo  `json:"network,omitempty"`
 	Lifecycle           lifecycleInfo `json:"lifecycle"`
+	VolumeMounts        []volumeMount `json:"volumeMounts"`
 }
 
 // clientID is what E2B names the node a sandbox runs on.
@@ -232,8 +280,11 @@ func (s *Server) optionsOf(body newSandboxBody) (airlock.BoxOptions, string, err
 	} else if resume {
 		return o, "", badRequest("autoResume needs autoPause (on_timeout pause)")
 	}
-	if len(body.VolumeMounts) > 0 {
-		return o, "", badRequest("volumeMounts are not supported by airlock's E2B API yet")
+	if o.Volumes, err = volumesOf(body.VolumeMounts); err != nil {
+		return o, "", err
+	}
+	if len(o.Volumes) > 0 && o.IdleAction == airlock.IdleSuspend {
+		return o, "", badRequest("volumeMounts with autoPause: airlock cannot pause a sandbox with volumes (QEMU cannot save a mounted share)")
 	}
 	if set(body.MCP) {
 		return o, "", badRequest("mcp servers in a sandbox are not supported by airlock's E2B API")
@@ -366,7 +417,8 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	}
 	net := networkOf(info.Options)
 	writeJSON(w, http.StatusOK, detail{listed: listedOf(info), EnvdAccessToken: s.accessToken(id),
-		AllowInternetAccess: net == nil || len(net.AllowOut) > 0, Network: net, Lifecycle: lifecycleOf(info.Options)})
+		AllowInternetAccess: net == nil || len(net.AllowOut) > 0, Network: net, Lifecycle: lifecycleOf(info.Options),
+		VolumeMounts: mountsOf(info.Options)})
 }
 
 // maxListLimit bounds a list page.

@@ -450,7 +450,13 @@ def test_bash_context(sb):
 
 @pytest.mark.skipif(not NODE_IMAGE, reason="the image with node (airlock/net-clients:1) is not in the store: run hack/setup.sh")
 def test_javascript_context():
-    with Sandbox.create(NODE_IMAGE, timeout=120) as js:
+    # (Its sandbox also mounts a volume: the main one is paused, which a
+    # sandbox with volumes cannot be.)
+    with Sandbox.create(NODE_IMAGE, timeout=120, volume_mounts={"/mnt/data/": "e2b-vol"}) as js:
+        assert js.get_info().volume_mounts == [{"name": "e2b-vol", "path": "/mnt/data"}]
+        js.files.write("/mnt/data/kept.txt", "in the volume", user="root")
+        mounts = js.commands.run("grep ' /mnt/data ' /proc/mounts").stdout
+        assert mounts.strip(), "the volume is not mounted at /mnt/data"
         c = js.create_code_context(language="javascript", cwd="/tmp")
         assert c.language == "javascript"
         assert js.run_code("const xs = [1, 2, 3]; let total = 0", context=c).error is None
