@@ -29,8 +29,11 @@ import (
 // TestE2BAPIFake: the E2B API's control plane on the fake driver, as E2B's
 // SDKs call it: the API key, create with metadata (box labels) and a
 // timeout (the box's TTL), get, list with metadata and state filters and
-// pages, set_timeout, kill; the data plane's access tokens; a process
-// started through envd's Connect service. TestE2BSDK (internal/e2b) runs
+// pages, set_timeout, kill; E2B's egress rules and lifecycle as box
+// options (deny all with allowOut: an allowlist box; autoPause: an idle
+// timeout that suspends) and what a create or update_network cannot map
+// refused; the data plane's access tokens; a process started through
+// envd's Connect service. TestE2BSDK (internal/e2b) runs
 // the official SDKs on real boxes.
 func TestE2BAPIFake(t *testing.T) {
 	open, ref := lifeHome(t)
