@@ -33,8 +33,14 @@ const (
 	// digits; the pod is named PodNamePrefix + id). Gateways list the
 	// pods with this label.
 	IDLabel = "airlock.dev/box-id"
-	// NameLabel, on such a pod, is the box's name when it has one.
+	// NameLabel, on such a pod, is the box's name when it has one (as its
+	// tenant named it: names are unique per tenant).
 	NameLabel = "airlock.dev/box-name"
+	// TenantLabel, on such a pod, names the tenant the box is for (a
+	// token of the gateway's --tenants file); pods without it are the
+	// admin's. A tenant's requests see only the pods with its name, and
+	// its quotas count them.
+	TenantLabel = "airlock.dev/tenant"
 
 	// PodNamePrefix starts the name of a pod made by a gateway.
 	PodNamePrefix = "box-"

@@ -146,8 +146,9 @@ type Config struct {
 	// Token and the unix socket stay the admin, who sees every box.
 	Tenants *tenant.Set
 	// Cluster, when set, serves the boxes instead of Runtime (airlock
-	// gateway; cluster.go): Runtime is then nil. Tenants are not served
-	// with a Cluster yet.
+	// gateway; cluster.go): Runtime is then nil. Tenants are served as
+	// with a Runtime (their boxes, quotas of boxes, vCPUs, memory, disk
+	// and execs, audit lines); snapshots and volumes are not served.
 	Cluster Cluster
 }
 
