@@ -801,6 +801,11 @@ func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
 	case <-dctx.Done():
 		s.closeStreams()
 	}
+	// Past the drain, requests still in flight are cut: Shutdown alone
+	// leaves their connections served (and kept alive) after it returns.
+	for _, hs := range servers {
+		hs.Close()
+	}
 	s.closeCodeboxes()
 	return err
 }
