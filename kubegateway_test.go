@@ -112,7 +112,8 @@ func (c *kubeCluster) startGateway(token, nodeToken string, tenants *tenant.Set)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		server.New(server.Config{Cluster: gw, Token: token, Tenants: tenants, DrainTimeout: 5 * time.Second}).Serve(ctx, l)
+		server.New(server.Config{Cluster: gw, Token: token, Tenants: tenants, DrainTimeout: 5 * time.Second,
+			Metrics: server.NewMetrics(server.Version())}).Serve(ctx, l)
 	}()
 	stopped := false
 	stop = func() {
@@ -652,5 +653,50 @@ func TestKubeGatewayOverhead(t *testing.T) {
 		}
 		t.Logf("%s: exec round trip median %v (%d), create median %v, remove median %v (%d)", side.name,
 			median(ex), execs, median(mk), median(rm), creates)
+	}
+}
+
+// TestKubeGatewaySDKSuite (AIRLOCK_KUBE_SDK=1; a report, not a CI test)
+// runs the Python SDK's own pytest suite, unchanged but for its fixture's
+// AIRLOCK_TEST_EXTERNAL=1, against a gateway over two fake-driver nodes
+// (their boxes run the host's commands, python:slim included), with the
+// suite's tenants alice (one box) and bob. It logs pytest's summary and
+// fails when pytest does; which tests apply to a gateway is for the
+// reader of the log (docs/kubernetes.md lists the routes it serves).
+func TestKubeGatewaySDKSuite(t *testing.T) {
+	if os.Getenv("AIRLOCK_KUBE_SDK") != "1" {
+		t.Skip("a report: AIRLOCK_KUBE_SDK=1 runs it")
+	}
+	py := "sdk/python/.venv/bin/python"
+	if _, err := os.Stat(py); err != nil {
+		t.Skip("no sdk/python/.venv")
+	}
+	c := kubeStart(t)
+	const token, nodeToken = "test-token", "node-token"
+	c.startAPINode(kubeSnapRuntime(t, "python:slim"), "airlock-sdk-1", nodeToken)
+	c.startAPINode(kubeSnapRuntime(t, "python:slim"), "airlock-sdk-2", nodeToken)
+	c.kubectl("apply", "-f", "deploy/kubernetes/")
+	c.waitDefaultSA()
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	tenant.Add(file, tenant.Tenant{Name: "alice", Quota: tenant.Quota{Boxes: 1}}, "tok-alice")
+	tenant.Add(file, tenant.Tenant{Name: "bob"}, "tok-bob")
+	set, err := tenant.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, _ := c.startGateway(token, nodeToken, set)
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
+	defer cancel()
+	args := append([]string{"-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider"}, strings.Fields(os.Getenv("AIRLOCK_KUBE_SDK_ARGS"))...)
+	if len(args) == 6 {
+		args = append(args, "sdk/python/tests")
+	}
+	cmd := osexec.CommandContext(ctx, py, args...)
+	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_EXTERNAL=1", "AIRLOCK_URL="+url, "AIRLOCK_TOKEN="+token,
+		"AIRLOCK_TEST_TENANT_ALICE=tok-alice", "AIRLOCK_TEST_TENANT_BOB=tok-bob")
+	out, err := cmd.CombinedOutput()
+	t.Logf("pytest against the gateway: %v\n%s", err, out)
+	if err != nil {
+		t.Fail()
 	}
 }

@@ -88,7 +88,7 @@ func (g *Gateway) podOf(id string, sp server.BoxSpec) (*corev1.Pod, error) {
 		c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: v})
 	}
 	opts := kubebox.Options{Network: sp.Network, AllowNet: sp.AllowNet, DiskSizeMiB: sp.DiskSizeMiB, User: sp.User,
-		TTL: sp.TTL, IdleTimeout: sp.IdleTimeout, Lease: sp.Lease, IdleAction: sp.IdleAction}
+		TTL: sp.TTL, IdleTimeout: sp.IdleTimeout, Lease: sp.Lease, IdleAction: sp.IdleAction, AutoRemove: sp.AutoRemove}
 	rc, no, grace := kubebox.RuntimeClass, false, int64(deleteGrace)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: kubebox.PodNamePrefix + id, Namespace: g.cfg.Namespace, Labels: lbl,
@@ -152,7 +152,7 @@ func boxOfPod(p *corev1.Pod, ns *nodeState) server.Box {
 		}
 	}
 	if o, err := kubebox.ParseOptions(p.Annotations[kubebox.OptionsAnnotation]); err == nil {
-		b.DiskSizeMiB, b.AllowNet = o.DiskSizeMiB, o.AllowNet
+		b.DiskSizeMiB, b.AllowNet, b.AutoRemove = o.DiskSizeMiB, o.AllowNet, o.AutoRemove
 		if o.Network != "" {
 			b.Network = o.Network
 		}
@@ -180,6 +180,9 @@ func boxOfPod(p *corev1.Pod, ns *nodeState) server.Box {
 // returned (the node knows the box by kubebox.BoxName(pod UID)).
 func fixBox(b *server.Box, p *corev1.Pod) {
 	b.ID, b.Name, b.Labels, b.Node = p.Labels[kubebox.IDLabel], boxName(p), boxLabels(p), p.Spec.NodeName
+	if o, err := kubebox.ParseOptions(p.Annotations[kubebox.OptionsAnnotation]); err == nil {
+		b.AutoRemove = o.AutoRemove
+	}
 }
 
 // nodeBox asks the node for the pod's box. Errors that are not problems

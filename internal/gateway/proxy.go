@@ -104,7 +104,16 @@ func (g *Gateway) ServeBox(w http.ResponseWriter, r *http.Request, id string) {
 				return errNodeToken
 			}
 			if r.Method == http.MethodPost && resp.StatusCode == http.StatusOK && boxRoutes[strings.TrimPrefix(rest, "/")] {
-				return fixBoxResponse(resp, p)
+				if rest == "/stop" {
+					if o, err := kubebox.ParseOptions(p.Annotations[kubebox.OptionsAnnotation]); err == nil && o.AutoRemove {
+						// Removed once stopped, as airlock serve does: later
+						// calls are 404.
+						if err := g.RemoveBox(r.Context(), id, true); err != nil {
+							g.cfg.Logf("box %s (auto_remove) stopped but not removed: %v", id, err)
+						}
+					}
+				}
+				return fixBoxResponse(resp, p, tenantOf(r.Context()) != "")
 			}
 			return nil
 		},
@@ -147,8 +156,10 @@ func isDial(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// fixBoxResponse replaces the node's id and name in a box answer.
-func fixBoxResponse(resp *http.Response, p *corev1.Pod) error {
+// fixBoxResponse replaces the node's id and name in a box answer; for a
+// tenant (tenantView), the name is the tenant's and the tenant label is
+// left out, as the server shows its boxes to it.
+func fixBoxResponse(resp *http.Response, p *corev1.Pod, tenantView bool) error {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxNodeBoxBytes))
 	resp.Body.Close()
 	if err != nil {
@@ -157,6 +168,13 @@ func fixBoxResponse(resp *http.Response, p *corev1.Pod) error {
 	var b server.Box
 	if json.Unmarshal(body, &b) == nil && b.ID != "" {
 		fixBox(&b, p)
+		if tenantView {
+			b.Name = p.Labels[kubebox.NameLabel]
+			delete(b.Labels, server.TenantLabel)
+			if len(b.Labels) == 0 {
+				b.Labels = nil
+			}
+		}
 		if nb, err := json.Marshal(b); err == nil {
 			body = nb
 		}

@@ -40,6 +40,8 @@ func fakeNode(t *testing.T) *httptest.Server {
 		switch {
 		case r.Method == "GET" && what == "":
 			json.NewEncoder(w).Encode(server.Box{ID: kubebox.BoxName(uid), State: "running"})
+		case r.Method == "POST" && what == "stop":
+			json.NewEncoder(w).Encode(server.Box{ID: kubebox.BoxName(uid), State: "stopped"})
 		case r.Method == "POST" && what == "exec":
 			fmt.Fprint(w, `{"exit_code":3,"stdout":"hi\n","stdout_encoding":"utf-8","stderr":"","stderr_encoding":"utf-8","timed_out":false,"truncated":false,"duration_ms":1}`)
 		default:
@@ -80,7 +82,8 @@ func kubelet(t *testing.T, client *fake.Clientset) {
 // no conflict), the admin sees both as TENANT.NAME; a tenant's box quota
 // is enforced from the pods, also by a gateway whose cache has not seen
 // the tenant's pods (another gateway's creates); the audit line of an
-// exec names the tenant; fork and snapshot say what to use instead.
+// exec names the tenant; an auto_remove box stopped is removed; fork and
+// snapshot say what to use instead.
 func TestGatewayTenants(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tenants.json")
@@ -228,6 +231,18 @@ func TestGatewayTenants(t *testing.T) {
 	}
 	if e.Tenant != "acme" || e.Kind != "exec" || strings.Join(e.Cmd, " ") != "echo hi" || e.ExitCode == nil || *e.ExitCode != 3 || e.Client != "tenant:acme" {
 		t.Fatalf("audit: %s", log)
+	}
+
+	// An auto_remove box stopped through the gateway is removed.
+	code, body = as("tok-beta", "POST", "/v1/boxes", `{"image":"x","name":"once","auto_remove":true}`)
+	if code != 201 {
+		t.Fatalf("beta's auto_remove box: %d %s", code, body)
+	}
+	if code, body := as("tok-beta", "POST", "/v1/boxes/once/stop", ""); code != 200 || !strings.Contains(body, `"stopped"`) || !strings.Contains(body, `"name":"once"`) || !strings.Contains(body, `"auto_remove":true`) || strings.Contains(body, "airlock.tenant") {
+		t.Fatalf("stop an auto_remove box: %d %s", code, body)
+	}
+	if code, body := as("tok-beta", "GET", "/v1/boxes/once", ""); code != 404 {
+		t.Fatalf("an auto_remove box after its stop: %d %s", code, body)
 	}
 
 	for _, route := range []string{"fork", "snapshot"} {

@@ -82,6 +82,10 @@ type Options struct {
 	// suspend. A suspended box's pod stays Running: the next call
 	// through the node's API resumes it.
 	IdleAction string `json:"idle_action,omitempty"`
+	// AutoRemove is the box's auto_remove: a gateway that stops the box
+	// (POST /v1/boxes/{id}/stop) then deletes its pod, so the box is
+	// removed, as airlock serve removes it. Nodes do not read it.
+	AutoRemove bool `json:"auto_remove,omitempty"`
 }
 
 // ParseOptions reads OptionsAnnotation's value.
