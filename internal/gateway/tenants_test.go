@@ -117,7 +117,7 @@ func TestGatewayTenants(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		hs := httptest.NewServer(server.New(server.Config{Cluster: g, Token: "t", Tenants: set, Audit: audit}).Handler(true))
+		hs := httptest.NewServer(server.New(server.Config{Cluster: g, Token: "t", Tenants: set, Audit: audit, Metrics: server.NewMetrics("test")}).Handler(true))
 		t.Cleanup(hs.Close)
 		return hs.URL
 	}
@@ -231,6 +231,12 @@ func TestGatewayTenants(t *testing.T) {
 	}
 	if e.Tenant != "acme" || e.Kind != "exec" || strings.Join(e.Cmd, " ") != "echo hi" || e.ExitCode == nil || *e.ExitCode != 3 || e.Client != "tenant:acme" {
 		t.Fatalf("audit: %s", log)
+	}
+
+	// The gateway's metrics count the creates and execs it passed on.
+	if code, body := as("t", "GET", "/metrics", ""); code != 200 || !strings.Contains(body, `airlock_execs_total{result="ok"} 1`) ||
+		!strings.Contains(body, `airlock_box_starts_total{result="ok"} 1`) {
+		t.Fatalf("metrics: %d %s", code, body)
 	}
 
 	// An auto_remove box stopped through the gateway is removed.

@@ -27,9 +27,11 @@ func (s *Server) clusterCreate(ctx context.Context, sp BoxSpec) (*boxOutput, err
 		return nil, &Problem{Status: http.StatusBadRequest, Title: "Bad Request", Code: CodeInvalid,
 			Detail: fmt.Sprintf("label %q is the server's own (it names the box's tenant): leave it out", TenantLabel)}
 	}
+	t0 := time.Now()
 	t := tenantOf(ctx)
 	if t == nil {
 		b, err := s.cfg.Cluster.CreateBox(ctx, sp, nil)
+		s.clusterStarted(b.ID, t0, err)
 		if err != nil {
 			return nil, clusterProblem(err)
 		}
@@ -54,10 +56,21 @@ func (s *Server) clusterCreate(ctx context.Context, sp BoxSpec) (*boxOutput, err
 		return checkQuota(t, s.quotaOf(t), have, want, what)
 	}
 	b, err := s.cfg.Cluster.CreateBox(ctx, sp, admit)
+	s.clusterStarted(b.ID, t0, err)
 	if err != nil {
 		return nil, tenantProblem(ctx, clusterProblem(err))
 	}
 	return &boxOutput{Body: view(ctx, b)}, nil
+}
+
+// clusterStarted counts a Cluster's create in the metrics as a box start
+// (airlock_box_starts_total): made, or failed on its node (a problem of
+// status 5xx); a refusal (quota, no node for it, a bad request) is none.
+func (s *Server) clusterStarted(id string, t0 time.Time, err error) {
+	p, _ := clusterProblem(err).(*Problem)
+	if err == nil || p.Status >= 500 {
+		s.cfg.Metrics.BoxStarted(airlock.BoxStartEvent{BoxID: id, Duration: time.Since(t0), Err: err})
+	}
 }
 
 // clusterUsage is what the boxes of tenant name among boxes take (a
@@ -184,7 +197,20 @@ func (s *Server) serveClusterBox(w http.ResponseWriter, r *http.Request, id stri
 			e.ExitCode = &n // an exec's result starts with it
 		}
 	}
-	s.audit(r.Context(), e, t0, errOut)
+	// The metrics count execs as the node's Runtime would
+	// (airlock_execs_total): those that ran, or failed on the node (5xx).
+	if kind == "exec" || kind == "exec_stream" {
+		if ev := (airlock.ExecEvent{BoxID: id, Duration: time.Since(t0), TimedOut: e.TimedOut}); cw.status < 400 {
+			if e.ExitCode != nil {
+				ev.ExitCode = *e.ExitCode
+			}
+			s.cfg.Metrics.ExecEnded(ev)
+		} else if cw.status >= 500 {
+			ev.Err = errOut
+			s.cfg.Metrics.ExecEnded(ev)
+		}
+	}
+	s.audit(r.Context(), e, t0, errOut) // last: a test that sees it sees the metrics
 }
 
 // leadingExitCode reads N from a body that starts {"exit_code":N.
