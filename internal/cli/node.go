@@ -120,7 +120,10 @@ configuration of a pod's service account is used.`,
 					return fmt.Errorf("--api-listen: %w", err)
 				}
 				apiAddr = l.Addr().String()
-				srv := server.New(server.Config{Runtime: rt, Token: tok,
+				// Every gateway's calls are one client here (the node
+				// token): the gateways bound each user's execs
+				// (--max-execs, tenants' quotas), not the node.
+				srv := server.New(server.Config{Runtime: rt, Token: tok, MaxExecsPerClient: NodeAPIMaxExecs,
 					Logger: slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 				done := make(chan struct{})
 				defer func() { <-done }()
@@ -150,6 +153,10 @@ configuration of a pod's service account is used.`,
 	cmd.Flags().StringVar(&apiTokenFile, "api-token-file", "", "the node token that --api-listen requires (default $AIRLOCK_HOME/node.token, made when absent)")
 	return cmd
 }
+
+// NodeAPIMaxExecs bounds the execs at once on a node's API, from all the
+// gateways together (the node token is one client).
+const NodeAPIMaxExecs = 1024
 
 // DefaultNodeAPIPort is the port of airlock node's API (--api-listen).
 const DefaultNodeAPIPort = 7770
