@@ -48,9 +48,8 @@ func pullPolicy(c *corev1.Container) corev1.PullPolicy {
 }
 
 // digestRef is the reference of exactly this image: its repository (the
-// stored name without tag or digest) @ its manifest digest. A box made
-// from it gets this image even when the name moves on meanwhile, and the
-// container status shows it as imageID, as a kubelet's does.
+// stored name without tag or digest) @ its manifest digest, which the
+// container status shows as imageID, as a kubelet's does.
 func digestRef(info airlock.ImageInfo) string {
 	return repository(info.Ref) + "@" + info.Digest
 }

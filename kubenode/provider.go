@@ -317,10 +317,10 @@ func (p *Provider) createBox(ctx context.Context, pb *podBox, opts airlock.BoxOp
 	for {
 		info, err := p.resolveImage(ctx, pod)
 		if err == nil {
-			// Exactly the image resolved, even if its name moves on.
-			opts.Image = digestRef(info)
+			// Create finds the image just resolved under its name in the
+			// store (the box's image shows the name the pod gave).
 			p.mu.Lock()
-			pb.imageID = opts.Image
+			pb.imageID = digestRef(info)
 			if wait > 0 {
 				pb.waiting, pb.message = "ContainerCreating", ""
 			}
