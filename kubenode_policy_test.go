@@ -46,6 +46,7 @@ func TestPodImagePullPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(p.Stop) // after the pods' deletes: nothing of them runs on
 	reg := imagetest.NewRegistry(t)
 	ref := reg.Push(t, "test/moving:1", imagetest.Image(t, []string{"sh", "-c", "echo one"}))
 	ctx := context.Background()
@@ -87,11 +88,11 @@ func TestPodImagePullPolicy(t *testing.T) {
 
 	// Never, and the image is not in the store: no pull, the pod waits.
 	missing := reg.Push(t, "test/elsewhere:1", imagetest.Image(t, []string{"true"}))
-	pod := newPod("nopull", "uid-nopull", corev1.Container{Name: "main", Image: missing, ImagePullPolicy: corev1.PullNever})
-	if err := p.CreatePod(ctx, pod); err != nil {
+	nopull := newPod("nopull", "uid-nopull", corev1.Container{Name: "main", Image: missing, ImagePullPolicy: corev1.PullNever})
+	if err := p.CreatePod(ctx, nopull); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.DeletePod(context.Background(), pod) })
+	t.Cleanup(func() { p.DeletePod(context.Background(), nopull) })
 	waitStatus(t, p, "nopull", func(s *corev1.PodStatus) bool {
 		w := s.ContainerStatuses[0].State.Waiting
 		return s.Phase == corev1.PodPending && w != nil && w.Reason == kubenode.ReasonErrImageNeverPull &&
@@ -103,11 +104,11 @@ func TestPodImagePullPolicy(t *testing.T) {
 
 	// Always with the registry gone: a pull error, not the stored image.
 	reg.Server.Close()
-	pod = newPod("offline", "uid-offline", corev1.Container{Name: "main", Image: ref, ImagePullPolicy: corev1.PullAlways})
-	if err := p.CreatePod(ctx, pod); err != nil {
+	offline := newPod("offline", "uid-offline", corev1.Container{Name: "main", Image: ref, ImagePullPolicy: corev1.PullAlways})
+	if err := p.CreatePod(ctx, offline); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.DeletePod(context.Background(), pod) })
+	t.Cleanup(func() { p.DeletePod(context.Background(), offline) })
 	waitStatus(t, p, "offline", func(s *corev1.PodStatus) bool {
 		w := s.ContainerStatuses[0].State.Waiting
 		return s.Phase == corev1.PodPending && w != nil && (w.Reason == "ErrImagePull" || w.Reason == "ImagePullBackOff")
@@ -125,6 +126,7 @@ func TestPodActiveDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(p.Stop) // after the pods' deletes: nothing of them runs on
 	ctx := context.Background()
 	secs := func(n int64) *int64 { return &n }
 	failedByDeadline := func(s *corev1.PodStatus) bool {
