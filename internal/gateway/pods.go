@@ -81,7 +81,10 @@ func (g *Gateway) podOf(id string, sp server.BoxSpec) (*corev1.Pod, error) {
 		corev1.ResourceCPU:    *resource.NewQuantity(int64(cpus), resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(int64(mem)<<20, resource.BinarySI),
 	}
-	c := corev1.Container{Name: "box", Image: sp.Image, WorkingDir: sp.WorkingDir,
+	// The image as airlock serve finds it: the node's stored one, pulled
+	// when absent (the API server's default would pull untagged names
+	// at every create).
+	c := corev1.Container{Name: "box", Image: sp.Image, WorkingDir: sp.WorkingDir, ImagePullPolicy: corev1.PullIfNotPresent,
 		Resources: corev1.ResourceRequirements{Limits: res, Requests: res}}
 	for _, e := range sp.Env {
 		k, v, _ := strings.Cut(e, "=")
