@@ -639,3 +639,20 @@ func ToolCmd(cmd *exec.Cmd, uid int) {
 		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
 	}
 }
+
+// NoSetIDCmd makes cmd (its Path, Args and Env set) start through a
+// re-execution of this program (jailstage.RunNoSetID) that installs the
+// seccomp filter against setuid and setgid files (jailstage.NoSetIDFilter)
+// and then execs cmd's program with cmd's environment (cmd.Env, or this
+// process's when nil): the program and what it starts cannot give a file
+// S_ISUID or S_ISGID, nor create one with them (EPERM). The virtio-fs
+// daemons start so. The pid stays the program's.
+func NoSetIDCmd(cmd *exec.Cmd) {
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	cmd.Args = append([]string{jailstage.NoSetIDArg0, cmd.Path}, cmd.Args[1:]...)
+	cmd.Path = "/proc/self/exe"
+	cmd.Env = append(append([]string(nil), env...), jailstage.Env+"=1")
+}
