@@ -58,15 +58,21 @@ var setIDCases = []setIDCase{
 	{"chmod 0755", 0, func(d string) error { return raw(unix.SYS_CHMOD, cstr(d+"/f"), 0o755) }},
 	{"chmod 01777 (sticky)", 0, func(d string) error { return raw(unix.SYS_CHMOD, cstr(d+"/f"), 0o1777) }},
 	{"chmod high bits|04755", unix.EPERM, func(d string) error { return raw(unix.SYS_CHMOD, cstr(d+"/f"), 1<<32|0o4755) }},
-	{"fchmod 04755", unix.EPERM, func(d string) error { return withFD(d+"/f", func(fd int) error { return raw(unix.SYS_FCHMOD, uintptr(fd), 0o4755) }) }},
-	{"fchmod 0700", 0, func(d string) error { return withFD(d+"/f", func(fd int) error { return raw(unix.SYS_FCHMOD, uintptr(fd), 0o700) }) }},
+	{"fchmod 04755", unix.EPERM, func(d string) error {
+		return withFD(d+"/f", func(fd int) error { return raw(unix.SYS_FCHMOD, uintptr(fd), 0o4755) })
+	}},
+	{"fchmod 0700", 0, func(d string) error {
+		return withFD(d+"/f", func(fd int) error { return raw(unix.SYS_FCHMOD, uintptr(fd), 0o700) })
+	}},
 	{"fchmodat 02755", unix.EPERM, func(d string) error { return raw(unix.SYS_FCHMODAT, atFDCWD, cstr(d+"/f"), 0o2755) }},
 	{"fchmodat 0644", 0, func(d string) error { return raw(unix.SYS_FCHMODAT, atFDCWD, cstr(d+"/f"), 0o644) }},
 	{"fchmodat2 04755", unix.EPERM, func(d string) error { return raw(unix.SYS_FCHMODAT2, atFDCWD, cstr(d+"/f"), 0o4755, 0) }},
 	{"open O_CREAT 04755", unix.EPERM, func(d string) error {
 		return raw(unix.SYS_OPEN, cstr(d+"/o1"), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o4755)
 	}},
-	{"open O_CREAT 0755", 0, func(d string) error { return closed(unix.Open(d+"/o2", unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o755)) }},
+	{"open O_CREAT 0755", 0, func(d string) error {
+		return closed(unix.Open(d+"/o2", unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o755))
+	}},
 	{"open no O_CREAT, mode 04755 ignored", 0, func(d string) error {
 		return closed(rawFD(unix.SYS_OPEN, cstr(d+"/f"), unix.O_RDONLY|unix.O_CLOEXEC, 0o4755))
 	}},
