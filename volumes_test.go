@@ -85,7 +85,7 @@ func TestVolumes(t *testing.T) {
 		// The volume is root's when the tests run as root: a setuid bit
 		// there would be a setuid-root program on the host. mapped-xattr
 		// keeps the box's modes in xattrs (the box sees 6755), and QEMU's
-		// stage filter would refuse a real one (TestStartJailRefusesSetIDFiles).
+		// stage filter would refuse a real one (TestHostileGuestNoSetIDFilesInJail).
 		if err := os.WriteFile(filepath.Join(rwDir, "hostprog"), []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -50,8 +50,11 @@ const FDFirst = jailstage.FDFirst
 // sockets and opens the files as the caller, mounts a read-only tmpfs root
 // on Root that holds only Binds, Files, Devices and Shares, pivots into
 // it, changes to UID/GID when set, gives up every capability (an empty
-// bounding set, no_new_privs) and execs Path. The program's own seccomp
-// filter is its business (QEMU's -sandbox, in its Args).
+// bounding set, no_new_privs), installs the seccomp filter against setuid
+// and setgid files (jailstage.NoSetIDFilter: the program, which may own a
+// share's files through its idmapped mount, can give none of them those
+// bits) and execs Path. The program's own seccomp filter is its business
+// (QEMU's -sandbox, in its Args).
 type Spec struct {
 	// Name names the program in errors ("QEMU"); StartHint, when set, is
 	// added to the error of a stage that cannot start (what to do).

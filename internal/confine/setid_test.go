@@ -45,14 +45,14 @@ func init() {
 	os.Exit(0)
 }
 
-// TestStartJailRefusesSetIDFiles starts a stand-in for a taken-over QEMU
+// TestHostileGuestNoSetIDFilesInJail starts a stand-in for a taken-over QEMU
 // (the test binary) as root starts a box's QEMU, with a read-write host
 // directory of root's (and one of uid 1234's) shared into its jail: the
 // program owns the directory's files through the idmapped mount, yet
 // chmod 04755 and 02755 of a file, and open/openat with O_CREAT and mode
 // 04755 or 02755, fail with EPERM and leave no setuid or setgid file on
 // the host, while chmod 0755 and an ordinary create work.
-func TestStartJailRefusesSetIDFiles(t *testing.T) {
+func TestHostileGuestNoSetIDFilesInJail(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (a uid of its own, idmapped mounts)")
 	}
@@ -140,11 +140,11 @@ func TestStartJailRefusesSetIDFiles(t *testing.T) {
 	}
 }
 
-// TestNoSetIDCmd: a program started through NoSetIDCmd (as the virtio-fs
+// TestHostileGuestNoSetIDCmd: a program started through NoSetIDCmd (as the virtio-fs
 // daemons are, here a shell) cannot give a file S_ISUID or S_ISGID, nor
 // make a setgid directory, while other modes work; its environment is
 // the command's, without the stage's marker.
-func TestNoSetIDCmd(t *testing.T) {
+func TestHostileGuestNoSetIDCmd(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command("/bin/sh", "-c", `cd "$0" && touch a b && `+
 		`{ chmod 4755 a 2>/dev/null && echo SETUID; chmod g+s a 2>/dev/null && echo SETGID; mkdir -m 2755 d 2>/dev/null && echo SETGID-DIR; `+

@@ -155,7 +155,7 @@ func init() {
 	os.Exit(0)
 }
 
-// TestNoSetIDFilter runs the test binary under NoSetIDFilter (the filter
+// TestHostileGuestNoSetIDFilter runs the test binary under NoSetIDFilter (the filter
 // the launcher stage installs before it execs a box's QEMU, and the
 // virtio-fs daemons run under): every way to give a file S_ISUID or
 // S_ISGID (chmod, fchmod, fchmodat, fchmodat2, open and openat with
@@ -163,7 +163,7 @@ func init() {
 // leaves no file, while the same calls without those bits, the sticky bit
 // and an open without O_CREAT work; openat2 and io_uring_setup fail with
 // ENOSYS. No root needed (no_new_privs).
-func TestNoSetIDFilter(t *testing.T) {
+func TestHostileGuestNoSetIDFilter(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("#!/bin/sh\n"), 0o644); err != nil {
 		t.Fatal(err)
