@@ -17,7 +17,8 @@ import (
 
 // setIDProbeEnv makes the test binary a stand-in for a QEMU taken over:
 // in the directory the variable names it tries chmod 04755 and 02755 of
-// "f", open(O_CREAT, 04755) and openat(O_CREAT, 02755) of new files, then
+// "f", open(O_CREAT, 04755) and openat(O_CREAT, 02755) of new files, a
+// file capability on "g", then
 // chmod 0755 of "g" and an ordinary create, printing "name=errno" lines.
 const setIDProbeEnv = "AIRLOCK_TEST_SETID_PROBE"
 
@@ -40,6 +41,10 @@ func init() {
 	try("chmod-2755", unix.Fchmodat(unix.AT_FDCWD, dir+"/f", 0o2755, 0))
 	try("open-creat-4755", closed(unix.Open(dir+"/s", unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o4755)))
 	try("openat-creat-2755", closed(unix.Openat(unix.AT_FDCWD, dir+"/sg", unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o2755)))
+	// A file capability (vfs_cap_data revision 2, effective, CAP_SETUID
+	// permitted): the kernel asks for CAP_SETFCAP, which the program lacks.
+	fcap := []byte{1, 0, 0, 2, 1 << unix.CAP_SETUID, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	try("setxattr-capability", unix.Setxattr(dir+"/g", "security.capability", fcap, 0))
 	try("chmod-0755", unix.Chmod(dir+"/g", 0o755))
 	try("open-creat-0644", closed(unix.Open(dir+"/new", unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)))
 	os.Exit(0)
@@ -51,7 +56,8 @@ func init() {
 // program owns the directory's files through the idmapped mount, yet
 // chmod 04755 and 02755 of a file, and open/openat with O_CREAT and mode
 // 04755 or 02755, fail with EPERM and leave no setuid or setgid file on
-// the host, while chmod 0755 and an ordinary create work.
+// the host, as does a file capability (security.capability needs
+// CAP_SETFCAP), while chmod 0755 and an ordinary create work.
 func TestHostileGuestNoSetIDFilesInJail(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (a uid of its own, idmapped mounts)")
@@ -109,7 +115,7 @@ func TestHostileGuestNoSetIDFilesInJail(t *testing.T) {
 			}
 			eperm := strconv.Itoa(int(unix.EPERM))
 			want := map[string]string{"chmod-4755": eperm, "chmod-2755": eperm, "open-creat-4755": eperm,
-				"openat-creat-2755": eperm, "chmod-0755": "0", "open-creat-0644": "0"}
+				"openat-creat-2755": eperm, "setxattr-capability": eperm, "chmod-0755": "0", "open-creat-0644": "0"}
 			for _, l := range strings.Split(string(out), "\n") {
 				if k, v, ok := strings.Cut(l, "="); ok && want[k] != "" {
 					if v != want[k] {
