@@ -224,8 +224,8 @@ func TestOnlyDefaultsReadsTheEnvironment(t *testing.T) {
 // TestReleaseBinariesCarryNoTestFaults builds the release binaries (the
 // CLI, the guest agent, the network helper) as they ship, without the
 // airlock_testfaults tag, and checks that none holds a test-only fault or
-// seam (the exec wedge, the network benchmark's slirp switch) or links a
-// test-only package.
+// seam (the exec wedge, the network benchmark's slirp switch, the CLI's
+// fake driver) or links a test-only package.
 func TestReleaseBinariesCarryNoTestFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the three release binaries")
@@ -254,7 +254,7 @@ func TestReleaseBinariesCarryNoTestFaults(t *testing.T) {
 		low := strings.ToLower(string(b))
 		// The faults' own names: "wedge" alone is in libraries' tables
 		// (HTML entity names, linked with client-go).
-		for _, s := range []string{"test_wedge_exec", "testwedgeexec", "wedgeexec", "slirpforbench", "benchslirp", "airlock_testfaults"} {
+		for _, s := range []string{"test_wedge_exec", "testwedgeexec", "wedgeexec", "slirpforbench", "benchslirp", "airlock_testfaults", "airlock_test_driver", "openwithtestdriver"} {
 			if strings.Contains(low, s) {
 				t.Errorf("release %s holds %q", cmd, s)
 			}

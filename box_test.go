@@ -15,10 +15,16 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/cli"
 	"github.com/airlock-run/airlock/internal/vmtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(vmtest.Main(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(asCLIEnv) == "1" { // this binary as the airlock CLI (kubenode_kill_test.go)
+		os.Exit(cli.Main(os.Args[1:]))
+	}
+	os.Exit(vmtest.Main(m))
+}
 
 // openRuntime opens a runtime on a fresh home that shares the image store
 // and cache with the machine's default ones.

@@ -29,8 +29,11 @@ import (
 // TestE2BAPIFake: the E2B API's control plane on the fake driver, as E2B's
 // SDKs call it: the API key, create with metadata (box labels) and a
 // timeout (the box's TTL), get, list with metadata and state filters and
-// pages, set_timeout, kill; the data plane's access tokens; a process
-// started through envd's Connect service. TestE2BSDK (internal/e2b) runs
+// pages, set_timeout, kill; E2B's egress rules and lifecycle as box
+// options (deny all with allowOut: an allowlist box; autoPause: an idle
+// timeout that suspends) and what a create or update_network cannot map
+// refused; the data plane's access tokens; a process started through
+// envd's Connect service. TestE2BSDK (internal/e2b) runs
 // the official SDKs on real boxes.
 func TestE2BAPIFake(t *testing.T) {
 	open, ref := lifeHome(t)
@@ -103,12 +106,113 @@ func TestE2BAPIFake(t *testing.T) {
 		"tenant metadata":   {"templateID": ref, "metadata": map[string]string{server.TenantLabel: "alice"}},
 		"zero timeout":      {"templateID": ref, "timeout": 0},
 		"timeout past 24h":  {"templateID": ref, "timeout": 86401},
-		"denyOut":           {"templateID": ref, "network": map[string]any{"denyOut": []string{"1.2.3.4"}}},
 	} {
 		if st, _, b := call("POST", "/sandboxes", key, body); st != http.StatusBadRequest {
 			t.Errorf("%s: status %d %s, want 400", name, st, b)
 		}
 	}
+	for name, body := range map[string]map[string]any{
+		"denyOut of some addresses":  {"templateID": ref, "network": map[string]any{"denyOut": []string{"1.2.3.4"}}},
+		"header rules":               {"templateID": ref, "network": map[string]any{"rules": map[string]any{"api.example.com": []any{}}}},
+		"an egress proxy":            {"templateID": ref, "network": map[string]any{"egressProxy": map[string]any{"address": "p:1080"}}},
+		"a bad allowOut":             {"templateID": ref, "network": map[string]any{"allowOut": []string{"10.0.0.0/33"}, "denyOut": []string{"0.0.0.0/0"}}},
+		"pause without memory":       {"templateID": ref, "autoPause": true, "autoPauseMemory": false},
+		"autoResume without a pause": {"templateID": ref, "autoResume": map[string]bool{"enabled": true}},
+		"a host path as a volume":    {"templateID": ref, "volumeMounts": []map[string]string{{"name": "/etc", "path": "/mnt/etc"}}},
+		"a relative volume name":     {"templateID": ref, "volumeMounts": []map[string]string{{"name": "../x", "path": "/mnt/x"}}},
+		"a relative mount path":      {"templateID": ref, "volumeMounts": []map[string]string{{"name": "data", "path": "mnt"}}},
+		"volumes with autoPause":     {"templateID": ref, "autoPause": true, "volumeMounts": []map[string]string{{"name": "data", "path": "/mnt/data"}}},
+	} {
+		if st, _, b := call("POST", "/v2/sandboxes", key, body); st != http.StatusBadRequest {
+			t.Errorf("%s: status %d %s, want 400", name, st, b)
+		}
+	}
+	// E2B's egress rules and lifecycle as box options.
+	optsOf := func(body map[string]any) (string, airlock.BoxOptions, map[string]any) {
+		t.Helper()
+		st, _, b := call("POST", "/v2/sandboxes", key, body)
+		if st != http.StatusCreated {
+			t.Fatalf("create %v: %d %s", body, st, b)
+		}
+		var c struct{ SandboxID string }
+		json.Unmarshal(b, &c)
+		box, err := r.Get(ctx, c.SandboxID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, _ := box.Info(ctx)
+		_, _, b = call("GET", "/sandboxes/"+c.SandboxID, key, nil)
+		var d map[string]any
+		json.Unmarshal(b, &d)
+		return c.SandboxID, info.Options, d
+	}
+	id, o, d := optsOf(map[string]any{"templateID": ref, "timeout": 60, "network": map[string]any{"denyOut": []string{"0.0.0.0/0"}, "allowOut": []string{"198.51.100.7", "api.example.com"}}})
+	if o.Network != airlock.NetworkAllowlist || strings.Join(o.AllowNet, ",") != "198.51.100.7,api.example.com" || o.TTL != time.Minute || o.IdleTimeout != 0 {
+		t.Errorf("deny all, allow two: options %+v", o)
+	}
+	if n, _ := json.Marshal(d["network"]); string(n) != `{"allowOut":["198.51.100.7","api.example.com"],"denyOut":["0.0.0.0/0"]}` {
+		t.Errorf("get: network %s", n)
+	}
+	if l, _ := json.Marshal(d["lifecycle"]); string(l) != `{"autoResume":false,"onTimeout":"kill"}` {
+		t.Errorf("get: lifecycle %s", l)
+	}
+	call("DELETE", "/sandboxes/"+id, key, nil)
+	id, o, d = optsOf(map[string]any{"templateID": ref, "timeout": 90, "allow_internet_access": false, "autoPause": true, "autoResume": map[string]bool{"enabled": true}})
+	if o.Network != airlock.NetworkAllowlist || len(o.AllowNet) != 0 || o.TTL != 0 || o.IdleTimeout != 90*time.Second || o.IdleAction != airlock.IdleSuspend {
+		t.Errorf("no internet, auto-pause: options %+v", o)
+	}
+	if l, _ := json.Marshal(d["lifecycle"]); string(l) != `{"autoResume":true,"onTimeout":"pause"}` || d["allowInternetAccess"] != false {
+		t.Errorf("get: lifecycle %s, allowInternetAccess %v", l, d["allowInternetAccess"])
+	}
+	if md, _ := json.Marshal(d["metadata"]); string(md) != "{}" {
+		t.Errorf("get: metadata %s: airlock's own labels must not show", md)
+	}
+	if end, _ := time.Parse(time.RFC3339Nano, d["endAt"].(string)); time.Until(end) < 80*time.Second || time.Until(end) > 90*time.Second {
+		t.Errorf("an auto-pause sandbox's endAt %v: want its idle deadline, about 90 s from now", d["endAt"])
+	}
+	// set_timeout of an auto-pause sandbox moves its idle deadline, not a TTL.
+	if st, _, b := call("POST", "/sandboxes/"+id+"/timeout", key, map[string]int{"timeout": 600}); st != http.StatusNoContent {
+		t.Errorf("set timeout: %d %s", st, b)
+	}
+	box, _ := r.Get(ctx, id)
+	if bi, _ := box.Info(ctx); bi.Options.IdleTimeout != 10*time.Minute || bi.Options.TTL != 0 || time.Until(bi.IdleDeadline) < 590*time.Second {
+		t.Errorf("after set_timeout 600: idle timeout %v (deadline %v), ttl %v", bi.Options.IdleTimeout, bi.IdleDeadline, bi.Options.TTL)
+	}
+	// update_network: what a create refuses is refused; an unknown
+	// sandbox is 404.
+	for _, c := range []struct {
+		id   string
+		body any
+		want int
+	}{
+		{id, map[string]any{"denyOut": []string{"1.2.3.4"}}, 400},
+		{id, map[string]any{"rules": map[string]any{"x.example.com": []any{}}}, 400},
+		{id, map[string]any{"allowOut": []string{"10.0.0.0/33"}}, 400},
+		{"nosuchbox", map[string]any{}, 404},
+	} {
+		if st, _, b := call("PUT", "/sandboxes/"+c.id+"/network", key, c.body); st != c.want {
+			t.Errorf("update_network %v: %d %s, want %d", c.body, st, b, c.want)
+		}
+	}
+	// It replaces the rules: what the body leaves out is cleared.
+	for _, c := range []struct {
+		body  any
+		mode  airlock.NetworkMode
+		allow string
+	}{
+		{map[string]any{"allowOut": []string{"198.51.100.9"}, "denyOut": []string{"0.0.0.0/0"}}, airlock.NetworkAllowlist, "198.51.100.9"},
+		{map[string]any{}, airlock.NetworkPublic, ""},
+		{map[string]any{"allow_internet_access": false}, airlock.NetworkAllowlist, ""},
+	} {
+		if st, _, b := call("PUT", "/sandboxes/"+id+"/network", key, c.body); st != http.StatusNoContent {
+			t.Errorf("update_network %v: %d %s", c.body, st, b)
+		}
+		if bi, _ := box.Info(ctx); bi.Options.Network != c.mode || strings.Join(bi.Options.AllowNet, ",") != c.allow {
+			t.Errorf("after update_network %v: network %s %v, want %s %q", c.body, bi.Options.Network, bi.Options.AllowNet, c.mode, c.allow)
+		}
+	}
+	call("DELETE", "/sandboxes/"+id, key, nil)
+
 	a := create(map[string]string{"team": "a"}, 60)
 	b := create(map[string]string{"team": "b"}, 60)
 	plain, err := r.Create(ctx, airlock.BoxOptions{Image: ref, Network: airlock.NetworkNone})

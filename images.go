@@ -172,6 +172,20 @@ func (r *Runtime) ListImages() ([]ImageInfo, error) {
 	return out, nil
 }
 
+// LocalImage finds ref (a name, name@digest or a manifest digest) in the
+// runtime's store without any network access. Errors wrap
+// ErrImageNotFound when the store has no such image.
+func (r *Runtime) LocalImage(ref string) (ImageInfo, error) {
+	img, err := r.images.Resolve(ref)
+	if errors.Is(err, image.ErrNotFound) {
+		return ImageInfo{}, fmt.Errorf("%w: %w", ErrImageNotFound, err)
+	}
+	if err != nil {
+		return ImageInfo{}, err
+	}
+	return imageInfo(img), nil
+}
+
 // PullImage pulls ref (Docker name resolution; plain HTTP for loopback
 // registries) into the store, reporting through ev (its fields may be
 // nil), and returns the stored image. Blobs already stored are not

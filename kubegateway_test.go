@@ -3,6 +3,8 @@ package airlock_test
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	osexec "os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -18,6 +21,7 @@ import (
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/gateway"
 	"github.com/airlock-run/airlock/internal/server"
+	"github.com/airlock-run/airlock/internal/tenant"
 	"github.com/airlock-run/airlock/kubenode"
 	"github.com/coder/websocket"
 	corev1 "k8s.io/api/core/v1"
@@ -89,8 +93,8 @@ func (c *kubeCluster) startAPINode(rt *airlock.Runtime, name, nodeToken string) 
 }
 
 // startGateway runs an airlock gateway on the cluster (as airlock gateway
-// does) and returns its URL and a stop function.
-func (c *kubeCluster) startGateway(token, nodeToken string) (url string, stop func()) {
+// does; tenants may be nil) and returns its URL and a stop function.
+func (c *kubeCluster) startGateway(token, nodeToken string, tenants *tenant.Set) (url string, stop func()) {
 	t := c.t
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -108,7 +112,8 @@ func (c *kubeCluster) startGateway(token, nodeToken string) (url string, stop fu
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		server.New(server.Config{Cluster: gw, Token: token, DrainTimeout: 5 * time.Second}).Serve(ctx, l)
+		server.New(server.Config{Cluster: gw, Token: token, Tenants: tenants, DrainTimeout: 5 * time.Second,
+			Metrics: server.NewMetrics(server.Version())}).Serve(ctx, l)
 	}()
 	stopped := false
 	stop = func() {
@@ -165,9 +170,11 @@ func decode[T any](t *testing.T, b []byte) T {
 
 // TestKubeGateway runs a loopback control plane with two airlock nodes
 // (fake driver), each serving airlock's API for its boxes, and airlock
-// gateways in front: boxes made through one gateway land on both nodes
-// (each box asks for all of a node's CPUs); exec, files and the exec
-// WebSocket go through either gateway to the box's node; the list shows
+// gateways in front: two tenants' tokens see, list and touch only their
+// own boxes and one's quota of boxes holds; boxes made through one
+// gateway land on both nodes (each box asks for all of a node's CPUs);
+// exec, files and the exec WebSocket go through either gateway to the
+// box's node, 50 MiB of output streamed with every byte checked; the list shows
 // both with their labels; a third box is refused with the scheduler's
 // Unschedulable message; a restarted gateway answers for the boxes; a
 // stopped node's box is lost (state lost, calls box_lost naming the node);
@@ -179,8 +186,9 @@ func TestKubeGateway(t *testing.T) {
 	n2 := c.startAPINode(kubeSnapRuntime(t), "airlock-gw-2", nodeToken)
 	c.kubectl("apply", "-f", "deploy/kubernetes/")
 	c.waitDefaultSA()
-	g1, stop1 := c.startGateway(token, nodeToken)
-	g2, _ := c.startGateway(token, nodeToken)
+	tenants := kubeTenants(t)
+	g1, stop1 := c.startGateway(token, nodeToken, tenants)
+	g2, _ := c.startGateway(token, nodeToken, tenants)
 
 	// The gateway's spec is airlock serve's.
 	code, spec := call(t, "GET", g1+"/openapi.json", token, nil)
@@ -251,6 +259,49 @@ func TestKubeGateway(t *testing.T) {
 		t.Fatalf("remove sleepy: %d %s", code, body)
 	}
 
+	// Two tenants: each sees, lists and touches only its own boxes, on
+	// either gateway; red's quota of one box holds.
+	tenantBoxes := map[string]server.Box{}
+	for i, who := range []string{"red", "blue"} {
+		code, body := call(t, "POST", []string{g1, g2}[i]+"/v1/boxes", "tok-"+who, map[string]any{"image": kubeRef, "name": "mine"})
+		if code != 201 {
+			t.Fatalf("%s creates a box: %d %s", who, code, body)
+		}
+		tenantBoxes[who] = decode[server.Box](t, body)
+	}
+	for i, who := range []string{"red", "blue"} {
+		other := tenantBoxes[[]string{"blue", "red"}[i]]
+		g := []string{g2, g1}[i] // not the gateway that made it
+		code, body := call(t, "GET", g+"/v1/boxes", "tok-"+who, nil)
+		if list := decode[server.BoxList](t, body); code != 200 || len(list.Boxes) != 1 || list.Boxes[0].ID != tenantBoxes[who].ID || list.Boxes[0].Name != "mine" {
+			t.Fatalf("%s lists: %d %s", who, code, body)
+		}
+		code, body = call(t, "POST", g+"/v1/boxes/mine/exec", "tok-"+who, map[string]any{"cmd": []string{"echo", who}})
+		if res := decode[server.ExecResult](t, body); code != 200 || res.Stdout != who+"\n" {
+			t.Fatalf("%s execs in its box: %d %s", who, code, body)
+		}
+		for _, path := range []string{"", "/exec"} {
+			method := map[string]string{"": "GET", "/exec": "POST"}[path]
+			code, body := call(t, method, g+"/v1/boxes/"+other.ID+path, "tok-"+who, map[string]any{"cmd": []string{"true"}})
+			if code != 404 || !strings.Contains(string(body), `"box_not_found"`) {
+				t.Fatalf("%s: %s another tenant's box%s: %d %s", who, method, path, code, body)
+			}
+		}
+	}
+	code, body = call(t, "POST", g2+"/v1/boxes", "tok-red", map[string]any{"image": kubeRef})
+	if code != 403 || !strings.Contains(string(body), `"quota_exceeded"`) {
+		t.Fatalf("red's second box: %d %s", code, body)
+	}
+	code, body = call(t, "GET", g1+"/v1/boxes", token, nil)
+	if list := decode[server.BoxList](t, body); code != 200 || len(list.Boxes) != 2 {
+		t.Fatalf("the admin lists the tenants' boxes: %d %s", code, body)
+	}
+	for who, bx := range tenantBoxes {
+		if code, body := call(t, "DELETE", g1+"/v1/boxes/"+bx.ID+"?force=true", "tok-"+who, nil); code != 204 {
+			t.Fatalf("%s removes its box: %d %s", who, code, body)
+		}
+	}
+
 	cpus := runtime.NumCPU() // a node's capacity: one box per node
 	mk := func(g, name string) server.Box {
 		t.Helper()
@@ -305,6 +356,7 @@ func TestKubeGateway(t *testing.T) {
 	}
 	// The exec WebSocket, streamed through the gateway.
 	wsExec(t, g2, token, boxA.ID)
+	wsBig(t, g1, token, boxB.ID)
 
 	// List and filters (pod labels).
 	code, body = call(t, "GET", g2+"/v1/boxes?label=box=beta", token, nil)
@@ -323,7 +375,7 @@ func TestKubeGateway(t *testing.T) {
 
 	// A restarted gateway loses nothing.
 	stop1()
-	g3, _ := c.startGateway(token, nodeToken)
+	g3, _ := c.startGateway(token, nodeToken, tenants)
 	code, body = call(t, "GET", g3+"/v1/boxes/alpha", token, nil)
 	if got := decode[server.Box](t, body); code != 200 || got.ID != boxA.ID || got.State != "running" || got.Node != boxA.Node {
 		t.Fatalf("box A after a gateway restart: %d %s", code, body)
@@ -443,6 +495,81 @@ func wsExec(t *testing.T, url, token, id string) {
 	}
 }
 
+// kubeTenants is a tenants file with red (one box at most) and blue (no
+// quota), tokens tok-red and tok-blue.
+func kubeTenants(t *testing.T) *tenant.Set {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	if err := tenant.Add(file, tenant.Tenant{Name: "red", Quota: tenant.Quota{Boxes: 1}}, "tok-red"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tenant.Add(file, tenant.Tenant{Name: "blue"}, "tok-blue"); err != nil {
+		t.Fatal(err)
+	}
+	set, err := tenant.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// wsBig streams 50 MiB of random bytes (a host file: the fake driver's
+// commands see the host's files) out of box id through the exec
+// WebSocket of the gateway at url, and checks every byte by its SHA-256.
+func wsBig(t *testing.T, url, token, id string) {
+	t.Helper()
+	const size = 50 << 20
+	file := filepath.Join(t.TempDir(), "big")
+	data := make([]byte, size)
+	crand.Read(data)
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := sha256.Sum256(data)
+	data = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(url, "http")+"/v1/boxes/"+id+"/exec/ws",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + token}}})
+	if err != nil {
+		t.Fatalf("exec WebSocket through the gateway: %v", err)
+	}
+	defer conn.CloseNow()
+	conn.SetReadLimit(4 << 20)
+	req, _ := json.Marshal(map[string]any{"cmd": []string{"cat", file}})
+	if err := conn.Write(ctx, websocket.MessageText, req); err != nil {
+		t.Fatal(err)
+	}
+	h, n := sha256.New(), 0
+	for {
+		typ, msg, err := conn.Read(ctx)
+		if err != nil {
+			t.Fatalf("50 MiB through the exec WebSocket: %v after %d bytes", err, n)
+		}
+		if typ == websocket.MessageBinary {
+			if len(msg) > 0 && msg[0] == 1 {
+				h.Write(msg[1:])
+				n += len(msg) - 1
+			}
+			continue
+		}
+		var f struct {
+			Type     string `json:"type"`
+			ExitCode int    `json:"exit_code"`
+		}
+		json.Unmarshal(msg, &f)
+		if f.Type == "error" {
+			t.Fatalf("50 MiB through the exec WebSocket: %s", msg)
+		}
+		if f.Type == "exit" {
+			if f.ExitCode != 0 || n != size || !bytes.Equal(h.Sum(nil), want[:]) {
+				t.Fatalf("50 MiB through the exec WebSocket: exit %d, %d bytes (want %d), same SHA-256: %v", f.ExitCode, n, size, bytes.Equal(h.Sum(nil), want[:]))
+			}
+			return
+		}
+	}
+}
+
 // sdkScript runs through the Python SDK (sync API) against AIRLOCK_URL:
 // a box with labels, exec with exit code and both streams, a file written
 // and read back, the box in the list with its label, and its removal.
@@ -497,7 +624,7 @@ func TestKubeGatewayOverhead(t *testing.T) {
 	n := c.startAPINode(kubeRuntime(t), "airlock-bench", nodeToken)
 	c.kubectl("apply", "-f", "deploy/kubernetes/")
 	c.waitDefaultSA()
-	gw, _ := c.startGateway(token, nodeToken)
+	gw, _ := c.startGateway(token, nodeToken, nil)
 	const creates, execs = 5, 50
 	for _, side := range []struct{ name, url, token string }{{"node", n.api, nodeToken}, {"gateway", gw, token}} {
 		var mk, rm, ex []time.Duration
@@ -526,5 +653,50 @@ func TestKubeGatewayOverhead(t *testing.T) {
 		}
 		t.Logf("%s: exec round trip median %v (%d), create median %v, remove median %v (%d)", side.name,
 			median(ex), execs, median(mk), median(rm), creates)
+	}
+}
+
+// TestKubeGatewaySDKSuite (AIRLOCK_KUBE_SDK=1; a report, not a CI test)
+// runs the Python SDK's own pytest suite, unchanged but for its fixture's
+// AIRLOCK_TEST_EXTERNAL=1, against a gateway over two fake-driver nodes
+// (their boxes run the host's commands, python:slim included), with the
+// suite's tenants alice (one box) and bob. It logs pytest's summary and
+// fails when pytest does; which tests apply to a gateway is for the
+// reader of the log (docs/kubernetes.md lists the routes it serves).
+func TestKubeGatewaySDKSuite(t *testing.T) {
+	if os.Getenv("AIRLOCK_KUBE_SDK") != "1" {
+		t.Skip("a report: AIRLOCK_KUBE_SDK=1 runs it")
+	}
+	py := "sdk/python/.venv/bin/python"
+	if _, err := os.Stat(py); err != nil {
+		t.Skip("no sdk/python/.venv")
+	}
+	c := kubeStart(t)
+	const token, nodeToken = "test-token", "node-token"
+	c.startAPINode(kubeSnapRuntime(t, "python:slim"), "airlock-sdk-1", nodeToken)
+	c.startAPINode(kubeSnapRuntime(t, "python:slim"), "airlock-sdk-2", nodeToken)
+	c.kubectl("apply", "-f", "deploy/kubernetes/")
+	c.waitDefaultSA()
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	tenant.Add(file, tenant.Tenant{Name: "alice", Quota: tenant.Quota{Boxes: 1}}, "tok-alice")
+	tenant.Add(file, tenant.Tenant{Name: "bob"}, "tok-bob")
+	set, err := tenant.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, _ := c.startGateway(token, nodeToken, set)
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
+	defer cancel()
+	args := append([]string{"-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider"}, strings.Fields(os.Getenv("AIRLOCK_KUBE_SDK_ARGS"))...)
+	if len(args) == 6 {
+		args = append(args, "sdk/python/tests")
+	}
+	cmd := osexec.CommandContext(ctx, py, args...)
+	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_EXTERNAL=1", "AIRLOCK_URL="+url, "AIRLOCK_TOKEN="+token,
+		"AIRLOCK_TEST_TENANT_ALICE=tok-alice", "AIRLOCK_TEST_TENANT_BOB=tok-bob")
+	out, err := cmd.CombinedOutput()
+	t.Logf("pytest against the gateway: %v\n%s", err, out)
+	if err != nil {
+		t.Fail()
 	}
 }

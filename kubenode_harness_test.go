@@ -15,10 +15,14 @@ import (
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/kubenode"
 	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 // kubeBinaries returns the directory of the control plane that
@@ -228,20 +232,38 @@ func eventually(t *testing.T, timeout time.Duration, f func() string) {
 // TestKubeNodeHarness runs a real control plane on loopback (etcd,
 // kube-apiserver, kube-scheduler, kube-controller-manager built by
 // hack/build-kube.sh), joins an airlock node (in process, on the fake
-// driver) and checks what a cluster user sees: the node is Ready with its
-// label and taint; a pod with runtimeClassName: airlock (the RuntimeClass
-// of deploy/kubernetes) is placed on it by the scheduler, runs its command
-// in a box and ends Failed with the command's exit code; a two-container
-// pod is refused with a reason; deleting a pod removes its box.
+// driver, with the rights of deploy/kubernetes/rbac.yaml's service account
+// airlock-node, as the DaemonSet runs it) and checks what a cluster user
+// sees: the node is Ready with its label and taint; a pod with
+// runtimeClassName: airlock (the RuntimeClass of deploy/kubernetes) is
+// placed on it by the scheduler, runs its command in a box and ends Failed
+// with the command's exit code; a two-container pod is refused with a
+// reason; deleting a pod removes its box. The DaemonSet of
+// deploy/kubernetes/daemonset is accepted by the API server and puts no
+// pod on the airlock node.
 func TestKubeNodeHarness(t *testing.T) {
-	client, kubectl := kubeUp(t)
+	c := kubeStart(t)
+	client, kubectl := c.client, c.kubectl
+	kubectl("apply", "-f", "deploy/kubernetes/")
+	kubectl("apply", "-f", "deploy/kubernetes/daemonset/")
+	// The node acts as the service account the DaemonSet runs it as.
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:airlock-system:airlock-node",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:airlock-system", "system:authenticated"}}
+	nodeClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rt := kubeRuntime(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	const name = "airlock-test-node"
 	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- kubenode.Run(ctx, kubenode.Config{Name: name, Client: client, Runtime: rt, Logf: t.Logf,
+		done <- kubenode.Run(ctx, kubenode.Config{Name: name, Client: nodeClient, Runtime: rt, Logf: t.Logf,
 			Ready: func() { close(ready) }})
 	}()
 	t.Cleanup(func() {
@@ -257,7 +279,6 @@ func TestKubeNodeHarness(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the node was not Ready within 60 s")
 	}
-	kubectl("apply", "-f", "deploy/kubernetes/")
 
 	// The node as the API shows it.
 	eventually(t, 30*time.Second, func() string {
@@ -346,6 +367,22 @@ func TestKubeNodeHarness(t *testing.T) {
 		return ""
 	})
 
+	// The DaemonSet (its controller has seen the airlock node, Ready for
+	// a while now) schedules nothing onto airlock's own nodes.
+	eventually(t, 30*time.Second, func() string {
+		ds, err := client.AppsV1().DaemonSets("airlock-system").Get(ctx, "airlock-node", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if ds.Status.ObservedGeneration < ds.Generation {
+			return "the DaemonSet controller has not seen the DaemonSet"
+		}
+		if ds.Status.DesiredNumberScheduled != 0 {
+			t.Fatalf("the DaemonSet wants %d pods with only an airlock node in the cluster", ds.Status.DesiredNumberScheduled)
+		}
+		return ""
+	})
+
 	boxName := kubenode.BoxName(created.UID)
 	if _, err := rt.Get(ctx, boxName); err != nil {
 		t.Fatalf("the pod's box %s: %v", boxName, err)
@@ -377,4 +414,77 @@ func errString(err error) string {
 		return "none"
 	}
 	return err.Error()
+}
+
+// TestDaemonSetManifest (no cluster) reads deploy/kubernetes/daemonset:
+// its pods run `airlock node` as a service account that rbac.yaml makes
+// and binds to the node's ClusterRole, on the host's network with a
+// kubelet port that is not the host kubelet's (10250), and its home on
+// the host, so that a restarted pod adopts its boxes.
+func TestDaemonSetManifest(t *testing.T) {
+	raw, err := os.ReadFile("deploy/kubernetes/daemonset/airlock-node.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := sigsyaml.UnmarshalStrict(raw, &ds); err != nil {
+		t.Fatalf("the DaemonSet: %v", err)
+	}
+	rbac, err := os.ReadFile("deploy/kubernetes/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sa, bound bool
+	for _, doc := range strings.Split(string(rbac), "\n---\n") {
+		var obj struct {
+			Kind     string            `json:"kind"`
+			Metadata metav1.ObjectMeta `json:"metadata"`
+			Subjects []struct{ Kind, Name, Namespace string }
+			RoleRef  struct{ Kind, Name string } `json:"roleRef"`
+		}
+		if err := sigsyaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatalf("rbac.yaml: %v", err)
+		}
+		switch obj.Kind {
+		case "ServiceAccount":
+			sa = sa || obj.Metadata.Name == ds.Spec.Template.Spec.ServiceAccountName && obj.Metadata.Namespace == ds.Namespace
+		case "ClusterRoleBinding":
+			for _, s := range obj.Subjects {
+				if s.Kind == "ServiceAccount" && s.Name == ds.Spec.Template.Spec.ServiceAccountName && s.Namespace == ds.Namespace && obj.RoleRef.Name == "airlock-node" {
+					bound = true
+				}
+			}
+		}
+	}
+	if !sa || !bound {
+		t.Errorf("service account %s/%s: made by rbac.yaml %v, bound to ClusterRole airlock-node %v", ds.Namespace, ds.Spec.Template.Spec.ServiceAccountName, sa, bound)
+	}
+	pod := ds.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers", len(pod.Containers))
+	}
+	script := strings.Join(append(pod.Containers[0].Command, pod.Containers[0].Args...), " ")
+	if !strings.Contains(script, "exec airlock node ") || !pod.HostNetwork {
+		t.Errorf("the DaemonSet's pod runs %q, hostNetwork %v; want airlock node on the host's network", script, pod.HostNetwork)
+	}
+	if m := regexp.MustCompile(`--kubelet-port (\d+)`).FindStringSubmatch(script); m == nil || m[1] == "10250" {
+		t.Errorf("kubelet port in %q: want one, and not the host kubelet's 10250", script)
+	}
+	home := ""
+	for _, e := range pod.Containers[0].Env {
+		if e.Name == "AIRLOCK_HOME" {
+			home = e.Value
+		}
+	}
+	onHost := false
+	for _, m := range pod.Containers[0].VolumeMounts {
+		for _, v := range pod.Volumes {
+			if v.Name == m.Name && m.MountPath == home && v.HostPath != nil {
+				onHost = true
+			}
+		}
+	}
+	if home == "" || !onHost {
+		t.Errorf("AIRLOCK_HOME %q is not a host path", home)
+	}
 }

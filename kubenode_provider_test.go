@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/image/imagetest"
 	"github.com/airlock-run/airlock/kubenode"
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
@@ -38,10 +39,21 @@ func kubeRuntime(t *testing.T) *airlock.Runtime {
 
 // kubeSnapRuntime is kubeRuntime on the fake driver that can snapshot,
 // and so suspend a box (BoxOptions.IdleAction suspend).
-func kubeSnapRuntime(t *testing.T) *airlock.Runtime {
+func kubeSnapRuntime(t *testing.T, more ...string) *airlock.Runtime {
 	t.Helper()
 	drv := fake.NewSnapshotting(os.Getenv("AIRLOCK_AGENT"))
 	home, images, cache := t.TempDir(), fakeImageStore(t, kubeRef), t.TempDir()
+	if len(more) > 0 {
+		s, err := image.Open(images)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ref := range more { // more names of the same image
+			if _, err := s.WriteImage(context.Background(), ref, imagetest.Image(t, []string{"sh"}), "test image", nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	r, err := airlock.OpenWithDriver(airlock.Options{Home: home, ImagesDir: images, CacheDir: cache, Warn: func(w string) { t.Log(w) }}, drv)
 	if err != nil {
 		t.Fatal(err)

@@ -349,6 +349,26 @@ func (b *Box) SetTTL(ctx context.Context, ttl time.Duration) error {
 	return err
 }
 
+// SetIdleTimeout gives the box a new idle timeout counted from now: its
+// IdleAction (BoxOptions.IdleAction) acts once d passes with no use
+// (BoxInfo.IdleDeadline shows when), whatever idle timeout it had;
+// BoxOptions.IdleTimeout becomes d. d must be positive
+// (ErrInvalidArgument); ErrBoxNotFound once the box is gone.
+func (b *Box) SetIdleTimeout(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%w: idle timeout %s: want more than 0", ErrInvalidArgument, d)
+	}
+	now := time.Now()
+	b.use.Mark(now)
+	if err := b.r.updateConfig(ctx, b.id, func(c *boxConfig) {
+		c.Options.IdleTimeout, c.LastUse = d, now
+	}); err != nil {
+		return err
+	}
+	_, err := b.load(ctx)
+	return err
+}
+
 // cfgMu serialises this process's read-modify-writes of box records.
 var cfgMu sync.Mutex
 

@@ -115,12 +115,12 @@ func netMode(mode NetworkMode, allow []string) NetworkMode {
 }
 
 // checkNetwork fills in and checks the network fields of opts
-// (netstack.CheckOptions).
+// (netstack.CheckOptions); a problem is an ErrInvalidArgument.
 func checkNetwork(opts *BoxOptions) error {
 	opts.Network = netMode(opts.Network, opts.AllowNet)
 	pub := publishes(opts.Ports)
 	if err := netstack.CheckOptions(string(opts.Network), opts.AllowNet, opts.AllowHostPorts, pub); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	for i, p := range pub {
 		opts.Ports[i] = portOf(p)

@@ -81,6 +81,30 @@ func TestVolumes(t *testing.T) {
 		}
 	})
 
+	t.Run("no setuid file on the host", func(t *testing.T) {
+		// The volume is root's when the tests run as root: a setuid bit
+		// there would be a setuid-root program on the host. mapped-xattr
+		// keeps the box's modes in xattrs (the box sees 6755), and QEMU's
+		// stage filter would refuse a real one (TestHostileGuestNoSetIDFilesInJail).
+		if err := os.WriteFile(filepath.Join(rwDir, "hostprog"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		got := sh(t, b, "cp /bin/sh /rw/suid && chmod 4755 /rw/suid && chmod g+s /rw/suid && chmod u+s,g+s /rw/hostprog && "+
+			"mkdir -m 2755 /rw/sgid && stat -c '%n %a' /rw/suid /rw/hostprog /rw/sgid")
+		if want := "/rw/suid 6755\n/rw/hostprog 6755\n/rw/sgid 2755\n"; got != want {
+			t.Errorf("in the box: %q, want %q (the box's own modes)", got, want)
+		}
+		for _, name := range []string{"suid", "hostprog", "sgid"} {
+			fi, err := os.Stat(filepath.Join(rwDir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+				t.Errorf("on the host, %s is %v (owner %d): a setuid or setgid file", name, fi.Mode(), fi.Sys().(*syscall.Stat_t).Uid)
+			}
+		}
+	})
+
 	t.Run("named volume: size limit, kept after the box, not removable while attached", func(t *testing.T) {
 		sh(t, b, "echo kept > /data/kept.txt")
 		res := exec(t, b, airlock.ExecOptions{}, "sh", "-c", "dd if=/dev/zero of=/data/fill bs=1M count=64 2>&1; rm -f /data/fill")

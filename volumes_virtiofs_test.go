@@ -33,8 +33,9 @@ func virtiofsds(dir string) []int {
 
 // TestVolumesVirtioFS: host directories over virtio-fs (VolumeTransport
 // "virtiofs"): a read-only one even root cannot write, a read-write one
-// that is live both ways and that no symlink leads out of, and daemons
-// that end with the box.
+// that is live both ways, that no symlink leads out of and where root in
+// the box can make no setuid file or device node, and daemons that end
+// with the box.
 func TestVolumesVirtioFS(t *testing.T) {
 	vmtest.Require(t)
 	if os.Geteuid() != 0 {
@@ -121,7 +122,7 @@ func TestVolumesVirtioFS(t *testing.T) {
 		}
 	})
 
-	t.Run("no way out through symlinks or ..", func(t *testing.T) {
+	t.Run("no way out through symlinks or .., no setuid files or device nodes", func(t *testing.T) {
 		// A host symlink in the share is resolved by the guest, in the guest.
 		res := exec(t, b, airlock.ExecOptions{}, "sh", "-c", "cat /rw/out/secret; cat /rw/../../"+outside+"/secret")
 		if strings.Contains(string(res.Stdout), "host secret") {
@@ -137,6 +138,21 @@ func TestVolumesVirtioFS(t *testing.T) {
 		}
 		if got := sh(t, b, "cat /tmp/"+name); got != "boxed\n" {
 			t.Errorf("in the box: %q", got)
+		}
+		// No setuid or setgid file on the host (virtiofsd runs under the
+		// stage's filter): root in the box gets EPERM for the bits, and
+		// the rest of a chmod or create still works.
+		res = exec(t, b, airlock.ExecOptions{}, "sh", "-c", "cp /bin/sh /rw/suid; chmod 755 /rw/suid && echo PLAIN; "+
+			"chmod 4755 /rw/suid || echo REFUSED-SUID; chmod g+s /rw/suid || echo REFUSED-SGID; mkdir -m 2755 /rw/sgid || echo REFUSED-DIR")
+		for _, want := range []string{"PLAIN", "REFUSED-SUID", "REFUSED-SGID", "REFUSED-DIR"} {
+			if !strings.Contains(string(res.Stdout), want+"\n") {
+				t.Errorf("want %s: %s %s", want, res.Stdout, res.Stderr)
+			}
+		}
+		for _, name := range []string{"suid", "sgid"} {
+			if fi, err := os.Stat(filepath.Join(rwDir, name)); err == nil && fi.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+				t.Errorf("on the host, %s is %v: a setuid or setgid file", name, fi.Mode())
+			}
 		}
 		// No device nodes on the host (virtiofsd runs without CAP_MKNOD).
 		if res := exec(t, b, airlock.ExecOptions{}, "mknod", "/rw/mem", "c", "1", "1"); res.ExitCode == 0 {

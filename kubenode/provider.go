@@ -55,6 +55,9 @@ type podBox struct {
 	pod    *corev1.Pod // as created; Status is rebuilt by status()
 	cancel context.CancelFunc
 
+	// Set at creation (CreatePod, Adopt), then read only.
+	startTime time.Time // status.startTime: the API's, else when this node took the pod
+
 	// Guarded by Provider.mu.
 	refused   string // why the pod was refused (checkPod), or ""
 	waiting   string // waiting reason while not started ("ContainerCreating", "ErrImagePull")
@@ -77,6 +80,13 @@ type podBox struct {
 
 	ports  *podPorts // the published containerPorts (publishPorts), or nil
 	resume bool      // adopted and not done: resumeAdopted takes it over
+
+	imageID string // the image as resolved (digestRef); "" until then
+
+	// activeDeadlineSeconds (deadline.go).
+	activeDeadline *int64      // the pod's, updated by UpdatePod
+	deadlineTimer  *time.Timer // fires deadlineExceeded; nil without a deadline
+	deadline       bool        // the deadline passed: the pod failed, its box was removed
 }
 
 // NewProvider returns a provider that runs pods as boxes of rt. Container
@@ -160,7 +170,11 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		p.mu.Unlock()
 		return nil
 	}
-	pb := &podBox{pod: pod, waiting: "ContainerCreating", startedCh: make(chan struct{})}
+	pb := &podBox{pod: pod, waiting: "ContainerCreating", startedCh: make(chan struct{}),
+		startTime: time.Now(), activeDeadline: pod.Spec.ActiveDeadlineSeconds}
+	if t := pod.Status.StartTime; t != nil {
+		pb.startTime = t.Time
+	}
 	why := checkPod(pod)
 	if why == "" && p.client == nil {
 		why = checkEnvRefs(pod)
@@ -176,6 +190,7 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	pb.cancel = cancel
 	p.pods[k] = pb
+	p.armDeadlineLocked(pb)
 	p.mu.Unlock()
 	go p.run(runCtx, pb)
 	return nil
@@ -208,9 +223,14 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 	}
 	p.mu.Lock()
 	pb.box = box
-	deleted := pb.deleted
+	deleted, deadline := pb.deleted, pb.deadline
 	p.mu.Unlock()
-	if deleted {
+	if deadline {
+		// Made as the deadline passed: deadlineExceeded may have looked
+		// for it before it was there.
+		p.removeBox(context.Background(), pod.UID)
+	}
+	if deleted || deadline {
 		return
 	}
 	if err := writeVolumes(ctx, box, pod, files); err != nil {
@@ -280,30 +300,58 @@ const (
 	pullErrShown = 2 * time.Second
 )
 
-// createBox creates the pod's box (pulling its image when absent). An
-// image that cannot be pulled leaves the container waiting as a kubelet
-// leaves it: ErrImagePull, then ImagePullBackOff until the next pull,
-// after a back-off (pullBackoff doubling to maxPullBackoff), with events
-// Failed and BackOff; it is pulled again until it can be or the pod is
-// deleted. Any other error ends the container (StartError). ok false: no
-// box (the pod was deleted or failed).
+// createBox creates the pod's box from its image, found as the
+// container's imagePullPolicy says (resolveImage). An image that cannot
+// be pulled leaves the container waiting as a kubelet leaves it:
+// ErrImagePull, then ImagePullBackOff until the next pull, after a
+// back-off (pullBackoff doubling to maxPullBackoff), with events Failed
+// and BackOff; it is pulled again until it can be or the pod is deleted.
+// An image absent under policy Never leaves it waiting in
+// ErrImageNeverPull, looked for again every neverPullRetry. Any other
+// error ends the container (StartError). ok false: no box (the pod was
+// deleted or failed).
 func (p *Provider) createBox(ctx context.Context, pb *podBox, opts airlock.BoxOptions) (*airlock.Box, bool) {
 	pod := pb.pod
+	ref := opts.Image
 	wait := time.Duration(0)
 	for {
-		box, err := p.rt.Create(ctx, opts)
+		info, err := p.resolveImage(ctx, pod)
 		if err == nil {
+			// Create finds the image just resolved under its name in the
+			// store (the box's image shows the name the pod gave).
+			p.mu.Lock()
+			pb.imageID = digestRef(info)
 			if wait > 0 {
-				p.mu.Lock()
 				pb.waiting, pb.message = "ContainerCreating", ""
-				p.mu.Unlock()
-				p.changed(pb)
-				p.event(pod, corev1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q", opts.Image))
 			}
-			return box, true
+			p.mu.Unlock()
+			if wait > 0 {
+				p.changed(pb)
+			}
+			var box *airlock.Box
+			if box, err = p.rt.Create(ctx, opts); err == nil {
+				return box, true
+			}
 		}
 		if ctx.Err() != nil {
 			return nil, false
+		}
+		var never *neverPullError
+		if errors.As(err, &never) {
+			wait = neverPullRetry
+			p.mu.Lock()
+			changed := pb.waiting != ReasonErrImageNeverPull
+			pb.waiting, pb.message = ReasonErrImageNeverPull, never.Error()
+			p.mu.Unlock()
+			if changed {
+				p.logf("pod %s/%s: %s: %s", pod.Namespace, pod.Name, ReasonErrImageNeverPull, never.Error())
+				p.changed(pb)
+			}
+			p.event(pod, corev1.EventTypeWarning, ReasonErrImageNeverPull, never.Error())
+			if !sleepCtx(ctx, wait) {
+				return nil, false
+			}
+			continue
 		}
 		if !errors.Is(err, airlock.ErrImageNotFound) {
 			p.fail(pb, ReasonStartError, err.Error())
@@ -311,15 +359,15 @@ func (p *Provider) createBox(ctx context.Context, pb *podBox, opts airlock.BoxOp
 		}
 		wait = min(max(2*wait, pullBackoff), maxPullBackoff)
 		p.fail(pb, "ErrImagePull", err.Error())
-		p.event(pod, corev1.EventTypeWarning, "Failed", fmt.Sprintf("Failed to pull image %q: %v", opts.Image, err))
+		p.event(pod, corev1.EventTypeWarning, "Failed", fmt.Sprintf("Failed to pull image %q: %v", ref, err))
 		if !sleepCtx(ctx, min(pullErrShown, wait)) {
 			return nil, false
 		}
 		p.mu.Lock()
-		pb.waiting, pb.message = "ImagePullBackOff", fmt.Sprintf("Back-off pulling image %q", opts.Image)
+		pb.waiting, pb.message = "ImagePullBackOff", fmt.Sprintf("Back-off pulling image %q", ref)
 		p.mu.Unlock()
 		p.changed(pb)
-		p.event(pod, corev1.EventTypeNormal, "BackOff", fmt.Sprintf("Back-off pulling image %q", opts.Image))
+		p.event(pod, corev1.EventTypeNormal, "BackOff", fmt.Sprintf("Back-off pulling image %q", ref))
 		if !sleepCtx(ctx, wait-min(pullErrShown, wait)) {
 			return nil, false
 		}
@@ -396,6 +444,10 @@ func (p *Provider) runOnce(ctx context.Context, pb *podBox, box *airlock.Box, ar
 		return 0, false
 	}
 	p.mu.Lock()
+	if pb.deadline {
+		p.mu.Unlock()
+		return 0, false
+	}
 	pb.exited, pb.finished = true, time.Now()
 	pb.reason, pb.message = "", ""
 	switch {
@@ -488,6 +540,10 @@ func (p *Provider) restart(ctx context.Context, pb *podBox, box *airlock.Box) bo
 func (p *Provider) fail(pb *podBox, reason, msg string) {
 	pod := pb.pod
 	p.mu.Lock()
+	if pb.deadline {
+		p.mu.Unlock()
+		return
+	}
 	if reason == "ErrImagePull" {
 		pb.waiting, pb.message = reason, msg
 	} else {
@@ -548,8 +604,27 @@ func (p *Provider) resolvePodEnv(ctx context.Context, pb *podBox) (*corev1.Pod, 
 }
 
 // UpdatePod accepts the updates Kubernetes allows on a running pod
-// (labels, annotations, activeDeadlineSeconds); none changes the box.
-func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error { return nil }
+// (labels, annotations, activeDeadlineSeconds): a new
+// activeDeadlineSeconds restarts the pod's deadline from its start time;
+// the others do not change the box.
+func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pb, ok := p.pods[key(pod.Namespace, pod.Name)]
+	if !ok || pb.pod.UID != pod.UID {
+		return nil
+	}
+	old, now := pb.activeDeadline, pod.Spec.ActiveDeadlineSeconds
+	if (old == nil) != (now == nil) || (old != nil && *old != *now) {
+		if now != nil {
+			v := *now
+			now = &v
+		}
+		pb.activeDeadline = now
+		p.armDeadlineLocked(pb)
+	}
+	return nil
+}
 
 // DeletePod kills the pod's command and removes its box (VM, writable
 // layer, record) and its log. Deleting a pod the provider does not know is
@@ -565,6 +640,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	if ok {
 		cancel = pb.cancel
 		pb.deleted = true
+		stopDeadlineLocked(pb)
 		delete(p.pods, k)
 		if p.deletedKeys == nil {
 			p.deletedKeys = map[string]struct{}{}
@@ -652,7 +728,10 @@ func (p *Provider) statusLocked(pb *podBox) corev1.PodStatus {
 		st.HostIP, st.HostIPs = p.hostIP, []corev1.HostIP{{IP: p.hostIP}}
 	}
 	if st.StartTime == nil {
-		t := metav1.NewTime(pod.CreationTimestamp.Time)
+		t := metav1.NewTime(pb.startTime)
+		if pb.startTime.IsZero() {
+			t = metav1.NewTime(pod.CreationTimestamp.Time)
+		}
 		st.StartTime = &t
 	}
 	created := metav1.NewTime(pod.CreationTimestamp.Time)
@@ -669,7 +748,7 @@ func (p *Provider) statusLocked(pb *podBox) corev1.PodStatus {
 		return st
 	}
 	c := pod.Spec.Containers[0]
-	cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: c.Image}
+	cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: pb.imageID}
 	if pb.box != nil {
 		cs.ContainerID = "airlock://" + pb.box.ID()
 	}
@@ -698,7 +777,7 @@ func (p *Provider) statusLocked(pb *podBox) corev1.PodStatus {
 		if pb.exitCode != 0 || pb.reason != "Completed" {
 			st.Phase = corev1.PodFailed
 		}
-		if pb.started.IsZero() && pb.last == nil {
+		if pb.deadline || (pb.started.IsZero() && pb.last == nil) {
 			st.Reason, st.Message = pb.reason, pb.message
 		}
 		done := metav1.NewTime(pb.finished)
@@ -753,6 +832,9 @@ func (p *Provider) terminatedLocked(pb *podBox) *corev1.ContainerStateTerminated
 // the box record (the process that ran it is gone; airlock records the end
 // of a main command, or the VM's death, with the box).
 func (p *Provider) refreshAdoptedLocked(pb *podBox) {
+	if pb.deadline {
+		return // ended by its deadline; its box was removed
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	info, err := pb.box.Info(ctx)
@@ -829,6 +911,10 @@ func (p *Provider) resumeAdopted() {
 func (p *Provider) runAdopted(ctx context.Context, pb *podBox) {
 	box := pb.box
 	p.mu.Lock()
+	if pb.deadline {
+		p.mu.Unlock()
+		return
+	}
 	p.refreshAdoptedLocked(pb) // a stopped box: the end it recorded
 	pb.adopted = false
 	if !pb.exited {
@@ -939,8 +1025,15 @@ func (p *Provider) Adopt(ctx context.Context, pods []corev1.Pod) error {
 		if err != nil {
 			return err
 		}
-		pb := &podBox{pod: pod.DeepCopy(), box: box, adopted: true, started: info.Started, startedCh: make(chan struct{})}
+		pb := &podBox{pod: pod.DeepCopy(), box: box, adopted: true, started: info.Started, startedCh: make(chan struct{}),
+			startTime: info.Created, activeDeadline: pod.Spec.ActiveDeadlineSeconds}
 		close(pb.startedCh)
+		if t := pod.Status.StartTime; t != nil {
+			pb.startTime = t.Time
+		}
+		if info.ImageDigest != "" {
+			pb.imageID = repository(info.Image) + "@" + info.ImageDigest
+		}
 		if pb.started.IsZero() {
 			pb.started = info.Created
 		}
@@ -956,8 +1049,12 @@ func (p *Provider) Adopt(ctx context.Context, pods []corev1.Pod) error {
 		// A box made through the API runs no command, so nothing ended
 		// with the node: it runs on as adopted.
 		pb.resume = !apiBox(pod) && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+		done := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
 		p.mu.Lock()
 		p.pods[key(pod.Namespace, pod.Name)] = pb
+		if !done {
+			p.armDeadlineLocked(pb)
+		}
 		p.mu.Unlock()
 		p.logf("adopted box %s of pod %s/%s", info.Name, pod.Namespace, pod.Name)
 	}

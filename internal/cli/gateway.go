@@ -22,7 +22,7 @@ func init() { extraCommands = append(extraCommands, newGatewayCmd) }
 const DefaultGatewayListen = "127.0.0.1:7771"
 
 func newGatewayCmd() *cobra.Command {
-	var kubeconfig, listen, tokenFile, nodeTokenFile, namespace, logFormat string
+	var kubeconfig, listen, tokenFile, nodeTokenFile, namespace, logFormat, tenantsFile, auditPath string
 	var createTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "gateway",
@@ -40,6 +40,15 @@ Clients send Authorization: Bearer TOKEN, the token of --token-file (else
 $AIRLOCK_TOKEN). A box whose node is NotReady, has lost its lease or does not
 answer is reported with state lost, and calls into it fail with box_lost: it
 is never recreated. See docs/kubernetes.md.
+
+--tenants FILE (airlock tenant add NAME --tenants FILE, as for airlock serve)
+adds tenants: each token of FILE is a tenant that sees, lists and touches only
+its own boxes (their pods carry the label airlock.dev/tenant), within its
+quotas of boxes, vCPUs, memory, disk and execs, counted from the cluster's
+pods, so they hold across gateways. The token of --token-file is the admin,
+who sees every box. FILE is reloaded when it changes and on SIGHUP.
+--audit-log FILE gets one JSON line per exec, code run, cell and install,
+naming the tenant.
 
 --kubeconfig defaults to $KUBECONFIG; without either, the in-cluster
 configuration of a pod's service account is used.`,
@@ -81,6 +90,23 @@ configuration of a pod's service account is used.`,
 				h = slog.NewJSONHandler(errw, nil)
 			}
 			log := slog.New(h)
+			cfg := server.Config{Token: token, Logger: log, Metrics: server.NewMetrics(server.Version())}
+			if tenantsFile != "" {
+				set, stop, err := watchTenants(cmd.Context(), tenantsFile, log)
+				if err != nil {
+					return err
+				}
+				defer stop()
+				cfg.Tenants = set
+			}
+			if auditPath != "" {
+				audit, err := server.OpenAuditLog(auditPath, 0)
+				if err != nil {
+					return err
+				}
+				defer audit.Close()
+				cfg.Audit = audit
+			}
 			gw, err := gateway.New(gateway.Config{Client: client, Namespace: namespace, NodeToken: nodeToken,
 				CreateTimeout: createTimeout, Logf: func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }})
 			if err != nil {
@@ -95,7 +121,8 @@ configuration of a pod's service account is used.`,
 				return fmt.Errorf("--listen: %w", err)
 			}
 			log.Info("airlock gateway", "listen", l.Addr().String(), "namespace", namespace)
-			return server.New(server.Config{Cluster: gw, Token: token, Logger: log, Metrics: server.NewMetrics(server.Version())}).Serve(cmd.Context(), l)
+			cfg.Cluster = gw
+			return server.New(cfg).Serve(cmd.Context(), l)
 		},
 	}
 	f := cmd.Flags()
@@ -106,5 +133,7 @@ configuration of a pod's service account is used.`,
 	f.StringVar(&namespace, "namespace", gateway.DefaultNamespace, "namespace of the boxes' pods")
 	f.DurationVar(&createTimeout, "create-timeout", gateway.DefaultCreateTimeout, "how long a create waits for its pod to run on a node")
 	f.StringVar(&logFormat, "log-format", "text", "access log format: text or json")
+	f.StringVar(&tenantsFile, "tenants", "", "tenants file (airlock tenant add): more tokens, each a tenant with its own boxes, quotas and grants; reloaded on change and on SIGHUP")
+	f.StringVar(&auditPath, "audit-log", "", "file to append a JSON line to per exec, code run, cell and install (default none)")
 	return cmd
 }

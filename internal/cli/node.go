@@ -38,16 +38,19 @@ capacity is the host's CPUs and airlock's host caps (AIRLOCK_MAX_MEMORY,
 AIRLOCK_MAX_BOXES) and the free disk of the airlock home.
 
 A pod runs as one box named k8s-<pod UID>: one container (a pod with more is
-refused: status.reason UnsupportedPodSpec), its image (ErrImagePull, then
-ImagePullBackOff, while it cannot be pulled), command and args (with the
+refused: status.reason UnsupportedPodSpec), its image (as imagePullPolicy
+says; ErrImagePull, then ImagePullBackOff, while it cannot be pulled;
+ErrImageNeverPull), command and args (with the
 image's entrypoint and cmd, as Kubernetes defines them), env (valueFrom and
 envFrom through the API), volumes (emptyDir, configMap, secret, projected;
 kept in step with their sources), workingDir, runAsUser, resources.limits cpu
-and memory (the box's size) and restartPolicy (with a kubelet's back-off).
+and memory (the box's size), restartPolicy (with a kubelet's back-off) and
+activeDeadlineSeconds (DeadlineExceeded).
 Its ports are published on the node (hostIP:hostPort, else the node's
 IP:containerPort). Deleting the pod removes its box. A restarted node adopts
 the boxes of its pods (their commands ended with the node: restartPolicy
-applies) and removes those whose pod is gone.
+applies) and removes those whose pod is gone. deploy/kubernetes/daemonset
+runs it on every host of a cluster.
 
 kubectl logs, exec, attach and port-forward, and /stats/summary, reach the
 node through its kubelet API, served on --kubelet-port over TLS with the pair
@@ -120,7 +123,10 @@ configuration of a pod's service account is used.`,
 					return fmt.Errorf("--api-listen: %w", err)
 				}
 				apiAddr = l.Addr().String()
-				srv := server.New(server.Config{Runtime: rt, Token: tok,
+				// Every gateway's calls are one client here (the node
+				// token): the gateways bound each user's execs
+				// (--max-execs, tenants' quotas), not the node.
+				srv := server.New(server.Config{Runtime: rt, Token: tok, MaxExecsPerClient: NodeAPIMaxExecs,
 					Logger: slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 				done := make(chan struct{})
 				defer func() { <-done }()
@@ -150,6 +156,10 @@ configuration of a pod's service account is used.`,
 	cmd.Flags().StringVar(&apiTokenFile, "api-token-file", "", "the node token that --api-listen requires (default $AIRLOCK_HOME/node.token, made when absent)")
 	return cmd
 }
+
+// NodeAPIMaxExecs bounds the execs at once on a node's API, from all the
+// gateways together (the node token is one client).
+const NodeAPIMaxExecs = 1024
 
 // DefaultNodeAPIPort is the port of airlock node's API (--api-listen).
 const DefaultNodeAPIPort = 7770

@@ -101,5 +101,9 @@ func Main(args []string) int {
 // stderr.
 func openRuntime(cmd *cobra.Command) (*airlock.Runtime, error) {
 	errw := cmd.ErrOrStderr()
-	return airlock.Open(airlock.Options{Warn: warner(errw), Pull: pullWithProgress(cmd.Context(), errw)})
+	opts := airlock.Options{Warn: warner(errw), Pull: pullWithProgress(cmd.Context(), errw)}
+	if r, ok, err := openTestDriver(opts); ok {
+		return r, err
+	}
+	return airlock.Open(opts)
 }

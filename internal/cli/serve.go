@@ -193,31 +193,12 @@ are added and revoked without a restart. Every audit line names its tenant.`,
 				cfg.Token = tok
 			}
 			if tenantsFile != "" {
-				set, err := tenant.Open(tenantsFile)
+				set, stop, err := watchTenants(cmd.Context(), tenantsFile, log)
 				if err != nil {
 					return err
 				}
+				defer stop()
 				cfg.Tenants = set
-				hup := make(chan os.Signal, 1)
-				signal.Notify(hup, syscall.SIGHUP)
-				defer signal.Stop(hup)
-				reload := make(chan struct{}, 1)
-				go func() {
-					for range hup {
-						select {
-						case reload <- struct{}{}:
-						default:
-						}
-					}
-				}()
-				go set.Watch(cmd.Context(), reload, func(err error) {
-					if err != nil {
-						log.Error("tenants file not reloaded: the tenants loaded before stay", "file", tenantsFile, "err", err)
-						return
-					}
-					log.Info("tenants reloaded", "file", tenantsFile, "tenants", len(set.File().Tenants))
-				})
-				log.Info("tenants", "file", tenantsFile, "tenants", len(set.File().Tenants))
 				if listen == "" {
 					log.Warn("--tenants without --listen: tenants' tokens are for TCP clients, and the unix socket is the admin's")
 				}
@@ -321,4 +302,34 @@ func listenReplacing(socket string, idleExit time.Duration, log *slog.Logger) (n
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// watchTenants opens the tenants file and keeps it loaded until ctx ends
+// or stop is called: reloaded when it changes and on SIGHUP; a file that
+// fails to load leaves the tenants loaded before (logged).
+func watchTenants(ctx context.Context, file string, log *slog.Logger) (set *tenant.Set, stop func(), err error) {
+	set, err = tenant.Open(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	reload := make(chan struct{}, 1)
+	go func() {
+		for range hup {
+			select {
+			case reload <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	go set.Watch(ctx, reload, func(err error) {
+		if err != nil {
+			log.Error("tenants file not reloaded: the tenants loaded before stay", "file", file, "err", err)
+			return
+		}
+		log.Info("tenants reloaded", "file", file, "tenants", len(set.File().Tenants))
+	})
+	log.Info("tenants", "file", file, "tenants", len(set.File().Tenants))
+	return set, func() { signal.Stop(hup) }, nil
 }

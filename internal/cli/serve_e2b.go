@@ -33,7 +33,7 @@ func serveE2B(ctx context.Context, log *slog.Logger, rt *airlock.Runtime, token,
 	es, err := e2b.New(e2b.Config{Runtime: rt, Token: token, Logger: log, Templates: tm, MaxUploadBytes: maxUpload,
 		CheckBox:    func(ctx context.Context, o *airlock.BoxOptions) (func(), error) { return srv.CheckBox(ctx, o) },
 		PullContext: srv.PullContext, CheckStart: srv.CheckStart, CheckSuspend: srv.CheckSuspend,
-		CheckSnapshot: srv.CheckSnapshot, CheckFork: srv.CheckFork,
+		CheckSnapshot: srv.CheckSnapshot, CheckFork: srv.CheckFork, CheckNetwork: srv.CheckNetwork,
 		Audit: func(r e2b.AuditRecord) {
 			audit.Write(server.AuditEntry{Time: time.Now(), Kind: r.Kind, BoxID: r.BoxID, Cmd: r.Cmd, Code: r.Code,
 				ExitCode: r.ExitCode, TimedOut: r.TimedOut, Error: r.Error, DurationMS: float64(r.Duration) / float64(time.Millisecond),

@@ -50,8 +50,11 @@ const FDFirst = jailstage.FDFirst
 // sockets and opens the files as the caller, mounts a read-only tmpfs root
 // on Root that holds only Binds, Files, Devices and Shares, pivots into
 // it, changes to UID/GID when set, gives up every capability (an empty
-// bounding set, no_new_privs) and execs Path. The program's own seccomp
-// filter is its business (QEMU's -sandbox, in its Args).
+// bounding set, no_new_privs), installs the seccomp filter against setuid
+// and setgid files (jailstage.NoSetIDFilter: the program, which may own a
+// share's files through its idmapped mount, can give none of them those
+// bits) and execs Path. The program's own seccomp filter is its business
+// (QEMU's -sandbox, in its Args).
 type Spec struct {
 	// Name names the program in errors ("QEMU"); StartHint, when set, is
 	// added to the error of a stage that cannot start (what to do).
@@ -638,4 +641,21 @@ func ToolCmd(cmd *exec.Cmd, uid int) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS,
 	}
+}
+
+// NoSetIDCmd makes cmd (its Path, Args and Env set) start through a
+// re-execution of this program (jailstage.RunNoSetID) that installs the
+// seccomp filter against setuid and setgid files (jailstage.NoSetIDFilter)
+// and then execs cmd's program with cmd's environment (cmd.Env, or this
+// process's when nil): the program and what it starts cannot give a file
+// S_ISUID or S_ISGID, nor create one with them (EPERM). The virtio-fs
+// daemons start so. The pid stays the program's.
+func NoSetIDCmd(cmd *exec.Cmd) {
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	cmd.Args = append([]string{jailstage.NoSetIDArg0, cmd.Path}, cmd.Args[1:]...)
+	cmd.Path = "/proc/self/exe"
+	cmd.Env = append(append([]string(nil), env...), jailstage.Env+"=1")
 }

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +39,7 @@ func (s *Server) controlMux() *http.ServeMux {
 	m.HandleFunc("GET /snapshots", s.listSnapshots)
 	m.HandleFunc("DELETE /templates/{id}", s.deleteSnapshot)
 	m.HandleFunc("POST /sandboxes/{id}/fork", s.fork)
+	m.HandleFunc("PUT /sandboxes/{id}/network", s.updateNetwork)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s is not answered by airlock's E2B API (see docs/e2b.md for what is)", r.Method, r.URL.Path))
 	})
@@ -52,13 +55,97 @@ type newSandboxBody struct {
 	Secure              *bool             `json:"secure"`
 	AllowInternetAccess *bool             `json:"allow_internet_access"`
 	AutoPause           *bool             `json:"autoPause"`
-	Network             *struct {
-		AllowOut           []string `json:"allowOut"`
-		DenyOut            []string `json:"denyOut"`
-		AllowPublicTraffic *bool    `json:"allowPublicTraffic"`
-	} `json:"network"`
-	VolumeMounts []json.RawMessage `json:"volumeMounts"`
-	MCP          json.RawMessage   `json:"mcp"`
+	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
+	AutoResume          *struct {
+		Enabled *bool `json:"enabled"`
+	} `json:"autoResume"`
+	Network      *egress         `json:"network"`
+	VolumeMounts []volumeMount   `json:"volumeMounts"`
+	MCP          json.RawMessage `json:"mcp"`
+	IAM          json.RawMessage `json:"iam"`
+}
+
+// volumeMount is E2B's SandboxVolumeMount: a volume by name, at a path.
+type volumeMount struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+}
+
+// maxVolumeMounts bounds a create's volumeMounts.
+const maxVolumeMounts = 16
+
+// volumeName is what an E2B volume name may be here: an airlock volume
+// name, never a host path.
+var volumeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// volumesOf maps E2B's volume mounts onto airlock's named volumes
+// (BoxOptions.Volumes): each name is a volume of the airlock home, made
+// empty on first use and kept when the sandbox is killed; the server's
+// policy on named volumes applies (CheckBox).
+func volumesOf(ms []volumeMount) ([]airlock.Volume, error) {
+	if len(ms) > maxVolumeMounts {
+		return nil, badRequest("volumeMounts: at most %d", maxVolumeMounts)
+	}
+	var out []airlock.Volume
+	for _, m := range ms {
+		if !volumeName.MatchString(m.Name) {
+			return nil, badRequest("volumeMounts name %q: want a volume name (letters, digits, _ . -; at most 128)", m.Name)
+		}
+		if !path.IsAbs(m.Path) || path.Clean(m.Path) == "/" || len(m.Path) > 4096 {
+			return nil, badRequest("volumeMounts path %q: want an absolute path other than /", m.Path)
+		}
+		out = append(out, airlock.Volume{Source: m.Name, Target: path.Clean(m.Path)})
+	}
+	return out, nil
+}
+
+// mountsOf is the named volumes of o as E2B's volume mounts.
+func mountsOf(o airlock.BoxOptions) []volumeMount {
+	out := []volumeMount{}
+	for _, v := range o.Volumes {
+		if !v.IsHostDir() {
+			out = append(out, volumeMount{Name: v.Source, Path: v.Target})
+		}
+	}
+	return out
+}
+
+// The labels that keep a sandbox's lifecycle (E2B's autoPause and
+// autoResume): onTimeoutLabel "pause" when its timeout pauses it, and
+// autoResumeLabel "true" when a call wakes it.
+const (
+	onTimeoutLabel  = labelPrefix + "on-timeout"
+	autoResumeLabel = labelPrefix + "auto-resume"
+)
+
+// autoPauses reports whether the sandbox's timeout pauses it.
+func autoPauses(o airlock.BoxOptions) bool { return o.Labels[onTimeoutLabel] == "pause" }
+
+// autoResumes reports whether a call to the paused sandbox resumes it.
+func autoResumes(o airlock.BoxOptions) bool {
+	return autoPauses(o) && o.Labels[autoResumeLabel] == "true"
+}
+
+// lifecycleInfo is E2B's lifecycle of a sandbox's details.
+type lifecycleInfo struct {
+	AutoResume bool   `json:"autoResume"`
+	OnTimeout  string `json:"onTimeout"`
+}
+
+func lifecycleOf(o airlock.BoxOptions) lifecycleInfo {
+	if autoPauses(o) {
+		return lifecycleInfo{AutoResume: autoResumes(o), OnTimeout: "pause"}
+	}
+	return lifecycleInfo{OnTimeout: "kill"}
+}
+
+// setTimeout gives the sandbox of b a new timeout from now: its TTL, or
+// for a sandbox whose timeout pauses it (autoPause) its idle timeout.
+func setTimeout(ctx context.Context, b *airlock.Box, o airlock.BoxOptions, d time.Duration) error {
+	if autoPauses(o) {
+		return b.SetIdleTimeout(ctx, d)
+	}
+	return b.SetTTL(ctx, d)
 }
 
 // created is E2B's Sandbox: the answer to a create or connect.
@@ -91,9 +178,12 @@ type listed struct {
 
 type detail struct {
 	listed
-	EnvdAccessToken     string  `json:"envdAccessToken"`
-	AllowInternetAccess bool    `json:"allowInternetAccess"`
-	Domain              *string `json:"domain"`
+	EnvdAccessToken     string        `json:"envdAccessToken"`
+	AllowInternetAccess bool          `json:"allowInternetAccess"`
+	Domain              *string       `json:"domain"`
+	Network             *networkInfo  `json:"network,omitempty"`
+	Lifecycle           lifecycleInfo `json:"lifecycle"`
+	VolumeMounts        []volumeMount `json:"volumeMounts"`
 }
 
 // clientID is what E2B names the node a sandbox runs on.
@@ -165,25 +255,42 @@ func (s *Server) optionsOf(body newSandboxBody) (airlock.BoxOptions, string, err
 		}
 		o.Env = append(o.Env, k+"="+body.EnvVars[k])
 	}
-	if body.AllowInternetAccess != nil && !*body.AllowInternetAccess {
-		o.Network = airlock.NetworkNone
+	var e egress
+	if body.Network != nil {
+		e = *body.Network
+		e.AllowInternetAccess = nil // not a field of a create's network
 	}
-	if n := body.Network; n != nil {
-		if len(n.DenyOut) > 0 {
-			return o, "", badRequest("network.denyOut is not supported by airlock: name what the sandbox may reach in network.allowOut instead")
+	o.Network, o.AllowNet, err = policyOf(e, body.AllowInternetAccess != nil && !*body.AllowInternetAccess)
+	if err != nil {
+		return o, "", err
+	}
+	resume := body.AutoResume != nil && body.AutoResume.Enabled != nil && *body.AutoResume.Enabled
+	if body.AutoPause != nil && *body.AutoPause {
+		if body.AutoPauseMemory != nil && !*body.AutoPauseMemory {
+			return o, "", badRequest("autoPauseMemory false (on_timeout mode filesystem): airlock pauses a sandbox with its memory")
 		}
-		if len(n.AllowOut) > 0 {
-			if o.Network == airlock.NetworkNone {
-				return o, "", badRequest("network.allowOut with allow_internet_access false: give one or the other")
-			}
-			o.Network, o.AllowNet = airlock.NetworkAllowlist, n.AllowOut
+		// The timeout pauses the sandbox once it passes with no use:
+		// airlock's idle suspend (BoxOptions.IdleAction), which a call
+		// to the box also wakes from.
+		o.TTL, o.IdleTimeout, o.IdleAction = 0, ttl, airlock.IdleSuspend
+		o.Labels[onTimeoutLabel] = "pause"
+		if resume {
+			o.Labels[autoResumeLabel] = "true"
 		}
+	} else if resume {
+		return o, "", badRequest("autoResume needs autoPause (on_timeout pause)")
 	}
-	if len(body.VolumeMounts) > 0 {
-		return o, "", badRequest("volumeMounts are not supported by airlock's E2B API yet")
+	if o.Volumes, err = volumesOf(body.VolumeMounts); err != nil {
+		return o, "", err
 	}
-	if len(body.MCP) > 0 && string(body.MCP) != "null" {
+	if len(o.Volumes) > 0 && o.IdleAction == airlock.IdleSuspend {
+		return o, "", badRequest("volumeMounts with autoPause: airlock cannot pause a sandbox with volumes (QEMU cannot save a mounted share)")
+	}
+	if set(body.MCP) {
 		return o, "", badRequest("mcp servers in a sandbox are not supported by airlock's E2B API")
+	}
+	if set(body.IAM) {
+		return o, "", badRequest("iam (workload identity tokens) is not supported by airlock's E2B API")
 	}
 	return o, tmpl, nil
 }
@@ -292,8 +399,12 @@ func listedOf(info airlock.BoxInfo) listed {
 	if started.IsZero() {
 		started = info.Created
 	}
+	end := info.ExpiresAt
+	if autoPauses(info.Options) {
+		end = info.IdleDeadline
+	}
 	return listed{TemplateID: info.Options.Labels[templateLabel], SandboxID: info.ID, ClientID: clientID,
-		StartedAt: started.UTC(), EndAt: info.ExpiresAt.UTC(), CPUCount: info.Options.CPUs, MemoryMB: info.Options.MemoryMiB,
+		StartedAt: started.UTC(), EndAt: end.UTC(), CPUCount: info.Options.CPUs, MemoryMB: info.Options.MemoryMiB,
 		DiskSizeMB: info.Options.DiskSizeMiB, Metadata: md, State: stateOf(info), EnvdVersion: EnvdVersion}
 }
 
@@ -304,8 +415,10 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 		writeBoxError(w, err)
 		return
 	}
+	net := networkOf(info.Options)
 	writeJSON(w, http.StatusOK, detail{listed: listedOf(info), EnvdAccessToken: s.accessToken(id),
-		AllowInternetAccess: info.Options.Network != airlock.NetworkNone})
+		AllowInternetAccess: net == nil || len(net.AllowOut) > 0, Network: net, Lifecycle: lifecycleOf(info.Options),
+		VolumeMounts: mountsOf(info.Options)})
 }
 
 // maxListLimit bounds a list page.
@@ -426,12 +539,12 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 		writeBoxError(w, err)
 		return
 	}
-	b, _, err := s.lookup(r.Context(), r.PathValue("id"))
+	b, info, err := s.lookup(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeBoxError(w, err)
 		return
 	}
-	if err := b.SetTTL(r.Context(), ttl); err != nil {
+	if err := setTimeout(r.Context(), b, info.Options, ttl); err != nil {
 		writeBoxError(w, err)
 		return
 	}
@@ -458,8 +571,12 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 		writeBoxError(w, err)
 		return
 	}
-	if info.ExpiresAt.IsZero() || time.Now().Add(ttl).After(info.ExpiresAt) {
-		if err := b.SetTTL(r.Context(), ttl); err != nil {
+	end := info.ExpiresAt
+	if autoPauses(info.Options) {
+		end = info.IdleDeadline
+	}
+	if end.IsZero() || time.Now().Add(ttl).After(end) {
+		if err := setTimeout(r.Context(), b, info.Options, ttl); err != nil {
 			writeBoxError(w, err)
 			return
 		}
@@ -484,10 +601,25 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		writeBoxError(w, err)
 		return
 	}
+	var ttl time.Duration
+	if body.Timeout != nil {
+		if ttl, err = timeoutOf(body.Timeout); err != nil {
+			writeBoxError(w, err)
+			return
+		}
+	}
 	status := http.StatusOK
 	if info.State != airlock.BoxRunning || paused(ctx, b) {
 		if s.cfg.CheckStart != nil {
 			if err := s.cfg.CheckStart(ctx, b); err != nil {
+				writeBoxError(w, err)
+				return
+			}
+		}
+		if autoPauses(info.Options) && ttl > 0 {
+			// The new timeout first: the old one may be shorter than
+			// the resume takes, and pause the box again at once.
+			if err := setTimeout(ctx, b, info.Options, ttl); err != nil {
 				writeBoxError(w, err)
 				return
 			}
@@ -498,13 +630,8 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		}
 		status = http.StatusCreated
 	}
-	if body.Timeout != nil {
-		ttl, err := timeoutOf(body.Timeout)
-		if err != nil {
-			writeBoxError(w, err)
-			return
-		}
-		if err := b.SetTTL(ctx, ttl); err != nil {
+	if ttl > 0 {
+		if err := setTimeout(ctx, b, info.Options, ttl); err != nil {
 			writeBoxError(w, err)
 			return
 		}

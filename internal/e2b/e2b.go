@@ -122,6 +122,9 @@ type Config struct {
 	// (server.Server.CheckSnapshot, CheckFork).
 	CheckSnapshot func(context.Context, *airlock.Box) (release func(), err error)
 	CheckFork     func(ctx context.Context, b *airlock.Box, n int) error
+	// CheckNetwork, when set, applies the server's network grants to the
+	// destinations an update_network opens (server.Server.CheckNetwork).
+	CheckNetwork func(ctx context.Context, allow []string) error
 	// PullContext, when set, returns the context a create runs under, so
 	// that the pull of an absent image obeys the server's network grants
 	// (server.Server.PullContext).
@@ -390,7 +393,12 @@ func (s *Server) sandbox(ctx context.Context, id string) (*sandbox, error) {
 	sb := s.boxes[id]
 	s.mu.Unlock()
 	if sb != nil {
-		if _, err := sb.box.Info(ctx); err == nil {
+		info, err := sb.box.Info(ctx)
+		if err == nil {
+			// Kept across an auto-pause (its code contexts reattach).
+			if err := callable(info); err != nil {
+				return nil, err
+			}
 			return sb, nil
 		}
 		s.forget(id)
@@ -403,8 +411,8 @@ func (s *Server) sandbox(ctx context.Context, id string) (*sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	if info.State != airlock.BoxRunning {
-		return nil, fmt.Errorf("sandbox %s is not running (state %s): connect to it to resume it: %w", id, info.State, airlock.ErrBoxNotFound)
+	if err := callable(info); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -414,6 +422,17 @@ func (s *Server) sandbox(ctx context.Context, id string) (*sandbox, error) {
 	sb = newSandbox(s, b)
 	s.boxes[id] = sb
 	return sb, nil
+}
+
+// callable says why the data plane does not serve the box of info: it is
+// not running, and it is not a sandbox that a call resumes (autoPause
+// with autoResume: airlock's idle suspend, which the box's next exec,
+// file or port call wakes from).
+func callable(info airlock.BoxInfo) error {
+	if info.State == airlock.BoxRunning || (info.Suspended && autoResumes(info.Options)) {
+		return nil
+	}
+	return fmt.Errorf("sandbox %s is not running (state %s): connect to it to resume it: %w", info.ID, info.State, airlock.ErrBoxNotFound)
 }
 
 // forget drops what the data plane keeps of box id.

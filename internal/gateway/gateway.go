@@ -27,6 +27,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	coordlisters "k8s.io/client-go/listers/coordination/v1"
@@ -176,38 +178,86 @@ func newID() string {
 	return hex.EncodeToString(b)
 }
 
-// findPod returns the pod of the box id names: its id (pod
-// PodNamePrefix+id) or its name (label NameLabel), from the informer's
-// cache, else from the API server.
+// tenantOf is the tenant ctx's request comes from ("" for the admin,
+// who sees every box).
+func tenantOf(ctx context.Context) string {
+	if t := server.TenantName(ctx); t != server.AdminTenant {
+		return t
+	}
+	return ""
+}
+
+// sees says whether ctx's tenant may see pod p: its own, or any for the
+// admin.
+func sees(ctx context.Context, p *corev1.Pod) bool {
+	t := tenantOf(ctx)
+	return t == "" || p.Labels[kubebox.TenantLabel] == t
+}
+
+// nameSelectors are the label selectors of the pod of the box named name
+// for ctx's tenant: a tenant's own name; for the admin, a box of its own
+// (no tenant), else TENANT.NAME, a tenant's box as the admin sees it.
+func nameSelectors(ctx context.Context, name string) []labels.Selector {
+	own := func(tenant, name string) labels.Selector {
+		if errs := validation.IsValidLabelValue(name); len(errs) > 0 || name == "" {
+			return nil
+		}
+		r, err := labels.NewRequirement(kubebox.TenantLabel, selection.DoesNotExist, nil)
+		if tenant != "" {
+			r, err = labels.NewRequirement(kubebox.TenantLabel, selection.Equals, []string{tenant})
+		}
+		n, err2 := labels.NewRequirement(kubebox.NameLabel, selection.Equals, []string{name})
+		if err != nil || err2 != nil {
+			return nil
+		}
+		return labels.NewSelector().Add(*r, *n)
+	}
+	var out []labels.Selector
+	if t := tenantOf(ctx); t != "" {
+		out = append(out, own(t, name))
+	} else {
+		out = append(out, own("", name))
+		if t, n, ok := strings.Cut(name, "."); ok {
+			out = append(out, own(t, n))
+		}
+	}
+	return slices.DeleteFunc(out, func(s labels.Selector) bool { return s == nil })
+}
+
+// findPod returns the pod of the box id names for ctx's tenant: its id
+// (pod PodNamePrefix+id) or its name (label NameLabel), from the
+// informer's cache, else from the API server. Another tenant's box is not
+// found, exactly as one that does not exist.
 func (g *Gateway) findPod(ctx context.Context, id string) (*corev1.Pod, error) {
 	if validID(id) {
 		name := kubebox.PodNamePrefix + id
-		if p, err := g.pods.Get(name); err == nil {
+		if p, err := g.pods.Get(name); err == nil && sees(ctx, p) {
 			return p, nil
 		}
 		p, err := g.cfg.Client.CoreV1().Pods(g.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
-		if err == nil && p.Labels[kubebox.IDLabel] == id {
+		if err == nil && p.Labels[kubebox.IDLabel] == id && sees(ctx, p) {
 			return p, nil
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			return nil, apiProblem(err)
 		}
 	}
-	if len(id) > 63 || id == "" {
+	if len(id) > 128 || id == "" {
 		return nil, notFound(id)
 	}
-	sel := labels.SelectorFromSet(labels.Set{kubebox.NameLabel: id})
-	if ps, err := g.pods.List(sel); err == nil && len(ps) == 1 {
-		return ps[0], nil
+	for _, sel := range nameSelectors(ctx, id) {
+		if ps, err := g.pods.List(sel); err == nil && len(ps) == 1 {
+			return ps[0], nil
+		}
+		list, err := g.cfg.Client.CoreV1().Pods(g.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+		if err != nil {
+			return nil, apiProblem(err)
+		}
+		if len(list.Items) > 0 {
+			return &list.Items[0], nil
+		}
 	}
-	list, err := g.cfg.Client.CoreV1().Pods(g.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
-	if err != nil {
-		return nil, apiProblem(err)
-	}
-	if len(list.Items) == 0 {
-		return nil, notFound(id)
-	}
-	return &list.Items[0], nil
+	return nil, notFound(id)
 }
 
 // apiProblem is the problem for an error of the API server.
@@ -291,10 +341,14 @@ func lostProblem(id, why string) *server.Problem {
 		Detail: fmt.Sprintf("box %s is lost: %s. It is not recreated: remove it (DELETE /v1/boxes/%s) and create another", id, why, id)}
 }
 
-// ListBoxes implements server.Cluster: the boxes' pods from the cache,
-// oldest first, with state lost for those on a lost node.
+// ListBoxes implements server.Cluster: the boxes' pods from the cache
+// (a tenant's: those with its TenantLabel), oldest first, with state lost for those on a lost node.
 func (g *Gateway) ListBoxes(ctx context.Context) ([]server.Box, error) {
-	pods, err := g.pods.List(labels.Everything())
+	sel := labels.Everything()
+	if t := tenantOf(ctx); t != "" {
+		sel = labels.SelectorFromSet(labels.Set{kubebox.TenantLabel: t})
+	}
+	pods, err := g.pods.List(sel)
 	if err != nil {
 		return nil, apiProblem(err)
 	}

@@ -3,9 +3,11 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,7 +41,18 @@ func (g *Gateway) podOf(id string, sp server.BoxSpec) (*corev1.Pod, error) {
 			Detail: "volumes, ports, allow_host_ports, from_snapshot and secrets are not supported by airlock gateway yet: leave them out, or use a node's airlock serve"}
 	}
 	lbl := map[string]string{kubebox.IDLabel: id}
+	tenant := sp.Labels[server.TenantLabel] // set by the server, for a tenant's create
+	if tenant != "" {
+		if errs := validation.IsValidLabelValue(tenant); len(errs) > 0 {
+			return nil, invalid("tenant %q is not a valid Kubernetes label value: %s", tenant, strings.Join(errs, "; "))
+		}
+		lbl[kubebox.TenantLabel] = tenant
+		sp.Name = strings.TrimPrefix(sp.Name, tenant+".") // its name space is the label's
+	}
 	for k, v := range sp.Labels {
+		if k == server.TenantLabel {
+			continue
+		}
 		if strings.HasPrefix(k, "airlock.dev/") {
 			return nil, invalid("label %q: the airlock.dev/ prefix is airlock's own: use another key", k)
 		}
@@ -68,14 +81,17 @@ func (g *Gateway) podOf(id string, sp server.BoxSpec) (*corev1.Pod, error) {
 		corev1.ResourceCPU:    *resource.NewQuantity(int64(cpus), resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(int64(mem)<<20, resource.BinarySI),
 	}
-	c := corev1.Container{Name: "box", Image: sp.Image, WorkingDir: sp.WorkingDir,
+	// The image as airlock serve finds it: the node's stored one, pulled
+	// when absent (the API server's default would pull untagged names
+	// at every create).
+	c := corev1.Container{Name: "box", Image: sp.Image, WorkingDir: sp.WorkingDir, ImagePullPolicy: corev1.PullIfNotPresent,
 		Resources: corev1.ResourceRequirements{Limits: res, Requests: res}}
 	for _, e := range sp.Env {
 		k, v, _ := strings.Cut(e, "=")
 		c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: v})
 	}
 	opts := kubebox.Options{Network: sp.Network, AllowNet: sp.AllowNet, DiskSizeMiB: sp.DiskSizeMiB, User: sp.User,
-		TTL: sp.TTL, IdleTimeout: sp.IdleTimeout, Lease: sp.Lease, IdleAction: sp.IdleAction}
+		TTL: sp.TTL, IdleTimeout: sp.IdleTimeout, Lease: sp.Lease, IdleAction: sp.IdleAction, AutoRemove: sp.AutoRemove}
 	rc, no, grace := kubebox.RuntimeClass, false, int64(deleteGrace)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: kubebox.PodNamePrefix + id, Namespace: g.cfg.Namespace, Labels: lbl,
@@ -100,11 +116,34 @@ func userLabels(p *corev1.Pod) map[string]string {
 	return out
 }
 
+// boxLabels are the box's labels: the pod's user labels, and the
+// server's TenantLabel for a tenant's box.
+func boxLabels(p *corev1.Pod) map[string]string {
+	l := userLabels(p)
+	if t := p.Labels[kubebox.TenantLabel]; t != "" {
+		if l == nil {
+			l = map[string]string{}
+		}
+		l[server.TenantLabel] = t
+	}
+	return l
+}
+
+// boxName is the box's name as the server stores it: TENANT.NAME for a
+// tenant's box (the server shows the tenant NAME), the name label else.
+func boxName(p *corev1.Pod) string {
+	n, t := p.Labels[kubebox.NameLabel], p.Labels[kubebox.TenantLabel]
+	if n != "" && t != "" {
+		return t + "." + n
+	}
+	return n
+}
+
 // boxOfPod is the box as its pod shows it (no call to its node); ns is
 // its node's state (nil: none yet).
 func boxOfPod(p *corev1.Pod, ns *nodeState) server.Box {
-	b := server.Box{ID: p.Labels[kubebox.IDLabel], Name: p.Labels[kubebox.NameLabel], Created: p.CreationTimestamp.Time,
-		Labels: userLabels(p), Node: p.Spec.NodeName, Network: "public"}
+	b := server.Box{ID: p.Labels[kubebox.IDLabel], Name: boxName(p), Created: p.CreationTimestamp.Time,
+		Labels: boxLabels(p), Node: p.Spec.NodeName, Network: "public"}
 	if len(p.Spec.Containers) > 0 {
 		c := p.Spec.Containers[0]
 		b.Image = c.Image
@@ -116,7 +155,7 @@ func boxOfPod(p *corev1.Pod, ns *nodeState) server.Box {
 		}
 	}
 	if o, err := kubebox.ParseOptions(p.Annotations[kubebox.OptionsAnnotation]); err == nil {
-		b.DiskSizeMiB, b.AllowNet = o.DiskSizeMiB, o.AllowNet
+		b.DiskSizeMiB, b.AllowNet, b.AutoRemove = o.DiskSizeMiB, o.AllowNet, o.AutoRemove
 		if o.Network != "" {
 			b.Network = o.Network
 		}
@@ -143,7 +182,10 @@ func boxOfPod(p *corev1.Pod, ns *nodeState) server.Box {
 // fixBox puts the pod's id, name, labels and node on a box its node
 // returned (the node knows the box by kubebox.BoxName(pod UID)).
 func fixBox(b *server.Box, p *corev1.Pod) {
-	b.ID, b.Name, b.Labels, b.Node = p.Labels[kubebox.IDLabel], p.Labels[kubebox.NameLabel], userLabels(p), p.Spec.NodeName
+	b.ID, b.Name, b.Labels, b.Node = p.Labels[kubebox.IDLabel], boxName(p), boxLabels(p), p.Spec.NodeName
+	if o, err := kubebox.ParseOptions(p.Annotations[kubebox.OptionsAnnotation]); err == nil {
+		b.AutoRemove = o.AutoRemove
+	}
 }
 
 // nodeBox asks the node for the pod's box. Errors that are not problems
@@ -189,19 +231,26 @@ func (g *Gateway) nodeBox(ctx context.Context, st nodeState, p *corev1.Pod) (ser
 // returns once the pod runs on a node, with the box as that node shows
 // it. The scheduler's refusal (Unschedulable) is 409 unschedulable with
 // its message; a pod its node fails is the node's reason. A create that
-// fails deletes its pod.
-func (g *Gateway) CreateBox(ctx context.Context, sp server.BoxSpec) (server.Box, error) {
+// fails deletes its pod. A tenant's pod (the spec's server.TenantLabel)
+// carries kubebox.TenantLabel; admit, when set, is given the tenant's
+// pods as the API server lists them once the new one exists.
+func (g *Gateway) CreateBox(ctx context.Context, sp server.BoxSpec, admit func([]server.Box) error) (server.Box, error) {
 	id := newID()
 	pod, err := g.podOf(id, sp)
 	if err != nil {
 		return server.Box{}, err
 	}
-	if sp.Name != "" {
-		sel := labels.SelectorFromSet(labels.Set{kubebox.NameLabel: sp.Name}).String()
-		list, err := g.cfg.Client.CoreV1().Pods(g.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	tenant := pod.Labels[kubebox.TenantLabel]
+	if name := pod.Labels[kubebox.NameLabel]; name != "" {
+		set := labels.Set{kubebox.NameLabel: name}
+		if tenant != "" {
+			set[kubebox.TenantLabel] = tenant
+		}
+		list, err := g.cfg.Client.CoreV1().Pods(g.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: set.String()})
 		if err != nil {
 			return server.Box{}, apiProblem(err)
 		}
+		list.Items = slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.Labels[kubebox.TenantLabel] != tenant })
 		if len(list.Items) > 0 {
 			return server.Box{}, &server.Problem{Status: http.StatusConflict, Code: server.CodeNameInUse,
 				Detail: fmt.Sprintf("a box named %q exists (%s): pick another name, or remove it", sp.Name, list.Items[0].Labels[kubebox.IDLabel])}
@@ -221,6 +270,27 @@ func (g *Gateway) CreateBox(ctx context.Context, sp server.BoxSpec) (server.Box,
 		defer cancel()
 		pods.Delete(dctx, created.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &created.UID}})
 		return server.Box{}, p
+	}
+	if admit != nil {
+		// From the API server, not the cache: a pod another gateway made
+		// a moment ago counts.
+		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: labels.Set{kubebox.TenantLabel: tenant}.String()})
+		if err != nil {
+			return fail(apiProblem(err))
+		}
+		var boxes []server.Box
+		for i := range list.Items {
+			if p := &list.Items[i]; p.DeletionTimestamp == nil {
+				boxes = append(boxes, boxOfPod(p, nil))
+			}
+		}
+		if err := admit(boxes); err != nil {
+			var p *server.Problem
+			if !errors.As(err, &p) {
+				p = &server.Problem{Status: http.StatusForbidden, Code: server.CodeQuotaExceeded, Detail: err.Error()}
+			}
+			return fail(p)
+		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, g.cfg.CreateTimeout)
 	defer cancel()

@@ -41,6 +41,11 @@ func (g *Gateway) ServeBox(w http.ResponseWriter, r *http.Request, id string) {
 		writeErr(w, err)
 		return
 	}
+	if why := unrouted[r.Method+" "+strings.TrimPrefix(r.URL.Path, "/v1/boxes/"+id)]; why != "" {
+		server.WriteProblem(w, &server.Problem{Status: http.StatusNotImplemented, Code: server.CodeNotSupported,
+			Detail: fmt.Sprintf("%s %s is not served by airlock gateway: %s", r.Method, r.URL.Path, why)})
+		return
+	}
 	if p.Spec.NodeName == "" {
 		server.WriteProblem(w, &server.Problem{Status: http.StatusConflict, Code: server.CodeBoxNotRunning,
 			Detail: fmt.Sprintf("box %s is not on a node yet (%s)", id, podWhy(p))})
@@ -99,7 +104,16 @@ func (g *Gateway) ServeBox(w http.ResponseWriter, r *http.Request, id string) {
 				return errNodeToken
 			}
 			if r.Method == http.MethodPost && resp.StatusCode == http.StatusOK && boxRoutes[strings.TrimPrefix(rest, "/")] {
-				return fixBoxResponse(resp, p)
+				if rest == "/stop" {
+					if o, err := kubebox.ParseOptions(p.Annotations[kubebox.OptionsAnnotation]); err == nil && o.AutoRemove {
+						// Removed once stopped, as airlock serve does: later
+						// calls are 404.
+						if err := g.RemoveBox(r.Context(), id, true); err != nil {
+							g.cfg.Logf("box %s (auto_remove) stopped but not removed: %v", id, err)
+						}
+					}
+				}
+				return fixBoxResponse(resp, p, tenantOf(r.Context()) != "")
 			}
 			return nil
 		},
@@ -124,6 +138,17 @@ func (g *Gateway) ServeBox(w http.ResponseWriter, r *http.Request, id string) {
 
 var errNodeToken = errors.New("node refused the node token")
 
+// unrouted are the per-box routes (method and the path after the box)
+// that ServeBox does not pass to the node, and why: their node would make
+// boxes or snapshots of its own, which no pod shows, no scheduler counts
+// and no tenant owns.
+var unrouted = map[string]string{
+	"POST /fork": "a fork's children would be boxes of the node with no pods (the scheduler would not count them, and no gateway would find them). " +
+		"Use checkpoints instead: POST /v1/boxes/{id}/checkpoints, then /rollback, undo in place; or make the children with POST /v1/boxes",
+	"POST /snapshot": "a memory snapshot would stay on the box's node, and the gateway restores none (a create's from_snapshot is not served). " +
+		"Use checkpoints instead (POST /v1/boxes/{id}/checkpoints, then /rollback), which stay with their box",
+}
+
 // isDial says whether err is a failure to connect (the node is down, or
 // not where it said), not one of a call under way.
 func isDial(err error) bool {
@@ -131,8 +156,10 @@ func isDial(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// fixBoxResponse replaces the node's id and name in a box answer.
-func fixBoxResponse(resp *http.Response, p *corev1.Pod) error {
+// fixBoxResponse replaces the node's id and name in a box answer; for a
+// tenant (tenantView), the name is the tenant's and the tenant label is
+// left out, as the server shows its boxes to it.
+func fixBoxResponse(resp *http.Response, p *corev1.Pod, tenantView bool) error {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxNodeBoxBytes))
 	resp.Body.Close()
 	if err != nil {
@@ -141,6 +168,13 @@ func fixBoxResponse(resp *http.Response, p *corev1.Pod) error {
 	var b server.Box
 	if json.Unmarshal(body, &b) == nil && b.ID != "" {
 		fixBox(&b, p)
+		if tenantView {
+			b.Name = p.Labels[kubebox.NameLabel]
+			delete(b.Labels, server.TenantLabel)
+			if len(b.Labels) == 0 {
+				b.Labels = nil
+			}
+		}
 		if nb, err := json.Marshal(b); err == nil {
 			body = nb
 		}

@@ -33,8 +33,14 @@ const (
 	// digits; the pod is named PodNamePrefix + id). Gateways list the
 	// pods with this label.
 	IDLabel = "airlock.dev/box-id"
-	// NameLabel, on such a pod, is the box's name when it has one.
+	// NameLabel, on such a pod, is the box's name when it has one (as its
+	// tenant named it: names are unique per tenant).
 	NameLabel = "airlock.dev/box-name"
+	// TenantLabel, on such a pod, names the tenant the box is for (a
+	// token of the gateway's --tenants file); pods without it are the
+	// admin's. A tenant's requests see only the pods with its name, and
+	// its quotas count them.
+	TenantLabel = "airlock.dev/tenant"
 
 	// PodNamePrefix starts the name of a pod made by a gateway.
 	PodNamePrefix = "box-"
@@ -76,6 +82,10 @@ type Options struct {
 	// suspend. A suspended box's pod stays Running: the next call
 	// through the node's API resumes it.
 	IdleAction string `json:"idle_action,omitempty"`
+	// AutoRemove is the box's auto_remove: a gateway that stops the box
+	// (POST /v1/boxes/{id}/stop) then deletes its pod, so the box is
+	// removed, as airlock serve removes it. Nodes do not read it.
+	AutoRemove bool `json:"auto_remove,omitempty"`
 }
 
 // ParseOptions reads OptionsAnnotation's value.

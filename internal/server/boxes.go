@@ -181,11 +181,7 @@ func (s *Server) registerBoxes() {
 	}, func(ctx context.Context, in *struct{ Body BoxSpec }) (*boxOutput, error) {
 		sp := in.Body
 		if s.cfg.Cluster != nil {
-			b, err := s.cfg.Cluster.CreateBox(ctx, sp)
-			if err != nil {
-				return nil, clusterProblem(err)
-			}
-			return &boxOutput{Body: b}, nil
+			return s.clusterCreate(ctx, sp)
 		}
 		opts := airlock.BoxOptions{Image: sp.Image, Name: sp.Name, CPUs: sp.CPUs, MemoryMiB: sp.MemoryMiB,
 			DiskSizeMiB: sp.DiskSizeMiB, Env: sp.Env, WorkingDir: sp.WorkingDir, User: sp.User,
@@ -254,8 +250,8 @@ func (s *Server) registerBoxes() {
 			}
 			out.Body.Boxes = make([]Box, 0, len(boxes))
 			for _, b := range boxes {
-				if match(b.Labels) {
-					out.Body.Boxes = append(out.Body.Boxes, b)
+				if sees(ctx, b.Labels) && match(b.Labels) {
+					out.Body.Boxes = append(out.Body.Boxes, view(ctx, b))
 				}
 			}
 			return out, nil
@@ -284,7 +280,10 @@ func (s *Server) registerBoxes() {
 			if err != nil {
 				return nil, clusterProblem(err)
 			}
-			return &boxOutput{Body: b}, nil
+			if !sees(ctx, b.Labels) { // the Cluster scopes it already
+				return nil, &Problem{Status: http.StatusNotFound, Title: "Not Found", Code: CodeBoxNotFound, Detail: fmt.Sprintf("no box %q", in.ID)}
+			}
+			return &boxOutput{Body: view(ctx, b)}, nil
 		}
 		b, err := s.getBox(ctx, in.ID)
 		if err != nil {

@@ -19,18 +19,35 @@ import (
 //
 // Errors a Cluster returns are shown as they are when they are *Problem;
 // others are 500 internal.
+//
+// Tenants (Config.Tenants) are served as by airlock serve: the Server
+// gives a tenant's create the label TenantLabel and the name TENANT.NAME
+// (the spec's), checks its quotas, and shows the boxes without them. A
+// Cluster scopes every call by the tenant of its ctx (TenantName; the
+// admin, AdminTenant, sees every box): a box of another tenant is not
+// found, exactly as one that does not exist.
 type Cluster interface {
-	// CreateBox makes a box and returns it once it runs.
-	CreateBox(ctx context.Context, spec BoxSpec) (Box, error)
-	// ListBoxes returns every box of the cluster, oldest first.
+	// CreateBox makes a box and returns it once it runs. admit, when not
+	// nil (a tenant's create), is called once the box's record exists in
+	// the cluster, before it runs, with every box of the spec's tenant
+	// (its TenantLabel) that the cluster then holds, the new one
+	// included, read from the cluster itself (not a cache): an error from
+	// admit removes the new box and is CreateBox's. So a tenant's quotas
+	// hold across any number of gateways (two creates racing for its last
+	// room may both be refused, never both admitted).
+	CreateBox(ctx context.Context, spec BoxSpec, admit func([]Box) error) (Box, error)
+	// ListBoxes returns every box of the cluster that ctx's tenant sees,
+	// oldest first.
 	ListBoxes(ctx context.Context) ([]Box, error)
-	// GetBox returns the box id names (its id or name).
+	// GetBox returns the box id names (its id or name) if ctx's tenant
+	// sees it.
 	GetBox(ctx context.Context, id string) (Box, error)
 	// RemoveBox removes the box id names and returns once it is gone; a
 	// running box needs force (else 409 box_running, as airlock serve).
 	RemoveBox(ctx context.Context, id string, force bool) error
 	// ServeBox answers a request under /v1/boxes/{id}/ for the box id
-	// names (authenticated and bounded by the Server already).
+	// names (authenticated and bounded by the Server already, and taking
+	// an exec slot of the client when it runs something).
 	ServeBox(w http.ResponseWriter, r *http.Request, id string)
 }
 
@@ -64,12 +81,12 @@ var clusterRoutes = map[string]bool{
 func (s *Server) cluster(mux http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if m := perBoxPath.FindStringSubmatch(r.URL.Path); m != nil {
-			s.cfg.Cluster.ServeBox(w, r, m[1])
+			s.serveClusterBox(w, r, m[1])
 			return
 		}
 		if _, pat := s.mux.Handler(r); strings.Contains(pat, " /v1/") && !clusterRoutes[pat] {
 			writeProblem(w, &Problem{Status: http.StatusNotImplemented, Code: CodeNotSupported,
-				Detail: fmt.Sprintf("%s %s is not served by airlock gateway yet: call the node's own airlock serve for it", r.Method, r.URL.Path)})
+				Detail: fmt.Sprintf("%s %s is not served by airlock gateway: %s", r.Method, r.URL.Path, clusterUnserved(pat))})
 			return
 		}
 		mux.ServeHTTP(w, r)

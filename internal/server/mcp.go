@@ -43,6 +43,15 @@ func (s *Server) AcquireExec(ctx context.Context, client string) (release func()
 // --allow-private-net, link-local ones are refused.
 func (s *Server) PullContext(ctx context.Context) context.Context { return s.pullContext(ctx) }
 
+// CheckNetwork applies the server's network grants to another front
+// end's change of a box's network (airlock serve --e2b's update_network)
+// as to a REST create's allow_net: IPs and CIDRs inside private ranges
+// need --allow-private-net. A refusal is a *Problem.
+func (s *Server) CheckNetwork(ctx context.Context, allow []string) error {
+	p, _ := s.policyFor(ctx)
+	return checkAllowNet(p, allow)
+}
+
 // CheckStart applies the policy to another front end's start or resume
 // of box b (airlock serve --e2b's connect), as POST /v1/boxes/{id}/start
 // and /resume do: --max-boxes and --min-free-disk. A refusal is a *Problem.

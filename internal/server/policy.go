@@ -227,16 +227,23 @@ func (s *Server) checkGrants(ctx context.Context, opts *airlock.BoxOptions) erro
 			return denied("allow_host_ports %d: this server grants host ports %v (airlock serve --allow-host-port)", port, p.AllowHostPorts)
 		}
 	}
-	if !p.AllowPrivateNet {
-		for _, e := range opts.AllowNet {
-			pre, ok := allowNetPrefix(e)
-			if !ok {
-				continue
-			}
-			for _, priv := range privateNets {
-				if pre.Bits() >= priv.Bits() && priv.Contains(pre.Addr()) {
-					return denied("allow_net %q: opens part of the private range %s, which this server does not grant (airlock serve --allow-private-net)", e, priv)
-				}
+	return checkAllowNet(p, opts.AllowNet)
+}
+
+// checkAllowNet applies p's grants to the destinations of an allowlist
+// network: IPs and CIDRs inside private ranges need AllowPrivateNet.
+func checkAllowNet(p Policy, allow []string) error {
+	if p.AllowPrivateNet {
+		return nil
+	}
+	for _, e := range allow {
+		pre, ok := allowNetPrefix(e)
+		if !ok {
+			continue
+		}
+		for _, priv := range privateNets {
+			if pre.Bits() >= priv.Bits() && priv.Contains(pre.Addr()) {
+				return denied("allow_net %q: opens part of the private range %s, which this server does not grant (airlock serve --allow-private-net)", e, priv)
 			}
 		}
 	}

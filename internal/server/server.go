@@ -146,8 +146,9 @@ type Config struct {
 	// Token and the unix socket stay the admin, who sees every box.
 	Tenants *tenant.Set
 	// Cluster, when set, serves the boxes instead of Runtime (airlock
-	// gateway; cluster.go): Runtime is then nil. Tenants are not served
-	// with a Cluster yet.
+	// gateway; cluster.go): Runtime is then nil. Tenants are served as
+	// with a Runtime (their boxes, quotas of boxes, vCPUs, memory, disk
+	// and execs, audit lines); snapshots and volumes are not served.
 	Cluster Cluster
 }
 
@@ -799,6 +800,11 @@ func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
 	case <-done:
 	case <-dctx.Done():
 		s.closeStreams()
+	}
+	// Past the drain, requests still in flight are cut: Shutdown alone
+	// leaves their connections served (and kept alive) after it returns.
+	for _, hs := range servers {
+		hs.Close()
 	}
 	s.closeCodeboxes()
 	return err

@@ -265,8 +265,16 @@ type tenantState struct {
 }
 
 // usageOf returns what the boxes of tenant t take now (not counting
-// requests in progress); their disk counts their checkpoints' bytes.
+// requests in progress); their disk counts their checkpoints' bytes
+// (with a Cluster: the boxes it lists, without checkpoints).
 func (s *Server) usageOf(ctx context.Context, name string) (tenantUsage, error) {
+	if s.cfg.Cluster != nil {
+		boxes, err := s.cfg.Cluster.ListBoxes(ctx)
+		if err != nil {
+			return tenantUsage{}, clusterProblem(err)
+		}
+		return clusterUsage(boxes, name), nil
+	}
 	infos, err := s.rt.List(ctx)
 	if err != nil {
 		return tenantUsage{}, problem(err)
@@ -303,10 +311,7 @@ func (s *Server) reserveQuota(ctx context.Context, want tenantUsage, what string
 	if t == nil {
 		return func() {}, nil
 	}
-	q := t.Quota
-	if cur, ok := s.cfg.Tenants.Get(t.Name); ok {
-		q = cur.Quota // the file as reloaded
-	}
+	q := s.quotaOf(t) // the file as reloaded
 	ts := &s.tenants
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -315,22 +320,8 @@ func (s *Server) reserveQuota(ctx context.Context, want tenantUsage, what string
 		return nil, err
 	}
 	u.add(ts.pending[t.Name], 1)
-	check := func(have, add, limit int, unit, flag string) error {
-		if limit > 0 && add > 0 && have+add > limit {
-			return quotaDenied(t, "%s: your boxes take %d %s and this would add %d, past your quota of %d (airlock tenant add --%s): stop or remove boxes first, or ask for less",
-				what, have, unit, add, limit, flag)
-		}
-		return nil
-	}
-	for _, c := range []error{
-		check(u.boxes, want.boxes, q.Boxes, "boxes not stopped", "max-boxes"),
-		check(u.cpus, want.cpus, q.CPUs, "vCPUs", "max-cpus"),
-		check(u.memMiB, want.memMiB, q.MemoryMiB, "MiB of memory", "max-memory"),
-		check(u.diskMiB, want.diskMiB, q.DiskMiB, "MiB of disk", "max-disk"),
-	} {
-		if c != nil {
-			return nil, c
-		}
+	if err := checkQuota(t, q, u, want, what); err != nil {
+		return nil, err
 	}
 	if ts.pending == nil {
 		ts.pending = map[string]tenantUsage{}

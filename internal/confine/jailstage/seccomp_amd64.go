@@ -1,11 +1,6 @@
 package jailstage
 
-import (
-	"fmt"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
-)
+import "golang.org/x/sys/unix"
 
 // toolDenied are the system calls a program RunTool starts gets EPERM
 // for: none of them is needed to read a disk image and write files, and
@@ -32,35 +27,14 @@ var toolDenied = []uint32{
 // allowed.
 func toolSeccomp() error {
 	const (
-		archX8664  = 0xc000003e // AUDIT_ARCH_X86_64
-		x32Bit     = 0x40000000
-		retKill    = 0x80000000 // SECCOMP_RET_KILL_PROCESS
-		retErrno   = 0x00050000
-		retAllow   = 0x7fff0000
-		offNr      = 0 // struct seccomp_data
-		offArch    = 4
-		ldAbsW     = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-		jeqK       = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-		jsetK      = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
-		retK       = unix.BPF_RET | unix.BPF_K
-		seccompSet = 1 // SECCOMP_SET_MODE_FILTER
+		jeqK = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		retK = unix.BPF_RET | unix.BPF_K
 	)
 	n := len(toolDenied)
-	prog := []unix.SockFilter{
-		{Code: ldAbsW, K: offArch},
-		{Code: jeqK, Jt: 1, Jf: 0, K: archX8664},
-		{Code: retK, K: retKill},
-		{Code: ldAbsW, K: offNr},
-		{Code: jsetK, Jt: 0, Jf: 1, K: x32Bit},
-		{Code: retK, K: retKill},
-	}
+	prog := archCheck()
 	for i, nr := range toolDenied {
 		prog = append(prog, unix.SockFilter{Code: jeqK, Jt: uint8(n - i), Jf: 0, K: nr})
 	}
-	prog = append(prog, unix.SockFilter{Code: retK, K: retAllow}, unix.SockFilter{Code: retK, K: retErrno | uint32(unix.EPERM)})
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, seccompSet, 0, uintptr(unsafe.Pointer(&fprog))); e != 0 {
-		return fmt.Errorf("seccomp filter: %w", e)
-	}
-	return nil
+	prog = append(prog, unix.SockFilter{Code: retK, K: seccompRetAllow}, unix.SockFilter{Code: retK, K: seccompRetErrno | uint32(unix.EPERM)})
+	return installFilter(prog)
 }

@@ -14,6 +14,7 @@ package jailstage
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -44,6 +45,11 @@ const (
 	// directory to work in, then the program's path and arguments (see
 	// RunTool).
 	ToolArg0 = "airlock-confined-tool"
+	// NoSetIDArg0 (with Env=1) marks a re-execution that installs
+	// NoSetIDFilter and execs argv[1] with argv[1:] and the environment
+	// without the marker: how the virtio-fs daemons start (see
+	// RunNoSetID).
+	NoSetIDArg0 = "airlock-no-setid"
 )
 
 // Resource limits of a program RunTool starts: its address space, open
@@ -194,6 +200,11 @@ func init() {
 		fmt.Fprintf(os.Stderr, "airlock confined tool: %v\n", err)
 		os.Exit(126)
 	}
+	if len(os.Args) >= 2 && os.Args[0] == NoSetIDArg0 && os.Getenv(stageEnv) == "1" {
+		err := RunNoSetID(os.Args[1], os.Args[1:])
+		fmt.Fprintf(os.Stderr, "airlock no-setid launcher: %v\n", err)
+		os.Exit(126)
+	}
 	if len(os.Args) > 0 && os.Args[0] == Arg0+"-probe" {
 		os.Exit(0) // UserNSAllowed's probe
 	}
@@ -313,6 +324,11 @@ func stage() error {
 		if err := dieWithLauncher(s.Lease, filepath.Base(s.Path)); err != nil {
 			return err
 		}
+	}
+	// Last: the program may make no setuid or setgid file (a QEMU taken
+	// over owns its volumes' files through their idmapped mounts).
+	if err := NoSetIDFilter(); err != nil {
+		return err
 	}
 	err := unix.Exec(s.Path, append([]string{s.Path}, s.Args...), s.Env)
 	return fmt.Errorf("exec %s: %w", s.Path, err)
@@ -478,6 +494,34 @@ func RunTool(uid int, dir, bin string, argv []string) error {
 		return err
 	}
 	if err := toolSeccomp(); err != nil {
+		return err
+	}
+	var env []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, stageEnv+"=") {
+			env = append(env, e)
+		}
+	}
+	return fmt.Errorf("exec %s: %w", bin, unix.Exec(bin, argv, env))
+}
+
+// RunNoSetID installs NoSetIDFilter on the calling process and execs bin
+// (argv) with the environment without the stage's marker: bin and every
+// process it starts can make no set-user-ID or set-group-ID file. It sets
+// no_new_privs unless the process may install the filter without it
+// (CAP_SYS_ADMIN: root, as for the virtio-fs daemons, which may then
+// still gain the privileges of what they exec). It returns only on an
+// error.
+func RunNoSetID(bin string, argv []string) error {
+	runtime.LockOSThread()
+	if err := NoSetIDFilter(); errors.Is(err, unix.EACCES) {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("no_new_privs: %w", err)
+		}
+		if err := NoSetIDFilter(); err != nil {
+			return err
+		}
+	} else if err != nil {
 		return err
 	}
 	var env []string

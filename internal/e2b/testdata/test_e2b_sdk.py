@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import datetime
 import os
+import shlex
 import time
 
 import pytest
 from e2b import (
+    ALL_TRAFFIC,
     CommandExitException,
     NotFoundException,
     Sandbox as BaseSandbox,
@@ -25,6 +27,17 @@ from e2b_code_interpreter import Sandbox
 
 HAS_DATA = os.environ.get("AIRLOCK_E2B_DATA_IMAGE") == "1"
 NODE_IMAGE = os.environ.get("AIRLOCK_E2B_NODE_IMAGE")  # an image with node
+# HOST:PORT of a server on the host's loopback that boxes reach as an
+# internet address (TestE2BSDK's stand-in; nothing leaves the host).
+PROBE = os.environ["AIRLOCK_E2B_NET_PROBE"]
+PROBE_HOST = PROBE.rsplit(":", 1)[0]
+PROBE_PY = """import socket, sys
+host, port = sys.argv[1].rsplit(":", 1)
+try:
+    print(socket.create_connection((host, int(port)), timeout=20).recv(64).decode())
+except OSError as e:
+    print("denied:", type(e).__name__)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +86,19 @@ def test_connect(sb):
     assert again.commands.run("echo connected").stdout == "connected\n"
 
 
+def test_envd_needs_the_access_token(sb):
+    import httpx
+
+    # Every sandbox is secure (the SDKs no longer send secure): the SDK
+    # sends the envdAccessToken of create and connect as X-Access-Token,
+    # and envd refuses a request without it.
+    url, envd = os.environ["E2B_SANDBOX_URL"], {"E2b-Sandbox-Id": sb.sandbox_id, "E2b-Sandbox-Port": "49983"}
+    assert sb._envd_access_token
+    assert httpx.get(url + "/health", headers=envd).status_code == 401
+    assert httpx.get(url + "/health", headers={**envd, "X-Access-Token": "e2b_" + "0" * 32}).status_code == 401
+    assert httpx.get(url + "/health", headers={**envd, "X-Access-Token": sb._envd_access_token}).status_code == 204
+
+
 def test_unknown_sandbox_is_not_found():
     with pytest.raises(NotFoundException):
         Sandbox.get_info("nosuchbox0000")
@@ -83,6 +109,57 @@ def test_wrong_key_is_refused():
 
     with pytest.raises(AuthenticationException):
         Sandbox.list(api_key="e2b_0000000000000000").next_items()
+
+
+# --- network and lifecycle ----------------------------------------------
+
+
+def reach(s):
+    """What the probe's server answers the sandbox ("reachable"), or why not."""
+    return s.commands.run(f"python3 -c {shlex.quote(PROBE_PY)} {PROBE}").stdout.strip()
+
+
+def test_update_network(sb):
+    sb.update_network({"deny_out": [ALL_TRAFFIC]})
+    assert reach(sb).startswith("denied")
+    assert Sandbox.get_info(sb.sandbox_id).network == {"deny_out": [ALL_TRAFFIC]}
+    # allow_out takes precedence over deny_out, as in E2B.
+    sb.update_network({"deny_out": [ALL_TRAFFIC], "allow_out": [PROBE_HOST]})
+    assert reach(sb) == "reachable"
+    # An update replaces the rules: without any, the sandbox reaches the internet again.
+    sb.update_network({})
+    assert Sandbox.get_info(sb.sandbox_id).network is None
+    assert reach(sb) == "reachable"
+
+
+def test_no_internet_and_auto_pause():
+    # Another sandbox (the default template): no internet, and its timeout
+    # pauses it instead of killing it (airlock's idle suspend).
+    s = Sandbox.create("base", timeout=120, allow_internet_access=False, lifecycle={"on_timeout": "pause"}, metadata={"suite": "e2b-lifecycle"})
+    try:
+        info = s.get_info()
+        assert info.lifecycle == {"on_timeout": "pause", "auto_resume": False}
+        assert info.allow_internet_access is False
+        assert reach(s).startswith("denied")
+        s.update_network({"deny_out": [ALL_TRAFFIC], "allow_out": [PROBE_HOST]})
+        assert reach(s) == "reachable"
+        s.files.write("kept.txt", "through the pause")
+        s.run_code("v = 7")
+        s.set_timeout(1)  # paused once a second passes without a call
+        deadline = time.monotonic() + 120
+        while BaseSandbox.get_info(s.sandbox_id).state != SandboxState.PAUSED:
+            assert time.monotonic() < deadline, "the sandbox was not paused at its timeout"
+            time.sleep(0.5)
+        # Not killed: without auto_resume a call does not wake it, connect does.
+        with pytest.raises(Exception):
+            s.commands.run("true")
+        again = Sandbox.connect(s.sandbox_id, timeout=120)
+        assert BaseSandbox.get_info(s.sandbox_id).state == SandboxState.RUNNING
+        assert again.files.read("kept.txt") == "through the pause"
+        assert again.run_code("v").text == "7"  # the interpreter too, unlike pause()
+        assert again.get_info().network == {"allow_out": [PROBE_HOST], "deny_out": [ALL_TRAFFIC]}
+    finally:
+        s.kill()
 
 
 # --- commands ------------------------------------------------------------
@@ -373,7 +450,13 @@ def test_bash_context(sb):
 
 @pytest.mark.skipif(not NODE_IMAGE, reason="the image with node (airlock/net-clients:1) is not in the store: run hack/setup.sh")
 def test_javascript_context():
-    with Sandbox.create(NODE_IMAGE, timeout=120) as js:
+    # (Its sandbox also mounts a volume: the main one is paused, which a
+    # sandbox with volumes cannot be.)
+    with Sandbox.create(NODE_IMAGE, timeout=120, volume_mounts={"/mnt/data/": "e2b-vol"}) as js:
+        assert js.get_info().volume_mounts == [{"name": "e2b-vol", "path": "/mnt/data"}]
+        js.files.write("/mnt/data/kept.txt", "in the volume", user="root")
+        mounts = js.commands.run("grep ' /mnt/data ' /proc/mounts").stdout
+        assert mounts.strip(), "the volume is not mounted at /mnt/data"
         c = js.create_code_context(language="javascript", cwd="/tmp")
         assert c.language == "javascript"
         assert js.run_code("const xs = [1, 2, 3]; let total = 0", context=c).error is None

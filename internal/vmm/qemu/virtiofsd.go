@@ -185,6 +185,11 @@ func startShare(ctx context.Context, path string, sh share, g *confine.Cgroup) (
 		cmd.Path = "/bin/sh"
 		cmd.Args = append([]string{"/bin/sh", "-c", script, src, path}, virtiofsdArgs(sh)...)
 	}
+	// Neither virtiofsd nor the wrapper shell may make a setuid or setgid
+	// file: passthrough would otherwise let root in the box leave a
+	// setuid-root program on the host (the guest's chmod 4755, or a
+	// create with that mode, fails with EPERM).
+	confine.NoSetIDCmd(cmd)
 	var gate io.WriteCloser
 	if g != nil {
 		if gate, err = cmd.StdinPipe(); err != nil {

@@ -55,7 +55,15 @@ def airlock_bin() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def server_env(airlock_bin: Path) -> Iterator[dict]:
     """Starts `airlock serve` on a socket in a temporary home; sets
-    AIRLOCK_SOCKET for the SDK (and for example subprocesses)."""
+    AIRLOCK_SOCKET for the SDK (and for example subprocesses).
+
+    With AIRLOCK_TEST_EXTERNAL=1, the tests use the server of AIRLOCK_URL
+    and AIRLOCK_TOKEN instead (an airlock gateway: TestKubeGatewaySDKSuite),
+    whose tenants' tokens are AIRLOCK_TEST_TENANT_ALICE and _BOB."""
+    if os.environ.get("AIRLOCK_TEST_EXTERNAL") == "1":
+        yield dict(os.environ, AIRLOCK_TEST_URL=os.environ["AIRLOCK_URL"], AIRLOCK_BIN=str(airlock_bin),
+                   AIRLOCK_TEST_VOLUMES=tempfile.mkdtemp(prefix="airlock-sdk-volumes-"))
+        return
     tmp = Path(tempfile.mkdtemp(prefix="airlock-sdk-"))
     images = os.environ.get("AIRLOCK_IMAGES") or str(Path.home() / ".airlock" / "images")
     sock = tmp / "a.sock"

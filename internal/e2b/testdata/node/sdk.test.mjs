@@ -142,6 +142,63 @@ test("bash context, and a clear error for JavaScript", async () => {
   await assert.rejects(sbx.runCode("1", { language: "js", requestTimeoutMs: 5_000 }), /400/);
 });
 
+test("pty", async () => {
+  let out = "";
+  const dec = new TextDecoder();
+  const h = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d, { stream: true }); }, timeoutMs: 120_000 });
+  await sbx.pty.resize(h.pid, { cols: 100, rows: 30 });
+  await sbx.pty.sendInput(h.pid, new TextEncoder().encode("stty size; exit 7\n"));
+  await assert.rejects(h.wait(), (e) => e instanceof CommandExitError && e.exitCode === 7);
+  assert.match(out, /30 100/);
+});
+
+test("fork", async () => {
+  await sbx.files.write("forked.txt", "from the parent");
+  await sbx.runCode("forked_var = 'kept'");
+  const [child] = await sbx.fork({ timeoutMs: 120_000 });
+  assert.ok(!(child instanceof Error), String(child));
+  try {
+    assert.notEqual(child.sandboxId, sbx.sandboxId);
+    assert.deepEqual((await Sandbox.getInfo(child.sandboxId)).metadata, { suite: "node" });
+    assert.equal(await child.files.read("forked.txt"), "from the parent");
+    assert.equal((await child.runCode("forked_var")).text, "'kept'");
+    await child.files.write("forked.txt", "changed in the child");
+    assert.equal(await sbx.files.read("forked.txt"), "from the parent");
+  } finally {
+    await child.kill();
+  }
+});
+
+test("pause and connect", async () => {
+  await sbx.files.write("kept.txt", "still here");
+  assert.ok(await sbx.pause());
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, "paused");
+  const again = await Sandbox.connect(sbx.sandboxId);
+  assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, "running");
+  assert.equal(await again.files.read("kept.txt"), "still here");
+  assert.equal((await again.runCode("6 * 7")).text, "42");
+});
+
+test("a timeout that pauses, and a call that resumes (autoResume)", async () => {
+  const s = await Sandbox.create("base", { timeoutMs: 120_000, lifecycle: { onTimeout: "pause", autoResume: true }, metadata: { suite: "node-lifecycle" } });
+  try {
+    assert.deepEqual((await s.getInfo()).lifecycle, { onTimeout: "pause", autoResume: true });
+    await s.files.write("kept.txt", "through the pause");
+    await s.setTimeout(1_000); // paused once a second passes without a call
+    const deadline = Date.now() + 120_000;
+    while ((await Sandbox.getInfo(s.sandboxId)).state !== "paused") {
+      assert.ok(Date.now() < deadline, "the sandbox was not paused at its timeout");
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    await s.setTimeout(120_000);
+    // Paused, not killed: a call resumes it.
+    assert.equal((await s.commands.run("cat kept.txt")).stdout, "through the pause");
+    assert.equal((await Sandbox.getInfo(s.sandboxId)).state, "running");
+  } finally {
+    await s.kill();
+  }
+});
+
 test("kill", async () => {
   await sbx.kill();
   await assert.rejects(Sandbox.getInfo(sbx.sandboxId), (e) => e instanceof NotFoundError || /not found/i.test(String(e)));
