@@ -589,8 +589,10 @@ type BoxInfo struct {
 	Created     time.Time
 	Started     time.Time
 	Options     BoxOptions
-	// Ports are the published ports as bound by the box's current start
-	// (nil when it is not running; Options.Ports holds what was asked).
+	// Ports are the published ports as bound by the box's current start,
+	// or for a suspended box by the start it was suspended in, which its
+	// resume binds again (nil when it is not running nor suspended;
+	// Options.Ports holds what was asked).
 	Ports []PortMapping
 	// Suspended says the stopped box was paused to disk (Box.Suspend):
 	// Start or Resume continue it from its saved memory.
@@ -643,6 +645,9 @@ func (r *Runtime) infoOf(rec *store.Box, cfg boxConfig) BoxInfo {
 		info.Ports = readPorts(dir)
 	} else {
 		info.Suspended = boxdir.SuspendedIn(dir) != ""
+		if info.Suspended {
+			info.Ports = readPorts(dir)
+		}
 		info.Exit = r.exitOf(info)
 	}
 	info.DiskBytes = sparse.Allocated(filepath.Join(dir, boxdir.RW))

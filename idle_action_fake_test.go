@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -151,5 +152,47 @@ func TestIdleActionOnFake(t *testing.T) {
 	}
 	if _, err := stp.Exec(ctx, "true", nil, airlock.ExecOptions{}); !errors.Is(err, airlock.ErrBoxNotRunning) {
 		t.Errorf("exec on the idle-stopped box: %v, want ErrBoxNotRunning", err)
+	}
+}
+
+// A suspended box lists the published ports of the start it was suspended
+// in (its resume binds them again), as `airlock ls` and REST show them;
+// a stopped box lists none. The ports are the helper's record in the box
+// directory (the fake driver runs no network helper: written here).
+func TestSuspendedBoxListsItsPortsOnFake(t *testing.T) {
+	ctx := context.Background()
+	h := fakeHarnessOn(t, fake.NewSnapshotting(os.Getenv("AIRLOCK_AGENT")))
+	r := h.openOpts(t, airlock.Options{})
+	b, err := r.Create(ctx, airlock.BoxOptions{Image: h.image, Network: airlock.NetworkNone, IdleTimeout: time.Hour, IdleAction: airlock.IdleSuspend})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Remove(context.Background(), true) })
+	rec := `[{"host_ip":"127.0.0.1","host_port":18080,"guest_port":8080,"protocol":"tcp"}]`
+	if err := os.WriteFile(filepath.Join(filepath.Dir(b.ConsoleLog()), "ports.json"), []byte(rec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Suspend(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := airlock.PortMapping{HostIP: "127.0.0.1", HostPort: 18080, GuestPort: 8080, Protocol: "tcp"}
+	if !info.Suspended || len(info.Ports) != 1 || info.Ports[0] != want {
+		t.Fatalf("suspended box: suspended %v, ports %+v; want %+v", info.Suspended, info.Ports, want)
+	}
+	if info.Options.IdleTimeout != time.Hour || info.Options.IdleAction != airlock.IdleSuspend {
+		t.Errorf("idle settings %v %q", info.Options.IdleTimeout, info.Options.IdleAction)
+	}
+	if err := b.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Stop(ctx, airlock.StopOptions{Grace: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := b.Info(ctx); info.Suspended || len(info.Ports) != 0 {
+		t.Fatalf("stopped box: suspended %v, ports %+v; want none", info.Suspended, info.Ports)
 	}
 }

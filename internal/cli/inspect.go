@@ -49,6 +49,9 @@ type boxState struct {
 	StartedAt    time.Time
 	FinishedAt   time.Time
 	Description  string // as ls words it: "Up 3 minutes", "Exited (5) 2 minutes ago"
+	// IdleDeadline is when Config.IdleAction is taken unless the box is
+	// used before (absent: no idle timeout).
+	IdleDeadline time.Time `json:",omitzero"`
 }
 
 type boxConfigView struct {
@@ -63,6 +66,11 @@ type boxConfigView struct {
 	DiskSizeMiB int
 	AutoRemove  bool
 	Labels      map[string]string // as docker inspect's Config.Labels
+	// IdleTimeout is how long the box may go unused before IdleAction
+	// (remove, stop, suspend) is taken ("" with no idle timeout);
+	// State.IdleDeadline is when, unless it is used before.
+	IdleTimeout string `json:",omitempty"`
+	IdleAction  string `json:",omitempty"`
 }
 
 type networkView struct {
@@ -205,7 +213,7 @@ func inspectBox(r *airlock.Runtime, b *airlock.Box, info airlock.BoxInfo) boxIns
 	o := info.Options
 	row := rowOf(r, info)
 	st := boxState{Status: string(info.State), Running: info.State == airlock.BoxRunning, Pid: info.PID, StartedAt: info.Started,
-		Description: row.Status, Paused: row.Paused, PausedToDisk: info.Suspended}
+		Description: row.Status, Paused: row.Paused, PausedToDisk: info.Suspended, IdleDeadline: info.IdleDeadline}
 	if e := info.Exit; e != nil {
 		st.Reason, st.ExitCode, st.FinishedAt = string(e.Reason), e.ExitCode, e.Finished
 		st.OOMKilled = e.Reason == airlock.ExitOOMKilled
@@ -221,12 +229,33 @@ func inspectBox(r *airlock.Runtime, b *airlock.Box, info airlock.BoxInfo) boxIns
 		State: st,
 		Config: boxConfigView{Image: o.Image, Cmd: cmdline, Env: append([]string{}, o.Env...), WorkingDir: o.WorkingDir, User: o.User,
 			Hostname: b.Hostname(), CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskSizeMiB: o.DiskSizeMiB, AutoRemove: o.AutoRemove,
-			Labels: o.Labels},
+			Labels: o.Labels, IdleTimeout: idleTimeoutOf(o), IdleAction: idleActionOf(o)},
 		NetworkSettings: networkView{Mode: string(o.Network), Secrets: secretsOf(o.Secrets)},
 		Mounts:          mountsOf(o.Volumes),
 		Ports:           portsOf(info.Ports, o.Ports),
 		ConsoleLogPath:  b.ConsoleLog(),
 	}
+}
+
+// idleTimeoutOf is .Config.IdleTimeout: o's idle timeout as a duration
+// ("" without one).
+func idleTimeoutOf(o airlock.BoxOptions) string {
+	if o.IdleTimeout <= 0 {
+		return ""
+	}
+	return o.IdleTimeout.String()
+}
+
+// idleActionOf is .Config.IdleAction: what o's idle timeout does (remove
+// when not set; "" without an idle timeout).
+func idleActionOf(o airlock.BoxOptions) string {
+	switch {
+	case o.IdleTimeout <= 0:
+		return ""
+	case o.IdleAction == "":
+		return string(airlock.IdleRemove)
+	}
+	return string(o.IdleAction)
 }
 
 // secretsOf is .NetworkSettings.Secrets, by name.

@@ -29,3 +29,29 @@ func TestCLILabels(t *testing.T) {
 		t.Errorf("inspect labels: %q", out)
 	}
 }
+
+// TestCLIInspectIdle: inspect shows a box's idle settings (and none for a
+// box without an idle timeout).
+func TestCLIInspectIdle(t *testing.T) {
+	vmtest.Require(t)
+	c := cli{t, t.TempDir()}
+	out, errs, code := c.run("create", "--quiet", "--network", "none", "--idle-timeout", "90m", "--idle-action", "suspend", "python:slim")
+	if code != 0 {
+		t.Fatalf("create --idle-timeout: %d %q", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	defer c.run("rm", "-f", id)
+	format := "{{.Config.IdleTimeout}}|{{.Config.IdleAction}}|{{.State.IdleDeadline.IsZero}}"
+	if out, errs, _ := c.run("inspect", "--format", format, id); strings.TrimSpace(out) != "1h30m0s|suspend|false" {
+		t.Errorf("inspect idle settings: %q %q, want 1h30m0s|suspend|false", out, errs)
+	}
+	out, errs, code = c.run("create", "--quiet", "--network", "none", "python:slim")
+	if code != 0 {
+		t.Fatalf("create: %d %q", code, errs)
+	}
+	plain := strings.TrimSpace(out)
+	defer c.run("rm", "-f", plain)
+	if out, errs, _ := c.run("inspect", "--format", format, plain); strings.TrimSpace(out) != "||true" {
+		t.Errorf("inspect without an idle timeout: %q %q, want ||true", out, errs)
+	}
+}

@@ -33,6 +33,19 @@ def run_program(code: str, env: dict, timeout: float = 120) -> subprocess.Comple
 # --- No server needed: argument checks and what airlock lacks -------------
 
 
+def test_box_info_idle_settings() -> None:
+    """BoxInfo carries the box's idle settings from airlock's box JSON
+    (idle_action absent means remove), and none without an idle timeout."""
+    d = {"id": "abc", "state": "stopped", "suspended": True, "idle_timeout": 90.0, "idle_deadline": "2026-12-07T19:00:00Z"}
+    info = boxlite.BoxInfo._of(d)
+    assert (info.idle_timeout, info.idle_action, info.idle_deadline) == (90.0, "remove", "2026-12-07T19:00:00Z")
+    info = boxlite.BoxInfo._of(dict(d, idle_action="suspend"))
+    assert (info.idle_timeout, info.idle_action) == (90.0, "suspend")
+    info = boxlite.BoxInfo._of({"id": "abc", "state": "running"})
+    assert (info.idle_timeout, info.idle_action) == (None, None)
+
+
+
 def test_box_options_map_to_airlock_spec() -> None:
     o = boxlite.BoxOptions(image=IMAGE, cpus=2, memory_mib=512, disk_size_gb=2, working_dir="/tmp",
                            env=[("USER", "alice"), ("PROJECT", "p")], volumes=[("/srv/data", "/data", True)],

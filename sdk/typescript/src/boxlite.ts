@@ -132,6 +132,10 @@ export interface JsBoxInfo {
   leaseUntil?: string;
   /** When the box is removed unless used (its `idle_timeout`). */
   idleDeadline?: string;
+  /** Seconds unused before `idleAction` is taken (absent: no idle timeout). */
+  idleTimeout?: number;
+  /** What the idle timeout does: "remove", "stop" or "suspend" (absent: no idle timeout). */
+  idleAction?: string;
 }
 
 /** BoxLite's runtime counters, from the server's `/metrics` since it started. */
@@ -259,6 +263,7 @@ function infoOf(d: AirlockBoxInfo): JsBoxInfo {
     id: d.id, name: d.name || undefined, state: { status: d.state, running: d.state === "running" },
     createdAt: d.created, startedAt: d.started || undefined, image: d.image, cpus: d.cpus, memoryMib: d.memory_mib, raw: d,
     expiresAt: d.expires_at || undefined, leaseUntil: d.lease_until || undefined, idleDeadline: d.idle_deadline || undefined,
+    idleTimeout: d.idle_timeout || undefined, idleAction: d.idle_timeout ? d.idle_action || "remove" : undefined,
   };
 }
 

@@ -733,6 +733,11 @@ export interface components {
              * @description When idle_action is taken on the box unless it is used before (absent: no idle_timeout). Use is recorded every few seconds, so this may lag a recent call by that much.
              */
             idle_deadline?: string;
+            /**
+             * Format: double
+             * @description Seconds without an exec, file or code call (nor, for idle_action stop and suspend, traffic on its network) after which idle_action is taken (absent: none).
+             */
+            idle_timeout?: number;
             image: string;
             image_digest?: string;
             labels?: {

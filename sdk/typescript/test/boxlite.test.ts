@@ -39,7 +39,7 @@ describe("JsBoxlite", () => {
       const first = await box.info();
       assert.equal(first.state.running, true);
       // Detached: no lease; no ttl or idle timeout either.
-      assert.ok(!first.leaseUntil && !first.expiresAt && !first.idleDeadline, JSON.stringify(first.raw));
+      assert.ok(!first.leaseUntil && !first.expiresAt && !first.idleDeadline && !first.idleTimeout && !first.idleAction, JSON.stringify(first.raw));
       const ex = await box.exec("sh", ["-c", "echo $USER; echo oops >&2; echo $FOO"], [["FOO", "bar"]]);
       assert.match(await ex.id(), /.+/);
       // stderr first: the streams are read in any order.

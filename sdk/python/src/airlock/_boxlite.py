@@ -475,6 +475,11 @@ class BoxInfo(_Awaitable):
     expires_at: Optional[str] = None
     lease_until: Optional[str] = None
     idle_deadline: Optional[str] = None
+    #: the box's idle settings: seconds unused before ``idle_action``
+    #: (``"remove"``, ``"stop"`` or ``"suspend"``) is taken; None without
+    #: an idle timeout.
+    idle_timeout: Optional[float] = None
+    idle_action: Optional[str] = None
 
     @classmethod
     def _of(cls, d: Dict[str, Any]) -> "BoxInfo":
@@ -491,7 +496,9 @@ class BoxInfo(_Awaitable):
                    created_at=d.get("created") or "", started_at=d.get("started") or None, image=d.get("image") or "",
                    cpus=d.get("cpus") or 0, memory_mib=d.get("memory_mib") or 0, network=net,
                    auto_remove=bool(d.get("auto_remove")), raw=d, expires_at=d.get("expires_at") or None,
-                   lease_until=d.get("lease_until") or None, idle_deadline=d.get("idle_deadline") or None)
+                   lease_until=d.get("lease_until") or None, idle_deadline=d.get("idle_deadline") or None,
+                   idle_timeout=d.get("idle_timeout") or None,
+                   idle_action=(d.get("idle_action") or "remove") if d.get("idle_timeout") else None)
 
 
 @dataclass
