@@ -147,3 +147,42 @@ func TestLoginLogout(t *testing.T) {
 		t.Fatalf("config.json changed: %s", b)
 	}
 }
+
+// TestLoginToken: a registry that answers with a Bearer challenge (as
+// Docker Hub and ghcr.io do): login fetches a token from the realm with
+// the credentials; a wrong password is the realm's 401, named.
+func TestLoginToken(t *testing.T) {
+	t.Setenv("AIRLOCK_HOME", t.TempDir())
+	t.Setenv("AIRLOCK_CACHE", t.TempDir())
+	t.Setenv("AIRLOCK_IMAGES", "")
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/token" {
+			if u, p, ok := r.BasicAuth(); !ok || u != "alice" || p != "s3cret" {
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+			io.WriteString(w, `{"token":"tok-alice"}`)
+			return
+		}
+		if r.Header.Get("Authorization") != "Bearer tok-alice" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="`+srv.URL+`/token",service="test"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+
+	_, _, err := airlockIn(t, "nope\n", "login", "-u", "alice", "--password-stdin", host)
+	if err == nil || !strings.Contains(err.Error(), host+" refused the user name or password") {
+		t.Fatalf("login with a wrong password: %v", err)
+	}
+	if out, _, err := airlockIn(t, "s3cret\n", "login", "-u", "alice", "--password-stdin", host); err != nil || !strings.HasPrefix(out, "Login Succeeded") {
+		t.Fatalf("login: %v %q", err, out)
+	}
+}
