@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -109,11 +110,52 @@ type sandbox struct {
 	cb     *codebox.CodeBox
 	cx     *codebox.Context
 	err    error
+	// warns holds the runtime's warnings until the box first runs code
+	// (nil: none held).
+	warns *heldWarnings
 }
 
-func startSandbox(ctx context.Context, rt *airlock.Runtime, opts codebox.Options, withContext bool, files []string) *sandbox {
+// heldWarnings holds the runtime's warnings (TCG, ...) until release:
+// ask boots its box while the model thinks, so a command that fails
+// before any code runs (the model unreachable, a model that is not
+// served) has run nothing in a box, and warns of nothing, as commands
+// that boot nothing do (docs/cli.md).
+type heldWarnings struct {
+	w        func(string)
+	mu       sync.Mutex
+	held     []string
+	released bool
+}
+
+// warn passes msg on once released, else holds it.
+func (h *heldWarnings) warn(msg string) {
+	h.mu.Lock()
+	if !h.released {
+		h.held = append(h.held, msg)
+		h.mu.Unlock()
+		return
+	}
+	h.mu.Unlock()
+	h.w(msg)
+}
+
+// release passes on what was held, and every later warning as it comes.
+func (h *heldWarnings) release() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	held := h.held
+	h.held, h.released = nil, true
+	h.mu.Unlock()
+	for _, m := range held {
+		h.w(m)
+	}
+}
+
+func startSandbox(ctx context.Context, rt *airlock.Runtime, opts codebox.Options, withContext bool, files []string, warns *heldWarnings) *sandbox {
 	ctx, cancel := context.WithCancel(ctx)
-	s := &sandbox{cancel: cancel, done: make(chan struct{})}
+	s := &sandbox{cancel: cancel, done: make(chan struct{}), warns: warns}
 	go func() {
 		defer close(s.done)
 		s.cb, s.err = codebox.New(ctx, rt, opts)
@@ -144,6 +186,7 @@ func (s *sandbox) Run(ctx context.Context, code string) (*codebox.Result, error)
 	if err := s.wait(ctx); err != nil {
 		return nil, err
 	}
+	s.warns.release()
 	return s.cx.Run(ctx, code)
 }
 
@@ -174,14 +217,15 @@ func runAsk(cmd *cobra.Command, task string, af askFlags, bf boxFlags) error {
 	if prog.on {
 		stderr = clearing{prog, stderr}
 	}
-	rt, err := airlock.Open(airlock.Options{Warn: warner(stderr), Pull: pullWithProgress(cmd.Context(), stderr)})
+	warns := &heldWarnings{w: warner(stderr)}
+	rt, err := airlock.Open(airlock.Options{Warn: warns.warn, Pull: pullWithProgress(cmd.Context(), stderr)})
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
 	ctx := cmd.Context()
 	opts := codebox.Options{BoxOptions: bo, Timeout: af.timeout}
-	sb := startSandbox(ctx, rt, opts, !af.oneShot, af.files)
+	sb := startSandbox(ctx, rt, opts, !af.oneShot, af.files, warns)
 	prog.watchBoot(sb)
 	pllm := &progressLLM{LLM: llm, p: prog, maxSteps: af.maxSteps}
 	defer func() {
@@ -232,6 +276,7 @@ func (r runner) Run(ctx context.Context, code string) (string, error) {
 	if err := r.sb.wait(ctx); err != nil {
 		return "", err
 	}
+	r.sb.warns.release()
 	return r.sb.cb.Run(ctx, code)
 }
 

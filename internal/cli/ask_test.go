@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-run/airlock/internal/vmtest"
 	"github.com/airlock-run/airlock/interp/interptest"
@@ -134,8 +136,52 @@ func TestAskToolMode(t *testing.T) {
 			t.Errorf("--show-code output lacks %q:\n%s", want, errs)
 		}
 	}
+	if tcgExpected(t, c) && !strings.Contains(errs, "airlock: warning: KVM is not usable here") {
+		t.Errorf("code ran under TCG, but no warning:\n%s", errs)
+	}
 	if len(qemuOf(c.home)) != 0 {
 		t.Error("the box was left running")
+	}
+}
+
+// TestAskWarnsOnlyWhenCodeRuns: ask boots its box while the model thinks;
+// when the model fails before any code ran, the box's warnings (TCG) are
+// not printed: the command ran nothing in a box (#39).
+func TestAskWarnsOnlyWhenCodeRuns(t *testing.T) {
+	vmtest.Require(t)
+	c := cli{t, t.TempDir()}
+	if !tcgExpected(t, c) {
+		t.Skip("no TCG warning expected here (KVM, or AIRLOCK_ACCEL set)")
+	}
+	booted := make(chan bool, 1)
+	running := regexp.MustCompile(`(?i)"state": *"running"`)
+	f := interptest.NewFakeOpenAI(t, func(int, interptest.Request) interptest.Reply {
+		// Answer once the box runs (its boot's warning is then due), or
+		// after a minute: the model is not served.
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) {
+			ls := exec.Command(airlockBin, "ls", "--format", "json")
+			ls.Env = append(os.Environ(), "AIRLOCK_HOME="+c.home, "AIRLOCK_IMAGES="+vmtest.ImagesDir())
+			if out, _ := ls.Output(); running.Match(out) {
+				booted <- true
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		return interptest.Reply{Status: http.StatusNotFound, ErrorMessage: "The model `gone` does not exist"}
+	})
+	askEnv(t, f)
+	_, errs, code := c.run("ask", "--model", "gone", "hi")
+	if code != 1 || !strings.Contains(errs, `model "gone" is not served`) {
+		t.Fatalf("code %d stderr %q", code, errs)
+	}
+	select {
+	case <-booted:
+	default:
+		t.Fatalf("the box never ran while the model was asked; stderr %q", errs)
+	}
+	if strings.Contains(errs, "warning") {
+		t.Errorf("ask ran no code but warned:\n%s", errs)
 	}
 }
 

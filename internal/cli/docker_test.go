@@ -315,7 +315,7 @@ func TestCLIManage(t *testing.T) {
 		t.Fatalf("stop -t 0: %d %q after %s", code, errs, time.Since(start))
 	}
 	out, _, _ = c.run("system", "df", "--format", "{{.Type}}={{.Total}}/{{.Active}}")
-	if !strings.Contains(out, "Boxes=1/0") || !strings.Contains(out, "Images=") {
+	if !strings.Contains(out, "Boxes=1/0") || !strings.Contains(out, "Images=") || !strings.Contains(out, "Snapshots=0/0") {
 		t.Fatalf("system df: %q", out)
 	}
 	if _, errs, code = c.run("prune"); code != 125 || !strings.Contains(errs, "add -f") {

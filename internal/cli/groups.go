@@ -10,7 +10,7 @@ var verbGroups = []struct {
 	{"boxes", "Box commands:", []string{"run", "create", "exec", "ls", "start", "stop", "rm", "logs", "inspect",
 		"rename", "prune", "stats", "top", "cp", "volume", "port", "network", "snapshot", "checkpoint", "rollback", "fork", "pause", "unpause",
 		"commit", "export"}},
-	{"images", "Image commands:", []string{"pull", "images", "rmi", "import", "save", "image", "build"}},
+	{"images", "Image commands:", []string{"pull", "images", "rmi", "import", "save", "image", "build", "login", "logout"}},
 	{"code", "Code commands:", []string{"ask", "serve", "tenant", "mcp", "events"}},
 	{"cluster", "Cluster commands:", []string{"node", "gateway"}},
 	{"system", "System commands:", []string{"doctor", "version", "system", "bench"}},

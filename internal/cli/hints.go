@@ -51,7 +51,7 @@ func hint(err error, box string) string {
 	case errors.Is(err, airlock.ErrSnapshotNotFound):
 		return "see 'airlock snapshot ls' for the snapshots of " + airlock.DefaultHome()
 	case errors.Is(err, airlock.ErrSnapshotExists):
-		return "remove it first (airlock snapshot rm NAME), or pick another name"
+		return "" // each producer's error says what to do (snapshot create's names the command): one hint is enough
 	case errors.Is(err, airlock.ErrBoxDied):
 		return fmt.Sprintf("start it again with airlock start %s; airlock logs --console %s shows its console", box, box)
 	}

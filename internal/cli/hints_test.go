@@ -41,11 +41,16 @@ func TestReportAddsTheCommandToRun(t *testing.T) {
 func TestReportOneHint(t *testing.T) {
 	for _, err := range []error{
 		fmt.Errorf("%w: keep is paused to disk: unpause it first (airlock unpause keep, or Box.Resume)", airlock.ErrBoxNotRunning),
+		// snapshot create of a name in use: the advice once, naming the command.
+		snapshotExists("warm"),
 	} {
 		var w bytes.Buffer
 		report(&w, err, "keep")
 		if w.String() != "airlock: "+err.Error()+"\n" {
 			t.Errorf("printed %q, want the error alone", w.String())
 		}
+	}
+	if e := snapshotExists("warm").Error(); !strings.Contains(e, "airlock snapshot rm warm") || strings.Count(e, "another name") != 1 || !errors.Is(snapshotExists("warm"), airlock.ErrSnapshotExists) {
+		t.Errorf("snapshot create of a name in use: %q", e)
 	}
 }

@@ -69,7 +69,7 @@ func newPullCmd() *cobra.Command {
 		Short: "Download an image from a registry",
 		Long: `Download an image from a registry into the local image store
 (AIRLOCK_HOME/images). Layers already present are not downloaded again.
-Credentials come from ~/.docker/config.json ('docker login'). Registries on
+Credentials come from Docker's config.json ('airlock login', 'docker login'). Registries on
 loopback (localhost, 127.0.0.1) may use plain HTTP; others need --insecure.
 
 Where no registry is reachable, pull on a machine where it is, 'airlock save'

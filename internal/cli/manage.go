@@ -150,7 +150,7 @@ func newSystemCmd() *cobra.Command {
 	}
 	df := &cobra.Command{
 		Use:   "df",
-		Short: "Show the disk space boxes, images and caches take",
+		Short: "Show the disk space images, boxes, snapshots and caches take",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := openRuntime(cmd)
@@ -219,9 +219,23 @@ func newSystemCmd() *cobra.Command {
 					pr.Active++
 				}
 			}
+			// Snapshots outlive their box and prune: none is in use (a
+			// restored box has its own copy), all are removable with
+			// 'airlock snapshot rm'.
+			snaps, err := r.Snapshots(ctx)
+			if err != nil {
+				return err
+			}
+			sr := row{Type: "Snapshots"}
+			for _, sn := range snaps {
+				size := sparse.AllocatedTree(sn.Dir)
+				sr.Total++
+				sr.Size += size
+				sr.Reclaimable += size
+			}
 			cache := defaults.Cache()
 			cr := row{Type: "Cache (kernels, bases)", Size: sparse.AllocatedTree(cache)}
-			rows = append(rows, ir, br, pr, cr)
+			rows = append(rows, ir, br, pr, sr, cr)
 			err = writeList(cmd.OutOrStdout(), listFmt, rows, []column[row]{
 				{"TYPE", func(r row) string { return r.Type }},
 				{"TOTAL", func(r row) string { return countOrDash(r.Total, r.Type) }},

@@ -185,12 +185,13 @@ are added and revoked without a restart. Every audit line names its tenant.`,
 			cfg := server.Config{Runtime: rt, Audit: audit, MCP: ms.HTTPHandler(), Logger: log, MaxExecsPerClient: maxExecs, MaxBodyBytes: maxBody, MaxUploadBytes: maxUpload,
 				IdleExit: idleExit, Metrics: metrics, Events: events, Policy: policy,
 				MaxOutputBytes: maxOutput, MaxConns: maxConns, MaxSubscribers: maxSubs, WriteStall: writeStall}
+			var tokenFile string // where the generated or stored token is ("" for --token, AIRLOCK_TOKEN)
 			if listen != "" || e2bAddr != "" {
-				tok, _, err := server.LoadToken(rt.Home(), token)
+				tok, where, err := server.LoadToken(rt.Home(), token)
 				if err != nil {
 					return err
 				}
-				cfg.Token = tok
+				cfg.Token, tokenFile = tok, where
 			}
 			if tenantsFile != "" {
 				set, stop, err := watchTenants(cmd.Context(), tenantsFile, log)
@@ -227,7 +228,7 @@ are added and revoked without a restart. Every audit line names its tenant.`,
 				"max_volume_space", policy.MaxVolumesMiB, "max_snapshots", policy.MaxSnapshots)
 			srv = server.New(cfg)
 			if e2bAddr != "" {
-				stop, err := serveE2B(cmd.Context(), log, rt, cfg.Token, e2bAddr, e2bTemplates, maxConns, maxUpload, audit, srv)
+				stop, err := serveE2B(cmd.Context(), log, rt, cfg.Token, tokenFile, e2bAddr, e2bTemplates, maxConns, maxUpload, audit, srv)
 				if err != nil {
 					for _, l := range ls {
 						l.Close()

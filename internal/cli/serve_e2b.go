@@ -18,7 +18,10 @@ import (
 
 // serveE2B serves E2B's API (airlock serve --e2b ADDR) on its own
 // listener, under the REST server's policy and exec slots (srv's). stop shuts it down.
-func serveE2B(ctx context.Context, log *slog.Logger, rt *airlock.Runtime, token, addr string, templates []string, maxConns int, maxUpload int64, audit *server.AuditLog, srv *server.Server) (stop func(), err error) {
+// tokenFile is where token is stored ("" when it came from --token or
+// AIRLOCK_TOKEN): the listening line names it, since E2B_API_KEY is made
+// from it.
+func serveE2B(ctx context.Context, log *slog.Logger, rt *airlock.Runtime, token, tokenFile, addr string, templates []string, maxConns int, maxUpload int64, audit *server.AuditLog, srv *server.Server) (stop func(), err error) {
 	if err := e2b.CheckToken(token); err != nil {
 		return nil, fmt.Errorf("--e2b: %w", err)
 	}
@@ -60,7 +63,12 @@ func serveE2B(ctx context.Context, log *slog.Logger, rt *airlock.Runtime, token,
 		maxConns = server.DefaultMaxConns
 	}
 	go hs.Serve(netutil.LimitListener(l, maxConns))
-	log.Info("listening", "e2b", l.Addr().String(), "E2B_API_URL", "http://"+l.Addr().String(), "E2B_SANDBOX_URL", "http://"+l.Addr().String())
+	key := "e2b_ followed by the token of --token or AIRLOCK_TOKEN"
+	if tokenFile != "" {
+		key = "e2b_$(cat " + tokenFile + ")"
+	}
+	log.Info("listening", "e2b", l.Addr().String(), "E2B_API_URL", "http://"+l.Addr().String(), "E2B_SANDBOX_URL", "http://"+l.Addr().String(),
+		"E2B_API_KEY", key, "token_file", tokenFile)
 	return func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

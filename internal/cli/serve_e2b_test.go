@@ -51,4 +51,19 @@ func TestServeE2B(t *testing.T) {
 			t.Errorf("key %q: %d, want %d", key, resp.StatusCode, want)
 		}
 	}
+	srv.Process.Kill()
+	srv.Wait()
+
+	// With the generated token, the listening line says where it is
+	// stored, and how E2B_API_KEY is made of it (docs/e2b.md).
+	gen := exec.Command(airlockBin, "serve", "--e2b", "127.0.0.1:0")
+	gen.Env = env
+	ge, _ := gen.StderrPipe()
+	if err := gen.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer gen.Wait()
+	defer gen.Process.Kill()
+	file := filepath.Join(home, "server.token")
+	readLines(ge).waitFor(t, regexp.MustCompile(`e2b=127\.0\.0\.1:\d+ .*E2B_API_KEY="e2b_\$\(cat `+regexp.QuoteMeta(file)+`\)" token_file=`+regexp.QuoteMeta(file)))
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -36,6 +37,9 @@ fresh kernel randomness, the host's time and its own hostname.`,
 			}
 			defer r.Close()
 			info, err := b.Snapshot(cmd.Context(), args[1])
+			if errors.Is(err, airlock.ErrSnapshotExists) {
+				return snapshotExists(args[1])
+			}
 			if err != nil {
 				return err
 			}
@@ -189,4 +193,11 @@ Created, StateBytes, DiskBytes, Options.MemoryMiB, ...); -q the names.`,
 	}
 	lf.add(cmd, "snapshot names")
 	return cmd
+}
+
+// snapshotExists is snapshot create's error for a name in use: the
+// library's says "remove it, or pick another name"; this one names the
+// command, and is the only advice printed (no hint follows it).
+func snapshotExists(name string) error {
+	return fmt.Errorf("%w: %q: remove it first (airlock snapshot rm %s), or pick another name", airlock.ErrSnapshotExists, name, name)
 }

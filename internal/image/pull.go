@@ -250,7 +250,7 @@ func (s *Store) pullError(ref, norm, reg string, err error) error {
 				break
 			}
 			return s.notFoundError(ref, fmt.Sprintf("%s refused access (%s)", reg, statusText(terr)),
-				fmt.Sprintf("if the image is private, log in with 'docker login %s' (airlock reads ~/.docker/config.json); otherwise check the name", reg), ErrUnauthorized)
+				fmt.Sprintf("if the image is private, log in: airlock login %s (or docker login: airlock reads Docker's config.json); otherwise check the name", loginName(reg)), ErrUnauthorized)
 		}
 		if terr.StatusCode == http.StatusNotFound || hasCode(terr, transport.NameUnknownErrorCode, transport.ManifestUnknownErrorCode) {
 			return s.notFoundError(ref, fmt.Sprintf("%s has no such image or tag (%s)", reg, statusText(terr)), "", ErrNotFound)

@@ -358,7 +358,7 @@ func TestPullUnauthorized(t *testing.T) {
 	s, _ := image.Open(t.TempDir())
 	_, err := s.Pull(context.Background(), strings.TrimPrefix(srv.URL, "http://")+"/private/app:v1", image.PullOptions{})
 	t.Logf("error: %v", err)
-	if !errors.Is(err, image.ErrUnauthorized) || !strings.Contains(err.Error(), "docker login") {
+	if !errors.Is(err, image.ErrUnauthorized) || !strings.Contains(err.Error(), "airlock login "+strings.TrimPrefix(srv.URL, "http://")) {
 		t.Errorf("Pull from a registry that wants credentials: %v", err)
 	}
 }
