@@ -64,9 +64,25 @@ func TestTrafficCountsAsUse(t *testing.T) {
 	if tr.Used(ctx, b) {
 		t.Error("the same counters twice count as use")
 	}
-	// Forgotten, the box counts from its helper's start again.
+	// The next process (each airlock command runs a pass) compares with
+	// what this one recorded in the box's directory: counting from the
+	// helper's start, it found every box with traffic used, always.
+	var next Traffic
+	if next.Used(ctx, b) {
+		t.Error("a new process counts the traffic an earlier pass saw as use")
+	}
+	bytes.Store(200)
+	if !next.Used(ctx, b) {
+		t.Error("a new process does not see traffic since the last pass")
+	}
+	if tr.Used(ctx, b) {
+		t.Error("the first process counts again what the second saw")
+	}
+	// A new helper (the box started or resumed again) counts from its
+	// start, whatever was recorded of the old one.
+	writeMark(b.Dir, mark{PID: 1, Sum: 200})
 	tr.Forget(b.ID)
 	if !tr.Used(ctx, b) {
-		t.Error("after Forget, the helper's traffic since its start is not use")
+		t.Error("a helper other than the recorded one: its traffic since its start is not use")
 	}
 }
