@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/renameio/v2"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -238,27 +239,15 @@ func (c *dockerConfig) write() error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, ".config.json-*")
+	f, err := renameio.NewPendingFile(target, renameio.WithTempDir(dir), renameio.WithStaticPermissions(0o600))
 	if err != nil {
 		return err
 	}
-	defer os.Remove(f.Name())
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
+	defer f.Cleanup()
 	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), target)
+	return f.CloseAtomicallyReplace()
 }
 
 // sameRegistry reports whether a config.json key names key's registry

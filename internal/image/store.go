@@ -15,6 +15,7 @@ import (
 	"github.com/gofrs/flock"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/google/renameio/v2"
 )
 
 // Annotation keys written on index.json entries.
@@ -139,26 +140,15 @@ func (s *Store) withLock(ctx context.Context, fn func() error) error {
 func (s *Store) gcLock() *flock.Flock { return flock.New(filepath.Join(s.dir, "gc.lock")) }
 
 func (s *Store) writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(0o644))
 	if err != nil {
 		return err
 	}
-	defer os.Remove(f.Name())
+	defer f.Cleanup()
 	if _, err := f.Write(data); err != nil {
-		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return f.CloseAtomicallyReplace()
 }
 
 func (s *Store) readIndex() (*v1.IndexManifest, error) {

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boundedio"
+	"github.com/google/renameio/v2"
 )
 
 // Quota bounds what one tenant's boxes may take, over all of them; 0
@@ -271,23 +272,15 @@ func update(path string, change func(*File) error) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tenants-*")
+	tmp, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(0o600))
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer tmp.Cleanup()
 	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
 		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return tmp.CloseAtomicallyReplace()
 }
 
 // Set is the tenants a server serves now, reloaded from its file. The
