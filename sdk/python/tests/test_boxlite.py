@@ -294,6 +294,16 @@ async def test_runtime_box_and_executions(server_env: dict, tmp_path: Path) -> N
             await runtime.remove(box.id, force=False)
         assert ei.value.status == 409, "a running box is not removed without force"
 
+        # A box paused in memory refuses an exec at once, as a problem
+        # (box_paused), not as the WebSocket library's refused upgrade.
+        await box._client.request("POST", f"/v1/boxes/{box.id}/pause", json={})
+        try:
+            with pytest.raises(boxlite.BoxliteError) as ei:
+                await asyncio.wait_for(box.exec("true"), 20)
+            assert (ei.value.status, ei.value.code) == (409, "box_paused"), ei.value
+        finally:
+            await box._client.request("POST", f"/v1/boxes/{box.id}/resume")
+
         m = await runtime.metrics()
         assert m.num_running_boxes >= 1 and m.total_commands_executed >= 1 and m.boxes_created_total >= 1
         with pytest.raises(NotImplementedError, match="runtime.metrics"):

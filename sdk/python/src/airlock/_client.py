@@ -245,15 +245,24 @@ class Client:
         await self._ensure()
         return sync_client(self.endpoint, timeout=httpx.Timeout(connect=10.0, read=None, write=60.0, pool=None))
 
-    def ws_connect(self, path: str) -> Any:
-        """A websockets connect() for path (awaitable / async context)."""
+    async def ws_connect(self, path: str) -> Any:
+        """A websockets connection to path. A refused upgrade (a paused or
+        missing box, a full server) raises AirlockError with the server's
+        problem (code, detail), as the REST calls do."""
         from websockets.asyncio.client import connect, unix_connect
+        from websockets.exceptions import InvalidStatus
 
-        if self.endpoint.url:
-            url = self.endpoint.url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + path
-            headers = {"Authorization": f"Bearer {self.endpoint.token}"} if self.endpoint.token else None
-            return connect(url, additional_headers=headers, max_size=None)
-        return unix_connect(str(self.endpoint.socket), "ws://airlock" + path, max_size=None)
+        try:
+            if self.endpoint.url:
+                url = self.endpoint.url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + path
+                headers = {"Authorization": f"Bearer {self.endpoint.token}"} if self.endpoint.token else None
+                return await connect(url, additional_headers=headers, max_size=None)
+            return await unix_connect(str(self.endpoint.socket), "ws://airlock" + path, max_size=None)
+        except InvalidStatus as e:
+            r = e.response
+            resp = httpx.Response(r.status_code, headers=list(r.headers.raw_items()), content=bytes(r.body or b""))
+            _raise_for_problem(resp)
+            raise
 
     async def events(self, since: Optional[int] = None) -> AsyncIterator[Dict[str, Any]]:
         """The server's events (``GET /v1/events``) in order, as they happen:
