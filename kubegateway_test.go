@@ -385,9 +385,15 @@ func TestKubeGateway(t *testing.T) {
 	}
 
 	// A node that stops: its box is lost, never recreated.
+	// The node stopped is the lost box's own: B's, or A's when A is on
+	// n2 (the scheduler picks; this swap named the other node once, and
+	// the live node answered the lost box's execs for the test's minute).
 	lostNode, lostBox, liveBox, liveNode := n2, boxB, boxA, n1
 	if boxA.Node == n2.name {
-		lostBox, liveBox, lostNode, liveNode = boxA, boxB, n1, n2
+		lostBox, liveBox, lostNode, liveNode = boxA, boxB, n2, n1
+	}
+	if lostBox.Node != lostNode.name || liveBox.Node != liveNode.name {
+		t.Fatalf("boxes on %s and %s, nodes %s and %s", lostBox.Node, liveBox.Node, lostNode.name, liveNode.name)
 	}
 	lostNode.stop()
 	// A connection the gateway kept to the node may serve one more call;
