@@ -123,11 +123,6 @@ func TestHostile(t *testing.T) {
 		if string(res.Stdout) != "alive\n" {
 			t.Fatalf("box does not answer after the attack: %+v", res)
 		}
-		// The agent reuses an exec's cgroup for the next exec: the
-		// attack's OOM kills are not this exec's.
-		if res.OOMKilled {
-			t.Fatalf("an exec after the attack reports OOMKilled: %+v", res)
-		}
 	}
 
 	t.Run("1 GiB of output through Exec", func(t *testing.T) {

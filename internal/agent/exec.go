@@ -3,7 +3,6 @@
 package agent
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -30,8 +29,6 @@ const (
 	// what is already in the pipes is still read, then reading stops.
 	drainGrace = 150 * time.Millisecond
 	chunkSize  = 32 << 10
-	// pumpStart is the size of an output pump's first buffer (pump).
-	pumpStart = 4 << 10
 )
 
 // process is one running exec.
@@ -39,10 +36,6 @@ type process struct {
 	pid    int
 	pgid   int
 	cgroup string // host path of its cgroup dir, "" without cgroups
-	// cgOOMs is the oom_kill count of the cgroup's memory.events when the
-	// exec took it: a reused cgroup (recycleCgroup) counts the kills of
-	// the execs before; this exec's are those past it.
-	cgOOMs int64
 	wait   <-chan unix.WaitStatus
 	stdin  *os.File
 	stdout *os.File
@@ -116,13 +109,10 @@ func (s *Server) spawn(st *agentpb.ExecStart) (*process, error) {
 	if !path.IsAbs(wd) {
 		return nil, &spawnError{126, fmt.Sprintf("airlock: working directory %q is not absolute\n", wd)}
 	}
-	// The box's root is always there: no walk for it (most execs).
-	if wd != "/" {
-		if hp, err := inRoot(root, wd); err != nil {
-			return nil, &spawnError{126, fmt.Sprintf("airlock: working directory %s: %v\n", wd, err)}
-		} else if fi, err := os.Stat(hp); err != nil || !fi.IsDir() {
-			return nil, &spawnError{126, fmt.Sprintf("airlock: working directory %s does not exist in the box\n", wd)}
-		}
+	if hp, err := inRoot(root, wd); err != nil {
+		return nil, &spawnError{126, fmt.Sprintf("airlock: working directory %s: %v\n", wd, err)}
+	} else if fi, err := os.Stat(hp); err != nil || !fi.IsDir() {
+		return nil, &spawnError{126, fmt.Sprintf("airlock: working directory %s does not exist in the box\n", wd)}
 	}
 	u, err := execUser(root, st.User)
 	if err != nil {
@@ -200,7 +190,7 @@ func (s *Server) spawn(st *agentpb.ExecStart) (*process, error) {
 	}
 	withPidfd(sys, &p.pidfd)
 	var cgfd int
-	p.cgroup, p.cgOOMs, cgfd = s.enterCgroup(sys)
+	p.cgroup, cgfd = s.enterCgroup(sys)
 	proc, err := startProcess(u.Uid, bin, st.Argv, &os.ProcAttr{
 		Dir:   wd,
 		Env:   env,
@@ -303,36 +293,35 @@ func (p *process) killTree(grace time.Duration) {
 	}
 }
 
-// takeCgroup returns a new exec cgroup with the exec limits, and the
-// oom_kill count it starts from: the spare one when there is one, else one
-// made now ("" without cgroups, or when making one failed).
-func (s *Server) takeCgroup() (string, int64) {
+// takeCgroup returns a new exec cgroup with the exec limits: the spare
+// one when there is one, else one made now ("" without cgroups, or when
+// making one failed).
+func (s *Server) takeCgroup() string {
 	s.cgMu.Lock()
-	dir, ooms := s.spareCgroup, s.spareOOMs
-	s.spareCgroup, s.spareOOMs = "", 0
+	dir := s.spareCgroup
+	s.spareCgroup = ""
 	s.cgMu.Unlock()
 	if dir != "" {
-		return dir, ooms
+		return dir
 	}
-	return s.newCgroup(), 0
+	return s.newCgroup()
 }
 
 // enterCgroup makes sys start its process in a new exec cgroup
-// (takeCgroup) and returns the cgroup, its starting oom_kill count and the
-// descriptor sys names, which the caller closes once the process started;
-// "", 0 and -1 without one.
-func (s *Server) enterCgroup(sys *syscall.SysProcAttr) (dir string, ooms int64, fd int) {
-	dir, ooms = s.takeCgroup()
+// (takeCgroup) and returns the cgroup and the descriptor sys names, which
+// the caller closes once the process started; "" and -1 without one.
+func (s *Server) enterCgroup(sys *syscall.SysProcAttr) (dir string, fd int) {
+	dir = s.takeCgroup()
 	if dir == "" {
-		return "", 0, -1
+		return "", -1
 	}
 	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		os.Remove(dir)
-		return "", 0, -1
+		return "", -1
 	}
 	sys.UseCgroupFD, sys.CgroupFD = true, fd
-	return dir, ooms, fd
+	return dir, fd
 }
 
 // newCgroup makes an exec cgroup with the exec limits ("" without
@@ -371,36 +360,6 @@ func (s *Server) refillCgroup() {
 	s.spareCgroup = dir
 }
 
-// recycleCgroup ends the exec's cgroup once the caller has the exit
-// status (ooms: its oom_kill count now). When no process is left in it and
-// there is no spare, it becomes the spare: its limits are every exec's,
-// and keeping it spares the guest a rmdir, a mkdir and the limit writes,
-// about a sixth of the agent's work for a short exec under TCG (where a
-// burst of execs on a few host cores is CPU-bound). Otherwise it is removed
-// (when empty) and a spare made if there is none. Memory the last exec
-// left charged to it (page cache) is reclaimable and counts against
-// memory.max like the exec's own.
-func (s *Server) recycleCgroup(p *process, ooms int64) {
-	if p.cgroup != "" && cgroupEmpty(p.cgroup) {
-		s.cgMu.Lock()
-		if s.spareCgroup == "" {
-			s.spareCgroup, s.spareOOMs = p.cgroup, ooms
-			s.cgMu.Unlock()
-			return
-		}
-		s.cgMu.Unlock()
-	}
-	p.removeCgroup()
-	s.refillCgroup()
-}
-
-// cgroupEmpty reports whether no process is left in cgroup dir (its
-// cgroup.events says "populated 0"; false when it cannot be read).
-func cgroupEmpty(dir string) bool {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
-	return err == nil && bytes.Contains(b, []byte("populated 0"))
-}
-
 // removeCgroup deletes the exec's cgroup once it is empty. Processes the
 // exec left running in the background keep it alive; it is then left alone.
 func (p *process) removeCgroup() {
@@ -437,12 +396,7 @@ func pump(f *os.File, drain <-chan struct{}, bufSize int, send func([]byte) erro
 		case <-stop:
 		}
 	}()
-	// The buffer starts at pumpStart and grows to bufSize once a read
-	// fills it: most execs print little, and two buffers of bufSize (256
-	// KiB with MaxOutput) per exec were the agent's largest allocation,
-	// whose zeroing and the collections it brought cost a short exec a few
-	// percent of its guest CPU under TCG.
-	buf := make([]byte, min(bufSize, pumpStart))
+	buf := make([]byte, bufSize)
 	draining := false
 	total := 0
 	for {
@@ -473,9 +427,7 @@ func pump(f *os.File, drain <-chan struct{}, bufSize int, send func([]byte) erro
 			return
 		}
 		total += n
-		if n == len(buf) && len(buf) < bufSize {
-			buf = make([]byte, bufSize)
-		} else if !draining && total > floodAfter && n < len(buf)/2 {
+		if !draining && total > floodAfter && n < bufSize/2 {
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -678,14 +630,13 @@ wait:
 		<-killed
 	}
 	ex := &agentpb.ExecExit{TimedOut: timedOut}
-	var ooms int64
 	if p.cgroup != "" {
-		ooms = oomKills(p.cgroup)
-		ex.OOMKilled = ooms > p.cgOOMs
+		ex.OOMKilled = oomKills(p.cgroup) > 0
 	}
-	// The cgroup goes or waits for the next exec, and a spare is made if
-	// needed, once the caller has the exit status.
-	defer s.recycleCgroup(p, ooms)
+	// The cgroup goes, and the next exec's is made, once the caller has
+	// the exit status.
+	defer s.refillCgroup()
+	defer p.removeCgroup()
 	if p.stdin != nil {
 		p.stdin.Close()
 	}

@@ -61,12 +61,9 @@ type Server struct {
 	// spareCgroup is an exec cgroup made (with its limits) after the last
 	// exec ended, for the next one to start in without waiting for
 	// cgroupfs; a snapshot holds it too, so the first exec of a restored
-	// box does not make one either; or the cgroup of an exec that ended
-	// with nothing left in it (recycleCgroup). "" when none; spareOOMs is
-	// its oom_kill count. Guarded by cgMu.
+	// box does not make one either. "" when none; guarded by cgMu.
 	cgMu        sync.Mutex
 	spareCgroup string
-	spareOOMs   int64
 
 	fr freezer // Freeze
 }

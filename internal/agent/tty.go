@@ -167,7 +167,7 @@ func (s *Server) spawnTTY(st *agentpb.ExecStart, bin, wd string, env []string, u
 	}
 	withPidfd(sys, &p.pidfd)
 	var cgfd int
-	p.cgroup, p.cgOOMs, cgfd = s.enterCgroup(sys)
+	p.cgroup, cgfd = s.enterCgroup(sys)
 	proc, err := startProcess(u.Uid, bin, st.Argv, &os.ProcAttr{
 		Dir: wd, Env: env, Files: []*os.File{slave, slave, slave}, Sys: sys,
 	})

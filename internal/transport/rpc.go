@@ -350,7 +350,7 @@ type Handler func(method string, s *Stream) error
 // server session on rwc and serves each stream as a call with h until the
 // session ends. It closes rwc before returning.
 func Serve(rwc io.ReadWriteCloser, h Handler) error {
-	sess, err := yamux.Server(newJoinWriter(rwc), yamuxConfig())
+	sess, err := yamux.Server(rwc, yamuxConfig())
 	if err != nil {
 		rwc.Close()
 		return err

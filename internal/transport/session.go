@@ -53,7 +53,7 @@ func NewClientAuth(conn net.Conn, deadline time.Time, secret []byte) (*Client, e
 	cfg.EnableKeepAlive = false // keepalive below, with its own timeout
 	// The guard bounds what the guest can make yamux do for it (pings).
 	guard := newGuardConn(conn)
-	sess, err := yamux.Client(newJoinWriter(guard), cfg)
+	sess, err := yamux.Client(guard, cfg)
 	if err != nil {
 		conn.Close()
 		return nil, err
