@@ -496,13 +496,7 @@ func RunTool(uid int, dir, bin string, argv []string) error {
 	if err := toolSeccomp(); err != nil {
 		return err
 	}
-	var env []string
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, stageEnv+"=") {
-			env = append(env, e)
-		}
-	}
-	return fmt.Errorf("exec %s: %w", bin, unix.Exec(bin, argv, env))
+	return execUnmarked(bin, argv)
 }
 
 // RunNoSetID installs NoSetIDFilter on the calling process and execs bin
@@ -524,13 +518,7 @@ func RunNoSetID(bin string, argv []string) error {
 	} else if err != nil {
 		return err
 	}
-	var env []string
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, stageEnv+"=") {
-			env = append(env, e)
-		}
-	}
-	return fmt.Errorf("exec %s: %w", bin, unix.Exec(bin, argv, env))
+	return execUnmarked(bin, argv)
 }
 
 // moveFD makes fd descriptor number to (close-on-exec) and closes fd.
@@ -833,4 +821,17 @@ func rotate(f *os.File, size, keep int64) int64 {
 		return size
 	}
 	return at
+}
+
+// execUnmarked execs bin (argv) with this process's environment less the
+// stage's marker, so that bin does not run as a stage itself. It returns
+// only on an error.
+func execUnmarked(bin string, argv []string) error {
+	var env []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, stageEnv+"=") {
+			env = append(env, e)
+		}
+	}
+	return fmt.Errorf("exec %s: %w", bin, unix.Exec(bin, argv, env))
 }
