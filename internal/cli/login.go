@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/airlock-run/airlock/internal/boundedio"
 	"github.com/airlock-run/airlock/internal/image"
 )
 
@@ -178,20 +179,15 @@ func readDockerConfig() (*dockerConfig, error) {
 		return nil, err
 	}
 	c := &dockerConfig{path: p, top: map[string]json.RawMessage{}}
-	f, err := os.Open(p)
+	b, err := boundedio.ReadFile(p, maxDockerConfig)
 	if errors.Is(err, os.ErrNotExist) {
 		return c, nil
 	}
+	if errors.Is(err, boundedio.ErrTooLarge) {
+		return nil, fmt.Errorf("%w: is it Docker's config?", err)
+	}
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxDockerConfig+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxDockerConfig {
-		return nil, fmt.Errorf("%s is over %d MiB: is it Docker's config?", p, maxDockerConfig>>20)
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		return c, nil
