@@ -12,6 +12,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/boxrecord"
 )
 
 // BoxSpec is the body of POST /v1/boxes: the airlock.BoxOptions fields a
@@ -171,6 +172,41 @@ func (s *Server) boxOut(ctx context.Context, b *airlock.Box) (*boxOutput, error)
 	return out, nil
 }
 
+// checkBoxSpec refuses what the schema cannot say of a create body and
+// the library would refuse naming no field (a memory_mib under its
+// minimum, a bad label, idle_action without idle_timeout): a 400 whose
+// errors point at each bad field. What it lets through the library still
+// checks.
+func checkBoxSpec(sp BoxSpec) *Problem {
+	var errs []*FieldError
+	bad := func(pointer, msg string) {
+		errs = append(errs, &FieldError{Pointer: pointer, Location: locationOf(pointer), Message: msg})
+	}
+	if sp.MemoryMiB != 0 && sp.MemoryMiB < airlock.MinMemoryMiB {
+		bad("/memory_mib", fmt.Sprintf("%d MiB: want at least %d (or leave it out for the default)", sp.MemoryMiB, airlock.MinMemoryMiB))
+	}
+	if sp.DiskSizeMiB != 0 && sp.DiskSizeMiB < airlock.MinDiskSizeMiB {
+		bad("/disk_size_mib", fmt.Sprintf("%d MiB: want at least %d (or leave it out for the default)", sp.DiskSizeMiB, airlock.MinDiskSizeMiB))
+	}
+	if sp.IdleAction != "" && sp.IdleTimeout == 0 {
+		bad("/idle_action", "idle_action needs idle_timeout: set it too")
+	}
+	if len(sp.Labels) > boxrecord.MaxLabels {
+		bad("/labels", fmt.Sprintf("%d labels: at most %d", len(sp.Labels), boxrecord.MaxLabels))
+	} else {
+		for _, k := range slices.Sorted(maps.Keys(sp.Labels)) {
+			if err := boxrecord.CheckLabels(map[string]string{k: sp.Labels[k]}); err != nil {
+				bad("/labels/"+escapePointer(k), err.Error())
+			}
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return &Problem{Status: http.StatusBadRequest, Title: http.StatusText(http.StatusBadRequest), Code: CodeInvalid,
+		Detail: validationDetail(errs), Errors: errs}
+}
+
 var boxErrors = []int{http.StatusNotFound, http.StatusConflict, http.StatusBadGateway}
 
 func (s *Server) registerBoxes() {
@@ -181,6 +217,9 @@ func (s *Server) registerBoxes() {
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusBadRequest, http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusBadGateway, http.StatusServiceUnavailable},
 	}, func(ctx context.Context, in *struct{ Body BoxSpec }) (*boxOutput, error) {
 		sp := in.Body
+		if p := checkBoxSpec(sp); p != nil {
+			return nil, p
+		}
 		if s.cfg.Cluster != nil {
 			return s.clusterCreate(ctx, sp)
 		}
@@ -195,7 +234,7 @@ func (s *Server) registerBoxes() {
 			opts.Ports = append(opts.Ports, airlock.PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Protocol})
 		}
 		if len(sp.Secrets) > airlock.MaxSecrets {
-			return nil, huma.Error400BadRequest(fmt.Sprintf("%d secrets: at most %d", len(sp.Secrets), airlock.MaxSecrets))
+			return nil, invalidField("/secrets", fmt.Sprintf("%d secrets: at most %d", len(sp.Secrets), airlock.MaxSecrets))
 		}
 		for n, s := range sp.Secrets {
 			if opts.Secrets == nil {

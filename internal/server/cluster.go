@@ -108,8 +108,7 @@ func labelFilter(labels []string) (func(map[string]string) bool, error) {
 	for _, l := range labels {
 		k, v, hasValue := strings.Cut(l, "=")
 		if k == "" {
-			return nil, &Problem{Status: http.StatusBadRequest, Title: "Bad Request", Code: CodeInvalid,
-				Detail: fmt.Sprintf("label %q: want KEY=VALUE or KEY", l)}
+			return nil, invalidParam("query", "label", fmt.Sprintf("label %q: want KEY=VALUE or KEY", l))
 		}
 		ws = append(ws, want{k, v, !hasValue})
 	}

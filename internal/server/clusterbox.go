@@ -24,8 +24,8 @@ import (
 // so that creates through other gateways count too.
 func (s *Server) clusterCreate(ctx context.Context, sp BoxSpec) (*boxOutput, error) {
 	if _, ok := sp.Labels[TenantLabel]; ok {
-		return nil, &Problem{Status: http.StatusBadRequest, Title: "Bad Request", Code: CodeInvalid,
-			Detail: fmt.Sprintf("label %q is the server's own (it names the box's tenant): leave it out", TenantLabel)}
+		return nil, invalidField("/labels/"+escapePointer(TenantLabel),
+			fmt.Sprintf("label %q is the server's own (it names the box's tenant): leave it out", TenantLabel))
 	}
 	t0 := time.Now()
 	t := tenantOf(ctx)

@@ -3,8 +3,12 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -37,7 +41,7 @@ func (e *EnvList) UnmarshalJSON(b []byte) error {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		if k == "" || strings.Contains(k, "=") {
-			return fmt.Errorf("env: variable name %q is empty or holds '='", k)
+			return errors.New(envKeyPrefix + strconv.Quote(k) + envKeySuffix)
 		}
 		keys = append(keys, k)
 	}
@@ -63,4 +67,73 @@ func (EnvList) Schema(huma.Registry) *huma.Schema {
 				Description: "KEY: value pairs."},
 		},
 	}
+}
+
+// The refusal of an env object's key, as EnvList.UnmarshalJSON words it.
+// huma passes it on as text at location body; envKeyOf reads the key back
+// so that the problem points at /env/KEY.
+const (
+	envKeyPrefix = "env: variable name "
+	envKeySuffix = " is empty or holds '='"
+)
+
+// envKeyOf returns the key of an EnvList key refusal (its message).
+func envKeyOf(msg string) (string, bool) {
+	q, ok := strings.CutPrefix(msg, envKeyPrefix)
+	if !ok {
+		return "", false
+	}
+	q, ok = strings.CutSuffix(q, envKeySuffix)
+	if !ok {
+		return "", false
+	}
+	k, err := strconv.Unquote(q)
+	return k, err == nil
+}
+
+// envErrors explains an env (at pointer, huma's location loc) that matched
+// neither of its forms, from the value huma validated: each entry that is
+// not a string, or the whole when it is neither a list nor an object.
+// BoxLite's [key, value] pairs get told what to send instead.
+func envErrors(pointer, loc string, v any) []*FieldError {
+	const want = `want ["KEY=value", ...] or {"KEY": "value"}`
+	var errs []*FieldError
+	add := func(tok, ltok, msg string) {
+		errs = append(errs, &FieldError{Pointer: pointer + "/" + escapePointer(tok), Location: loc + ltok, Message: msg})
+	}
+	switch v := v.(type) {
+	case []any:
+		if len(v) > maxEnv {
+			return []*FieldError{{Pointer: pointer, Location: loc, Message: fmt.Sprintf("%d entries: at most %d", len(v), maxEnv)}}
+		}
+		for i, e := range v {
+			if _, ok := e.(string); ok {
+				continue
+			}
+			msg := `want a string "KEY=value"`
+			if p, ok := e.([]any); ok && len(p) == 2 {
+				msg += ` (a [key, value] pair: send "KEY=value", or env as an object {"KEY": "value"})`
+			}
+			add(strconv.Itoa(i), fmt.Sprintf("[%d]", i), msg)
+			if len(errs) == 16 {
+				break
+			}
+		}
+	case map[string]any:
+		if len(v) > maxEnv {
+			return []*FieldError{{Pointer: pointer, Location: loc, Message: fmt.Sprintf("%d variables: at most %d", len(v), maxEnv)}}
+		}
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			if _, ok := v[k].(string); !ok {
+				add(k, "."+k, "want a string value")
+				if len(errs) == 16 {
+					break
+				}
+			}
+		}
+	}
+	if len(errs) == 0 {
+		return []*FieldError{{Pointer: pointer, Location: loc, Message: want}}
+	}
+	return errs
 }

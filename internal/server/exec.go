@@ -54,8 +54,7 @@ type ExecResult struct {
 	DurationMS     float64 `json:"duration_ms" doc:"Host-side duration of the exec."`
 }
 
-var errEmptyCmd = &Problem{Status: http.StatusUnprocessableEntity, Title: "Unprocessable Entity", Code: CodeInvalid,
-	Detail: "cmd must name a command: [\"ls\", \"-l\"]"}
+var errEmptyCmd = invalidField("/cmd/0", "cmd must name a command: [\"ls\", \"-l\"]")
 
 // encode returns b as a UTF-8 string when it is valid UTF-8 and its JSON
 // encoding is at most twice its size, else base64 (4/3 of it): output full
@@ -72,7 +71,7 @@ func decode(s, enc string) ([]byte, error) {
 	if enc == EncodingBase64 {
 		b, err := base64.StdEncoding.DecodeString(s)
 		if err != nil {
-			return nil, &Problem{Status: http.StatusUnprocessableEntity, Code: CodeInvalid, Detail: "stdin is not valid base64: " + err.Error()}
+			return nil, invalidField("/stdin", "stdin is not valid base64 (stdin_encoding base64): "+err.Error())
 		}
 		return b, nil
 	}

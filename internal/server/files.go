@@ -300,7 +300,7 @@ func (s *Server) handleWriteFile(w http.ResponseWriter, r *http.Request) {
 	if m := q.Get("mode"); m != "" {
 		u, err := strconv.ParseUint(m, 8, 12)
 		if err != nil {
-			writeProblem(w, &Problem{Status: http.StatusBadRequest, Code: CodeInvalid, Detail: fmt.Sprintf("mode %q: want octal permission bits such as 644 or 0755", m)})
+			writeProblem(w, invalidParam("query", "mode", fmt.Sprintf("mode %q: want octal permission bits such as 644 or 0755", m)))
 			return
 		}
 		perm = fileMode(int(u))

@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -120,8 +119,8 @@ func (s *Server) checkPorts(p Policy, opts *airlock.BoxOptions) error {
 		}
 		a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(p.HostIP, "["), "]"))
 		if err != nil || a.Zone() != "" {
-			return &Problem{Status: http.StatusUnprocessableEntity, Title: http.StatusText(http.StatusUnprocessableEntity), Code: CodeInvalid,
-				Detail: fmt.Sprintf("ports[%d].host_ip %q is not an IP address (127.0.0.1, 0.0.0.0, ::1, ...)", i, p.HostIP)}
+			return invalidField(fmt.Sprintf("/ports/%d/host_ip", i),
+				fmt.Sprintf("ports[%d].host_ip %q is not an IP address (127.0.0.1, 0.0.0.0, ::1, ...)", i, p.HostIP))
 		}
 		a = a.Unmap()
 		p.HostIP = a.String()

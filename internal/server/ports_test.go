@@ -36,7 +36,7 @@ func TestParsePublishGrant(t *testing.T) {
 // only with a range from 0, a non-loopback address only when a grant names
 // it (or a wildcard of its family), a protocol only where granted. Every
 // refusal is 403 policy_denied naming the flag, before any box is made;
-// malformed ports are 422.
+// malformed ports are 400 naming the port's field.
 func TestPublishPolicy(t *testing.T) {
 	rt := openRuntime(t)
 	grant := func(specs ...string) Policy {
@@ -118,8 +118,8 @@ func TestPublishPolicy(t *testing.T) {
 		{HostPort: 8000, GuestPort: 0}, {HostPort: 70000, GuestPort: 80}, {HostPort: 8000, GuestPort: 80, Protocol: "sctp"},
 		{HostIP: "localhost", HostPort: 8000, GuestPort: 80},
 	} {
-		if st, p := post(ranged.URL, pt); st != 422 || p.Code != CodeInvalid {
-			t.Errorf("%+v: %d %+v, want 422 invalid_request", pt, st, p)
+		if st, p := post(ranged.URL, pt); st != 400 || p.Code != CodeInvalid || len(p.Errors) == 0 || !strings.HasPrefix(p.Errors[0].Pointer, "/ports/0/") {
+			t.Errorf("%+v: %d %+v, want 400 invalid_request pointing into /ports/0", pt, st, p)
 		}
 	}
 	// The library's own checks: a port given twice, ports without a network.

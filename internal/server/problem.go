@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/validation"
 
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -69,14 +72,14 @@ const (
 // Problem is an RFC 9457 problem details object with airlock's stable
 // code and, for a box whose VM died, the cause.
 type Problem struct {
-	Type     string              `json:"type,omitempty" doc:"A URI reference for the problem type (about:blank)."`
-	Title    string              `json:"title,omitempty" doc:"Short summary of the problem type (the HTTP status text)."`
-	Status   int                 `json:"status,omitempty" doc:"HTTP status code."`
-	Detail   string              `json:"detail,omitempty" doc:"What happened in this occurrence, and what to do."`
-	Instance string              `json:"instance,omitempty" doc:"The request id of this occurrence."`
-	Code     string              `json:"code" enum:"box_not_found,image_not_found,context_not_found,box_not_running,box_running,name_in_use,box_died,timeout,canceled,too_many_execs,unauthorized,body_too_large,invalid_request,not_found,internal,policy_denied,no_lease,exec_not_found,file_not_found,not_a_directory,is_a_directory,file_exists,permission_denied,read_only_filesystem,no_space,invalid_path,not_a_regular_file,port_in_use,snapshot_not_found,snapshot_exists,not_supported,host_capacity,too_many_subscribers,method_not_allowed,box_paused,quota_exceeded,checkpoint_not_found,checkpoint_exists,rolled_back,box_lost,unschedulable" doc:"Stable machine-readable code."`
-	Cause    string              `json:"cause,omitempty" doc:"For box_died: why the VM ended (guest kernel panic, QEMU process exited, ...)."`
-	Errors   []*huma.ErrorDetail `json:"errors,omitempty" doc:"Individual validation errors."`
+	Type     string        `json:"type,omitempty" doc:"A URI reference for the problem type (about:blank)."`
+	Title    string        `json:"title,omitempty" doc:"Short summary of the problem type (the HTTP status text)."`
+	Status   int           `json:"status,omitempty" doc:"HTTP status code."`
+	Detail   string        `json:"detail,omitempty" doc:"What happened in this occurrence, and what to do."`
+	Instance string        `json:"instance,omitempty" doc:"The request id of this occurrence."`
+	Code     string        `json:"code" enum:"box_not_found,image_not_found,context_not_found,box_not_running,box_running,name_in_use,box_died,timeout,canceled,too_many_execs,unauthorized,body_too_large,invalid_request,not_found,internal,policy_denied,no_lease,exec_not_found,file_not_found,not_a_directory,is_a_directory,file_exists,permission_denied,read_only_filesystem,no_space,invalid_path,not_a_regular_file,port_in_use,snapshot_not_found,snapshot_exists,not_supported,host_capacity,too_many_subscribers,method_not_allowed,box_paused,quota_exceeded,checkpoint_not_found,checkpoint_exists,rolled_back,box_lost,unschedulable" doc:"Stable machine-readable code."`
+	Cause    string        `json:"cause,omitempty" doc:"For box_died: why the VM ended (guest kernel panic, QEMU process exited, ...)."`
+	Errors   []*FieldError `json:"errors,omitempty" doc:"For invalid_request (400): each bad field of the request, with where it is and what is wrong with it."`
 }
 
 func (p *Problem) Error() string { return p.Detail }
@@ -92,26 +95,203 @@ func (p *Problem) ContentType(ct string) string {
 	return ct
 }
 
+// FieldError is one bad field of a request (Problem.Errors). A field of
+// the JSON body has a Pointer; a query, path or header parameter has a
+// Parameter (and Location says which kind). Location is set for both.
+// The value sent is never echoed: it may be a secret's.
+type FieldError struct {
+	Pointer   string `json:"pointer,omitempty" doc:"RFC 6901 JSON pointer to the bad value in the request body: /memory_mib, /env/0, /volumes/1/target. Absent for a parameter, and for a body that is not JSON at all (location body)."`
+	Parameter string `json:"parameter,omitempty" doc:"The query, path or header parameter at fault, by name (location says which kind: query.label)."`
+	Location  string `json:"location,omitempty" doc:"Where, in dotted form: body.env[0], query.label, path.id; body alone: the body as a whole."`
+	Message   string `json:"message" doc:"What is wrong with it."`
+}
+
+// invalidField is a 400 invalid_request about the body field at pointer
+// (RFC 6901: /ports/0/host_ip): detail is what is wrong and what to send.
+func invalidField(pointer, detail string) *Problem {
+	return &Problem{Status: http.StatusBadRequest, Title: http.StatusText(http.StatusBadRequest), Code: CodeInvalid, Detail: detail,
+		Errors: []*FieldError{{Pointer: pointer, Location: locationOf(pointer), Message: detail}}}
+}
+
+// invalidParam is a 400 invalid_request about the parameter name in in
+// ("query", "path", "header").
+func invalidParam(in, name, detail string) *Problem {
+	return &Problem{Status: http.StatusBadRequest, Title: http.StatusText(http.StatusBadRequest), Code: CodeInvalid, Detail: detail,
+		Errors: []*FieldError{{Parameter: name, Location: in + "." + name, Message: detail}}}
+}
+
 func init() {
-	huma.NewError = func(status int, msg string, errs ...error) huma.StatusError {
-		p := &Problem{Status: status, Title: http.StatusText(status), Detail: msg, Code: codeForStatus(status)}
-		for _, e := range errs {
-			if e == nil {
-				continue
+	huma.NewError = newError
+}
+
+// newError is huma's error constructor: a Problem. A request that fails
+// validation is 400 invalid_request (huma's 422 and 400 alike: one status
+// for "fix the request"), each error naming its field by a JSON pointer.
+func newError(status int, msg string, errs ...error) huma.StatusError {
+	if status == http.StatusUnprocessableEntity {
+		status = http.StatusBadRequest
+	}
+	p := &Problem{Status: status, Title: http.StatusText(status), Detail: msg, Code: codeForStatus(status)}
+	for _, e := range errs {
+		if e == nil {
+			continue
+		}
+		var d huma.ErrorDetailer
+		if errors.As(e, &d) {
+			p.Errors = append(p.Errors, fieldErrors(d.ErrorDetail())...)
+		} else {
+			p.Errors = append(p.Errors, &FieldError{Message: e.Error()})
+		}
+	}
+	if status == http.StatusBadRequest && msg == "validation failed" && len(p.Errors) > 0 {
+		p.Detail = validationDetail(p.Errors)
+	}
+	return p
+}
+
+// validationDetail names the bad fields in the detail, for clients that
+// show only it: "validation failed: /memory_mib: expected number >= 0".
+func validationDetail(errs []*FieldError) string {
+	var b strings.Builder
+	b.WriteString("validation failed")
+	for i, e := range errs {
+		if i == 4 {
+			fmt.Fprintf(&b, "; and %d more (see errors)", len(errs)-i)
+			break
+		}
+		sep := "; "
+		if i == 0 {
+			sep = ": "
+		}
+		where := e.Pointer
+		if where == "" {
+			where = e.Location
+		}
+		if where == "" {
+			fmt.Fprintf(&b, "%s%s", sep, e.Message)
+		} else {
+			fmt.Fprintf(&b, "%s%s: %s", sep, where, e.Message)
+		}
+	}
+	return b.String()
+}
+
+// fieldErrors turns one of huma's validation errors into airlock's: its
+// dotted location (body.volumes[0].target, query.label) becomes a JSON
+// pointer or a parameter name, and its value is dropped (the client sent
+// it, and it may be a secret's, an env value or a file's bytes). An env
+// that is neither a list of strings nor an object of strings is explained
+// entry by entry (huma says only that it matched neither form).
+func fieldErrors(d *huma.ErrorDetail) []*FieldError {
+	fe := &FieldError{Location: d.Location, Message: d.Message}
+	in, rest, _ := strings.Cut(d.Location, ".")
+	switch in {
+	case "body":
+		if d.Location == "body" {
+			if key, ok := envKeyOf(d.Message); ok {
+				// EnvList.UnmarshalJSON's refusal of an object key.
+				fe.Pointer = "/env/" + escapePointer(key)
+				fe.Location = "body.env." + key
 			}
-			var d huma.ErrorDetailer
-			if errors.As(e, &d) {
-				// Without the value: the client sent it, and it may be a
-				// secret's (or an env value, a file's bytes).
-				ed := *d.ErrorDetail()
-				ed.Value = nil
-				p.Errors = append(p.Errors, &ed)
-			} else {
-				p.Errors = append(p.Errors, &huma.ErrorDetail{Message: e.Error()})
+			break
+		}
+		fe.Pointer = pointerOf(rest)
+		if d.Message == validation.MsgExpectedMatchExactlyOneSchema && strings.HasSuffix(fe.Pointer, "/env") {
+			if errs := envErrors(fe.Pointer, d.Location, d.Value); len(errs) > 0 {
+				return errs
 			}
 		}
-		return p
+	case "query", "path", "header", "cookie":
+		fe.Parameter = rest
 	}
+	return []*FieldError{fe}
+}
+
+// leafMaps are the body's objects whose keys are the caller's (labels):
+// a key may hold '.' or '[', so the rest of a dotted location past them is
+// one key, not a path.
+var leafMaps = map[string]bool{"labels": true}
+
+// pointerOf is the RFC 6901 pointer of huma's dotted path below body
+// (volumes[0].target -> /volumes/0/target).
+func pointerOf(dotted string) string {
+	var b strings.Builder
+	for dotted != "" {
+		i := strings.IndexAny(dotted, ".[")
+		tok := dotted
+		if i >= 0 {
+			tok = dotted[:i]
+		}
+		if tok != "" {
+			b.WriteString("/" + escapePointer(tok))
+			if leafMaps[tok] && i >= 0 && dotted[i] == '.' {
+				b.WriteString("/" + escapePointer(dotted[i+1:]))
+				return b.String()
+			}
+		}
+		if i < 0 {
+			break
+		}
+		if dotted[i] == '[' {
+			j := strings.IndexByte(dotted[i:], ']')
+			if j < 0 {
+				b.WriteString("/" + escapePointer(dotted[i+1:]))
+				break
+			}
+			b.WriteString("/" + dotted[i+1:i+j])
+			dotted = strings.TrimPrefix(dotted[i+j+1:], ".")
+			continue
+		}
+		dotted = dotted[i+1:]
+	}
+	return b.String()
+}
+
+// locationOf is the dotted location of a body pointer (the inverse of
+// pointerOf, for the errors the handlers make).
+func locationOf(pointer string) string {
+	var b strings.Builder
+	b.WriteString("body")
+	for _, tok := range strings.Split(pointer, "/")[1:] {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		if _, err := strconv.Atoi(tok); err == nil {
+			b.WriteString("[" + tok + "]")
+		} else {
+			b.WriteString("." + tok)
+		}
+	}
+	return b.String()
+}
+
+// escapePointer escapes a reference token of a JSON pointer (RFC 6901 §3).
+func escapePointer(tok string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(tok, "~", "~0"), "/", "~1")
+}
+
+// documentBadRequest is an OnAddOperation hook: huma documents its
+// validation failures as 422, which newError answers as 400; the
+// operation's 400 says so, and an operation that takes parameters or a
+// body documents 400 even when its handler adds none of its own.
+func documentBadRequest(_ *huma.OpenAPI, op *huma.Operation) {
+	const desc = "Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter."
+	r422 := op.Responses["422"]
+	delete(op.Responses, "422")
+	if r, ok := op.Responses["400"]; ok {
+		r.Description = desc
+		return
+	}
+	if r422 == nil && len(op.Parameters) == 0 && op.RequestBody == nil {
+		return
+	}
+	if r422 == nil {
+		r422 = &huma.Response{Content: map[string]*huma.MediaType{
+			"application/problem+json": {Schema: &huma.Schema{Ref: "#/components/schemas/Problem"}}}}
+	}
+	r422.Description = desc
+	if op.Responses == nil {
+		op.Responses = map[string]*huma.Response{}
+	}
+	op.Responses["400"] = r422
 }
 
 func codeForStatus(status int) string {

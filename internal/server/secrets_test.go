@@ -15,7 +15,7 @@ import (
 )
 
 // TestSecretsRefusedWithoutEcho: a create whose secrets are malformed is
-// refused (400 or 422) before any box is made, and the response never
+// refused (400) before any box is made, and the response never
 // shows a secret's value.
 func TestSecretsRefusedWithoutEcho(t *testing.T) {
 	ts := httptest.NewServer(New(Config{Runtime: openRuntime(t)}).Handler(false))
@@ -42,7 +42,7 @@ func TestSecretsRefusedWithoutEcho(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 400 && resp.StatusCode != 422 {
+		if resp.StatusCode != 400 {
 			t.Errorf("%s: status %d: %s", what, resp.StatusCode, body)
 		}
 		if bytes.Contains(body, []byte("sk-do-not-echo")) {
@@ -96,7 +96,7 @@ func TestSetSecret(t *testing.T) {
 	}{
 		"unknown secret": {"/v1/boxes/" + box.ID + "/secrets/OTHER", `{"value":"sk-never-echo-1"}`, http.StatusBadRequest},
 		"control char":   {"/v1/boxes/" + box.ID + "/secrets/TOKEN", `{"value":"sk-never-echo-2\r\nX: y"}`, http.StatusBadRequest},
-		"empty":          {"/v1/boxes/" + box.ID + "/secrets/TOKEN", `{"value":""}`, 422},
+		"empty":          {"/v1/boxes/" + box.ID + "/secrets/TOKEN", `{"value":""}`, http.StatusBadRequest},
 		"unknown box":    {"/v1/boxes/nosuchbox/secrets/TOKEN", `{"value":"sk-never-echo-3"}`, http.StatusNotFound},
 	} {
 		code, body := put(tc.path, tc.body)
@@ -120,7 +120,7 @@ func TestSetSecret(t *testing.T) {
 }
 
 // TestValidationErrorsDoNotEchoValues: a request refused by the schema
-// (422) says where and why, never the value sent (it may be a secret's).
+// (400) says where and why, never the value sent (it may be a secret's).
 func TestValidationErrorsDoNotEchoValues(t *testing.T) {
 	ts := httptest.NewServer(New(Config{Runtime: openRuntime(t)}).Handler(false))
 	defer ts.Close()
@@ -137,7 +137,7 @@ func TestValidationErrorsDoNotEchoValues(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 422 || !strings.Contains(string(b), `"location"`) || strings.Contains(string(b), v) {
+		if resp.StatusCode != 400 || !strings.Contains(string(b), `"pointer"`) || strings.Contains(string(b), v) {
 			t.Errorf("%s: %d %s", what, resp.StatusCode, b)
 		}
 	}

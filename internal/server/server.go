@@ -238,6 +238,7 @@ func New(cfg Config) *Server {
 	// huma's own per-operation body limit (1 MiB by default) is the
 	// server's.
 	hc.OnAddOperation = append(hc.OnAddOperation, func(_ *huma.OpenAPI, op *huma.Operation) { op.MaxBodyBytes = cfg.MaxBodyBytes })
+	hc.OnAddOperation = append(hc.OnAddOperation, documentBadRequest)
 	s.api = humago.New(s.mux, hc)
 	s.registerBoxes()
 	s.registerSnapshots()

@@ -267,8 +267,8 @@ func TestProblems(t *testing.T) {
 		{"DELETE", "/v1/boxes/nosuchbox", "", 404, CodeBoxNotFound},
 		{"POST", "/v1/boxes/nosuchbox/contexts/x/run", `{"code":"1"}`, 404, CodeBoxNotFound},
 		{"POST", "/v1/boxes", `{"image":"localhost:1/nope:latest"}`, 404, CodeImageNotFound},
-		{"POST", "/v1/boxes", `{"cpus":-1}`, 422, CodeInvalid},
-		{"POST", "/v1/boxes", `{"network":"bridged"}`, 422, CodeInvalid},
+		{"POST", "/v1/boxes", `{"cpus":-1}`, 400, CodeInvalid},
+		{"POST", "/v1/boxes", `{"network":"bridged"}`, 400, CodeInvalid},
 		{"POST", "/v1/boxes", `{"image":"` + strings.Repeat("x", 3<<20) + `"}`, 413, CodeBodyTooLarge},
 		{"GET", "/v1/nothing", "", 404, ""},
 		// Under the server's limit but over huma's default of 1 MiB: the
@@ -572,7 +572,7 @@ func TestEnvListOrObject(t *testing.T) {
 		}
 		p := decodeProblem(t, resp)
 		resp.Body.Close()
-		if resp.StatusCode/100 != 4 || p.Code != CodeInvalid || len(p.Errors) == 0 || !strings.Contains(p.Errors[0].Location, "env") {
+		if resp.StatusCode != 400 || p.Code != CodeInvalid || len(p.Errors) == 0 || !strings.HasPrefix(p.Errors[0].Pointer, "/env") {
 			t.Errorf("create with %s: %d %+v, want invalid_request naming env", body, resp.StatusCode, p)
 		}
 	}
@@ -607,4 +607,100 @@ func TestUnixCloseKeepsAReplacingServersSocket(t *testing.T) {
 		t.Fatalf("the replacing server's socket after the old listener closed: %v", err)
 	}
 	c.Close()
+}
+
+// TestValidationErrorsPointAtFields: every request the API refuses as
+// invalid is 400 application/problem+json (never huma's 422) whose errors
+// name each bad field: a JSON pointer into the body (RFC 6901), or the
+// parameter by name, with what is wrong, and never the value sent.
+func TestValidationErrorsPointAtFields(t *testing.T) {
+	s := New(Config{Runtime: openRuntime(t)})
+	ts := httptest.NewServer(s.Handler(false))
+	defer ts.Close()
+	type want struct{ pointer, parameter, message string }
+	for _, tc := range []struct {
+		method, path, body string
+		want               []want
+	}{
+		{"POST", "/v1/boxes", `{"memory_mib":"512"}`, []want{{pointer: "/memory_mib", message: "integer"}}},
+		{"POST", "/v1/boxes", `{"memory_mib":-5,"cpus":100}`, []want{{pointer: "/cpus", message: "64"}, {pointer: "/memory_mib", message: ">= 0"}}},
+		// Under the library's minimum: the handler's check, not the schema's.
+		{"POST", "/v1/boxes", `{"memory_mib":8,"disk_size_mib":1}`, []want{{pointer: "/memory_mib", message: "at least 64"}, {pointer: "/disk_size_mib", message: "at least 16"}}},
+		{"POST", "/v1/boxes", `{"env":["A=1",5]}`, []want{{pointer: "/env/1", message: "KEY=value"}}},
+		// BoxLite's (key, value) pairs, as a naive client sends them.
+		{"POST", "/v1/boxes", `{"env":[["USER","alice"]]}`, []want{{pointer: "/env/0", message: "[key, value] pair"}}},
+		{"POST", "/v1/boxes", `{"env":{"A":"1","B":2}}`, []want{{pointer: "/env/B", message: "string"}}},
+		{"POST", "/v1/boxes", `{"env":"A=1"}`, []want{{pointer: "/env", message: `{"KEY": "value"}`}}},
+		{"POST", "/v1/boxes", `{"env":{"A=B":"1"}}`, []want{{pointer: "/env/A=B", message: "'='"}}},
+		{"POST", "/v1/boxes", `{"volumes":[{"source":"","target":"/data"}]}`, []want{{pointer: "/volumes/0/source", message: "length"}}},
+		{"POST", "/v1/boxes", `{"labels":{"a/b~c":5}}`, []want{{pointer: "/labels/a~1b~0c", message: "string"}}},
+		{"POST", "/v1/boxes", `{"labels":{"k":"v\u0001"}}`, []want{{pointer: "/labels/k", message: "k"}}},
+		{"POST", "/v1/boxes", `{"idle_action":"stop"}`, []want{{pointer: "/idle_action", message: "idle_timeout"}}},
+		{"POST", "/v1/boxes", `{"bogus":1}`, []want{{pointer: "/bogus", message: "unexpected property"}}},
+		{"POST", "/v1/boxes/x/exec", `{"cmd":[""]}`, []want{{pointer: "/cmd/0", message: "command"}}},
+		{"POST", "/v1/boxes/x/exec", `{"cmd":["a"],"timeout":"x"}`, []want{{pointer: "/timeout", message: "number"}}},
+		{"GET", "/v1/events?since=abc", ``, []want{{parameter: "since", message: "pattern"}}},
+		{"GET", "/v1/boxes?label==v", ``, []want{{parameter: "label", message: "KEY=VALUE"}}},
+		{"GET", "/v1/boxes/" + strings.Repeat("x", 200), ``, []want{{parameter: "id", message: "128"}}},
+	} {
+		req, _ := http.NewRequest(tc.method, ts.URL+tc.path, strings.NewReader(tc.body))
+		if tc.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := decodeProblem(t, resp)
+		resp.Body.Close()
+		name := tc.method + " " + tc.path + " " + tc.body
+		if resp.StatusCode != 400 || p.Status != 400 || p.Code != CodeInvalid || p.Title != "Bad Request" {
+			t.Errorf("%s: %d %+v, want 400 invalid_request", name, resp.StatusCode, p)
+			continue
+		}
+		if len(p.Errors) != len(tc.want) {
+			t.Errorf("%s: errors %s, want %d", name, dumpErrors(p.Errors), len(tc.want))
+			continue
+		}
+		for i, w := range tc.want {
+			e := p.Errors[i]
+			if e.Pointer != w.pointer || e.Parameter != w.parameter || !strings.Contains(e.Message, w.message) || e.Location == "" {
+				t.Errorf("%s: error %d is %s, want %+v", name, i, dumpErrors(p.Errors[i:i+1]), w)
+			}
+			// The detail names the field too (its top-level name at least),
+			// for clients that show only it.
+			where, _, _ := strings.Cut(strings.TrimPrefix(w.pointer, "/"), "/")
+			if where == "" {
+				where = w.parameter
+			}
+			if !strings.Contains(p.Detail, where) {
+				t.Errorf("%s: detail %q does not name %s", name, p.Detail, where)
+			}
+		}
+	}
+}
+
+func dumpErrors(errs []*FieldError) string {
+	b, _ := json.Marshal(errs)
+	return string(b)
+}
+
+// TestPointerOf: huma's dotted locations become RFC 6901 pointers, and
+// back.
+func TestPointerOf(t *testing.T) {
+	for dotted, want := range map[string]string{
+		"memory_mib":             "/memory_mib",
+		"env[0]":                 "/env/0",
+		"volumes[12].target":     "/volumes/12/target",
+		"labels.app.io/name":     "/labels/app.io~1name",
+		"secrets.TOKEN.hosts[1]": "/secrets/TOKEN/hosts/1",
+		"a~b[0][1]":              "/a~0b/0/1",
+	} {
+		if got := pointerOf(dotted); got != want {
+			t.Errorf("pointerOf(%q) = %q, want %q", dotted, got, want)
+		}
+	}
+	if got := locationOf("/ports/0/host_ip"); got != "body.ports[0].host_ip" {
+		t.Errorf("locationOf = %q", got)
+	}
 }

@@ -96,8 +96,8 @@ func tenantProblem(ctx context.Context, err error) error {
 // tenant's (a create's from_snapshot is namespaced by its handler).
 func own(ctx context.Context, opts *airlock.BoxOptions) error {
 	if _, ok := opts.Labels[TenantLabel]; ok {
-		return &Problem{Status: http.StatusBadRequest, Title: "Bad Request", Code: CodeInvalid,
-			Detail: fmt.Sprintf("label %q is the server's own (it names the box's tenant): leave it out", TenantLabel)}
+		return invalidField("/labels/"+escapePointer(TenantLabel),
+			fmt.Sprintf("label %q is the server's own (it names the box's tenant): leave it out", TenantLabel))
 	}
 	t := tenantOf(ctx)
 	if t == nil {

@@ -223,7 +223,7 @@ func TestServerVM(t *testing.T) {
 		if st := c.do("DELETE", "/v1/boxes/"+id+"/execs/"+list.Execs[0].ID, nil, &p); st != 404 || p.Code != CodeExecNotFound {
 			t.Errorf("kill of an ended exec: %d %+v", st, p)
 		}
-		if st := c.do("POST", "/v1/boxes/"+id+"/exec", ExecRequest{}, &p); st != 422 || p.Code != CodeInvalid {
+		if st := c.do("POST", "/v1/boxes/"+id+"/exec", ExecRequest{}, &p); st != 400 || p.Code != CodeInvalid || len(p.Errors) != 1 || p.Errors[0].Pointer != "/cmd" {
 			t.Errorf("empty cmd: %d %+v", st, p)
 		}
 	})

@@ -150,8 +150,7 @@ func (s *Server) handleExecWS(w http.ResponseWriter, r *http.Request) {
 	}
 	var req ExecRequest
 	if typ != websocket.MessageText || json.Unmarshal(first, &req) != nil || len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		fail(&Problem{Status: http.StatusUnprocessableEntity, Code: CodeInvalid,
-			Detail: "the first message must be a text frame with an ExecRequest (JSON, cmd not empty)"})
+		fail(invalidField("/cmd", "the first message must be a text frame with an ExecRequest (JSON, cmd not empty)"))
 		return
 	}
 	t0 := time.Now()

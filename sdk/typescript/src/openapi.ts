@@ -932,14 +932,6 @@ export interface components {
             entries: components["schemas"]["FileInfo"][] | null;
             path: string;
         };
-        ErrorDetail: {
-            /** @description Where the error occurred, e.g. 'body.items[3].tags' or 'path.thing-id' */
-            location?: string;
-            /** @description Error message text */
-            message?: string;
-            /** @description The value at the given location */
-            value?: unknown;
-        };
         Event: {
             box_id?: string;
             /** @description box.forked: the new boxes' ids. */
@@ -1067,6 +1059,16 @@ export interface components {
             timed_out: boolean;
             /** @description Output was cut: past the server's limit (airlock serve --max-output, 16 MiB a stream by default) only the first and the last half of it are kept, and stdout_dropped / stderr_dropped bytes between them are left out. */
             truncated: boolean;
+        };
+        FieldError: {
+            /** @description Where, in dotted form: body.env[0], query.label, path.id; body alone: the body as a whole. */
+            location?: string;
+            /** @description What is wrong with it. */
+            message: string;
+            /** @description The query, path or header parameter at fault, by name (location says which kind: query.label). */
+            parameter?: string;
+            /** @description RFC 6901 JSON pointer to the bad value in the request body: /memory_mib, /env/0, /volumes/1/target. Absent for a parameter, and for a body that is not JSON at all (location body). */
+            pointer?: string;
         };
         FileInfo: {
             /** Format: int64 */
@@ -1230,8 +1232,8 @@ export interface components {
             code: "box_not_found" | "image_not_found" | "context_not_found" | "box_not_running" | "box_running" | "name_in_use" | "box_died" | "timeout" | "canceled" | "too_many_execs" | "unauthorized" | "body_too_large" | "invalid_request" | "not_found" | "internal" | "policy_denied" | "no_lease" | "exec_not_found" | "file_not_found" | "not_a_directory" | "is_a_directory" | "file_exists" | "permission_denied" | "read_only_filesystem" | "no_space" | "invalid_path" | "not_a_regular_file" | "port_in_use" | "snapshot_not_found" | "snapshot_exists" | "not_supported" | "host_capacity" | "too_many_subscribers" | "method_not_allowed" | "box_paused" | "quota_exceeded" | "checkpoint_not_found" | "checkpoint_exists" | "rolled_back" | "box_lost" | "unschedulable";
             /** @description What happened in this occurrence, and what to do. */
             detail?: string;
-            /** @description Individual validation errors. */
-            errors?: components["schemas"]["ErrorDetail"][] | null;
+            /** @description For invalid_request (400): each bad field of the request, with where it is and what is wrong with it. */
+            errors?: components["schemas"]["FieldError"][] | null;
             /** @description The request id of this occurrence. */
             instance?: string;
             /**
@@ -1391,17 +1393,8 @@ export interface operations {
                     "application/json": components["schemas"]["BoxList"];
                 };
             };
-            /** @description Bad Request */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1442,7 +1435,7 @@ export interface operations {
                     "application/json": components["schemas"]["Box"];
                 };
             };
-            /** @description Bad Request */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1471,15 +1464,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1537,8 +1521,8 @@ export interface operations {
                     "application/json": components["schemas"]["Box"];
                 };
             };
-            /** @description Not Found */
-            404: {
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1546,8 +1530,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Unprocessable Entity */
-            422: {
+            /** @description Not Found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1587,6 +1571,15 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -1598,15 +1591,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1649,7 +1633,7 @@ export interface operations {
                     "application/x-tar": string;
                 };
             };
-            /** @description Bad path or parameter (invalid_path, invalid_request). */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1722,7 +1706,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Bad path or parameter (invalid_path, invalid_request). */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1808,8 +1792,8 @@ export interface operations {
                     "application/json": components["schemas"]["CheckpointList"];
                 };
             };
-            /** @description Not Found */
-            404: {
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1817,8 +1801,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Unprocessable Entity */
-            422: {
+            /** @description Not Found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1862,7 +1846,7 @@ export interface operations {
                     "application/json": components["schemas"]["Checkpoint"];
                 };
             };
-            /** @description Bad Request */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -1891,15 +1875,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1957,8 +1932,8 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Not Found */
-            404: {
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -1966,8 +1941,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Unprocessable Entity */
-            422: {
+            /** @description Not Found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2010,6 +1985,15 @@ export interface operations {
                     "application/json": components["schemas"]["InstallResult"];
                 };
             };
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -2021,15 +2005,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2090,6 +2065,15 @@ export interface operations {
                     "application/json": components["schemas"]["RunResult"];
                 };
             };
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -2101,15 +2085,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2167,6 +2142,15 @@ export interface operations {
                     "application/json": components["schemas"]["ContextInfo"];
                 };
             };
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -2178,15 +2162,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2242,8 +2217,8 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Not Found */
-            404: {
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2251,8 +2226,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Unprocessable Entity */
-            422: {
+            /** @description Not Found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2296,6 +2271,15 @@ export interface operations {
                     "application/json": components["schemas"]["CellResult"];
                 };
             };
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -2307,15 +2291,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2376,6 +2351,15 @@ export interface operations {
                     "application/json": components["schemas"]["ExecResult"];
                 };
             };
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -2387,15 +2371,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2451,6 +2426,15 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description No such box. */
             404: {
                 headers: {
@@ -2483,8 +2467,8 @@ export interface operations {
                     "application/json": components["schemas"]["ExecList"];
                 };
             };
-            /** @description Not Found */
-            404: {
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2492,8 +2476,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Unprocessable Entity */
-            422: {
+            /** @description Not Found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2531,8 +2515,8 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Not Found */
-            404: {
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2540,8 +2524,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Unprocessable Entity */
-            422: {
+            /** @description Not Found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2584,7 +2568,7 @@ export interface operations {
                     "application/octet-stream": string;
                 };
             };
-            /** @description Bad path or parameter (invalid_path, invalid_request). */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2661,7 +2645,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Bad path or parameter (invalid_path, invalid_request). */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2748,7 +2732,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Bad Request */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2777,15 +2761,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2837,7 +2812,7 @@ export interface operations {
                     "application/json": components["schemas"]["DirList"];
                 };
             };
-            /** @description Bad Request */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2866,15 +2841,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2924,7 +2890,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Bad Request */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2953,15 +2919,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3013,7 +2970,7 @@ export interface operations {
                     "application/json": components["schemas"]["FileInfo"];
                 };
             };
-            /** @description Bad Request */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3042,15 +2999,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3103,7 +3051,7 @@ export interface operations {
                     "application/json": components["schemas"]["ForkResult"];
                 };
             };
-            /** @description Bad Request */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3132,15 +3080,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3196,6 +3135,15 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -3207,15 +3155,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3259,6 +3198,15 @@ export interface operations {
                     "application/json": components["schemas"]["Box"];
                 };
             };
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Forbidden */
             403: {
                 headers: {
@@ -3279,15 +3227,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3345,6 +3284,15 @@ export interface operations {
                     "application/json": components["schemas"]["Box"];
                 };
             };
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Forbidden */
             403: {
                 headers: {
@@ -3365,15 +3313,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3444,6 +3383,15 @@ export interface operations {
                     "application/json": components["schemas"]["Box"];
                 };
             };
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Forbidden */
             403: {
                 headers: {
@@ -3464,15 +3412,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3543,7 +3482,7 @@ export interface operations {
                 };
                 content?: never;
             };
-            /** @description Bad Request */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3554,15 +3493,6 @@ export interface operations {
             };
             /** @description Not Found */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3606,7 +3536,7 @@ export interface operations {
                     "application/json": components["schemas"]["Snapshot"];
                 };
             };
-            /** @description Bad Request */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -3635,15 +3565,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3701,6 +3622,15 @@ export interface operations {
                     "application/json": components["schemas"]["Box"];
                 };
             };
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Forbidden */
             403: {
                 headers: {
@@ -3721,15 +3651,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3787,6 +3708,15 @@ export interface operations {
                     "application/json": components["schemas"]["Box"];
                 };
             };
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -3798,15 +3728,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -3869,17 +3790,8 @@ export interface operations {
                     }[];
                 };
             };
-            /** @description Bad Request */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4020,6 +3932,15 @@ export interface operations {
                     })[];
                 };
             };
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Error */
             default: {
                 headers: {
@@ -4110,8 +4031,8 @@ export interface operations {
                     "application/json": components["schemas"]["Snapshot"];
                 };
             };
-            /** @description Not Found */
-            404: {
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4119,8 +4040,8 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Unprocessable Entity */
-            422: {
+            /** @description Not Found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4158,6 +4079,15 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -4169,15 +4099,6 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/problem+json": components["schemas"]["Problem"];
-                };
-            };
-            /** @description Unprocessable Entity */
-            422: {
                 headers: {
                     [name: string]: unknown;
                 };
