@@ -267,6 +267,34 @@ def check_type(name: str, v: Any, want: Any, what: str) -> None:
         raise TypeError(f"{name} must be {what}, not {type(v).__name__}")
 
 
+def check_number(name: str, v: Any) -> None:
+    """TypeError/ValueError naming ``name`` unless ``v`` is None or a
+    number of seconds >= 0."""
+    check_type(name, v, (int, float), "a number of seconds")
+    if v is not None and v < 0:
+        raise ValueError(f"{name}={v}: must be >= 0")
+
+
+def check_list(name: str, v: Any, want: Any, what: str) -> None:
+    """TypeError naming ``name`` (or its item ``name[i]``) unless ``v`` is
+    None or a list/tuple of ``want`` (a lone str is not a list of them)."""
+    if v is None:
+        return
+    if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)):
+        raise TypeError(f"{name} must be a list of {what}, not {type(v).__name__}")
+    for i, it in enumerate(v):
+        check_type(f"{name}[{i}]", it, want, what)
+
+
+def check_cmd(cmd: Any, args: Sequence[Any]) -> None:
+    """TypeError unless ``cmd`` is a non-empty str and each of ``args`` a str."""
+    if not isinstance(cmd, str) or not cmd:
+        raise TypeError(f"cmd must be a non-empty str, not {cmd!r}")
+    for i, a in enumerate(args):
+        if not isinstance(a, str):
+            raise TypeError(f"args[{i}] must be a str, not {type(a).__name__}")
+
+
 #: BoxLite box options airlock has no equivalent for, and what to use.
 _BOXLITE_UNSUPPORTED = {
     "rootfs_path": "import the OCI layout as an image (airlock image import PATH --tag NAME) and pass image=NAME",
@@ -401,6 +429,17 @@ class SimpleBox(FilesMixin):
         for n, v in (("memory_mib", memory_mib), ("cpus", cpus), ("disk_size_mib", disk_size_mib)):
             if v is not None and v < 1:
                 raise ValueError(f"{n}={v}: must be at least 1")
+        for n, v in (("ttl", ttl), ("idle_timeout", idle_timeout), ("lease", lease)):
+            check_number(n, v)
+        check_list("allow_net", allow_net, str, "str")
+        check_list("allow_host_ports", allow_host_ports, int, "int")
+        if labels is not None:
+            if not isinstance(labels, Mapping):
+                raise TypeError(f"labels must be a dict of str to str, not {type(labels).__name__}")
+            for k, v in labels.items():
+                if not isinstance(k, str) or not isinstance(v, str):
+                    raise TypeError(f"labels[{k!r}]: key and value must be str, not "
+                                    f"({type(k).__name__}, {type(v).__name__})")
         spec: Dict[str, Any] = {}
         if from_snapshot:
             spec["from_snapshot"] = from_snapshot
@@ -724,12 +763,11 @@ class SimpleBox(FilesMixin):
         started are killed, ``timed_out`` is set. A non-zero exit is reported
         in the result, not raised.
         """
-        if not isinstance(cmd, str) or not cmd:
-            raise TypeError(f"cmd must be a non-empty str, not {cmd!r}")
-        for i, a in enumerate(args):
-            if not isinstance(a, str):
-                raise TypeError(f"args[{i}] must be a str, not {type(a).__name__}")
-        check_type("timeout", timeout, (int, float), "a number of seconds")
+        check_cmd(cmd, args)
+        check_number("timeout", timeout)
+        check_type("user", user, str, "a str")
+        check_type("cwd", cwd, str, "a str")
+        check_type("stdin", stdin, (str, bytes), "str or bytes")
         body: Dict[str, Any] = {"cmd": [cmd, *args]}
         if env is not None:
             body["env"] = _env_list(env)
@@ -772,6 +810,13 @@ class SimpleBox(FilesMixin):
         (default 24 x 80; :meth:`ExecStream.resize` changes it): all output
         comes as fd 1, with CRLF line ends, and ``b"\\x03"`` on stdin is Ctrl-C.
         """
+        check_cmd(cmd, args)
+        check_number("timeout", timeout)
+        check_type("user", user, str, "a str")
+        check_type("cwd", cwd, str, "a str")
+        check_type("tty", tty, bool, "a bool")
+        check_type("rows", rows, int, "an int")
+        check_type("cols", cols, int, "an int")
         req: Dict[str, Any] = {"cmd": [cmd, *args]}
         if env is not None:
             req["env"] = _env_list(env)
@@ -819,7 +864,8 @@ class ExecStream:
 
     def _fail(self, msg: Dict[str, Any]) -> None:
         p = msg.get("problem") or {}
-        raise AirlockError(p.get("status", 0), p.get("code", ""), p.get("detail", "exec failed"), p.get("cause", ""))
+        raise AirlockError(p.get("status", 0), p.get("code", ""), p.get("detail", "exec failed"), p.get("cause", ""),
+                           p.get("errors") if isinstance(p.get("errors"), list) else None)
 
     async def write(self, data: Union[bytes, str]) -> None:
         """Writes to the process's stdin."""
@@ -900,6 +946,8 @@ class CodeBox(SimpleBox):
         """Runs ``code`` with ``python -c`` in a fresh interpreter and returns
         its stdout. A non-zero exit does not raise (use :meth:`exec` for
         stderr and the exit code). ``timeout`` (seconds) is enforced."""
+        check_type("code", code, str, "a str")
+        check_number("timeout", timeout)
         box = await self._box()
         body: Dict[str, Any] = {"code": code}
         if timeout:
@@ -917,6 +965,7 @@ class CodeBox(SimpleBox):
 
     async def install_packages(self, *packages: str) -> str:
         """Installs several packages in one pip run; returns stdout + stderr."""
+        check_list("packages", packages, str, "str")
         box = await self._box()
         body: Dict[str, Any] = {"packages": list(packages)}
         if self._index_url:
@@ -958,6 +1007,8 @@ class Context:
         """Runs a cell; returns its output, last value, exception and images.
         ``timeout`` (seconds) interrupts the cell (KeyboardInterrupt), and
         restarts the interpreter if it does not stop."""
+        check_type("code", code, str, "a str")
+        check_number("timeout", timeout)
         box = await self._box._box()
         body: Dict[str, Any] = {"code": code}
         if timeout:

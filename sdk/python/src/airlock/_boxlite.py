@@ -776,7 +776,8 @@ class Execution:
 
 def _problem(msg: Dict[str, Any]) -> AirlockError:
     p = msg.get("problem") or {}
-    return AirlockError(p.get("status", 0), p.get("code", ""), p.get("detail", "exec failed"), p.get("cause", ""))
+    return AirlockError(p.get("status", 0), p.get("code", ""), p.get("detail", "exec failed"), p.get("cause", ""),
+                        p.get("errors") if isinstance(p.get("errors"), list) else None)
 
 
 # ---------------------------------------------------------------------------

@@ -39,14 +39,31 @@ class AirlockError(RuntimeError):
             ``image_not_found``, ``box_died``, ``too_many_execs``, ...).
         detail: what happened, and what to do.
         cause: for ``box_died``, why the VM ended.
+        errors: for ``invalid_request`` (400), each bad field of the
+            request as the server named it: a dict with ``pointer`` (an
+            RFC 6901 JSON pointer into the body, ``/memory_mib``,
+            ``/env/0``) or ``parameter`` (a query or path parameter's
+            name), ``location`` (``body.env[0]``, ``query.label``) and
+            ``message``. Empty for other errors.
+        fields: the pointers and parameter names of ``errors``, in order
+            (``["/memory_mib", "/env/0"]``).
     """
 
-    def __init__(self, status: int, code: str, detail: str, cause: str = "") -> None:
+    def __init__(self, status: int, code: str, detail: str, cause: str = "",
+                 errors: Optional[List[Dict[str, Any]]] = None) -> None:
         super().__init__(f"{detail} ({code})" if code else detail)
         self.status = status
         self.code = code
         self.detail = detail
         self.cause = cause
+        self.errors: List[Dict[str, Any]] = list(errors or [])
+        self.fields: List[str] = [_where(e) for e in self.errors if _where(e)]
+
+
+def _where(e: Dict[str, Any]) -> str:
+    """Where a problem's field error is: its pointer, else its parameter,
+    else its location."""
+    return str(e.get("pointer") or e.get("parameter") or e.get("location") or "")
 
 
 def default_home() -> Path:
@@ -98,14 +115,16 @@ def _raise_for_problem(resp: httpx.Response) -> None:
         p = {"detail": resp.text}
     if not isinstance(p, dict):
         p = {"detail": resp.text}
-    detail = p.get("detail") or resp.reason_phrase
-    errs = p.get("errors") if isinstance(p, dict) else None
-    if isinstance(errs, list) and errs:
-        # Validation errors: where and what (the server never echoes the value).
-        parts = [f"{e.get('location', '')}: {e.get('message', '')}".strip(": ") for e in errs[:8] if isinstance(e, dict)]
-        if parts:
-            detail = f"{detail} ({'; '.join(parts)})"
-    raise AirlockError(resp.status_code, p.get("code", ""), detail, p.get("cause", ""))
+    detail = str(p.get("detail") or resp.reason_phrase)
+    errs = p.get("errors")
+    errs = [e for e in errs if isinstance(e, dict)] if isinstance(errs, list) else []
+    # Validation errors: where and what (the server never echoes the value),
+    # added to the message where the server's detail does not say it.
+    parts = [f"{_where(e)}: {e.get('message', '')}".strip(": ") for e in errs[:8]
+             if not _where(e) or _where(e) not in detail]
+    if parts:
+        detail = f"{detail} ({'; '.join(parts)})"
+    raise AirlockError(resp.status_code, p.get("code", ""), detail, p.get("cause", ""), errs)
 
 
 def decode_output(text: str, encoding: str) -> bytes:
