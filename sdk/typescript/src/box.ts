@@ -5,6 +5,7 @@ import path from "node:path";
 import type WebSocket from "ws";
 
 import { BOUNDS } from "./bounds.js";
+import { checkArray, checkBool, checkInt, checkSeconds, checkString, checkStringMap, envList } from "./check.js";
 import { AirlockError, Client, problemError } from "./client.js";
 import { Files, type FileInfo } from "./files.js";
 import type { components } from "./openapi.js";
@@ -30,7 +31,11 @@ const STDERR = 2;
 export type BoxInfo = Schemas["Box"];
 
 /** Environment: an object or `KEY=value` strings. */
-export type Env = Record<string, string> | string[];
+/**
+ * An environment: `{KEY: "value"}`, `["KEY=value", ...]`, or BoxLite's
+ * `[[key, value], ...]` and `[{key, value}, ...]`.
+ */
+export type Env = Record<string, string> | string[] | [string, string][] | { key: string; value: string }[];
 
 /** What a box is made of. Unset fields take the server's defaults. */
 export interface BoxOptions {
@@ -325,11 +330,6 @@ export function portSpec(p: number | string | PortMapping): Schemas["PortSpec"] 
   return spec;
 }
 
-function envList(env: Env | undefined): string[] | undefined {
-  if (env === undefined) return undefined;
-  return Array.isArray(env) ? [...env] : Object.entries(env).map(([k, v]) => `${k}=${v}`);
-}
-
 function decode(text: string, encoding: string): Buffer {
   return encoding === "base64" ? Buffer.from(text, "base64") : Buffer.from(text, "utf8");
 }
@@ -342,15 +342,25 @@ function splitArgs(rest: (string | ExecOptions)[]): [string[], ExecOptions] {
   const last = rest[rest.length - 1];
   const opts = isOptions(last) ? last : {};
   const args = (isOptions(last) ? rest.slice(0, -1) : rest) as unknown[];
-  for (const a of args) {
-    if (typeof a !== "string") throw new TypeError(`exec arguments must be strings, got ${typeof a}`);
-  }
+  args.forEach((a, i) => {
+    if (typeof a !== "string") throw new TypeError(`args[${i}] must be a string, got ${typeof a}`);
+  });
   return [args as string[], opts];
 }
 
 function execRequest(cmd: string, args: string[], o: ExecOptions): ExecRequest {
+  if (typeof cmd !== "string" || !cmd) throw new TypeError(`cmd must be a non-empty string, got ${JSON.stringify(cmd)}`);
+  checkString("user", o.user);
+  checkString("cwd", o.cwd);
+  checkSeconds("timeout", o.timeout);
+  checkBool("tty", o.tty);
+  checkInt("rows", o.rows, 1);
+  checkInt("cols", o.cols, 1);
+  if (o.stdin !== undefined && typeof o.stdin !== "string" && !(o.stdin instanceof Uint8Array)) {
+    throw new TypeError(`stdin must be a string or a Uint8Array, got ${typeof o.stdin}`);
+  }
   const req: ExecRequest = { cmd: [cmd, ...args] };
-  if (o.env !== undefined) req.env = envList(o.env);
+  if (o.env !== undefined) req.env = envList("env", o.env);
   if (o.user) req.user = o.user;
   if (o.cwd) req.working_dir = o.cwd;
   if (o.timeout) req.timeout = o.timeout;
@@ -358,6 +368,28 @@ function execRequest(cmd: string, args: string[], o: ExecOptions): ExecRequest {
   if (o.rows) req.rows = o.rows;
   if (o.cols) req.cols = o.cols;
   return req;
+}
+
+function checkCode(code: unknown): void {
+  if (typeof code !== "string") throw new TypeError(`code must be a string, got ${code === null ? "null" : typeof code}`);
+}
+
+// checkBoxOptions type-checks a box's options before anything is sent,
+// naming the option (TypeError; RangeError for a value out of range).
+function checkBoxOptions(o: BoxOptions): void {
+  if (o === null || typeof o !== "object") throw new TypeError(`options must be an object, got ${o === null ? "null" : typeof o}`);
+  for (const k of ["image", "name", "workingDir", "user", "fromSnapshot", "idleAction"] as const) checkString(k, o[k]);
+  for (const k of ["memoryMib", "cpus", "diskSizeMib"] as const) checkInt(k, o[k], 1);
+  checkSeconds("idleTimeout", o.idleTimeout);
+  checkBool("autoRemove", o.autoRemove);
+  checkArray("allowNet", o.allowNet, "string");
+  checkArray("allowHostPorts", o.allowHostPorts, "integer");
+  checkStringMap("labels", o.labels);
+  if (o.volumes !== undefined && !Array.isArray(o.volumes)) throw new TypeError(`volumes must be an array, got ${typeof o.volumes}`);
+  if (o.ports !== undefined && !Array.isArray(o.ports)) throw new TypeError(`ports must be an array, got ${typeof o.ports}`);
+  if (o.network !== undefined && typeof o.network !== "string" && (o.network === null || typeof o.network !== "object")) {
+    throw new TypeError(`network must be "public", "allowlist", "none" or a NetworkSpec, got ${typeof o.network}`);
+  }
 }
 
 const KNOWN_OPTIONS = new Set([
@@ -401,6 +433,7 @@ export class SimpleBox implements AsyncDisposable {
 
   constructor(options: BoxOptions = {}) {
     this.options = options;
+    checkBoxOptions(options);
     this.client = options.client ?? options.runtime?.client ?? Client.default();
     const spec: BoxSpec = {};
     if (options.fromSnapshot) {
@@ -412,7 +445,7 @@ export class SimpleBox implements AsyncDisposable {
     if (options.memoryMib !== undefined) spec.memory_mib = options.memoryMib;
     if (options.cpus !== undefined) spec.cpus = options.cpus;
     if (options.name !== undefined) spec.name = options.name;
-    if (options.env !== undefined) spec.env = envList(options.env);
+    if (options.env !== undefined) spec.env = envList("env", options.env);
     if (options.workingDir !== undefined) spec.working_dir = options.workingDir;
     if (options.user !== undefined) spec.user = options.user;
     if (typeof options.network === "string") spec.network = options.network;
@@ -760,8 +793,8 @@ export class SimpleBox implements AsyncDisposable {
     } else {
       [args, o] = splitArgs(rest as (string | ExecOptions)[]);
     }
+    const req = execRequest(cmd, args, o); // checked before the box is made
     const id = await this.box();
-    const req = execRequest(cmd, args, o);
     if (o.stdin !== undefined) {
       req.stdin = Buffer.from(o.stdin).toString("base64");
       req.stdin_encoding = "base64";
@@ -1113,6 +1146,8 @@ export class CodeBox extends SimpleBox {
    * seconds (the Python process tree is killed then).
    */
   async run(code: string, options: RunOptions = {}): Promise<string> {
+    checkCode(code);
+    checkSeconds("timeout", options.timeout);
     const id = await this.box();
     const body: Schemas["RunRequest"] = { code };
     if (options.timeout) body.timeout = options.timeout;
@@ -1140,6 +1175,7 @@ export class CodeBox extends SimpleBox {
    * its output).
    */
   async installPackages(...packages: string[]): Promise<string> {
+    checkArray("packages", packages, "string");
     const id = await this.box();
     const body: Schemas["InstallRequest"] = { packages };
     if (this.indexUrl) body.index_url = this.indexUrl;
@@ -1196,6 +1232,8 @@ export class Context implements AsyncDisposable {
    * interpreter if it does not stop (`stateLost`).
    */
   async run(code: string, options: RunOptions = {}): Promise<CellResult> {
+    checkCode(code);
+    checkSeconds("timeout", options.timeout);
     const body: Schemas["RunRequest"] = { code };
     if (options.timeout) body.timeout = options.timeout;
     const r = await this.client.request<Schemas["CellResult"]>("POST", `${this.path}/run`, body, options.timeout);

@@ -57,6 +57,16 @@ export class AirlockError extends Error {
   readonly detail: string;
   /** The whole problem document, when the server sent one. */
   readonly problem?: Problem;
+  /**
+   * For `invalid_request` (400): each bad field of the request as the
+   * server named it: `pointer` (an RFC 6901 JSON pointer into the body,
+   * `/memory_mib`, `/env/0`) or `parameter` (a query or path parameter's
+   * name), `location` (`body.env[0]`, `query.label`) and `message`. Empty
+   * for other errors.
+   */
+  readonly errors: FieldError[];
+  /** The pointers and parameter names of {@link errors}, in order (`["/memory_mib", "/env/0"]`). */
+  readonly fields: string[];
 
   constructor(status: number, code: string, message: string, problem?: Problem, options?: { cause?: unknown }) {
     super(message, options);
@@ -65,7 +75,17 @@ export class AirlockError extends Error {
     this.code = code;
     this.detail = problem?.detail ?? message;
     this.problem = problem;
+    this.errors = Array.isArray(problem?.errors) ? problem.errors.filter((e) => e !== null && typeof e === "object") : [];
+    this.fields = this.errors.map(fieldOf).filter((f) => f !== "");
   }
+}
+
+/** One bad field of a refused request (a problem's `errors`). */
+export type FieldError = components["schemas"]["FieldError"];
+
+/** Where a field error is: its pointer, else its parameter, else its location. */
+function fieldOf(e: FieldError): string {
+  return e.pointer || e.parameter || e.location || "";
 }
 
 /** `$AIRLOCK_HOME`, else `~/.airlock` (as the Go library resolves it). */
@@ -491,6 +511,12 @@ export class Client {
 /** The AirlockError for a problem response. */
 export function problemError(r: Response): AirlockError {
   const p = (r.body && typeof r.body === "object" ? r.body : { detail: String(r.body ?? "") }) as Partial<Problem>;
-  const detail = p.detail || p.title || `HTTP ${r.status}`;
+  let detail = p.detail || p.title || `HTTP ${r.status}`;
+  // Validation errors: where and what (the server never echoes the value),
+  // added to the message where the server's detail does not say it.
+  const errs = Array.isArray(p.errors) ? p.errors.filter((e) => e !== null && typeof e === "object") : [];
+  const parts = errs.slice(0, 8).filter((e) => !fieldOf(e) || !detail.includes(fieldOf(e)))
+    .map((e) => (fieldOf(e) ? `${fieldOf(e)}: ${e.message ?? ""}` : String(e.message ?? "")));
+  if (parts.length) detail = `${detail} (${parts.join("; ")})`;
   return new AirlockError(r.status || p.status || 0, p.code || "", p.code ? `${detail} (${p.code})` : detail, p.code ? (p as Problem) : undefined);
 }

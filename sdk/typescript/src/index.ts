@@ -28,7 +28,7 @@ export {
 } from "./box.js";
 export {
   AirlockError, Client, DEFAULT_IDLE_EXIT, SERVER_START_TIMEOUT_MS, defaultHome, defaultSocket, endpointFromEnv,
-  type ClientOptions, type Endpoint, type Problem,
+  type ClientOptions, type Endpoint, type FieldError, type Problem,
 } from "./client.js";
 export { type FileInfo } from "./files.js";
 export { type Checkpoint, type Snapshot } from "./snapshots.js";
