@@ -54,7 +54,14 @@ type ExecResult struct {
 	DurationMS     float64 `json:"duration_ms" doc:"Host-side duration of the exec."`
 }
 
-var errEmptyCmd = invalidField("/cmd/0", "cmd must name a command: [\"ls\", \"-l\"]")
+// errEmptyCmd is the refusal of an exec whose cmd is empty or null
+// (pointing at /cmd) or names no command (cmd[0] "": at /cmd/0).
+func errEmptyCmd(cmd []string) *Problem {
+	if len(cmd) == 0 {
+		return invalidField("/cmd", "cmd must name a command: [\"ls\", \"-l\"]")
+	}
+	return invalidField("/cmd/0", "cmd[0] must name a command: [\"ls\", \"-l\"]")
+}
 
 // encode returns b as a UTF-8 string when it is valid UTF-8 and its JSON
 // encoding is at most twice its size, else base64 (4/3 of it): output full
@@ -111,7 +118,7 @@ func (s *Server) registerExec() {
 		Body ExecRequest
 	}) (*struct{ Body ExecResult }, error) {
 		if len(in.Body.Cmd) == 0 || in.Body.Cmd[0] == "" {
-			return nil, errEmptyCmd
+			return nil, errEmptyCmd(in.Body.Cmd)
 		}
 		b, err := s.callBox(ctx, in.ID)
 		if err != nil {

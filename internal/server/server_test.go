@@ -638,6 +638,7 @@ func TestValidationErrorsPointAtFields(t *testing.T) {
 		{"POST", "/v1/boxes", `{"idle_action":"stop"}`, []want{{pointer: "/idle_action", message: "idle_timeout"}}},
 		{"POST", "/v1/boxes", `{"bogus":1}`, []want{{pointer: "/bogus", message: "unexpected property"}}},
 		{"POST", "/v1/boxes/x/exec", `{"cmd":[""]}`, []want{{pointer: "/cmd/0", message: "command"}}},
+		{"POST", "/v1/boxes/x/exec", `{"cmd":null}`, []want{{pointer: "/cmd", message: "command"}}},
 		{"POST", "/v1/boxes/x/exec", `{"cmd":["a"],"timeout":"x"}`, []want{{pointer: "/timeout", message: "number"}}},
 		{"GET", "/v1/events?since=abc", ``, []want{{parameter: "since", message: "pattern"}}},
 		{"GET", "/v1/boxes?label==v", ``, []want{{parameter: "label", message: "KEY=VALUE"}}},
