@@ -192,7 +192,9 @@ func TestLeaseCountsFromHandOver(t *testing.T) {
 			t.Fatalf("create with lease %s, idle timeout %s (boot %s): %v", o.Lease, o.IdleTimeout, boot, err)
 		}
 		handed := time.Now()
-		if _, err := b.Exec(ctx, "true", nil, airlock.ExecOptions{}); err != nil {
+		// Under load the exec itself can outlast the 300 ms limit, and then
+		// the box is rightly reaped under it; only an early failure counts.
+		if _, err := b.Exec(ctx, "true", nil, airlock.ExecOptions{}); err != nil && time.Since(handed) < 300*time.Millisecond {
 			t.Fatalf("exec right after create: %v", err)
 		}
 		at := waitGone(t, other, b.ID(), 5*time.Second)
