@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/kubebox"
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,11 +31,12 @@ type Provider struct {
 	logDir string
 	logf   func(format string, args ...any)
 
-	nodeName string               // for /stats/summary
-	started  time.Time            // when the provider was made
-	client   kubernetes.Interface // resolves env valueFrom/envFrom (SetAPI); nil: refused
-	hostIP   string               // the node's InternalIP (status.hostIP)
-	recorder record.EventRecorder // the pods' events (SetRecorder); nil: none
+	nodeName        string               // for /stats/summary
+	started         time.Time            // when the provider was made
+	client          kubernetes.Interface // resolves env valueFrom/envFrom (SetAPI); nil: refused
+	hostIP          string               // the node's InternalIP (status.hostIP)
+	allowVolumeDirs []string             // SetAllowVolumeDirs
+	recorder        record.EventRecorder // the pods' events (SetRecorder); nil: none
 
 	mu           sync.Mutex
 	pods         map[string]*podBox // by namespace/name
@@ -83,6 +85,10 @@ type podBox struct {
 
 	imageID string // the image as resolved (digestRef); "" until then
 
+	// secrets are the values of a box made through the API
+	// (kubebox.Options.Secrets), read by resolvePodEnv; only run uses them.
+	secrets map[string]airlock.Secret
+
 	// activeDeadlineSeconds (deadline.go).
 	activeDeadline *int64      // the pod's, updated by UpdatePod
 	deadlineTimer  *time.Timer // fires deadlineExceeded; nil without a deadline
@@ -128,6 +134,11 @@ func (p *Provider) Stop() {
 		}
 	})
 }
+
+// SetAllowVolumeDirs sets the host directories under which a pod made
+// through the API may attach host directory volumes (airlock node
+// --allow-volume); none by default. Call it before CreatePod.
+func (p *Provider) SetAllowVolumeDirs(dirs []string) { p.allowVolumeDirs = dirs }
 
 // SetAPI gives the provider the cluster's API, through which a pod's env
 // valueFrom and envFrom are resolved (ConfigMaps, Secrets, the downward
@@ -215,6 +226,11 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 	opts, err := boxOptions(pod)
 	if err != nil {
 		fail(ReasonStartError, err.Error())
+		return
+	}
+	opts.Secrets = pb.secrets
+	if err := checkHostVolumes(&opts, p.allowVolumeDirs); err != nil {
+		fail(kubebox.ReasonPolicyDenied, err.Error())
 		return
 	}
 	box, ok := p.createBox(ctx, pb, opts)
@@ -570,7 +586,12 @@ func (p *Provider) resolvePodEnv(ctx context.Context, pb *podBox) (*corev1.Pod, 
 		if err == nil {
 			files, err = resolveVolumes(ctx, p.client, pb.pod, c)
 		}
+		var secrets map[string]airlock.Secret
 		if err == nil {
+			secrets, err = boxSecrets(ctx, p.client, pb.pod)
+		}
+		if err == nil {
+			pb.secrets = secrets
 			pod := pb.pod.DeepCopy()
 			pod.Spec.Containers[0].Env, pod.Spec.Containers[0].EnvFrom = env, nil
 			p.mu.Lock()

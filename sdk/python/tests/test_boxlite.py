@@ -20,7 +20,7 @@ import pytest
 
 import airlock as boxlite
 
-from .conftest import TOKEN
+from .conftest import EXTERNAL, TOKEN
 
 IMAGE = "python:slim"
 
@@ -582,6 +582,8 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.skipif(EXTERNAL, reason="Boxlite(Options(home_dir=H)) starts a local airlock serve of home H on this host: "
+                    "a test of the SDK's local server, not of the server under test")
 def test_custom_home_runtime(server_env: dict) -> None:
     """Boxlite(Options(home_dir=H)) uses (here: starts) the server of home
     H, which has only its own boxes; it exits once idle."""

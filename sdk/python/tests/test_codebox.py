@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 import airlock
+from .conftest import needs_vm
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -105,6 +106,7 @@ def _wheel(name: str, version: str, module: str) -> bytes:
     return buf.getvalue()
 
 
+@needs_vm("guest Python or network (pip would run on the host)")
 async def test_install_package_from_local_index(server_env: dict) -> None:
     """install_package against a PEP 503 index on the host's loopback (the
     guest reaches it as 198.18.0.1 through the network helper's test-only
