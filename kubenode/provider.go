@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-run/airlock/internal/kubebox"
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -849,6 +850,21 @@ func (p *Provider) terminatedLocked(pb *podBox) *corev1.ContainerStateTerminated
 	}
 }
 
+// deleteAPIPod deletes the pod of a box made through the API whose box
+// was removed on this node (at once: there is no process to let end).
+func (p *Provider) deleteAPIPod(pod *corev1.Pod) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	zero := int64(0)
+	err := p.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero,
+		Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		p.logf("pod %s/%s: its box was removed, the pod not deleted: %v", pod.Namespace, pod.Name, err)
+		return
+	}
+	p.logf("pod %s/%s deleted: its box was removed on this node", pod.Namespace, pod.Name)
+}
+
 // refreshAdoptedLocked reads the end of an adopted box's main command from
 // the box record (the process that ran it is gone; airlock records the end
 // of a main command, or the VM's death, with the box).
@@ -862,6 +878,12 @@ func (p *Provider) refreshAdoptedLocked(pb *podBox) {
 	if err != nil {
 		if errors.Is(err, airlock.ErrBoxNotFound) {
 			pb.exited, pb.exitCode, pb.reason, pb.message, pb.finished = true, 137, ReasonBoxDied, "the box was removed", time.Now()
+			if apiBox(pb.pod) && p.client != nil && !pb.deleted {
+				// A box made through the API that its lifetime (ttl,
+				// lease, idle_timeout) or a call on this node removed is
+				// gone, as on airlock serve: its pod goes too.
+				go p.deleteAPIPod(pb.pod)
+			}
 		}
 		return
 	}

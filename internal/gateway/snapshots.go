@@ -384,7 +384,6 @@ func (g *Gateway) ForkBox(ctx context.Context, id string, n int, fromCheckpoint 
 	results := make([]result, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		kid := p.DeepCopy()
 		kidID := newID()
 		lbl := map[string]string{kubebox.IDLabel: kidID}
 		for k, v := range p.Labels {
@@ -392,10 +391,18 @@ func (g *Gateway) ForkBox(ctx context.Context, id string, n int, fromCheckpoint 
 				lbl[k] = v
 			}
 		}
-		kid.ObjectMeta = metav1.ObjectMeta{Name: kubebox.PodNamePrefix + kidID, Namespace: g.cfg.Namespace, Labels: lbl,
-			Annotations: map[string]string{kubebox.OptionsAnnotation: o.Format()}}
-		kid.Spec.NodeName, kid.Status = "", corev1.PodStatus{}
-		kid.Spec.Containers[0].Ports = nil
+		// The parent's container as the gateway made it (not the fields
+		// the API server filled in, such as priority, which a create
+		// may not set).
+		c := p.Spec.Containers[0]
+		rc, no, grace := kubebox.RuntimeClass, false, int64(deleteGrace)
+		kid := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: kubebox.PodNamePrefix + kidID, Namespace: g.cfg.Namespace, Labels: lbl,
+				Annotations: map[string]string{kubebox.OptionsAnnotation: o.Format()}},
+			Spec: corev1.PodSpec{RuntimeClassName: &rc, RestartPolicy: corev1.RestartPolicyNever, AutomountServiceAccountToken: &no,
+				TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: c.Name, Image: c.Image, WorkingDir: c.WorkingDir,
+					ImagePullPolicy: c.ImagePullPolicy, Env: c.Env, Resources: c.Resources, SecurityContext: c.SecurityContext}}},
+		}
 		pinned(kid, st.name)
 		wg.Add(1)
 		go func() {

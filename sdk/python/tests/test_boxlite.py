@@ -20,7 +20,7 @@ import pytest
 
 import airlock as boxlite
 
-from .conftest import EXTERNAL, TOKEN
+from .conftest import EXTERNAL, FAKE_DRIVER, TOKEN
 
 IMAGE = "python:slim"
 
@@ -322,7 +322,8 @@ async def test_runtime_box_and_executions(server_env: dict, tmp_path: Path) -> N
             assert await _lines(ex.stdout()) == ["source-data\n"]
             await (await clone.exec("sh", ["-c", "echo clone-data > /root/marker.txt"])).wait()
             ex = await box.exec("cat", ["/root/marker.txt"])
-            assert await _lines(ex.stdout()) == ["source-data\n"]
+            if not FAKE_DRIVER:  # the fake driver's boxes share the host's files
+                assert await _lines(ex.stdout()) == ["source-data\n"]
         finally:
             await runtime.remove(clone.id, force=True)
 

@@ -10,7 +10,7 @@ import pytest
 
 import airlock
 
-from .conftest import EXTERNAL, needs_vm
+from .conftest import EXTERNAL, FAKE_DRIVER, needs_vm
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -81,7 +81,8 @@ async def test_snapshot_restore_list_remove(server_env: dict) -> None:
     # A restore has the snapshot's files (not what came after) and runs code.
     async with airlock.CodeBox(from_snapshot=name) as r:
         assert await r.read_file("/tmp/snap.txt") == b"in the snapshot"
-        assert not await r.exists("/tmp/after.txt")
+        if not FAKE_DRIVER:  # the fake driver's boxes share the host's files
+            assert not await r.exists("/tmp/after.txt")
         assert await r.run("print(6 * 7)") == "42\n"
         # Paused in memory, then to disk: calls fail while it is on disk,
         # and it goes on with its files after each resume.
