@@ -1,6 +1,7 @@
 package airlock_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	crand "crypto/rand"
@@ -42,6 +43,14 @@ type gwNode struct {
 // startAPINode runs airlock node NAME on rt with its API, as airlock node
 // --api-listen does, and waits until it is Ready.
 func (c *kubeCluster) startAPINode(rt *airlock.Runtime, name, nodeToken string) *gwNode {
+	c.t.Helper()
+	return c.startAPINodeWith(rt, name, nodeToken, nil, nil)
+}
+
+// startAPINodeWith is startAPINode whose API streams the events of ev
+// (the Runtime's observer; nil: none) and whose boxes may attach host
+// directories under volumes (airlock node --allow-volume).
+func (c *kubeCluster) startAPINodeWith(rt *airlock.Runtime, name, nodeToken string, ev *server.Events, volumes []string) *gwNode {
 	t := c.t
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -52,13 +61,13 @@ func (c *kubeCluster) startAPINode(rt *airlock.Runtime, name, nodeToken string) 
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		server.New(server.Config{Runtime: rt, Token: nodeToken, DrainTimeout: 5 * time.Second}).Serve(ctx, l)
+		server.New(server.Config{Runtime: rt, Token: nodeToken, DrainTimeout: 5 * time.Second, Events: ev}).Serve(ctx, l)
 	}()
 	ready := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
 		done <- kubenode.Run(ctx, kubenode.Config{Name: name, Client: c.client, Runtime: rt, Logf: t.Logf,
-			Ready: func() { close(ready) }, KubeletAddr: "127.0.0.1:0", APIAddr: l.Addr().String()})
+			Ready: func() { close(ready) }, KubeletAddr: "127.0.0.1:0", APIAddr: l.Addr().String(), AllowVolumeDirs: volumes})
 	}()
 	stopped := false
 	n := &gwNode{name: name, rt: rt, api: "http://" + l.Addr().String()}
@@ -95,6 +104,13 @@ func (c *kubeCluster) startAPINode(rt *airlock.Runtime, name, nodeToken string) 
 // startGateway runs an airlock gateway on the cluster (as airlock gateway
 // does; tenants may be nil) and returns its URL and a stop function.
 func (c *kubeCluster) startGateway(token, nodeToken string, tenants *tenant.Set) (url string, stop func()) {
+	c.t.Helper()
+	return c.startGatewayWith(token, nodeToken, tenants, server.Policy{})
+}
+
+// startGatewayWith is startGateway with policy (airlock gateway
+// --allow-publish, --allow-host-port); its /v1/events follows the nodes'.
+func (c *kubeCluster) startGatewayWith(token, nodeToken string, tenants *tenant.Set, policy server.Policy) (url string, stop func()) {
 	t := c.t
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -113,7 +129,7 @@ func (c *kubeCluster) startGateway(token, nodeToken string, tenants *tenant.Set)
 	go func() {
 		defer close(served)
 		server.New(server.Config{Cluster: gw, Token: token, Tenants: tenants, DrainTimeout: 5 * time.Second,
-			Metrics: server.NewMetrics(server.Version())}).Serve(ctx, l)
+			Metrics: server.NewMetrics(server.Version()), Events: server.NewEvents(), Policy: policy}).Serve(ctx, l)
 	}()
 	stopped := false
 	stop = func() {
@@ -182,13 +198,19 @@ func decode[T any](t *testing.T, b []byte) T {
 func TestKubeGateway(t *testing.T) {
 	c := kubeStart(t)
 	const token, nodeToken = "user-token", "node-token"
-	n1 := c.startAPINode(kubeSnapRuntime(t), "airlock-gw-1", nodeToken)
-	n2 := c.startAPINode(kubeSnapRuntime(t), "airlock-gw-2", nodeToken)
+	ev1, ev2 := server.NewEvents(), server.NewEvents()
+	n1 := c.startAPINodeWith(kubeSnapRuntimeObs(t, ev1), "airlock-gw-1", nodeToken, ev1, nil)
+	n2 := c.startAPINodeWith(kubeSnapRuntimeObs(t, ev2), "airlock-gw-2", nodeToken, ev2, nil)
 	c.kubectl("apply", "-f", "deploy/kubernetes/")
 	c.waitDefaultSA()
 	tenants := kubeTenants(t)
-	g1, stop1 := c.startGateway(token, nodeToken, tenants)
-	g2, _ := c.startGateway(token, nodeToken, tenants)
+	grant, err := server.ParsePublishGrant("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := server.Policy{AllowPublish: []server.PublishGrant{grant}}
+	g1, stop1 := c.startGatewayWith(token, nodeToken, tenants, policy)
+	g2, _ := c.startGatewayWith(token, nodeToken, tenants, policy)
 
 	// The gateway's spec is airlock serve's.
 	code, spec := call(t, "GET", g1+"/openapi.json", token, nil)
@@ -259,6 +281,8 @@ func TestKubeGateway(t *testing.T) {
 		t.Fatalf("remove sleepy: %d %s", code, body)
 	}
 
+	t.Run("node-features", func(t *testing.T) { gwNodeFeatures(t, c, g1, g2, token) })
+
 	// Two tenants: each sees, lists and touches only its own boxes, on
 	// either gateway; red's quota of one box holds.
 	tenantBoxes := map[string]server.Box{}
@@ -292,6 +316,7 @@ func TestKubeGateway(t *testing.T) {
 	if code != 403 || !strings.Contains(string(body), `"quota_exceeded"`) {
 		t.Fatalf("red's second box: %d %s", code, body)
 	}
+	t.Run("tenant-snapshots", func(t *testing.T) { gwTenantSnapshots(t, g1, g2, token) })
 	code, body = call(t, "GET", g1+"/v1/boxes", token, nil)
 	if list := decode[server.BoxList](t, body); code != 200 || len(list.Boxes) != 2 {
 		t.Fatalf("the admin lists the tenants' boxes: %d %s", code, body)
@@ -336,6 +361,17 @@ func TestKubeGateway(t *testing.T) {
 		}
 		return ""
 	})
+
+	// A fork's children go to the node that holds the parent's snapshot:
+	// A's node has no room for a child of A's size, and the scheduler's
+	// refusal says so, naming the node.
+	code, body = call(t, "POST", g2+"/v1/boxes/alpha/fork", token, map[string]any{"n": 1})
+	if code != 409 || !strings.Contains(string(body), `"unschedulable"`) || !strings.Contains(string(body), "must run on node "+boxA.Node) {
+		t.Fatalf("fork of a box on a full node: %d %s", code, body)
+	}
+	if code, body := call(t, "GET", g1+"/v1/snapshots", token, nil); code != 200 || strings.Contains(string(body), "airlock-fork") {
+		t.Fatalf("a failed fork's snapshot is left: %d %s", code, body)
+	}
 
 	// Exec through the other gateway, by id and by name.
 	for _, g := range []string{g1, g2} {
@@ -501,12 +537,143 @@ func wsExec(t *testing.T, url, token, id string) {
 	}
 }
 
-// kubeTenants is a tenants file with red (one box at most) and blue (no
-// quota), tokens tok-red and tok-blue.
+// gwNodeFeatures: a box made through gateway g1 with a published port
+// and a secret gets them from its node (the port bound, the secret a
+// placeholder in the box, its value in a Secret the pod owns, never in
+// the pod); its snapshot stays on its node and is listed with it; a fork
+// child and a restore run on that node; /v1/events shows the box's
+// events with the gateway's id; the snapshot is removed through g2.
+func gwNodeFeatures(t *testing.T, c *kubeCluster, g1, g2, token string) {
+	ctx := context.Background()
+	code, body := call(t, "POST", g1+"/v1/boxes", token, map[string]any{"image": kubeRef, "name": "feat",
+		"ports":   []map[string]any{{"host_port": 0, "guest_port": 8000}},
+		"secrets": map[string]any{"TOKEN": map[string]any{"value": "sk-gw-hidden", "hosts": []string{"api.example.com"}}}})
+	if code != 201 {
+		t.Fatalf("create with a port and a secret: %d %s", code, body)
+	}
+	feat := decode[server.Box](t, body)
+	if len(feat.Ports) != 1 || feat.Ports[0].HostPort == 0 || feat.Ports[0].GuestPort != 8000 || len(feat.Secrets) != 1 || feat.Secrets[0].Name != "TOKEN" {
+		t.Fatalf("box with a port and a secret: %s", body)
+	}
+	pod, err := c.client.CoreV1().Pods("default").Get(ctx, "box-"+feat.ID, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, _ := json.Marshal(pod); strings.Contains(string(j), "sk-gw-hidden") {
+		t.Fatalf("the secret's value is in the pod: %s", j)
+	}
+	sec, err := c.client.CoreV1().Secrets("default").Get(ctx, "box-"+feat.ID, metav1.GetOptions{})
+	if err != nil || len(sec.OwnerReferences) != 1 || sec.OwnerReferences[0].UID != pod.UID {
+		t.Fatalf("the box's Secret: %v %+v", err, sec)
+	}
+	code, body = call(t, "POST", g2+"/v1/boxes/feat/exec", token, map[string]any{"cmd": []string{"sh", "-c", `echo "$TOKEN"`}})
+	if res := decode[server.ExecResult](t, body); code != 200 || !strings.HasPrefix(res.Stdout, "airlock-secret-") {
+		t.Fatalf("the secret in the box: %d %s", code, body)
+	}
+
+	code, body = call(t, "POST", g2+"/v1/boxes/feat/snapshot", token, map[string]any{"name": "gw-snap"})
+	sn := decode[server.Snapshot](t, body)
+	if code != 201 || sn.Name != "gw-snap" || sn.Box != feat.ID || sn.BoxName != "feat" || sn.Node != feat.Node {
+		t.Fatalf("snapshot through the gateway: %d %s", code, body)
+	}
+	if code, body := call(t, "POST", g1+"/v1/boxes/feat/snapshot", token, map[string]any{"name": "gw-snap"}); code != 409 || !strings.Contains(string(body), `"snapshot_exists"`) {
+		t.Fatalf("a second snapshot of the same name: %d %s", code, body)
+	}
+	code, body = call(t, "GET", g1+"/v1/snapshots", token, nil)
+	if list := decode[server.SnapshotList](t, body); code != 200 || len(list.Snapshots) != 1 || list.Snapshots[0].Node != feat.Node {
+		t.Fatalf("snapshots: %d %s", code, body)
+	}
+
+	code, body = call(t, "POST", g1+"/v1/boxes/feat/fork", token, map[string]any{"n": 1})
+	kids := decode[server.ForkResult](t, body).Boxes
+	if code != 201 || len(kids) != 1 || kids[0].Node != feat.Node || kids[0].ID == feat.ID || len(kids[0].Ports) != 0 {
+		t.Fatalf("fork through the gateway: %d %s", code, body)
+	}
+	if code, body := call(t, "POST", g2+"/v1/boxes/"+kids[0].ID+"/exec", token, map[string]any{"cmd": []string{"true"}}); code != 200 {
+		t.Fatalf("exec in the fork's child: %d %s", code, body)
+	}
+	if code, body := call(t, "DELETE", g2+"/v1/boxes/"+kids[0].ID+"?force=true", token, nil); code != 204 {
+		t.Fatalf("remove the child: %d %s", code, body)
+	}
+
+	code, body = call(t, "POST", g2+"/v1/boxes", token, map[string]any{"from_snapshot": "gw-snap"})
+	restored := decode[server.Box](t, body)
+	if code != 201 || restored.Node != feat.Node {
+		t.Fatalf("restore through the gateway (snapshot on %s): %d %s", feat.Node, code, body)
+	}
+	if code, body := call(t, "POST", g1+"/v1/boxes/"+restored.ID+"/exec", token, map[string]any{"cmd": []string{"true"}}); code != 200 {
+		t.Fatalf("exec in the restored box: %d %s", code, body)
+	}
+
+	// The gateway's event stream: the box's events, under its id.
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(sctx, "GET", g1+"/v1/events?since=0", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(resp.Body)
+	for !(seen["box.created"] && seen["exec.ended"]) && sc.Scan() {
+		var ev server.Event
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok && json.Unmarshal([]byte(d), &ev) == nil && ev.BoxID == feat.ID {
+			seen[ev.Type] = true
+		}
+	}
+	if !seen["box.created"] || !seen["exec.ended"] {
+		t.Fatalf("events of box %s through the gateway: %v (%v)", feat.ID, seen, sc.Err())
+	}
+
+	for _, id := range []string{restored.ID, feat.ID} {
+		if code, body := call(t, "DELETE", g1+"/v1/boxes/"+id+"?force=true", token, nil); code != 204 {
+			t.Fatalf("remove %s: %d %s", id, code, body)
+		}
+	}
+	if code, body := call(t, "DELETE", g2+"/v1/snapshots/gw-snap", token, nil); code != 204 {
+		t.Fatalf("remove the snapshot: %d %s", code, body)
+	}
+	if code, body := call(t, "GET", g1+"/v1/snapshots/gw-snap", token, nil); code != 404 || !strings.Contains(string(body), `"snapshot_not_found"`) {
+		t.Fatalf("a removed snapshot: %d %s", code, body)
+	}
+}
+
+// gwTenantSnapshots: red's snapshots are its own (blue neither lists nor
+// gets them, the admin sees red.NAME) and its quota of one snapshot holds
+// across the nodes; a fork past red's box quota is refused before any
+// snapshot is taken.
+func gwTenantSnapshots(t *testing.T, g1, g2, token string) {
+	if code, body := call(t, "POST", g1+"/v1/boxes/mine/snapshot", "tok-red", map[string]any{"name": "r1"}); code != 201 || !strings.Contains(string(body), `"name":"r1"`) {
+		t.Fatalf("red's snapshot: %d %s", code, body)
+	}
+	if code, body := call(t, "POST", g2+"/v1/boxes/mine/snapshot", "tok-red", map[string]any{"name": "r2"}); code != 403 || !strings.Contains(string(body), `"quota_exceeded"`) {
+		t.Fatalf("red's second snapshot: %d %s", code, body)
+	}
+	if code, body := call(t, "GET", g2+"/v1/snapshots", "tok-blue", nil); code != 200 || strings.Contains(string(body), "r1") {
+		t.Fatalf("blue lists snapshots: %d %s", code, body)
+	}
+	if code, body := call(t, "GET", g2+"/v1/snapshots/r1", "tok-blue", nil); code != 404 {
+		t.Fatalf("blue gets red's snapshot: %d %s", code, body)
+	}
+	if code, body := call(t, "GET", g1+"/v1/snapshots", token, nil); code != 200 || !strings.Contains(string(body), `"red.r1"`) {
+		t.Fatalf("the admin lists snapshots: %d %s", code, body)
+	}
+	if code, body := call(t, "POST", g1+"/v1/boxes/mine/fork", "tok-red", map[string]any{"n": 1}); code != 403 || !strings.Contains(string(body), `"quota_exceeded"`) {
+		t.Fatalf("red forks past its quota: %d %s", code, body)
+	}
+	if code, body := call(t, "DELETE", g1+"/v1/snapshots/r1", "tok-red", nil); code != 204 {
+		t.Fatalf("red removes its snapshot: %d %s", code, body)
+	}
+}
+
+// kubeTenants is a tenants file with red (one box, one snapshot at most)
+// and blue (no quota), tokens tok-red and tok-blue.
 func kubeTenants(t *testing.T) *tenant.Set {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "tenants.json")
-	if err := tenant.Add(file, tenant.Tenant{Name: "red", Quota: tenant.Quota{Boxes: 1}}, "tok-red"); err != nil {
+	if err := tenant.Add(file, tenant.Tenant{Name: "red", Quota: tenant.Quota{Boxes: 1, Snapshots: 1}}, "tok-red"); err != nil {
 		t.Fatal(err)
 	}
 	if err := tenant.Add(file, tenant.Tenant{Name: "blue"}, "tok-blue"); err != nil {
@@ -679,8 +846,11 @@ func TestKubeGatewaySDKSuite(t *testing.T) {
 	}
 	c := kubeStart(t)
 	const token, nodeToken = "test-token", "node-token"
-	c.startAPINode(kubeSnapRuntime(t, "python:slim"), "airlock-sdk-1", nodeToken)
-	c.startAPINode(kubeSnapRuntime(t, "python:slim"), "airlock-sdk-2", nodeToken)
+	volumes := t.TempDir() // the suite's host volumes: granted by the nodes
+	for _, name := range []string{"airlock-sdk-1", "airlock-sdk-2"} {
+		ev := server.NewEvents()
+		c.startAPINodeWith(kubeSnapRuntimeObs(t, ev, "python:slim"), name, nodeToken, ev, []string{volumes})
+	}
 	c.kubectl("apply", "-f", "deploy/kubernetes/")
 	c.waitDefaultSA()
 	file := filepath.Join(t.TempDir(), "tenants.json")
@@ -690,7 +860,11 @@ func TestKubeGatewaySDKSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url, _ := c.startGateway(token, nodeToken, set)
+	grant, err := server.ParsePublishGrant("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, _ := c.startGatewayWith(token, nodeToken, set, server.Policy{AllowPublish: []server.PublishGrant{grant}})
 	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
 	args := append([]string{"-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider"}, strings.Fields(os.Getenv("AIRLOCK_KUBE_SDK_ARGS"))...)
@@ -699,6 +873,7 @@ func TestKubeGatewaySDKSuite(t *testing.T) {
 	}
 	cmd := osexec.CommandContext(ctx, py, args...)
 	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_EXTERNAL=1", "AIRLOCK_URL="+url, "AIRLOCK_TOKEN="+token,
+		"AIRLOCK_TEST_VOLUMES="+volumes, "AIRLOCK_TEST_FAKE_DRIVER=1",
 		"AIRLOCK_TEST_TENANT_ALICE=tok-alice", "AIRLOCK_TEST_TENANT_BOB=tok-bob")
 	out, err := cmd.CombinedOutput()
 	t.Logf("pytest against the gateway: %v\n%s", err, out)

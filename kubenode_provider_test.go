@@ -41,6 +41,13 @@ func kubeRuntime(t *testing.T) *airlock.Runtime {
 // and so suspend a box (BoxOptions.IdleAction suspend).
 func kubeSnapRuntime(t *testing.T, more ...string) *airlock.Runtime {
 	t.Helper()
+	return kubeSnapRuntimeObs(t, nil, more...)
+}
+
+// kubeSnapRuntimeObs is kubeSnapRuntime whose Runtime reports to obs
+// (nil: none).
+func kubeSnapRuntimeObs(t *testing.T, obs airlock.Observer, more ...string) *airlock.Runtime {
+	t.Helper()
 	drv := fake.NewSnapshotting(os.Getenv("AIRLOCK_AGENT"))
 	home, images, cache := t.TempDir(), fakeImageStore(t, kubeRef), t.TempDir()
 	if len(more) > 0 {
@@ -54,7 +61,7 @@ func kubeSnapRuntime(t *testing.T, more ...string) *airlock.Runtime {
 			}
 		}
 	}
-	r, err := airlock.OpenWithDriver(airlock.Options{Home: home, ImagesDir: images, CacheDir: cache, Warn: func(w string) { t.Log(w) }}, drv)
+	r, err := airlock.OpenWithDriver(airlock.Options{Home: home, ImagesDir: images, CacheDir: cache, Warn: func(w string) { t.Log(w) }, Observer: obs}, drv)
 	if err != nil {
 		t.Fatal(err)
 	}

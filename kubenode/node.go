@@ -77,6 +77,10 @@ type Config struct {
 	// Node as annotation kubebox.APIAnnotation (http://HOST:PORT; an
 	// unspecified host is NodeIP) so that airlock gateway finds it.
 	APIAddr string
+	// AllowVolumeDirs are the host directories under which a box made
+	// through the API (airlock gateway) may attach host directory volumes
+	// (airlock node --allow-volume); empty: none.
+	AllowVolumeDirs []string
 }
 
 // Run registers the node and runs its pods as boxes until ctx ends. At
@@ -109,6 +113,7 @@ func Run(ctx context.Context, cfg Config) error {
 	prov.SetRecorder(recorder)
 	prov.nodeName = cfg.Name
 	prov.SetAPI(cfg.Client, nodeIP(cfg))
+	prov.SetAllowVolumeDirs(cfg.AllowVolumeDirs)
 	pods, err := cfg.Client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("spec.nodeName", cfg.Name).String(),
 	})

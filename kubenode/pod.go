@@ -1,7 +1,9 @@
 package kubenode
 
 import (
+	"context"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -9,7 +11,9 @@ import (
 	"github.com/airlock-run/airlock"
 	"github.com/airlock-run/airlock/internal/kubebox"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 )
 
 // BoxNamePrefix starts the name of every box that runs a pod: the box is
@@ -157,8 +161,63 @@ func boxOptions(pod *corev1.Pod) (airlock.BoxOptions, error) {
 		sec := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
 		opts.TTL, opts.IdleTimeout, opts.Lease = sec(o.TTL), sec(o.IdleTimeout), sec(o.Lease)
 		opts.IdleAction = airlock.IdleAction(o.IdleAction)
+		opts.AllowHostPorts = o.AllowHostPorts
+		// The pod's labels (the gateway's box id, name and tenant among
+		// them) go with the box, and so with its snapshots: a gateway
+		// names a snapshot's box from them once the box is gone.
+		for k, v := range pod.Labels {
+			if len(opts.Labels) < 64 && len(k) <= 128 {
+				if opts.Labels == nil {
+					opts.Labels = map[string]string{}
+				}
+				opts.Labels[k] = v
+			}
+		}
+		for _, pm := range o.Ports {
+			opts.Ports = append(opts.Ports, airlock.PortMapping{HostIP: pm.HostIP, HostPort: pm.HostPort, GuestPort: pm.GuestPort, Protocol: pm.Protocol})
+		}
+		for _, v := range o.Volumes {
+			opts.Volumes = append(opts.Volumes, airlock.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
+		}
+		if o.FromSnapshot != "" {
+			// The snapshot's machine and network are its own (the pod's
+			// resources were made from them by the gateway).
+			opts.FromSnapshot = o.FromSnapshot
+			opts.Network, opts.DiskSizeMiB = airlock.NetworkMode(o.Network), 0
+		}
 	}
 	return opts, nil
+}
+
+// boxSecrets reads the values of the secrets of a pod made through the
+// API (kubebox.Options.Secrets) from their Secret (SecretsFrom, in the
+// pod's namespace): nil without secrets; an error while the Secret or a
+// key is missing (the pod waits in CreateContainerConfigError).
+func boxSecrets(ctx context.Context, client kubernetes.Interface, pod *corev1.Pod) (map[string]airlock.Secret, error) {
+	a, ok := pod.Annotations[kubebox.OptionsAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	o, err := kubebox.ParseOptions(a)
+	if err != nil || len(o.Secrets) == 0 {
+		return nil, nil // a bad annotation fails in boxOptions
+	}
+	if client == nil {
+		return nil, fmt.Errorf("the box's secrets are in Secret %s, and this node has no API client to read it", o.SecretsFrom)
+	}
+	sec, err := client.CoreV1().Secrets(pod.Namespace).Get(ctx, o.SecretsFrom, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("secret %q (the box's secrets): %v", o.SecretsFrom, err)
+	}
+	out := make(map[string]airlock.Secret, len(o.Secrets))
+	for name, h := range o.Secrets {
+		v, ok := sec.Data[name]
+		if !ok {
+			return nil, fmt.Errorf("secret %q has no key %q (the box's secret %s)", o.SecretsFrom, name, name)
+		}
+		out[name] = airlock.Secret{Value: string(v), Hosts: h.Hosts}
+	}
+	return out, nil
 }
 
 // command returns the argv the container runs, as Kubernetes defines it
@@ -224,4 +283,38 @@ func expand(s string, env map[string]string) string {
 		}
 	}
 	return b.String()
+}
+
+// checkHostVolumes resolves the host directory volumes of opts (symlinks
+// followed) and refuses those not under a directory of allow (airlock
+// node --allow-volume): a pod's annotation must not open the node's
+// filesystem beyond what its operator grants.
+func checkHostVolumes(opts *airlock.BoxOptions, allow []string) error {
+	for i, v := range opts.Volumes {
+		if !v.IsHostDir() {
+			continue
+		}
+		if len(allow) == 0 {
+			return fmt.Errorf("host volume %s: this node grants no host directories (start it with airlock node --allow-volume DIR)", v.Source)
+		}
+		real, err := filepath.EvalSymlinks(filepath.Clean(v.Source))
+		if err != nil {
+			return fmt.Errorf("host volume %s: cannot resolve it on node's host (%v): give an existing directory under %s (airlock node --allow-volume)", v.Source, err, strings.Join(allow, ", "))
+		}
+		ok := false
+		for _, d := range allow {
+			if rd, err := filepath.EvalSymlinks(d); err == nil {
+				d = rd
+			}
+			if rel, err := filepath.Rel(d, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return fmt.Errorf("host volume %s is not under a directory this node grants (%s; airlock node --allow-volume)", v.Source, strings.Join(allow, ", "))
+		}
+		opts.Volumes[i].Source = real
+	}
+	return nil
 }

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock"
+	"github.com/airlock-run/airlock/internal/kubebox"
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -30,11 +32,12 @@ type Provider struct {
 	logDir string
 	logf   func(format string, args ...any)
 
-	nodeName string               // for /stats/summary
-	started  time.Time            // when the provider was made
-	client   kubernetes.Interface // resolves env valueFrom/envFrom (SetAPI); nil: refused
-	hostIP   string               // the node's InternalIP (status.hostIP)
-	recorder record.EventRecorder // the pods' events (SetRecorder); nil: none
+	nodeName        string               // for /stats/summary
+	started         time.Time            // when the provider was made
+	client          kubernetes.Interface // resolves env valueFrom/envFrom (SetAPI); nil: refused
+	hostIP          string               // the node's InternalIP (status.hostIP)
+	allowVolumeDirs []string             // SetAllowVolumeDirs
+	recorder        record.EventRecorder // the pods' events (SetRecorder); nil: none
 
 	mu           sync.Mutex
 	pods         map[string]*podBox // by namespace/name
@@ -83,6 +86,10 @@ type podBox struct {
 
 	imageID string // the image as resolved (digestRef); "" until then
 
+	// secrets are the values of a box made through the API
+	// (kubebox.Options.Secrets), read by resolvePodEnv; only run uses them.
+	secrets map[string]airlock.Secret
+
 	// activeDeadlineSeconds (deadline.go).
 	activeDeadline *int64      // the pod's, updated by UpdatePod
 	deadlineTimer  *time.Timer // fires deadlineExceeded; nil without a deadline
@@ -128,6 +135,11 @@ func (p *Provider) Stop() {
 		}
 	})
 }
+
+// SetAllowVolumeDirs sets the host directories under which a pod made
+// through the API may attach host directory volumes (airlock node
+// --allow-volume); none by default. Call it before CreatePod.
+func (p *Provider) SetAllowVolumeDirs(dirs []string) { p.allowVolumeDirs = dirs }
 
 // SetAPI gives the provider the cluster's API, through which a pod's env
 // valueFrom and envFrom are resolved (ConfigMaps, Secrets, the downward
@@ -215,6 +227,11 @@ func (p *Provider) run(ctx context.Context, pb *podBox) {
 	opts, err := boxOptions(pod)
 	if err != nil {
 		fail(ReasonStartError, err.Error())
+		return
+	}
+	opts.Secrets = pb.secrets
+	if err := checkHostVolumes(&opts, p.allowVolumeDirs); err != nil {
+		fail(kubebox.ReasonPolicyDenied, err.Error())
 		return
 	}
 	box, ok := p.createBox(ctx, pb, opts)
@@ -570,7 +587,12 @@ func (p *Provider) resolvePodEnv(ctx context.Context, pb *podBox) (*corev1.Pod, 
 		if err == nil {
 			files, err = resolveVolumes(ctx, p.client, pb.pod, c)
 		}
+		var secrets map[string]airlock.Secret
 		if err == nil {
+			secrets, err = boxSecrets(ctx, p.client, pb.pod)
+		}
+		if err == nil {
+			pb.secrets = secrets
 			pod := pb.pod.DeepCopy()
 			pod.Spec.Containers[0].Env, pod.Spec.Containers[0].EnvFrom = env, nil
 			p.mu.Lock()
@@ -828,6 +850,21 @@ func (p *Provider) terminatedLocked(pb *podBox) *corev1.ContainerStateTerminated
 	}
 }
 
+// deleteAPIPod deletes the pod of a box made through the API whose box
+// was removed on this node (at once: there is no process to let end).
+func (p *Provider) deleteAPIPod(pod *corev1.Pod) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	zero := int64(0)
+	err := p.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero,
+		Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		p.logf("pod %s/%s: its box was removed, the pod not deleted: %v", pod.Namespace, pod.Name, err)
+		return
+	}
+	p.logf("pod %s/%s deleted: its box was removed on this node", pod.Namespace, pod.Name)
+}
+
 // refreshAdoptedLocked reads the end of an adopted box's main command from
 // the box record (the process that ran it is gone; airlock records the end
 // of a main command, or the VM's death, with the box).
@@ -841,6 +878,12 @@ func (p *Provider) refreshAdoptedLocked(pb *podBox) {
 	if err != nil {
 		if errors.Is(err, airlock.ErrBoxNotFound) {
 			pb.exited, pb.exitCode, pb.reason, pb.message, pb.finished = true, 137, ReasonBoxDied, "the box was removed", time.Now()
+			if apiBox(pb.pod) && p.client != nil && !pb.deleted {
+				// A box made through the API that its lifetime (ttl,
+				// lease, idle_timeout) or a call on this node removed is
+				// gone, as on airlock serve: its pod goes too.
+				go p.deleteAPIPod(pb.pod)
+			}
 		}
 		return
 	}

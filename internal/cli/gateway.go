@@ -24,6 +24,8 @@ const DefaultGatewayListen = "127.0.0.1:7771"
 func newGatewayCmd() *cobra.Command {
 	var kubeconfig, listen, tokenFile, nodeTokenFile, namespace, logFormat, tenantsFile, auditPath string
 	var createTimeout time.Duration
+	var publish []string
+	var hostPorts []int
 	cmd := &cobra.Command{
 		Use:   "gateway",
 		Short: "Serve airlock's API over the airlock nodes of a Kubernetes cluster",
@@ -90,7 +92,15 @@ configuration of a pod's service account is used.`,
 				h = slog.NewJSONHandler(errw, nil)
 			}
 			log := slog.New(h)
-			cfg := server.Config{Token: token, Logger: log, Metrics: server.NewMetrics(server.Version())}
+			cfg := server.Config{Token: token, Logger: log, Metrics: server.NewMetrics(server.Version()), Events: server.NewEvents()}
+			for _, p := range publish {
+				g, err := server.ParsePublishGrant(p)
+				if err != nil {
+					return usagef(cmd, "%v", err)
+				}
+				cfg.Policy.AllowPublish = append(cfg.Policy.AllowPublish, g)
+			}
+			cfg.Policy.AllowHostPorts = hostPorts
 			if tenantsFile != "" {
 				set, stop, err := watchTenants(cmd.Context(), tenantsFile, log)
 				if err != nil {
@@ -134,6 +144,8 @@ configuration of a pod's service account is used.`,
 	f.DurationVar(&createTimeout, "create-timeout", gateway.DefaultCreateTimeout, "how long a create waits for its pod to run on a node")
 	f.StringVar(&logFormat, "log-format", "text", "access log format: text or json")
 	f.StringVar(&tenantsFile, "tenants", "", "tenants file (airlock tenant add): more tokens, each a tenant with its own boxes, quotas and grants; reloaded on change and on SIGHUP")
+	f.StringArrayVar(&publish, "allow-publish", nil, "host addresses and ports of the nodes that boxes may publish: [ADDR:]PORT[-PORT][/tcp|/udp], as airlock serve --allow-publish (repeatable; default none)")
+	f.IntSliceVar(&hostPorts, "allow-host-port", nil, "ports of a node's 127.0.0.1 that boxes may reach (allow_host_ports), as airlock serve --allow-host-port (default none)")
 	f.StringVar(&auditPath, "audit-log", "", "file to append a JSON line to per exec, code run, cell and install (default none)")
 	return cmd
 }

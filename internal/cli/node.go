@@ -26,6 +26,7 @@ func init() { extraCommands = append(extraCommands, newNodeCmd) }
 
 func newNodeCmd() *cobra.Command {
 	var kubeconfig, name, certFile, keyFile, clientCA, address, nodeIP, apiListen, apiTokenFile string
+	var allowVolumes []string
 	var kubeletPort int
 	cmd := &cobra.Command{
 		Use:   "node",
@@ -97,7 +98,10 @@ configuration of a pod's service account is used.`,
 			if err != nil {
 				return err
 			}
-			rt, err := openRuntime(cmd)
+			// The node's API streams its boxes' events (/v1/events),
+			// which airlock gateway follows.
+			events := server.NewEvents()
+			rt, err := openRuntimeObserved(cmd, events)
 			if err != nil {
 				return err
 			}
@@ -126,7 +130,7 @@ configuration of a pod's service account is used.`,
 				// Every gateway's calls are one client here (the node
 				// token): the gateways bound each user's execs
 				// (--max-execs, tenants' quotas), not the node.
-				srv := server.New(server.Config{Runtime: rt, Token: tok, MaxExecsPerClient: NodeAPIMaxExecs,
+				srv := server.New(server.Config{Runtime: rt, Token: tok, MaxExecsPerClient: NodeAPIMaxExecs, Events: events,
 					Logger: slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 				done := make(chan struct{})
 				defer func() { <-done }()
@@ -140,7 +144,7 @@ configuration of a pod's service account is used.`,
 				Ready:       func() { logf("node %s registered and Ready", name) },
 				TLSCertFile: certFile, TLSKeyFile: keyFile, ClientCAFile: clientCA,
 				KubeletAddr: net.JoinHostPort(address, strconv.Itoa(kubeletPort)), NodeIP: nodeIP,
-				APIAddr: apiAddr,
+				APIAddr: apiAddr, AllowVolumeDirs: allowVolumes,
 			})
 		},
 	}
@@ -153,6 +157,7 @@ configuration of a pod's service account is used.`,
 	cmd.Flags().StringVar(&address, "address", "", "address the kubelet API listens on (default all)")
 	cmd.Flags().StringVar(&nodeIP, "node-ip", "", "the node's InternalIP, where the API server reaches the kubelet API (default --address, else the host's first global IPv4 address)")
 	cmd.Flags().StringVar(&apiListen, "api-listen", "", "address of airlock's API for this node's boxes, for airlock gateway (default --address:7770; off: none)")
+	cmd.Flags().StringArrayVar(&allowVolumes, "allow-volume", nil, "host directory under which boxes made through airlock gateway may attach host directory volumes (repeatable; default none)")
 	cmd.Flags().StringVar(&apiTokenFile, "api-token-file", "", "the node token that --api-listen requires (default $AIRLOCK_HOME/node.token, made when absent)")
 	return cmd
 }

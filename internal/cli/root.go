@@ -100,8 +100,14 @@ func Main(args []string) int {
 // openRuntime opens the runtime with warnings going to the command's
 // stderr.
 func openRuntime(cmd *cobra.Command) (*airlock.Runtime, error) {
+	return openRuntimeObserved(cmd, nil)
+}
+
+// openRuntimeObserved is openRuntime with obs as the Runtime's observer
+// (nil: none).
+func openRuntimeObserved(cmd *cobra.Command, obs airlock.Observer) (*airlock.Runtime, error) {
 	errw := cmd.ErrOrStderr()
-	opts := airlock.Options{Warn: warner(errw), Pull: pullWithProgress(cmd.Context(), errw)}
+	opts := airlock.Options{Warn: warner(errw), Pull: pullWithProgress(cmd.Context(), errw), Observer: obs}
 	if r, ok, err := openTestDriver(opts); ok {
 		return r, err
 	}

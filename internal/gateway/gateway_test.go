@@ -105,10 +105,15 @@ func TestGatewaySpec(t *testing.T) {
 	if resp.StatusCode != 401 || resp.Header.Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("no token: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	for _, path := range []string{"/v1/images", "/v1/snapshots"} {
-		if code, body := do(t, "GET", hs.URL+path, ""); code != 501 || !strings.Contains(body, `"not_supported"`) {
-			t.Errorf("%s: %d %s", path, code, body)
-		}
+	if code, body := do(t, "GET", hs.URL+"/v1/images", ""); code != 501 || !strings.Contains(body, `"not_supported"`) {
+		t.Errorf("/v1/images: %d %s", code, body)
+	}
+	// Snapshots are the nodes' (none here).
+	if code, body := do(t, "GET", hs.URL+"/v1/snapshots", ""); code != 200 || !strings.Contains(body, `"snapshots":[]`) {
+		t.Errorf("/v1/snapshots: %d %s", code, body)
+	}
+	if code, body := do(t, "GET", hs.URL+"/v1/snapshots/s1", ""); code != 404 || !strings.Contains(body, `"snapshot_not_found"`) {
+		t.Errorf("/v1/snapshots/s1: %d %s", code, body)
 	}
 	if code, body := do(t, "GET", hs.URL+"/v1/boxes/0123456789ab", ""); code != 404 || !strings.Contains(body, `"box_not_found"`) {
 		t.Errorf("unknown box: %d %s", code, body)
@@ -126,12 +131,12 @@ func TestGatewaySpec(t *testing.T) {
 func TestGatewayCreateRefusals(t *testing.T) {
 	hs, client := gatewayOn(t)
 	for body, want := range map[string]string{
-		`{"image":"x","secrets":{"K":{"value":"v","hosts":["a.example"]}}}`: "not_supported",
-		`{"image":"x","volumes":[{"source":"data","target":"/data"}]}`:      "not_supported",
-		`{"image":"x","labels":{"bad key!":"v"}}`:                           "not a valid Kubernetes label key",
-		`{"image":"x","labels":{"k":"` + strings.Repeat("v", 64) + `"}}`:    "not a valid Kubernetes label value",
-		`{"image":"x","labels":{"airlock.dev/box-id":"v"}}`:                 "airlock's own",
-		`{"image":"x","name":"has space"}`:                                  "Kubernetes label value",
+		`{"image":"x","ports":[{"host_port":0,"guest_port":80}]}`:        "--allow-publish",
+		`{"from_snapshot":"s1"}`:                                         "snapshot_not_found",
+		`{"image":"x","labels":{"bad key!":"v"}}`:                        "not a valid Kubernetes label key",
+		`{"image":"x","labels":{"k":"` + strings.Repeat("v", 64) + `"}}`: "not a valid Kubernetes label value",
+		`{"image":"x","labels":{"airlock.dev/box-id":"v"}}`:              "airlock's own",
+		`{"image":"x","name":"has space"}`:                               "Kubernetes label value",
 	} {
 		code, got := do(t, "POST", hs.URL+"/v1/boxes", body)
 		if code/100 != 4 && code != 501 || !strings.Contains(got, want) {
@@ -163,6 +168,31 @@ func TestGatewayPodMapping(t *testing.T) {
 	o, err := kubebox.ParseOptions(pod.Annotations[kubebox.OptionsAnnotation])
 	if err != nil || o.Network != "none" || o.Lease != 30 {
 		t.Fatalf("options %+v, %v", o, err)
+	}
+	// Ports, volumes and secrets go to the node in the annotation; a
+	// secret's value only in the Secret, which the pod owns.
+	sp := server.BoxSpec{Image: "x", Ports: []server.PortSpec{{HostIP: "127.0.0.1", GuestPort: 8000}},
+		Volumes: []server.VolumeSpec{{Source: "data", Target: "/data"}},
+		Secrets: map[string]server.SecretSpec{"TOKEN": {Value: "sk-hidden", Hosts: []string{"api.example.com"}}}}
+	sec, err := g.podOf("0123456789ac", sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err = kubebox.ParseOptions(sec.Annotations[kubebox.OptionsAnnotation])
+	if err != nil || len(o.Ports) != 1 || o.Ports[0].GuestPort != 8000 || len(o.Volumes) != 1 || o.Volumes[0].Target != "/data" ||
+		o.SecretsFrom != "box-0123456789ac" || o.Secrets["TOKEN"].Hosts[0] != "api.example.com" {
+		t.Fatalf("options %+v, %v", o, err)
+	}
+	if j, _ := json.Marshal(sec); strings.Contains(string(j), "sk-hidden") {
+		t.Fatalf("a secret's value in the pod: %s", j)
+	}
+	sec.UID = "uid-1"
+	if s := secretOf(sec, sp); s == nil || string(s.Data["TOKEN"]) != "sk-hidden" || s.Name != sec.Name || s.OwnerReferences[0].UID != "uid-1" {
+		t.Fatalf("secret %+v", s)
+	}
+	pinned(sec, "n7")
+	if pinnedTo(sec) != "n7" {
+		t.Fatalf("pinned: %+v", sec.Spec.Affinity)
 	}
 
 	notReady := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2", Annotations: map[string]string{kubebox.APIAnnotation: "http://127.0.0.1:1"}},

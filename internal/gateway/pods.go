@@ -35,11 +35,6 @@ func invalid(format string, args ...any) *server.Problem {
 
 // podOf is the pod of a box made from spec, with id.
 func (g *Gateway) podOf(id string, sp server.BoxSpec) (*corev1.Pod, error) {
-	switch {
-	case len(sp.Volumes) > 0, len(sp.Ports) > 0, len(sp.AllowHostPorts) > 0, sp.FromSnapshot != "", len(sp.Secrets) > 0:
-		return nil, &server.Problem{Status: http.StatusNotImplemented, Code: server.CodeNotSupported,
-			Detail: "volumes, ports, allow_host_ports, from_snapshot and secrets are not supported by airlock gateway yet: leave them out, or use a node's airlock serve"}
-	}
 	lbl := map[string]string{kubebox.IDLabel: id}
 	tenant := sp.Labels[server.TenantLabel] // set by the server, for a tenant's create
 	if tenant != "" {
@@ -91,14 +86,79 @@ func (g *Gateway) podOf(id string, sp server.BoxSpec) (*corev1.Pod, error) {
 		c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: v})
 	}
 	opts := kubebox.Options{Network: sp.Network, AllowNet: sp.AllowNet, DiskSizeMiB: sp.DiskSizeMiB, User: sp.User,
-		TTL: sp.TTL, IdleTimeout: sp.IdleTimeout, Lease: sp.Lease, IdleAction: sp.IdleAction, AutoRemove: sp.AutoRemove}
+		TTL: sp.TTL, IdleTimeout: sp.IdleTimeout, Lease: sp.Lease, IdleAction: sp.IdleAction, AutoRemove: sp.AutoRemove,
+		AllowHostPorts: sp.AllowHostPorts, FromSnapshot: sp.FromSnapshot}
+	for _, pm := range sp.Ports {
+		opts.Ports = append(opts.Ports, kubebox.Port{HostIP: pm.HostIP, HostPort: pm.HostPort, GuestPort: pm.GuestPort, Protocol: pm.Protocol})
+	}
+	for _, v := range sp.Volumes {
+		opts.Volumes = append(opts.Volumes, kubebox.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
+	}
+	if len(sp.Secrets) > 0 {
+		// The values go into a Secret of the pod's name (secretOf), never
+		// into the pod.
+		opts.Secrets, opts.SecretsFrom = map[string]kubebox.SecretHosts{}, kubebox.PodNamePrefix+id
+		for n, sec := range sp.Secrets {
+			opts.Secrets[n] = kubebox.SecretHosts{Hosts: sec.Hosts}
+		}
+	}
+	if a := opts.Format(); len(a) > kubebox.MaxOptionsBytes {
+		return nil, invalid("the box's options take %d bytes, more than a pod's annotation may (%d): fewer allow_net, ports, volumes or secrets", len(a), kubebox.MaxOptionsBytes)
+	}
 	rc, no, grace := kubebox.RuntimeClass, false, int64(deleteGrace)
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: kubebox.PodNamePrefix + id, Namespace: g.cfg.Namespace, Labels: lbl,
 			Annotations: map[string]string{kubebox.OptionsAnnotation: opts.Format()}},
 		Spec: corev1.PodSpec{RuntimeClassName: &rc, RestartPolicy: corev1.RestartPolicyNever,
 			AutomountServiceAccountToken: &no, TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{c}},
-	}, nil
+	}
+	return pod, nil
+}
+
+// pinned binds pod to node by node affinity (the node that holds the
+// snapshot it restores, or its parent's): the scheduler still counts its
+// resources, and its refusal names why.
+func pinned(pod *corev1.Pod, node string) {
+	pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+		}}},
+	}}
+}
+
+// pinnedTo is the node pinned made pod run on, or "".
+func pinnedTo(pod *corev1.Pod) string {
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return ""
+	}
+	for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, f := range t.MatchFields {
+			if f.Key == "metadata.name" && len(f.Values) == 1 {
+				return f.Values[0]
+			}
+		}
+	}
+	return ""
+}
+
+// secretOf is the Secret that holds the values of a create's secrets for
+// its pod (kubebox.Options.SecretsFrom), owned by the pod so that it goes
+// with it.
+func secretOf(pod *corev1.Pod, sp server.BoxSpec) *corev1.Secret {
+	if len(sp.Secrets) == 0 {
+		return nil
+	}
+	data := make(map[string][]byte, len(sp.Secrets))
+	for n, sec := range sp.Secrets {
+		data[n] = []byte(sec.Value)
+	}
+	yes := true
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, Labels: map[string]string{kubebox.IDLabel: pod.Labels[kubebox.IDLabel]},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: &yes}}},
+		Type: corev1.SecretTypeOpaque, Data: data,
+	}
 }
 
 // userLabels are the pod's labels that are the box's (not airlock's own).
@@ -256,6 +316,18 @@ func (g *Gateway) CreateBox(ctx context.Context, sp server.BoxSpec, admit func([
 				Detail: fmt.Sprintf("a box named %q exists (%s): pick another name, or remove it", sp.Name, list.Items[0].Labels[kubebox.IDLabel])}
 		}
 	}
+	if sp.FromSnapshot != "" {
+		if err := g.fromSnapshot(ctx, pod, sp); err != nil {
+			return server.Box{}, err
+		}
+	}
+	return g.launch(ctx, pod, sp, admit)
+}
+
+// launch creates pod (and the Secret of sp's secrets) and returns once it
+// runs on a node, with the box as that node shows it (CreateBox).
+func (g *Gateway) launch(ctx context.Context, pod *corev1.Pod, sp server.BoxSpec, admit func([]server.Box) error) (server.Box, error) {
+	id, tenant := pod.Labels[kubebox.IDLabel], pod.Labels[kubebox.TenantLabel]
 	pods := g.cfg.Client.CoreV1().Pods(g.cfg.Namespace)
 	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
@@ -270,6 +342,12 @@ func (g *Gateway) CreateBox(ctx context.Context, sp server.BoxSpec, admit func([
 		defer cancel()
 		pods.Delete(dctx, created.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &created.UID}})
 		return server.Box{}, p
+	}
+	if sec := secretOf(created, sp); sec != nil {
+		if _, err := g.cfg.Client.CoreV1().Secrets(g.cfg.Namespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+			return fail(&server.Problem{Status: http.StatusBadGateway, Code: server.CodeInternal,
+				Detail: fmt.Sprintf("the Secret of the box's secrets could not be made (may the gateway create secrets? deploy/kubernetes/gateway-rbac.yaml): %v", err)})
+		}
 	}
 	if admit != nil {
 		// From the API server, not the cache: a pod another gateway made
@@ -332,13 +410,20 @@ func (g *Gateway) CreateBox(ctx context.Context, sp server.BoxSpec, admit func([
 func (g *Gateway) created(ctx context.Context, p *corev1.Pod) (server.Box, bool, *server.Problem) {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			return server.Box{}, true, &server.Problem{Status: http.StatusConflict, Code: server.CodeUnschedulable,
-				Detail: fmt.Sprintf("no node can run the box: %s (the Kubernetes scheduler)", c.Message)}
+			detail := fmt.Sprintf("no node can run the box: %s (the Kubernetes scheduler)", c.Message)
+			if n := pinnedTo(p); n != "" {
+				detail += fmt.Sprintf(". The box must run on node %s, which holds the memory snapshot it starts from (a restore, or a fork's child): free room there (remove or stop boxes on it), or create the box afresh from its image", n)
+			}
+			return server.Box{}, true, &server.Problem{Status: http.StatusConflict, Code: server.CodeUnschedulable, Detail: detail}
 		}
 	}
 	switch p.Status.Phase {
 	case corev1.PodFailed, corev1.PodSucceeded:
 		why := podWhy(p)
+		if strings.Contains(why, kubebox.ReasonPolicyDenied) {
+			return server.Box{}, true, &server.Problem{Status: http.StatusForbidden, Code: server.CodePolicyDenied,
+				Detail: fmt.Sprintf("node %s refused the box: %s", p.Spec.NodeName, why)}
+		}
 		if strings.Contains(why, "ErrImagePull") {
 			return server.Box{}, true, &server.Problem{Status: http.StatusNotFound, Code: server.CodeImageNotFound,
 				Detail: fmt.Sprintf("node %s could not get the image: %s", p.Spec.NodeName, why)}

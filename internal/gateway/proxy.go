@@ -41,11 +41,6 @@ func (g *Gateway) ServeBox(w http.ResponseWriter, r *http.Request, id string) {
 		writeErr(w, err)
 		return
 	}
-	if why := unrouted[r.Method+" "+strings.TrimPrefix(r.URL.Path, "/v1/boxes/"+id)]; why != "" {
-		server.WriteProblem(w, &server.Problem{Status: http.StatusNotImplemented, Code: server.CodeNotSupported,
-			Detail: fmt.Sprintf("%s %s is not served by airlock gateway: %s", r.Method, r.URL.Path, why)})
-		return
-	}
 	if p.Spec.NodeName == "" {
 		server.WriteProblem(w, &server.Problem{Status: http.StatusConflict, Code: server.CodeBoxNotRunning,
 			Detail: fmt.Sprintf("box %s is not on a node yet (%s)", id, podWhy(p))})
@@ -137,17 +132,6 @@ func (g *Gateway) ServeBox(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 var errNodeToken = errors.New("node refused the node token")
-
-// unrouted are the per-box routes (method and the path after the box)
-// that ServeBox does not pass to the node, and why: their node would make
-// boxes or snapshots of its own, which no pod shows, no scheduler counts
-// and no tenant owns.
-var unrouted = map[string]string{
-	"POST /fork": "a fork's children would be boxes of the node with no pods (the scheduler would not count them, and no gateway would find them). " +
-		"Use checkpoints instead: POST /v1/boxes/{id}/checkpoints, then /rollback, undo in place; or make the children with POST /v1/boxes",
-	"POST /snapshot": "a memory snapshot would stay on the box's node, and the gateway restores none (a create's from_snapshot is not served). " +
-		"Use checkpoints instead (POST /v1/boxes/{id}/checkpoints, then /rollback), which stay with their box",
-}
 
 // isDial says whether err is a failure to connect (the node is down, or
 // not where it said), not one of a call under way.

@@ -82,8 +82,8 @@ func kubelet(t *testing.T, client *fake.Clientset) {
 // no conflict), the admin sees both as TENANT.NAME; a tenant's box quota
 // is enforced from the pods, also by a gateway whose cache has not seen
 // the tenant's pods (another gateway's creates); the audit line of an
-// exec names the tenant; an auto_remove box stopped is removed; fork and
-// snapshot say what to use instead.
+// exec names the tenant; an auto_remove box stopped is removed; a fork
+// from a checkpoint says what to use instead.
 func TestGatewayTenants(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tenants.json")
@@ -251,10 +251,12 @@ func TestGatewayTenants(t *testing.T) {
 		t.Fatalf("an auto_remove box after its stop: %d %s", code, body)
 	}
 
-	for _, route := range []string{"fork", "snapshot"} {
-		code, body := as("tok-acme", "POST", "/v1/boxes/web/"+route, `{}`)
-		if code != 501 || !strings.Contains(body, `"not_supported"`) || !strings.Contains(body, "checkpoints") {
-			t.Fatalf("%s through the gateway: %d %s", route, code, body)
-		}
+	// A fork from a checkpoint is refused with its reason; a snapshot
+	// may not take a fork's name.
+	if code, body := as("tok-beta", "POST", "/v1/boxes/web/fork", `{"from_checkpoint":"c1"}`); code != 501 || !strings.Contains(body, `"not_supported"`) || !strings.Contains(body, "rollback") {
+		t.Fatalf("fork from a checkpoint through the gateway: %d %s", code, body)
+	}
+	if code, body := as("tok-beta", "POST", "/v1/boxes/web/snapshot", `{"name":"airlock-fork-1"}`); code != 400 || !strings.Contains(body, "gateway's own") {
+		t.Fatalf("snapshot named as a fork's: %d %s", code, body)
 	}
 }

@@ -49,6 +49,12 @@ const (
 	// (deploy/kubernetes/runtimeclass.yaml).
 	RuntimeClass = "airlock"
 
+	// ReasonPolicyDenied is the reason of a box's pod that its node
+	// refused for its grants (a host directory volume outside airlock
+	// node --allow-volume): the gateway answers 403 policy_denied with
+	// the message.
+	ReasonPolicyDenied = "PolicyDenied"
+
 	// MaxOptionsBytes bounds OptionsAnnotation (Kubernetes bounds all of a
 	// pod's annotations to 256 KiB).
 	MaxOptionsBytes = 64 << 10
@@ -86,6 +92,48 @@ type Options struct {
 	// (POST /v1/boxes/{id}/stop) then deletes its pod, so the box is
 	// removed, as airlock serve removes it. Nodes do not read it.
 	AutoRemove bool `json:"auto_remove,omitempty"`
+	// AllowHostPorts are ports of the node's 127.0.0.1 the box may reach
+	// (airlock.BoxOptions.AllowHostPorts).
+	AllowHostPorts []int `json:"allow_host_ports,omitempty"`
+	// Ports are published by the node's airlock (airlock.PortMapping):
+	// HostIP and HostPort are the node's; a HostPort of 0 is a free port
+	// picked at each start, shown by the node's box. The scheduler does
+	// not see them (they are not the container's hostPorts).
+	Ports []Port `json:"ports,omitempty"`
+	// Volumes are host directories of the node and the node's named
+	// volumes (airlock.Volume), attached by the node's airlock.
+	Volumes []Volume `json:"volumes,omitempty"`
+	// Secrets are the box's secrets by environment variable name, their
+	// hosts here and their values in the Secret SecretsFrom (key: the
+	// name), which the node reads (a value never sits in the pod).
+	Secrets map[string]SecretHosts `json:"secrets,omitempty"`
+	// SecretsFrom names the Secret, in the pod's namespace, that holds the
+	// values of Secrets; the node waits for it (ContainerCreating).
+	SecretsFrom string `json:"secrets_from,omitempty"`
+	// FromSnapshot restores the node's memory snapshot of this name
+	// instead of booting the image (airlock.BoxOptions.FromSnapshot); the
+	// pod is bound to the node that holds it.
+	FromSnapshot string `json:"from_snapshot,omitempty"`
+}
+
+// Port is a published port of Options (airlock.PortMapping).
+type Port struct {
+	HostIP    string `json:"host_ip,omitempty"`
+	HostPort  int    `json:"host_port"`
+	GuestPort int    `json:"guest_port"`
+	Protocol  string `json:"protocol,omitempty"`
+}
+
+// Volume is a volume of Options (airlock.Volume).
+type Volume struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"read_only,omitempty"`
+}
+
+// SecretHosts are the hosts a secret of Options is sent to.
+type SecretHosts struct {
+	Hosts []string `json:"hosts"`
 }
 
 // ParseOptions reads OptionsAnnotation's value.
@@ -104,6 +152,9 @@ func ParseOptions(s string) (Options, error) {
 	case "", "remove", "stop", "suspend":
 	default:
 		return o, fmt.Errorf("annotation %s: idle_action %q: want remove, stop or suspend", OptionsAnnotation, o.IdleAction)
+	}
+	if len(o.Secrets) > 0 && o.SecretsFrom == "" {
+		return o, fmt.Errorf("annotation %s: secrets without secrets_from (the Secret that holds their values)", OptionsAnnotation)
 	}
 	return o, nil
 }

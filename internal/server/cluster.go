@@ -51,6 +51,53 @@ type Cluster interface {
 	ServeBox(w http.ResponseWriter, r *http.Request, id string)
 }
 
+// ClusterSnapshots is a Cluster that also serves memory snapshots and
+// forks (airlock gateway: on the node that runs the box, the children
+// and restores pinned there). The Server applies tenants as airlock
+// serve does: names are given and listed as stored (TENANT.NAME for a
+// tenant's), the Server filters and shows them; a tenant's snapshot quota
+// counts Snapshots.
+type ClusterSnapshots interface {
+	// SnapshotBox takes a memory snapshot named name of the box id names.
+	SnapshotBox(ctx context.Context, id, name string) (Snapshot, error)
+	// Snapshots lists every snapshot of the cluster, oldest first.
+	Snapshots(ctx context.Context) ([]Snapshot, error)
+	// Snapshot returns the snapshot named name (404 snapshot_not_found).
+	Snapshot(ctx context.Context, name string) (Snapshot, error)
+	// RemoveSnapshot removes the snapshot named name.
+	RemoveSnapshot(ctx context.Context, name string) error
+	// ForkBox forks the box id names into n children and returns them
+	// running; admit, when not nil, is called as CreateBox calls it, once
+	// per child (each with the boxes of the tenant, the children made so
+	// far included). On error no child is left.
+	ForkBox(ctx context.Context, id string, n int, fromCheckpoint string, admit func([]Box) error) ([]Box, error)
+}
+
+// ClusterEvents is a Cluster that feeds the Server's event stream
+// (/v1/events, with Config.Events set): RunEvents calls publish with each
+// event of its boxes (BoxID the Cluster's id, labels the box's, which
+// name its tenant; Seq is the Server's own) until ctx ends.
+type ClusterEvents interface {
+	RunEvents(ctx context.Context, publish func(ev Event, labels map[string]string))
+}
+
+// clusterServes says whether the Server serves the route of pattern
+// itself for its Cluster (snapshots, forks and events, when the Cluster
+// has them).
+func (s *Server) clusterServes(method, path string) bool {
+	_, snaps := s.cfg.Cluster.(ClusterSnapshots)
+	_, evs := s.cfg.Cluster.(ClusterEvents)
+	switch {
+	case snaps && method == http.MethodPost && (strings.HasSuffix(path, "/snapshot") || strings.HasSuffix(path, "/fork")) && perBoxPath.MatchString(path) && strings.Count(path, "/") == 4:
+		return true
+	case snaps && (path == "/v1/snapshots" || strings.HasPrefix(path, "/v1/snapshots/")):
+		return true
+	case evs && s.events != nil && path == "/v1/events":
+		return true
+	}
+	return false
+}
+
 // CodeBoxLost: the box's node stopped answering or is NotReady (airlock
 // gateway; 409): its box is reported with state lost, never recreated
 // silently. Remove it and create another.
@@ -80,6 +127,10 @@ var clusterRoutes = map[string]bool{
 // mux, others to 501.
 func (s *Server) cluster(mux http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.clusterServes(r.Method, r.URL.Path) {
+			mux.ServeHTTP(w, r)
+			return
+		}
 		if m := perBoxPath.FindStringSubmatch(r.URL.Path); m != nil {
 			s.serveClusterBox(w, r, m[1])
 			return

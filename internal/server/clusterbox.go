@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,15 @@ func (s *Server) clusterCreate(ctx context.Context, sp BoxSpec) (*boxOutput, err
 	if _, ok := sp.Labels[TenantLabel]; ok {
 		return nil, invalidField("/labels/"+escapePointer(TenantLabel),
 			fmt.Sprintf("label %q is the server's own (it names the box's tenant): leave it out", TenantLabel))
+	}
+	if err := s.clusterGrants(ctx, &sp); err != nil {
+		return nil, err
+	}
+	if sp.FromSnapshot != "" {
+		if sp.Image == airlock.DefaultImage {
+			sp.Image = "" // huma's default: the snapshot names its image
+		}
+		sp.FromSnapshot = ns(ctx, sp.FromSnapshot)
 	}
 	t0 := time.Now()
 	t := tenantOf(ctx)
@@ -61,6 +71,44 @@ func (s *Server) clusterCreate(ctx context.Context, sp BoxSpec) (*boxOutput, err
 		return nil, tenantProblem(ctx, clusterProblem(err))
 	}
 	return &boxOutput{Body: view(ctx, b)}, nil
+}
+
+// clusterGrants applies the policy's grants (the request's tenant's) to a
+// Cluster's create, as checkGrants does for airlock serve: published
+// ports (--allow-publish, normalised in sp), allow_host_ports, allow_net
+// and named volumes. Host directory volumes are the node's to grant
+// (airlock node --allow-volume, checked where the directory is); here
+// only a tenant without the host-volume grant is refused.
+func (s *Server) clusterGrants(ctx context.Context, sp *BoxSpec) error {
+	p, _ := s.policyFor(ctx)
+	opts := airlock.BoxOptions{AllowNet: sp.AllowNet, AllowHostPorts: sp.AllowHostPorts}
+	for _, pm := range sp.Ports {
+		opts.Ports = append(opts.Ports, airlock.PortMapping{HostIP: pm.HostIP, HostPort: pm.HostPort, GuestPort: pm.GuestPort, Protocol: pm.Protocol})
+	}
+	if err := s.checkPorts(p, &opts); err != nil {
+		return err
+	}
+	for i, pm := range opts.Ports {
+		sp.Ports[i] = portSpecOf(pm)
+	}
+	for _, port := range sp.AllowHostPorts {
+		if !slices.Contains(p.AllowHostPorts, port) {
+			return denied("allow_host_ports %d: this gateway grants host ports %v (airlock gateway --allow-host-port)", port, p.AllowHostPorts)
+		}
+	}
+	if err := checkAllowNet(p, sp.AllowNet); err != nil {
+		return err
+	}
+	for _, v := range sp.Volumes {
+		vol := airlock.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly}
+		switch {
+		case !vol.IsHostDir() && p.DenyNamedVolumes:
+			return denied("named volume %q: this server refuses named volumes", v.Source)
+		case vol.IsHostDir() && tenantOf(ctx) != nil && !tenantOf(ctx).Grants.HostVolumes:
+			return denied("host volume %s: your tenant is not granted host volumes (its host_volumes grant in the tenants file)", v.Source)
+		}
+	}
+	return nil
 }
 
 // clusterStarted counts a Cluster's create in the metrics as a box start

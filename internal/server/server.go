@@ -752,6 +752,14 @@ func (s *Server) acquire(ctx context.Context) (release func(), err error) {
 func (s *Server) Serve(ctx context.Context, listeners ...net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if ce, ok := s.cfg.Cluster.(ClusterEvents); ok && s.events != nil {
+		go ce.RunEvents(ctx, func(ev Event, labels map[string]string) {
+			if ev.BoxID != "" {
+				s.noteOwner(ev.BoxID, labels)
+			}
+			s.events.publish(ev)
+		})
+	}
 	var servers []*http.Server
 	errc := make(chan error, len(listeners))
 	for _, l := range listeners {

@@ -20,25 +20,28 @@ type SnapshotRequest struct {
 
 // Snapshot is a memory snapshot as the API shows it (airlock.SnapshotInfo).
 type Snapshot struct {
-	Name        string    `json:"name"`
-	Box         string    `json:"box" doc:"Id of the box it was taken of."`
-	BoxName     string    `json:"box_name,omitempty"`
-	Image       string    `json:"image"`
-	ImageDigest string    `json:"image_digest"`
-	CPUs        int       `json:"cpus"`
-	MemoryMiB   int       `json:"memory_mib"`
-	DiskSizeMiB int       `json:"disk_size_mib"`
-	Network     string    `json:"network"`
-	Created     time.Time `json:"created"`
-	StateBytes  int64     `json:"state_bytes" doc:"Memory and device state on disk, bytes."`
-	DiskBytes   int64     `json:"disk_bytes" doc:"The writable layer's copy, bytes allocated."`
-	PausedMs    float64   `json:"paused_ms" doc:"How long the box was stopped while the snapshot was taken, ms."`
+	Name        string            `json:"name"`
+	Box         string            `json:"box" doc:"Id of the box it was taken of."`
+	BoxName     string            `json:"box_name,omitempty"`
+	Image       string            `json:"image"`
+	ImageDigest string            `json:"image_digest"`
+	CPUs        int               `json:"cpus"`
+	MemoryMiB   int               `json:"memory_mib"`
+	DiskSizeMiB int               `json:"disk_size_mib"`
+	Network     string            `json:"network"`
+	Created     time.Time         `json:"created"`
+	StateBytes  int64             `json:"state_bytes" doc:"Memory and device state on disk, bytes."`
+	DiskBytes   int64             `json:"disk_bytes" doc:"The writable layer's copy, bytes allocated."`
+	PausedMs    float64           `json:"paused_ms" doc:"How long the box was stopped while the snapshot was taken, ms."`
+	Labels      map[string]string `json:"labels,omitempty" doc:"The labels its box had when it was taken."`
+	Node        string            `json:"node,omitempty" doc:"The Kubernetes node that holds it (airlock gateway): restores and fork children run there; absent from airlock serve."`
 }
 
 func snapshotOf(i airlock.SnapshotInfo) Snapshot {
 	return Snapshot{Name: i.Name, Box: i.Box, BoxName: i.BoxName, Image: i.Image, ImageDigest: i.ImageDigest,
 		CPUs: i.Options.CPUs, MemoryMiB: i.Options.MemoryMiB, DiskSizeMiB: i.Options.DiskSizeMiB, Network: string(i.Options.Network),
-		Created: i.Created, StateBytes: i.StateBytes, DiskBytes: i.DiskBytes, PausedMs: float64(i.Paused.Microseconds()) / 1000}
+		Created: i.Created, StateBytes: i.StateBytes, DiskBytes: i.DiskBytes, PausedMs: float64(i.Paused.Microseconds()) / 1000,
+		Labels: i.Options.Labels}
 }
 
 // SnapshotList is the body of GET /v1/snapshots.
@@ -180,6 +183,18 @@ func (s *Server) registerSnapshots() {
 		ID   string `path:"id" maxLength:"128" doc:"Box id, unique id prefix, or name."`
 		Body SnapshotRequest
 	}) (*struct{ Body Snapshot }, error) {
+		if cs, ok := s.cfg.Cluster.(ClusterSnapshots); ok {
+			releaseTenant, err := s.reserveTenantSnapshot(ctx)
+			if err != nil {
+				return nil, err
+			}
+			defer releaseTenant()
+			sn, err := cs.SnapshotBox(ctx, in.ID, ns(ctx, in.Body.Name))
+			if err != nil {
+				return nil, tenantProblem(ctx, clusterProblem(err))
+			}
+			return &struct{ Body Snapshot }{viewSnapshot(ctx, sn)}, nil
+		}
 		b, err := s.getBox(ctx, in.ID)
 		if err != nil {
 			return nil, err
@@ -220,6 +235,18 @@ func (s *Server) registerSnapshots() {
 		Body ForkRequest
 	}) (*struct{ Body ForkResult }, error) {
 		n := max(in.Body.N, 1)
+		if cs, ok := s.cfg.Cluster.(ClusterSnapshots); ok {
+			kids, err := s.clusterFork(ctx, cs, in.ID, n, in.Body.FromCheckpoint)
+			if err != nil {
+				return nil, err
+			}
+			out := &struct{ Body ForkResult }{}
+			out.Body.Boxes = make([]Box, 0, len(kids))
+			for _, k := range kids {
+				out.Body.Boxes = append(out.Body.Boxes, view(ctx, k))
+			}
+			return out, nil
+		}
 		b, err := s.getBox(ctx, in.ID)
 		if err != nil {
 			return nil, err
@@ -313,15 +340,15 @@ func (s *Server) registerSnapshots() {
 		OperationID: "list-snapshots", Method: http.MethodGet, Path: "/v1/snapshots", Tags: []string{"snapshots"},
 		Summary: "List snapshots", Description: "Every memory snapshot of this airlock home the caller sees (a tenant's token: its own), oldest first.",
 	}, func(ctx context.Context, _ *struct{}) (*struct{ Body SnapshotList }, error) {
-		list, err := s.rt.Snapshots(ctx)
+		list, err := s.snapshots(ctx)
 		if err != nil {
-			return nil, problem(err)
+			return nil, err
 		}
 		out := &struct{ Body SnapshotList }{}
 		out.Body.Snapshots = make([]Snapshot, 0, len(list))
-		for _, i := range list {
-			if ownsSnapshot(ctx, i.Name) {
-				out.Body.Snapshots = append(out.Body.Snapshots, viewSnapshot(ctx, snapshotOf(i)))
+		for _, sn := range list {
+			if ownsSnapshot(ctx, sn.Name) {
+				out.Body.Snapshots = append(out.Body.Snapshots, viewSnapshot(ctx, sn))
 			}
 		}
 		return out, nil
@@ -331,6 +358,13 @@ func (s *Server) registerSnapshots() {
 		OperationID: "get-snapshot", Method: http.MethodGet, Path: "/v1/snapshots/{name}", Tags: []string{"snapshots"},
 		Summary: "Get a snapshot", Errors: []int{http.StatusNotFound},
 	}, func(ctx context.Context, in *snapshotNameInput) (*struct{ Body Snapshot }, error) {
+		if cs, ok := s.cfg.Cluster.(ClusterSnapshots); ok {
+			sn, err := cs.Snapshot(ctx, ns(ctx, in.Name))
+			if err != nil {
+				return nil, tenantProblem(ctx, clusterProblem(err))
+			}
+			return &struct{ Body Snapshot }{viewSnapshot(ctx, sn)}, nil
+		}
 		info, err := s.rt.Snapshot(ctx, ns(ctx, in.Name))
 		if err != nil {
 			return nil, tenantProblem(ctx, err)
@@ -343,9 +377,61 @@ func (s *Server) registerSnapshots() {
 		Summary: "Remove a snapshot", Description: "Boxes restored from it keep running: each has its own copy of what it needs.",
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, func(ctx context.Context, in *snapshotNameInput) (*struct{}, error) {
+		if cs, ok := s.cfg.Cluster.(ClusterSnapshots); ok {
+			return nil, tenantProblem(ctx, clusterProblem(cs.RemoveSnapshot(ctx, ns(ctx, in.Name))))
+		}
 		if err := s.rt.RemoveSnapshot(ctx, ns(ctx, in.Name)); err != nil {
 			return nil, tenantProblem(ctx, err)
 		}
 		return nil, nil
 	})
+}
+
+// snapshots lists every snapshot of the home, or of the Cluster.
+func (s *Server) snapshots(ctx context.Context) ([]Snapshot, error) {
+	if cs, ok := s.cfg.Cluster.(ClusterSnapshots); ok {
+		list, err := cs.Snapshots(ctx)
+		return list, clusterProblem(err)
+	}
+	list, err := s.rt.Snapshots(ctx)
+	if err != nil {
+		return nil, problem(err)
+	}
+	out := make([]Snapshot, len(list))
+	for i, sn := range list {
+		out[i] = snapshotOf(sn)
+	}
+	return out, nil
+}
+
+// clusterFork forks a Cluster's box: a tenant's children are admitted one
+// by one against its quotas, each as a box of the parent's size.
+func (s *Server) clusterFork(ctx context.Context, cs ClusterSnapshots, id string, n int, from string) ([]Box, error) {
+	t := tenantOf(ctx)
+	if t == nil {
+		kids, err := cs.ForkBox(ctx, id, n, from, nil)
+		return kids, clusterProblem(err)
+	}
+	parent, err := s.cfg.Cluster.GetBox(ctx, id)
+	if err != nil {
+		return nil, clusterProblem(err)
+	}
+	one := usageOfOptions(airlock.BoxOptions{CPUs: parent.CPUs, MemoryMiB: parent.MemoryMiB, DiskSizeMiB: parent.DiskSizeMiB}, 1)
+	all := usageOfOptions(airlock.BoxOptions{CPUs: parent.CPUs, MemoryMiB: parent.MemoryMiB, DiskSizeMiB: parent.DiskSizeMiB}, n)
+	what := fmt.Sprintf("a fork into %d boxes", n)
+	release, err := s.reserveQuota(ctx, all, what)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	admit := func(boxes []Box) error {
+		have := clusterUsage(boxes, t.Name)
+		have.add(one, -1) // the new child is among them
+		return checkQuota(t, s.quotaOf(t), have, one, what)
+	}
+	kids, err := cs.ForkBox(ctx, id, n, from, admit)
+	if err != nil {
+		return nil, tenantProblem(ctx, clusterProblem(err))
+	}
+	return kids, nil
 }

@@ -148,6 +148,13 @@ func view(ctx context.Context, b Box) Box {
 func viewSnapshot(ctx context.Context, sn Snapshot) Snapshot {
 	sn.Name = unns(ctx, sn.Name)
 	sn.BoxName = unns(ctx, sn.BoxName)
+	if tenantOf(ctx) != nil && sn.Labels[TenantLabel] != "" {
+		sn.Labels = maps.Clone(sn.Labels)
+		delete(sn.Labels, TenantLabel)
+		if len(sn.Labels) == 0 {
+			sn.Labels = nil
+		}
+	}
 	return sn
 }
 
@@ -356,9 +363,9 @@ func (s *Server) reserveTenantSnapshot(ctx context.Context) (release func(), err
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if q.Snapshots > 0 {
-		list, err := s.rt.Snapshots(ctx)
+		list, err := s.snapshots(ctx)
 		if err != nil {
-			return nil, problem(err)
+			return nil, err
 		}
 		n := ts.snapshots[t.Name]
 		for _, sn := range list {

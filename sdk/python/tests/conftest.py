@@ -30,6 +30,22 @@ REPO = Path(__file__).resolve().parents[3]
 #: The bearer token of the test server's TCP listener.
 TOKEN = "test-token"
 
+#: TestKubeGatewaySDKSuite: the server is an airlock gateway whose nodes run
+#: the fake VM driver, whose boxes run the host's own commands: no guest
+#: kernel, image files, volumes or guest network traffic.
+FAKE_DRIVER = os.environ.get("AIRLOCK_TEST_FAKE_DRIVER") == "1"
+
+
+def needs_vm(what: str) -> pytest.MarkDecorator:
+    """Skips a test on the fake driver, naming what it lacks."""
+    return pytest.mark.skipif(FAKE_DRIVER, reason=f"the gateway's nodes run the fake VM driver, which has no {what} "
+                              "(TestKubeGatewaySDKSuite; with real VMs this test applies)")
+
+
+#: The server is not one this suite started (AIRLOCK_TEST_EXTERNAL=1): there
+#: is no unix socket or airlock home of its own.
+EXTERNAL = os.environ.get("AIRLOCK_TEST_EXTERNAL") == "1"
+
 
 def _build(tmp: Path) -> Path:
     go = shutil.which("go") or "/usr/local/go/bin/go"
@@ -61,8 +77,9 @@ def server_env(airlock_bin: Path) -> Iterator[dict]:
     and AIRLOCK_TOKEN instead (an airlock gateway: TestKubeGatewaySDKSuite),
     whose tenants' tokens are AIRLOCK_TEST_TENANT_ALICE and _BOB."""
     if os.environ.get("AIRLOCK_TEST_EXTERNAL") == "1":
+        # Host volumes: the directory the nodes grant (AIRLOCK_TEST_VOLUMES).
         yield dict(os.environ, AIRLOCK_TEST_URL=os.environ["AIRLOCK_URL"], AIRLOCK_BIN=str(airlock_bin),
-                   AIRLOCK_TEST_VOLUMES=tempfile.mkdtemp(prefix="airlock-sdk-volumes-"))
+                   AIRLOCK_TEST_VOLUMES=os.environ.get("AIRLOCK_TEST_VOLUMES") or tempfile.mkdtemp(prefix="airlock-sdk-volumes-"))
         return
     tmp = Path(tempfile.mkdtemp(prefix="airlock-sdk-"))
     images = os.environ.get("AIRLOCK_IMAGES") or str(Path.home() / ".airlock" / "images")
@@ -122,6 +139,15 @@ def server_env(airlock_bin: Path) -> Iterator[dict]:
     # Boxes a failed test left behind.
     subprocess.run([str(airlock_bin), "rm", "-f", *_ids(airlock_bin, env)], env=env, capture_output=True)
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def server_client() -> httpx.Client:
+    """A client of the test server's API: its unix socket, or (external)
+    AIRLOCK_URL with AIRLOCK_TOKEN."""
+    if EXTERNAL:
+        return httpx.Client(base_url=os.environ["AIRLOCK_URL"],
+                            headers={"Authorization": "Bearer " + os.environ["AIRLOCK_TOKEN"]})
+    return httpx.Client(transport=httpx.HTTPTransport(uds=os.environ["AIRLOCK_SOCKET"]), base_url="http://airlock")
 
 
 def _ids(airlock_bin: Path, env: dict) -> list:

@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 from typing import List
 
+from .conftest import needs_vm
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
@@ -26,6 +28,7 @@ def test_quick_example(server_env: dict) -> None:
     assert out.stdout.strip() == "Hello from a microVM!"
 
 
+@needs_vm("image files (the example runs the image's /usr/local/bin/python)")
 def test_exec_error_example(server_env: dict) -> None:
     out = run_example("exec_error.py", server_env)
     assert out.returncode == 0, out.stderr

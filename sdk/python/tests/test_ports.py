@@ -10,8 +10,10 @@ import httpx
 import pytest
 
 import airlock
+from .conftest import needs_vm
 from airlock._box import _port
 
+@needs_vm("guest network traffic (a published port reaches no server in the box)")
 @pytest.mark.asyncio(loop_scope="session")
 async def test_published_port_reaches_the_box(box: airlock.CodeBox) -> None:
     ports = await box.ports()

@@ -1327,10 +1327,16 @@ export interface components {
             disk_size_mib: number;
             image: string;
             image_digest: string;
+            /** @description The labels its box had when it was taken. */
+            labels?: {
+                [key: string]: string;
+            };
             /** Format: int64 */
             memory_mib: number;
             name: string;
             network: string;
+            /** @description The Kubernetes node that holds it (airlock gateway): restores and fork children run there; absent from airlock serve. */
+            node?: string;
             /**
              * Format: double
              * @description How long the box was stopped while the snapshot was taken, ms.
