@@ -36,7 +36,7 @@ import (
 // kubeBinaries returns the directory of the control plane that
 // hack/build-kube.sh builds (etcd, kube-apiserver, kube-scheduler,
 // kube-controller-manager, kubectl), or why it cannot be used.
-func kubeBinaries(t *testing.T) (dir, missing string) {
+func kubeBinaries(t testing.TB) (dir, missing string) {
 	mod, err := os.ReadFile("hack/kube/go.mod")
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func kubeBinaries(t *testing.T) (dir, missing string) {
 
 // airlockCache is the airlock cache, where hack/build-kube.sh builds:
 // $AIRLOCK_CACHE, else the user's cache directory's airlock/.
-func airlockCache(t *testing.T) string {
+func airlockCache(t testing.TB) string {
 	if cache := os.Getenv("AIRLOCK_CACHE"); cache != "" {
 		return cache
 	}
@@ -72,7 +72,7 @@ func airlockCache(t *testing.T) string {
 
 // kubeCluster is a loopback control plane started by kubeUp.
 type kubeCluster struct {
-	t          *testing.T
+	t          testing.TB
 	client     kubernetes.Interface
 	bin        string // the control plane's binaries, kubectl among them
 	dir        string // hack/kube-up.sh's DIR: kubeconfig, pki/
@@ -89,7 +89,7 @@ func kubeUp(t *testing.T) (client kubernetes.Interface, kubectl func(args ...str
 
 // kubeStart is kubeUp returning the whole cluster; env (NAME=VALUE) is
 // hack/kube-up.sh's (AIRLOCK_KUBE_NODE_GRACE, ...).
-func kubeStart(t *testing.T, env ...string) *kubeCluster {
+func kubeStart(t testing.TB, env ...string) *kubeCluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a Kubernetes control plane; skipped with -short")
@@ -222,7 +222,7 @@ func (c *kubeCluster) waitDefaultSA() {
 
 // eventually polls f until it returns "" (done) or the timeout, then fails
 // with f's last word.
-func eventually(t *testing.T, timeout time.Duration, f func() string) {
+func eventually(t testing.TB, timeout time.Duration, f func() string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
