@@ -2,11 +2,18 @@ package airlock_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +23,7 @@ import (
 	"github.com/airlock-run/airlock/kubenode"
 	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
 	appsv1 "k8s.io/api/apps/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,7 +36,7 @@ import (
 // kubeBinaries returns the directory of the control plane that
 // hack/build-kube.sh builds (etcd, kube-apiserver, kube-scheduler,
 // kube-controller-manager, kubectl), or why it cannot be used.
-func kubeBinaries(t *testing.T) (dir, missing string) {
+func kubeBinaries(t testing.TB) (dir, missing string) {
 	mod, err := os.ReadFile("hack/kube/go.mod")
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +59,7 @@ func kubeBinaries(t *testing.T) (dir, missing string) {
 
 // airlockCache is the airlock cache, where hack/build-kube.sh builds:
 // $AIRLOCK_CACHE, else the user's cache directory's airlock/.
-func airlockCache(t *testing.T) string {
+func airlockCache(t testing.TB) string {
 	if cache := os.Getenv("AIRLOCK_CACHE"); cache != "" {
 		return cache
 	}
@@ -64,7 +72,7 @@ func airlockCache(t *testing.T) string {
 
 // kubeCluster is a loopback control plane started by kubeUp.
 type kubeCluster struct {
-	t          *testing.T
+	t          testing.TB
 	client     kubernetes.Interface
 	bin        string // the control plane's binaries, kubectl among them
 	dir        string // hack/kube-up.sh's DIR: kubeconfig, pki/
@@ -81,7 +89,7 @@ func kubeUp(t *testing.T) (client kubernetes.Interface, kubectl func(args ...str
 
 // kubeStart is kubeUp returning the whole cluster; env (NAME=VALUE) is
 // hack/kube-up.sh's (AIRLOCK_KUBE_NODE_GRACE, ...).
-func kubeStart(t *testing.T, env ...string) *kubeCluster {
+func kubeStart(t testing.TB, env ...string) *kubeCluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("runs a Kubernetes control plane; skipped with -short")
@@ -214,7 +222,7 @@ func (c *kubeCluster) waitDefaultSA() {
 
 // eventually polls f until it returns "" (done) or the timeout, then fails
 // with f's last word.
-func eventually(t *testing.T, timeout time.Duration, f func() string) {
+func eventually(t testing.TB, timeout time.Duration, f func() string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -234,7 +242,9 @@ func eventually(t *testing.T, timeout time.Duration, f func() string) {
 // hack/build-kube.sh), joins an airlock node (in process, on the fake
 // driver, with the rights of deploy/kubernetes/rbac.yaml's service account
 // airlock-node, as the DaemonSet runs it) and checks what a cluster user
-// sees: the node is Ready with its label and taint; a pod with
+// sees: the node is Ready with its label and taint; its kubelet API's
+// serving certificate comes from the cluster's CSR API once approved
+// (testServingCSR); a pod with
 // runtimeClassName: airlock (the RuntimeClass of deploy/kubernetes) is
 // placed on it by the scheduler, runs its command in a box and ends Failed
 // with the command's exit code; a two-container pod is refused with a
@@ -264,7 +274,9 @@ func TestKubeNodeHarness(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- kubenode.Run(ctx, kubenode.Config{Name: name, Client: nodeClient, Runtime: rt, Logf: t.Logf,
-			Ready: func() { close(ready) }})
+			Ready:       func() { close(ready) },
+			ServingCert: kubenode.ServingCertCSR, KubeletAddr: "127.0.0.1:0",
+			ClientCAFile: filepath.Join(c.dir, "pki", "ca.crt")})
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -335,6 +347,14 @@ func TestKubeNodeHarness(t *testing.T) {
 	if _, err := client.CoreV1().Pods("default").Create(ctx, two, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	sleeper := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "sleeper"},
+		Spec: corev1.PodSpec{RuntimeClassName: &rc, RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "main", Image: kubeRef, Command: []string{"sleep", "600"}}}},
+	}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, sleeper, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 
 	eventually(t, 60*time.Second, func() string {
 		p, err := client.CoreV1().Pods("default").Get(ctx, "exit3", metav1.GetOptions{})
@@ -366,6 +386,8 @@ func TestKubeNodeHarness(t *testing.T) {
 		}
 		return ""
 	})
+
+	t.Run("ServingCertFromCSR", func(t *testing.T) { testServingCSR(t, c, rt, name) })
 
 	// The DaemonSet (its controller has seen the airlock node, Ready for
 	// a while now) schedules nothing onto airlock's own nodes.
@@ -486,5 +508,102 @@ func TestDaemonSetManifest(t *testing.T) {
 	}
 	if home == "" || !onHost {
 		t.Errorf("AIRLOCK_HOME %q is not a host path", home)
+	}
+}
+
+// testServingCSR: node name (kubenode.ServingCertCSR, acting as the
+// DaemonSet's service account) has asked the CSR API for its kubelet API's
+// serving certificate (signer kubernetes.io/kubelet-serving, CN
+// system:node:NAME, O system:nodes, its InternalIP 127.0.0.1); once a
+// cluster admin approves it (as kubectl certificate approve does), the
+// controller manager signs it with the cluster CA, the node keeps it in its
+// home and serves it, and kubectl logs and exec reach the node through an
+// API server that verifies kubelets against that CA
+// (--kubelet-certificate-authority in hack/kube-up.sh).
+func testServingCSR(t *testing.T, c *kubeCluster, rt *airlock.Runtime, name string) {
+	ctx := context.Background()
+	var req *certificatesv1.CertificateSigningRequest
+	eventually(t, 60*time.Second, func() string {
+		l, err := c.client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		for i, r := range l.Items {
+			if r.Spec.SignerName == certificatesv1.KubeletServingSignerName {
+				req = &l.Items[i]
+				return ""
+			}
+		}
+		return fmt.Sprintf("no CSR for signer %s among %d", certificatesv1.KubeletServingSignerName, len(l.Items))
+	})
+	if want := "system:serviceaccount:airlock-system:airlock-node"; req.Spec.Username != want {
+		t.Errorf("CSR %s requested by %q, want %q", req.Name, req.Spec.Username, want)
+	}
+	blk, _ := pem.Decode(req.Spec.Request)
+	if blk == nil {
+		t.Fatalf("CSR %s: no PEM request", req.Name)
+	}
+	x, err := x509.ParseCertificateRequest(blk.Bytes)
+	if err != nil {
+		t.Fatalf("CSR %s: %v", req.Name, err)
+	}
+	if x.Subject.CommonName != "system:node:"+name || !slices.Equal(x.Subject.Organization, []string{"system:nodes"}) ||
+		len(x.IPAddresses) != 1 || !x.IPAddresses[0].Equal(net.IPv4(127, 0, 0, 1)) || !slices.Contains(req.Spec.Usages, certificatesv1.UsageServerAuth) {
+		t.Fatalf("CSR %s: subject %v, IPs %v, usages %v", req.Name, x.Subject, x.IPAddresses, req.Spec.Usages)
+	}
+
+	// Approved as a cluster admin would (kubectl certificate approve).
+	req.Status.Conditions = append(req.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue,
+		Reason: "AirlockTest", Message: "approved by TestKubeNodeHarness"})
+	if _, err := c.client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, req.Name, req, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The node serves the issued certificate, which the cluster CA verifies.
+	caPEM, err := os.ReadFile(filepath.Join(c.dir, "pki", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	n, err := c.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(int(n.Status.DaemonEndpoints.KubeletEndpoint.Port)))
+	eventually(t, 60*time.Second, func() string {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+		if err != nil {
+			return "TLS to the kubelet API " + addr + ": " + err.Error()
+		}
+		defer conn.Close()
+		if cn := conn.ConnectionState().PeerCertificates[0].Subject.CommonName; cn != "system:node:"+name {
+			t.Fatalf("the kubelet API serves CN %q", cn)
+		}
+		return ""
+	})
+	if _, err := os.Stat(filepath.Join(rt.Home(), "kube", "pki", "kubelet-server-current.pem")); err != nil {
+		t.Errorf("the issued pair is not kept in the node's home: %v", err)
+	}
+
+	// kubectl through the API server, which verifies the node's certificate.
+	eventually(t, 60*time.Second, func() string {
+		out, code := c.kubectlExit("", "logs", "exit3")
+		if code != 0 || out != "hi\n" {
+			return fmt.Sprintf("kubectl logs exit3: exit %d, %q", code, out)
+		}
+		return ""
+	})
+	eventually(t, 60*time.Second, func() string {
+		out, code := c.kubectlExit("", "exec", "sleeper", "--", "sh", "-c", "echo exec-ok")
+		if code != 0 || out != "exec-ok\n" {
+			return fmt.Sprintf("kubectl exec sleeper: exit %d, %q", code, out)
+		}
+		return ""
+	})
+	zero := int64(0)
+	if err := c.client.CoreV1().Pods("default").Delete(ctx, "sleeper", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Error(err)
 	}
 }

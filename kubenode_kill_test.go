@@ -101,7 +101,7 @@ func (c *kubeCluster) runNodeProcess(home, images, name string) *nodeProcess {
 }
 
 // stop ends the node with SIGTERM, and SIGKILL after 30 s.
-func (np *nodeProcess) stop(t *testing.T) {
+func (np *nodeProcess) stop(t testing.TB) {
 	np.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-np.done:

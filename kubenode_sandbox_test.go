@@ -22,7 +22,7 @@ import (
 // agentSandboxDir returns where hack/build-kube.sh puts the agent-sandbox
 // controller and its CRDs (crds/), or skips the test when they are not
 // built (fails under AIRLOCK_REQUIRE_VM=1).
-func agentSandboxDir(t *testing.T) string {
+func agentSandboxDir(t testing.TB) string {
 	t.Helper()
 	mod, err := os.ReadFile("hack/agent-sandbox/go.mod")
 	if err != nil {
@@ -77,47 +77,8 @@ func TestKubeAgentSandbox(t *testing.T) {
 	const node = "airlock-sandbox"
 	c.startNode(rt, node)
 	c.kubectl("apply", "-f", "deploy/kubernetes/")
-	c.kubectl("apply", "-f", filepath.Join(asDir, "crds"))
-	c.kubectl("wait", "--for", "condition=established", "--timeout=60s",
-		"crd/sandboxes.agents.x-k8s.io", "crd/sandboxtemplates.extensions.agents.x-k8s.io",
-		"crd/sandboxwarmpools.extensions.agents.x-k8s.io", "crd/sandboxclaims.extensions.agents.x-k8s.io")
 	c.waitDefaultSA()
-
-	// The controller, as its manifests run it (with the extensions), on
-	// the test's kubeconfig; no metrics or probe listeners.
-	ctrlLog := filepath.Join(t.TempDir(), "controller.log")
-	lf, err := os.Create(ctrlLog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lf.Close()
-	ctrl := osexec.Command(filepath.Join(asDir, "agent-sandbox-controller"), "--extensions", "--leader-elect=false",
-		"--metrics-bind-address=0", "--health-probe-bind-address=0")
-	ctrl.Env = append(os.Environ(), "KUBECONFIG="+c.kubeconfig)
-	ctrl.Stdout, ctrl.Stderr = lf, lf
-	if err := ctrl.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctrl.Process.Kill()
-		ctrl.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(ctrlLog)
-			if len(b) > 8000 {
-				b = b[len(b)-8000:]
-			}
-			t.Logf("agent-sandbox-controller log (tail):\n%s", b)
-		}
-	})
-
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dyn := c.runAgentSandbox(asDir)
 	ctx := context.Background()
 	apply := func(yaml string) {
 		t.Helper()
@@ -246,4 +207,53 @@ spec:
 	})
 	t.Logf("claim -> first exec: %s", time.Since(t0).Round(time.Millisecond))
 	onNode(pod)
+}
+
+// runAgentSandbox installs agent-sandbox's CRDs (from asDir, built by
+// hack/build-kube.sh) and runs its controller, as its manifests run it
+// (with the extensions), on the cluster's kubeconfig, with no metrics or
+// probe listeners, until cleanup (its log's tail is logged when the test
+// failed). It returns a dynamic client of the cluster.
+func (c *kubeCluster) runAgentSandbox(asDir string) dynamic.Interface {
+	t := c.t
+	t.Helper()
+	c.kubectl("apply", "-f", filepath.Join(asDir, "crds"))
+	c.kubectl("wait", "--for", "condition=established", "--timeout=60s",
+		"crd/sandboxes.agents.x-k8s.io", "crd/sandboxtemplates.extensions.agents.x-k8s.io",
+		"crd/sandboxwarmpools.extensions.agents.x-k8s.io", "crd/sandboxclaims.extensions.agents.x-k8s.io")
+
+	ctrlLog := filepath.Join(t.TempDir(), "controller.log")
+	lf, err := os.Create(ctrlLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	ctrl := osexec.Command(filepath.Join(asDir, "agent-sandbox-controller"), "--extensions", "--leader-elect=false",
+		"--metrics-bind-address=0", "--health-probe-bind-address=0")
+	ctrl.Env = append(os.Environ(), "KUBECONFIG="+c.kubeconfig)
+	ctrl.Stdout, ctrl.Stderr = lf, lf
+	if err := ctrl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctrl.Process.Kill()
+		ctrl.Wait()
+		if t.Failed() {
+			b, _ := os.ReadFile(ctrlLog)
+			if len(b) > 8000 {
+				b = b[len(b)-8000:]
+			}
+			t.Logf("agent-sandbox-controller log (tail):\n%s", b)
+		}
+	})
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dyn
 }

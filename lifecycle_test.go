@@ -636,7 +636,7 @@ func vmmAlive(pid int) bool {
 
 // fakeImageStore returns a new image store holding a tiny image (a "sh"
 // entrypoint) as ref, for the fake driver's tests.
-func fakeImageStore(t *testing.T, ref string) string {
+func fakeImageStore(t testing.TB, ref string) string {
 	t.Helper()
 	images := t.TempDir()
 	s, err := image.Open(images)

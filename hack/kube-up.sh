@@ -60,6 +60,8 @@ if [ ! -f "$PKI/apiserver.crt" ]; then
 	# (kubectl logs, exec, port-forward), and a serving pair for nodes on
 	# this host: `airlock node --tls-cert-file DIR/pki/node.crt
 	# --tls-private-key-file DIR/pki/node.key --client-ca-file DIR/pki/ca.crt`.
+	# Without the pair a node asks the CSR API (--serving-cert csr): the
+	# controller manager signs approved kubelet-serving CSRs with this CA.
 	openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
 		-keyout "$PKI/kubelet-client.key" -out "$PKI/kubelet-client.csr" 2>/dev/null
 	printf 'extendedKeyUsage=clientAuth\n' >"$PKI/kubelet-client.ext"

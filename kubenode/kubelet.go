@@ -67,18 +67,15 @@ type kubeletServer struct {
 	port int
 }
 
-// listenKubelet binds the kubelet API's address with the configured pair
-// and returns its server (not yet serving). Requests are authenticated as
-// a kubelet's are in webhook mode: a client certificate signed by
-// cfg.ClientCAFile (the API server's --kubelet-client-certificate), or a
-// bearer token checked with a TokenReview; and each is authorised with a
-// SubjectAccessReview (nodes/proxy, nodes/log, nodes/stats of this node).
-// Anonymous requests are refused.
-func listenKubelet(cfg Config, client kubernetes.Interface, p *Provider) (*kubeletServer, error) {
-	pair, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("kubenode: the kubelet API's serving pair (%s, %s): %w", cfg.TLSCertFile, cfg.TLSKeyFile, err)
-	}
+// listenKubelet binds the kubelet API's address with the serving
+// certificate of certs and returns its server (not yet serving). Requests
+// are authenticated as a kubelet's are in webhook mode: a client
+// certificate signed by cfg.ClientCAFile (the API server's
+// --kubelet-client-certificate), or a bearer token checked with a
+// TokenReview; and each is authorised with a SubjectAccessReview
+// (nodes/proxy, nodes/log, nodes/stats of this node). Anonymous requests
+// are refused.
+func listenKubelet(cfg Config, client kubernetes.Interface, p *Provider, certs *servingSource) (*kubeletServer, error) {
 	var opts []nodeutil.WebhookAuthOption
 	if cfg.ClientCAFile != "" {
 		ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", cfg.ClientCAFile)
@@ -103,10 +100,10 @@ func listenKubelet(cfg Config, client kubernetes.Interface, p *Provider) (*kubel
 		return nil, fmt.Errorf("kubenode: the kubelet API: %w", err)
 	}
 	tc := &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		CipherSuites: nodeutil.DefaultServerCiphers(),
-		ClientAuth:   tls.RequestClientCert, // verified by the authenticator
-		Certificates: []tls.Certificate{pair},
+		MinVersion:     tls.VersionTLS12,
+		CipherSuites:   nodeutil.DefaultServerCiphers(),
+		ClientAuth:     tls.RequestClientCert, // verified by the authenticator
+		GetCertificate: certs.getCertificate,
 	}
 	return &kubeletServer{
 		l: tls.NewListener(l, tc),

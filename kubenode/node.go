@@ -54,10 +54,15 @@ type Config struct {
 	Ready func()
 
 	// The kubelet API (kubectl logs, exec, attach, port-forward;
-	// /stats/summary) is served over TLS when TLSCertFile and TLSKeyFile
-	// name the serving pair (a certificate for NodeIP, signed by a CA the
-	// API server trusts: its --kubelet-certificate-authority); without
-	// them it is not served and those commands fail.
+	// /stats/summary) is served over TLS with the certificate that
+	// ServingCert says: ServingCertFile (the pair TLSCertFile and
+	// TLSKeyFile: a certificate for NodeIP signed by a CA the API server
+	// trusts, its --kubelet-certificate-authority), ServingCertCSR (one
+	// from the cluster's CSR API, kept and renewed in the airlock home) or
+	// ServingCertSelf (self-signed). Empty means ServingCertFile when
+	// TLSCertFile is set; otherwise the kubelet API is not served and
+	// those commands fail.
+	ServingCert             string
 	TLSCertFile, TLSKeyFile string
 	// ClientCAFile, when set, is the CA of the client certificates the
 	// kubelet API accepts (the API server's --kubelet-client-certificate);
@@ -123,16 +128,24 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := prov.Adopt(ctx, pods.Items); err != nil {
 		return fmt.Errorf("kubenode: adopting boxes: %w", err)
 	}
+	if cfg.ServingCert == "" && (cfg.TLSCertFile != "" || cfg.TLSKeyFile != "") {
+		cfg.ServingCert = ServingCertFile
+	}
 	var kubelet *kubeletServer
-	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
-		kubelet, err = listenKubelet(cfg, cfg.Client, prov)
+	if cfg.ServingCert != "" {
+		certs, err := servingCert(ctx, cfg, cfg.Client, filepath.Join(cfg.Runtime.Home(), "kube", "pki"), nodeIP(cfg))
+		if err != nil {
+			return err
+		}
+		defer certs.stop()
+		kubelet, err = listenKubelet(cfg, cfg.Client, prov, certs)
 		if err != nil {
 			return err
 		}
 		defer kubelet.close()
 		go kubelet.serve()
 	} else if cfg.Logf != nil {
-		cfg.Logf("no TLS pair for the kubelet API: kubectl logs, exec, attach and port-forward will not reach this node")
+		cfg.Logf("no serving certificate for the kubelet API: kubectl logs, exec, attach and port-forward will not reach this node")
 	}
 	capacity := Capacity(cfg.Runtime)
 	n, err := nodeutil.NewNode(cfg.Name, func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {

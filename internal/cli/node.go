@@ -25,7 +25,7 @@ import (
 func init() { extraCommands = append(extraCommands, newNodeCmd) }
 
 func newNodeCmd() *cobra.Command {
-	var kubeconfig, name, certFile, keyFile, clientCA, address, nodeIP, apiListen, apiTokenFile string
+	var kubeconfig, name, servingCert, certFile, keyFile, clientCA, address, nodeIP, apiListen, apiTokenFile string
 	var allowVolumes []string
 	var kubeletPort int
 	cmd := &cobra.Command{
@@ -54,13 +54,26 @@ applies) and removes those whose pod is gone. deploy/kubernetes/daemonset
 runs it on every host of a cluster.
 
 kubectl logs, exec, attach and port-forward, and /stats/summary, reach the
-node through its kubelet API, served on --kubelet-port over TLS with the pair
---tls-cert-file/--tls-private-key-file (a certificate for --node-ip signed by
-the CA of the API server's --kubelet-certificate-authority). Requests are
-authenticated by a client certificate of --client-ca-file (the API server's
---kubelet-client-certificate) or a bearer token (TokenReview), and authorised
-with SubjectAccessReviews, as a kubelet's are. hack/kube-up.sh DIR makes such a
-pair in DIR/pki (node.crt, node.key, ca.crt). See docs/kubernetes.md.
+node through its kubelet API, served on --kubelet-port over TLS with the
+certificate that --serving-cert says:
+  csr   (the default without --tls-cert-file) one from the cluster's CSR API,
+        as a kubelet's with serverTLSBootstrap: signer
+        kubernetes.io/kubelet-serving, CN system:node:NAME, O system:nodes,
+        SAN --node-ip. Kubernetes approves no such request itself: approve it
+        (kubectl get csr; kubectl certificate approve NAME); until then those
+        commands fail. Kept in $AIRLOCK_HOME/kube/pki and renewed before it
+        expires (a new CSR to approve, unless an approver does it).
+  file  (the default with --tls-cert-file) the pair
+        --tls-cert-file/--tls-private-key-file (a certificate for --node-ip
+        signed by the CA of the API server's --kubelet-certificate-authority).
+  self  a self-signed pair in $AIRLOCK_HOME/kube/pki: only for API servers that
+        do not verify kubelets' certificates.
+  off   no kubelet API.
+Requests are authenticated by a client certificate of --client-ca-file (the
+API server's --kubelet-client-certificate) or a bearer token (TokenReview), and
+authorised with SubjectAccessReviews, as a kubelet's are. hack/kube-up.sh DIR
+makes a serving pair in DIR/pki (node.crt, node.key, ca.crt). See
+docs/kubernetes.md.
 
 The node serves airlock's REST API (the API of airlock serve) for its own
 boxes on --api-listen (default port 7770 on --address), for airlock gateway:
@@ -75,6 +88,26 @@ configuration of a pod's service account is used.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (certFile == "") != (keyFile == "") {
 				return usagef(cmd, "--tls-cert-file and --tls-private-key-file go together")
+			}
+			switch servingCert {
+			case "":
+				servingCert = kubenode.ServingCertCSR
+				if certFile != "" {
+					servingCert = kubenode.ServingCertFile
+				}
+			case kubenode.ServingCertFile:
+				if certFile == "" {
+					return usagef(cmd, "--serving-cert file needs --tls-cert-file and --tls-private-key-file")
+				}
+			case kubenode.ServingCertCSR, kubenode.ServingCertSelf, "off":
+				if certFile != "" {
+					return usagef(cmd, "--serving-cert %s does not use --tls-cert-file: leave it out, or use --serving-cert file", servingCert)
+				}
+			default:
+				return usagef(cmd, "--serving-cert %q: want csr, file, self or off", servingCert)
+			}
+			if servingCert == "off" {
+				servingCert = ""
 			}
 			if kubeletPort < 0 || kubeletPort > 65535 {
 				return usagef(cmd, "--kubelet-port %d: want 0-65535", kubeletPort)
@@ -142,7 +175,7 @@ configuration of a pod's service account is used.`,
 			return kubenode.Run(cmd.Context(), kubenode.Config{
 				Name: name, Client: client, Runtime: rt, Logf: logf,
 				Ready:       func() { logf("node %s registered and Ready", name) },
-				TLSCertFile: certFile, TLSKeyFile: keyFile, ClientCAFile: clientCA,
+				ServingCert: servingCert, TLSCertFile: certFile, TLSKeyFile: keyFile, ClientCAFile: clientCA,
 				KubeletAddr: net.JoinHostPort(address, strconv.Itoa(kubeletPort)), NodeIP: nodeIP,
 				APIAddr: apiAddr, AllowVolumeDirs: allowVolumes,
 			})
@@ -150,7 +183,8 @@ configuration of a pod's service account is used.`,
 	}
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file of the cluster to join (default $KUBECONFIG, else in-cluster)")
 	cmd.Flags().StringVar(&name, "name", "", "the Node's name (default the host name)")
-	cmd.Flags().StringVar(&certFile, "tls-cert-file", "", "serving certificate of the kubelet API (PEM); without it the kubelet API is not served")
+	cmd.Flags().StringVar(&servingCert, "serving-cert", "", "the kubelet API's serving certificate: csr (the cluster's CSR API), file (--tls-cert-file), self (self-signed) or off (no kubelet API); default file with --tls-cert-file, else csr")
+	cmd.Flags().StringVar(&certFile, "tls-cert-file", "", "serving certificate of the kubelet API (PEM; --serving-cert file)")
 	cmd.Flags().StringVar(&keyFile, "tls-private-key-file", "", "private key of --tls-cert-file (PEM)")
 	cmd.Flags().StringVar(&clientCA, "client-ca-file", "", "CA of the client certificates the kubelet API accepts (the API server's --kubelet-client-certificate)")
 	cmd.Flags().IntVar(&kubeletPort, "kubelet-port", kubenode.DefaultKubeletPort, "port of the kubelet API (0 picks a free one)")
