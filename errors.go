@@ -16,6 +16,12 @@ var (
 	ErrBoxNotRunning = errors.New("box is not running")
 	// ErrBoxRunning: the call needs a stopped box (Stop it, or force).
 	ErrBoxRunning = errors.New("box is running")
+	// ErrBoxPaused: the call goes into a box paused in memory (Pause):
+	// its vCPUs are stopped, so its agent answers nothing until Resume
+	// (airlock unpause). Exec and the file calls refuse it at once rather
+	// than wait, as docker refuses an exec into a paused container. A box
+	// paused to disk (Suspend) is ErrBoxNotRunning instead.
+	ErrBoxPaused = errors.New("box is paused")
 	// ErrBoxDied: the box's VM ended while the call was pending (QEMU
 	// killed, guest kernel panic, out of memory on the host). The error
 	// text names the cause and ends with the tail of the console log.

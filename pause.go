@@ -44,9 +44,41 @@ func (b *Box) snapshotAgentVersion(ctx context.Context, rec *store.Box) (string,
 // paused box is named as paused, with what to do.
 func (b *Box) dialErr(ctx context.Context, rec *store.Box, err error) error {
 	if ctx.Err() == nil && b.pausedNow(context.WithoutCancel(ctx), rec) {
-		return fmt.Errorf("box %s is paused: its agent answers once it runs again (airlock unpause %s, or Box.Resume): %w", b.id, b.id, err)
+		return fmt.Errorf("%w (%w)", b.pausedErr(), err)
 	}
 	return fmt.Errorf("connect to agent of box %s: %w", b.id, err)
+}
+
+// pausedCheckTimeout bounds refusePaused's question to the driver: a
+// paused or running QEMU answers QMP at once; one that does not (frozen,
+// or its QMP socket held by a snapshot) is taken for not paused, and the
+// call goes on to its agent as before.
+const pausedCheckTimeout = 1500 * time.Millisecond
+
+// refusePaused is ErrBoxPaused (pausedErr) when the box is paused in
+// memory, else nil. A call into the box asks before it uses the agent: a
+// paused guest answers no new connection's handshake (a fresh process's
+// exec waited the whole handshake timeout, about 31 s, before it failed)
+// nor a call on an old connection (it waited as long as its context).
+// Only calls a user makes ask (wakeClient: exec, files, code runs); the
+// restore, resume and rollback paths connect to a machine that is still
+// paused on purpose and continue it.
+func (b *Box) refusePaused(ctx context.Context) error {
+	rec, _ := b.snapshot()
+	if rec == nil || !running(rec) {
+		return nil // the call's own error says the box is not running
+	}
+	qctx, cancel := context.WithTimeout(ctx, pausedCheckTimeout)
+	defer cancel()
+	if paused, err := b.pausedState(qctx, rec); err == nil && paused {
+		return b.pausedErr()
+	}
+	return nil
+}
+
+// pausedErr is ErrBoxPaused for this box, naming the one thing to do.
+func (b *Box) pausedErr() error {
+	return fmt.Errorf("%w: %s: its processes are stopped until it is unpaused (airlock unpause %s, or Box.Resume)", ErrBoxPaused, b.id, b.id)
 }
 
 // continueIfPaused lets a box paused in memory run again (QMP cont) so
@@ -98,7 +130,8 @@ func (b *Box) pauser() (vmm.Pauser, vmm.Spec, vmm.Handle, error) {
 
 // Pause stops the box's vCPUs: its processes make no progress and use no
 // host CPU (its memory stays allocated) until Resume. Calls into a paused
-// box wait (within their context). Errors: ErrBoxNotRunning.
+// box are refused with ErrBoxPaused (Exec, the file calls, code runs)
+// until Resume. Errors: ErrBoxNotRunning.
 func (b *Box) Pause(ctx context.Context) error {
 	p, spec, h, err := b.pauser()
 	if err != nil {

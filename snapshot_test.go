@@ -403,8 +403,27 @@ func TestSnapshotQEMU(t *testing.T) {
 		if out, errs, err := runCLI("ls", "--format", "{{.ID}} {{.Status}}"); err != nil || !strings.Contains(out, c2.ID()+" Up ") || !strings.Contains(out, "(Paused)") {
 			t.Errorf("ls of a paused box: %q %q %v", out, errs, err)
 		}
+		// Another runtime (the CLI's) asks QEMU before it dials the
+		// agent: exec and cp are refused at once with the paused error,
+		// one line naming airlock unpause and no second hint (the
+		// handshake waited about 31 s, then said so with the dial's
+		// error appended after "Box.Resume)").
+		for _, args := range [][]string{{"exec", c2.ID(), "true"}, {"cp", c2.ID() + ":/etc/hostname", filepath.Join(t.TempDir(), "h")}} {
+			_, errs, err := runCLI(args...)
+			text := strings.TrimSpace(errs) // exec prints its error; cp returns it to main, which prints it
+			if text == "" && err != nil {
+				text = err.Error()
+			}
+			if err == nil || strings.Contains(text, "\n") || !strings.Contains(text, "box is paused") ||
+				!strings.Contains(text, "airlock unpause "+c2.ID()) || !strings.HasSuffix(text, "or Box.Resume)") {
+				t.Errorf("%s in a paused box from another runtime: %q %v; want one line: box is paused ... (airlock unpause %s, or Box.Resume)", args[0], errs, err, c2.ID())
+			}
+		}
 		if err := c2.Resume(ctx); err != nil {
 			t.Fatal(err)
+		}
+		if out, errs, err := runCLI("exec", c2.ID(), "echo", "unpaused"); err != nil || out != "unpaused\n" {
+			t.Errorf("exec after resume from another runtime: %q %q %v", out, errs, err)
 		}
 		running := cpuOver(t, info.PID, time.Second)
 		shIn(t, c2, `kill "$(cat /root/spin)"`)

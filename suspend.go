@@ -124,9 +124,13 @@ func (b *Box) wake(ctx context.Context) error {
 	return b.r.wakeBox(ctx, b)
 }
 
-// wakeClient is client after wake.
+// wakeClient is client after wake, for a call into the box (an exec, a
+// file call): a box paused in memory is refused at once (refusePaused).
 func (b *Box) wakeClient(ctx context.Context) (*client.Client, error) {
 	if err := b.wake(ctx); err != nil {
+		return nil, err
+	}
+	if err := b.refusePaused(ctx); err != nil {
 		return nil, err
 	}
 	return b.client(ctx)

@@ -38,6 +38,8 @@ func hint(err error, box string) string {
 		return fmt.Sprintf("remove them first ('airlock rm -f %s'), or use 'airlock rmi -f'", strings.Join(iu.Boxes, " "))
 	case errors.Is(err, airlock.ErrBoxRunning):
 		return fmt.Sprintf("stop it first (airlock stop %s), or force removal (airlock rm -f %s)", box, box)
+	case errors.Is(err, airlock.ErrBoxPaused):
+		return "" // paused in memory: the error names airlock unpause, one hint is enough
 	case errors.Is(err, airlock.ErrBoxNotRunning) && strings.Contains(err.Error(), "unpause it first"):
 		return "" // paused to disk: the error says to unpause it, one hint is enough
 	case errors.Is(err, airlock.ErrBoxNotRunning):

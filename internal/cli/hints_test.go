@@ -36,11 +36,13 @@ func TestReportAddsTheCommandToRun(t *testing.T) {
 }
 
 // A box paused to disk: its error says to unpause it, and no second hint
-// ("start it first") follows (#39 point 5); an image error without a near
+// ("start it first") follows (#39 point 5), nor for a box paused in memory; an image error without a near
 // name names 'airlock images' once.
 func TestReportOneHint(t *testing.T) {
 	for _, err := range []error{
 		fmt.Errorf("%w: keep is paused to disk: unpause it first (airlock unpause keep, or Box.Resume)", airlock.ErrBoxNotRunning),
+		// paused in memory: the library's error names airlock unpause.
+		fmt.Errorf("%w: keep: its processes are stopped until it is unpaused (airlock unpause keep, or Box.Resume)", airlock.ErrBoxPaused),
 		// snapshot create of a name in use: the advice once, naming the command.
 		snapshotExists("warm"),
 	} {

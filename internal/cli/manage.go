@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -275,43 +274,6 @@ func countOrDash(n int, typ string) string {
 	return strconv.Itoa(n)
 }
 
-// procSample is a QEMU process's CPU time and resident memory.
-type procSample struct {
-	cpu time.Duration
-	rss int64
-	at  time.Time
-}
-
-// sampleProc reads /proc/PID: utime+stime (clock ticks of 10 ms, the
-// Linux default USER_HZ) and VmRSS.
-func sampleProc(pid int) (procSample, bool) {
-	s := procSample{at: time.Now()}
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return s, false
-	}
-	str := string(raw)
-	i := strings.LastIndexByte(str, ')')
-	if i < 0 {
-		return s, false
-	}
-	f := strings.Fields(str[i+1:])
-	if len(f) < 13 {
-		return s, false
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	s.cpu = time.Duration(ut+st) * 10 * time.Millisecond
-	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			s.rss = kb << 10
-		}
-	}
-	return s, true
-}
-
 // statsRow is one box in airlock stats.
 type statsRow struct {
 	ID, Name   string
@@ -373,22 +335,21 @@ every 2 s until Ctrl-C; --no-stream prints one sample (taken over 0.5 s).`,
 			if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 				tty = true
 			}
-			prev := map[string]procSample{}
+			// Each box's figures are the library's (Box.Stats, as GET
+			// /v1/boxes/{id}/stats serves them); CPU is the rate between
+			// two readings.
+			prev := map[string]airlock.BoxStats{}
 			for first := true; ; first = false {
 				boxes, err := pick()
 				if err != nil {
 					return err
 				}
-				infos := map[string]airlock.BoxInfo{}
-				for _, b := range boxes {
-					if info, err := b.Info(ctx); err == nil && info.State == airlock.BoxRunning {
-						infos[b.ID()] = info
-						if s, ok := sampleProc(info.PID); ok && first {
-							prev[b.ID()] = s
+				if first {
+					for _, b := range boxes {
+						if st, err := b.Stats(ctx); err == nil {
+							prev[b.ID()] = st
 						}
 					}
-				}
-				if first {
 					select {
 					case <-ctx.Done():
 						return nil
@@ -397,19 +358,15 @@ every 2 s until Ctrl-C; --no-stream prints one sample (taken over 0.5 s).`,
 				}
 				var rows []statsRow
 				for _, b := range boxes {
-					info, ok := infos[b.ID()]
-					if !ok {
-						continue
+					st, err := b.Stats(ctx)
+					if err != nil {
+						continue // stopped (or gone) meanwhile
 					}
-					row := statsRow{ID: info.ID, Name: info.Name, MemLimit: int64(info.Options.MemoryMiB) << 20,
-						Disk: sparse.AllocatedTree(filepath.Join(boxDir(b), "rw.ext4"))}
-					if s, ok := sampleProc(info.PID); ok {
-						row.MemUsage = s.rss
-						if p, ok := prev[b.ID()]; ok && s.at.After(p.at) {
-							row.CPUPercent = float64(s.cpu-p.cpu) / float64(s.at.Sub(p.at)) * 100
-						}
-						prev[b.ID()] = s
+					row := statsRow{ID: b.ID(), Name: b.Name(), MemUsage: st.MemoryBytes, MemLimit: st.MemoryLimitBytes, Disk: st.DiskBytes}
+					if p, ok := prev[b.ID()]; ok {
+						row.CPUPercent = st.CPUPercent(p)
 					}
+					prev[b.ID()] = st
 					rows = append(rows, row)
 				}
 				if tty && !noStream && lf.format == "" {

@@ -53,7 +53,7 @@ func NewMetrics(version string) *Metrics {
 	m.execs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_execs_total", Help: "Execs that ended, by result (ok: ran to an exit status; timeout; error: could not be carried out)."}, []string{"result"})
 	m.execSecs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "airlock_exec_seconds", Help: "Exec duration, host side.",
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}})
-	m.execFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_exec_failures_total", Help: "Execs that could not be carried out, by cause (box_died, box_not_running, canceled, timeout, other)."}, []string{"cause"})
+	m.execFailures = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_exec_failures_total", Help: "Execs that could not be carried out, by cause (box_died, box_not_running, box_paused, canceled, timeout, other)."}, []string{"cause"})
 	m.execOutBytes = prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_exec_output_bytes_total", Help: "Bytes of exec output (stdout and stderr) received from guests."})
 	m.vmDeaths = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_vm_deaths_total", Help: "Box VMs that ended unexpectedly, by cause (kernel_panic, out_of_memory, agent_failed, qemu_exited, other)."}, []string{"cause"})
 	m.imagePulls = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_image_pulls_total", Help: "Image pulls, by result (ok, error)."}, []string{"result"})
@@ -186,6 +186,8 @@ func failureCause(err error) string {
 		return "box_died"
 	case errors.Is(err, airlock.ErrBoxNotRunning):
 		return "box_not_running"
+	case errors.Is(err, airlock.ErrBoxPaused):
+		return "box_paused"
 	case errors.Is(err, context.Canceled):
 		return "canceled"
 	case errors.Is(err, context.DeadlineExceeded):

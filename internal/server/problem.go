@@ -342,6 +342,8 @@ func problem(err error) error {
 		return mk(http.StatusNotFound, CodeImageNotFound)
 	case errors.Is(err, airlock.ErrBoxNotRunning):
 		return mk(http.StatusConflict, CodeBoxNotRunning)
+	case errors.Is(err, airlock.ErrBoxPaused): // paused between callBox's check and the call
+		return mk(http.StatusConflict, CodeBoxPaused)
 	case errors.Is(err, airlock.ErrBoxRunning):
 		return mk(http.StatusConflict, CodeBoxRunning)
 	case errors.Is(err, airlock.ErrNameInUse):

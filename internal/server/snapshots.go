@@ -283,7 +283,7 @@ func (s *Server) registerSnapshots() {
 	huma.Register(s.api, huma.Operation{
 		OperationID: "pause-box", Method: http.MethodPost, Path: "/v1/boxes/{id}/pause", Tags: []string{"snapshots"},
 		Summary: "Pause a running box",
-		Description: "Stops the box's vCPUs (no guest CPU; its memory stays allocated; calls into it wait), or with to_disk " +
+		Description: "Stops the box's vCPUs (no guest CPU; its memory stays allocated; execs, code runs and file calls into it are refused with 409 box_paused), or with to_disk " +
 			"saves it to disk and ends its VM. POST /v1/boxes/{id}/resume lets it run on, with its clock stepped to the host's.",
 		Errors: append([]int{http.StatusForbidden}, pauseErrors...),
 	}, func(ctx context.Context, in *struct {

@@ -115,7 +115,7 @@ SyncSkillBox""".split()
 
 # Those airlock has no equivalent of: constructing one says what to use.
 WITHOUT_EQUIVALENT = {
-    "BoxMetrics": "runtime.metrics()", "CloneOptions": "clone_box()", "CopyOutOutcome": "copy_out",
+    "CloneOptions": "clone_box()", "CopyOutOutcome": "copy_out",
     "CopyOutPair": "copy_out", "ExportOptions": "airlock export", "HealthCheckOptions": "unhealthy",
     "ImageHandle": "airlock images", "ImageInfo": "airlock images", "ImagePullResult": "airlock pull",
     "HealthState": "unhealthy", "HealthStatus": "unhealthy", "SecurityOptions": "policy flags",
@@ -239,6 +239,7 @@ async def test_runtime_box_and_executions(server_env: dict, tmp_path: Path) -> N
                                name=name)
     try:
         assert box.name == name and len(box.id) >= 12
+        assert box.created is True, "runtime.create made this box"
         info = box.info()
         assert (info.id, info.name, info.image, info.cpus, info.memory_mib) == (box.id, name, IMAGE, 1, 512)
         assert info.state.status == "running" and info.state.running and info.created_at
@@ -286,7 +287,9 @@ async def test_runtime_box_and_executions(server_env: dict, tmp_path: Path) -> N
             await box.copy_in(str(src), "/root/x", boxlite.CopyOptions(follow_symlinks=True))
 
         got = await runtime.get(name)
-        assert got is not None and got.id == box.id
+        assert got is not None and got.id == box.id and got.created is False
+        again, made = await runtime.get_or_create(boxlite.BoxOptions(image=IMAGE), name=name)
+        assert (again.id, made, again.created) == (box.id, False, False)
         assert await runtime.get("no-such-box") is None
         assert await runtime.get_info("no-such-box") is None
         assert box.id in [i.id for i in await runtime.list_info()]
@@ -306,8 +309,14 @@ async def test_runtime_box_and_executions(server_env: dict, tmp_path: Path) -> N
 
         m = await runtime.metrics()
         assert m.num_running_boxes >= 1 and m.total_commands_executed >= 1 and m.boxes_created_total >= 1
-        with pytest.raises(NotImplementedError, match="runtime.metrics"):
-            await box.metrics()
+        # box.metrics(): BoxLite's BoxMetrics, read on the server's host
+        # (GET /v1/boxes/{id}/stats, what `airlock stats` shows).
+        bm = await box.metrics()
+        assert isinstance(bm, boxlite.BoxMetrics)
+        assert bm.memory_limit_bytes == 512 << 20 and 0 < bm.memory_bytes and bm.cpu_percent >= 0, bm
+        assert bm.cpu_seconds > 0 and bm.disk_bytes >= 0 and bm.paused is False and bm.raw["id"] == box.id, bm
+        assert bm.network_bytes_sent is not None and bm.network_bytes_received is not None, "a public network counts"
+        assert bm.commands_executed_total is None and bm.stage_box_spawn_ms is None, "no per-box counters: None, not 0"
         with pytest.raises(NotImplementedError, match="airlock export"):
             await box.export(dest=str(tmp_path))
         with pytest.raises(NotImplementedError, match="fork names no child"):
@@ -317,7 +326,7 @@ async def test_runtime_box_and_executions(server_env: dict, tmp_path: Path) -> N
         await (await box.exec("sh", ["-c", "echo source-data > /root/marker.txt"])).wait()
         clone = await box.clone_box()
         try:
-            assert clone.id != box.id
+            assert clone.id != box.id and clone.created is True
             ex = await clone.exec("cat", ["/root/marker.txt"])
             assert await _lines(ex.stdout()) == ["source-data\n"]
             await (await clone.exec("sh", ["-c", "echo clone-data > /root/marker.txt"])).wait()
@@ -365,6 +374,8 @@ async def test_simplebox_boxlite_options(server_env: dict) -> None:
         r = await box1.exec("sh", "-c", "pwd; echo $USER $PROJECT; echo hello > /tmp/marker")
         assert r.stdout == "/tmp\nalice data-pipeline\n" and r.exit_code == 0
         assert box1.info().name == "bl-reuse"
+        m = await box1.metrics()
+        assert isinstance(m, boxlite.BoxMetrics) and m.memory_bytes > 0 and m.raw["name"] == "bl-reuse", m
         async with boxlite.SimpleBox(image=IMAGE, name="bl-reuse", reuse_existing=True, auto_remove=False) as box2:
             assert box2.created is False and box2.id == box1.id
             assert (await box2.exec("cat", "/tmp/marker")).stdout == "hello\n"
@@ -412,6 +423,7 @@ def test_sync_runtime(server_env: dict) -> None:
         assert ex.wait().exit_code in (128 + 15, 128 + 9)
         assert runtime.get_info("bl-sync").state.running
         assert runtime.metrics().total_commands_executed >= 1
+        assert box.created is True and box.metrics().memory_bytes > 0
         box.stop()
         assert runtime.get_info("bl-sync") is None
     rt = boxlite.SyncBoxlite.default().start()

@@ -51,6 +51,13 @@ export const BOUNDS: Record<string, Record<string, Record<string, number>>> = {
         "mode": {"maximum": 4095, "minimum": 0},
         "path": {"maxLength": 4096},
     },
+    "NetworkStats": {
+        "bytes_in": {"minimum": 0},
+        "bytes_out": {"minimum": 0},
+        "connections": {"minimum": 0},
+        "denied": {"minimum": 0},
+        "dns_queries": {"minimum": 0},
+    },
     "PortSpec": {
         "guest_port": {"maximum": 65535, "minimum": 1},
         "host_ip": {"maxLength": 64},

@@ -147,6 +147,44 @@ export interface JsRuntimeMetrics {
   totalExecErrors: number;
 }
 
+/**
+ * BoxLite's box metrics (`box.metrics()`), from the server's `GET /v1/boxes/{id}/stats`: what `airlock stats` shows.
+ * BoxLite's fields airlock fills: `cpuPercent` (percent of one host CPU the box's VM used over a sample of about
+ * 0.5 s: the call takes that long), `memoryBytes` (the VM process's resident memory), `networkBytesSent` /
+ * `networkBytesReceived` (what the box sent out / received through its network; undefined for network none).
+ * airlock keeps no per-box exec or stdio counters and no boot-stage timings: those fields are undefined
+ * (server-wide exec counts: `runtime.metrics()`). airlock's own: `memoryLimitBytes`, `diskBytes` (the writable layer on
+ * the host's disk), `cpuSeconds` (host CPU since the VM started), `networkConnectionsTotal`, `paused` (paused in
+ * memory: read on the host, its CPU stands still) and `raw` (the server's JSON). A stopped box rejects with
+ * BoxliteError `box_not_running` (409).
+ */
+export interface JsBoxMetrics {
+  cpuPercent: number;
+  memoryBytes: number;
+  networkBytesSent?: number;
+  networkBytesReceived?: number;
+  memoryLimitBytes: number;
+  diskBytes: number;
+  cpuSeconds: number;
+  networkConnectionsTotal?: number;
+  paused: boolean;
+  raw: Schemas["BoxStats"];
+  commandsExecutedTotal?: number;
+  execErrorsTotal?: number;
+  bytesSentTotal?: number;
+  bytesReceivedTotal?: number;
+  totalCreateDurationMs?: number;
+  guestBootDurationMs?: number;
+  networkTcpConnections?: number;
+  networkTcpErrors?: number;
+  stageFilesystemSetupMs?: number;
+  stageImagePrepareMs?: number;
+  stageGuestRootfsMs?: number;
+  stageBoxConfigMs?: number;
+  stageBoxSpawnMs?: number;
+  stageContainerInitMs?: number;
+}
+
 function checkString(name: string, v: unknown): string | undefined {
   if (v === undefined || v === null) return undefined;
   if (typeof v !== "string") throw new TypeError(`${name} must be a string, got ${typeof v}`);
@@ -447,12 +485,19 @@ export class Execution {
 export class Box {
   readonly id: string;
   readonly name: string | null;
+  /**
+   * BoxLite's `SimpleBox.created`, on this handle: true when the call that returned it created the box
+   * (`runtime.create`, a new box of `getOrCreate`, `cloneBox`), false when it found an existing one
+   * (`runtime.get`, `getOrCreate` reusing a box). When the box was made: `(await info()).createdAt`.
+   */
+  readonly created: boolean;
   private readonly files: Files;
 
   /** @internal */
-  constructor(private readonly rt: JsBoxlite, d: AirlockBoxInfo) {
+  constructor(private readonly rt: JsBoxlite, d: AirlockBoxInfo, created = false) {
     this.id = d.id;
     this.name = d.name || null;
+    this.created = created;
     this.files = new Files(rt.client, async () => this.id);
   }
 
@@ -524,9 +569,14 @@ export class Box {
     await this.files.copyOut(containerSrc, hostDest);
   }
 
-  /** Not supported: airlock keeps no per-box counters. */
-  async metrics(): Promise<never> {
-    throw new NotImplementedError("Box.metrics()", "use runtime.metrics() (server-wide, from GET /metrics) or box.info()");
+  /** The box's CPU, memory, disk and network use now (see {@link JsBoxMetrics}; `GET /v1/boxes/{id}/stats`, about 0.5 s). */
+  async metrics(): Promise<JsBoxMetrics> {
+    const d = await this.rt.client.request<Schemas["BoxStats"]>("GET", `${this.path}/stats`);
+    return {
+      cpuPercent: d.cpu_percent, memoryBytes: d.memory_bytes, networkBytesSent: d.network?.bytes_out,
+      networkBytesReceived: d.network?.bytes_in, memoryLimitBytes: d.memory_limit_bytes, diskBytes: d.disk_bytes,
+      cpuSeconds: d.cpu_seconds, networkConnectionsTotal: d.network?.connections, paused: !!d.paused, raw: d,
+    };
   }
 
   /**
@@ -547,7 +597,7 @@ export class Box {
     }
     const child = r.boxes![0];
     this.rt.track(child.id, this.rt.leaseOf(this.id));
-    return new Box(this.rt, child);
+    return new Box(this.rt, child, true);
   }
 
   /** Not supported here: `airlock export BOX -o FILE` on the server's host. */
@@ -668,7 +718,7 @@ export class JsBoxlite {
     const spec = specOf(options, name ?? undefined);
     const d = await this.client.request<AirlockBoxInfo>("POST", "/v1/boxes", spec);
     this.track(d.id, spec.lease ?? undefined);
-    return new Box(this, d);
+    return new Box(this, d, true);
   }
 
   /** The box called `name` if it exists (started when stopped), else a new one; and whether it was created. */

@@ -38,7 +38,7 @@ export type Event = import("./openapi.js").components["schemas"]["Event"];
 export {
   ApiKeyCredential, Box, Boxlite, BoxliteError, BoxliteRestOptions, EXECUTION_MAX_UNREAD, Execution, JsBoxlite, NotImplementedError,
   type AccessToken, type CopyOptions, type ExecOutput, type ExecStdin, type ExecWaitResult, type JsBoxInfo, type JsBoxOptions,
-  type JsOptions, type JsRuntimeMetrics,
+  type JsBoxMetrics, type JsOptions, type JsRuntimeMetrics,
 } from "./boxlite.js";
 // BoxLite's other exports: errors for its spelling, specialized boxes that
 // throw NotImplementedError naming what to use, its loader and constants.

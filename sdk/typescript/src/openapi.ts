@@ -424,7 +424,7 @@ export interface paths {
         put?: never;
         /**
          * Pause a running box
-         * @description Stops the box's vCPUs (no guest CPU; its memory stays allocated; calls into it wait), or with to_disk saves it to disk and ends its VM. POST /v1/boxes/{id}/resume lets it run on, with its clock stepped to the host's.
+         * @description Stops the box's vCPUs (no guest CPU; its memory stays allocated; execs, code runs and file calls into it are refused with 409 box_paused), or with to_disk saves it to disk and ends its VM. POST /v1/boxes/{id}/resume lets it run on, with its clock stepped to the host's.
          */
         post: operations["pause-box"];
         delete?: never;
@@ -527,6 +527,26 @@ export interface paths {
          * @description Boots the box's VM if it is not running and waits for its agent.
          */
         post: operations["start-box"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/boxes/{id}/stats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A running box's CPU, memory, disk and network use
+         * @description What `airlock stats` shows for one box (docker's container stats, BoxLite's box.metrics()): its VM's CPU over a sample of about 0.5 s (the call takes that long), its resident memory against its guest memory, its writable layer's disk use and its network counters. Read on the host, so a box paused in memory answers too (paused: true, CPU about 0). A stopped box, or one paused to disk, is 409 box_not_running. The guest's process count is not reported (it would need the guest's agent).
+         */
+        get: operations["box-stats"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -853,6 +873,51 @@ export interface components {
             /** @description Working directory of every exec (default: the image's). */
             working_dir?: string;
         };
+        BoxStats: {
+            /**
+             * Format: double
+             * @description Percent of one host CPU the box's VM used over the sample (100: one core busy; more with several vCPUs); about 0 while the box is paused.
+             */
+            cpu_percent: number;
+            /**
+             * Format: double
+             * @description Host CPU time (user + system) the box's VM process has used since it started, seconds.
+             */
+            cpu_seconds: number;
+            /**
+             * Format: int64
+             * @description What the box's writable layer takes on the host's disk (allocated blocks), bytes.
+             */
+            disk_bytes: number;
+            /** @description Box id. */
+            id: string;
+            /**
+             * Format: int64
+             * @description The VM process's resident memory, bytes: the guest memory it touched and QEMU's own.
+             */
+            memory_bytes: number;
+            /**
+             * Format: int64
+             * @description The box's guest memory (memory_mib), bytes.
+             */
+            memory_limit_bytes: number;
+            /** @description Box name. */
+            name?: string;
+            /** @description The box network's counters since the box started; absent for network none. */
+            network?: components["schemas"]["NetworkStats"];
+            /** @description The box is paused in memory (POST /v1/boxes/{id}/pause): its figures are read on the host, so they are served; its CPU stands still. */
+            paused?: boolean;
+            /**
+             * Format: date-time
+             * @description When the second reading was taken (RFC 3339).
+             */
+            read: string;
+            /**
+             * Format: double
+             * @description How long the sample behind cpu_percent lasted, ms (about 500).
+             */
+            sample_ms: number;
+        };
         CellError: {
             name: string;
             traceback: string;
@@ -1154,6 +1219,33 @@ export interface components {
             mode?: number;
             /** @description Absolute path; missing parents are created too. */
             path: string;
+        };
+        NetworkStats: {
+            /**
+             * Format: int64
+             * @description Bytes the box received through its network, bytes.
+             */
+            bytes_in: number;
+            /**
+             * Format: int64
+             * @description Bytes the box sent out through its network, bytes.
+             */
+            bytes_out: number;
+            /**
+             * Format: int64
+             * @description TCP connections and UDP flows opened.
+             */
+            connections: number;
+            /**
+             * Format: int64
+             * @description Connections, UDP flows, pings and DNS queries the network policy refused.
+             */
+            denied: number;
+            /**
+             * Format: int64
+             * @description DNS queries the box's resolver answered.
+             */
+            dns_queries: number;
         };
         PauseRequest: {
             /** @description Save the box's memory and devices into its directory and end its VM (no host memory or CPU held; the box shows as stopped and suspended), instead of stopping its vCPUs in memory. It ends the box's contexts and execs in progress (their processes run on in the box). */
@@ -3684,6 +3776,65 @@ export interface operations {
             };
             /** @description Service Unavailable */
             503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "box-stats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BoxStats"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
                 headers: {
                     [name: string]: unknown;
                 };

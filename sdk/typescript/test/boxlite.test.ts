@@ -78,6 +78,13 @@ describe("JsBoxlite", () => {
       assert.equal(err.status, 409);
       const m = await rt.metrics();
       assert.ok(m.totalCommandsExecuted >= 5 && m.numRunningBoxes >= 1 && m.boxesCreatedTotal >= 2, JSON.stringify(m));
+      // box.metrics(): read on the server's host (GET /v1/boxes/{id}/stats, what `airlock stats` shows).
+      const bm = await box.metrics();
+      assert.ok(bm.memoryBytes > 0 && bm.memoryLimitBytes === (await box.info()).memoryMib * 1048576 && bm.cpuSeconds > 0 &&
+        bm.cpuPercent >= 0 && bm.diskBytes >= 0 && !bm.paused && bm.raw.id === box.id, JSON.stringify(bm));
+      assert.ok(bm.networkBytesSent !== undefined && bm.commandsExecutedTotal === undefined, JSON.stringify(bm));
+      assert.equal(box.created, true, "rt.create made it");
+      assert.equal((await rt.get("bl-demo"))?.created, false, "rt.get found it");
     } finally {
       await rt.remove("bl-demo", true).catch(() => undefined);
     }

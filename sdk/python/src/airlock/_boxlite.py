@@ -521,6 +521,69 @@ class RuntimeMetrics(_Awaitable):
     image_disk_bytes_reclaimed_total: Optional[int] = None
 
 
+@dataclass
+class BoxMetrics:
+    """One box's use of the host now (``box.metrics()``), from the
+    server's ``GET /v1/boxes/{id}/stats``: what ``airlock stats`` shows.
+
+    BoxLite's fields: ``cpu_percent`` (percent of one host CPU the box's VM
+    used over a sample of about 0.5 s: the call takes that long),
+    ``memory_bytes`` (the VM process's resident memory),
+    ``network_bytes_sent`` / ``network_bytes_received`` (what the box sent
+    out / received through its network; None for network ``none``).
+    airlock keeps no per-box exec or stdio counters and no boot-stage
+    timings: ``commands_executed_total``, ``exec_errors_total``,
+    ``bytes_sent_total``, ``bytes_received_total``,
+    ``total_create_duration_ms``, ``guest_boot_duration_ms``,
+    ``network_tcp_connections``, ``network_tcp_errors`` and the
+    ``stage_*_ms`` fields are None (server-wide exec counts:
+    ``runtime.metrics()``).
+
+    airlock's own: ``memory_limit_bytes`` (the box's guest memory),
+    ``disk_bytes`` (its writable layer on the host's disk), ``cpu_seconds``
+    (host CPU its VM used since it started), ``network_connections_total``
+    (TCP connections and UDP flows opened), ``paused`` (paused in memory:
+    the figures are read on the host, its CPU stands still) and ``raw``
+    (the server's JSON). A stopped box raises AirlockError
+    ``box_not_running`` (409)."""
+
+    cpu_percent: Optional[float]
+    memory_bytes: Optional[int]
+    network_bytes_sent: Optional[int]
+    network_bytes_received: Optional[int]
+    memory_limit_bytes: int
+    disk_bytes: int
+    cpu_seconds: float
+    network_connections_total: Optional[int]
+    paused: bool
+    raw: Dict[str, Any]
+    commands_executed_total: Optional[int] = None
+    exec_errors_total: Optional[int] = None
+    bytes_sent_total: Optional[int] = None
+    bytes_received_total: Optional[int] = None
+    total_create_duration_ms: Optional[int] = None
+    guest_boot_duration_ms: Optional[int] = None
+    network_tcp_connections: Optional[int] = None
+    network_tcp_errors: Optional[int] = None
+    stage_filesystem_setup_ms: Optional[int] = None
+    stage_image_prepare_ms: Optional[int] = None
+    stage_guest_rootfs_ms: Optional[int] = None
+    stage_box_config_ms: Optional[int] = None
+    stage_box_spawn_ms: Optional[int] = None
+    stage_container_init_ms: Optional[int] = None
+
+    @staticmethod
+    def _of(d: Dict[str, Any]) -> "BoxMetrics":
+        net = d.get("network") or None
+        return BoxMetrics(cpu_percent=float(d.get("cpu_percent") or 0.0), memory_bytes=int(d.get("memory_bytes") or 0),
+                          network_bytes_sent=int(net.get("bytes_out") or 0) if net else None,
+                          network_bytes_received=int(net.get("bytes_in") or 0) if net else None,
+                          memory_limit_bytes=int(d.get("memory_limit_bytes") or 0), disk_bytes=int(d.get("disk_bytes") or 0),
+                          cpu_seconds=float(d.get("cpu_seconds") or 0.0),
+                          network_connections_total=int(net.get("connections") or 0) if net else None,
+                          paused=bool(d.get("paused")), raw=d)
+
+
 _PROM = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)')
 
 
@@ -793,11 +856,12 @@ class Box(FilesMixin):
     created with ``auto_remove`` (BoxLite's default). airlock's file calls
     (``read_file``, ``write_file``, ``stat``...) work on it too."""
 
-    def __init__(self, runtime: "Boxlite", info: Dict[str, Any]) -> None:
+    def __init__(self, runtime: "Boxlite", info: Dict[str, Any], created: bool = False) -> None:
         self._rt = runtime
         self._client = runtime._client
         self._id = info["id"]
         self._name = info.get("name") or None
+        self._created = created
 
     @property
     def id(self) -> str:
@@ -806,6 +870,15 @@ class Box(FilesMixin):
     @property
     def name(self) -> Optional[str]:
         return self._name
+
+    @property
+    def created(self) -> bool:
+        """BoxLite's ``SimpleBox.created``, on this handle: True when the
+        call that returned it created the box (``runtime.create``, a new box
+        of ``get_or_create``, ``clone_box``), False when it found an existing
+        one (``runtime.get``, ``get_or_create`` reusing a box). When the box
+        was made: ``info().created_at``."""
+        return self._created
 
     async def _box(self) -> str:
         return self._id  # type: ignore[no-any-return]
@@ -863,10 +936,10 @@ class Box(FilesMixin):
         await self.start()
         return await Execution._start(self._client, self._id, req)
 
-    async def metrics(self) -> Any:
-        raise _unsupported("Box.metrics()",
-                           "airlock keeps no per-box counters; use runtime.metrics() (server-wide, from GET /metrics) "
-                           "or box.info()")
+    async def metrics(self) -> BoxMetrics:
+        """The box's CPU, memory, disk and network use now (see
+        :class:`BoxMetrics`; ``GET /v1/boxes/{id}/stats``, about 0.5 s)."""
+        return BoxMetrics._of(await self._client.request("GET", f"/v1/boxes/{self._id}/stats"))
 
     async def copy_in(self, host_path: Union[str, Path], container_dest: str,  # type: ignore[override]
                       copy_options: Optional[CopyOptions] = None) -> None:
@@ -903,7 +976,7 @@ class Box(FilesMixin):
                 await self.stop()
         child = r["boxes"][0]
         self._rt._track(child["id"], lease=self._rt._lease_of(self._id))
-        return Box(self._rt, child)
+        return Box(self._rt, child, created=True)
 
     async def export(self, *, dest: str, options: Any = None) -> str:
         raise _unsupported("Box.export()",
@@ -1005,7 +1078,7 @@ class Boxlite:
         spec = options._spec(_opt_str("name", name))
         d = await self._client.request("POST", "/v1/boxes", json=spec)
         self._track(d["id"], spec.get("lease"))
-        return Box(self, d)
+        return Box(self, d, created=True)
 
     async def get(self, id_or_name: str) -> Optional[Box]:
         """A handle on a box (id, id prefix or name), or None when there is
@@ -1144,8 +1217,6 @@ BoxRuntime = _missing_type("BoxRuntime", "airlock boxes have no guest-to-guest m
                                          "(ports=[...]) and connect through the host, or share a named volume")
 ManagedBox = _missing_type("ManagedBox", "use SimpleBox or CodeBox; boxes talk through published ports or a named volume")
 BoxGroup = _missing_type("BoxGroup", "create the boxes with SimpleBox and stop them together (asyncio.gather)")
-BoxMetrics = _missing_type("BoxMetrics", "airlock keeps no per-box counters: runtime.metrics() (the server's), or "
-                                         "box.info()")
 CloneOptions = _missing_type("CloneOptions", "box.clone_box() forks a running copy with the box's disk and memory; "
                                              "it takes no options")
 ExportOptions = _missing_type("ExportOptions", "`airlock export BOX -o FILE` on the server's host")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
-from ._boxlite import (Box, BoxInfo, Boxlite, BoxliteRestOptions, BoxOptions, CopyOptions, Execution, ExecWaitResult,
+from ._boxlite import (Box, BoxInfo, BoxMetrics, Boxlite, BoxliteRestOptions, BoxOptions, CopyOptions, Execution, ExecWaitResult,
                        Options, RuntimeMetrics, _Lines)
 from ._sync import _Loop
 
@@ -75,6 +75,11 @@ class SyncBox:
     def name(self) -> Optional[str]:
         return self._box.name
 
+    @property
+    def created(self) -> bool:
+        """See :attr:`airlock.Box.created`."""
+        return self._box.created
+
     def info(self) -> BoxInfo:
         return self._box.info()
 
@@ -88,7 +93,8 @@ class SyncBox:
              **kwargs: Any) -> SyncExecution:
         return SyncExecution(self._loop, self._loop.run(self._box.exec(command, args, env, tty, **kwargs)))
 
-    def metrics(self) -> Any:
+    def metrics(self) -> BoxMetrics:
+        """See :meth:`airlock.Box.metrics`."""
         return self._loop.run(self._box.metrics())
 
     def copy_in(self, host_path: Union[str, Path], container_dest: str, copy_options: Optional[CopyOptions] = None) -> None:

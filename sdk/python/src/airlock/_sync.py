@@ -56,7 +56,7 @@ class SyncSimpleBox:
         return self._box.info()
 
     def metrics(self) -> Any:
-        """See :meth:`airlock.SimpleBox.metrics` (not supported)."""
+        """See :meth:`airlock.SimpleBox.metrics`."""
         return self._loop.run(self._box.metrics())
 
     def shutdown(self) -> None:
