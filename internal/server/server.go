@@ -251,6 +251,7 @@ func New(cfg Config) *Server {
 	s.registerExecs()
 	s.registerEvents()
 	s.registerFiles()
+	s.registerExport()
 	s.mux.HandleFunc("GET /v1/boxes/{id}/exec/ws", s.handleExecWS)
 	if cfg.Metrics != nil {
 		s.mux.Handle("GET /metrics", adminOnly(cfg.Metrics.Handler()))
