@@ -112,8 +112,8 @@ func (s *Server) handleImport(w http.ResponseWriter, r *http.Request) {
 				return &Problem{Status: http.StatusBadRequest, Title: "Bad Request", Code: CodeInvalid,
 					Detail: "the archive holds memory (airlock export --with-memory): the API imports box archives without memory; import this one on the server's host with airlock import, or export the box without memory (checkpoints=true keeps its undo points)"}
 			}
-			if checkpoints > 0 && !s.cfg.Policy.AllowImportState {
-				return denied("the archive carries %d checkpoints, whose device state QEMU loads at a rollback; this server imports them only with airlock serve --allow-import-state: ask its operator, or export the box without checkpoints", checkpoints)
+			if p, _ := s.policyFor(ctx); checkpoints > 0 && !p.AllowImportState {
+				return denied("the archive carries %d checkpoints, whose device state QEMU loads at a rollback; this server imports them only with airlock serve --allow-import-state, for its own token (not a tenant's): ask its operator, or export the box without checkpoints", checkpoints)
 			}
 			// The box is the caller's (its tenant's), whatever labels
 			// the exporting server gave it.

@@ -86,8 +86,8 @@ type Policy struct {
 	// checkpoints (airlock serve --allow-import-state): their memory and
 	// device state, which the client made, is loaded into the box's QEMU
 	// at a rollback, and QEMU does not treat device state as untrusted
-	// (it runs confined, as for any box). Off: such archives get 403
-	// policy_denied.
+	// (it runs confined, as for any box). Off, and for a tenant's token
+	// always: such archives get 403 policy_denied.
 	AllowImportState bool
 }
 
