@@ -27,7 +27,7 @@ type Ports struct {
 type held struct {
 	ports   *helper.Held
 	cancel  context.CancelFunc
-	waited  chan struct{}    // closed when the watch's WaitConn has returned
+	waited  chan struct{}     // closed when the watch's WaitConn has returned
 	handoff *net.UnixListener // the watch's hand-over socket, nil when none
 }
 
