@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -153,6 +154,15 @@ type ImportOptions struct {
 	// Snapshot names the snapshot an archive with memory is stored as
 	// (default: the archive's snapshot name, or "import-<box id>").
 	Snapshot string
+	// Admit, when set, is called once the archive's manifest is read and
+	// checked, before anything is written: opts are the new box's options
+	// as decoded from the archive (defaults filled in, Name set), memory
+	// tells an archive with memory, checkpoints how many checkpoints it
+	// carries (both hold device state that QEMU loads: see ImportBox).
+	// Its error ends the import, unwrapped. It may set opts.Labels (a
+	// server adds its tenant's label); changes to other fields are not
+	// kept. A server applies its policy here.
+	Admit func(opts *BoxOptions, memory bool, checkpoints int) error
 }
 
 // ImportResult is what ImportBox made.
@@ -188,12 +198,14 @@ type ImportResult struct {
 // parameters or "--" tail), as each checkpoint's; at most 64 checkpoints,
 // named as Checkpoint names them, each listed after its parent (a tree:
 // no loop, no missing parent); anything else is refused with an error
-// (ErrLimit for sizes). Importing memory runs QEMU on the
+// (wrapping ErrInvalidArgument when the manifest is refused, ErrLimit for
+// sizes). Importing memory runs QEMU on the
 // archive's device state, which QEMU does not treat as untrusted: import
 // archives with memory only from hosts you trust.
 func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOptions) (ImportResult, error) {
 	var res ImportResult
 	var o BoxOptions
+	var admitErr error
 	ar, err := boxarchive.Read(rd, func(m *boxarchive.Manifest) (boxarchive.Limits, error) {
 		var err error
 		o, err = archiveOptions(m, opts.Name)
@@ -205,10 +217,23 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 		if err := r.checkMemoryCap(o.MemoryMiB); err != nil {
 			return boxarchive.Limits{}, fmt.Errorf("the archive's box: %w", err)
 		}
+		if opts.Admit != nil {
+			admitted := o
+			admitted.Labels = maps.Clone(o.Labels)
+			if err := opts.Admit(&admitted, m.Kind == boxarchive.KindSnapshot, len(m.Checkpoints)); err != nil {
+				admitErr = err
+				return boxarchive.Limits{}, err
+			}
+			o.Labels = admitted.Labels
+		}
 		return boxarchive.BoxLimits(o.MemoryMiB, o.DiskSizeMiB, boxarchive.CheckSnapshotFile(r.checkMachineFile))
 	})
 	if err != nil {
-		return res, err
+		if err == admitErr {
+			return res, err
+		}
+		// Not an archive this airlock reads, or one past its bounds.
+		return res, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	m := ar.Manifest()
 	if err := boxarchive.CheckFreeSpace(r.opts.Home, m); err != nil {

@@ -3,6 +3,7 @@ package airlock_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -194,5 +195,39 @@ func TestSuspendedBoxListsItsPortsOnFake(t *testing.T) {
 	}
 	if info, _ := b.Info(ctx); info.Suspended || len(info.Ports) != 0 {
 		t.Fatalf("stopped box: suspended %v, ports %+v; want none", info.Suspended, info.Ports)
+	}
+}
+
+// TestIdleSuspendWakeFromAnotherRuntime: a box with a published port
+// suspended by one runtime's reaper (which then holds the port, for wake
+// on traffic, as airlock serve does) is woken by an exec through another
+// runtime on the same home (as the CLI's airlock exec is): the resume
+// must get the port, not fail with "address already in use".
+func TestIdleSuspendWakeFromAnotherRuntime(t *testing.T) {
+	ctx := context.Background()
+	h := fakeHarnessOn(t, fake.NewSnapshotting(os.Getenv("AIRLOCK_AGENT")))
+	home := t.TempDir()
+	serve := h.openOpts(t, airlock.Options{Home: home, ReapInterval: 50 * time.Millisecond})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	b, err := serve.Create(ctx, airlock.BoxOptions{Image: h.image, IdleTimeout: 300 * time.Millisecond, IdleAction: airlock.IdleSuspend,
+		Ports: []airlock.PortMapping{{HostIP: "127.0.0.1", HostPort: port, GuestPort: 8080}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Remove(context.Background(), true) })
+	waitInfo(t, b, "suspended", func(i airlock.BoxInfo) bool { return i.Suspended })
+	cli := h.openOpts(t, airlock.Options{Home: home})
+	cb, err := cli.Get(ctx, b.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cb.Exec(ctx, "true", nil, airlock.ExecOptions{})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec through another runtime on the suspended box: %+v %v", res, err)
 	}
 }

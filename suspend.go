@@ -168,7 +168,7 @@ func (r *Runtime) holdPorts(b *Box, cfg boxConfig, ports []PortMapping) (*helper
 	if cfg.Options.IdleAction != IdleSuspend || len(ports) == 0 {
 		return nil, nil
 	}
-	return r.life.held.Hold(b.id, publishes(ports))
+	return r.life.held.Hold(b.id, b.dir, publishes(ports))
 }
 
 // releasePorts closes the ports this runtime holds for box id, if any
@@ -193,7 +193,7 @@ func (r *Runtime) wakeOnTraffic(b *Box, bound []PortMapping) {
 	if _, cfg := b.snapshot(); cfg.Options.IdleAction != IdleSuspend || len(bound) == 0 {
 		return
 	}
-	err := r.life.held.Watch(b.id, publishes(bound), func() {
+	err := r.life.held.Watch(b.id, b.dir, publishes(bound), func() {
 		if err := b.wake(context.Background()); err != nil {
 			// Not resumed: what waits is refused, rather than held for
 			// ever.

@@ -223,7 +223,7 @@ are added and revoked without a restart. Every audit line names its tenant.`,
 				}
 			}
 			log.Info("grants", "allow_volume", policy.AllowVolumeDirs, "allow_named_volumes", allowNamedVolumes,
-				"allow_host_port", policy.AllowHostPorts, "allow_private_net", policy.AllowPrivateNet, "allow_publish", publish,
+				"allow_host_port", policy.AllowHostPorts, "allow_private_net", policy.AllowPrivateNet, "allow_publish", publish, "allow_import_state", policy.AllowImportState,
 				"max_disk", policy.MaxDiskMiB, "min_free_disk", policy.MinFreeDiskMiB, "max_volumes", policy.MaxVolumes,
 				"max_volume_space", policy.MaxVolumesMiB, "max_snapshots", policy.MaxSnapshots)
 			srv = server.New(cfg)
@@ -266,6 +266,7 @@ are added and revoked without a restart. Every audit line names its tenant.`,
 	f.BoolVar(&allowNamedVolumes, "allow-named-volumes", true, "let clients create and attach named volumes")
 	f.IntSliceVar(&policy.AllowHostPorts, "allow-host-port", nil, "let a box's network open this host port (allow_host_ports); repeatable; none by default")
 	f.BoolVar(&policy.AllowPrivateNet, "allow-private-net", false, "let allow_net list IPs/CIDRs in private ranges (RFC 1918, CGNAT, ULA), and image pulls reach registries there and on loopback")
+	f.BoolVar(&policy.AllowImportState, "allow-import-state", false, "let POST /v1/boxes/import take archives with checkpoints (their device state, made by the client, is loaded into the box's confined QEMU at a rollback)")
 	f.StringArrayVar(&publish, "allow-publish", nil, "let clients publish box ports on these host ports: [ADDR:]LOW[-HIGH][/tcp|udp], ADDR 127.0.0.1 by default (another address must be named; 0.0.0.0 or :: covers every address of its family); a range from 0 also grants host_port 0 (a free port); repeatable; none by default")
 	f.StringVar(&auditPath, "audit-log", "", `exec audit log, JSON lines (default audit.log in the home; "off": none)`)
 	f.Int64Var(&auditMax, "audit-max", server.DefaultAuditMaxBytes, "audit log size at which it is rotated to .1 (at most twice this is kept)")

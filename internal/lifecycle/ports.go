@@ -2,7 +2,9 @@ package lifecycle
 
 import (
 	"context"
+	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -23,21 +25,35 @@ type Ports struct {
 // held is one box's ports and their watch (cancel and waited are nil
 // when none runs).
 type held struct {
-	ports  *helper.Held
-	cancel context.CancelFunc
-	waited chan struct{} // closed when the watch's WaitConn has returned
+	ports   *helper.Held
+	cancel  context.CancelFunc
+	waited  chan struct{}     // closed when the watch's WaitConn has returned
+	handoff *net.UnixListener // the watch's hand-over socket, nil when none
 }
+
+// HandOverSock is the name, in a box's directory, of the socket on which
+// the runtime that holds a suspended box's ports (its watch) hands them
+// over to another process that resumes the box (airlock exec while
+// airlock serve holds them): that one's helper then accepts on them, and
+// binding them again is not needed (it would fail: address in use).
+const HandOverSock = "ports-handover.sock"
 
 // Hold returns the ports held for box id for its network helper to
 // inherit, ending their watch (the box is starting); else it binds pub
 // now and holds them from then on, so that they stay bound when the box
 // is suspended. nil when pub has no TCP port.
-func (p *Ports) Hold(id string, pub []netstack.Publish) (*helper.Held, error) {
+// Ports another process holds for the box (its watch, in dir) are taken
+// from it (HandOverSock) rather than bound.
+func (p *Ports) Hold(id, dir string, pub []netstack.Publish) (*helper.Held, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if hb := p.held[id]; hb != nil {
 		hb.stopWatch()
 		return hb.ports, nil
+	}
+	if h := takeOver(dir); h != nil {
+		p.add(id, h)
+		return h, nil
 	}
 	h, err := helper.Bind(pub)
 	if err != nil || h == nil {
@@ -57,8 +73,58 @@ func (p *Ports) add(id string, h *helper.Held) *held {
 	return hb
 }
 
-// stopWatch ends hb's watch, if one runs, and waits for it.
+// takeOver asks the process that watches the box of directory dir for
+// its ports (HandOverSock); nil when none answers within a few seconds.
+func takeOver(dir string) *helper.Held {
+	if dir == "" {
+		return nil
+	}
+	c, err := net.DialTimeout("unix", filepath.Join(dir, HandOverSock), 2*time.Second)
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	h, err := helper.Receive(c.(*net.UnixConn))
+	if err != nil {
+		return nil
+	}
+	return h
+}
+
+// serveHandOver hands box id's ports (hb) over to the first process that
+// asks on l (takeOver), and stops holding them here: that process starts
+// the box. It returns when l is closed (the watch ended).
+func (p *Ports) serveHandOver(id string, hb *held, l *net.UnixListener) {
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.held[id] != hb {
+			p.mu.Unlock()
+			c.Close()
+			return
+		}
+		hb.stopWatch()
+		delete(p.held, id)
+		p.mu.Unlock()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		hb.ports.Send(c)
+		c.Close()
+		hb.ports.Close()
+		return
+	}
+}
+
+// stopWatch ends hb's watch, if one runs, and waits for it; it closes
+// the hand-over socket.
 func (hb *held) stopWatch() {
+	if hb.handoff != nil {
+		hb.handoff.Close() // removes the socket file
+		hb.handoff = nil
+	}
 	if hb.cancel != nil {
 		hb.cancel()
 		<-hb.waited
@@ -72,12 +138,11 @@ func (p *Ports) Release(id string) {
 	p.mu.Lock()
 	hb := p.held[id]
 	delete(p.held, id)
+	if hb != nil {
+		hb.stopWatch()
+	}
 	p.mu.Unlock()
 	if hb != nil {
-		if hb.cancel != nil {
-			hb.cancel()
-			<-hb.waited
-		}
 		hb.ports.Close()
 	}
 }
@@ -123,7 +188,10 @@ func (p *Ports) ReleaseStale(live map[string]bool, dirOf func(id string) string)
 // helper. It returns Bind's error when the ports could not be bound; a
 // box whose ports are watched already, or that publishes no TCP port, is
 // left as it is.
-func (p *Ports) Watch(id string, pub []netstack.Publish, wake func()) error {
+//
+// While it watches, another process that resumes the box takes the ports
+// over (HandOverSock in dir, the box's directory).
+func (p *Ports) Watch(id, dir string, pub []netstack.Publish, wake func()) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	hb := p.held[id]
@@ -143,6 +211,14 @@ func (p *Ports) Watch(id string, pub []netstack.Publish, wake func()) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	waited := make(chan struct{})
 	hb.cancel, hb.waited = cancel, waited
+	if dir != "" {
+		sock := filepath.Join(dir, HandOverSock)
+		os.Remove(sock)
+		if l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"}); err == nil {
+			hb.handoff = l
+			go p.serveHandOver(id, hb, l)
+		}
+	}
 	go func() {
 		err := hb.ports.WaitConn(ctx)
 		close(waited)

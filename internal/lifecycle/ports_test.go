@@ -40,7 +40,7 @@ func bindable(addr string) bool {
 
 func TestPortsHoldKeepsThePortsUntilRelease(t *testing.T) {
 	var p Ports
-	h, err := p.Hold("box1", loopback)
+	h, err := p.Hold("box1", "", loopback)
 	if err != nil || h == nil {
 		t.Fatalf("Hold: %v, %v", h, err)
 	}
@@ -49,7 +49,7 @@ func TestPortsHoldKeepsThePortsUntilRelease(t *testing.T) {
 		t.Fatalf("held ports %v: want one, bound", addrs)
 	}
 	// A second start of the box gets the same sockets, not new ports.
-	if h2, err := p.Hold("box1", loopback); err != nil || h2 != h {
+	if h2, err := p.Hold("box1", "", loopback); err != nil || h2 != h {
 		t.Fatalf("second Hold = %p, %v; want the held %p", h2, err, h)
 	}
 	p.Release("box1")
@@ -57,23 +57,23 @@ func TestPortsHoldKeepsThePortsUntilRelease(t *testing.T) {
 		t.Errorf("port %s still bound after Release", addrs[0])
 	}
 	p.Release("box1") // nothing held: a no-op
-	if h, err := p.Hold("box2", []netstack.Publish{{HostPort: 0, GuestPort: 53, Proto: "udp"}}); h != nil || err != nil {
+	if h, err := p.Hold("box2", "", []netstack.Publish{{HostPort: 0, GuestPort: 53, Proto: "udp"}}); h != nil || err != nil {
 		t.Errorf("Hold of UDP only = %v, %v; want nothing held", h, err)
 	}
 }
 
 func TestPortsWatchWakesOnAConnection(t *testing.T) {
 	var p Ports
-	h, err := p.Hold("box1", loopback)
+	h, err := p.Hold("box1", "", loopback)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Release("box1")
 	var woken atomic.Int32
-	if err := p.Watch("box1", nil, func() { woken.Add(1) }); err != nil {
+	if err := p.Watch("box1", "", nil, func() { woken.Add(1) }); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Watch("box1", nil, func() { t.Error("a second watch woke the box") }); err != nil {
+	if err := p.Watch("box1", "", nil, func() { t.Error("a second watch woke the box") }); err != nil {
 		t.Fatal(err)
 	}
 	c, err := net.Dial("tcp", h.Ports()[0])
@@ -84,7 +84,7 @@ func TestPortsWatchWakesOnAConnection(t *testing.T) {
 	eventually(t, "wake on a connection", func() bool { return woken.Load() == 1 })
 	// The box's start takes the same sockets; the waiting connection is
 	// still queued on them for its helper.
-	h2, err := p.Hold("box1", loopback)
+	h2, err := p.Hold("box1", "", loopback)
 	if err != nil || h2 != h {
 		t.Fatalf("Hold after the wake = %p, %v; want %p", h2, err, h)
 	}
@@ -101,7 +101,7 @@ func TestPortsWatchBindsForABoxItDidNotStart(t *testing.T) {
 	l.Close()
 	pub := []netstack.Publish{{HostIP: "127.0.0.1", HostPort: addr.Port, GuestPort: 80}}
 	woke := make(chan struct{})
-	if err := p.Watch("box1", pub, func() { close(woke) }); err != nil {
+	if err := p.Watch("box1", "", pub, func() { close(woke) }); err != nil {
 		t.Fatal(err)
 	}
 	if bindable(addr.String()) {
@@ -109,7 +109,7 @@ func TestPortsWatchBindsForABoxItDidNotStart(t *testing.T) {
 	}
 	// Hold (a start) ends the watch: no wake comes from a later
 	// connection.
-	if _, err := p.Hold("box1", nil); err != nil {
+	if _, err := p.Hold("box1", "", nil); err != nil {
 		t.Fatal(err)
 	}
 	c, err := net.Dial("tcp", addr.String())
@@ -130,7 +130,7 @@ func TestPortsWatchBindsForABoxItDidNotStart(t *testing.T) {
 	}
 	defer l.Close()
 	busy := []netstack.Publish{{HostIP: "127.0.0.1", HostPort: l.Addr().(*net.TCPAddr).Port, GuestPort: 80}}
-	if err := p.Watch("box2", busy, func() {}); err == nil {
+	if err := p.Watch("box2", "", busy, func() {}); err == nil {
 		t.Error("Watch bound a port in use")
 	}
 }
@@ -140,7 +140,7 @@ func TestPortsReleaseStale(t *testing.T) {
 	dirOf := func(id string) string { return filepath.Join(home, id) }
 	var p Ports
 	hold := func(id string) string {
-		h, err := p.Hold(id, loopback)
+		h, err := p.Hold(id, "", loopback)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,5 +205,42 @@ func TestWakesResumesOnce(t *testing.T) {
 	// Once it ended, the next call resumes again.
 	if err := w.Do(context.Background(), "b", func() error { runs.Add(1); return nil }); err != nil || runs.Load() != 2 {
 		t.Errorf("a later resume: %v, %d runs", err, runs.Load())
+	}
+}
+
+// TestPortsHandOver: ports one Ports watches for a suspended box are
+// handed over to another Ports (another process) that starts the box,
+// which then holds them (they are not bound twice), and the first holds
+// them no more: its Release leaves them bound; a connection queued on
+// them stays for the new holder.
+func TestPortsHandOver(t *testing.T) {
+	dir := t.TempDir()
+	var serve, cli Ports
+	h, err := serve.Hold("box1", dir, loopback)
+	if err != nil || h == nil {
+		t.Fatal(h, err)
+	}
+	addr := h.Ports()[0]
+	if err := serve.Watch("box1", dir, nil, func() { t.Error("the hand-over woke the box in the first runtime") }); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cli.Hold("box1", dir, loopback)
+	if err != nil || got == nil || len(got.Ports()) != 1 || got.Ports()[0] != addr {
+		t.Fatalf("hand-over: %v %v, want %s", got, err, addr)
+	}
+	serve.Release("box1")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("port released by the first holder after the hand-over: %v", err)
+	}
+	c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := got.WaitConn(ctx); err != nil {
+		t.Fatalf("the connection did not reach the new holder: %v", err)
+	}
+	cli.Release("box1")
+	if _, err := os.Stat(filepath.Join(dir, HandOverSock)); !os.IsNotExist(err) {
+		t.Errorf("hand-over socket left behind: %v", err)
 	}
 }

@@ -231,9 +231,12 @@ func (s *Server) registerFiles() {
 	}
 }
 
-// isUpload reports whether r is a file or tar upload (bounded by
+// isUpload reports whether r is a file, tar or box archive upload (bounded by
 // MaxUploadBytes rather than MaxBodyBytes).
 func isUpload(r *http.Request) bool {
+	if r.Method == http.MethodPost && r.URL.Path == importPath {
+		return true // a box archive
+	}
 	return r.Method == http.MethodPut && boxPath.MatchString(r.URL.Path) &&
 		(strings.HasSuffix(r.URL.Path, "/files") || strings.HasSuffix(r.URL.Path, "/archive"))
 }

@@ -82,6 +82,13 @@ type Policy struct {
 	// request's ports may publish on (airlock serve --allow-publish; see
 	// PublishGrant). Empty: no published ports at all.
 	AllowPublish []PublishGrant
+	// AllowImportState lets POST /v1/boxes/import take archives with
+	// checkpoints (airlock serve --allow-import-state): their memory and
+	// device state, which the client made, is loaded into the box's QEMU
+	// at a rollback, and QEMU does not treat device state as untrusted
+	// (it runs confined, as for any box). Off, and for a tenant's token
+	// always: such archives get 403 policy_denied.
+	AllowImportState bool
 }
 
 // Defaults of the Policy caps that apply when the field is zero: what a

@@ -253,6 +253,7 @@ func New(cfg Config) *Server {
 	s.registerEvents()
 	s.registerFiles()
 	s.registerStats()
+	s.registerExport()
 	s.mux.HandleFunc("GET /v1/boxes/{id}/exec/ws", s.handleExecWS)
 	if cfg.Metrics != nil {
 		s.mux.Handle("GET /metrics", adminOnly(cfg.Metrics.Handler()))

@@ -271,6 +271,10 @@ func TestProblems(t *testing.T) {
 		{"POST", "/v1/boxes", `{"network":"bridged"}`, 400, CodeInvalid},
 		{"POST", "/v1/boxes", `{"image":"` + strings.Repeat("x", 3<<20) + `"}`, 413, CodeBodyTooLarge},
 		{"GET", "/v1/nothing", "", 404, ""},
+		{"GET", "/v1/boxes/nosuchbox/export", "", 404, CodeBoxNotFound},
+		{"GET", "/v1/boxes/nosuchbox/export?checkpoints=maybe", "", 400, CodeInvalid},
+		{"POST", "/v1/boxes/import", "not a tar archive", 400, CodeInvalid},
+		{"POST", "/v1/boxes/import?name=" + strings.Repeat("n", 200), "", 400, CodeInvalid},
 		// Under the server's limit but over huma's default of 1 MiB: the
 		// body is read (and the box then looked up).
 		{"POST", "/v1/boxes/nosuchbox/exec", `{"cmd":["cat"],"stdin":"` + strings.Repeat("x", 1<<20+10) + `"}`, 404, CodeBoxNotFound},

@@ -247,6 +247,9 @@ func (s *Server) policyFor(ctx context.Context) (Policy, []string) {
 	if !g.Publish {
 		p.AllowPublish = nil
 	}
+	// No tenant grant for it: archives with checkpoints are imported for
+	// the server's own token only.
+	p.AllowImportState = false
 	return p, dirs
 }
 

@@ -2,6 +2,7 @@ package helper
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -146,4 +147,79 @@ func (h *Held) WaitConn(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// maxHandOver bounds the sockets Receive takes in one hand-over (a box
+// publishes fewer ports).
+const maxHandOver = 64
+
+// Send hands the held sockets over to the process at the other end of c
+// (SCM_RIGHTS, with their indices as JSON), which takes them with
+// Receive; h keeps its own, to be closed by the caller once sent.
+func (h *Held) Send(c *net.UnixConn) error {
+	files := h.files()
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	var idx []int
+	var fds []int
+	for i, f := range files {
+		idx = append(idx, i)
+		fds = append(fds, int(f.Fd()))
+	}
+	msg, err := json.Marshal(idx)
+	if err != nil {
+		return err
+	}
+	_, _, err = c.WriteMsgUnix(msg, unix.UnixRights(fds...), nil)
+	return err
+}
+
+// Receive takes the sockets Send hands over on c (what Send's process
+// holds for the box), within c's deadline.
+func Receive(c *net.UnixConn) (*Held, error) {
+	buf := make([]byte, 4<<10)
+	oob := make([]byte, unix.CmsgSpace(maxHandOver*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, fmt.Errorf("receive held ports: %w", err)
+	}
+	var fds []int
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err == nil {
+		for i := range msgs {
+			more, err := unix.ParseUnixRights(&msgs[i])
+			if err == nil {
+				fds = append(fds, more...)
+			}
+		}
+	}
+	h := &Held{ls: map[int]*net.TCPListener{}}
+	var idx []int
+	if err := json.Unmarshal(buf[:n], &idx); err != nil || len(idx) != len(fds) || len(fds) == 0 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, fmt.Errorf("receive held ports: %d sockets for %q", len(fds), buf[:n])
+	}
+	for k, fd := range fds {
+		f := os.NewFile(uintptr(fd), "held-port")
+		l, err := net.FileListener(f)
+		f.Close()
+		tl, ok := l.(*net.TCPListener)
+		if err != nil || !ok {
+			if l != nil {
+				l.Close()
+			}
+			h.Close()
+			for _, rest := range fds[k+1:] {
+				unix.Close(rest)
+			}
+			return nil, fmt.Errorf("receive held ports: not a TCP listener: %v", err)
+		}
+		h.ls[idx[k]] = tl
+	}
+	return h, nil
 }

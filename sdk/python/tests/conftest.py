@@ -104,7 +104,7 @@ def server_env(airlock_bin: Path) -> Iterator[dict]:
         env["AIRLOCK_TEST_TENANT_" + name.upper()] = out.strip()
     proc = subprocess.Popen([str(airlock_bin), "serve", "--socket", str(sock), "--listen", "127.0.0.1:0",
                              "--token", TOKEN, "--allow-volume", str(tmp / "volumes"), "--allow-publish", "127.0.0.1:0",
-                             "--allow-private-net", "--tenants", str(tenants)],
+                             "--allow-private-net", "--allow-import-state", "--tenants", str(tenants)],
                             env=env, stdout=log, stderr=log)
     deadline = time.monotonic() + 30
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://airlock") as c:

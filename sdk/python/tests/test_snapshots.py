@@ -140,3 +140,30 @@ async def test_checkpoint_rollback(server_env: dict) -> None:
         assert e.value.code == "checkpoint_not_found"
         await box.remove_checkpoint("A")
         assert [(c.name, c.parent) for c in await box.checkpoints()] == [("B", "")]
+
+
+async def test_export_import_checkpoints(server_env: dict, tmp_path) -> None:
+    """A box exported with its checkpoints imports as a new box whose
+    rollback goes back to each of them."""
+    client = airlock.Client()
+    archive = tmp_path / "box.tar"
+    async with airlock.SimpleBox(network="none", lease=0) as box:
+        await box.write_file("/root/f", "a")
+        await box.checkpoint("A")
+        await box.write_file("/root/f", "b")
+        size = await box.export(archive, checkpoints=True)
+        assert size == archive.stat().st_size > 0
+        assert not (tmp_path / "box.tar.part").exists()
+    with pytest.raises(airlock.AirlockError) as e:
+        await airlock.SimpleBox.import_box(__file__, client=client)
+    assert (e.value.status, e.value.code) == (400, "invalid_request")
+    imported = await airlock.SimpleBox.import_box(archive, name="imported-ckpt", client=client)
+    try:
+        assert [c.name for c in await imported.checkpoints()] == ["A"]
+        assert await imported.read_file("/root/f") == b"b"
+        await imported.rollback("A")
+        assert await imported.read_file("/root/f") == b"a"
+    finally:
+        await imported.stop()
+    assert await _gone(client, imported.id)
+    await client.aclose()

@@ -1,7 +1,9 @@
 // SimpleBox and CodeBox: boxes on an airlock server, with BoxLite's Node API.
 
-import { readFile } from "node:fs/promises";
+import { createReadStream, createWriteStream } from "node:fs";
+import { readFile, rename, rm, stat } from "node:fs/promises";
 import path from "node:path";
+import { pipeline } from "node:stream/promises";
 import type WebSocket from "ws";
 
 import { BOUNDS } from "./bounds.js";
@@ -646,6 +648,62 @@ export class SimpleBox implements AsyncDisposable {
     const id = await this.box();
     const r = await this.client.request<Schemas["CheckpointList"]>("GET", `/v1/boxes/${encodeURIComponent(id)}/checkpoints`);
     return (r.checkpoints ?? []).map(checkpointOf);
+  }
+
+  /**
+   * Writes the box's archive to the host file `hostPath` (as `airlock export`): its configuration and writable
+   * layer (what it changed in its image; volumes are not part of it), and with `checkpoints: true` its
+   * checkpoints with their tree, so that {@link rollback} works on the box {@link SimpleBox.importBox} makes of
+   * it. A running box is flushed and paused while its disk is copied. Streamed to `hostPath + ".part"`, renamed
+   * over `hostPath` once whole; resolves to the archive's size in bytes. Rejects with {@link AirlockError}
+   * `transfer_cut` when the server cut the transfer (nothing is left at `hostPath`).
+   */
+  async export(hostPath: string, options: { checkpoints?: boolean } = {}): Promise<number> {
+    const id = await this.box();
+    const q = new URLSearchParams({ checkpoints: options.checkpoints ? "true" : "false" });
+    const res = await this.client.transfer("GET", `/v1/boxes/${encodeURIComponent(id)}/export?${q}`);
+    const tmp = hostPath + ".part";
+    let n = 0;
+    res.on("data", (c: Buffer) => {
+      n += c.length;
+    });
+    try {
+      try {
+        await pipeline(res, createWriteStream(tmp, { mode: 0o600 }));
+      } catch (e) {
+        throw new AirlockError(0, "transfer_cut", `export ${id}: the server cut the transfer (${(e as Error).message})`, undefined, { cause: e });
+      }
+      if (!res.complete) throw new AirlockError(0, "transfer_cut", `export ${id}: the server cut the transfer after ${n} bytes`);
+      await rename(tmp, hostPath);
+    } finally {
+      await rm(tmp, { force: true });
+    }
+    return n;
+  }
+
+  /**
+   * Makes a box on the server of the archive at the host file `hostPath` ({@link export}, `airlock export`),
+   * streamed, and resolves to a handle on it (as {@link attach}), started unless `start: false`. The box gets the
+   * archive's options and files, and its checkpoints when it carries them (the server takes those only with
+   * `airlock serve --allow-import-state`: else {@link AirlockError} `policy_denied`, 403). The archive's image
+   * must be on the server. `name` names the new box. It keeps the archive's ttl, idle timeout and lease (no renewer runs
+   * for it). {@link stop} removes it. Rejects with
+   * `invalid_request` (400) for a file that is not a box archive or one with memory, `image_not_found` (404),
+   * `name_in_use` (409), `body_too_large` (413) past `serve --max-upload`.
+   */
+  static async importBox<T extends SimpleBox>(this: new (o?: CodeBoxOptions) => T, hostPath: string,
+    options: CodeBoxOptions & { name?: string; start?: boolean } = {}): Promise<T> {
+    const { name, start, ...rest } = options;
+    const b = new this(rest);
+    await stat(hostPath);
+    const q = name ? `?${new URLSearchParams({ name })}` : "";
+    const res = await b.client.transfer("POST", `/v1/boxes/import${q}`, createReadStream(hostPath), "application/x-tar");
+    const chunks: Buffer[] = [];
+    for await (const c of res) chunks.push(c as Buffer);
+    const info = JSON.parse(Buffer.concat(chunks).toString("utf8")) as Schemas["Box"];
+    if (start ?? true) await b.client.request("POST", `/v1/boxes/${encodeURIComponent(info.id)}/start`);
+    b.bind(info.id);
+    return b;
   }
 
   /** Removes the box's checkpoint `name`; those taken after it get its parent. Rejects with `checkpoint_not_found` (404). */

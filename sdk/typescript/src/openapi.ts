@@ -28,6 +28,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/boxes/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Import a box from an archive
+         * @description Makes a box, stopped, of the archive in the body (GET /v1/boxes/{id}/export, airlock export), with the archive's options and files, and its checkpoints when it carries them (refused unless airlock serve --allow-import-state: a rollback loads their device state into QEMU). Its image (by digest) must be on this server. The archive is checked as hostile input and the box held to the server's policy as a create is. Archives with memory are refused: import them with airlock import. Bounded by airlock serve --max-upload. Start the box with POST /v1/boxes/{id}/start.
+         */
+        post: operations["import-box"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/boxes/{id}": {
         parameters: {
             query?: never;
@@ -280,6 +300,26 @@ export interface paths {
          * @description Kills the exec's process tree (SIGTERM, then SIGKILL after a grace); its caller gets the result (exit status 128 + the signal).
          */
         delete: operations["kill-exec"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/boxes/{id}/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Export a box as an archive
+         * @description The box's archive (as airlock export writes it): its configuration and writable layer, and with checkpoints=true its checkpoints (each whole, with their tree). A running box is flushed and paused while its disk is copied. A transfer that fails midway is cut (the chunked body never ends properly). POST /v1/boxes/import makes a box of it here or on another server with the same image.
+         */
+        get: operations["export-box"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -1598,6 +1638,78 @@ export interface operations {
             };
         };
     };
+    "import-box": {
+        parameters: {
+            query?: {
+                /** @description The new box's name (default: none). */
+                name?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-tar": string;
+            };
+        };
+        responses: {
+            /** @description The new box. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Box"];
+                };
+            };
+            /** @description Not an archive this server reads, over its bounds, or with memory (invalid_request). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Past the server's policy (policy_denied): caps, quotas, or checkpoints without --allow-import-state. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The archive's image is not on this server (image_not_found). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The name is taken (name_in_use). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Over the server's upload limit (airlock serve --max-upload). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     "get-box": {
         parameters: {
             query?: never;
@@ -2633,6 +2745,59 @@ export interface operations {
             };
             /** @description Internal Server Error */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "export-box": {
+        parameters: {
+            query?: {
+                /** @description true: the box's checkpoints go in the archive too (rollback works on the imported box). */
+                checkpoints?: string;
+            };
+            header?: never;
+            path: {
+                /** @description Box id, unique id prefix, or name. */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The archive (tar). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-tar": string;
+                };
+            };
+            /** @description A bad parameter (invalid_request). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such box (box_not_found). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The box cannot be exported now (box_not_running, ...). */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

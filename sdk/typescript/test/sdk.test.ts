@@ -703,6 +703,35 @@ describe("checkpoints", () => {
   });
 });
 
+describe("export and import", () => {
+  it("a box exported with its checkpoints imports and rolls back", { timeout: 240_000 }, async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "airlock-export-"));
+    const archive = path.join(dir, "box.tar");
+    try {
+      {
+        await using b = new SimpleBox({ network: "none" });
+        await b.writeFile("/root/f", "a");
+        await b.checkpoint("A");
+        await b.writeFile("/root/f", "b");
+        const n = await b.export(archive, { checkpoints: true });
+        assert.ok(n > 0 && n === readFileSync(archive).length, `export: ${n} bytes`);
+        assert.ok(!existsSync(archive + ".part"));
+      }
+      await assert.rejects(SimpleBox.importBox(path.join(dir, "missing.tar")));
+      writeFileSync(path.join(dir, "junk.tar"), "not a tar archive");
+      await assert.rejects(SimpleBox.importBox(path.join(dir, "junk.tar")),
+        (e: unknown) => e instanceof AirlockError && e.status === 400 && e.code === "invalid_request");
+      await using imported = await SimpleBox.importBox(archive, { name: "ts-imported-ckpt" });
+      assert.deepEqual((await imported.checkpoints()).map((c) => c.name), ["A"]);
+      assert.equal(new TextDecoder().decode(await imported.readFile("/root/f")), "b");
+      await imported.rollback("A");
+      assert.equal(new TextDecoder().decode(await imported.readFile("/root/f")), "a");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe("stop", () => {
   it("removes a started box; later calls reject", async () => {
     const cb = CodeBox.attach(box.id!);

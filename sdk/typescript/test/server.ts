@@ -131,7 +131,7 @@ export async function startServer(): Promise<TestServer> {
   // from loopback are granted: the start-failure tests name an image on a
   // loopback registry that refuses the connection.
   const proc = spawn(bin, ["serve", "--socket", socket, "--listen", `127.0.0.1:${port}`, "--token", token, "--allow-volume", volumes,
-    "--allow-publish", "127.0.0.1:0", "--allow-private-net"], { env, stdio: ["ignore", log, log] });
+    "--allow-publish", "127.0.0.1:0", "--allow-private-net", "--allow-import-state"], { env, stdio: ["ignore", log, log] });
   const up = await waitFor(async () => proc.exitCode === null && (await healthy(socket)), 30_000);
   if (!up) {
     proc.kill("SIGKILL");

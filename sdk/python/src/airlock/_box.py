@@ -13,6 +13,8 @@ from pathlib import Path
 from urllib.parse import quote
 from typing import Any, AsyncIterator, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
+import httpx
+
 from ._bounds import BOUNDS
 from ._client import AirlockError, Client, Endpoint, _raise_for_problem, decode_output, sync_client
 from ._files import FilesMixin
@@ -616,6 +618,85 @@ class SimpleBox(FilesMixin):
         its parent. AirlockError ``checkpoint_not_found`` (404)."""
         box = await self._box()
         await self._client.request("DELETE", f"/v1/boxes/{box}/checkpoints/{quote(name, safe='')}")
+
+    async def export(self, path: Union[str, Path], checkpoints: bool = False) -> int:
+        """Writes the box's archive to the host file ``path`` (as ``airlock
+        export``): its configuration and writable layer (what it changed in
+        its image; volumes are not part of it), and with
+        ``checkpoints=True`` its checkpoints with their tree, so that
+        :meth:`rollback` works on the box :meth:`import_box` makes of it. A
+        running box is flushed and paused while its disk is copied. Streamed
+        to a temporary file next to ``path``, renamed over it once whole;
+        returns the archive's size in bytes.
+
+        Raises AirlockError (``transfer_cut`` when the server cut the
+        transfer: nothing is left at ``path``).
+        """
+        box = await self._box()
+        dst = Path(path)
+        tmp = dst.with_name(dst.name + ".part")
+        http = await self._client._ensure()
+        n = 0
+        try:
+            async with http.stream("GET", f"/v1/boxes/{box}/export",
+                                   params={"checkpoints": "true" if checkpoints else "false"},
+                                   timeout=httpx.Timeout(10.0, read=None)) as r:
+                if r.status_code >= 400:
+                    await r.aread()
+                    _raise_for_problem(r)
+                with open(tmp, "wb") as f:
+                    async for c in r.aiter_bytes():
+                        f.write(c)
+                        n += len(c)
+            os.replace(tmp, dst)
+        except httpx.RemoteProtocolError as e:
+            raise AirlockError(0, "transfer_cut", f"export {box}: the server cut the transfer ({e})") from e
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        return n
+
+    @classmethod
+    async def import_box(cls: type, path: Union[str, Path], name: Optional[str] = None,
+                         client: Optional[Client] = None, start: bool = True, **kwargs: Any) -> Any:
+        """Makes a box on the server of the archive at the host file
+        ``path`` (:meth:`export`, ``airlock export``), streamed, and returns
+        a handle on it (as :meth:`attach`), started unless ``start=False``.
+        The box gets the archive's options and files, and its checkpoints
+        when it carries them (the server takes those only with ``airlock
+        serve --allow-import-state``: else AirlockError ``policy_denied``,
+        403). The archive's image must be on the server. ``name`` names the
+        new box. It keeps the archive's ``ttl``, ``idle_timeout`` and
+        ``lease`` (no renewer runs for it: export boxes made with ``lease=0``
+        to keep them). :meth:`stop` removes it, as for any attached box.
+
+        Raises AirlockError ``invalid_request`` (400) for a file that is
+        not a box archive or one with memory, ``image_not_found`` (404),
+        ``name_in_use`` (409), ``body_too_large`` (413) past ``serve
+        --max-upload``.
+        """
+        c = client or Client()
+        src = Path(path)
+        size = src.stat().st_size
+
+        async def chunks() -> AsyncIterator[bytes]:
+            with open(src, "rb") as f:
+                while True:
+                    b = await asyncio.to_thread(f.read, 1 << 20)
+                    if not b:
+                        return
+                    yield b
+
+        http = await c._ensure()
+        params = {"name": name} if name else None
+        r = await http.post("/v1/boxes/import", params=params, content=chunks(),
+                            headers={"Content-Type": "application/x-tar", "Content-Length": str(size)},
+                            timeout=httpx.Timeout(10.0, read=None, write=None))
+        _raise_for_problem(r)
+        info = r.json()
+        if start:
+            await c.request("POST", f"/v1/boxes/{info['id']}/start")
+        return cls.attach(info["id"], client=c, **kwargs)
 
     async def pause(self, to_disk: bool = False) -> None:
         """Pauses the running box: its vCPUs stop (no guest CPU; its memory

@@ -980,8 +980,8 @@ class Box(FilesMixin):
 
     async def export(self, *, dest: str, options: Any = None) -> str:
         raise _unsupported("Box.export()",
-                           "the REST API has no export: run `airlock export BOX -o FILE` on the server's host "
-                           "(or snapshot the box: SimpleBox.snapshot)")
+                           "use airlock's SimpleBox.attach(box.id).export(path, checkpoints=True) "
+                           "(or `airlock export BOX -o FILE` on the server's host)")
 
     @property
     def snapshot(self) -> Any:

@@ -108,6 +108,10 @@ class SyncSimpleBox:
         """See :meth:`airlock.SimpleBox.remove_checkpoint`."""
         self._loop.run(self._box.remove_checkpoint(name))
 
+    def export(self, path: Union[str, Path], checkpoints: bool = False) -> int:
+        """See :meth:`airlock.SimpleBox.export`."""
+        return self._loop.run(self._box.export(path, checkpoints=checkpoints))  # type: ignore[no-any-return]
+
     def pause(self, to_disk: bool = False) -> None:
         """See :meth:`airlock.SimpleBox.pause`."""
         self._loop.run(self._box.pause(to_disk))
