@@ -391,6 +391,37 @@ def test_run_code_chart_png(sb):
     import base64
 
     assert base64.b64decode(pngs[0]).startswith(b"\x89PNG")
+    # Beside the PNG, the chart's elements as E2B's code interpreter gives
+    # them (e2b_charts): the SDK makes a LineChart of it.
+    from e2b_code_interpreter.charts import ChartType, LineChart
+
+    chart = ex.results[0].chart
+    assert isinstance(chart, LineChart) and chart.type == ChartType.LINE, chart
+    assert [(e.label, e.points) for e in chart.elements] == [("Line 0", [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)])]
+    assert chart.x_scale == "linear" and all(isinstance(t, float) for t in chart.x_ticks)
+
+
+@pytest.mark.skipif(not HAS_DATA, reason="the image with matplotlib (airlock/python-data) is not in the store: run hack/setup.sh")
+def test_run_code_bar_chart_and_dataframe_data(sb):
+    from e2b_code_interpreter.charts import BarChart, ChartType
+
+    ex = sb.run_code(
+        "import matplotlib.pyplot as plt\n"
+        "plt.figure()\nplt.bar(['A', 'B', 'C'], [10, 20, 30], label='Sold')\n"
+        "plt.title('Sales'); plt.xlabel('Author'); plt.ylabel('Books (k)')\n"
+        "import pandas as pd\n"
+        "pd.DataFrame({'a': [1, 2, None], 'b': ['x', 'y', 'z'], 't': pd.to_datetime(['2024-01-01', '2024-01-02', '2024-01-03'])})"
+    )
+    assert ex.error is None, ex.error
+    charts = [r.chart for r in ex.results if r.chart]
+    assert len(charts) == 1 and isinstance(charts[0], BarChart), ex.results
+    bar = charts[0]
+    assert bar.type == ChartType.BAR and bar.title == "Sales" and bar.x_label == "Author" and bar.y_unit == "k"
+    assert [(e.label, e.group, e.value) for e in bar.elements] == [("A", "Sold", 10.0), ("B", "Sold", 20.0), ("C", "Sold", 30.0)]
+    main = ex.results[-1]
+    assert main.is_main_result and "<table" in main.html
+    assert main.data == {"a": [1.0, 2.0, None], "b": ["x", "y", "z"], "t": ["2024-01-01T00:00:00", "2024-01-02T00:00:00", "2024-01-03T00:00:00"]}
+    assert "data" in main.formats() and "chart" in [f for r in ex.results for f in r.formats()]
 
 
 RICH_CELL = """class Md:
@@ -415,6 +446,7 @@ def test_run_code_display_rich(sb):
     if HAS_DATA:
         df = ex.results[1]
         assert not df.is_main_result and "<table" in df.html and "a" in df.text
+        assert df.data == {"a": [1, 2]} and main.data == {"a": [1, 2]}
         assert "<table" in main.html
     else:
         assert main.markdown == "**bold**"
