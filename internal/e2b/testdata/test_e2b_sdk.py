@@ -31,6 +31,9 @@ NODE_IMAGE = os.environ.get("AIRLOCK_E2B_NODE_IMAGE")  # an image with node
 # internet address (TestE2BSDK's stand-in; nothing leaves the host).
 PROBE = os.environ["AIRLOCK_E2B_NET_PROBE"]
 PROBE_HOST = PROBE.rsplit(":", 1)[0]
+# A second such server, at another address of the stand-in internet.
+PROBE2 = os.environ["AIRLOCK_E2B_NET_PROBE2"]
+PROBE2_HOST = PROBE2.rsplit(":", 1)[0]
 PROBE_PY = """import socket, sys
 host, port = sys.argv[1].rsplit(":", 1)
 try:
@@ -114,9 +117,9 @@ def test_wrong_key_is_refused():
 # --- network and lifecycle ----------------------------------------------
 
 
-def reach(s):
+def reach(s, probe=PROBE):
     """What the probe's server answers the sandbox ("reachable"), or why not."""
-    return s.commands.run(f"python3 -c {shlex.quote(PROBE_PY)} {PROBE}").stdout.strip()
+    return s.commands.run(f"python3 -c {shlex.quote(PROBE_PY)} {probe}").stdout.strip()
 
 
 def test_update_network(sb):
@@ -130,6 +133,28 @@ def test_update_network(sb):
     sb.update_network({})
     assert Sandbox.get_info(sb.sandbox_id).network is None
     assert reach(sb) == "reachable"
+
+
+def test_deny_out_of_some_addresses(sb):
+    # A denylist: the sandbox reaches everything but what deny_out lists,
+    # and allow_out makes exceptions to it (IPs and CIDRs).
+    sb.update_network({"deny_out": [PROBE2_HOST]})
+    assert reach(sb, PROBE2).startswith("denied")
+    assert reach(sb) == "reachable"
+    assert Sandbox.get_info(sb.sandbox_id).network == {"deny_out": [PROBE2_HOST]}
+    subnet = PROBE_HOST.rsplit(".", 1)[0] + ".0/24"  # both probes' /24
+    sb.update_network({"deny_out": [subnet], "allow_out": [PROBE_HOST]})
+    assert reach(sb) == "reachable"
+    assert reach(sb, PROBE2).startswith("denied")
+    with pytest.raises(Exception, match="domain"):
+        sb.update_network({"deny_out": [subnet], "allow_out": ["example.com"]})
+    sb.update_network({})
+    assert reach(sb, PROBE2) == "reachable"
+    # The same at create: the box's network starts with the denylist.
+    with Sandbox.create("base", timeout=120, network={"deny_out": [PROBE2_HOST]}) as s:
+        assert s.get_info().network == {"deny_out": [PROBE2_HOST]}
+        assert reach(s, PROBE2).startswith("denied")
+        assert reach(s) == "reachable"
 
 
 def test_no_internet_and_auto_pause():
