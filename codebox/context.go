@@ -105,7 +105,8 @@ type Image struct {
 	// JSON object: type "line", "scatter", "bar", "pie",
 	// "box_and_whisker", "superchart" or "unknown", title, axis labels,
 	// units, ticks and scales, elements) when the context is Structured
-	// and the figure has data; nil otherwise. At most 4 MiB.
+	// and the figure has data; nil otherwise, and for a figure of more
+	// than 200000 points or a chart over 4 MiB.
 	Chart json.RawMessage `json:"chart,omitempty"`
 }
 

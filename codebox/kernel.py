@@ -600,6 +600,15 @@ def _chart_of_figure(fig):
     axes = fig.get_axes()
     if not axes or not any(ax.has_data() for ax in axes):
         return None
+    # Bound the work before any list is built: a chart of more points
+    # than a DataFrame's data may hold is left out (its JSON would pass
+    # DATA_BYTES anyway).
+    points = 0
+    for ax in axes:
+        points += sum(len(line.get_xdata()) for line in ax.get_lines())
+        points += sum(len(c.get_offsets()) for c in ax.collections)
+    if points > DATA_CELLS:
+        return None
     if len(axes) == 1:
         return _chart_of_axes(axes[0])
     sup = getattr(fig, "_suptitle", None)
