@@ -112,16 +112,17 @@ func TestE2BAPIFake(t *testing.T) {
 		}
 	}
 	for name, body := range map[string]map[string]any{
-		"denyOut of some addresses":  {"templateID": ref, "network": map[string]any{"denyOut": []string{"1.2.3.4"}}},
-		"header rules":               {"templateID": ref, "network": map[string]any{"rules": map[string]any{"api.example.com": []any{}}}},
-		"an egress proxy":            {"templateID": ref, "network": map[string]any{"egressProxy": map[string]any{"address": "p:1080"}}},
-		"a bad allowOut":             {"templateID": ref, "network": map[string]any{"allowOut": []string{"10.0.0.0/33"}, "denyOut": []string{"0.0.0.0/0"}}},
-		"pause without memory":       {"templateID": ref, "autoPause": true, "autoPauseMemory": false},
-		"autoResume without a pause": {"templateID": ref, "autoResume": map[string]bool{"enabled": true}},
-		"a host path as a volume":    {"templateID": ref, "volumeMounts": []map[string]string{{"name": "/etc", "path": "/mnt/etc"}}},
-		"a relative volume name":     {"templateID": ref, "volumeMounts": []map[string]string{{"name": "../x", "path": "/mnt/x"}}},
-		"a relative mount path":      {"templateID": ref, "volumeMounts": []map[string]string{{"name": "data", "path": "mnt"}}},
-		"volumes with autoPause":     {"templateID": ref, "autoPause": true, "volumeMounts": []map[string]string{{"name": "data", "path": "/mnt/data"}}},
+		"a name in denyOut":            {"templateID": ref, "network": map[string]any{"denyOut": []string{"example.com"}}},
+		"a domain beside some denyOut": {"templateID": ref, "network": map[string]any{"denyOut": []string{"1.2.3.4"}, "allowOut": []string{"example.com"}}},
+		"header rules":                 {"templateID": ref, "network": map[string]any{"rules": map[string]any{"api.example.com": []any{}}}},
+		"an egress proxy":              {"templateID": ref, "network": map[string]any{"egressProxy": map[string]any{"address": "p:1080"}}},
+		"a bad allowOut":               {"templateID": ref, "network": map[string]any{"allowOut": []string{"10.0.0.0/33"}, "denyOut": []string{"0.0.0.0/0"}}},
+		"pause without memory":         {"templateID": ref, "autoPause": true, "autoPauseMemory": false},
+		"autoResume without a pause":   {"templateID": ref, "autoResume": map[string]bool{"enabled": true}},
+		"a host path as a volume":      {"templateID": ref, "volumeMounts": []map[string]string{{"name": "/etc", "path": "/mnt/etc"}}},
+		"a relative volume name":       {"templateID": ref, "volumeMounts": []map[string]string{{"name": "../x", "path": "/mnt/x"}}},
+		"a relative mount path":        {"templateID": ref, "volumeMounts": []map[string]string{{"name": "data", "path": "mnt"}}},
+		"volumes with autoPause":       {"templateID": ref, "autoPause": true, "volumeMounts": []map[string]string{{"name": "data", "path": "/mnt/data"}}},
 	} {
 		if st, _, b := call("POST", "/v2/sandboxes", key, body); st != http.StatusBadRequest {
 			t.Errorf("%s: status %d %s, want 400", name, st, b)
@@ -157,6 +158,16 @@ func TestE2BAPIFake(t *testing.T) {
 		t.Errorf("get: lifecycle %s", l)
 	}
 	call("DELETE", "/sandboxes/"+id, key, nil)
+	// A denyOut of some addresses: a public box with a DenyNet, allowOut
+	// its exceptions.
+	id, o, d = optsOf(map[string]any{"templateID": ref, "network": map[string]any{"denyOut": []string{"198.51.100.0/24"}, "allowOut": []string{"198.51.100.7"}}})
+	if o.Network != airlock.NetworkPublic || strings.Join(o.DenyNet, ",") != "198.51.100.0/24" || strings.Join(o.AllowNet, ",") != "198.51.100.7" {
+		t.Errorf("deny some, allow one: options %+v", o)
+	}
+	if n, _ := json.Marshal(d["network"]); string(n) != `{"allowOut":["198.51.100.7"],"denyOut":["198.51.100.0/24"]}` {
+		t.Errorf("get: network %s", n)
+	}
+	call("DELETE", "/sandboxes/"+id, key, nil)
 	id, o, d = optsOf(map[string]any{"templateID": ref, "timeout": 90, "allow_internet_access": false, "autoPause": true, "autoResume": map[string]bool{"enabled": true}})
 	if o.Network != airlock.NetworkAllowlist || len(o.AllowNet) != 0 || o.TTL != 0 || o.IdleTimeout != 90*time.Second || o.IdleAction != airlock.IdleSuspend {
 		t.Errorf("no internet, auto-pause: options %+v", o)
@@ -185,7 +196,7 @@ func TestE2BAPIFake(t *testing.T) {
 		body any
 		want int
 	}{
-		{id, map[string]any{"denyOut": []string{"1.2.3.4"}}, 400},
+		{id, map[string]any{"denyOut": []string{"example.com"}}, 400},
 		{id, map[string]any{"rules": map[string]any{"x.example.com": []any{}}}, 400},
 		{id, map[string]any{"allowOut": []string{"10.0.0.0/33"}}, 400},
 		{"nosuchbox", map[string]any{}, 404},
@@ -196,19 +207,20 @@ func TestE2BAPIFake(t *testing.T) {
 	}
 	// It replaces the rules: what the body leaves out is cleared.
 	for _, c := range []struct {
-		body  any
-		mode  airlock.NetworkMode
-		allow string
+		body        any
+		mode        airlock.NetworkMode
+		allow, deny string
 	}{
-		{map[string]any{"allowOut": []string{"198.51.100.9"}, "denyOut": []string{"0.0.0.0/0"}}, airlock.NetworkAllowlist, "198.51.100.9"},
-		{map[string]any{}, airlock.NetworkPublic, ""},
-		{map[string]any{"allow_internet_access": false}, airlock.NetworkAllowlist, ""},
+		{map[string]any{"allowOut": []string{"198.51.100.9"}, "denyOut": []string{"0.0.0.0/0"}}, airlock.NetworkAllowlist, "198.51.100.9", ""},
+		{map[string]any{"denyOut": []string{"203.0.113.0/24"}, "allowOut": []string{"203.0.113.9"}}, airlock.NetworkPublic, "203.0.113.9", "203.0.113.0/24"},
+		{map[string]any{}, airlock.NetworkPublic, "", ""},
+		{map[string]any{"allow_internet_access": false}, airlock.NetworkAllowlist, "", ""},
 	} {
 		if st, _, b := call("PUT", "/sandboxes/"+id+"/network", key, c.body); st != http.StatusNoContent {
 			t.Errorf("update_network %v: %d %s", c.body, st, b)
 		}
-		if bi, _ := box.Info(ctx); bi.Options.Network != c.mode || strings.Join(bi.Options.AllowNet, ",") != c.allow {
-			t.Errorf("after update_network %v: network %s %v, want %s %q", c.body, bi.Options.Network, bi.Options.AllowNet, c.mode, c.allow)
+		if bi, _ := box.Info(ctx); bi.Options.Network != c.mode || strings.Join(bi.Options.AllowNet, ",") != c.allow || strings.Join(bi.Options.DenyNet, ",") != c.deny {
+			t.Errorf("after update_network %v: network %s allow %v deny %v, want %s %q %q", c.body, bi.Options.Network, bi.Options.AllowNet, bi.Options.DenyNet, c.mode, c.allow, c.deny)
 		}
 	}
 	call("DELETE", "/sandboxes/"+id, key, nil)

@@ -94,7 +94,8 @@ func ParsePortMapping(s string) (PortMapping, error) {
 // NetworkPolicy is what a box may reach; see Box.SetNetwork.
 type NetworkPolicy struct {
 	// Mode is NetworkPublic, NetworkAllowlist or NetworkNone; "" means
-	// NetworkAllowlist when AllowNet is set, else NetworkPublic.
+	// NetworkPublic when DenyNet is set, else NetworkAllowlist when
+	// AllowNet is set, else NetworkPublic.
 	Mode NetworkMode
 	// AllowNet lists the destinations of NetworkAllowlist: names
 	// ("api.example.com"; "*.example.com" for any name below example.com),
@@ -102,7 +103,15 @@ type NetworkPolicy struct {
 	// optional ":PORT". A listed IP or CIDR within a private range (RFC
 	// 1918, CGNAT, ULA) opens that part of it; the host's loopback,
 	// link-local addresses and the box's own network cannot be listed.
+	// With DenyNet (NetworkPublic), AllowNet lists exceptions to it: IPs
+	// and CIDRs it covers that stay reachable (E2B's allow_out over
+	// deny_out); they open no private range.
 	AllowNet []string
+	// DenyNet lists IPs and CIDRs ("198.51.100.0/24", "203.0.113.7:22")
+	// a NetworkPublic box may not reach, besides the ranges public mode
+	// always denies: a denylist. Not names (their addresses change), and
+	// not with NetworkAllowlist or NetworkNone.
+	DenyNet []string
 	// AllowHostPorts are ports of the host's 127.0.0.1 the box may reach,
 	// as HostName:PORT (in public and allowlist mode).
 	AllowHostPorts []int
@@ -114,12 +123,22 @@ func netMode(mode NetworkMode, allow []string) NetworkMode {
 	return NetworkMode(netstack.CanonicalMode(string(mode), allow))
 }
 
+// denyMode is mode, or NetworkPublic when mode is unset and deny is not:
+// AllowNet beside DenyNet lists exceptions to it, not an allowlist.
+func denyMode(mode NetworkMode, deny []string) NetworkMode {
+	if mode == "" && len(deny) > 0 {
+		return NetworkPublic
+	}
+	return mode
+}
+
 // checkNetwork fills in and checks the network fields of opts
 // (netstack.CheckOptions); a problem is an ErrInvalidArgument.
 func checkNetwork(opts *BoxOptions) error {
+	opts.Network = denyMode(opts.Network, opts.DenyNet)
 	opts.Network = netMode(opts.Network, opts.AllowNet)
 	pub := publishes(opts.Ports)
-	if err := netstack.CheckOptions(string(opts.Network), opts.AllowNet, opts.AllowHostPorts, pub); err != nil {
+	if err := netstack.CheckOptions(string(opts.Network), opts.AllowNet, opts.DenyNet, opts.AllowHostPorts, pub); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 	}
 	for i, p := range pub {
@@ -128,8 +147,8 @@ func checkNetwork(opts *BoxOptions) error {
 	return nil
 }
 
-func policyOf(mode NetworkMode, allow []string, hostPorts []int) netstack.Policy {
-	return netstack.BoxPolicy(string(mode), allow, hostPorts)
+func policyOf(mode NetworkMode, allow, deny []string, hostPorts []int) netstack.Policy {
+	return netstack.BoxPolicy(string(mode), allow, deny, hostPorts)
 }
 
 // publishes are ports as the network helper publishes them; portOf is
@@ -195,7 +214,7 @@ func (b *Box) startNet(cfg boxConfig) (*helper.Starting, error) {
 	if ho.Held, err = b.r.holdPorts(b, cfg, ports); err != nil {
 		return nil, fmt.Errorf("box %s network: %w", b.id, err)
 	}
-	return helper.Start(b.netBox(), ho, secretPolicy(policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts), cfg), publishes(ports))
+	return helper.Start(b.netBox(), ho, secretPolicy(policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.DenyNet, o.AllowHostPorts), cfg), publishes(ports))
 }
 
 // stopNet stops the box's network helper, if one runs.
@@ -308,8 +327,8 @@ func (b *Box) netCall(ctx context.Context, req netstack.Request) (netstack.Respo
 // Switching a running box to NetworkNone denies everything until it is
 // restarted without a device.
 func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
-	p.Mode = netMode(p.Mode, p.AllowNet)
-	o := BoxOptions{Network: p.Mode, AllowNet: p.AllowNet, AllowHostPorts: p.AllowHostPorts}
+	p.Mode = netMode(denyMode(p.Mode, p.DenyNet), p.AllowNet)
+	o := BoxOptions{Network: p.Mode, AllowNet: p.AllowNet, DenyNet: p.DenyNet, AllowHostPorts: p.AllowHostPorts}
 	rec, unlock, err := b.lockLoad(ctx)
 	defer unlock()
 	if err != nil {
@@ -326,7 +345,7 @@ func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
 		return fmt.Errorf("box %s was started without a network device: stop it, then set its network and start it again", b.id)
 	}
 	if running(rec) && nic {
-		pol := secretPolicy(policyOf(o.Network, o.AllowNet, o.AllowHostPorts), cur)
+		pol := secretPolicy(policyOf(o.Network, o.AllowNet, o.DenyNet, o.AllowHostPorts), cur)
 		if _, err := helper.Call(ctx, b.netBox(), netstack.Request{Op: "policy", Policy: &pol}); err != nil {
 			return fmt.Errorf("box %s: set network policy: %w", b.id, err)
 		}
@@ -334,7 +353,7 @@ func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
 	// Only the network fields: a use or lease renewal since cur was read
 	// must stay.
 	if err := b.r.updateConfig(ctx, b.id, func(c *boxConfig) {
-		c.Options.Network, c.Options.AllowNet, c.Options.AllowHostPorts = o.Network, o.AllowNet, o.AllowHostPorts
+		c.Options.Network, c.Options.AllowNet, c.Options.DenyNet, c.Options.AllowHostPorts = o.Network, o.AllowNet, o.DenyNet, o.AllowHostPorts
 	}); err != nil {
 		return fmt.Errorf("box %s: record its network: %w", b.id, err)
 	}

@@ -61,7 +61,8 @@ type BoxOptions struct {
 	AutoRemove bool
 	// Network is NetworkPublic (the default; NetworkEnabled is its old
 	// name), NetworkAllowlist (the default when AllowNet is set) or
-	// NetworkNone (no network device; NetworkDisabled is its old name).
+	// NetworkNone (no network device; NetworkDisabled is its old name);
+	// with DenyNet set the default is NetworkPublic.
 	Network NetworkMode
 	// Volumes are host directories and named volumes attached to the box
 	// (see Volume).
@@ -74,8 +75,9 @@ type BoxOptions struct {
 	// where the snapshot's box was, with its processes and files. Image,
 	// CPUs, MemoryMiB, DiskSizeMiB and Network come from the snapshot
 	// (left zero, or equal to the snapshot's; public and allowlist are
-	// one machine: AllowNet makes the restored box an allowlist one); Env,
-	// WorkingDir, User, Labels, AllowNet and AllowHostPorts default to the
+	// one machine: AllowNet makes the restored box an allowlist one, DenyNet
+	// a public one); Env, WorkingDir, User, Labels, AllowNet, DenyNet and
+	// AllowHostPorts default to the
 	// snapshot's box's; Hostname and Ports are the caller's (never the
 	// snapshot's box's ports); Volumes are refused (ErrInvalidArgument).
 	// See docs/snapshots.md.
@@ -83,6 +85,9 @@ type BoxOptions struct {
 	// AllowNet lists what a NetworkAllowlist box may reach (see
 	// NetworkPolicy.AllowNet).
 	AllowNet []string `json:",omitempty"`
+	// DenyNet lists what a NetworkPublic box may not reach (see
+	// NetworkPolicy.DenyNet).
+	DenyNet []string `json:",omitempty"`
 	// AllowHostPorts are ports of the host's 127.0.0.1 the box may reach
 	// as host.airlock.internal:PORT; nothing else of the host is reachable.
 	AllowHostPorts []int `json:",omitempty"`

@@ -107,6 +107,9 @@ func poolKey(opts BoxOptions) (key string, o BoxOptions, ok bool) {
 	if len(k.AllowNet) == 0 {
 		k.AllowNet = nil
 	}
+	if len(k.DenyNet) == 0 {
+		k.DenyNet = nil
+	}
 	if len(k.AllowHostPorts) == 0 {
 		k.AllowHostPorts = nil
 	}

@@ -51,7 +51,7 @@ func encodeConfig(c boxConfig) []byte {
 	o, ic := c.Options, c.Image
 	r := boxrecord.Record{Image: o.Image, Name: o.Name, CPUs: o.CPUs, MemoryMiB: o.MemoryMiB,
 		DiskSizeMiB: o.DiskSizeMiB, Env: o.Env, WorkingDir: o.WorkingDir, User: o.User, AutoRemove: o.AutoRemove,
-		Network: storedNetwork(o.Network), AllowNet: o.AllowNet, AllowHostPorts: o.AllowHostPorts, Hostname: o.Hostname,
+		Network: storedNetwork(o.Network), AllowNet: o.AllowNet, DenyNet: o.DenyNet, AllowHostPorts: o.AllowHostPorts, Hostname: o.Hostname,
 		ImageConfig: boxrecord.Image{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
 			Cmd: ic.Cmd, Labels: ic.Labels},
 		OwnerPID: c.OwnerPID, OwnerStart: c.OwnerStart, FromSnapshot: o.FromSnapshot, Pool: c.Pool,
@@ -86,7 +86,7 @@ func configOf(raw []byte) (boxConfig, error) {
 	o := BoxOptions{Image: r.Image, Name: r.Name, CPUs: r.CPUs, MemoryMiB: r.MemoryMiB, DiskSizeMiB: r.DiskSizeMiB,
 		Env: r.Env, WorkingDir: r.WorkingDir, User: r.User, AutoRemove: r.AutoRemove, Hostname: r.Hostname,
 		Network:  NetworkMode(stored), // the stored names are the modes' (NetworkPublic, NetworkAllowlist, NetworkNone)
-		AllowNet: r.AllowNet, AllowHostPorts: r.AllowHostPorts, FromSnapshot: r.FromSnapshot,
+		AllowNet: r.AllowNet, DenyNet: r.DenyNet, AllowHostPorts: r.AllowHostPorts, FromSnapshot: r.FromSnapshot,
 		TTL: boxrecord.Duration(r.TTLMs), IdleTimeout: boxrecord.Duration(r.IdleMs), Lease: boxrecord.Duration(r.LeaseMs),
 		IdleAction: IdleAction(r.IdleAction), Labels: r.Labels}
 	for _, v := range r.Volumes {

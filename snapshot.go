@@ -344,7 +344,7 @@ func restoredHostSide(o *BoxOptions, opts BoxOptions, name string) error {
 	// snapshot has no values.
 	o.Secrets = opts.Secrets
 	if o.Network == NetworkNone {
-		if len(opts.AllowNet) > 0 || len(opts.AllowHostPorts) > 0 || len(opts.Ports) > 0 {
+		if len(opts.AllowNet) > 0 || len(opts.DenyNet) > 0 || len(opts.AllowHostPorts) > 0 || len(opts.Ports) > 0 {
 			return fmt.Errorf("%w: snapshot %s has no network (none): --allow-net, --allow-host-port and -p need one", ErrInvalidArgument, name)
 		}
 		return nil
@@ -352,8 +352,14 @@ func restoredHostSide(o *BoxOptions, opts BoxOptions, name string) error {
 	if opts.Network != "" {
 		o.Network = opts.Network // public or allowlist (none is refused before)
 	}
-	if len(opts.AllowNet) > 0 {
-		o.Network, o.AllowNet = NetworkAllowlist, opts.AllowNet
+	switch {
+	case len(opts.DenyNet) > 0:
+		o.Network, o.AllowNet, o.DenyNet = NetworkPublic, opts.AllowNet, opts.DenyNet
+	case len(opts.AllowNet) > 0:
+		o.Network, o.AllowNet, o.DenyNet = NetworkAllowlist, opts.AllowNet, nil
+	}
+	if o.Network == NetworkAllowlist {
+		o.DenyNet = nil
 	}
 	if len(opts.AllowHostPorts) > 0 {
 		o.AllowHostPorts = opts.AllowHostPorts

@@ -101,14 +101,33 @@ type Image struct {
 	MIMEType string `json:"mime"`
 	// Data is the encoded image.
 	Data []byte `json:"data"`
+	// Chart is the figure's chart as E2B's code interpreter gives it (a
+	// JSON object: type "line", "scatter", "bar", "pie",
+	// "box_and_whisker", "superchart" or "unknown", title, axis labels,
+	// units, ticks and scales, elements) when the context is Structured
+	// and the figure has data; nil otherwise, and for a figure of more
+	// than 200000 points or a chart over 4 MiB.
+	Chart json.RawMessage `json:"chart,omitempty"`
 }
+
+// MIME types of the structured forms of a Structured context's outputs,
+// in Display.Data and Result.ValueData, each JSON text, as E2B's code
+// interpreter names them.
+const (
+	// MIMEData is a pandas DataFrame's columns: {"column": [values]}
+	// (NaN as null, timestamps in ISO 8601).
+	MIMEData = "e2b/data"
+	// MIMEChart is a matplotlib figure's chart (see Image.Chart).
+	MIMEChart = "e2b/chart"
+)
 
 // Display is one object a cell showed with display(), as a notebook
 // shows it: its representations by MIME type, from the object's
 // _repr_*_ methods (IPython's protocol). Data always has "text/plain"
 // (its repr); others as the object offers them: text for "text/html",
 // "text/markdown", "text/latex", "image/svg+xml" and
-// "application/javascript", JSON text for "application/json", base64 for
+// "application/javascript", JSON text for "application/json" (and, in a
+// Structured context, MIMEData and MIMEChart), base64 for
 // "image/png", "image/jpeg" and "application/pdf". A display line is
 // bounded as every kernel line is (32 MiB; a larger one is dropped with
 // a note on stderr).
@@ -483,7 +502,7 @@ func (x *Context) run(ctx context.Context, code string) (*Result, error) {
 	}
 	x.nextID++
 	id := x.nextID
-	req, _ := json.Marshal(map[string]any{"id": id, "code": code, "stream": x.sink != nil})
+	req, _ := json.Marshal(map[string]any{"id": id, "code": code, "stream": x.sink != nil, "structured": x.co.Structured})
 	if _, err := k.stdin.Write(append(req, '\n')); err != nil {
 		return x.lost(ctx, "KernelDied", k.died(), false)
 	}

@@ -12,6 +12,13 @@ type ContextOptions struct {
 	WorkingDir string
 	// Env is added to the interpreter's environment (KEY=VALUE).
 	Env []string
+	// Structured asks for the structured forms E2B's code interpreter
+	// gives besides the rendered ones: a pandas DataFrame's columns
+	// (MIMEData in its Display.Data or Result.ValueData, for frames of up
+	// to 200000 cells and 4 MiB of JSON) and a matplotlib figure's chart
+	// (Image.Chart; MIMEChart in a bundle). It is sent with each cell, so
+	// it does not keep a context from adopting a pool box's interpreter.
+	Structured bool
 }
 
 // CopyIn copies a host file or directory tree into the box, with `docker

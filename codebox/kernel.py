@@ -26,6 +26,11 @@
 #           {...}}; else it is in the reply's "displays" (a list of
 #           bundles). The reply's "value_data" is the bundle of the cell's
 #           value, without text/plain (that is "value"), when it has more.
+# Structured: a request with "structured": true adds E2B's structured
+#           forms (see _structured below): "e2b/data" (a pandas DataFrame's
+#           columns, JSON text) and "e2b/chart" (a matplotlib figure's
+#           chart, JSON text) to bundles, and "chart" (an object) to a
+#           figure's image.
 # Reseed:   {"id": N, "reseed": true} -> {"id": N}: fresh seeds for random and
 #           tempfile's names, sent by the host to an interpreter that lived
 #           through a snapshot (a fork child's, a warm pool box's); it runs as
@@ -262,11 +267,352 @@ def _figures():
             fig = plt.figure(num)
             buf = io.BytesIO()
             fig.savefig(buf, format="png", bbox_inches="tight")
-            images.append({"mime": "image/png", "data": base64.b64encode(buf.getvalue()).decode("ascii")})
+            img = {"mime": "image/png", "data": base64.b64encode(buf.getvalue()).decode("ascii")}
+            if _structured:
+                chart = _chart_json(fig)
+                if chart is not None:
+                    img["chart"] = json.loads(chart)
+            images.append(img)
         plt.close("all")
     except Exception as e:  # a broken figure must not take the kernel down
         sys.stderr.write("airlock: could not render a figure: %r\n" % (e,))
     return images
+
+
+# Structured outputs (a request with "structured": true), the forms E2B's
+# code interpreter gives besides the rendered ones: a pandas DataFrame's
+# columns ("e2b/data" in its bundle) and a matplotlib figure's chart (its
+# type, title, axis labels, ticks and elements: "e2b/chart" in a bundle,
+# "chart" beside a figure's PNG). The chart extraction is a port of E2B's
+# e2b_charts package (e2b-dev/code-interpreter, chart_data_extractor; MIT
+# License, Copyright (c) 2025 FOUNDRYLABS, INC.) to plain dicts (no
+# pydantic), with its output: the same keys, types and values.
+_structured = False
+
+# A DataFrame's data is given up to DATA_CELLS cells and DATA_BYTES bytes
+# of JSON (E2B gives all of it; a bigger frame has html and text only).
+DATA_CELLS = 200000
+DATA_BYTES = 4 << 20
+
+
+def _plain(v):
+    """v as JSON can carry it: numpy scalars as Python numbers, NaN and
+    infinities as None, dates as ISO text, other objects as str()."""
+    import datetime
+    import math
+
+    if v is None or isinstance(v, (bool, str)):
+        return v
+    if isinstance(v, (datetime.date, datetime.time)):
+        return v.isoformat()
+    if isinstance(v, int):
+        return int(v)
+    if isinstance(v, float):
+        return None if math.isnan(v) or math.isinf(v) else float(v)
+    item = getattr(v, "item", None)  # numpy scalars
+    if callable(item) and getattr(v, "shape", None) == ():
+        try:
+            x = item()
+        except Exception:
+            return str(v)
+        if isinstance(x, (bool, int, float, str)) or x is None:
+            return _plain(x)
+        if isinstance(x, (datetime.date, datetime.time)):
+            return x.isoformat()
+        return str(v)
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    return str(v)
+
+
+def _frame_data(obj):
+    """A pandas DataFrame's columns ({column: [values]}) as JSON text, as
+    E2B's data formatter gives them (to_dict(orient="list"), timestamps in
+    ISO form); None for anything else or a frame over the bounds."""
+    pandas = sys.modules.get("pandas")
+    if pandas is None or not isinstance(obj, pandas.DataFrame):
+        return None
+    try:
+        if obj.size > DATA_CELLS:
+            return None
+        d = {str(k): [_plain(v) for v in col] for k, col in obj.to_dict(orient="list").items()}
+        s = json.dumps(d, allow_nan=False)
+    except Exception:
+        return None
+    return s if len(s) <= DATA_BYTES else None
+
+
+def _chart_json(fig):
+    """fig's chart as JSON text, or None (no axes, no data, a figure the
+    extraction does not read, or a chart over DATA_BYTES). Call it after
+    the figure was drawn (savefig): tick labels are set at draw time."""
+    try:
+        c = _chart_of_figure(fig)
+        s = json.dumps(c, allow_nan=False) if c else None
+    except Exception:
+        return None
+    return s if s is None or len(s) <= DATA_BYTES else None
+
+
+def _dynamic_round(number):
+    import decimal
+
+    d = decimal.Decimal(str(number))
+    with decimal.localcontext() as ctx:
+        ctx.prec = max(1, 8 - d.adjusted())  # 8 significant digits
+        return +d
+
+
+def _is_grid_line(line):
+    x, y = line.get_xdata(), line.get_ydata()
+    if len(x) != 2 or len(y) != 2:
+        return False
+    return bool(x[0] == x[1] or y[0] == y[1])
+
+
+def _none_if_empty(s):
+    return None if s == "" else s
+
+
+def _chart_base(ax, typ):
+    return {"type": typ, "title": _none_if_empty(ax.get_title()), "elements": []}
+
+
+def _chart_2d(ax, typ):
+    import re
+
+    c = _chart_base(ax, typ)
+    c["x_label"] = _none_if_empty(ax.get_xlabel())
+    c["y_label"] = _none_if_empty(ax.get_ylabel())
+    c["x_unit"] = c["y_unit"] = None
+    for label, unit in (("x_label", "x_unit"), ("y_label", "y_unit")):
+        if c[label]:
+            m = re.search(r"\s\((.*?)\)|\[(.*?)\]", c[label])
+            if m:
+                c[unit] = m.group(1) or m.group(2)
+    return c
+
+
+def _swap_axes(c):
+    c["x_label"], c["y_label"] = c["y_label"], c["x_label"]
+    c["x_unit"], c["y_unit"] = c["y_unit"], c["x_unit"]
+
+
+def _converter(axis):
+    get = getattr(axis, "get_converter", None)
+    return get() if callable(get) else getattr(axis, "converter", None)
+
+
+def _is_date_converter(conv):
+    import matplotlib.dates as mdates
+
+    kinds = tuple(k for k in (getattr(mdates, "_SwitchableDateConverter", None), mdates.DateConverter, getattr(mdates, "ConciseDateConverter", None)) if isinstance(k, type))
+    return isinstance(conv, kinds)
+
+
+def _ticks(conv, ticks):
+    import matplotlib.dates as mdates
+
+    if _is_date_converter(conv):
+        return [mdates.num2date(t).isoformat() for t in ticks]
+    return [_plain(float(t)) if isinstance(t, (int, float)) or hasattr(t, "item") else _plain(t) for t in ticks]
+
+
+def _scale(conv, scale, ticks, labels):
+    if _is_date_converter(conv):
+        return "datetime"
+    if scale != "linear":
+        return scale
+    for i, (tick, label) in enumerate(zip(ticks, labels)):
+        if isinstance(tick, (int, float)) and tick == i and str(i) != label:
+            continue
+        return "linear"
+    return "categorical"
+
+
+def _point(v):
+    import datetime
+
+    if isinstance(v, datetime.date):
+        return v.isoformat()
+    if type(v).__name__ == "datetime64":
+        return str(v.astype("datetime64[s]"))
+    if isinstance(v, str):
+        return v
+    try:
+        return _plain(float(v))
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def _point_chart(ax, typ):
+    c = _chart_2d(ax, typ)
+    for a, axis, ticks, scale in (("x", ax.xaxis, ax.get_xticks(), ax.get_xscale()), ("y", ax.yaxis, ax.get_yticks(), ax.get_yscale())):
+        labels = [t.get_text() for t in (ax.get_xticklabels() if a == "x" else ax.get_yticklabels())]
+        conv = _converter(axis)
+        t = _ticks(conv, ticks)
+        c[a + "_ticks"] = t
+        c[a + "_tick_labels"] = labels
+        c[a + "_scale"] = _scale(conv, scale, t, labels)
+    return c
+
+
+def _line_chart(ax):
+    c = _point_chart(ax, "line")
+    for line in ax.get_lines():
+        if _is_grid_line(line):
+            continue
+        label = line.get_label()
+        if label.startswith("_child"):
+            label = "Line %d" % int(label[6:])
+        c["elements"].append({"label": label, "points": [[_point(x), _point(y)] for x, y in zip(line.get_xdata(), line.get_ydata())]})
+    return c
+
+
+def _scatter_chart(ax):
+    c = _point_chart(ax, "scatter")
+    for coll in ax.collections:
+        c["elements"].append({"label": coll.get_label(), "points": [[_point(x), _point(y)] for x, y in coll.get_offsets()]})
+    return c
+
+
+def _bar_chart(ax):
+    c = _chart_2d(ax, "bar")
+    for container in ax.containers:
+        group = container.get_label()
+        if group.startswith("_container"):
+            group = "Group %d" % int(group[10:])
+        heights = [r.get_height() for r in container]
+        if all(h == heights[0] for h in heights):
+            # horizontal bars (barh): the categories are on the y axis
+            _swap_axes(c)
+            labels = [t.get_text() for t in ax.get_yticklabels()]
+            values = [r.get_width() for r in container]
+        else:
+            labels = [t.get_text() for t in ax.get_xticklabels()]
+            values = heights
+        for label, value in zip(labels, values):
+            c["elements"].append({"label": label, "group": group, "value": _plain(float(value))})
+    return c
+
+
+def _pie_chart(ax):
+    import decimal
+
+    c = _chart_base(ax, "pie")
+    for w in ax.patches:
+        angle = abs(_dynamic_round(decimal.Decimal(float(w.theta2)) - decimal.Decimal(float(w.theta1))))
+        c["elements"].append({"label": w.get_label(), "angle": float(angle), "radius": _plain(float(w.r))})
+    return c
+
+
+def _box_chart(ax):
+    c = _chart_2d(ax, "box_and_whisker")
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    boxes = []
+    for label, box in zip(labels, ax.patches):
+        v = box.get_path().vertices
+        xs = [_dynamic_round(x) for x in v[:, 0]]
+        ys = [_dynamic_round(y) for y in v[:, 1]]
+        x, y = min(xs), min(ys)
+        boxes.append({"x": x, "y": y, "label": label, "width": max(xs) - x, "height": max(ys) - y, "outliers": []})
+    vertical = bool(boxes) and all(b["height"] == boxes[0]["height"] for b in boxes)
+    if vertical:
+        _swap_axes(c)
+        for b in boxes:
+            b["x"], b["y"] = b["y"], b["x"]
+            b["width"], b["height"] = b["height"], b["width"]
+    for line in ax.lines:
+        xd = [_dynamic_round(x) for x in line.get_xdata()]
+        yd = [_dynamic_round(y) for y in line.get_ydata()]
+        if vertical:
+            xd, yd = yd, xd
+        if len(xd) == 1:
+            for b in boxes:
+                if b["x"] <= xd[0] <= b["x"] + b["width"]:
+                    break
+            else:
+                continue
+            b["outliers"].append(yd[0])
+        if len(yd) != 2:
+            continue
+        for b in boxes:
+            if b["x"] <= xd[0] <= xd[1] <= b["x"] + b["width"]:
+                break
+        else:
+            continue
+        if yd[0] == yd[1] and b["y"] <= yd[0] <= b["y"] + b["height"]:
+            b["median"] = yd[0]
+            continue
+        lo, hi = min(yd), max(yd)
+        if hi == b["y"]:
+            b["whisker_lower"] = lo
+        elif lo == b["y"] + b["height"]:
+            b["whisker_upper"] = hi
+    c["elements"] = [
+        {
+            "label": b["label"],
+            "min": float(b["whisker_lower"]),
+            "first_quartile": float(b["y"]),
+            "median": float(b["median"]),
+            "third_quartile": float(b["y"] + b["height"]),
+            "max": float(b["whisker_upper"]),
+            "outliers": [float(o) for o in b["outliers"]],
+        }
+        for b in boxes
+    ]
+    return c
+
+
+def _chart_type(ax):
+    from matplotlib.collections import PathCollection
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import PathPatch, Rectangle, Wedge
+    from matplotlib.text import Text
+
+    objs = [o for o in getattr(ax, "_children", ()) if not isinstance(o, Text)]
+    if all(isinstance(o, Line2D) for o in objs):
+        return "line"
+    if all(isinstance(o, (PathPatch, Line2D)) for o in objs):
+        return "box_and_whisker"
+    objs = [o for o in objs if not (isinstance(o, Line2D) and _is_grid_line(o))]
+    if all(isinstance(o, PathCollection) for o in objs):
+        return "scatter"
+    if all(isinstance(o, Wedge) for o in objs):
+        return "pie"
+    if all(isinstance(o, Rectangle) for o in objs):
+        return "bar"
+    return "unknown"
+
+
+_CHARTS = {"line": _line_chart, "scatter": _scatter_chart, "bar": _bar_chart, "pie": _pie_chart, "box_and_whisker": _box_chart}
+
+
+def _chart_of_axes(ax):
+    t = _chart_type(ax)
+    f = _CHARTS.get(t)
+    return f(ax) if f else _chart_base(ax, t)
+
+
+def _chart_of_figure(fig):
+    axes = fig.get_axes()
+    if not axes or not any(ax.has_data() for ax in axes):
+        return None
+    # Bound the work before any list is built: a chart of more points
+    # than a DataFrame's data may hold is left out (its JSON would pass
+    # DATA_BYTES anyway).
+    points = 0
+    for ax in axes:
+        points += sum(len(line.get_xdata()) for line in ax.get_lines())
+        points += sum(len(c.get_offsets()) for c in ax.collections)
+    if points > DATA_CELLS:
+        return None
+    if len(axes) == 1:
+        return _chart_of_axes(axes[0])
+    sup = getattr(fig, "_suptitle", None)
+    return {"type": "superchart", "title": sup.get_text() if sup is not None else "", "elements": [_chart_of_axes(ax) for ax in axes]}
 
 
 # The id of the streamed cell running now (plt.show() sends its figures
@@ -327,6 +673,10 @@ def _bundle(obj):
             buf = io.BytesIO()
             obj.savefig(buf, format="png", bbox_inches="tight")
             data["image/png"] = base64.b64encode(buf.getvalue()).decode("ascii")
+            if _structured:
+                chart = _chart_json(obj)
+                if chart is not None:
+                    data["e2b/chart"] = chart
         except Exception:
             pass
     elif not isinstance(obj, type) and not _lies(obj):
@@ -354,6 +704,10 @@ def _bundle(obj):
                 continue
             if v is not None:
                 data[mime] = v
+        if _structured:
+            v = _frame_data(obj)
+            if v is not None:
+                data["e2b/data"] = v
     if "text/plain" not in data:
         try:
             data["text/plain"] = repr(obj)
@@ -453,7 +807,8 @@ def _run_cell(code, reply):
 
 
 def _handle(req):
-    global _running, _stream_id
+    global _running, _stream_id, _structured
+    _structured = bool(req.get("structured"))
     reply = {"id": req.get("id"), "stdout": "", "stderr": "", "value": None, "error": None, "images": [], "truncated": False}
     sid = req.get("id") if req.get("stream") else None
     _stream_id = sid

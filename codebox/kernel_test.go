@@ -222,3 +222,46 @@ class Liar:
 		t.Errorf("streamed display: %+v %v, shown %v", res, err, shown)
 	}
 }
+
+// TestKernelStructured checks a Structured context's "e2b/data": a
+// DataFrame's columns as JSON (NaN as null, dates in ISO form), none for
+// a frame over the bounds or in a context that is not Structured. The
+// host has no pandas: a stand-in module of that name gives the frames
+// (box_test.go and internal/e2b's SDK tests use the real one).
+func TestKernelStructured(t *testing.T) {
+	fake := `
+import sys, types, datetime
+pd = types.ModuleType("pandas")
+class DataFrame:
+    def __init__(self, size, cols): self.size, self.cols = size, cols
+    def __repr__(self): return "DataFrame()"
+    def _repr_html_(self): return "<table/>"
+    def to_dict(self, orient): return self.cols
+pd.DataFrame = DataFrame
+sys.modules["pandas"] = pd
+small = DataFrame(3, {"a": [1, float("nan"), datetime.date(2024, 1, 2)], 2: ["x", None, True]})
+big = DataFrame(200001, {"a": [1]})
+`
+	x := hostContext(t, 10*time.Second, time.Second)
+	x.co.Structured = true
+	run(t, x, fake)
+	res := run(t, x, "display(small, big)\nsmall")
+	if res.Error != nil || len(res.Displays) != 2 {
+		t.Fatalf("got %+v", res)
+	}
+	const want = `{"a": [1, null, "2024-01-02"], "2": ["x", null, true]}`
+	if got := res.Displays[0].Data[MIMEData]; got != want {
+		t.Errorf("display(small)'s %s: %q, want %q", MIMEData, got, want)
+	}
+	if got := res.ValueData[MIMEData]; got != want || res.ValueData["text/html"] != "<table/>" {
+		t.Errorf("the value's bundle: %v, want %s %q and its html", res.ValueData, MIMEData, want)
+	}
+	if d := res.Displays[1].Data; d[MIMEData] != "" || d["text/html"] != "<table/>" {
+		t.Errorf("display(big): %v, want its html and no %s (over 200000 cells)", d, MIMEData)
+	}
+	plain := hostContext(t, 10*time.Second, time.Second)
+	run(t, plain, fake)
+	if res := run(t, plain, "small"); res.ValueData[MIMEData] != "" || res.ValueData["text/html"] != "<table/>" {
+		t.Errorf("a context that is not Structured: %v, want no %s", res.ValueData, MIMEData)
+	}
+}

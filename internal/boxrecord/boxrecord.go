@@ -36,7 +36,10 @@ type Record struct {
 	// bump: records without them have none).
 	AllowNet       []string `json:"allow_net,omitempty"`
 	AllowHostPorts []int    `json:"allow_host_ports,omitempty"`
-	Ports          []Port   `json:"ports,omitempty"`
+	// DenyNet: a public box's denylist (optional, added in version 1
+	// without a bump: absent = none; an airlock older than it ignores it).
+	DenyNet []string `json:"deny_net,omitempty"`
+	Ports   []Port   `json:"ports,omitempty"`
 	// Hostname is BoxOptions.Hostname (optional: "" for records before
 	// it, which take the name or id).
 	Hostname    string `json:"hostname,omitempty"`

@@ -163,7 +163,7 @@ func (sb *sandbox) newContext(ctx context.Context, id, lang, cwd string) (*codeC
 		// A box from a warm pool has its interpreter started: the default
 		// context adopts it (a context with options would start another)
 		// and moves to cwd.
-		if x, err = sb.codebox().NewContext(ctx); err == nil {
+		if x, err = sb.codebox().NewContext(ctx, codebox.ContextOptions{Structured: true}); err == nil {
 			if res, err := x.Run(ctx, fmt.Sprintf("import os as _e2b_os\n_e2b_os.chdir(%q)", cwd)); err != nil || res.Error != nil {
 				x.Close()
 				x = nil
@@ -171,7 +171,7 @@ func (sb *sandbox) newContext(ctx context.Context, id, lang, cwd string) (*codeC
 		}
 	}
 	if x == nil {
-		if x, err = sb.codebox().NewContext(ctx, codebox.ContextOptions{WorkingDir: cwd}); err != nil {
+		if x, err = sb.codebox().NewContext(ctx, codebox.ContextOptions{WorkingDir: cwd, Structured: true}); err != nil {
 			return nil, err
 		}
 	}
@@ -273,7 +273,7 @@ func (sb *sandbox) restartContext(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	x, err := sb.codebox().NewContext(r.Context(), codebox.ContextOptions{WorkingDir: c.cwd})
+	x, err := sb.codebox().NewContext(r.Context(), codebox.ContextOptions{WorkingDir: c.cwd, Structured: true})
 	if err != nil {
 		writeBoxError(w, err)
 		return
@@ -397,6 +397,9 @@ func (o *cellStream) image(img codebox.Image) {
 	case "image/png":
 		r["png"] = base64.StdEncoding.EncodeToString(img.Data)
 		r["text"] = "<Figure>"
+		if len(img.Chart) > 0 && json.Valid(img.Chart) {
+			r["chart"] = img.Chart
+		}
 	case "image/jpeg":
 		r["jpeg"] = base64.StdEncoding.EncodeToString(img.Data)
 	case "image/svg+xml":
@@ -419,11 +422,13 @@ var resultFields = map[string]string{
 	"text/latex":             "latex",
 	"application/json":       "json",
 	"application/javascript": "javascript",
+	codebox.MIMEData:         "data",
+	codebox.MIMEChart:        "chart",
 }
 
 // resultOf is E2B's result line of a MIME bundle (a display() or the
-// cell's value): each known type in its field (json as JSON, the others
-// as text or base64), other types in "extra".
+// cell's value): each known type in its field (json, data and chart as
+// JSON, the others as text or base64), other types in "extra".
 func resultOf(data map[string]string, main bool) map[string]any {
 	r := map[string]any{"type": "result", "is_main_result": main}
 	extra := map[string]any{}
@@ -432,9 +437,9 @@ func resultOf(data map[string]string, main bool) map[string]any {
 		switch {
 		case !ok:
 			extra[mime] = v
-		case f == "json" && json.Valid([]byte(v)):
+		case (f == "json" || f == "data" || f == "chart") && json.Valid([]byte(v)):
 			r[f] = json.RawMessage(v)
-		case f == "json":
+		case f == "json" || f == "data" || f == "chart":
 			extra[mime] = v
 		default:
 			r[f] = v

@@ -260,7 +260,8 @@ func (s *Server) optionsOf(body newSandboxBody) (airlock.BoxOptions, string, err
 		e = *body.Network
 		e.AllowInternetAccess = nil // not a field of a create's network
 	}
-	o.Network, o.AllowNet, err = policyOf(e, body.AllowInternetAccess != nil && !*body.AllowInternetAccess)
+	pol, err := policyOf(e, body.AllowInternetAccess != nil && !*body.AllowInternetAccess)
+	o.Network, o.AllowNet, o.DenyNet = pol.mode, pol.allow, pol.deny
 	if err != nil {
 		return o, "", err
 	}

@@ -37,6 +37,7 @@ func serveForSDK(t *testing.T) ([]string, *airlock.Runtime) {
 	// that the egress cases send nothing off the host.
 	t.Setenv(netstack.TestInternetEnv, "198.18.0.0/24")
 	probe := reachable(t, "127.0.0.2:0")
+	probe2 := reachable(t, "127.0.0.3:0")
 	rt, err := airlock.Open(airlock.Options{Home: t.TempDir(), ImagesDir: vmtest.ImagesDir(), Warn: func(string) {}})
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +86,7 @@ func serveForSDK(t *testing.T) ([]string, *airlock.Runtime) {
 	go hs.Serve(l)
 	t.Cleanup(func() { hs.Close() })
 	url := "http://" + l.Addr().String()
-	env = append(env, "AIRLOCK_E2B_NET_PROBE=198.18.0.2:"+strconv.Itoa(probe))
+	env = append(env, "AIRLOCK_E2B_NET_PROBE=198.18.0.2:"+strconv.Itoa(probe), "AIRLOCK_E2B_NET_PROBE2=198.18.0.3:"+strconv.Itoa(probe2))
 	return append(env, "E2B_API_URL="+url, "E2B_SANDBOX_URL="+url, "E2B_API_KEY=e2b_"+token, "E2B_DOMAIN=airlock.invalid"), rt
 }
 

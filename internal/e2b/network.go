@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/airlock-run/airlock"
 )
@@ -32,45 +34,84 @@ type egress struct {
 // set reports whether raw holds a value (not absent, not null).
 func set(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
+// netPolicy is E2B's egress rules in airlock's terms (BoxOptions.Network,
+// AllowNet, DenyNet).
+type netPolicy struct {
+	mode        airlock.NetworkMode
+	allow, deny []string
+}
+
 // policyOf maps E2B's egress rules onto airlock's network policy. E2B lets
 // a sandbox reach every destination but those deny_out lists, and those
 // allow_out lists always (they take precedence); allow_internet_access
-// false is deny_out 0.0.0.0/0. airlock's policy allows, it does not deny:
-// a deny_out must deny all traffic (0.0.0.0/0; other entries beside it
-// change nothing), and the box is then an allowlist box of allow_out (of
-// nothing when allow_out is empty: it reaches nothing, and keeps its
-// network interface, so that get_host and a later update_network work).
-// allow_out alone makes an allowlist box too, which is stricter than E2B
-// (where it only makes exceptions to deny_out). Neither: the public
+// false is deny_out 0.0.0.0/0. A deny_out that holds 0.0.0.0/0 makes the
+// box an allowlist box of allow_out (of nothing when allow_out is empty:
+// it reaches nothing, and keeps its network interface, so that get_host
+// and a later update_network work). A deny_out of some addresses is a
+// public box with those as its DenyNet and allow_out's IPs and CIDRs as
+// exceptions to them (a domain in allow_out needs deny_out ALL_TRAFFIC,
+// as in E2B, where domain filtering works only when all other traffic is
+// denied). allow_out alone makes an allowlist box, which is stricter than
+// E2B (where it only makes exceptions to deny_out). Neither: the public
 // network. Header rules and an egress proxy are refused (airlock has
 // neither); dnsServers is ignored (the box resolves through airlock's
 // resolver, which applies the policy).
-func policyOf(e egress, noInternet bool) (airlock.NetworkMode, []string, error) {
+func policyOf(e egress, noInternet bool) (netPolicy, error) {
 	if set(e.Rules) {
-		return "", nil, badRequest("network.rules (header transforms) are not supported by airlock's E2B API: give secrets as airlock secrets (docs/secrets.md)")
+		return netPolicy{}, badRequest("network.rules (header transforms) are not supported by airlock's E2B API: give secrets as airlock secrets (docs/secrets.md)")
 	}
 	if set(e.EgressProxy) {
-		return "", nil, badRequest("network.egressProxy is not supported by airlock's E2B API")
+		return netPolicy{}, badRequest("network.egressProxy is not supported by airlock's E2B API")
 	}
 	if len(e.AllowOut) > maxEgressRules || len(e.DenyOut) > maxEgressRules {
-		return "", nil, badRequest("network: at most %d allowOut and %d denyOut entries", maxEgressRules, maxEgressRules)
+		return netPolicy{}, badRequest("network: at most %d allowOut and %d denyOut entries", maxEgressRules, maxEgressRules)
 	}
 	if e.AllowInternetAccess != nil && !*e.AllowInternetAccess {
 		noInternet = true
 	}
-	denyAll := noInternet || slices.Contains(e.DenyOut, allTraffic)
-	if !denyAll && len(e.DenyOut) > 0 {
-		return "", nil, badRequest("network.denyOut %q: airlock denies all traffic or nothing: deny %s and list what the sandbox may reach in allowOut (the public network already denies private, link-local and loopback ranges)", e.DenyOut, allTraffic)
-	}
 	for _, a := range e.AllowOut {
 		if a == "" {
-			return "", nil, badRequest("network.allowOut: an empty entry")
+			return netPolicy{}, badRequest("network.allowOut: an empty entry")
 		}
 	}
-	if !denyAll && len(e.AllowOut) == 0 {
-		return airlock.NetworkPublic, nil, nil
+	denyAll := noInternet || slices.Contains(e.DenyOut, allTraffic)
+	switch {
+	case denyAll || len(e.AllowOut) > 0 && len(e.DenyOut) == 0:
+		return netPolicy{mode: airlock.NetworkAllowlist, allow: slices.Clone(e.AllowOut)}, nil
+	case len(e.DenyOut) == 0:
+		return netPolicy{mode: airlock.NetworkPublic}, nil
 	}
-	return airlock.NetworkAllowlist, slices.Clone(e.AllowOut), nil
+	for _, d := range e.DenyOut {
+		if !isIPRule(d) {
+			return netPolicy{}, badRequest("network.denyOut %q: IP addresses and CIDR blocks only, as in E2B", d)
+		}
+	}
+	for _, a := range e.AllowOut {
+		if !isIPRule(a) {
+			return netPolicy{}, badRequest("network.allowOut %q: a domain needs denyOut [%s] (as in E2B, domain filtering works only when all other traffic is denied); beside a denyOut of some addresses, allowOut lists IP addresses and CIDR blocks", a, allTraffic)
+		}
+	}
+	return netPolicy{mode: airlock.NetworkPublic, allow: slices.Clone(e.AllowOut), deny: slices.Clone(e.DenyOut)}, nil
+}
+
+// isIPRule reports whether an egress entry is an IP address or a CIDR
+// block, with an optional ":PORT" ("[v6]:PORT" for IPv6), not a name.
+func isIPRule(s string) bool {
+	h := strings.TrimSpace(s)
+	if strings.HasPrefix(h, "[") {
+		i := strings.Index(h, "]")
+		if i < 0 {
+			return false
+		}
+		h = h[1:i]
+	} else if strings.Count(h, ":") == 1 {
+		h = h[:strings.LastIndex(h, ":")]
+	}
+	if _, err := netip.ParsePrefix(h); err == nil {
+		return true
+	}
+	_, err := netip.ParseAddr(h)
+	return err == nil
 }
 
 // networkInfo is E2B's network of a sandbox's details (get_info): what
@@ -85,6 +126,10 @@ func networkOf(o airlock.BoxOptions) *networkInfo {
 	switch o.Network {
 	case airlock.NetworkAllowlist:
 		return &networkInfo{AllowOut: o.AllowNet, DenyOut: []string{allTraffic}}
+	case airlock.NetworkPublic, "":
+		if len(o.DenyNet) > 0 {
+			return &networkInfo{AllowOut: o.AllowNet, DenyOut: o.DenyNet}
+		}
 	case airlock.NetworkNone, airlock.NetworkDisabled:
 		return &networkInfo{DenyOut: []string{allTraffic}}
 	}
@@ -103,7 +148,7 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		writeBoxError(w, err)
 		return
 	}
-	mode, allow, err := policyOf(body, false)
+	pol, err := policyOf(body, false)
 	if err != nil {
 		writeBoxError(w, err)
 		return
@@ -119,12 +164,12 @@ func (s *Server) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.cfg.CheckNetwork != nil {
-		if err := s.cfg.CheckNetwork(ctx, allow); err != nil {
+		if err := s.cfg.CheckNetwork(ctx, pol.allow); err != nil {
 			writeBoxError(w, err)
 			return
 		}
 	}
-	if err := b.SetNetwork(ctx, airlock.NetworkPolicy{Mode: mode, AllowNet: allow, AllowHostPorts: info.Options.AllowHostPorts}); err != nil {
+	if err := b.SetNetwork(ctx, airlock.NetworkPolicy{Mode: pol.mode, AllowNet: pol.allow, DenyNet: pol.deny, AllowHostPorts: info.Options.AllowHostPorts}); err != nil {
 		writeBoxError(w, err)
 		return
 	}

@@ -160,6 +160,9 @@ func (e *Engine) checkLocked(proto string, dst netip.AddrPort) Verdict {
 	if private != "" {
 		return deny(private)
 	}
+	if c.denied(a, port) && !c.listed(a, port) {
+		return deny("in deny-net")
+	}
 	return allow
 }
 

@@ -35,27 +35,30 @@ func CanonicalMode(mode string, allow []string) string {
 	return mode
 }
 
-// BoxPolicy is the Policy of a box of canonical mode with allow and
-// hostPorts. ModeNone is an allowlist of nothing: a running box switched
-// to none keeps its NIC, reaching nothing.
-func BoxPolicy(mode string, allow []string, hostPorts []int) Policy {
+// BoxPolicy is the Policy of a box of canonical mode with allow, deny
+// and hostPorts. ModeNone is an allowlist of nothing: a running box
+// switched to none keeps its NIC, reaching nothing.
+func BoxPolicy(mode string, allow, deny []string, hostPorts []int) Policy {
 	if mode == ModeNone {
 		return Policy{Mode: ModeAllowlist}
 	}
-	return Policy{Mode: mode, Allow: allow, HostPorts: hostPorts}
+	return Policy{Mode: mode, Allow: allow, Deny: deny, HostPorts: hostPorts}
 }
 
 // CheckOptions checks a box's network options: its canonical mode, the
-// destinations it allows, the host ports it may reach, and the ports it
+// destinations it allows and denies, the host ports it may reach, and the ports it
 // publishes, whose defaults (protocol tcp, host address 127.0.0.1) are
 // filled in in place. A box without a network (ModeNone) may have none
 // of the others; a published host address, port and protocol given
 // twice is refused.
-func CheckOptions(mode string, allow []string, hostPorts []int, publish []Publish) error {
+func CheckOptions(mode string, allow, deny []string, hostPorts []int, publish []Publish) error {
 	switch mode {
 	case ModeNone:
 		if len(allow) > 0 {
 			return fmt.Errorf("allow-net entries need network mode %q, not %q", ModeAllowlist, ModeNone)
+		}
+		if len(deny) > 0 {
+			return fmt.Errorf("deny-net entries need network mode %q, not %q", ModePublic, ModeNone)
 		}
 		if len(hostPorts) > 0 {
 			return fmt.Errorf("allow-host-port needs a network: not with network mode %q", ModeNone)
@@ -68,7 +71,7 @@ func CheckOptions(mode string, allow []string, hostPorts []int, publish []Publis
 	default:
 		return fmt.Errorf("network %q: want %q (default), %q or %q", mode, ModePublic, ModeAllowlist, ModeNone)
 	}
-	if err := BoxPolicy(mode, allow, hostPorts).Validate(); err != nil {
+	if err := BoxPolicy(mode, allow, deny, hostPorts).Validate(); err != nil {
 		return err
 	}
 	seen := map[string]bool{}

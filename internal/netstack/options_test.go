@@ -16,7 +16,7 @@ func TestCheckOptions(t *testing.T) {
 		}
 	}
 	pub := []Publish{{HostPort: 8080, GuestPort: 80}, {HostIP: "0.0.0.0", HostPort: 0, GuestPort: 53, Proto: "udp"}}
-	if err := CheckOptions(ModePublic, nil, []int{5432}, pub); err != nil {
+	if err := CheckOptions(ModePublic, nil, nil, []int{5432}, pub); err != nil {
 		t.Fatal(err)
 	}
 	if pub[0] != (Publish{HostIP: "127.0.0.1", HostPort: 8080, GuestPort: 80, Proto: "tcp"}) || pub[1].HostIP != "0.0.0.0" {
@@ -37,12 +37,12 @@ func TestCheckOptions(t *testing.T) {
 		{ModePublic, nil, nil, []Publish{{HostPort: 1, GuestPort: 70000}}, "publish"},
 		{ModeAllowlist, []string{"not a rule!"}, nil, nil, ""},
 	} {
-		err := CheckOptions(c.mode, c.allow, c.ports, c.pub)
+		err := CheckOptions(c.mode, c.allow, nil, c.ports, c.pub)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("CheckOptions(%q, %v, %v, %+v) = %v, want %q", c.mode, c.allow, c.ports, c.pub, err, c.want)
 		}
 	}
-	if p := BoxPolicy(ModeNone, []string{"x.org"}, []int{1}); p.Mode != ModeAllowlist || p.Allow != nil || p.HostPorts != nil {
+	if p := BoxPolicy(ModeNone, []string{"x.org"}, nil, []int{1}); p.Mode != ModeAllowlist || p.Allow != nil || p.HostPorts != nil {
 		t.Errorf("BoxPolicy(none) = %+v, want an allowlist of nothing", p)
 	}
 }

@@ -21,7 +21,7 @@ import (
 // Modes of a Policy.
 const (
 	// ModePublic lets the box reach the internet: every destination except
-	// the denied ranges (see Denied).
+	// the denied ranges (see Denied) and what the policy's Deny lists.
 	ModePublic = "public"
 	// ModeAllowlist lets the box reach only the destinations its rules
 	// list; only listed names resolve.
@@ -45,8 +45,15 @@ const HostName = "host.airlock.internal"
 type Policy struct {
 	// Mode is ModePublic or ModeAllowlist.
 	Mode string `json:"mode"`
-	// Allow lists the destinations of ModeAllowlist (see ParseRule).
+	// Allow lists the destinations of ModeAllowlist (see ParseRule). In
+	// ModePublic with Deny set it lists exceptions to Deny (IPs and CIDRs
+	// only, each with an optional port): what they cover is reachable even
+	// where Deny covers it, as E2B's allow_out over deny_out.
 	Allow []string `json:"allow,omitempty"`
+	// Deny lists IPs and CIDRs (each with an optional port) a ModePublic
+	// box may not reach, besides the ranges denied in every mode; not
+	// names, whose addresses change. Not in ModeAllowlist.
+	Deny []string `json:"deny,omitempty"`
 	// HostPorts are TCP/UDP ports of the host's 127.0.0.1 the box may reach
 	// as HostName:PORT (in either mode).
 	HostPorts []int `json:"host_ports,omitempty"`
@@ -218,6 +225,7 @@ func (r Rule) portOK(port uint16) bool { return r.Port == 0 || r.Port == port }
 type compiled struct {
 	Policy
 	rules     []Rule
+	deny      []Rule
 	hostPorts map[uint16]bool
 }
 
@@ -233,10 +241,13 @@ func compile(p Policy) (*compiled, error) {
 	c := &compiled{Policy: p, hostPorts: map[uint16]bool{}}
 	switch p.Mode {
 	case ModePublic:
-		if len(p.Allow) > 0 {
+		if len(p.Allow) > 0 && len(p.Deny) == 0 {
 			return nil, fmt.Errorf("allow-net entries need network mode %q, not %q", ModeAllowlist, p.Mode)
 		}
 	case ModeAllowlist:
+		if len(p.Deny) > 0 {
+			return nil, fmt.Errorf("deny-net entries need network mode %q, not %q (an allowlist box reaches only what it lists)", ModePublic, p.Mode)
+		}
 	default:
 		return nil, fmt.Errorf("network mode %q: want %q or %q", p.Mode, ModePublic, ModeAllowlist)
 	}
@@ -245,12 +256,25 @@ func compile(p Policy) (*compiled, error) {
 		if err != nil {
 			return nil, err
 		}
+		if p.Mode == ModePublic && !r.Prefix.IsValid() {
+			return nil, fmt.Errorf("allow-net %q: in network mode %q the entries are exceptions to deny-net: IPs and CIDRs only, not names", s, ModePublic)
+		}
 		if r.Prefix.IsValid() {
 			if why := neverAllowed(r.Prefix); why != "" {
 				return nil, fmt.Errorf("allow-net %q: %s is never reachable from a box (for a service on the host's loopback use --allow-host-port)", s, why)
 			}
 		}
 		c.rules = append(c.rules, r)
+	}
+	for _, s := range p.Deny {
+		r, err := ParseRule(s)
+		if err != nil {
+			return nil, fmt.Errorf("deny-net: %w", err)
+		}
+		if !r.Prefix.IsValid() {
+			return nil, fmt.Errorf("deny-net %q: IPs and CIDRs only, not names (a name's addresses change)", s)
+		}
+		c.deny = append(c.deny, r)
 	}
 	for _, hp := range p.HostPorts {
 		if hp < 1 || hp > 65535 {
@@ -273,6 +297,16 @@ func (c *compiled) nameAllowed(name string) bool {
 func (c *compiled) listed(addr netip.Addr, port uint16) bool {
 	for _, r := range c.rules {
 		if r.Prefix.IsValid() && r.Prefix.Contains(addr) && r.portOK(port) {
+			return true
+		}
+	}
+	return false
+}
+
+// denied reports whether a Deny rule covers addr:port.
+func (c *compiled) denied(addr netip.Addr, port uint16) bool {
+	for _, r := range c.deny {
+		if r.Prefix.Contains(addr) && r.portOK(port) {
 			return true
 		}
 	}

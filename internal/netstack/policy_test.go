@@ -298,3 +298,44 @@ func TestHostileGuestMappedIPv4(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckPublicDeny checks a public policy with Deny (a denylist, E2B's
+// deny_out): what Deny covers is refused, on its port when it names one,
+// unless an Allow entry (an exception) covers it; the rest of the
+// internet stays reachable and the always-denied and private ranges stay
+// denied.
+func TestCheckPublicDeny(t *testing.T) {
+	e, err := NewEngine(Policy{Mode: ModePublic, Deny: []string{"198.51.100.0/24", "203.0.113.9:22"}, Allow: []string{"198.51.100.7"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		dst   string
+		allow bool
+	}{
+		{"198.51.100.1:443", false}, // in Deny
+		{"198.51.100.7:443", true},  // the exception
+		{"198.51.101.1:443", true},  // outside Deny
+		{"203.0.113.9:22", false},   // Deny's port
+		{"203.0.113.9:443", true},   // another port
+		{"10.1.2.3:443", false},     // private: denied in public mode anyway
+		{"169.254.169.254:80", false},
+	} {
+		if v := e.Check("tcp", ap(c.dst)); v.Allow != c.allow {
+			t.Errorf("Check(%s) = %+v, want allow %v", c.dst, v, c.allow)
+		}
+	}
+	if !e.NameAllowed("example.com") {
+		t.Error("a public policy with Deny must resolve names")
+	}
+	for _, p := range []Policy{
+		{Mode: ModePublic, Deny: []string{"example.com"}},
+		{Mode: ModePublic, Deny: []string{"10.0.0.0/8"}, Allow: []string{"api.example.com"}},
+		{Mode: ModeAllowlist, Deny: []string{"10.0.0.0/8"}, Allow: []string{"203.0.113.1"}},
+		{Mode: ModePublic, Allow: []string{"203.0.113.1"}},
+	} {
+		if err := p.Validate(); err == nil {
+			t.Errorf("Validate(%+v) = nil, want an error", p)
+		}
+	}
+}

@@ -31,6 +31,9 @@ NODE_IMAGE = os.environ.get("AIRLOCK_E2B_NODE_IMAGE")  # an image with node
 # internet address (TestE2BSDK's stand-in; nothing leaves the host).
 PROBE = os.environ["AIRLOCK_E2B_NET_PROBE"]
 PROBE_HOST = PROBE.rsplit(":", 1)[0]
+# A second such server, at another address of the stand-in internet.
+PROBE2 = os.environ["AIRLOCK_E2B_NET_PROBE2"]
+PROBE2_HOST = PROBE2.rsplit(":", 1)[0]
 PROBE_PY = """import socket, sys
 host, port = sys.argv[1].rsplit(":", 1)
 try:
@@ -114,9 +117,9 @@ def test_wrong_key_is_refused():
 # --- network and lifecycle ----------------------------------------------
 
 
-def reach(s):
+def reach(s, probe=PROBE):
     """What the probe's server answers the sandbox ("reachable"), or why not."""
-    return s.commands.run(f"python3 -c {shlex.quote(PROBE_PY)} {PROBE}").stdout.strip()
+    return s.commands.run(f"python3 -c {shlex.quote(PROBE_PY)} {probe}").stdout.strip()
 
 
 def test_update_network(sb):
@@ -130,6 +133,28 @@ def test_update_network(sb):
     sb.update_network({})
     assert Sandbox.get_info(sb.sandbox_id).network is None
     assert reach(sb) == "reachable"
+
+
+def test_deny_out_of_some_addresses(sb):
+    # A denylist: the sandbox reaches everything but what deny_out lists,
+    # and allow_out makes exceptions to it (IPs and CIDRs).
+    sb.update_network({"deny_out": [PROBE2_HOST]})
+    assert reach(sb, PROBE2).startswith("denied")
+    assert reach(sb) == "reachable"
+    assert Sandbox.get_info(sb.sandbox_id).network == {"deny_out": [PROBE2_HOST]}
+    subnet = PROBE_HOST.rsplit(".", 1)[0] + ".0/24"  # both probes' /24
+    sb.update_network({"deny_out": [subnet], "allow_out": [PROBE_HOST]})
+    assert reach(sb) == "reachable"
+    assert reach(sb, PROBE2).startswith("denied")
+    with pytest.raises(Exception, match="domain"):
+        sb.update_network({"deny_out": [subnet], "allow_out": ["example.com"]})
+    sb.update_network({})
+    assert reach(sb, PROBE2) == "reachable"
+    # The same at create: the box's network starts with the denylist.
+    with Sandbox.create("base", timeout=120, network={"deny_out": [PROBE2_HOST]}) as s:
+        assert s.get_info().network == {"deny_out": [PROBE2_HOST]}
+        assert reach(s, PROBE2).startswith("denied")
+        assert reach(s) == "reachable"
 
 
 def test_no_internet_and_auto_pause():
@@ -391,6 +416,37 @@ def test_run_code_chart_png(sb):
     import base64
 
     assert base64.b64decode(pngs[0]).startswith(b"\x89PNG")
+    # Beside the PNG, the chart's elements as E2B's code interpreter gives
+    # them (e2b_charts): the SDK makes a LineChart of it.
+    from e2b_code_interpreter.charts import ChartType, LineChart
+
+    chart = ex.results[0].chart
+    assert isinstance(chart, LineChart) and chart.type == ChartType.LINE, chart
+    assert [(e.label, e.points) for e in chart.elements] == [("Line 0", [(0.0, 1.0), (1.0, 2.0), (2.0, 3.0)])]
+    assert chart.x_scale == "linear" and all(isinstance(t, float) for t in chart.x_ticks)
+
+
+@pytest.mark.skipif(not HAS_DATA, reason="the image with matplotlib (airlock/python-data) is not in the store: run hack/setup.sh")
+def test_run_code_bar_chart_and_dataframe_data(sb):
+    from e2b_code_interpreter.charts import BarChart, ChartType
+
+    ex = sb.run_code(
+        "import matplotlib.pyplot as plt\n"
+        "plt.figure()\nplt.bar(['A', 'B', 'C'], [10, 20, 30], label='Sold')\n"
+        "plt.title('Sales'); plt.xlabel('Author'); plt.ylabel('Books (k)')\n"
+        "import pandas as pd\n"
+        "pd.DataFrame({'a': [1, 2, None], 'b': ['x', 'y', 'z'], 't': pd.to_datetime(['2024-01-01', '2024-01-02', '2024-01-03'])})"
+    )
+    assert ex.error is None, ex.error
+    charts = [r.chart for r in ex.results if r.chart]
+    assert len(charts) == 1 and isinstance(charts[0], BarChart), ex.results
+    bar = charts[0]
+    assert bar.type == ChartType.BAR and bar.title == "Sales" and bar.x_label == "Author" and bar.y_unit == "k"
+    assert [(e.label, e.group, e.value) for e in bar.elements] == [("A", "Sold", 10.0), ("B", "Sold", 20.0), ("C", "Sold", 30.0)]
+    main = ex.results[-1]
+    assert main.is_main_result and "<table" in main.html
+    assert main.data == {"a": [1.0, 2.0, None], "b": ["x", "y", "z"], "t": ["2024-01-01T00:00:00", "2024-01-02T00:00:00", "2024-01-03T00:00:00"]}
+    assert "data" in main.formats() and "chart" in [f for r in ex.results for f in r.formats()]
 
 
 RICH_CELL = """class Md:
@@ -415,6 +471,7 @@ def test_run_code_display_rich(sb):
     if HAS_DATA:
         df = ex.results[1]
         assert not df.is_main_result and "<table" in df.html and "a" in df.text
+        assert df.data == {"a": [1, 2]} and main.data == {"a": [1, 2]}
         assert "<table" in main.html
     else:
         assert main.markdown == "**bold**"

@@ -110,6 +110,19 @@ test("runCode", async () => {
   assert.equal(rich.text, "Md()");
 });
 
+// (A DataFrame's data, which comes the same way, is tested in Python:
+// importing pandas too would double this case's time under TCG.)
+test("runCode: a chart's elements beside its PNG", { skip: process.env.AIRLOCK_E2B_DATA_IMAGE !== "1" && "no airlock/python-data (hack/setup.sh)" }, async () => {
+  const ex = await sbx.runCode("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [4, 5, 6], label='up'); _ = plt.title('Up')");
+  assert.equal(ex.error, undefined);
+  assert.equal(ex.results.length, 1);
+  const fig = ex.results[0];
+  assert.ok(fig.png);
+  assert.equal(fig.chart.type, "line");
+  assert.equal(fig.chart.title, "Up");
+  assert.deepEqual(fig.chart.elements, [{ label: "up", points: [[1, 4], [2, 5], [3, 6]] }]);
+});
+
 test("runCode streams to its callbacks while the cell runs", async () => {
   // The cell waits (up to 60 s) for a file the callbacks write once they
   // have seen its first stdout and stderr lines.
