@@ -1663,7 +1663,7 @@ export interface operations {
                     "application/json": components["schemas"]["Box"];
                 };
             };
-            /** @description Not an archive this server reads, over its bounds, or with memory (invalid_request). */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
                 headers: {
                     [name: string]: unknown;
@@ -2778,7 +2778,7 @@ export interface operations {
                     "application/x-tar": string;
                 };
             };
-            /** @description A bad parameter (invalid_request). */
+            /** @description Bad Request: the request is invalid (invalid_request); errors names each bad field by JSON pointer (body) or parameter. */
             400: {
                 headers: {
                     [name: string]: unknown;
