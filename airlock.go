@@ -13,9 +13,8 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
-	"github.com/airlock-run/airlock/internal/boxrecord"
+	"github.com/airlock-run/airlock/internal/boxopts"
 	"github.com/airlock-run/airlock/internal/confine"
-	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/lifetime"
 	"github.com/airlock-run/airlock/internal/pool"
@@ -432,50 +431,6 @@ func (r *Runtime) create(ctx context.Context, opts BoxOptions, forPool string) (
 	return b, nil
 }
 
-// withDefaults fills in and checks BoxOptions.
-func withDefaults(opts BoxOptions) (BoxOptions, error) {
-	if opts.Image == "" {
-		opts.Image = DefaultImage
-	}
-	if opts.CPUs == 0 {
-		opts.CPUs = DefaultCPUs
-	}
-	if opts.MemoryMiB == 0 {
-		opts.MemoryMiB = DefaultMemoryMiB
-	}
-	if opts.DiskSizeMiB == 0 {
-		opts.DiskSizeMiB = DefaultDiskSizeMiB
-	}
-	if err := checkNetwork(&opts); err != nil {
-		return opts, err
-	}
-	if opts.CPUs < 0 || opts.CPUs > MaxCPUs {
-		return opts, fmt.Errorf("%w: cpus %d: want 1..%d", ErrInvalidArgument, opts.CPUs, MaxCPUs)
-	}
-	if opts.MemoryMiB < MinMemoryMiB {
-		return opts, fmt.Errorf("%w: memory %d MiB: want at least %d", ErrInvalidArgument, opts.MemoryMiB, MinMemoryMiB)
-	}
-	if opts.Hostname != "" && !guestabi.ValidHostname(opts.Hostname) {
-		return opts, fmt.Errorf("%w: hostname %q: want letters, digits and '-', at most 63", ErrInvalidArgument, opts.Hostname)
-	}
-	if opts.DiskSizeMiB < MinDiskSizeMiB {
-		return opts, fmt.Errorf("%w: disk size %d MiB: want at least %d", ErrInvalidArgument, opts.DiskSizeMiB, MinDiskSizeMiB)
-	}
-	if err := checkVolumes(opts.Volumes); err != nil {
-		return opts, err
-	}
-	if err := boxrecord.CheckLabels(opts.Labels); err != nil {
-		return opts, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-	}
-	if err := checkSecrets(&opts); err != nil {
-		return opts, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-	}
-	if err := checkLife(opts); err != nil {
-		return opts, err
-	}
-	return opts, nil
-}
-
 // newBox records a box (for warm pool forPool, if not "") and prepares
 // its directory, without booting it.
 func (r *Runtime) newBox(ctx context.Context, opts BoxOptions, forPool string) (*Box, error) {
@@ -504,7 +459,7 @@ func (r *Runtime) recordBox(ctx context.Context, opts BoxOptions, forPool string
 	if err := checkBoxName(opts.Name); err != nil {
 		return nil, err
 	}
-	bc := boxConfig{Options: opts, Image: img.Config, Pool: forPool}
+	bc := boxConfig{Options: opts, Meta: boxopts.Meta{Image: img.Config, Pool: forPool}}
 	var err error
 	if bc.Placeholders, err = secrets.NewPlaceholders(opts.Secrets); err != nil {
 		return nil, err

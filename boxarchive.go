@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-run/airlock/internal/boxarchive"
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/boxopts"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/snapmeta"
@@ -256,7 +257,7 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 	if err := snapmeta.CheckName(name); err != nil {
 		return res, err
 	}
-	if err := ar.ImportSnapshot(ctx, r.snapshotsDir(), name, encodeConfig(boxConfig{Options: o, Image: img.Config})); err != nil {
+	if err := ar.ImportSnapshot(ctx, r.snapshotsDir(), name, encodeConfig(boxConfig{Options: o, Meta: boxopts.Meta{Image: img.Config}})); err != nil {
 		return res, err
 	}
 	b, err := r.Create(ctx, BoxOptions{FromSnapshot: name, Name: opts.Name})
@@ -274,25 +275,13 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 }
 
 // archiveOptions decodes and checks the box configuration m carries: the
-// options of the imported box, named name. What names host resources
-// (volumes, published ports, host ports), or this host's owner, stays
-// here.
+// options of the imported box, named name (boxopts.Archived).
 func archiveOptions(m *boxarchive.Manifest, name string) (BoxOptions, error) {
 	if err := checkBoxName(m.BoxName); err != nil {
 		return BoxOptions{}, fmt.Errorf("the archive's box: %w: not an archive Box.Export wrote", err)
 	}
-	cfg, err := configOf(m.Config)
-	if err != nil {
-		return BoxOptions{}, fmt.Errorf("the archive's box configuration: %w", err)
-	}
-	o := cfg.Options
-	o.Volumes, o.Ports, o.AllowHostPorts, o.AutoRemove, o.FromSnapshot = nil, nil, nil, false, ""
-	o.Name = name
-	o.Image = m.Image
-	if o, err = withDefaults(o); err != nil {
-		return BoxOptions{}, fmt.Errorf("the archive's box configuration: %w", err)
-	}
-	return o, nil
+	o, err := boxopts.Archived(m.Config, name, m.Image)
+	return public(o), err
 }
 
 // checkMachineFile checks a memory archive's machine.json: the driver's

@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/boxopts"
+	"github.com/airlock-run/airlock/internal/boxrecord"
 	"github.com/airlock-run/airlock/internal/netstack"
 	"github.com/airlock-run/airlock/internal/netstack/helper"
 	"github.com/airlock-run/airlock/internal/secrets"
@@ -114,37 +116,17 @@ func netMode(mode NetworkMode, allow []string) NetworkMode {
 	return NetworkMode(netstack.CanonicalMode(string(mode), allow))
 }
 
-// checkNetwork fills in and checks the network fields of opts
-// (netstack.CheckOptions); a problem is an ErrInvalidArgument.
-func checkNetwork(opts *BoxOptions) error {
-	opts.Network = netMode(opts.Network, opts.AllowNet)
-	pub := publishes(opts.Ports)
-	if err := netstack.CheckOptions(string(opts.Network), opts.AllowNet, opts.AllowHostPorts, pub); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-	}
-	for i, p := range pub {
-		opts.Ports[i] = portOf(p)
-	}
-	return nil
-}
-
 func policyOf(mode NetworkMode, allow []string, hostPorts []int) netstack.Policy {
 	return netstack.BoxPolicy(string(mode), allow, hostPorts)
 }
 
 // publishes are ports as the network helper publishes them; portOf is
-// one of them as a PortMapping.
+// one of them as a PortMapping (boxopts.Publishes, boxopts.Port).
 func publishes(ports []PortMapping) []netstack.Publish {
-	var pub []netstack.Publish
-	for _, p := range ports {
-		pub = append(pub, netstack.Publish{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Proto: p.Protocol})
-	}
-	return pub
+	return boxopts.Publishes(convert(ports, func(p PortMapping) boxrecord.Port { return boxrecord.Port(p) }))
 }
 
-func portOf(p netstack.Publish) PortMapping {
-	return PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Proto}
-}
+func portOf(p netstack.Publish) PortMapping { return PortMapping(boxopts.Port(p)) }
 
 // hasNetwork reports whether a box of configuration cfg gets a NIC.
 func hasNetwork(cfg boxConfig) bool {

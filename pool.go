@@ -2,15 +2,13 @@ package airlock
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/boxopts"
 	"github.com/airlock-run/airlock/internal/friend"
 	"github.com/airlock-run/airlock/internal/pool"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -86,33 +84,14 @@ type PoolInfo struct {
 }
 
 // poolKey is the key of the pool that boxes of opts come from, and opts
-// with defaults; ok is false when opts cannot come from a pool.
+// with defaults; ok is false when opts cannot come from a pool
+// (boxopts.PoolKey).
 func poolKey(opts BoxOptions) (key string, o BoxOptions, ok bool) {
-	if opts.FromSnapshot != "" || len(opts.Volumes) > 0 || len(opts.Ports) > 0 || len(opts.Secrets) > 0 {
-		// (A box with secrets has its own CA and placeholders from its
-		// creation: never a pool's.)
+	key, p, ok := boxopts.PoolKey(opts.plain())
+	if !ok {
 		return "", opts, false
 	}
-	o, err := withDefaults(opts)
-	if err != nil {
-		return "", opts, false
-	}
-	k := o
-	k.Name, k.Hostname, k.AutoRemove = "", "", false
-	k.TTL, k.IdleTimeout, k.IdleAction, k.Lease = 0, 0, "", 0 // the claimer's, from its claim
-	k.Labels = nil
-	if len(k.Env) == 0 {
-		k.Env = nil
-	}
-	if len(k.AllowNet) == 0 {
-		k.AllowNet = nil
-	}
-	if len(k.AllowHostPorts) == 0 {
-		k.AllowHostPorts = nil
-	}
-	raw, _ := json.Marshal(k)
-	h := sha256.Sum256(raw)
-	return hex.EncodeToString(h[:])[:16], o, true
+	return key, public(p), true
 }
 
 // newPools checks opts.Pool and makes the runtime's pools (not started).

@@ -9,7 +9,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/airlock-run/airlock/internal/guestabi"
+	"github.com/airlock-run/airlock/internal/boxopts"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/store"
@@ -270,45 +270,10 @@ func (r *Runtime) restoreOptionsOf(opts BoxOptions) (BoxOptions, error) {
 }
 
 // restoreOptions is ResolveOptions for a restore from the snapshot info
-// and m describe.
+// and m describe (boxopts.Restore).
 func restoreOptions(info SnapshotInfo, m snapmeta.Meta, opts BoxOptions) (BoxOptions, error) {
-	name := opts.FromSnapshot
-	so := info.Options
-	if opts.Image != "" && opts.Image != so.Image && opts.Image != m.ImageDigest {
-		return BoxOptions{}, fmt.Errorf("%w: snapshot %s is of image %s, not %s: leave the image out", ErrInvalidArgument, name, so.Image, opts.Image)
-	}
-	for _, f := range []struct {
-		what      string
-		got, want int
-	}{{"CPUs", opts.CPUs, so.CPUs}, {"MemoryMiB", opts.MemoryMiB, so.MemoryMiB}, {"DiskSizeMiB", opts.DiskSizeMiB, so.DiskSizeMiB}} {
-		if f.got != 0 && f.got != f.want {
-			return BoxOptions{}, fmt.Errorf("%w: snapshot %s has %s %d, not %d: a restored box keeps its machine; leave it out", ErrInvalidArgument, name, f.what, f.want, f.got)
-		}
-	}
-	if opts.Network != "" && opts.Network != so.Network && (netMode(opts.Network, nil) == NetworkNone || so.Network == NetworkNone) {
-		return BoxOptions{}, fmt.Errorf("%w: snapshot %s has network %s, not %s: leave it out", ErrInvalidArgument, name, so.Network, opts.Network)
-	}
-	o := so
-	o.Name, o.AutoRemove, o.FromSnapshot = opts.Name, opts.AutoRemove, name
-	o.TTL, o.IdleTimeout, o.IdleAction, o.Lease = opts.TTL, opts.IdleTimeout, opts.IdleAction, opts.Lease // the caller's, not the snapshot's box's
-	if err := restoredHostSide(&o, opts, name); err != nil {
-		return BoxOptions{}, err
-	}
-	if opts.Env != nil {
-		o.Env = opts.Env
-	}
-	if opts.Labels != nil {
-		// The caller's labels, as its Env: they describe the new box
-		// (an E2B sandbox made from a snapshot has its own metadata).
-		o.Labels = opts.Labels
-	}
-	if opts.WorkingDir != "" {
-		o.WorkingDir = opts.WorkingDir
-	}
-	if opts.User != "" {
-		o.User = opts.User
-	}
-	return o, nil
+	o, err := boxopts.Restore(opts.FromSnapshot, info.Options.plain(), m.ImageDigest, opts.plain())
+	return public(o), err
 }
 
 // restored tells the agent of a just restored box to reseed the kernel
@@ -323,46 +288,6 @@ func (b *Box) restored(ctx context.Context) error {
 	rec, cfg := b.snapshot()
 	if _, err := c.Restored(ctx, entropy, time.Now().UnixNano(), hostname(rec, cfg)); err != nil {
 		return fmt.Errorf("box %s: reseed the restored guest: %w", b.id, b.callErr(err))
-	}
-	return nil
-}
-
-// restoredHostSide gives o, the options of a box restored from snapshot
-// name, what is the new box's own and lives on the host: its hostname,
-// its published ports (never the snapshot's box's: they are its host
-// ports) and, when the caller names one, its network policy (the network
-// helper is the new box's; the guest's device is the same for public and
-// allowlist). They used to be dropped without a word: `run --from S
-// --allow-net pypi.org` ran with the snapshot's public network.
-// Volumes cannot be attached to a restored machine: refused.
-func restoredHostSide(o *BoxOptions, opts BoxOptions, name string) error {
-	if len(opts.Volumes) > 0 {
-		return fmt.Errorf("%w: snapshot %s: a restored box cannot take volumes (-v): its machine is the snapshot's, which had none; copy files in with 'airlock cp' instead", ErrInvalidArgument, name)
-	}
-	o.Hostname, o.Ports = opts.Hostname, opts.Ports
-	// Secrets are the caller's (with fresh placeholders and CA): a
-	// snapshot has no values.
-	o.Secrets = opts.Secrets
-	if o.Network == NetworkNone {
-		if len(opts.AllowNet) > 0 || len(opts.AllowHostPorts) > 0 || len(opts.Ports) > 0 {
-			return fmt.Errorf("%w: snapshot %s has no network (none): --allow-net, --allow-host-port and -p need one", ErrInvalidArgument, name)
-		}
-		return nil
-	}
-	if opts.Network != "" {
-		o.Network = opts.Network // public or allowlist (none is refused before)
-	}
-	if len(opts.AllowNet) > 0 {
-		o.Network, o.AllowNet = NetworkAllowlist, opts.AllowNet
-	}
-	if len(opts.AllowHostPorts) > 0 {
-		o.AllowHostPorts = opts.AllowHostPorts
-	}
-	if o.Hostname != "" && !guestabi.ValidHostname(o.Hostname) {
-		return fmt.Errorf("%w: hostname %q: want letters, digits and '-', at most 63", ErrInvalidArgument, o.Hostname)
-	}
-	if err := checkNetwork(o); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
 	return nil
 }
