@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-run/airlock/internal/confine"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/lifetime"
+	"github.com/airlock-run/airlock/internal/netstack/helper"
 	"github.com/airlock-run/airlock/internal/pool"
 	"github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/secrets"
@@ -277,7 +278,11 @@ func (r *Runtime) reconcile(ctx context.Context) error {
 		if _, err := r.observe(ctx, rec); err != nil {
 			return err
 		}
-		reconcileNet(r.opts.Home, rec)
+		if !running(rec) {
+			// Its network helper stops, unless a Start holds the box's
+			// lock (helper.Reconcile).
+			helper.Reconcile(filepath.Join(r.opts.Home, "boxes", rec.ID))
+		}
 	}
 	return nil
 }

@@ -98,7 +98,7 @@ func TestPackageRules(t *testing.T) {
 		// The box lifecycle's engine: the sequences over the record, the
 		// driver, the boot's session and the network helper; what a box
 		// is, the public errors and the events come from the root.
-		"internal/lifecycle": {"internal/boxdir", "internal/boxvm", "internal/store", "internal/vmm", "internal/netstack", "internal/netstack/helper", "internal/image", "internal/rootfs", "internal/scratch", "internal/boundedio"},
+		"internal/lifecycle": {"internal/boxdir", "internal/boxvm", "internal/store", "internal/vmm", "internal/netstack", "internal/netstack/helper", "internal/image", "internal/rootfs", "internal/scratch", "internal/boundedio", "internal/boxarchive", "internal/checkpoint", "internal/snapmeta"},
 		// An exec's bounded output pipe.
 		"internal/boundedpipe": {},
 		// Whole-file reads under a bound (records others wrote).

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/agent/agentpb"
-	"github.com/airlock-run/airlock/internal/boxarchive"
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/checkpoint"
 	"github.com/airlock-run/airlock/internal/snapmeta"
@@ -186,20 +185,4 @@ func (b *Box) snapshotOfCheckpoint(ctx context.Context, ckpt, name string) error
 			Image: rec.Image, ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), AgentVersion: av,
 			Driver: b.r.drv.Name(), StateBytes: cm.StateBytes, DiskBytes: cm.DiskBytes, PausedNs: cm.PausedNs}, nil
 	})
-}
-
-// wholeCheckpoints writes each of the box's checkpoints whole, parents
-// first, sealed for another host, under its lock, for Export with
-// Checkpoints (boxarchive.WholeCheckpoints).
-func (b *Box) wholeCheckpoints(ctx context.Context, tmpRoot string) ([]boxarchive.CheckpointSource, string, func(), error) {
-	unlock, err := b.lock(ctx) // no checkpoint taken or removed meanwhile
-	if err != nil {
-		return nil, "", nil, err
-	}
-	defer unlock()
-	var seal func(context.Context, string) error
-	if s, ok := b.r.drv.(vmm.SnapshotSealer); ok {
-		seal = s.SealSnapshot
-	}
-	return boxarchive.WholeCheckpoints(ctx, checkpoint.Of(b.dir), tmpRoot, seal)
 }

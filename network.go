@@ -155,7 +155,7 @@ func (b *Box) netSpec(cfg boxConfig) *vmm.NetSpec {
 // made it, while the machine starts. Its Wait waits for it.
 func (b *Box) startNet(cfg boxConfig) (*helper.Starting, error) {
 	if !hasNetwork(cfg) || benchSlirp() {
-		b.stopNet()
+		b.eng.StopNet()
 		os.Remove(filepath.Join(b.dir, boxdir.NetPorts))
 		return nil, nil
 	}
@@ -174,14 +174,15 @@ func (b *Box) startNet(cfg boxConfig) (*helper.Starting, error) {
 	}
 	b.rebind = nil
 	b.mu.Unlock()
-	if ho.Held, err = b.r.holdPorts(b, cfg, ports); err != nil {
-		return nil, fmt.Errorf("box %s network: %w", b.id, err)
+	if o.IdleAction == IdleSuspend && len(ports) > 0 {
+		// Held by the runtime, so that they stay bound while the box is
+		// suspended (lifecycle.Ports.Hold); the helper inherits them.
+		if ho.Held, err = b.r.life.held.Hold(b.id, publishes(ports)); err != nil {
+			return nil, fmt.Errorf("box %s network: %w", b.id, err)
+		}
 	}
 	return helper.Start(b.netBox(), ho, secretPolicy(policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts), cfg), publishes(ports))
 }
-
-// stopNet stops the box's network helper, if one runs.
-func (b *Box) stopNet() { helper.Stop(b.dir) }
 
 // Ports returns the box's published ports as bound by its current start
 // (a HostPort of 0 replaced by the port picked); nil when it publishes
@@ -322,12 +323,4 @@ func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
 	}
 	_, err = b.load(ctx)
 	return err
-}
-
-// reconcileNet stops the network helper of a box whose machine is gone,
-// unless a Start holds the box's lock (see helper.Reconcile).
-func reconcileNet(home string, rec *store.Box) {
-	if !running(rec) {
-		helper.Reconcile(filepath.Join(home, "boxes", rec.ID))
-	}
 }

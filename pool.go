@@ -23,8 +23,9 @@ import (
 type PoolOptions struct {
 	// BoxOptions are what the pool's boxes are. Name, Hostname,
 	// AutoRemove and FromSnapshot are ignored (a claim takes the caller's
-	// Name, Hostname and AutoRemove); Volumes and Ports are refused (a
-	// pooled box must not hold host directories or host ports).
+	// Name, Hostname and AutoRemove); Volumes, Ports and Secrets are
+	// refused (a pooled box must not hold host directories or host ports,
+	// and a box with secrets has its own CA from its creation).
 	BoxOptions
 	// Size is how many boxes are kept ready (1..MaxPoolSize).
 	Size int
@@ -106,24 +107,15 @@ func newPools(r *Runtime, opts Options) (*pool.Set[*Box], error) {
 	var specs []pool.Spec[*Box]
 	seen := map[string]bool{}
 	for i, po := range opts.Pool {
-		if len(po.Volumes) > 0 || len(po.Ports) > 0 {
-			return nil, fmt.Errorf("pool %d (%s): %w: pool boxes cannot have volumes or published ports; attach those to boxes created without a pool", i, po.Image, ErrInvalidArgument)
+		key, o, err := boxopts.Pool(po.BoxOptions.plain(), po.Size, MaxPoolSize)
+		if err == nil && seen[key] {
+			err = fmt.Errorf("%w: another pool has the same box options; give it a larger size instead", ErrInvalidArgument)
 		}
-		if po.Size < 1 || po.Size > MaxPoolSize {
-			return nil, fmt.Errorf("pool %d (%s): %w: size %d: want 1..%d", i, po.Image, ErrInvalidArgument, po.Size, MaxPoolSize)
-		}
-		po.FromSnapshot = ""
-		key, o, ok := poolKey(po.BoxOptions)
-		if !ok {
-			_, err := withDefaults(po.BoxOptions)
+		if err != nil {
 			return nil, fmt.Errorf("pool %d (%s): %w", i, po.Image, err)
 		}
-		if seen[key] {
-			return nil, fmt.Errorf("pool %d (%s): %w: another pool has the same box options; give it a larger size instead", i, po.Image, ErrInvalidArgument)
-		}
 		seen[key] = true
-		o.Name, o.Hostname, o.AutoRemove = "", "", true
-		po.BoxOptions = o
+		po.BoxOptions = public(o)
 		specs = append(specs, pool.Spec[*Box]{Key: key, Name: po.Image, Size: po.Size, MemoryMiB: o.MemoryMiB,
 			Factory: r.poolMaker(key, po)})
 	}

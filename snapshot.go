@@ -3,7 +3,6 @@ package airlock
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/airlock-run/airlock/internal/boxopts"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/lifecycle"
 	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -183,61 +183,36 @@ func (r *Runtime) RemoveSnapshot(ctx context.Context, name string) error {
 }
 
 // restore creates a box from snapshot opts.FromSnapshot and starts it
-// from the snapshot's memory; then the guest gets fresh entropy, the
-// host's time and its own hostname. forPool is the key of the warm pool
-// the box is made for ("" for the caller's box).
+// from the snapshot's memory (lifecycle.Maker.Restore); then the guest
+// gets fresh entropy, the host's time and its own hostname. forPool is
+// the key of the warm pool the box is made for ("" for the caller's box).
 func (r *Runtime) restore(ctx context.Context, opts BoxOptions, forPool string) (*Box, error) {
-	name := opts.FromSnapshot
 	sn, err := r.snapshotter()
 	if err != nil {
 		return nil, err
 	}
-	m, err := r.readSnapshot(name)
-	if err != nil {
-		return nil, err
-	}
-	lk, err := snapmeta.Lock(ctx, r.snapshotsDir(), name, true)
-	if err != nil {
-		return nil, err
-	}
-	defer lk.Unlock()
-	info, err := r.snapshotInfo(m)
-	if err != nil {
-		return nil, err
-	}
-	if m.Driver != r.drv.Name() {
-		return nil, fmt.Errorf("snapshot %s was taken by VM driver %s, not %s", name, m.Driver, r.drv.Name())
-	}
-	o, err := restoreOptions(info, m, opts)
-	if err != nil {
-		return nil, err
-	}
-	img, err := r.images.Resolve(m.ImageDigest)
-	if err != nil {
-		if errors.Is(err, image.ErrNotFound) {
-			return nil, fmt.Errorf("snapshot %s: its image %s (%s) is no longer in the image store: pull that image again, or take a new snapshot: %w",
-				name, m.Image, m.ImageDigest, ErrImageNotFound)
+	var o BoxOptions
+	return r.maker(&o, forPool).Restore(ctx, sn, opts.FromSnapshot, removedStartFailed, func(m snapmeta.Meta) (err error) {
+		o, err = r.restoreOptions(m, opts)
+		return err
+	}, func(ctx context.Context, b *Box, machine func(context.Context, vmm.Spec) (vmm.Machine, error)) error {
+		if err := b.startWith(ctx, machine, EventBoxStarted); err != nil {
+			return err
 		}
-		return nil, fmt.Errorf("snapshot %s: image %s: %w", name, m.Image, err)
-	}
-	dir := filepath.Join(r.snapshotsDir(), name)
-	b, err := r.recordBox(ctx, o, forPool, img, func(ctx context.Context, spec vmm.Spec) error {
-		return sn.CreateFromSnapshot(ctx, spec, dir)
+		return b.restored(ctx)
 	})
-	if err != nil {
-		return nil, fmt.Errorf("restore snapshot %s: %w", name, err)
-	}
-	err = b.startWith(ctx, func(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
-		return sn.StartFromSnapshot(ctx, spec, dir)
-	}, EventBoxStarted)
-	if err == nil {
-		err = b.restored(ctx)
-	}
-	if err != nil {
-		b.removeWhy(context.WithoutCancel(ctx), true, removedStartFailed)
-		return nil, fmt.Errorf("restore snapshot %s: %w", name, err)
-	}
-	return b, nil
+}
+
+// maker is the runtime's side of lifecycle's Restore, Import, Fork and
+// ExportSnapshot: boxes recorded with *o, which the sequence decides
+// (nil: none recorded), for warm pool forPool ("" for the caller's box).
+func (r *Runtime) maker(o *BoxOptions, forPool string) lifecycle.Maker[*Box] {
+	return lifecycle.Maker[*Box]{Home: r.opts.Home, Snapshots: r.snapshotsDir(), Images: r.images, Driver: r.drv.Name(),
+		ImageNotFound: ErrImageNotFound, RemoveSnapshot: r.RemoveSnapshot,
+		Record: func(ctx context.Context, img *image.Image, prepare func(context.Context, vmm.Spec) error) (*Box, error) {
+			return r.recordBox(ctx, *o, forPool, img, prepare)
+		},
+		Remove: func(ctx context.Context, b *Box, why string) { b.removeWhy(ctx, true, why) }}
 }
 
 // ResolveOptions returns the options a box made by Create with opts gets,
@@ -253,25 +228,20 @@ func (r *Runtime) ResolveOptions(ctx context.Context, opts BoxOptions) (BoxOptio
 		}
 		return withDefaults(opts)
 	}
-	return r.restoreOptionsOf(opts)
-}
-
-// restoreOptionsOf is ResolveOptions for a restore.
-func (r *Runtime) restoreOptionsOf(opts BoxOptions) (BoxOptions, error) {
 	m, err := r.readSnapshot(opts.FromSnapshot)
 	if err != nil {
 		return BoxOptions{}, err
 	}
+	return r.restoreOptions(m, opts)
+}
+
+// restoreOptions is ResolveOptions for a restore from the snapshot m
+// describes (boxopts.Restore).
+func (r *Runtime) restoreOptions(m snapmeta.Meta, opts BoxOptions) (BoxOptions, error) {
 	info, err := r.snapshotInfo(m)
 	if err != nil {
 		return BoxOptions{}, err
 	}
-	return restoreOptions(info, m, opts)
-}
-
-// restoreOptions is ResolveOptions for a restore from the snapshot info
-// and m describe (boxopts.Restore).
-func restoreOptions(info SnapshotInfo, m snapmeta.Meta, opts BoxOptions) (BoxOptions, error) {
 	o, err := boxopts.Restore(opts.FromSnapshot, info.Options.plain(), m.ImageDigest, opts.plain())
 	return public(o), err
 }

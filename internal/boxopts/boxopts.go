@@ -337,6 +337,26 @@ func PoolKey(opts Options) (key string, o Options, ok bool) {
 	return hex.EncodeToString(h[:])[:16], o, true
 }
 
+// Pool checks the box options o of a warm pool of size boxes (1 to
+// maxSize) and returns its key (PoolKey) and the options of its boxes:
+// unnamed, AutoRemove (a claim gives them the claimer's).
+func Pool(o Options, size, maxSize int) (key string, _ Options, err error) {
+	if len(o.Volumes) > 0 || len(o.Ports) > 0 || len(o.Secrets) > 0 {
+		return "", o, fmt.Errorf("%w: pool boxes cannot have volumes, published ports or secrets; give those to boxes created without a pool", ErrInvalid)
+	}
+	if size < 1 || size > maxSize {
+		return "", o, fmt.Errorf("%w: size %d: want 1..%d", ErrInvalid, size, maxSize)
+	}
+	o.FromSnapshot = ""
+	key, out, ok := PoolKey(o)
+	if !ok {
+		_, err := Defaults(o)
+		return "", o, err
+	}
+	out.Name, out.Hostname, out.AutoRemove = "", "", true
+	return key, out, nil
+}
+
 // Meta is what a box's record holds beside its options: the image config
 // resolved at creation, its owner, its pool mark, its lifetime deadlines
 // and its secrets' placeholders.

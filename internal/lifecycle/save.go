@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/boxarchive"
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/boxvm"
+	"github.com/airlock-run/airlock/internal/checkpoint"
 	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/scratch"
 	"github.com/airlock-run/airlock/internal/store"
@@ -148,4 +151,44 @@ func (b *Box) Save(ctx context.Context, rec *store.Box, spec vmm.Spec, sn vmm.Sn
 		defer thaw()
 	}
 	return sn.SaveSnapshot(ctx, spec, boxvm.Handle(rec), dir, opts)
+}
+
+// Export writes the box, of record rec and stored configuration config,
+// as an archive without memory to w (boxarchive.Write): its writable
+// layer, stable while it is read (StableDisk: load and flush as there),
+// and, with ckpts, its checkpoints, each whole, parents first, sealed
+// with seal when set (boxarchive.WholeCheckpoints, under the box's lock:
+// none taken or removed meanwhile). tmp is the home's scratch directory.
+// paused is how long a running box was paused for its disk's copy.
+func (b *Box) Export(ctx context.Context, w io.Writer, tmp string, rec *store.Box, config []byte, ckpts bool, seal func(context.Context, string) error,
+	load func(context.Context) (*store.Box, error), flush func(context.Context) error) (st boxarchive.Stats, paused time.Duration, err error) {
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return st, 0, err
+	}
+	var cs []boxarchive.CheckpointSource
+	var head string
+	if ckpts {
+		unlock, err := b.Lock(ctx)
+		if err != nil {
+			return st, 0, err
+		}
+		var drop func()
+		cs, head, drop, err = boxarchive.WholeCheckpoints(ctx, checkpoint.Of(b.Dir), tmp, seal)
+		unlock()
+		if err != nil {
+			return st, 0, fmt.Errorf("export box %s: %w", b.ID, err)
+		}
+		defer drop()
+	}
+	disk, paused, cleanup, err := b.StableDisk(ctx, tmp, load, flush)
+	if err != nil {
+		return st, 0, err
+	}
+	defer cleanup()
+	m := boxarchive.Manifest{Kind: boxarchive.KindBox, Box: b.ID, BoxName: rec.Name, Image: rec.Image,
+		ImageDigest: rec.ImageDigest, Config: config, Exported: time.Now().UTC(), CheckpointHead: head}
+	if st, err = boxarchive.Write(ctx, w, m, disk, "", cs); err != nil {
+		return st, paused, fmt.Errorf("export box %s: %w", b.ID, err)
+	}
+	return st, paused, nil
 }
