@@ -16,11 +16,11 @@ import (
 	"github.com/airlock-run/airlock/internal/boxopts"
 	"github.com/airlock-run/airlock/internal/confine"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/lifecycle"
 	"github.com/airlock-run/airlock/internal/lifetime"
 	"github.com/airlock-run/airlock/internal/netstack/helper"
 	"github.com/airlock-run/airlock/internal/pool"
 	"github.com/airlock-run/airlock/internal/scratch"
-	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/internal/sparse"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -242,20 +242,9 @@ func (r *Runtime) storeErr(ref string, err error) error {
 }
 
 // observe marks rec stopped when it says running but its machine is gone,
-// and returns the record as it now is.
+// and returns the record as it now is (lifecycle.Observe).
 func (r *Runtime) observe(ctx context.Context, rec *store.Box) (*store.Box, error) {
-	if rec.State != store.StateRunning || running(rec) {
-		return rec, nil
-	}
-	// What the gone boot held (its cgroup) is released.
-	r.drv.Attach(vmm.Spec{ID: rec.ID, Dir: filepath.Join(r.opts.Home, "boxes", rec.ID)}, handleOf(rec)).Release()
-	if err := r.db.SetStoppedIfPID(ctx, rec.ID, rec.PID); err != nil {
-		return nil, fmt.Errorf("box %s: record it stopped: %w", rec.ID, err)
-	}
-	r.recordGone(rec)
-	up := *rec
-	up.State, up.PID, up.PIDStart = store.StateStopped, 0, 0
-	return &up, nil
+	return lifecycle.Observe(ctx, r.db, r.drv, filepath.Join(r.opts.Home, "boxes", rec.ID), rec, r.recordGone)
 }
 
 // reconcile marks boxes whose machine has gone as stopped, and removes
@@ -464,12 +453,11 @@ func (r *Runtime) recordBox(ctx context.Context, opts BoxOptions, forPool string
 	if err := checkBoxName(opts.Name); err != nil {
 		return nil, err
 	}
-	bc := boxConfig{Options: opts, Meta: boxopts.Meta{Image: img.Config, Pool: forPool}}
-	var err error
-	if bc.Placeholders, err = secrets.NewPlaceholders(opts.Secrets); err != nil {
+	m, err := boxopts.New(opts.plain(), img.Config, forPool, time.Now(), bootTimeout)
+	if err != nil {
 		return nil, err
 	}
-	bc.startLife(time.Now())
+	bc := boxConfig{Options: opts, Meta: m}
 	if opts.AutoRemove {
 		bc.OwnerPID = os.Getpid()
 		bc.OwnerStart = vmm.StartTime(bc.OwnerPID)

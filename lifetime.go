@@ -96,15 +96,6 @@ func (c *boxConfig) life() (lifetime.Limits, lifetime.Deadlines) {
 		lifetime.Deadlines{ExpiresAt: c.ExpiresAt, LeaseUntil: c.LeaseUntil, LastUse: c.LastUse}
 }
 
-// startLife sets the lifetime deadlines of a box whose record is made at
-// now, before its boot (lifetime.Start, with bootTimeout as the boot's
-// grace); lifeBegins restarts the lease and the idle clock.
-func (c *boxConfig) startLife(now time.Time) {
-	l, _ := c.life()
-	d := lifetime.Start(l, now, bootTimeout)
-	c.ExpiresAt, c.LeaseUntil, c.LastUse = d.ExpiresAt, d.LeaseUntil, d.LastUse
-}
-
 // OnReap sets f to be called for each box the runtime removes because its
 // TTL, idle timeout or lease ended (nil: none). f is called from the
 // reaper's goroutine, after the removal; it must not block for long. The

@@ -4,13 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/boxopts"
 	"github.com/airlock-run/airlock/internal/boxrecord"
+	"github.com/airlock-run/airlock/internal/lifecycle"
 	"github.com/airlock-run/airlock/internal/netstack"
 	"github.com/airlock-run/airlock/internal/netstack/helper"
 	"github.com/airlock-run/airlock/internal/secrets"
@@ -116,10 +116,6 @@ func netMode(mode NetworkMode, allow []string) NetworkMode {
 	return NetworkMode(netstack.CanonicalMode(string(mode), allow))
 }
 
-func policyOf(mode NetworkMode, allow []string, hostPorts []int) netstack.Policy {
-	return netstack.BoxPolicy(string(mode), allow, hostPorts)
-}
-
 // publishes are ports as the network helper publishes them; portOf is
 // one of them as a PortMapping (boxopts.Publishes, boxopts.Port).
 func publishes(ports []PortMapping) []netstack.Publish {
@@ -155,9 +151,7 @@ func (b *Box) netSpec(cfg boxConfig) *vmm.NetSpec {
 // made it, while the machine starts. Its Wait waits for it.
 func (b *Box) startNet(cfg boxConfig) (*helper.Starting, error) {
 	if !hasNetwork(cfg) || benchSlirp() {
-		b.eng.StopNet()
-		os.Remove(filepath.Join(b.dir, boxdir.NetPorts))
-		return nil, nil
+		return b.eng.StartNet(nil)
 	}
 	o := cfg.Options
 	ho := helper.Options{Bin: b.r.opts.NetHelper, Upstream: b.r.opts.DNSUpstream,
@@ -174,14 +168,8 @@ func (b *Box) startNet(cfg boxConfig) (*helper.Starting, error) {
 	}
 	b.rebind = nil
 	b.mu.Unlock()
-	if o.IdleAction == IdleSuspend && len(ports) > 0 {
-		// Held by the runtime, so that they stay bound while the box is
-		// suspended (lifecycle.Ports.Hold); the helper inherits them.
-		if ho.Held, err = b.r.life.held.Hold(b.id, publishes(ports)); err != nil {
-			return nil, fmt.Errorf("box %s network: %w", b.id, err)
-		}
-	}
-	return helper.Start(b.netBox(), ho, secretPolicy(policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts), cfg), publishes(ports))
+	return b.eng.StartNet(&lifecycle.Net{Options: ho, Hold: o.IdleAction == IdleSuspend, Publish: publishes(ports),
+		Policy: boxopts.Policy(o.plain(), o.plain())})
 }
 
 // Ports returns the box's published ports as bound by its current start
@@ -303,16 +291,8 @@ func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
 	if err := checkNetwork(&o); err != nil {
 		return err
 	}
-	// The NIC of this boot is there when its helper runs.
-	_, nic := helper.PID(b.dir)
-	if running(rec) && !nic && o.Network != NetworkNone {
-		return fmt.Errorf("box %s was started without a network device: stop it, then set its network and start it again", b.id)
-	}
-	if running(rec) && nic {
-		pol := secretPolicy(policyOf(o.Network, o.AllowNet, o.AllowHostPorts), cur)
-		if _, err := helper.Call(ctx, b.netBox(), netstack.Request{Op: "policy", Policy: &pol}); err != nil {
-			return fmt.Errorf("box %s: set network policy: %w", b.id, err)
-		}
+	if err := b.eng.SetPolicy(ctx, rec, boxopts.Policy(o.plain(), cur.Options.plain()), o.Network == NetworkNone); err != nil {
+		return err
 	}
 	// Only the network fields: a use or lease renewal since cur was read
 	// must stay.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxopts"
@@ -237,20 +238,13 @@ func (r *Runtime) claimPooled(ctx context.Context, opts BoxOptions) (*Box, error
 // host's time (as a restore does: it may have waited long in the pool).
 func (r *Runtime) personalise(ctx context.Context, b *Box, restored bool, opts BoxOptions) error {
 	_, cfg := b.snapshot()
-	c := cfg
-	c.Pool = ""
-	c.Options.Name, c.Options.Hostname, c.Options.AutoRemove, c.Options.FromSnapshot = opts.Name, opts.Hostname, opts.AutoRemove, ""
-	if !opts.AutoRemove {
-		c.OwnerPID, c.OwnerStart = 0, 0
-	}
+	o, m := boxopts.Claim(cfg.Options.plain(), cfg.Meta, opts.plain(), time.Now(), bootTimeout)
+	c := boxConfig{Options: public(o), Meta: m}
 	if opts.Name != "" {
 		if err := b.Rename(ctx, opts.Name); err != nil {
 			return err
 		}
 	}
-	c.Options.TTL, c.Options.IdleTimeout, c.Options.IdleAction, c.Options.Lease = opts.TTL, opts.IdleTimeout, opts.IdleAction, opts.Lease
-	c.Options.Labels = opts.Labels
-	c.startLife(time.Now())
 	// A pool box is nobody's until now: its record is c, whole.
 	if err := r.updateConfig(ctx, b.id, func(s *boxConfig) { *s = c }); err != nil {
 		return fmt.Errorf("box %s: record it: %w", b.id, err)
@@ -355,17 +349,10 @@ func (r *Runtime) PoolBoxes(ctx context.Context) ([]PoolBox, error) {
 
 // poolBoxIDs returns the ids among ids of warm-pool boxes.
 func (r *Runtime) poolBoxIDs(ctx context.Context, ids []string) []string {
-	pbs, err := r.PoolBoxes(ctx)
-	if err != nil {
-		return nil
-	}
-	in := map[string]bool{}
-	for _, id := range ids {
-		in[id] = true
-	}
+	pbs, _ := r.PoolBoxes(ctx)
 	var out []string
 	for _, pb := range pbs {
-		if in[pb.ID] {
+		if slices.Contains(ids, pb.ID) {
 			out = append(out, pb.ID)
 		}
 	}

@@ -55,7 +55,7 @@ func TestRecordLifetimes(t *testing.T) {
 	}
 	// The longest limits stay the longest, not negative ones.
 	long := boxConfig{Options: BoxOptions{Network: NetworkNone, TTL: math.MaxInt64, IdleTimeout: math.MaxInt64, Lease: math.MaxInt64}}
-	long.startLife(now)
+	long.Meta.StartLife(long.Options.plain(), now, bootTimeout)
 	if got, err := decodeConfig(&store.Box{ID: "x", Config: encodeConfig(long)}); err != nil || got.Options.TTL != math.MaxInt64 ||
 		got.Options.Lease != math.MaxInt64 || got.reapReason(now.Add(100*365*24*time.Hour), now) != "" {
 		t.Errorf("longest limits: %+v %v", got, err)

@@ -89,15 +89,6 @@ func (b *Box) readBounded(ctx context.Context, p string, max int64) []byte {
 	return data
 }
 
-// secretPolicy adds the hosts of cfg's secrets, on port 443, to an
-// allowlist policy: a secret's hosts are reachable by its box.
-func secretPolicy(p netstack.Policy, cfg boxConfig) netstack.Policy {
-	if netMode(cfg.Options.Network, cfg.Options.AllowNet) == NetworkNone {
-		return p
-	}
-	return secrets.Policy(p, cfg.Options.Secrets)
-}
-
 // installCA puts the box's CA certificate (never its key) in the guest's
 // trust stores (secrets.Install). A box without secrets is left alone,
 // and so is a machine without disks of its own (the fake driver's: its

@@ -153,6 +153,18 @@ func CheckNetwork(o *Options) error {
 	return nil
 }
 
+// Policy is the network policy of a box of options o (its mode made
+// canonical), with the hosts of the secrets of a box of options with
+// added, on port 443, to an allowlist (secrets.Policy): a secret's hosts
+// are reachable by its box.
+func Policy(o, with Options) netstack.Policy {
+	p := netstack.BoxPolicy(Mode(o.Network, o.AllowNet), o.AllowNet, o.AllowHostPorts)
+	if Mode(with.Network, with.AllowNet) == netstack.ModeNone {
+		return p
+	}
+	return secrets.Policy(p, with.Secrets)
+}
+
 // Publishes are ports as the network helper publishes them; Port is one
 // of them as a stored port.
 func Publishes(ports []boxrecord.Port) []netstack.Publish {
@@ -377,6 +389,41 @@ type Meta struct {
 	// Placeholders are the box's secrets' placeholders by name (see
 	// BoxOptions.Secrets), made at creation.
 	Placeholders map[string]string
+}
+
+// New is the record of a new box of options o and image config ic, for
+// warm pool pool ("" for a caller's box), made at now: its secrets'
+// placeholders and its lifetime deadlines (StartLife).
+func New(o Options, ic image.ImageConfig, pool string, now time.Time, grace time.Duration) (Meta, error) {
+	m := Meta{Image: ic, Pool: pool}
+	var err error
+	m.Placeholders, err = secrets.NewPlaceholders(o.Secrets)
+	m.StartLife(o, now, grace)
+	return m, err
+}
+
+// StartLife sets m's lifetime deadlines for a box of options o whose
+// record is made at now, before its boot (lifetime.Start; grace: the
+// boot's).
+func (m *Meta) StartLife(o Options, now time.Time, grace time.Duration) {
+	d := lifetime.Start(lifetime.Limits{TTL: o.TTL, Idle: o.IdleTimeout, Lease: o.Lease}, now, grace)
+	m.ExpiresAt, m.LeaseUntil, m.LastUse = d.ExpiresAt, d.LeaseUntil, d.LastUse
+}
+
+// Claim is pool box (o, m) once a caller who asked for claim takes it, at
+// now: its name, hostname, AutoRemove, lifetime and labels are the
+// caller's; it has no pool mark, and an owner only when AutoRemove; its
+// lifetime deadlines start again (StartLife).
+func Claim(o Options, m Meta, claim Options, now time.Time, grace time.Duration) (Options, Meta) {
+	m.Pool = ""
+	o.Name, o.Hostname, o.AutoRemove, o.FromSnapshot = claim.Name, claim.Hostname, claim.AutoRemove, ""
+	if !claim.AutoRemove {
+		m.OwnerPID, m.OwnerStart = 0, 0
+	}
+	o.TTL, o.IdleTimeout, o.IdleAction, o.Lease = claim.TTL, claim.IdleTimeout, claim.IdleAction, claim.Lease
+	o.Labels = claim.Labels
+	m.StartLife(o, now, grace)
+	return o, m
 }
 
 // storedNetwork maps a checked network mode to its stored name.
