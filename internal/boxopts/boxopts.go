@@ -107,7 +107,7 @@ func Defaults(o Options) (Options, error) {
 		return o, fmt.Errorf("%w: disk size %d MiB: want at least %d", ErrInvalid, o.DiskSizeMiB, MinDiskSizeMiB)
 	}
 	if err := CheckVolumes(o.Volumes); err != nil {
-		return o, err
+		return o, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if err := boxrecord.CheckLabels(o.Labels); err != nil {
 		return o, fmt.Errorf("%w: %w", ErrInvalid, err)
