@@ -13,14 +13,14 @@ import (
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
-	"github.com/airlock-run/airlock/internal/boxrecord"
+	"github.com/airlock-run/airlock/internal/boxopts"
 	"github.com/airlock-run/airlock/internal/confine"
-	"github.com/airlock-run/airlock/internal/guestabi"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/lifecycle"
 	"github.com/airlock-run/airlock/internal/lifetime"
+	"github.com/airlock-run/airlock/internal/netstack/helper"
 	"github.com/airlock-run/airlock/internal/pool"
 	"github.com/airlock-run/airlock/internal/scratch"
-	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/internal/sparse"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -242,20 +242,9 @@ func (r *Runtime) storeErr(ref string, err error) error {
 }
 
 // observe marks rec stopped when it says running but its machine is gone,
-// and returns the record as it now is.
+// and returns the record as it now is (lifecycle.Observe).
 func (r *Runtime) observe(ctx context.Context, rec *store.Box) (*store.Box, error) {
-	if rec.State != store.StateRunning || running(rec) {
-		return rec, nil
-	}
-	// What the gone boot held (its cgroup) is released.
-	r.drv.Attach(vmm.Spec{ID: rec.ID, Dir: filepath.Join(r.opts.Home, "boxes", rec.ID)}, handleOf(rec)).Release()
-	if err := r.db.SetStoppedIfPID(ctx, rec.ID, rec.PID); err != nil {
-		return nil, fmt.Errorf("box %s: record it stopped: %w", rec.ID, err)
-	}
-	r.recordGone(rec)
-	up := *rec
-	up.State, up.PID, up.PIDStart = store.StateStopped, 0, 0
-	return &up, nil
+	return lifecycle.Observe(ctx, r.db, r.drv, filepath.Join(r.opts.Home, "boxes", rec.ID), rec, r.recordGone)
 }
 
 // reconcile marks boxes whose machine has gone as stopped, and removes
@@ -278,7 +267,11 @@ func (r *Runtime) reconcile(ctx context.Context) error {
 		if _, err := r.observe(ctx, rec); err != nil {
 			return err
 		}
-		reconcileNet(r.opts.Home, rec)
+		if !running(rec) {
+			// Its network helper stops, unless a Start holds the box's
+			// lock (helper.Reconcile).
+			helper.Reconcile(filepath.Join(r.opts.Home, "boxes", rec.ID))
+		}
 	}
 	return nil
 }
@@ -432,50 +425,6 @@ func (r *Runtime) create(ctx context.Context, opts BoxOptions, forPool string) (
 	return b, nil
 }
 
-// withDefaults fills in and checks BoxOptions.
-func withDefaults(opts BoxOptions) (BoxOptions, error) {
-	if opts.Image == "" {
-		opts.Image = DefaultImage
-	}
-	if opts.CPUs == 0 {
-		opts.CPUs = DefaultCPUs
-	}
-	if opts.MemoryMiB == 0 {
-		opts.MemoryMiB = DefaultMemoryMiB
-	}
-	if opts.DiskSizeMiB == 0 {
-		opts.DiskSizeMiB = DefaultDiskSizeMiB
-	}
-	if err := checkNetwork(&opts); err != nil {
-		return opts, err
-	}
-	if opts.CPUs < 0 || opts.CPUs > MaxCPUs {
-		return opts, fmt.Errorf("%w: cpus %d: want 1..%d", ErrInvalidArgument, opts.CPUs, MaxCPUs)
-	}
-	if opts.MemoryMiB < MinMemoryMiB {
-		return opts, fmt.Errorf("%w: memory %d MiB: want at least %d", ErrInvalidArgument, opts.MemoryMiB, MinMemoryMiB)
-	}
-	if opts.Hostname != "" && !guestabi.ValidHostname(opts.Hostname) {
-		return opts, fmt.Errorf("%w: hostname %q: want letters, digits and '-', at most 63", ErrInvalidArgument, opts.Hostname)
-	}
-	if opts.DiskSizeMiB < MinDiskSizeMiB {
-		return opts, fmt.Errorf("%w: disk size %d MiB: want at least %d", ErrInvalidArgument, opts.DiskSizeMiB, MinDiskSizeMiB)
-	}
-	if err := checkVolumes(opts.Volumes); err != nil {
-		return opts, err
-	}
-	if err := boxrecord.CheckLabels(opts.Labels); err != nil {
-		return opts, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-	}
-	if err := checkSecrets(&opts); err != nil {
-		return opts, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-	}
-	if err := checkLife(opts); err != nil {
-		return opts, err
-	}
-	return opts, nil
-}
-
 // newBox records a box (for warm pool forPool, if not "") and prepares
 // its directory, without booting it.
 func (r *Runtime) newBox(ctx context.Context, opts BoxOptions, forPool string) (*Box, error) {
@@ -504,12 +453,11 @@ func (r *Runtime) recordBox(ctx context.Context, opts BoxOptions, forPool string
 	if err := checkBoxName(opts.Name); err != nil {
 		return nil, err
 	}
-	bc := boxConfig{Options: opts, Image: img.Config, Pool: forPool}
-	var err error
-	if bc.Placeholders, err = secrets.NewPlaceholders(opts.Secrets); err != nil {
+	m, err := boxopts.New(opts.plain(), img.Config, forPool, time.Now(), bootTimeout)
+	if err != nil {
 		return nil, err
 	}
-	bc.startLife(time.Now())
+	bc := boxConfig{Options: opts, Meta: m}
 	if opts.AutoRemove {
 		bc.OwnerPID = os.Getpid()
 		bc.OwnerStart = vmm.StartTime(bc.OwnerPID)

@@ -33,6 +33,7 @@ func TestPackageRules(t *testing.T) {
 		// The host side of a box's secrets: checks, placeholders, the
 		// secrets file, the helper's configuration; no Box.
 		"internal/secrets": {"internal/boxdir", "internal/boxrecord", "internal/netstack"},
+		"internal/boxopts": {"internal/boxrecord", "internal/guestabi", "internal/image", "internal/lifetime", "internal/netstack", "internal/secrets", "internal/volume"},
 		// A snapshot's record on disk (snapshot.json), its names and flock;
 		// scratch names the temporary directory a snapshot is made in.
 		"internal/snapmeta": {"internal/scratch"},
@@ -97,7 +98,7 @@ func TestPackageRules(t *testing.T) {
 		// The box lifecycle's engine: the sequences over the record, the
 		// driver, the boot's session and the network helper; what a box
 		// is, the public errors and the events come from the root.
-		"internal/lifecycle": {"internal/boxdir", "internal/boxvm", "internal/store", "internal/vmm", "internal/netstack", "internal/netstack/helper", "internal/image", "internal/rootfs", "internal/scratch", "internal/boundedio"},
+		"internal/lifecycle": {"internal/boxdir", "internal/boxvm", "internal/store", "internal/vmm", "internal/netstack", "internal/netstack/helper", "internal/image", "internal/rootfs", "internal/scratch", "internal/boundedio", "internal/boxarchive", "internal/checkpoint", "internal/snapmeta"},
 		// An exec's bounded output pipe.
 		"internal/boundedpipe": {},
 		// Whole-file reads under a bound (records others wrote).
@@ -124,7 +125,7 @@ func TestPackageRules(t *testing.T) {
 		// No rootfs, no image store: the lifecycle code builds the disks.
 		"internal/vmm/qemu": {"internal/vmm", "internal/agent/client", "internal/boxdir", "internal/guestabi", "internal/assets", "internal/sparse", "internal/defaults", "internal/confine", "internal/checkpoint/pagediff"},
 		// The public API: lifecycle over the seam; no CLI, no bench.
-		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boxvm", "internal/boundedpipe", "internal/execrun", "internal/exitrec", "internal/friend", "internal/guestabi", "internal/lifetime", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/checkpoint", "internal/volume", "internal/capacity", "internal/sparse", "internal/secrets", "internal/lifecycle"},
+		"":        {"internal/vmm", "internal/scratch", "internal/store", "internal/boxdir", "internal/defaults", "internal/image", "internal/rootfs", "internal/agent/client", "internal/agent/agentpb", "internal/headtail", "internal/netstack", "internal/boxarchive", "internal/confine", "internal/boxfiles", "internal/boxvm", "internal/boundedpipe", "internal/execrun", "internal/exitrec", "internal/friend", "internal/guestabi", "internal/lifetime", "internal/pool", "internal/boxrecord", "internal/snapmeta", "internal/checkpoint", "internal/volume", "internal/capacity", "internal/sparse", "internal/secrets", "internal/lifecycle", "internal/boxopts"},
 		"codebox": {"", "internal/friend", "internal/headtail"},
 		"interp":  {"codebox"},
 		// The Kubernetes node (airlock node): pods as boxes through the

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/boxopts"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 	"github.com/airlock-run/airlock/internal/vmm/fake"
@@ -31,7 +32,7 @@ func TestCloseLeavesAnotherProcessesAutoRemoveBox(t *testing.T) {
 	}
 	defer func() { owner.Process.Kill(); owner.Wait() }()
 	ctx := context.Background()
-	cfg := boxConfig{Options: BoxOptions{AutoRemove: true}, OwnerPID: owner.Process.Pid, OwnerStart: vmm.StartTime(owner.Process.Pid)}
+	cfg := boxConfig{Options: BoxOptions{AutoRemove: true}, Meta: boxopts.Meta{OwnerPID: owner.Process.Pid, OwnerStart: vmm.StartTime(owner.Process.Pid)}}
 	rec := &store.Box{ID: "0123456789ab", Image: "x", Config: encodeConfig(cfg), State: store.StateCreated, Created: time.Now()}
 	if err := r.db.Insert(ctx, rec); err != nil {
 		t.Fatal(err)

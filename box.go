@@ -182,9 +182,6 @@ func diesWithOwner(cfg boxConfig) bool {
 	return cfg.Options.AutoRemove && cfg.OwnerPID == os.Getpid() && cfg.Pool == ""
 }
 
-// machine is the recorded boot of rec (it may have ended).
-func (b *Box) machine(rec *store.Box, cfg boxConfig) vmm.Machine { return b.eng.Machine(rec) }
-
 func handleOf(rec *store.Box) vmm.Handle { return boxvm.Handle(rec) }
 
 // running reports whether rec says the box runs and its machine process
@@ -306,8 +303,8 @@ type vmHost Box
 // Boot is the box's record and the machine it names.
 func (h *vmHost) Boot() (*store.Box, vmm.Machine) {
 	b := (*Box)(h)
-	rec, cfg := b.snapshot()
-	return rec, b.machine(rec, cfg)
+	rec, _ := b.snapshot()
+	return rec, b.eng.Machine(rec)
 }
 
 // Err is the DiedError of death d.
@@ -486,9 +483,6 @@ func (b *Box) stopLocked(ctx context.Context, grace time.Duration) (was bool, er
 	})
 }
 
-// dropConn closes the handle's agent connection, if any.
-func (b *Box) dropConn() { b.vm.DropConn() }
-
 // Close releases this handle's connection; the box keeps running. An
 // AutoRemove box that this process created is stopped and removed; one
 // another process created (a handle from Get or List) is left to it.
@@ -496,7 +490,7 @@ func (b *Box) Close() error {
 	if _, cfg := b.snapshot(); cfg.Options.AutoRemove && (cfg.OwnerPID == 0 || cfg.OwnerPID == os.Getpid()) {
 		return b.removeWhy(context.Background(), true, removedAuto)
 	}
-	b.dropConn()
+	b.vm.DropConn()
 	b.r.forget(b.id)
 	return nil
 }

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxarchive"
-	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/boxopts"
 	"github.com/airlock-run/airlock/internal/image"
-	"github.com/airlock-run/airlock/internal/rootfs"
+	"github.com/airlock-run/airlock/internal/lifecycle"
 	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -78,34 +77,11 @@ func (b *Box) Export(ctx context.Context, w io.Writer, opts ExportOptions) (Expo
 	if err != nil {
 		return ExportStats{}, err
 	}
-	scratch := filepath.Join(b.r.opts.Home, "tmp")
-	if err := os.MkdirAll(scratch, 0o700); err != nil {
-		return ExportStats{}, err
-	}
-	var ckpts []boxarchive.CheckpointSource
-	var head string
-	if opts.Checkpoints {
-		var drop func()
-		if ckpts, head, drop, err = b.wholeCheckpoints(ctx, scratch); err != nil {
-			return ExportStats{}, fmt.Errorf("export box %s: %w", b.id, err)
-		}
-		defer drop()
-	}
-	disk, paused, cleanup, err := b.stableDisk(ctx, scratch)
-	if err != nil {
-		return ExportStats{}, err
-	}
-	defer cleanup()
 	_, cfg := b.snapshot()
-	m := boxarchive.Manifest{Kind: boxarchive.KindBox, Box: b.id, BoxName: rec.Name, Image: rec.Image,
-		ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), Exported: time.Now().UTC(), CheckpointHead: head}
-	ast, err := boxarchive.Write(ctx, w, m, disk, "", ckpts)
+	ast, paused, err := b.eng.Export(ctx, w, filepath.Join(b.r.opts.Home, "tmp"), rec, encodeConfig(cfg), opts.Checkpoints, b.r.seal(), b.load, b.syncGuest)
 	st := exportStats(ast)
 	st.Paused = paused
-	if err != nil {
-		return st, fmt.Errorf("export box %s: %w", b.id, err)
-	}
-	return st, nil
+	return st, err
 }
 
 // ExportSnapshot writes snapshot name as an archive with memory to w
@@ -114,33 +90,20 @@ func (r *Runtime) ExportSnapshot(ctx context.Context, name string, w io.Writer) 
 	return r.exportSnapshot(ctx, name, name, w)
 }
 
-// exportSnapshot exports snapshot name, calling it label in the archive.
+// exportSnapshot exports snapshot name, calling it label in the archive
+// (lifecycle.Maker.ExportSnapshot).
 func (r *Runtime) exportSnapshot(ctx context.Context, name, label string, w io.Writer) (ExportStats, error) {
-	sm, err := r.readSnapshot(name)
-	if err != nil {
-		return ExportStats{}, err
-	}
-	lk, err := snapmeta.Lock(ctx, r.snapshotsDir(), name, true)
-	if err != nil {
-		return ExportStats{}, err
-	}
-	defer lk.Unlock()
-	dir := filepath.Join(r.snapshotsDir(), name)
-	// The boot files' content digests, so that another host with the same
-	// files (the same image, agent and kernel) can restore it.
+	st, err := r.maker(nil, "").ExportSnapshot(ctx, name, label, w, r.seal())
+	return exportStats(st), err
+}
+
+// seal is the driver's SealSnapshot (nil when it has none): the digests
+// of a snapshot's boot files, for a restore on another host.
+func (r *Runtime) seal() func(context.Context, string) error {
 	if s, ok := r.drv.(vmm.SnapshotSealer); ok {
-		if err := s.SealSnapshot(ctx, dir); err != nil {
-			return ExportStats{}, fmt.Errorf("export snapshot %s: %w", name, err)
-		}
+		return s.SealSnapshot
 	}
-	m := boxarchive.Manifest{Kind: boxarchive.KindSnapshot, Box: sm.Box, BoxName: sm.BoxName, Snapshot: label,
-		Image: sm.Image, ImageDigest: sm.ImageDigest, Config: sm.Config, Exported: time.Now().UTC()}
-	ast, err := boxarchive.Write(ctx, w, m, filepath.Join(dir, boxarchive.DiskFile), dir, nil)
-	st := exportStats(ast)
-	if err != nil {
-		return st, fmt.Errorf("export snapshot %s: %w", name, err)
-	}
-	return st, nil
+	return nil
 }
 
 func exportStats(s boxarchive.Stats) ExportStats {
@@ -203,13 +166,11 @@ type ImportResult struct {
 // archive's device state, which QEMU does not treat as untrusted: import
 // archives with memory only from hosts you trust.
 func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOptions) (ImportResult, error) {
-	var res ImportResult
 	var o BoxOptions
 	var admitErr error
-	ar, err := boxarchive.Read(rd, func(m *boxarchive.Manifest) (boxarchive.Limits, error) {
+	b, snap, err := r.maker(&o, "").Import(ctx, rd, opts.Snapshot, func(m *boxarchive.Manifest) (boxarchive.Limits, error) {
 		var err error
-		o, err = archiveOptions(m, opts.Name)
-		if err != nil {
+		if o, err = archiveOptions(m, opts.Name); err != nil {
 			return boxarchive.Limits{}, err
 		}
 		// Memory and disk sizes are the archive's: hold them to this
@@ -227,97 +188,34 @@ func (r *Runtime) ImportBox(ctx context.Context, rd io.Reader, opts ImportOption
 			o.Labels = admitted.Labels
 		}
 		return boxarchive.BoxLimits(o.MemoryMiB, o.DiskSizeMiB, boxarchive.CheckSnapshotFile(r.checkMachineFile))
+	}, func(img *image.Image) []byte {
+		return encodeConfig(boxConfig{Options: o, Meta: boxopts.Meta{Image: img.Config}})
+	}, func(ctx context.Context, name string) (*Box, error) {
+		b, err := r.Create(ctx, BoxOptions{FromSnapshot: name, Name: opts.Name})
+		if err != nil && !errors.Is(err, ErrNameInUse) {
+			err = fmt.Errorf("import: %w (memory archives restore only where the kernel, agent disk and root filesystem base have the content, and QEMU the version and machine layout, of the exporting host's; export the box without memory to move it)", err)
+		}
+		return b, err
 	})
-	if err != nil {
-		if err == admitErr {
-			return res, err
-		}
+	var refused *lifecycle.ArchiveError
+	if err != nil && errors.As(err, &refused) && (admitErr == nil || refused.Err != admitErr) {
 		// Not an archive this airlock reads, or one past its bounds.
-		return res, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		return ImportResult{}, fmt.Errorf("%w: %w", ErrInvalidArgument, refused.Err)
 	}
-	m := ar.Manifest()
-	if err := boxarchive.CheckFreeSpace(r.opts.Home, m); err != nil {
-		return res, err
-	}
-	img, err := r.images.Resolve(m.ImageDigest)
 	if err != nil {
-		if errors.Is(err, image.ErrNotFound) {
-			return res, fmt.Errorf("the archive's image %s (%s) is not in the image store: pull or import that image first: %w", m.Image, m.ImageDigest, ErrImageNotFound)
-		}
-		return res, err
+		return ImportResult{}, err
 	}
-	if img.Digest != m.ImageDigest {
-		return res, fmt.Errorf("the archive's image %s resolved to %s here: %w", m.ImageDigest, img.Digest, ErrImageNotFound)
-	}
-	if m.Kind == boxarchive.KindBox {
-		// The disk is read and checked before the box is recorded: an
-		// import that fails, or is killed, midway leaves no half box.
-		disk, cleanup, err := ar.ExtractDisk(ctx, filepath.Join(r.opts.Home, "tmp"))
-		if err != nil {
-			return res, fmt.Errorf("import box: %w", err)
-		}
-		defer cleanup()
-		b, err := r.recordBox(ctx, o, "", img, func(ctx context.Context, spec vmm.Spec) error {
-			dst := filepath.Join(spec.Dir, boxdir.RW)
-			if err := os.Rename(disk, dst); err != nil {
-				if err := rootfs.CopyDisk(disk, dst); err != nil { // another filesystem
-					return err
-				}
-			}
-			return boxarchive.AdoptCheckpoints(spec.Dir, filepath.Dir(disk), m)
-		})
-		if err != nil {
-			return res, fmt.Errorf("import box: %w", err)
-		}
-		res.Box = b
-		return res, nil
-	}
-
-	// An archive with memory: a snapshot first.
-	name := opts.Snapshot
-	if name == "" {
-		name = boxarchive.SnapshotName(m, snapmeta.ValidName)
-	}
-	if err := snapmeta.CheckName(name); err != nil {
-		return res, err
-	}
-	if err := ar.ImportSnapshot(ctx, r.snapshotsDir(), name, encodeConfig(boxConfig{Options: o, Image: img.Config})); err != nil {
-		return res, err
-	}
-	b, err := r.Create(ctx, BoxOptions{FromSnapshot: name, Name: opts.Name})
-	if err != nil {
-		// A snapshot this host cannot restore is of no use here.
-		r.RemoveSnapshot(context.WithoutCancel(ctx), name)
-		if errors.Is(err, ErrNameInUse) {
-			return res, err
-		}
-		return res, fmt.Errorf("import: %w (memory archives restore only where the kernel, agent disk and root filesystem base have the content, and QEMU the version and machine layout, of the exporting host's; export the box without memory to move it)", err)
-	}
-	res.Snapshot = name
-	res.Box = b
-	return res, nil
+	return ImportResult{Box: b, Snapshot: snap}, nil
 }
 
 // archiveOptions decodes and checks the box configuration m carries: the
-// options of the imported box, named name. What names host resources
-// (volumes, published ports, host ports), or this host's owner, stays
-// here.
+// options of the imported box, named name (boxopts.Archived).
 func archiveOptions(m *boxarchive.Manifest, name string) (BoxOptions, error) {
 	if err := checkBoxName(m.BoxName); err != nil {
 		return BoxOptions{}, fmt.Errorf("the archive's box: %w: not an archive Box.Export wrote", err)
 	}
-	cfg, err := configOf(m.Config)
-	if err != nil {
-		return BoxOptions{}, fmt.Errorf("the archive's box configuration: %w", err)
-	}
-	o := cfg.Options
-	o.Volumes, o.Ports, o.AllowHostPorts, o.AutoRemove, o.FromSnapshot = nil, nil, nil, false, ""
-	o.Name = name
-	o.Image = m.Image
-	if o, err = withDefaults(o); err != nil {
-		return BoxOptions{}, fmt.Errorf("the archive's box configuration: %w", err)
-	}
-	return o, nil
+	o, err := boxopts.Archived(m.Config, name, m.Image)
+	return public(o), err
 }
 
 // checkMachineFile checks a memory archive's machine.json: the driver's

@@ -3,13 +3,9 @@ package airlock
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/airlock-run/airlock/internal/agent/agentpb"
-	"github.com/airlock-run/airlock/internal/boxarchive"
-	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/checkpoint"
-	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -115,50 +111,37 @@ func (b *Box) Rollback(ctx context.Context, name string) error {
 	return nil
 }
 
-// rollbackLocked is Rollback with the box's lock held, rec its record.
+// rollbackLocked is Rollback with the box's lock held, rec its record
+// (lifecycle.Box.Rollback).
 func (b *Box) rollbackLocked(ctx context.Context, sn vmm.Snapshotter, rec *store.Box, t checkpoint.Tree, name string) error {
-	// Recorded first: execs that the stop ends say why (checkpoint.Ended).
-	if err := t.RolledBack(name, time.Now()); err != nil {
+	return b.eng.Rollback(ctx, sn, t, name, func() error {
+		if running(rec) { // the host ports it bound, picked ones too
+			b.mu.Lock()
+			b.rebind = readPorts(b.dir)
+			b.mu.Unlock()
+		}
+		was, err := b.stopLocked(ctx, 0)
+		if was {
+			b.emit(Event{Type: EventBoxStopped})
+		}
 		return err
-	}
-	if running(rec) { // the host ports it bound, picked ones too
-		b.mu.Lock()
-		b.rebind = readPorts(b.dir)
-		b.mu.Unlock()
-	}
-	was, err := b.stopLocked(ctx, 0)
-	if err != nil {
+	}, func() (vmm.Spec, error) { return b.specWithDisks(ctx, rec) }, func(machine func(context.Context, vmm.Spec) (vmm.Machine, error)) error {
+		rec, err := b.load(ctx)
+		if err == nil {
+			err = b.startLocked(ctx, rec, machine, EventBoxRolledBack)
+		}
+		if err == nil {
+			err = b.restored(ctx)
+		}
 		return err
-	}
-	if was {
-		b.emit(Event{Type: EventBoxStopped})
-	}
-	if s := b.suspendedDir(); s != "" {
-		boxdir.DropSuspended(s) // replaced by the checkpoint
-	}
-	spec, err := b.specWithDisks(ctx, rec)
-	if err != nil {
-		return err
-	}
-	dir := t.Path(name)
-	if err := checkpoint.SwapLayer(spec.Disks.Layer, func() error { return sn.CreateFromSnapshot(ctx, spec, dir) }); err != nil {
-		return err
-	}
-	if rec, err = b.load(ctx); err != nil {
-		return err
-	}
-	if err := b.startLocked(ctx, rec, func(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
-		return sn.StartFromSnapshot(ctx, spec, dir)
-	}, EventBoxRolledBack); err != nil {
-		return err
-	}
-	return b.restored(ctx)
+	})
 }
 
 // snapshotOfCheckpoint makes snapshot name (under Home/snapshots) of the
 // box's checkpoint ckpt, whole (Tree.Flatten), with the box's record and
 // options, for Fork's children (ForkOptions.FromCheckpoint). The box need
-// not run. Errors: ErrCheckpointNotFound.
+// not run (lifecycle.Box.CheckpointSnapshot). Errors:
+// ErrCheckpointNotFound.
 func (b *Box) snapshotOfCheckpoint(ctx context.Context, ckpt, name string) error {
 	if _, err := b.r.snapshotter(); err != nil {
 		return err
@@ -168,38 +151,6 @@ func (b *Box) snapshotOfCheckpoint(ctx context.Context, ckpt, name string) error
 	if err != nil {
 		return err
 	}
-	t := checkpoint.Of(b.dir)
-	cm, err := t.Get(ckpt)
-	if err != nil {
-		return err
-	}
-	av := cm.AgentVersion
-	if av == "" {
-		av = agentpb.Version
-	}
 	_, cfg := b.snapshot()
-	return snapmeta.Make(ctx, b.r.snapshotsDir(), name, "snapshot-", "remove it, or pick another name", nil, func(tmp string) (snapmeta.Meta, error) {
-		if err := t.Flatten(ckpt, tmp); err != nil {
-			return snapmeta.Meta{}, fmt.Errorf("checkpoint %s of box %s: %w", ckpt, b.id, err)
-		}
-		return snapmeta.Meta{Version: snapmeta.Version, Name: name, Box: b.id, BoxName: rec.Name, Created: cm.Created,
-			Image: rec.Image, ImageDigest: rec.ImageDigest, Config: encodeConfig(cfg), AgentVersion: av,
-			Driver: b.r.drv.Name(), StateBytes: cm.StateBytes, DiskBytes: cm.DiskBytes, PausedNs: cm.PausedNs}, nil
-	})
-}
-
-// wholeCheckpoints writes each of the box's checkpoints whole, parents
-// first, sealed for another host, under its lock, for Export with
-// Checkpoints (boxarchive.WholeCheckpoints).
-func (b *Box) wholeCheckpoints(ctx context.Context, tmpRoot string) ([]boxarchive.CheckpointSource, string, func(), error) {
-	unlock, err := b.lock(ctx) // no checkpoint taken or removed meanwhile
-	if err != nil {
-		return nil, "", nil, err
-	}
-	defer unlock()
-	var seal func(context.Context, string) error
-	if s, ok := b.r.drv.(vmm.SnapshotSealer); ok {
-		seal = s.SealSnapshot
-	}
-	return boxarchive.WholeCheckpoints(ctx, checkpoint.Of(b.dir), tmpRoot, seal)
+	return b.eng.CheckpointSnapshot(ctx, b.r.snapshotsDir(), name, ckpt, rec, encodeConfig(cfg), agentpb.Version)
 }

@@ -102,13 +102,17 @@ func (b *Box) Commit(ctx context.Context, ref string, opts CommitOptions) (Commi
 // itself for a stopped box, else a copy made while the box was paused,
 // after a sync in the guest.
 func (b *Box) stableDisk(ctx context.Context, scratch string) (disk string, paused time.Duration, cleanup func(), err error) {
-	return b.eng.StableDisk(ctx, scratch, b.load, func(ctx context.Context) error {
-		r, err := b.Exec(ctx, "sync", nil, ExecOptions{Timeout: time.Minute})
-		if err == nil && r.ExitCode != 0 {
-			err = fmt.Errorf("exit status %d: %s", r.ExitCode, r.Stderr)
-		}
-		return err
-	})
+	return b.eng.StableDisk(ctx, scratch, b.load, b.syncGuest)
+}
+
+// syncGuest runs sync in the box: what its page cache holds goes to its
+// disks.
+func (b *Box) syncGuest(ctx context.Context) error {
+	r, err := b.Exec(ctx, "sync", nil, ExecOptions{Timeout: time.Minute})
+	if err == nil && r.ExitCode != 0 {
+		err = fmt.Errorf("exit status %d: %s", r.ExitCode, r.Stderr)
+	}
+	return err
 }
 
 // diskTool returns how Commit runs e2fsck and debugfs on a box's disk:

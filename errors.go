@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/airlock-run/airlock/internal/boxopts"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -33,7 +34,7 @@ var (
 	ErrImageNotFound = errors.New("image not found")
 	// ErrInvalidArgument: a call was given an argument it cannot use (an
 	// empty command, a bad hostname). Nothing was sent to the box.
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = boxopts.ErrInvalid
 	// ErrNotSupported: the VM driver lacks the ability the call needs
 	// (snapshots, pause, reading a running box's disk).
 	ErrNotSupported = vmm.ErrNotSupported

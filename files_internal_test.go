@@ -23,7 +23,7 @@ func TestParseVolume(t *testing.T) {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-	if err := checkVolumes([]Volume{{Source: "a", Target: "/x"}, {Source: "b", Target: "/x/"}}); err == nil {
+	if _, err := withDefaults(BoxOptions{Volumes: []Volume{{Source: "a", Target: "/x"}, {Source: "b", Target: "/x/"}}}); err == nil {
 		t.Error("two volumes at one target accepted")
 	}
 }

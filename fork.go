@@ -2,9 +2,7 @@ package airlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/checkpoint"
@@ -68,23 +66,9 @@ func (b *Box) fork(ctx context.Context, n int, opts ForkOptions) ([]*Box, error)
 		return nil, fmt.Errorf("fork box %s: %w", b.id, err)
 	}
 	life.Secrets = values
-	kids := make([]*Box, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range kids {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			kids[i], errs[i] = b.r.Create(ctx, life)
-		}(i)
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, k := range kids {
-			if k != nil {
-				k.removeWhy(context.WithoutCancel(ctx), true, removedForkFailed)
-			}
-		}
+	var none BoxOptions
+	kids, err := b.r.maker(&none, "").Fork(ctx, n, removedForkFailed, func(ctx context.Context) (*Box, error) { return b.r.Create(ctx, life) })
+	if err != nil {
 		return nil, fmt.Errorf("fork box %s: %w", b.id, err)
 	}
 	ids := make([]string, len(kids))

@@ -64,7 +64,7 @@ func (r *Runtime) RemoveImage(ctx context.Context, ref string, force bool) (*Ima
 		if err != nil {
 			return nil, fmt.Errorf("boxes using image %s: %w", ref, err)
 		}
-		snaps := r.snapshotsOfImage(img.Digest)
+		snaps := snapmeta.OfImage(r.snapshotsDir(), img.Digest)
 		if (len(users) > 0 || len(snaps) > 0) && !force {
 			return nil, &ImageInUseError{Ref: ref, Digest: img.Digest, Boxes: users, PoolBoxes: r.poolBoxIDs(ctx, users), Snapshots: snaps}
 		}
@@ -114,19 +114,6 @@ func (e *ImageInUseError) Error() string {
 
 // Is makes errors.Is(err, ErrImageInUse) true.
 func (e *ImageInUseError) Is(target error) bool { return target == ErrImageInUse }
-
-// snapshotsOfImage returns the names of the snapshots of boxes of image
-// digest (snapshots it cannot read are left out).
-func (r *Runtime) snapshotsOfImage(digest string) []string {
-	ms, _ := snapmeta.ReadAll(r.snapshotsDir())
-	var out []string
-	for _, m := range ms {
-		if m.ImageDigest == digest {
-			out = append(out, m.Name)
-		}
-	}
-	return out
-}
 
 // ImageInfo describes an image in the runtime's store.
 type ImageInfo struct {

@@ -96,34 +96,6 @@ func (c *boxConfig) life() (lifetime.Limits, lifetime.Deadlines) {
 		lifetime.Deadlines{ExpiresAt: c.ExpiresAt, LeaseUntil: c.LeaseUntil, LastUse: c.LastUse}
 }
 
-// startLife sets the lifetime deadlines of a box whose record is made at
-// now, before its boot (lifetime.Start, with bootTimeout as the boot's
-// grace); lifeBegins restarts the lease and the idle clock.
-func (c *boxConfig) startLife(now time.Time) {
-	l, _ := c.life()
-	d := lifetime.Start(l, now, bootTimeout)
-	c.ExpiresAt, c.LeaseUntil, c.LastUse = d.ExpiresAt, d.LeaseUntil, d.LastUse
-}
-
-// checkLife checks the lifetime options.
-func checkLife(o BoxOptions) error {
-	if err := (lifetime.Limits{TTL: o.TTL, Idle: o.IdleTimeout, Lease: o.Lease}).Check(); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
-	}
-	switch o.IdleAction {
-	case "", IdleRemove, IdleStop, IdleSuspend:
-	default:
-		return fmt.Errorf("%w: idle action %q: want %s, %s or %s", ErrInvalidArgument, o.IdleAction, IdleRemove, IdleStop, IdleSuspend)
-	}
-	if o.IdleAction != "" && o.IdleTimeout <= 0 {
-		return fmt.Errorf("%w: idle action %s without an idle timeout: set the idle timeout too", ErrInvalidArgument, o.IdleAction)
-	}
-	if o.IdleAction == IdleSuspend && len(o.Volumes) > 0 {
-		return fmt.Errorf("%w: idle action suspend: boxes with volumes cannot be suspended (QEMU cannot save a mounted share); use idle action stop", ErrInvalidArgument)
-	}
-	return nil
-}
-
 // OnReap sets f to be called for each box the runtime removes because its
 // TTL, idle timeout or lease ended (nil: none). f is called from the
 // reaper's goroutine, after the removal; it must not block for long. The

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/boxopts"
+	"github.com/airlock-run/airlock/internal/boxrecord"
+	"github.com/airlock-run/airlock/internal/lifecycle"
 	"github.com/airlock-run/airlock/internal/netstack"
 	"github.com/airlock-run/airlock/internal/netstack/helper"
 	"github.com/airlock-run/airlock/internal/secrets"
@@ -123,47 +125,13 @@ func netMode(mode NetworkMode, allow []string) NetworkMode {
 	return NetworkMode(netstack.CanonicalMode(string(mode), allow))
 }
 
-// denyMode is mode, or NetworkPublic when mode is unset and deny is not:
-// AllowNet beside DenyNet lists exceptions to it, not an allowlist.
-func denyMode(mode NetworkMode, deny []string) NetworkMode {
-	if mode == "" && len(deny) > 0 {
-		return NetworkPublic
-	}
-	return mode
-}
-
-// checkNetwork fills in and checks the network fields of opts
-// (netstack.CheckOptions); a problem is an ErrInvalidArgument.
-func checkNetwork(opts *BoxOptions) error {
-	opts.Network = denyMode(opts.Network, opts.DenyNet)
-	opts.Network = netMode(opts.Network, opts.AllowNet)
-	pub := publishes(opts.Ports)
-	if err := netstack.CheckOptions(string(opts.Network), opts.AllowNet, opts.DenyNet, opts.AllowHostPorts, pub); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidArgument, err)
-	}
-	for i, p := range pub {
-		opts.Ports[i] = portOf(p)
-	}
-	return nil
-}
-
-func policyOf(mode NetworkMode, allow, deny []string, hostPorts []int) netstack.Policy {
-	return netstack.BoxPolicy(string(mode), allow, deny, hostPorts)
-}
-
 // publishes are ports as the network helper publishes them; portOf is
-// one of them as a PortMapping.
+// one of them as a PortMapping (boxopts.Publishes, boxopts.Port).
 func publishes(ports []PortMapping) []netstack.Publish {
-	var pub []netstack.Publish
-	for _, p := range ports {
-		pub = append(pub, netstack.Publish{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Proto: p.Protocol})
-	}
-	return pub
+	return boxopts.Publishes(convert(ports, func(p PortMapping) boxrecord.Port { return boxrecord.Port(p) }))
 }
 
-func portOf(p netstack.Publish) PortMapping {
-	return PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Proto}
-}
+func portOf(p netstack.Publish) PortMapping { return PortMapping(boxopts.Port(p)) }
 
 // hasNetwork reports whether a box of configuration cfg gets a NIC.
 func hasNetwork(cfg boxConfig) bool {
@@ -192,9 +160,7 @@ func (b *Box) netSpec(cfg boxConfig) *vmm.NetSpec {
 // made it, while the machine starts. Its Wait waits for it.
 func (b *Box) startNet(cfg boxConfig) (*helper.Starting, error) {
 	if !hasNetwork(cfg) || benchSlirp() {
-		b.stopNet()
-		os.Remove(filepath.Join(b.dir, boxdir.NetPorts))
-		return nil, nil
+		return b.eng.StartNet(nil)
 	}
 	o := cfg.Options
 	ho := helper.Options{Bin: b.r.opts.NetHelper, Upstream: b.r.opts.DNSUpstream,
@@ -211,14 +177,9 @@ func (b *Box) startNet(cfg boxConfig) (*helper.Starting, error) {
 	}
 	b.rebind = nil
 	b.mu.Unlock()
-	if ho.Held, err = b.r.holdPorts(b, cfg, ports); err != nil {
-		return nil, fmt.Errorf("box %s network: %w", b.id, err)
-	}
-	return helper.Start(b.netBox(), ho, secretPolicy(policyOf(netMode(o.Network, o.AllowNet), o.AllowNet, o.DenyNet, o.AllowHostPorts), cfg), publishes(ports))
+	return b.eng.StartNet(&lifecycle.Net{Options: ho, Hold: o.IdleAction == IdleSuspend, Publish: publishes(ports),
+		Policy: boxopts.Policy(o.plain(), o.plain())})
 }
-
-// stopNet stops the box's network helper, if one runs.
-func (b *Box) stopNet() { helper.Stop(b.dir) }
 
 // Ports returns the box's published ports as bound by its current start
 // (a HostPort of 0 replaced by the port picked); nil when it publishes
@@ -327,7 +288,7 @@ func (b *Box) netCall(ctx context.Context, req netstack.Request) (netstack.Respo
 // Switching a running box to NetworkNone denies everything until it is
 // restarted without a device.
 func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
-	p.Mode = netMode(denyMode(p.Mode, p.DenyNet), p.AllowNet)
+	p.Mode = NetworkMode(boxopts.Mode(boxopts.DenyMode(string(p.Mode), p.DenyNet), p.AllowNet))
 	o := BoxOptions{Network: p.Mode, AllowNet: p.AllowNet, DenyNet: p.DenyNet, AllowHostPorts: p.AllowHostPorts}
 	rec, unlock, err := b.lockLoad(ctx)
 	defer unlock()
@@ -339,16 +300,8 @@ func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
 	if err := checkNetwork(&o); err != nil {
 		return err
 	}
-	// The NIC of this boot is there when its helper runs.
-	_, nic := helper.PID(b.dir)
-	if running(rec) && !nic && o.Network != NetworkNone {
-		return fmt.Errorf("box %s was started without a network device: stop it, then set its network and start it again", b.id)
-	}
-	if running(rec) && nic {
-		pol := secretPolicy(policyOf(o.Network, o.AllowNet, o.DenyNet, o.AllowHostPorts), cur)
-		if _, err := helper.Call(ctx, b.netBox(), netstack.Request{Op: "policy", Policy: &pol}); err != nil {
-			return fmt.Errorf("box %s: set network policy: %w", b.id, err)
-		}
+	if err := b.eng.SetPolicy(ctx, rec, boxopts.Policy(o.plain(), cur.Options.plain()), o.Network == NetworkNone); err != nil {
+		return err
 	}
 	// Only the network fields: a use or lease renewal since cur was read
 	// must stay.
@@ -359,12 +312,4 @@ func (b *Box) SetNetwork(ctx context.Context, p NetworkPolicy) error {
 	}
 	_, err = b.load(ctx)
 	return err
-}
-
-// reconcileNet stops the network helper of a box whose machine is gone,
-// unless a Start holds the box's lock (see helper.Reconcile).
-func reconcileNet(home string, rec *store.Box) {
-	if !running(rec) {
-		helper.Reconcile(filepath.Join(home, "boxes", rec.ID))
-	}
 }

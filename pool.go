@@ -2,15 +2,14 @@ package airlock
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/boxopts"
 	"github.com/airlock-run/airlock/internal/friend"
 	"github.com/airlock-run/airlock/internal/pool"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -25,8 +24,9 @@ import (
 type PoolOptions struct {
 	// BoxOptions are what the pool's boxes are. Name, Hostname,
 	// AutoRemove and FromSnapshot are ignored (a claim takes the caller's
-	// Name, Hostname and AutoRemove); Volumes and Ports are refused (a
-	// pooled box must not hold host directories or host ports).
+	// Name, Hostname and AutoRemove); Volumes, Ports and Secrets are
+	// refused (a pooled box must not hold host directories or host ports,
+	// and a box with secrets has its own CA from its creation).
 	BoxOptions
 	// Size is how many boxes are kept ready (1..MaxPoolSize).
 	Size int
@@ -86,36 +86,14 @@ type PoolInfo struct {
 }
 
 // poolKey is the key of the pool that boxes of opts come from, and opts
-// with defaults; ok is false when opts cannot come from a pool.
+// with defaults; ok is false when opts cannot come from a pool
+// (boxopts.PoolKey).
 func poolKey(opts BoxOptions) (key string, o BoxOptions, ok bool) {
-	if opts.FromSnapshot != "" || len(opts.Volumes) > 0 || len(opts.Ports) > 0 || len(opts.Secrets) > 0 {
-		// (A box with secrets has its own CA and placeholders from its
-		// creation: never a pool's.)
+	key, p, ok := boxopts.PoolKey(opts.plain())
+	if !ok {
 		return "", opts, false
 	}
-	o, err := withDefaults(opts)
-	if err != nil {
-		return "", opts, false
-	}
-	k := o
-	k.Name, k.Hostname, k.AutoRemove = "", "", false
-	k.TTL, k.IdleTimeout, k.IdleAction, k.Lease = 0, 0, "", 0 // the claimer's, from its claim
-	k.Labels = nil
-	if len(k.Env) == 0 {
-		k.Env = nil
-	}
-	if len(k.AllowNet) == 0 {
-		k.AllowNet = nil
-	}
-	if len(k.DenyNet) == 0 {
-		k.DenyNet = nil
-	}
-	if len(k.AllowHostPorts) == 0 {
-		k.AllowHostPorts = nil
-	}
-	raw, _ := json.Marshal(k)
-	h := sha256.Sum256(raw)
-	return hex.EncodeToString(h[:])[:16], o, true
+	return key, public(p), true
 }
 
 // newPools checks opts.Pool and makes the runtime's pools (not started).
@@ -130,24 +108,15 @@ func newPools(r *Runtime, opts Options) (*pool.Set[*Box], error) {
 	var specs []pool.Spec[*Box]
 	seen := map[string]bool{}
 	for i, po := range opts.Pool {
-		if len(po.Volumes) > 0 || len(po.Ports) > 0 {
-			return nil, fmt.Errorf("pool %d (%s): %w: pool boxes cannot have volumes or published ports; attach those to boxes created without a pool", i, po.Image, ErrInvalidArgument)
+		key, o, err := boxopts.Pool(po.BoxOptions.plain(), po.Size, MaxPoolSize)
+		if err == nil && seen[key] {
+			err = fmt.Errorf("%w: another pool has the same box options; give it a larger size instead", ErrInvalidArgument)
 		}
-		if po.Size < 1 || po.Size > MaxPoolSize {
-			return nil, fmt.Errorf("pool %d (%s): %w: size %d: want 1..%d", i, po.Image, ErrInvalidArgument, po.Size, MaxPoolSize)
-		}
-		po.FromSnapshot = ""
-		key, o, ok := poolKey(po.BoxOptions)
-		if !ok {
-			_, err := withDefaults(po.BoxOptions)
+		if err != nil {
 			return nil, fmt.Errorf("pool %d (%s): %w", i, po.Image, err)
 		}
-		if seen[key] {
-			return nil, fmt.Errorf("pool %d (%s): %w: another pool has the same box options; give it a larger size instead", i, po.Image, ErrInvalidArgument)
-		}
 		seen[key] = true
-		o.Name, o.Hostname, o.AutoRemove = "", "", true
-		po.BoxOptions = o
+		po.BoxOptions = public(o)
 		specs = append(specs, pool.Spec[*Box]{Key: key, Name: po.Image, Size: po.Size, MemoryMiB: o.MemoryMiB,
 			Factory: r.poolMaker(key, po)})
 	}
@@ -269,20 +238,13 @@ func (r *Runtime) claimPooled(ctx context.Context, opts BoxOptions) (*Box, error
 // host's time (as a restore does: it may have waited long in the pool).
 func (r *Runtime) personalise(ctx context.Context, b *Box, restored bool, opts BoxOptions) error {
 	_, cfg := b.snapshot()
-	c := cfg
-	c.Pool = ""
-	c.Options.Name, c.Options.Hostname, c.Options.AutoRemove, c.Options.FromSnapshot = opts.Name, opts.Hostname, opts.AutoRemove, ""
-	if !opts.AutoRemove {
-		c.OwnerPID, c.OwnerStart = 0, 0
-	}
+	o, m := boxopts.Claim(cfg.Options.plain(), cfg.Meta, opts.plain(), time.Now(), bootTimeout)
+	c := boxConfig{Options: public(o), Meta: m}
 	if opts.Name != "" {
 		if err := b.Rename(ctx, opts.Name); err != nil {
 			return err
 		}
 	}
-	c.Options.TTL, c.Options.IdleTimeout, c.Options.IdleAction, c.Options.Lease = opts.TTL, opts.IdleTimeout, opts.IdleAction, opts.Lease
-	c.Options.Labels = opts.Labels
-	c.startLife(time.Now())
 	// A pool box is nobody's until now: its record is c, whole.
 	if err := r.updateConfig(ctx, b.id, func(s *boxConfig) { *s = c }); err != nil {
 		return fmt.Errorf("box %s: record it: %w", b.id, err)
@@ -387,17 +349,10 @@ func (r *Runtime) PoolBoxes(ctx context.Context) ([]PoolBox, error) {
 
 // poolBoxIDs returns the ids among ids of warm-pool boxes.
 func (r *Runtime) poolBoxIDs(ctx context.Context, ids []string) []string {
-	pbs, err := r.PoolBoxes(ctx)
-	if err != nil {
-		return nil
-	}
-	in := map[string]bool{}
-	for _, id := range ids {
-		in[id] = true
-	}
+	pbs, _ := r.PoolBoxes(ctx)
 	var out []string
 	for _, pb := range pbs {
-		if in[pb.ID] {
+		if slices.Contains(ids, pb.ID) {
 			out = append(out, pb.ID)
 		}
 	}

@@ -3,70 +3,71 @@ package airlock
 import (
 	"errors"
 	"fmt"
-	"time"
 
+	"github.com/airlock-run/airlock/internal/boxopts"
 	"github.com/airlock-run/airlock/internal/boxrecord"
-	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/secrets"
 	"github.com/airlock-run/airlock/internal/store"
 )
 
 // boxConfig is what a box is, as the lifecycle code uses it: its options
-// and the image config resolved at creation. It is stored as a
-// boxrecord.Record (this file maps one to the other).
+// and what its record holds beside them (boxopts.Meta: the image config
+// resolved at creation, its owner, pool mark, lifetime deadlines and
+// secrets' placeholders). It is stored as a boxrecord.Record
+// (boxopts.Encode).
 type boxConfig struct {
 	Options BoxOptions
-	Image   image.ImageConfig
-	// Owner identifies the process that created an AutoRemove box: when it
-	// is gone, the next Open removes the box, so that a crashed or killed
-	// program leaves no VM behind.
-	OwnerPID   int
-	OwnerStart uint64
-	// Pool is the key of the warm pool holding the box, "" once claimed
-	// (or never pooled): such a box is not listed and Get does not find it.
-	Pool string
-	// The lifetime deadlines (lifetime.go): when the TTL ends, when the
-	// lease runs out, and the last use recorded (for IdleTimeout). Zero
-	// when the box has no such limit.
-	ExpiresAt, LeaseUntil, LastUse time.Time
-	// Placeholders are the box's secrets' placeholders by name (see
-	// BoxOptions.Secrets), made at creation.
-	Placeholders map[string]string
+	boxopts.Meta
 }
 
-// storedNetwork maps BoxOptions.Network (checked: checkNetwork) to its
-// stored name.
-func storedNetwork(opt NetworkMode) string {
-	switch opt {
-	case NetworkDisabled, NetworkNone:
-		return boxrecord.NetNone
-	case NetworkAllowlist:
-		return boxrecord.NetAllowlist
-	}
-	return boxrecord.NetPublic
+// plain is o as internal/boxopts takes it: the same fields.
+func (o BoxOptions) plain() boxopts.Options {
+	return boxopts.Options{Image: o.Image, Name: o.Name, CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskSizeMiB: o.DiskSizeMiB,
+		Env: o.Env, WorkingDir: o.WorkingDir, User: o.User, AutoRemove: o.AutoRemove, Network: string(o.Network),
+		Volumes: convert(o.Volumes, func(v Volume) boxrecord.Volume { return boxrecord.Volume(v) }), Hostname: o.Hostname,
+		FromSnapshot: o.FromSnapshot, AllowNet: o.AllowNet, DenyNet: o.DenyNet, AllowHostPorts: o.AllowHostPorts,
+		Ports: convert(o.Ports, func(p PortMapping) boxrecord.Port { return boxrecord.Port(p) }),
+		TTL:   o.TTL, IdleTimeout: o.IdleTimeout, IdleAction: string(o.IdleAction), Secrets: convertMap(o.Secrets, func(s Secret) secrets.Spec { return secrets.Spec(s) }),
+		Lease: o.Lease, Labels: o.Labels}
 }
 
-// encodeConfig is c's stored form (boxrecord.Encode).
-func encodeConfig(c boxConfig) []byte {
-	o, ic := c.Options, c.Image
-	r := boxrecord.Record{Image: o.Image, Name: o.Name, CPUs: o.CPUs, MemoryMiB: o.MemoryMiB,
-		DiskSizeMiB: o.DiskSizeMiB, Env: o.Env, WorkingDir: o.WorkingDir, User: o.User, AutoRemove: o.AutoRemove,
-		Network: storedNetwork(o.Network), AllowNet: o.AllowNet, DenyNet: o.DenyNet, AllowHostPorts: o.AllowHostPorts, Hostname: o.Hostname,
-		ImageConfig: boxrecord.Image{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
-			Cmd: ic.Cmd, Labels: ic.Labels},
-		OwnerPID: c.OwnerPID, OwnerStart: c.OwnerStart, FromSnapshot: o.FromSnapshot, Pool: c.Pool,
-		TTLMs: boxrecord.Ms(o.TTL), IdleMs: boxrecord.Ms(o.IdleTimeout), LeaseMs: boxrecord.Ms(o.Lease),
-		ExpiresAtMs: boxrecord.UnixMs(c.ExpiresAt), LeaseUntilMs: boxrecord.UnixMs(c.LeaseUntil), LastUseMs: boxrecord.UnixMs(c.LastUse),
-		IdleAction: string(o.IdleAction), Labels: o.Labels}
-	for _, p := range o.Ports {
-		r.Ports = append(r.Ports, boxrecord.Port{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Protocol})
-	}
-	for _, v := range o.Volumes {
-		r.Volumes = append(r.Volumes, boxrecord.Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
-	}
-	r.Secrets = secrets.Stored(o.Secrets, c.Placeholders)
-	return boxrecord.Encode(r)
+// public is o as BoxOptions.
+func public(o boxopts.Options) BoxOptions {
+	return BoxOptions{Image: o.Image, Name: o.Name, CPUs: o.CPUs, MemoryMiB: o.MemoryMiB, DiskSizeMiB: o.DiskSizeMiB,
+		Env: o.Env, WorkingDir: o.WorkingDir, User: o.User, AutoRemove: o.AutoRemove, Network: NetworkMode(o.Network),
+		Volumes: convert(o.Volumes, func(v boxrecord.Volume) Volume { return Volume(v) }), Hostname: o.Hostname,
+		FromSnapshot: o.FromSnapshot, AllowNet: o.AllowNet, DenyNet: o.DenyNet, AllowHostPorts: o.AllowHostPorts,
+		Ports: convert(o.Ports, func(p boxrecord.Port) PortMapping { return PortMapping(p) }),
+		TTL:   o.TTL, IdleTimeout: o.IdleTimeout, IdleAction: IdleAction(o.IdleAction), Secrets: convertMap(o.Secrets, func(s secrets.Spec) Secret { return Secret(s) }),
+		Lease: o.Lease, Labels: o.Labels}
 }
+
+// convert is s with f applied to each element (nil for nil).
+func convert[F, T any](s []F, f func(F) T) []T {
+	if s == nil {
+		return nil
+	}
+	out := make([]T, len(s))
+	for i, v := range s {
+		out[i] = f(v)
+	}
+	return out
+}
+
+// convertMap is m with f applied to each value (nil for nil).
+func convertMap[F, T any](m map[string]F, f func(F) T) map[string]T {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]T, len(m))
+	for k, v := range m {
+		out[k] = f(v)
+	}
+	return out
+}
+
+// encodeConfig is c's stored form (boxopts.Encode).
+func encodeConfig(c boxConfig) []byte { return boxopts.Encode(c.Options.plain(), c.Meta) }
 
 // upgradeConfig rewrites a stored configuration of any version in the
 // current one (store.Upgrade).
@@ -74,35 +75,8 @@ var upgradeConfig store.Upgrade = boxrecord.Upgrade
 
 // configOf decodes a stored configuration of any version.
 func configOf(raw []byte) (boxConfig, error) {
-	r, err := boxrecord.Decode(raw)
-	if err != nil {
-		return boxConfig{}, err
-	}
-	stored, err := boxrecord.Network(r.Network)
-	if err != nil {
-		return boxConfig{}, err
-	}
-	ic := r.ImageConfig
-	o := BoxOptions{Image: r.Image, Name: r.Name, CPUs: r.CPUs, MemoryMiB: r.MemoryMiB, DiskSizeMiB: r.DiskSizeMiB,
-		Env: r.Env, WorkingDir: r.WorkingDir, User: r.User, AutoRemove: r.AutoRemove, Hostname: r.Hostname,
-		Network:  NetworkMode(stored), // the stored names are the modes' (NetworkPublic, NetworkAllowlist, NetworkNone)
-		AllowNet: r.AllowNet, DenyNet: r.DenyNet, AllowHostPorts: r.AllowHostPorts, FromSnapshot: r.FromSnapshot,
-		TTL: boxrecord.Duration(r.TTLMs), IdleTimeout: boxrecord.Duration(r.IdleMs), Lease: boxrecord.Duration(r.LeaseMs),
-		IdleAction: IdleAction(r.IdleAction), Labels: r.Labels}
-	for _, v := range r.Volumes {
-		o.Volumes = append(o.Volumes, Volume{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
-	}
-	for _, p := range r.Ports {
-		o.Ports = append(o.Ports, PortMapping{HostIP: p.HostIP, HostPort: p.HostPort, GuestPort: p.GuestPort, Protocol: p.Protocol})
-	}
-	var placeholders map[string]string
-	o.Secrets, placeholders = secrets.FromStored[Secret](r.Secrets)
-	return boxConfig{Options: o, Placeholders: placeholders,
-		Image: image.ImageConfig{Env: ic.Env, WorkingDir: ic.WorkingDir, User: ic.User, Entrypoint: ic.Entrypoint,
-			Cmd: ic.Cmd, Labels: ic.Labels},
-		OwnerPID: r.OwnerPID, OwnerStart: r.OwnerStart, Pool: r.Pool,
-		ExpiresAt: boxrecord.Time(r.ExpiresAtMs), LeaseUntil: boxrecord.Time(r.LeaseUntilMs), LastUse: boxrecord.Time(r.LastUseMs),
-	}, nil
+	o, m, err := boxopts.Decode(raw)
+	return boxConfig{Options: public(o), Meta: m}, err
 }
 
 // errBadRecord marks a box configuration that cannot be decoded.
@@ -115,4 +89,22 @@ func decodeConfig(rec *store.Box) (boxConfig, error) {
 		return boxConfig{}, fmt.Errorf("box %s: its record cannot be read (%v): remove the box and create it again: %w", rec.ID, err, errBadRecord)
 	}
 	return c, nil
+}
+
+// withDefaults fills in and checks BoxOptions (boxopts.Defaults).
+func withDefaults(o BoxOptions) (BoxOptions, error) {
+	p, err := boxopts.Defaults(o.plain())
+	return public(p), err
+}
+
+// checkLife checks the lifetime options (boxopts.CheckLife).
+func checkLife(o BoxOptions) error { return boxopts.CheckLife(o.plain()) }
+
+// checkNetwork fills in and checks the network fields of o
+// (boxopts.CheckNetwork); a problem is an ErrInvalidArgument.
+func checkNetwork(o *BoxOptions) error {
+	p := o.plain()
+	err := boxopts.CheckNetwork(&p)
+	*o = public(p)
+	return err
 }

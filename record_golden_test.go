@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/boxopts"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/store"
 )
@@ -20,9 +21,9 @@ func TestRecordGolden(t *testing.T) {
 			Ports:        []PortMapping{{HostIP: "127.0.0.1", HostPort: 80, GuestPort: 8000, Protocol: "tcp"}},
 			Volumes:      []Volume{{Source: "data", Target: "/data", ReadOnly: true}, {Source: "/h", Target: "/h"}},
 			FromSnapshot: "s1", TTL: time.Hour, IdleTimeout: 1500 * time.Microsecond, Lease: time.Second},
-		Image:    image.ImageConfig{Env: []string{"PATH=/bin"}, WorkingDir: "/x", User: "1", Entrypoint: []string{"e"}, Cmd: []string{"c"}, Labels: map[string]string{"k": "v"}},
-		OwnerPID: 7, OwnerStart: 9, Pool: "p",
-		ExpiresAt: at, LeaseUntil: at.Add(time.Second), LastUse: at,
+		Meta: boxopts.Meta{Image: image.ImageConfig{Env: []string{"PATH=/bin"}, WorkingDir: "/x", User: "1", Entrypoint: []string{"e"}, Cmd: []string{"c"}, Labels: map[string]string{"k": "v"}},
+			OwnerPID: 7, OwnerStart: 9, Pool: "p",
+			ExpiresAt: at, LeaseUntil: at.Add(time.Second), LastUse: at},
 	}
 	const want = `{"v":1,"image":"python:slim","name":"n","cpus":2,"memory_mib":300,"disk_mib":100,"env":["A=1"],"workdir":"/w","user":"u","auto_remove":true,"network":"allowlist","allow_net":["pypi.org"],"allow_host_ports":[8080],"ports":[{"host_ip":"127.0.0.1","host_port":80,"guest_port":8000,"protocol":"tcp"}],"hostname":"h-1","image_config":{"env":["PATH=/bin"],"workdir":"/x","user":"1","entrypoint":["e"],"cmd":["c"],"labels":{"k":"v"}},"owner_pid":7,"owner_start":9,"volumes":[{"source":"data","target":"/data","ro":true},{"source":"/h","target":"/h"}],"from_snapshot":"s1","pool":"p","ttl_ms":3600000,"idle_timeout_ms":2,"lease_ms":1000,"expires_at_ms":1700000000123,"lease_until_ms":1700000001123,"last_use_ms":1700000000123}`
 	if got := string(encodeConfig(c)); got != want {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/boxopts"
 	"github.com/airlock-run/airlock/internal/image"
 	"github.com/airlock-run/airlock/internal/store"
 )
@@ -15,8 +16,8 @@ func TestRecordRoundTrip(t *testing.T) {
 	c := boxConfig{
 		Options: BoxOptions{Image: "python:slim", Name: "n", CPUs: 2, MemoryMiB: 300, DiskSizeMiB: 100, Env: []string{"A=1"},
 			WorkingDir: "/w", User: "u", AutoRemove: true, Network: NetworkNone, Hostname: "h-1"},
-		Image:    image.ImageConfig{Env: []string{"PATH=/bin"}, WorkingDir: "/x", User: "1", Entrypoint: []string{"e"}, Cmd: []string{"c"}, Labels: map[string]string{"k": "v"}},
-		OwnerPID: 7, OwnerStart: 9,
+		Meta: boxopts.Meta{Image: image.ImageConfig{Env: []string{"PATH=/bin"}, WorkingDir: "/x", User: "1", Entrypoint: []string{"e"}, Cmd: []string{"c"}, Labels: map[string]string{"k": "v"}},
+			OwnerPID: 7, OwnerStart: 9},
 	}
 	raw := encodeConfig(c)
 	if !strings.Contains(string(raw), `"v":1`) || !strings.Contains(string(raw), `"network":"none"`) {
@@ -34,7 +35,7 @@ func TestRecordRoundTrip(t *testing.T) {
 func TestRecordLifetimes(t *testing.T) {
 	now := time.UnixMilli(time.Now().UnixMilli())
 	c := boxConfig{Options: BoxOptions{Image: "a", Network: NetworkNone, TTL: time.Hour, IdleTimeout: 90 * time.Second, Lease: 1500 * time.Millisecond},
-		ExpiresAt: now.Add(time.Hour), LeaseUntil: now.Add(1500 * time.Millisecond), LastUse: now}
+		Meta: boxopts.Meta{ExpiresAt: now.Add(time.Hour), LeaseUntil: now.Add(1500 * time.Millisecond), LastUse: now}}
 	raw := encodeConfig(c)
 	for _, f := range []string{`"ttl_ms":3600000`, `"idle_timeout_ms":90000`, `"lease_ms":1500`, `"expires_at_ms":`, `"lease_until_ms":`, `"last_use_ms":`} {
 		if !strings.Contains(string(raw), f) {
@@ -54,7 +55,7 @@ func TestRecordLifetimes(t *testing.T) {
 	}
 	// The longest limits stay the longest, not negative ones.
 	long := boxConfig{Options: BoxOptions{Network: NetworkNone, TTL: math.MaxInt64, IdleTimeout: math.MaxInt64, Lease: math.MaxInt64}}
-	long.startLife(now)
+	long.Meta.StartLife(long.Options.plain(), now, bootTimeout)
 	if got, err := decodeConfig(&store.Box{ID: "x", Config: encodeConfig(long)}); err != nil || got.Options.TTL != math.MaxInt64 ||
 		got.Options.Lease != math.MaxInt64 || got.reapReason(now.Add(100*365*24*time.Hour), now) != "" {
 		t.Errorf("longest limits: %+v %v", got, err)

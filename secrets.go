@@ -31,26 +31,6 @@ const (
 	MaxSecretHosts = netstack.MaxSecretHosts
 )
 
-// checkSecrets checks and canonicalises opts.Secrets (names, values,
-// hosts, bounds; a network; no Env entry of the same name).
-func checkSecrets(opts *BoxOptions) error {
-	if len(opts.Secrets) == 0 {
-		return nil
-	}
-	if len(opts.Secrets) > MaxSecrets {
-		return fmt.Errorf("%d secrets: at most %d", len(opts.Secrets), MaxSecrets)
-	}
-	if netMode(opts.Network, opts.AllowNet) == NetworkNone {
-		return fmt.Errorf("secrets need a network: not with network mode %q", NetworkNone)
-	}
-	out, err := secrets.Check(opts.Secrets, opts.Env)
-	if err != nil {
-		return err
-	}
-	opts.Secrets = out
-	return nil
-}
-
 // writeSecrets makes the box's CA and writes its secrets file (none when
 // it has no secrets).
 func (b *Box) writeSecrets(s map[string]Secret) error {
@@ -107,15 +87,6 @@ func (b *Box) readBounded(ctx context.Context, p string, max int64) []byte {
 		return nil
 	}
 	return data
-}
-
-// secretPolicy adds the hosts of cfg's secrets, on port 443, to an
-// allowlist policy: a secret's hosts are reachable by its box.
-func secretPolicy(p netstack.Policy, cfg boxConfig) netstack.Policy {
-	if netMode(cfg.Options.Network, cfg.Options.AllowNet) == NetworkNone {
-		return p
-	}
-	return secrets.Policy(p, cfg.Options.Secrets)
 }
 
 // installCA puts the box's CA certificate (never its key) in the guest's

@@ -3,14 +3,14 @@ package airlock
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
 	"time"
 
-	"github.com/airlock-run/airlock/internal/guestabi"
+	"github.com/airlock-run/airlock/internal/boxopts"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/lifecycle"
 	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
@@ -183,61 +183,36 @@ func (r *Runtime) RemoveSnapshot(ctx context.Context, name string) error {
 }
 
 // restore creates a box from snapshot opts.FromSnapshot and starts it
-// from the snapshot's memory; then the guest gets fresh entropy, the
-// host's time and its own hostname. forPool is the key of the warm pool
-// the box is made for ("" for the caller's box).
+// from the snapshot's memory (lifecycle.Maker.Restore); then the guest
+// gets fresh entropy, the host's time and its own hostname. forPool is
+// the key of the warm pool the box is made for ("" for the caller's box).
 func (r *Runtime) restore(ctx context.Context, opts BoxOptions, forPool string) (*Box, error) {
-	name := opts.FromSnapshot
 	sn, err := r.snapshotter()
 	if err != nil {
 		return nil, err
 	}
-	m, err := r.readSnapshot(name)
-	if err != nil {
-		return nil, err
-	}
-	lk, err := snapmeta.Lock(ctx, r.snapshotsDir(), name, true)
-	if err != nil {
-		return nil, err
-	}
-	defer lk.Unlock()
-	info, err := r.snapshotInfo(m)
-	if err != nil {
-		return nil, err
-	}
-	if m.Driver != r.drv.Name() {
-		return nil, fmt.Errorf("snapshot %s was taken by VM driver %s, not %s", name, m.Driver, r.drv.Name())
-	}
-	o, err := restoreOptions(info, m, opts)
-	if err != nil {
-		return nil, err
-	}
-	img, err := r.images.Resolve(m.ImageDigest)
-	if err != nil {
-		if errors.Is(err, image.ErrNotFound) {
-			return nil, fmt.Errorf("snapshot %s: its image %s (%s) is no longer in the image store: pull that image again, or take a new snapshot: %w",
-				name, m.Image, m.ImageDigest, ErrImageNotFound)
+	var o BoxOptions
+	return r.maker(&o, forPool).Restore(ctx, sn, opts.FromSnapshot, removedStartFailed, func(m snapmeta.Meta) (err error) {
+		o, err = r.restoreOptions(m, opts)
+		return err
+	}, func(ctx context.Context, b *Box, machine func(context.Context, vmm.Spec) (vmm.Machine, error)) error {
+		if err := b.startWith(ctx, machine, EventBoxStarted); err != nil {
+			return err
 		}
-		return nil, fmt.Errorf("snapshot %s: image %s: %w", name, m.Image, err)
-	}
-	dir := filepath.Join(r.snapshotsDir(), name)
-	b, err := r.recordBox(ctx, o, forPool, img, func(ctx context.Context, spec vmm.Spec) error {
-		return sn.CreateFromSnapshot(ctx, spec, dir)
+		return b.restored(ctx)
 	})
-	if err != nil {
-		return nil, fmt.Errorf("restore snapshot %s: %w", name, err)
-	}
-	err = b.startWith(ctx, func(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
-		return sn.StartFromSnapshot(ctx, spec, dir)
-	}, EventBoxStarted)
-	if err == nil {
-		err = b.restored(ctx)
-	}
-	if err != nil {
-		b.removeWhy(context.WithoutCancel(ctx), true, removedStartFailed)
-		return nil, fmt.Errorf("restore snapshot %s: %w", name, err)
-	}
-	return b, nil
+}
+
+// maker is the runtime's side of lifecycle's Restore, Import, Fork and
+// ExportSnapshot: boxes recorded with *o, which the sequence decides
+// (nil: none recorded), for warm pool forPool ("" for the caller's box).
+func (r *Runtime) maker(o *BoxOptions, forPool string) lifecycle.Maker[*Box] {
+	return lifecycle.Maker[*Box]{Home: r.opts.Home, Snapshots: r.snapshotsDir(), Images: r.images, Driver: r.drv.Name(),
+		ImageNotFound: ErrImageNotFound, RemoveSnapshot: r.RemoveSnapshot,
+		Record: func(ctx context.Context, img *image.Image, prepare func(context.Context, vmm.Spec) error) (*Box, error) {
+			return r.recordBox(ctx, *o, forPool, img, prepare)
+		},
+		Remove: func(ctx context.Context, b *Box, why string) { b.removeWhy(ctx, true, why) }}
 }
 
 // ResolveOptions returns the options a box made by Create with opts gets,
@@ -253,62 +228,22 @@ func (r *Runtime) ResolveOptions(ctx context.Context, opts BoxOptions) (BoxOptio
 		}
 		return withDefaults(opts)
 	}
-	return r.restoreOptionsOf(opts)
-}
-
-// restoreOptionsOf is ResolveOptions for a restore.
-func (r *Runtime) restoreOptionsOf(opts BoxOptions) (BoxOptions, error) {
 	m, err := r.readSnapshot(opts.FromSnapshot)
 	if err != nil {
 		return BoxOptions{}, err
 	}
+	return r.restoreOptions(m, opts)
+}
+
+// restoreOptions is ResolveOptions for a restore from the snapshot m
+// describes (boxopts.Restore).
+func (r *Runtime) restoreOptions(m snapmeta.Meta, opts BoxOptions) (BoxOptions, error) {
 	info, err := r.snapshotInfo(m)
 	if err != nil {
 		return BoxOptions{}, err
 	}
-	return restoreOptions(info, m, opts)
-}
-
-// restoreOptions is ResolveOptions for a restore from the snapshot info
-// and m describe.
-func restoreOptions(info SnapshotInfo, m snapmeta.Meta, opts BoxOptions) (BoxOptions, error) {
-	name := opts.FromSnapshot
-	so := info.Options
-	if opts.Image != "" && opts.Image != so.Image && opts.Image != m.ImageDigest {
-		return BoxOptions{}, fmt.Errorf("%w: snapshot %s is of image %s, not %s: leave the image out", ErrInvalidArgument, name, so.Image, opts.Image)
-	}
-	for _, f := range []struct {
-		what      string
-		got, want int
-	}{{"CPUs", opts.CPUs, so.CPUs}, {"MemoryMiB", opts.MemoryMiB, so.MemoryMiB}, {"DiskSizeMiB", opts.DiskSizeMiB, so.DiskSizeMiB}} {
-		if f.got != 0 && f.got != f.want {
-			return BoxOptions{}, fmt.Errorf("%w: snapshot %s has %s %d, not %d: a restored box keeps its machine; leave it out", ErrInvalidArgument, name, f.what, f.want, f.got)
-		}
-	}
-	if opts.Network != "" && opts.Network != so.Network && (netMode(opts.Network, nil) == NetworkNone || so.Network == NetworkNone) {
-		return BoxOptions{}, fmt.Errorf("%w: snapshot %s has network %s, not %s: leave it out", ErrInvalidArgument, name, so.Network, opts.Network)
-	}
-	o := so
-	o.Name, o.AutoRemove, o.FromSnapshot = opts.Name, opts.AutoRemove, name
-	o.TTL, o.IdleTimeout, o.IdleAction, o.Lease = opts.TTL, opts.IdleTimeout, opts.IdleAction, opts.Lease // the caller's, not the snapshot's box's
-	if err := restoredHostSide(&o, opts, name); err != nil {
-		return BoxOptions{}, err
-	}
-	if opts.Env != nil {
-		o.Env = opts.Env
-	}
-	if opts.Labels != nil {
-		// The caller's labels, as its Env: they describe the new box
-		// (an E2B sandbox made from a snapshot has its own metadata).
-		o.Labels = opts.Labels
-	}
-	if opts.WorkingDir != "" {
-		o.WorkingDir = opts.WorkingDir
-	}
-	if opts.User != "" {
-		o.User = opts.User
-	}
-	return o, nil
+	o, err := boxopts.Restore(opts.FromSnapshot, info.Options.plain(), m.ImageDigest, opts.plain())
+	return public(o), err
 }
 
 // restored tells the agent of a just restored box to reseed the kernel
@@ -323,52 +258,6 @@ func (b *Box) restored(ctx context.Context) error {
 	rec, cfg := b.snapshot()
 	if _, err := c.Restored(ctx, entropy, time.Now().UnixNano(), hostname(rec, cfg)); err != nil {
 		return fmt.Errorf("box %s: reseed the restored guest: %w", b.id, b.callErr(err))
-	}
-	return nil
-}
-
-// restoredHostSide gives o, the options of a box restored from snapshot
-// name, what is the new box's own and lives on the host: its hostname,
-// its published ports (never the snapshot's box's: they are its host
-// ports) and, when the caller names one, its network policy (the network
-// helper is the new box's; the guest's device is the same for public and
-// allowlist). They used to be dropped without a word: `run --from S
-// --allow-net pypi.org` ran with the snapshot's public network.
-// Volumes cannot be attached to a restored machine: refused.
-func restoredHostSide(o *BoxOptions, opts BoxOptions, name string) error {
-	if len(opts.Volumes) > 0 {
-		return fmt.Errorf("%w: snapshot %s: a restored box cannot take volumes (-v): its machine is the snapshot's, which had none; copy files in with 'airlock cp' instead", ErrInvalidArgument, name)
-	}
-	o.Hostname, o.Ports = opts.Hostname, opts.Ports
-	// Secrets are the caller's (with fresh placeholders and CA): a
-	// snapshot has no values.
-	o.Secrets = opts.Secrets
-	if o.Network == NetworkNone {
-		if len(opts.AllowNet) > 0 || len(opts.DenyNet) > 0 || len(opts.AllowHostPorts) > 0 || len(opts.Ports) > 0 {
-			return fmt.Errorf("%w: snapshot %s has no network (none): --allow-net, --allow-host-port and -p need one", ErrInvalidArgument, name)
-		}
-		return nil
-	}
-	if opts.Network != "" {
-		o.Network = opts.Network // public or allowlist (none is refused before)
-	}
-	switch {
-	case len(opts.DenyNet) > 0:
-		o.Network, o.AllowNet, o.DenyNet = NetworkPublic, opts.AllowNet, opts.DenyNet
-	case len(opts.AllowNet) > 0:
-		o.Network, o.AllowNet, o.DenyNet = NetworkAllowlist, opts.AllowNet, nil
-	}
-	if o.Network == NetworkAllowlist {
-		o.DenyNet = nil
-	}
-	if len(opts.AllowHostPorts) > 0 {
-		o.AllowHostPorts = opts.AllowHostPorts
-	}
-	if o.Hostname != "" && !guestabi.ValidHostname(o.Hostname) {
-		return fmt.Errorf("%w: hostname %q: want letters, digits and '-', at most 63", ErrInvalidArgument, o.Hostname)
-	}
-	if err := checkNetwork(o); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
 	return nil
 }

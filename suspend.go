@@ -9,7 +9,6 @@ import (
 
 	"github.com/airlock-run/airlock/internal/agent/client"
 	"github.com/airlock-run/airlock/internal/boxdir"
-	"github.com/airlock-run/airlock/internal/netstack/helper"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
 
@@ -158,17 +157,6 @@ func (r *Runtime) wakeBox(ctx context.Context, b *Box) error {
 		}
 		return nil
 	})
-}
-
-// holdPorts returns the published TCP ports of an IdleSuspend box (b, of
-// configuration cfg, publishing ports) that its network helper is to
-// inherit (lifecycle.Ports.Hold): held so that they stay bound when the
-// box is suspended. nil for other boxes: their helpers bind their ports.
-func (r *Runtime) holdPorts(b *Box, cfg boxConfig, ports []PortMapping) (*helper.Held, error) {
-	if cfg.Options.IdleAction != IdleSuspend || len(ports) == 0 {
-		return nil, nil
-	}
-	return r.life.held.Hold(b.id, b.dir, publishes(ports))
 }
 
 // releasePorts closes the ports this runtime holds for box id, if any

@@ -59,10 +59,6 @@ func ParseVolume(spec string) (Volume, error) {
 	return Volume(m), err
 }
 
-// checkVolumes checks each of vs and refuses two at one target
-// (volume.CheckMounts).
-func checkVolumes(vs []Volume) error { return volume.CheckMounts(mounts(vs)) }
-
 // mounts are vs as internal/volume takes them.
 func mounts(vs []Volume) []volume.Mount {
 	ms := make([]volume.Mount, len(vs))

@@ -10,6 +10,7 @@ import (
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/boxvm"
 	"github.com/airlock-run/airlock/internal/image"
+	"github.com/airlock-run/airlock/internal/netstack"
 	"github.com/airlock-run/airlock/internal/netstack/helper"
 	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/store"
@@ -60,6 +61,36 @@ func (b *Box) Machine(rec *store.Box) vmm.Machine {
 
 // StopNet stops the box's network helper, if one runs.
 func (b *Box) StopNet() { helper.Stop(b.Dir) }
+
+// Net is the network helper of a box with a network: its options, the
+// policy it enforces and the ports it publishes, held by the runtime
+// first when Hold is set (an IdleSuspend box's: they stay bound while it
+// is suspended, and the helper inherits them).
+type Net struct {
+	Options helper.Options
+	Policy  netstack.Policy
+	Publish []netstack.Publish
+	Hold    bool
+}
+
+// StartNet launches the box's network helper as n says (helper.Start),
+// before its machine: it binds the published ports, then connects to the
+// machine's network socket once the machine has made it. For n nil (no
+// network) none runs: one left is stopped and its ports file removed.
+func (b *Box) StartNet(n *Net) (*helper.Starting, error) {
+	if n == nil {
+		b.StopNet()
+		os.Remove(filepath.Join(b.Dir, boxdir.NetPorts))
+		return nil, nil
+	}
+	if n.Hold && len(n.Publish) > 0 {
+		var err error
+		if n.Options.Held, err = b.Held.Hold(b.ID, b.Dir, n.Publish); err != nil {
+			return nil, fmt.Errorf("box %s network: %w", b.ID, err)
+		}
+	}
+	return helper.Start(helper.Box{ID: b.ID, Dir: b.Dir}, n.Options, n.Policy, n.Publish)
+}
 
 // Launch is what a start of the box needs beside its record.
 type Launch struct {
@@ -301,6 +332,45 @@ func (b *Box) Create(ctx context.Context, spec vmm.Spec, disks func(context.Cont
 	}
 	if err := prepare(ctx, spec); err != nil {
 		return fmt.Errorf("box %s: %w", b.ID, err)
+	}
+	return nil
+}
+
+// Observe marks rec, of the box in dir, stopped when it says running
+// but its machine is gone (what the gone boot held, its cgroup,
+// released; gone records why it ended), and returns the record as it now
+// is.
+func Observe(ctx context.Context, db *store.DB, drv vmm.Driver, dir string, rec *store.Box, gone func(*store.Box)) (*store.Box, error) {
+	if rec.State != store.StateRunning || boxvm.Running(rec) {
+		return rec, nil
+	}
+	drv.Attach(vmm.Spec{ID: rec.ID, Dir: dir}, boxvm.Handle(rec)).Release()
+	if err := db.SetStoppedIfPID(ctx, rec.ID, rec.PID); err != nil {
+		return nil, fmt.Errorf("box %s: record it stopped: %w", rec.ID, err)
+	}
+	gone(rec)
+	up := *rec
+	up.State, up.PID, up.PIDStart = store.StateStopped, 0, 0
+	return &up, nil
+}
+
+// SetPolicy gives the network helper of the box of rec, when it runs,
+// policy pol at once; none says the box's new mode is none. A box that
+// runs without a network device (started with mode none; the NIC of a
+// boot is there when its helper runs) gets one only at its next start:
+// refused, unless none.
+func (b *Box) SetPolicy(ctx context.Context, rec *store.Box, pol netstack.Policy, none bool) error {
+	if !boxvm.Running(rec) {
+		return nil
+	}
+	if _, nic := helper.PID(b.Dir); !nic {
+		if none {
+			return nil
+		}
+		return fmt.Errorf("box %s was started without a network device: stop it, then set its network and start it again", b.ID)
+	}
+	if _, err := helper.Call(ctx, helper.Box{ID: b.ID, Dir: b.Dir}, netstack.Request{Op: "policy", Policy: &pol}); err != nil {
+		return fmt.Errorf("box %s: set network policy: %w", b.ID, err)
 	}
 	return nil
 }

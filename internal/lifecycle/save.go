@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/airlock-run/airlock/internal/boxarchive"
 	"github.com/airlock-run/airlock/internal/boxdir"
 	"github.com/airlock-run/airlock/internal/boxvm"
+	"github.com/airlock-run/airlock/internal/checkpoint"
 	"github.com/airlock-run/airlock/internal/rootfs"
 	"github.com/airlock-run/airlock/internal/scratch"
+	"github.com/airlock-run/airlock/internal/snapmeta"
 	"github.com/airlock-run/airlock/internal/store"
 	"github.com/airlock-run/airlock/internal/vmm"
 )
@@ -148,4 +152,99 @@ func (b *Box) Save(ctx context.Context, rec *store.Box, spec vmm.Spec, sn vmm.Sn
 		defer thaw()
 	}
 	return sn.SaveSnapshot(ctx, spec, boxvm.Handle(rec), dir, opts)
+}
+
+// Export writes the box, of record rec and stored configuration config,
+// as an archive without memory to w (boxarchive.Write): its writable
+// layer, stable while it is read (StableDisk: load and flush as there),
+// and, with ckpts, its checkpoints, each whole, parents first, sealed
+// with seal when set (boxarchive.WholeCheckpoints, under the box's lock:
+// none taken or removed meanwhile). tmp is the home's scratch directory.
+// paused is how long a running box was paused for its disk's copy.
+func (b *Box) Export(ctx context.Context, w io.Writer, tmp string, rec *store.Box, config []byte, ckpts bool, seal func(context.Context, string) error,
+	load func(context.Context) (*store.Box, error), flush func(context.Context) error) (st boxarchive.Stats, paused time.Duration, err error) {
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return st, 0, err
+	}
+	var cs []boxarchive.CheckpointSource
+	var head string
+	if ckpts {
+		unlock, err := b.Lock(ctx)
+		if err != nil {
+			return st, 0, err
+		}
+		var drop func()
+		cs, head, drop, err = boxarchive.WholeCheckpoints(ctx, checkpoint.Of(b.Dir), tmp, seal)
+		unlock()
+		if err != nil {
+			return st, 0, fmt.Errorf("export box %s: %w", b.ID, err)
+		}
+		defer drop()
+	}
+	disk, paused, cleanup, err := b.StableDisk(ctx, tmp, load, flush)
+	if err != nil {
+		return st, 0, err
+	}
+	defer cleanup()
+	m := boxarchive.Manifest{Kind: boxarchive.KindBox, Box: b.ID, BoxName: rec.Name, Image: rec.Image,
+		ImageDigest: rec.ImageDigest, Config: config, Exported: time.Now().UTC(), CheckpointHead: head}
+	if st, err = boxarchive.Write(ctx, w, m, disk, "", cs); err != nil {
+		return st, paused, fmt.Errorf("export box %s: %w", b.ID, err)
+	}
+	return st, paused, nil
+}
+
+// Rollback puts the box (its lock held) back to its checkpoint name of
+// t, with sn: the rollback is recorded first (execs that the stop ends
+// say why: checkpoint.Ended), then stop stops it (the runtime's: it
+// records and tells), a suspended box's saved state is dropped, the
+// checkpoint's writable layer takes the place of the box's (spec names
+// it) and start starts the box with the machine func it is given (a
+// restore of the checkpoint).
+func (b *Box) Rollback(ctx context.Context, sn vmm.Snapshotter, t checkpoint.Tree, name string, stop func() error, spec func() (vmm.Spec, error),
+	start func(machine func(context.Context, vmm.Spec) (vmm.Machine, error)) error) error {
+	if err := t.RolledBack(name, time.Now()); err != nil {
+		return err
+	}
+	if err := stop(); err != nil {
+		return err
+	}
+	if s := boxdir.SuspendedIn(b.Dir); s != "" {
+		boxdir.DropSuspended(s) // replaced by the checkpoint
+	}
+	sp, err := spec()
+	if err != nil {
+		return err
+	}
+	dir := t.Path(name)
+	if err := checkpoint.SwapLayer(sp.Disks.Layer, func() error { return sn.CreateFromSnapshot(ctx, sp, dir) }); err != nil {
+		return err
+	}
+	return start(func(ctx context.Context, spec vmm.Spec) (vmm.Machine, error) {
+		return sn.StartFromSnapshot(ctx, spec, dir)
+	})
+}
+
+// CheckpointSnapshot makes snapshot name under snapshots of the box's
+// checkpoint ckpt, whole (checkpoint.Tree.Flatten), recorded as the box
+// of rec and stored configuration config (agent: the guest agent's
+// version for a checkpoint that does not record one). The caller holds
+// the box's lock: the checkpoint is not removed meanwhile.
+func (b *Box) CheckpointSnapshot(ctx context.Context, snapshots, name, ckpt string, rec *store.Box, config []byte, agent string) error {
+	t := checkpoint.Of(b.Dir)
+	cm, err := t.Get(ckpt)
+	if err != nil {
+		return err
+	}
+	if cm.AgentVersion != "" {
+		agent = cm.AgentVersion
+	}
+	return snapmeta.Make(ctx, snapshots, name, "snapshot-", "remove it, or pick another name", nil, func(tmp string) (snapmeta.Meta, error) {
+		if err := t.Flatten(ckpt, tmp); err != nil {
+			return snapmeta.Meta{}, fmt.Errorf("checkpoint %s of box %s: %w", ckpt, b.ID, err)
+		}
+		return snapmeta.Meta{Version: snapmeta.Version, Name: name, Box: b.ID, BoxName: rec.Name, Created: cm.Created,
+			Image: rec.Image, ImageDigest: rec.ImageDigest, Config: config, AgentVersion: agent,
+			Driver: b.Drv.Name(), StateBytes: cm.StateBytes, DiskBytes: cm.DiskBytes, PausedNs: cm.PausedNs}, nil
+	})
 }

@@ -234,6 +234,19 @@ func printable(s string, max int) bool {
 	return true
 }
 
+// OfImage returns the names of the snapshots in dir of boxes of image
+// digest (snapshots that cannot be read are left out).
+func OfImage(dir, digest string) []string {
+	ms, _ := ReadAll(dir)
+	var out []string
+	for _, m := range ms {
+		if m.ImageDigest == digest {
+			out = append(out, m.Name)
+		}
+	}
+	return out
+}
+
 // ReadAll returns the readable records of the snapshots in dir, in List's
 // order; snapshots that cannot be read are left out.
 func ReadAll(dir string) ([]Meta, error) {
