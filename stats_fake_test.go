@@ -77,7 +77,7 @@ func TestBoxStatsServeFake(t *testing.T) {
 		t.Errorf("stats of a paused box: %+v", v)
 	}
 	st, body = call("POST", p+"/exec", `{"cmd":["true"]}`)
-	if st != 409 || !strings.Contains(string(body), `"box_paused"`) {
+	if st != 409 || !strings.Contains(string(body), `"box_paused"`) || !strings.Contains(string(body), `"title":"Conflict"`) {
 		t.Errorf("exec in a paused box: %d %s; want 409 box_paused", st, body)
 	}
 	// The library refuses it as well (not only the server's check).

@@ -88,6 +88,8 @@ type Box struct {
 	ExpiresAt      time.Time         `json:"expires_at,omitzero" doc:"When the box's ttl ends and it is removed (absent: no ttl)."`
 	LeaseUntil     time.Time         `json:"lease_until,omitzero" doc:"When the box is removed unless its lease is renewed (absent: no lease)."`
 	IdleDeadline   time.Time         `json:"idle_deadline,omitzero" doc:"When idle_action is taken on the box unless it is used before (absent: no idle_timeout). Use is recorded every few seconds, so this may lag a recent call by that much."`
+	TTL            float64           `json:"ttl,omitempty" doc:"Seconds from creation after which the box is removed (absent: none); expires_at is when."`
+	Lease          float64           `json:"lease,omitempty" doc:"Seconds a lease renewal keeps the box (absent: no lease); lease_until is when it runs out."`
 	IdleTimeout    float64           `json:"idle_timeout,omitempty" doc:"Seconds without an exec, file or code call (nor, for idle_action stop and suspend, traffic on its network) after which idle_action is taken (absent: none)."`
 	IdleAction     string            `json:"idle_action,omitempty" doc:"What idle_timeout does: remove, stop or suspend (absent: remove)."`
 	Labels         map[string]string `json:"labels,omitempty"`
@@ -98,7 +100,7 @@ func boxOf(i airlock.BoxInfo) Box {
 		CPUs: i.Options.CPUs, MemoryMiB: i.Options.MemoryMiB, DiskSizeMiB: i.Options.DiskSizeMiB,
 		Network: string(i.Options.Network), AutoRemove: i.Options.AutoRemove, Created: i.Created, Started: i.Started,
 		AllowNet: i.Options.AllowNet, AllowHostPorts: i.Options.AllowHostPorts, Suspended: i.Suspended,
-		ExpiresAt: i.ExpiresAt, LeaseUntil: i.LeaseUntil, IdleDeadline: i.IdleDeadline, IdleTimeout: i.Options.IdleTimeout.Seconds(), IdleAction: string(i.Options.IdleAction), Labels: i.Options.Labels}
+		ExpiresAt: i.ExpiresAt, LeaseUntil: i.LeaseUntil, IdleDeadline: i.IdleDeadline, TTL: i.Options.TTL.Seconds(), Lease: i.Options.Lease.Seconds(), IdleTimeout: i.Options.IdleTimeout.Seconds(), IdleAction: string(i.Options.IdleAction), Labels: i.Options.Labels}
 	for _, v := range i.Options.Volumes {
 		b.Volumes = append(b.Volumes, VolumeSpec{Source: v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}

@@ -87,8 +87,13 @@ func (p *Problem) Error() string { return p.Detail }
 // GetStatus implements huma.StatusError.
 func (p *Problem) GetStatus() int { return p.Status }
 
-// ContentType makes huma send application/problem+json.
+// ContentType makes huma send application/problem+json. huma asks it
+// just before it writes p, so a Title left empty is filled in here (the
+// status text), as writeProblem does outside huma.
 func (p *Problem) ContentType(ct string) string {
+	if p.Title == "" {
+		p.Title = http.StatusText(p.Status)
+	}
 	if ct == "application/json" {
 		return "application/problem+json"
 	}

@@ -321,6 +321,11 @@ export class Files {
     } catch (e) {
       if (!(e instanceof AirlockError) || e.code !== "file_not_found") throw e;
     }
+    if (!intoDir && boxPath.endsWith("/")) {
+      // "dir/" names a directory: made, with its parents, and the copy goes into it.
+      await this.mkdir(clean, 0o755);
+      intoDir = true;
+    }
     const [dir, name] = intoDir ? [clean, path.basename(path.resolve(hostPath))] : [path.posix.dirname(clean), path.posix.basename(clean)];
     // A missing parent is made, as writeFile does (docker cp would refuse).
     if (!intoDir && dir !== "/") await this.mkdir(dir, 0o755);

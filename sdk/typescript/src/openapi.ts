@@ -804,6 +804,11 @@ export interface components {
                 [key: string]: string;
             };
             /**
+             * Format: double
+             * @description Seconds a lease renewal keeps the box (absent: no lease); lease_until is when it runs out.
+             */
+            lease?: number;
+            /**
              * Format: date-time
              * @description When the box is removed unless its lease is renewed (absent: no lease).
              */
@@ -829,6 +834,11 @@ export interface components {
             state: "created" | "running" | "stopped" | "lost";
             /** @description The stopped box was paused to disk (pause with to_disk, or by idle_action suspend): resume or start continues it from its saved memory; a box suspended by idle_action suspend also resumes by itself on its next exec, file, code or port call or inbound connection. */
             suspended?: boolean;
+            /**
+             * Format: double
+             * @description Seconds from creation after which the box is removed (absent: none); expires_at is when.
+             */
+            ttl?: number;
             /** @description Why the running box was declared unhealthy (its agent did not report the end of a timed-out exec in time); it is killed if its agent then does not answer within 20 s. Absent when healthy. */
             unhealthy?: string;
             volumes?: components["schemas"]["VolumeSpec"][] | null;

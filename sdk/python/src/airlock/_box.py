@@ -237,20 +237,23 @@ def env_pairs(name: str, env: Any) -> Optional[List[str]]:
                         f"not {type(env).__name__}")
     else:
         items = list(env)
+    mapping = isinstance(env, Mapping)
     out = []
     for i, it in enumerate(items):
+        # A dict's entry is named by its key, a list's by its index.
+        at = f"{name}[{it[0]!r}]" if mapping else f"{name}[{i}]"
         if isinstance(it, str):
             if "=" not in it or it.startswith("="):
-                raise ValueError(f"{name}[{i}]={it!r}: want \"KEY=value\" or a (key, value) pair")
+                raise ValueError(f"{at}={it!r}: want \"KEY=value\" or a (key, value) pair")
             out.append(it)
             continue
         if not isinstance(it, (tuple, list)) or len(it) != 2:
-            raise TypeError(f"{name}[{i}] must be a (key, value) pair or \"KEY=value\", not {it!r}")
+            raise TypeError(f"{at} must be a (key, value) pair or \"KEY=value\", not {it!r}")
         k, v = it
         if not isinstance(k, str) or not isinstance(v, str):
-            raise TypeError(f"{name}[{i}]: key and value must be str, not ({type(k).__name__}, {type(v).__name__})")
+            raise TypeError(f"{at}: key and value must be str, not ({type(k).__name__}, {type(v).__name__})")
         if not k or "=" in k:
-            raise ValueError(f"{name}[{i}]: key {k!r} must be non-empty and have no '='")
+            raise ValueError(f"{at}: key {k!r} must be non-empty and have no '='")
         out.append(f"{k}={v}")
     return out
 

@@ -332,9 +332,9 @@ class FilesMixin:
 
     async def copy_in(self, host_path: Union[str, Path], box_path: str) -> None:
         """Copies a host file or directory tree into the box, as ``docker cp``:
-        into ``box_path`` when it is an existing directory, else to
-        ``box_path`` itself (missing parent directories are created, as
-        ``write_file`` does). Streamed as tar (modes,
+        into ``box_path`` when it is an existing directory or ends in ``/``
+        (then made), else to ``box_path`` itself (missing parent directories
+        are created, as ``write_file`` does). Streamed as tar (modes,
         times and symlinks kept), never held in memory; each file lands
         atomically."""
         box = await self._box()
@@ -348,6 +348,11 @@ class FilesMixin:
             if e.code != "file_not_found":
                 raise
             into_dir = False
+        if not into_dir and box_path.endswith("/"):
+            # "dir/" names a directory: made, with its parents, and the
+            # copy goes into it (never a file named dir).
+            await self.mkdir(clean)
+            into_dir = True
         if into_dir:
             box_dir, arcname = clean, src.name or src.resolve().name
         else:
