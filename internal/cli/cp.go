@@ -2,8 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"path"
 	"strings"
 	"time"
 
@@ -88,7 +91,13 @@ cleared.`,
 			case dIn && spath == "-":
 				return b.CopyInTar(ctx, dpath, cmd.InOrStdin())
 			case dIn:
-				return b.CopyIn(ctx, spath, dpath)
+				err := b.CopyIn(ctx, spath, dpath)
+				if dir := path.Dir(path.Clean(dpath)); errors.Is(err, fs.ErrNotExist) && dir != "/" {
+					// As docker cp, a missing parent is not made; the
+					// hint says how (missingDirError).
+					return &missingDirError{err: err, dir: dir}
+				}
+				return err
 			case dpath == "-":
 				rc, err := b.CopyOutTar(ctx, spath)
 				if err != nil {
@@ -104,3 +113,13 @@ cleared.`,
 	}
 	return cmd
 }
+
+// missingDirError is a copy into a box whose destination's parent
+// directory dir is missing; its hint names the mkdir that makes it.
+type missingDirError struct {
+	err error
+	dir string
+}
+
+func (e *missingDirError) Error() string { return e.err.Error() }
+func (e *missingDirError) Unwrap() error { return e.err }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 	"testing"
 
@@ -21,6 +22,7 @@ func TestReportAddsTheCommandToRun(t *testing.T) {
 		{&airlock.DiedError{BoxID: "0123", Cause: "guest kernel panic"}, "airlock logs --console keep"},
 		{&airlock.CapacityError{Cap: "AIRLOCK_MAX_BOXES", Limit: 1, InUse: 1, Wanted: 1}, "AIRLOCK_MAX_BOXES=N"},
 		{fmt.Errorf("box x: %w", &airlock.CapacityError{Cap: "AIRLOCK_MAX_MEMORY", Limit: 64, Wanted: 128}), "--memory"},
+		{&missingDirError{err: fmt.Errorf("box x: stat /root/nope: %w", fs.ErrNotExist), dir: "/root/nope"}, "airlock exec keep mkdir -p /root/nope"},
 	} {
 		var w bytes.Buffer
 		report(&w, c.err, "keep")
