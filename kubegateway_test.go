@@ -41,7 +41,8 @@ type gwNode struct {
 }
 
 // startAPINode runs airlock node NAME on rt with its API, as airlock node
-// --api-listen does, and waits until it is Ready.
+// --api-listen does, and its kubelet API (the cluster's node pair, as
+// startNode), and waits until it is Ready.
 func (c *kubeCluster) startAPINode(rt *airlock.Runtime, name, nodeToken string) *gwNode {
 	c.t.Helper()
 	return c.startAPINodeWith(rt, name, nodeToken, nil, nil)
@@ -65,9 +66,11 @@ func (c *kubeCluster) startAPINodeWith(rt *airlock.Runtime, name, nodeToken stri
 	}()
 	ready := make(chan struct{})
 	done := make(chan error, 1)
+	pki := filepath.Join(c.dir, "pki") // the kubelet API's pair, so that kubectl exec reaches the node
 	go func() {
 		done <- kubenode.Run(ctx, kubenode.Config{Name: name, Client: c.client, Runtime: rt, Logf: t.Logf,
-			Ready: func() { close(ready) }, KubeletAddr: "127.0.0.1:0", APIAddr: l.Addr().String(), AllowVolumeDirs: volumes})
+			Ready: func() { close(ready) }, KubeletAddr: "127.0.0.1:0", APIAddr: l.Addr().String(), AllowVolumeDirs: volumes,
+			TLSCertFile: filepath.Join(pki, "node.crt"), TLSKeyFile: filepath.Join(pki, "node.key"), ClientCAFile: filepath.Join(pki, "ca.crt")})
 	}()
 	stopped := false
 	n := &gwNode{name: name, rt: rt, api: "http://" + l.Addr().String()}
@@ -231,55 +234,7 @@ func TestKubeGateway(t *testing.T) {
 	// The Python SDK, unchanged, pointed at the gateway.
 	pythonSDK(t, g1, token)
 
-	// Scale to zero through the gateway: an idle box is suspended on its
-	// node, its pod runs on, and the next exec resumes it.
-	code, body := call(t, "POST", g1+"/v1/boxes", token, map[string]any{"image": kubeRef, "name": "sleepy",
-		"idle_timeout": 1, "idle_action": "suspend"})
-	if code != 201 {
-		t.Fatalf("create an idle-suspend box: %d %s", code, body)
-	}
-	sleepy := decode[server.Box](t, body)
-	sleepyNode := n1
-	if sleepy.Node == n2.name {
-		sleepyNode = n2
-	}
-	nodeBox := func() (airlock.BoxInfo, string) {
-		infos, err := sleepyNode.rt.List(context.Background())
-		if err != nil {
-			return airlock.BoxInfo{}, err.Error()
-		}
-		for _, in := range infos {
-			if strings.HasPrefix(in.Name, kubenode.BoxNamePrefix) {
-				return in, ""
-			}
-		}
-		return airlock.BoxInfo{}, "no box on node " + sleepyNode.name
-	}
-	eventually(t, 60*time.Second, func() string {
-		in, msg := nodeBox()
-		if msg == "" && !in.Suspended {
-			msg = fmt.Sprintf("box %s is %s, not suspended", in.Name, in.State)
-		}
-		return msg
-	})
-	// Its pod runs on while the box is suspended: watched across two of
-	// the node's status resyncs (kubenode's resyncInterval, 5 s).
-	for end := time.Now().Add(12 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
-		pod, err := c.client.CoreV1().Pods("default").Get(context.Background(), "box-"+sleepy.ID, metav1.GetOptions{})
-		if err != nil || pod.Status.Phase != corev1.PodRunning {
-			t.Fatalf("pod of the suspended box: %v %+v", err, pod.Status)
-		}
-	}
-	code, body = call(t, "POST", g2+"/v1/boxes/sleepy/exec", token, map[string]any{"cmd": []string{"echo", "awake"}})
-	if res := decode[server.ExecResult](t, body); code != 200 || res.ExitCode != 0 || res.Stdout != "awake\n" {
-		t.Fatalf("exec on a suspended box through the gateway: %d %s", code, body)
-	}
-	if pod, err := c.client.CoreV1().Pods("default").Get(context.Background(), "box-"+sleepy.ID, metav1.GetOptions{}); err != nil || pod.Status.Phase != corev1.PodRunning {
-		t.Fatalf("pod of the suspended and resumed box: %v %+v", err, pod.Status)
-	}
-	if code, body := call(t, "DELETE", g1+"/v1/boxes/sleepy?force=true", token, nil); code != 204 {
-		t.Fatalf("remove sleepy: %d %s", code, body)
-	}
+	t.Run("scale-to-zero", func(t *testing.T) { gwScaleToZero(t, c, g1, g2, token, n1, n2) })
 
 	t.Run("node-features", func(t *testing.T) { gwNodeFeatures(t, c, g1, g2, token) })
 
@@ -312,7 +267,7 @@ func TestKubeGateway(t *testing.T) {
 			}
 		}
 	}
-	code, body = call(t, "POST", g2+"/v1/boxes", "tok-red", map[string]any{"image": kubeRef})
+	code, body := call(t, "POST", g2+"/v1/boxes", "tok-red", map[string]any{"image": kubeRef})
 	if code != 403 || !strings.Contains(string(body), `"quota_exceeded"`) {
 		t.Fatalf("red's second box: %d %s", code, body)
 	}
@@ -534,6 +489,155 @@ func wsExec(t *testing.T, url, token, id string) {
 		if f.Type == "error" {
 			t.Fatalf("exec WebSocket: %s", msg)
 		}
+	}
+}
+
+// gwScaleToZero: scale to zero through the gateway. A box made with
+// idle_timeout 1 and idle_action suspend is suspended on its node when
+// idle (the gateway's GET shows it stopped and suspended) while its pod
+// stays Running, its container running and never restarted, across two of
+// the node's status resyncs. kubectl exec into the pod (the node's kubelet
+// API) resumes it: while that exec runs, the gateway shows the box running
+// and the pod is Running with restartCount 0. Idle again, it is suspended
+// again, and an exec through the other gateway resumes it.
+func gwScaleToZero(t *testing.T, c *kubeCluster, g1, g2, token string, nodes ...*gwNode) {
+	ctx := context.Background()
+	code, body := call(t, "POST", g1+"/v1/boxes", token, map[string]any{"image": kubeRef, "name": "sleepy",
+		"idle_timeout": 1, "idle_action": "suspend"})
+	if code != 201 {
+		t.Fatalf("create an idle-suspend box: %d %s", code, body)
+	}
+	sleepy := decode[server.Box](t, body)
+	t.Cleanup(func() {
+		if code, body := call(t, "DELETE", g1+"/v1/boxes/"+sleepy.ID+"?force=true", token, nil); code != 204 && code != 404 {
+			t.Errorf("remove sleepy: %d %s", code, body)
+		}
+	})
+	podName := "box-" + sleepy.ID
+	box := func(g string) (server.Box, string) {
+		code, body := call(t, "GET", g+"/v1/boxes/sleepy", token, nil)
+		if code != 200 {
+			return server.Box{}, fmt.Sprintf("GET sleepy: %d %s", code, body)
+		}
+		return decode[server.Box](t, body), ""
+	}
+	suspended := func(g string) {
+		t.Helper()
+		eventually(t, 60*time.Second, func() string {
+			b, why := box(g)
+			if why == "" && (b.State != "stopped" || !b.Suspended) {
+				why = fmt.Sprintf("box sleepy is %s (suspended %v), not suspended", b.State, b.Suspended)
+			}
+			return why
+		})
+	}
+	// podRunning says why the pod is not Running with its container
+	// running and never restarted ("" when it is).
+	podRunning := func() string {
+		pod, err := c.client.CoreV1().Pods("default").Get(ctx, podName, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if pod.Status.Phase != corev1.PodRunning || len(pod.Status.ContainerStatuses) != 1 {
+			return fmt.Sprintf("pod %s: phase %s, %d container statuses", podName, pod.Status.Phase, len(pod.Status.ContainerStatuses))
+		}
+		if cs := pod.Status.ContainerStatuses[0]; cs.State.Running == nil || cs.RestartCount != 0 {
+			return fmt.Sprintf("pod %s: container state %+v, restartCount %d", podName, cs.State, cs.RestartCount)
+		}
+		return ""
+	}
+
+	suspended(g2)
+	var node *gwNode
+	for _, n := range nodes {
+		if n.name == sleepy.Node {
+			node = n
+		}
+	}
+	if node == nil {
+		t.Fatalf("box sleepy is on node %q, not one of the test's", sleepy.Node)
+	}
+	// On its node, the box's machine is gone, its memory on disk.
+	pod, err := c.client.CoreV1().Pods("default").Get(ctx, podName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nb, err := node.rt.Get(ctx, kubenode.BoxName(pod.UID)); err != nil {
+		t.Fatalf("the pod's box on node %s: %v", node.name, err)
+	} else if info, err := nb.Info(ctx); err != nil || !info.Suspended || info.State == airlock.BoxRunning {
+		t.Fatalf("the pod's box on node %s: %v, state %s, suspended %v", node.name, err, info.State, info.Suspended)
+	}
+	// Its pod runs on while the box is suspended: watched across two of
+	// the node's status resyncs (kubenode's resyncInterval, 5 s).
+	for end := time.Now().Add(12 * time.Second); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		if why := podRunning(); why != "" {
+			t.Fatalf("the suspended box's %s", why)
+		}
+	}
+
+	// kubectl exec resumes it; the exec, in flight, keeps it in use.
+	cmd := c.kubectlCmd("exec", "-i", podName, "--", "sh", "-c", "echo awake; cat >/dev/null; echo bye")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		stdin.Close()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	eventually(t, 90*time.Second, func() string {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("kubectl exec into the suspended box's pod ended before it answered: %v\n%s", err, out.String())
+		default:
+		}
+		if got := out.String(); got != "awake\n" {
+			return fmt.Sprintf("kubectl exec into the suspended box's pod: output %q", got)
+		}
+		return ""
+	})
+	if b, why := box(g1); why != "" || b.State != "running" || b.Suspended {
+		t.Fatalf("box sleepy during an exec that resumed it: %s %+v", why, b)
+	}
+	if why := podRunning(); why != "" {
+		t.Fatalf("the resumed box's %s", why)
+	}
+	stdin.Close()
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil || out.String() != "awake\nbye\n" {
+			t.Fatalf("kubectl exec: %v, output %q", err, out.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("kubectl exec did not end within 60 s of its stdin's end: output %q", out.String())
+	}
+
+	// Idle again: suspended again, and resumed by an exec through the
+	// other gateway.
+	suspended(g1)
+	code, body = call(t, "POST", g2+"/v1/boxes/sleepy/exec", token, map[string]any{"cmd": []string{"echo", "awake"}})
+	if res := decode[server.ExecResult](t, body); code != 200 || res.ExitCode != 0 || res.Stdout != "awake\n" {
+		t.Fatalf("exec on a suspended box through the gateway: %d %s", code, body)
+	}
+	if why := podRunning(); why != "" {
+		t.Fatalf("the box resumed through the gateway: %s", why)
+	}
+	if code, body := call(t, "DELETE", g1+"/v1/boxes/sleepy?force=true", token, nil); code != 204 {
+		t.Fatalf("remove sleepy: %d %s", code, body)
 	}
 }
 
