@@ -95,7 +95,7 @@ cleared.`,
 				if dir := path.Dir(path.Clean(dpath)); errors.Is(err, fs.ErrNotExist) && dir != "/" {
 					// As docker cp, a missing parent is not made; the
 					// hint says how (missingDirError).
-					return &missingDirError{err: err, dir: dir}
+					return &missingDirError{err: err, dir: dir, box: name}
 				}
 				return err
 			case dpath == "-":
@@ -117,8 +117,8 @@ cleared.`,
 // missingDirError is a copy into a box whose destination's parent
 // directory dir is missing; its hint names the mkdir that makes it.
 type missingDirError struct {
-	err error
-	dir string
+	err      error
+	dir, box string
 }
 
 func (e *missingDirError) Error() string { return e.err.Error() }

@@ -30,7 +30,10 @@ func hint(err error, box string) string {
 	var md *missingDirError
 	switch {
 	case errors.As(err, &md):
-		return fmt.Sprintf("the box has no directory %s: make it first (airlock exec %s mkdir -p %s), as docker cp, airlock cp does not", md.dir, box, md.dir)
+		if md.box != "" {
+			box = md.box
+		}
+		return fmt.Sprintf("make the directory first: airlock exec %s mkdir -p %s (airlock cp, as docker cp, does not make it)", box, md.dir)
 	case errors.As(err, &ce) && ce.Cap == "AIRLOCK_MAX_BOXES":
 		return "stop a box ('airlock ls' lists them), or raise the cap: AIRLOCK_MAX_BOXES=N"
 	case errors.As(err, &ce):
