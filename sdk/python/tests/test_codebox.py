@@ -196,6 +196,9 @@ async def test_copy_in_out(box: airlock.CodeBox, tmp_path: Path) -> None:
     # Missing parents are made, as write_file makes them.
     await box.copy_in(src / "data.csv", "/tmp/cp-new/a/b/data.csv")
     assert await box.read_file("/tmp/cp-new/a/b/data.csv") == b"a,b\n1,2\n"
+    # "dir/" names a directory: made, and the file goes into it (not a file named dir).
+    await box.copy_in(src / "data.csv", "/tmp/cp-dir/x/")
+    assert await box.read_file("/tmp/cp-dir/x/data.csv") == b"a,b\n1,2\n"
     # A directory to a missing path is created there (its parent too); a file into an existing directory keeps
     # its name.
     await box.copy_in(src, "/tmp/cp/tree")

@@ -340,6 +340,9 @@ describe("files", () => {
       // Missing parents are made, as writeFile makes them.
       await box.copyIn(path.join(src, "data.csv"), "/tmp/tscp-new/a/b/data.csv");
       assert.equal((await box.readFile("/tmp/tscp-new/a/b/data.csv")).toString(), "a,b\n1,2\n");
+      // "dir/" names a directory: made, and the file goes into it (not a file named dir).
+      await box.copyIn(path.join(src, "data.csv"), "/tmp/tscp-dir/x/");
+      assert.equal((await box.readFile("/tmp/tscp-dir/x/data.csv")).toString(), "a,b\n1,2\n");
       await box.copyIn(src, "/tmp/tscp/tree");
       await box.copyIn(path.join(src, "data.csv"), "/tmp/tscp");
       const r = await box.exec("sh", "-c", "cd /tmp/tscp && stat -c '%n %a' tree/data.csv data.csv && readlink tree/link && ls tree/sub | wc -l");
