@@ -3,13 +3,11 @@ package airlock
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/airlock-run/airlock/internal/boxdir"
+	"github.com/airlock-run/airlock/internal/measure"
 	"github.com/airlock-run/airlock/internal/sparse"
 )
 
@@ -67,7 +65,7 @@ func (b *Box) Stats(ctx context.Context) (BoxStats, error) {
 	_, cfg := b.snapshot()
 	st := BoxStats{At: time.Now(), MemoryLimitBytes: int64(cfg.Options.MemoryMiB) << 20,
 		DiskBytes: sparse.Allocated(filepath.Join(b.r.opts.Home, "boxes", rec.ID, boxdir.RW))}
-	cpu, rss, err := procUsage(rec.PID)
+	cpu, rss, err := measure.ProcUsage(rec.PID)
 	if err != nil {
 		return BoxStats{}, fmt.Errorf("stats of box %s: %w", b.id, err)
 	}
@@ -81,37 +79,4 @@ func (b *Box) Stats(ctx context.Context) (BoxStats, error) {
 		cancel()
 	}
 	return st, nil
-}
-
-// procUsage reads process pid's CPU time (utime + stime of
-// /proc/PID/stat, in clock ticks of 10 ms: Linux's USER_HZ) and resident
-// memory (VmRSS of /proc/PID/status).
-func procUsage(pid int) (cpu time.Duration, rss int64, err error) {
-	if pid <= 0 {
-		return 0, 0, fmt.Errorf("no VM process")
-	}
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, fmt.Errorf("its VM process %d: %w", pid, err)
-	}
-	str := string(raw)
-	i := strings.LastIndexByte(str, ')')
-	if i < 0 {
-		return 0, 0, fmt.Errorf("its VM process %d: /proc/%d/stat unreadable", pid, pid)
-	}
-	f := strings.Fields(str[i+1:])
-	if len(f) < 13 {
-		return 0, 0, fmt.Errorf("its VM process %d: /proc/%d/stat unreadable", pid, pid)
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	cpu = time.Duration(ut+stime) * 10 * time.Millisecond
-	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			rss = kb << 10
-		}
-	}
-	return cpu, rss, nil
 }
